@@ -1,0 +1,86 @@
+//! The core of budgetgate: decides, step by step, whether what an AI agent
+//! proposes may happen, and enforces the budgets of its run.
+//!
+//! `no_std`, no allocator, no `unsafe`, fixed capacities (see [`limits`]), and
+//! sans-IO: it never reads a clock or calls a tool or a policy; the caller
+//! feeds it proposals and outcomes and gets verdicts back.
+//!
+//! What it implements (the behaviour contract, `SPEC.md`):
+//! * [`Action::parse`]: action validation, stricter than the reference at the
+//!   JSON level (`SPEC A1`);
+//! * [`Run`]: the bounded run as a state machine (`SPEC A2`), with results
+//!   measured byte-exactly by [`pyjson`];
+//! * [`trace_work`]: the work units of a trace (`SPEC A3`);
+//! * [`Plan::usage`] and [`Plan::bounded_workflow`]: plan usage and the
+//!   bounded workflow (`SPEC B1`, `SPEC B2`).
+//!
+//! ```
+//! use budgetgate_core::{Plan, Limits, StopReason, LimitKey};
+//!
+//! let plan: Plan = Plan::parse(br#"[
+//!     {"id": "a", "parent": null, "tokens": 2, "output": 1},
+//!     {"id": "b", "parent": "a", "tokens": 3, "output": 2}]"#).unwrap();
+//! let limits = Limits::new(4, 4, 10, 4, 4).unwrap();
+//! let outcome = plan.bounded_workflow(&limits);
+//! assert_eq!(outcome.reason, StopReason::Limit(LimitKey::Tokens));
+//! assert_eq!(outcome.accepted, 1);
+//! ```
+//!
+//! # Non-features
+//! * No tool execution, no clock, no I/O: those belong to the host or firmware.
+//! * No general JSON value type: documents are read straight into the
+//!   validated types, and anything else is refused.
+//! * No `alloc`: every buffer has a capacity fixed at compile time; a value
+//!   that does not fit is refused, never truncated.
+#![cfg_attr(not(test), no_std)]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![cfg_attr(
+    test,
+    allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
+pub mod action;
+pub mod ident;
+pub mod json;
+pub mod limits;
+pub mod plan;
+pub mod pyjson;
+pub mod run;
+pub mod work;
+
+pub use action::{Action, ActionError, Arguments, Field, Scalar, ToolCall};
+pub use ident::{ArgumentKey, Identifier, IdentifierError, PlanId};
+pub use json::JsonError;
+pub use plan::{
+    LimitKey, Limits, LimitsError, Plan, PlanError, PlanRow, RowField, RowRule, StopReason, Usage,
+    Workflow, WorkflowReport,
+};
+pub use run::{
+    Completed, ObservationData, Progress, RejectReason, Run, RunError, RunLimits, RunLimitsError,
+    Status, ToolSet, ToolSetError, TraceRow, Verdict,
+};
+pub use work::{run_trace_work, trace_work, TraceWorkError, Work, WorkRow};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sizes of the main state types with default capacities, so a device
+    /// maker knows what a `static` costs. Printed with `--nocapture`.
+    #[test]
+    fn state_sizes() {
+        let run = core::mem::size_of::<Run>();
+        let action = core::mem::size_of::<Action>();
+        let plan = core::mem::size_of::<Plan>();
+        println!("Run = {run} B, Action = {action} B, Plan = {plan} B");
+        assert!(run <= 4096, "Run grew to {run} bytes");
+        assert!(plan <= 2048, "Plan grew to {plan} bytes");
+        assert!(core::mem::size_of::<Action<256>>() <= 4096);
+    }
+}

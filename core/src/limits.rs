@@ -1,0 +1,50 @@
+//! Every capacity and contract bound of the core, gathered in one place.
+//!
+//! Contract bounds (`SPEC A`, `SPEC B`) are fixed numbers that decide whether an
+//! input is valid. Capacities are the defaults of the const generics that size
+//! the fixed buffers; a build may choose smaller ones (the firmware does), in
+//! which case an input that is valid by the contract but does not fit is
+//! refused with a capacity error, never truncated.
+
+/// Most decision rounds in one run, trace rows in one trace and rows in one plan (`SPEC A2`, `SPEC A3`, `SPEC B`).
+pub const MAX_STEPS: usize = 32;
+/// Most tools registered for one run, and most cost entries in `tool_units` (`SPEC A2`, `SPEC A3`).
+pub const MAX_TOOLS: usize = 8;
+/// Most arguments in one tool call (`SPEC A1`).
+pub const MAX_ARGUMENTS: usize = 8;
+/// Most characters (Unicode scalar values) in a final text or a string argument (`SPEC A1`).
+pub const MAX_TEXT_CHARS: usize = 2000;
+/// Bytes needed to hold [`MAX_TEXT_CHARS`] characters of UTF-8 (four bytes each at most).
+///
+/// This is the default string capacity of an action.
+pub const MAX_TEXT_BYTES: usize = MAX_TEXT_CHARS * 4;
+/// Most UTF-8 bytes of a tool result's compact JSON encoding, quotes included (`SPEC A2`).
+pub const MAX_RESULT_BYTES: usize = 4096;
+/// Longest call id or tool name, in ASCII characters (`SPEC A1`).
+pub const MAX_IDENTIFIER_LEN: usize = 40;
+/// Longest argument key, in ASCII characters (`SPEC A1`).
+pub const MAX_ARGUMENT_KEY_LEN: usize = 32;
+/// Largest magnitude of a numeric argument (`SPEC A1`).
+pub const MAX_ARGUMENT_MAGNITUDE: f64 = 1e6;
+/// Largest `max_decisions` of a run (`SPEC A2`).
+pub const MAX_DECISIONS: u32 = 32;
+/// Largest `max_tool_calls` of a run (`SPEC A2`).
+pub const MAX_TOOL_CALLS: u32 = 16;
+/// Default `max_decisions` of a run (`SPEC A2`).
+pub const DEFAULT_MAX_DECISIONS: u32 = 8;
+/// Default `max_tool_calls` of a run (`SPEC A2`).
+pub const DEFAULT_MAX_TOOL_CALLS: u32 = 4;
+/// Largest `decision_units` and largest per-tool cost in trace work (`SPEC A3`).
+pub const MAX_WORK_UNITS: u32 = 1000;
+/// Longest plan step id, in ASCII characters (`SPEC B`).
+pub const MAX_PLAN_ID_LEN: usize = 32;
+/// Largest `tokens` or `output` of one plan row (`SPEC B`).
+pub const MAX_ROW_COST: u32 = 10_000;
+/// Largest `tokens` or `output` limit of a bounded workflow (`SPEC B2`).
+pub const MAX_COST_LIMIT: u32 = 320_000;
+/// Largest `steps`, `depth` or `fanout` limit of a bounded workflow (`SPEC B2`).
+pub const MAX_SHAPE_LIMIT: u32 = 32;
+
+const _: () = assert!(MAX_DECISIONS as usize <= MAX_STEPS);
+const _: () = assert!(MAX_TOOL_CALLS as usize <= MAX_STEPS);
+const _: () = assert!(MAX_STEPS < u8::MAX as usize);

@@ -1,0 +1,872 @@
+//! Plans of sub-tasks, their usage, and the bounded workflow (`SPEC B`).
+//!
+//! A plan is at most 32 rows `{id, parent, tokens, output}`. The whole plan is
+//! validated when it is built, so a stop found later never hides an invalid row.
+
+use core::fmt;
+
+use heapless::Vec;
+use picojson::Event;
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+
+use crate::ident::{IdentifierError, PlanId};
+use crate::json::{JsonError, Number, Reader};
+use crate::limits::{MAX_COST_LIMIT, MAX_PLAN_ID_LEN, MAX_ROW_COST, MAX_SHAPE_LIMIT, MAX_STEPS};
+
+/// A field of a plan row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum RowField {
+    /// `id`
+    Id,
+    /// `parent`
+    Parent,
+    /// `tokens`
+    Tokens,
+    /// `output`
+    Output,
+}
+
+impl RowField {
+    const ALL: [Self; 4] = [Self::Id, Self::Parent, Self::Tokens, Self::Output];
+
+    /// The key as written in JSON.
+    pub const fn key(self) -> &'static str {
+        match self {
+            Self::Id => "id",
+            Self::Parent => "parent",
+            Self::Tokens => "tokens",
+            Self::Output => "output",
+        }
+    }
+}
+
+/// The rule a plan row breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum RowRule {
+    /// The row is not an object.
+    NotAnObject,
+    /// The row has a key other than `id`, `parent`, `tokens`, `output`.
+    UnexpectedKey,
+    /// The row lacks this key.
+    MissingKey(RowField),
+    /// `id` or `parent` is not a string matching `[a-z][a-z0-9-]{0,31}`
+    /// (`parent` may also be null).
+    InvalidId(RowField, Option<IdentifierError>),
+    /// `id` repeats an earlier row's id.
+    DuplicateId,
+    /// `parent` is not the id of an earlier row.
+    UnknownParent,
+    /// `tokens` or `output` is not an integer 0..=10000.
+    Cost(RowField),
+}
+
+/// Why a plan is invalid (`SPEC B`; the reference's `ValueError`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum PlanError {
+    /// The document is not acceptable JSON (includes duplicate keys).
+    Json(JsonError),
+    /// The plan is not a JSON array.
+    NotAList,
+    /// The plan has more than 32 rows (or more than this build's capacity).
+    TooManyRows,
+    /// Row `row` (0-based) breaks `rule`.
+    Row {
+        /// Position of the row.
+        row: u8,
+        /// The rule it breaks.
+        rule: RowRule,
+    },
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Json(e) => write!(f, "not acceptable JSON: {e}"),
+            Self::NotAList => f.write_str("a plan must be a JSON array of rows"),
+            Self::TooManyRows => write!(f, "a plan has at most {MAX_STEPS} rows"),
+            Self::Row { row, rule } => {
+                write!(f, "row {row}: ")?;
+                match rule {
+                    RowRule::NotAnObject => f.write_str("must be an object"),
+                    RowRule::UnexpectedKey => {
+                        f.write_str("unexpected key; a row has exactly id, parent, tokens, output")
+                    }
+                    RowRule::MissingKey(k) => write!(f, "missing key `{}`", k.key()),
+                    RowRule::InvalidId(k, _) => write!(
+                        f,
+                        "`{}` must be a string matching {}{}",
+                        k.key(),
+                        PlanId::PATTERN,
+                        if *k == RowField::Parent {
+                            " or null"
+                        } else {
+                            ""
+                        }
+                    ),
+                    RowRule::DuplicateId => f.write_str("`id` repeats an earlier row's id"),
+                    RowRule::UnknownParent => {
+                        f.write_str("`parent` is not the id of an earlier row")
+                    }
+                    RowRule::Cost(k) => {
+                        write!(f, "`{}` must be an integer 0..={MAX_ROW_COST}", k.key())
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl core::error::Error for PlanError {}
+
+impl From<JsonError> for PlanError {
+    fn from(e: JsonError) -> Self {
+        Self::Json(e)
+    }
+}
+
+/// One validated plan row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanRow {
+    id: PlanId,
+    parent: Option<u8>,
+    tokens: u32,
+    output: u32,
+    depth: u8,
+}
+
+impl PlanRow {
+    /// The step's id.
+    pub fn id(&self) -> &PlanId {
+        &self.id
+    }
+    /// Index of the parent row, `None` for a root.
+    pub fn parent(&self) -> Option<usize> {
+        self.parent.map(usize::from)
+    }
+    /// Tokens the step uses (0..=10000).
+    pub fn tokens(&self) -> u32 {
+        self.tokens
+    }
+    /// Output the step produces (0..=10000).
+    pub fn output(&self) -> u32 {
+        self.output
+    }
+    /// Depth: 1 for a root, parent's depth + 1 otherwise.
+    pub fn depth(&self) -> u32 {
+        u32::from(self.depth)
+    }
+}
+
+/// A validated plan of at most `N` rows (32 by default) (`SPEC B`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan<const N: usize = MAX_STEPS> {
+    rows: Vec<PlanRow, N>,
+}
+
+impl<const N: usize> Default for Plan<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> Plan<N> {
+    const FITS: () = assert!(N <= MAX_STEPS, "plans hold at most 32 rows");
+
+    /// The empty plan.
+    pub const fn new() -> Self {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::FITS;
+        Self { rows: Vec::new() }
+    }
+
+    /// The rows in order.
+    pub fn rows(&self) -> &[PlanRow] {
+        &self.rows
+    }
+
+    /// Appends a row after checking every rule of `SPEC B` against the rows
+    /// already present. On error the plan is unchanged.
+    pub fn try_push(
+        &mut self,
+        id: &str,
+        parent: Option<&str>,
+        tokens: u32,
+        output: u32,
+    ) -> Result<(), PlanError> {
+        let row = u8::try_from(self.rows.len()).unwrap_or(u8::MAX);
+        let fail = |rule| PlanError::Row { row, rule };
+        let id = PlanId::new(id).map_err(|e| fail(RowRule::InvalidId(RowField::Id, Some(e))))?;
+        let parent = match parent {
+            None => None,
+            Some(p) => {
+                PlanId::new(p).map_err(|e| fail(RowRule::InvalidId(RowField::Parent, Some(e))))?;
+                Some(p)
+            }
+        };
+        if self.position(&id).is_some() {
+            return Err(fail(RowRule::DuplicateId));
+        }
+        let (parent, depth) = match parent {
+            None => (None, 1),
+            Some(p) => {
+                let index = self.position(p).ok_or(fail(RowRule::UnknownParent))?;
+                let depth = self.rows.get(index).map_or(0, |r| r.depth);
+                (Some(index as u8), depth + 1)
+            }
+        };
+        for (field, value) in [(RowField::Tokens, tokens), (RowField::Output, output)] {
+            if value > MAX_ROW_COST {
+                return Err(fail(RowRule::Cost(field)));
+            }
+        }
+        self.rows
+            .push(PlanRow {
+                id,
+                parent,
+                tokens,
+                output,
+                depth,
+            })
+            .map_err(|_| PlanError::TooManyRows)
+    }
+
+    fn position(&self, id: &str) -> Option<usize> {
+        self.rows.iter().position(|r| r.id.as_str() == id)
+    }
+
+    /// Reads and validates a plan from JSON text: an array of row objects.
+    pub fn parse(json: &[u8]) -> Result<Self, PlanError> {
+        let mut scratch = [0u8; MAX_PLAN_ID_LEN * 6 + 8];
+        let mut reader = Reader::new(json, &mut scratch).map_err(PlanError::Json)?;
+        match reader.next()? {
+            Event::StartArray => {}
+            _ => return Err(PlanError::NotAList),
+        }
+        let mut plan = Self::new();
+        loop {
+            let row = u8::try_from(plan.rows.len()).unwrap_or(u8::MAX);
+            let fail = |rule| PlanError::Row { row, rule };
+            let long_id = |e: JsonError, field| match e {
+                JsonError::StringTooLong => {
+                    fail(RowRule::InvalidId(field, Some(IdentifierError::TooLong)))
+                }
+                other => PlanError::Json(other),
+            };
+            match reader.next()? {
+                Event::EndArray => break,
+                Event::StartObject => {}
+                _ => return Err(fail(RowRule::NotAnObject)),
+            }
+            if plan.rows.is_full() {
+                return Err(PlanError::TooManyRows);
+            }
+            let mut id: Option<PlanId> = None;
+            let mut parent: Option<Option<PlanId>> = None;
+            let mut costs: [Option<u32>; 2] = [None, None];
+            loop {
+                let field = match reader.next().map_err(|e| match e {
+                    JsonError::StringTooLong => fail(RowRule::UnexpectedKey),
+                    other => PlanError::Json(other),
+                })? {
+                    Event::EndObject => break,
+                    Event::Key(k) => RowField::ALL
+                        .into_iter()
+                        .find(|f| f.key() == k.as_str())
+                        .ok_or(fail(RowRule::UnexpectedKey))?,
+                    _ => return Err(PlanError::Json(JsonError::Syntax)),
+                };
+                let present = match field {
+                    RowField::Id => id.is_some(),
+                    RowField::Parent => parent.is_some(),
+                    RowField::Tokens => costs[0].is_some(),
+                    RowField::Output => costs[1].is_some(),
+                };
+                if present {
+                    return Err(PlanError::Json(JsonError::DuplicateKey));
+                }
+                let event = reader.next().map_err(|e| long_id(e, field))?;
+                match (field, &event) {
+                    (RowField::Id, Event::String(s)) => {
+                        id = Some(
+                            PlanId::new(s).map_err(|e| fail(RowRule::InvalidId(field, Some(e))))?,
+                        )
+                    }
+                    (RowField::Parent, Event::String(s)) => {
+                        parent = Some(Some(
+                            PlanId::new(s).map_err(|e| fail(RowRule::InvalidId(field, Some(e))))?,
+                        ))
+                    }
+                    (RowField::Parent, Event::Null) => parent = Some(None),
+                    (RowField::Id | RowField::Parent, _) => {
+                        return Err(fail(RowRule::InvalidId(field, None)))
+                    }
+                    (RowField::Tokens | RowField::Output, Event::Number(n)) => {
+                        let value = Number::parse(n.as_str())?
+                            .as_bounded_int(MAX_ROW_COST)
+                            .ok_or(fail(RowRule::Cost(field)))?;
+                        let slot = usize::from(field == RowField::Output);
+                        if let Some(c) = costs.get_mut(slot) {
+                            *c = Some(value);
+                        }
+                    }
+                    (RowField::Tokens | RowField::Output, _) => {
+                        return Err(fail(RowRule::Cost(field)))
+                    }
+                }
+            }
+            let id = id.ok_or(fail(RowRule::MissingKey(RowField::Id)))?;
+            let parent = parent.ok_or(fail(RowRule::MissingKey(RowField::Parent)))?;
+            let [tokens, output] = costs;
+            let tokens = tokens.ok_or(fail(RowRule::MissingKey(RowField::Tokens)))?;
+            let output = output.ok_or(fail(RowRule::MissingKey(RowField::Output)))?;
+            plan.try_push(&id, parent.as_deref(), tokens, output)?;
+        }
+        reader.finish()?;
+        Ok(plan)
+    }
+}
+
+/// Totals and maxima over plan rows (`SPEC B1`); for a workflow, over the
+/// accepted prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Usage {
+    /// Rows counted.
+    pub steps: u32,
+    /// Sum of `tokens`.
+    pub tokens: u32,
+    /// Sum of `output`.
+    pub output: u32,
+    /// Largest depth (1 for roots); 0 for no rows.
+    pub max_depth: u32,
+    /// Most children of one parent (roots share one virtual parent); 0 for no rows.
+    pub max_fanout: u32,
+}
+
+/// Children counted per parent row, plus the roots' shared virtual parent.
+struct FanOut<const N: usize> {
+    children: [u8; N],
+    roots: u8,
+}
+
+impl<const N: usize> FanOut<N> {
+    const fn new() -> Self {
+        Self {
+            children: [0; N],
+            roots: 0,
+        }
+    }
+    fn slot(&mut self, parent: Option<usize>) -> Option<&mut u8> {
+        match parent {
+            None => Some(&mut self.roots),
+            Some(i) => self.children.get_mut(i),
+        }
+    }
+    /// The parent's count if one more child were accepted.
+    fn next(&mut self, parent: Option<usize>) -> u32 {
+        self.slot(parent).map_or(0, |c| u32::from(*c)) + 1
+    }
+    fn add(&mut self, parent: Option<usize>) {
+        if let Some(c) = self.slot(parent) {
+            *c = c.saturating_add(1);
+        }
+    }
+}
+
+impl<const N: usize> Plan<N> {
+    /// Sums and maxima over all rows (`SPEC B1`). An empty plan gives zeros.
+    pub fn usage(&self) -> Usage {
+        let mut usage = Usage::default();
+        let mut fan = FanOut::<N>::new();
+        for row in &self.rows {
+            let fanout = fan.next(row.parent());
+            fan.add(row.parent());
+            usage = usage.with(row, fanout);
+        }
+        usage
+    }
+}
+
+impl Usage {
+    fn with(self, row: &PlanRow, fanout: u32) -> Self {
+        Self {
+            steps: self.steps + 1,
+            tokens: self.tokens + row.tokens,
+            output: self.output + row.output,
+            max_depth: self.max_depth.max(row.depth()),
+            max_fanout: self.max_fanout.max(fanout),
+        }
+    }
+}
+
+/// A limit of the bounded workflow, in the order they are checked (`SPEC B2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum LimitKey {
+    /// `steps` (0..=32)
+    Steps,
+    /// `tokens` (0..=320000)
+    Tokens,
+    /// `output` (0..=320000)
+    Output,
+    /// `depth` (0..=32)
+    Depth,
+    /// `fanout` (0..=32)
+    Fanout,
+}
+
+impl LimitKey {
+    /// Every limit, in checking order.
+    pub const ALL: [Self; 5] = [
+        Self::Steps,
+        Self::Tokens,
+        Self::Output,
+        Self::Depth,
+        Self::Fanout,
+    ];
+
+    /// The key as written in JSON and in `reason`.
+    pub const fn key(self) -> &'static str {
+        match self {
+            Self::Steps => "steps",
+            Self::Tokens => "tokens",
+            Self::Output => "output",
+            Self::Depth => "depth",
+            Self::Fanout => "fanout",
+        }
+    }
+
+    /// Largest value this limit may be set to.
+    pub const fn max(self) -> u32 {
+        match self {
+            Self::Tokens | Self::Output => MAX_COST_LIMIT,
+            Self::Steps | Self::Depth | Self::Fanout => MAX_SHAPE_LIMIT,
+        }
+    }
+}
+
+/// Why workflow limits are invalid (`SPEC B2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum LimitsError {
+    /// The document is not acceptable JSON (includes duplicate keys).
+    Json(JsonError),
+    /// The limits are not a JSON object.
+    NotAnObject,
+    /// A key other than the five limits.
+    UnexpectedKey,
+    /// A limit is missing.
+    MissingKey(LimitKey),
+    /// A limit is not an integer within its range.
+    OutOfRange(LimitKey),
+}
+
+impl fmt::Display for LimitsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Json(e) => write!(f, "not acceptable JSON: {e}"),
+            Self::NotAnObject => f.write_str("limits must be a JSON object"),
+            Self::UnexpectedKey => f.write_str(
+                "unexpected key; limits are exactly steps, tokens, output, depth, fanout",
+            ),
+            Self::MissingKey(k) => write!(f, "missing limit `{}`", k.key()),
+            Self::OutOfRange(k) => {
+                write!(f, "limit `{}` must be an integer 0..={}", k.key(), k.max())
+            }
+        }
+    }
+}
+
+impl core::error::Error for LimitsError {}
+
+impl From<JsonError> for LimitsError {
+    fn from(e: JsonError) -> Self {
+        Self::Json(e)
+    }
+}
+
+/// The five workflow limits (`SPEC B2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Limits {
+    values: [u32; 5],
+}
+
+impl Limits {
+    /// Checks each limit against its range (`steps`, `depth`, `fanout` 0..=32;
+    /// `tokens`, `output` 0..=320000).
+    pub fn new(
+        steps: u32,
+        tokens: u32,
+        output: u32,
+        depth: u32,
+        fanout: u32,
+    ) -> Result<Self, LimitsError> {
+        let values = [steps, tokens, output, depth, fanout];
+        for (key, value) in LimitKey::ALL.into_iter().zip(values) {
+            if value > key.max() {
+                return Err(LimitsError::OutOfRange(key));
+            }
+        }
+        Ok(Self { values })
+    }
+
+    /// The value of one limit.
+    pub fn get(&self, key: LimitKey) -> u32 {
+        self.values.get(key as usize).copied().unwrap_or(0)
+    }
+
+    /// Reads and validates limits from a JSON object with exactly the five keys.
+    pub fn parse(json: &[u8]) -> Result<Self, LimitsError> {
+        let mut scratch = [0u8; 16];
+        let mut reader = Reader::new(json, &mut scratch)?;
+        match reader.next()? {
+            Event::StartObject => {}
+            _ => return Err(LimitsError::NotAnObject),
+        }
+        let mut values: [Option<u32>; 5] = [None; 5];
+        loop {
+            let key = match reader.next().map_err(|e| match e {
+                JsonError::StringTooLong => LimitsError::UnexpectedKey,
+                other => LimitsError::Json(other),
+            })? {
+                Event::EndObject => break,
+                Event::Key(k) => LimitKey::ALL
+                    .into_iter()
+                    .find(|l| l.key() == k.as_str())
+                    .ok_or(LimitsError::UnexpectedKey)?,
+                _ => return Err(LimitsError::Json(JsonError::Syntax)),
+            };
+            let slot = values
+                .get_mut(key as usize)
+                .ok_or(LimitsError::UnexpectedKey)?;
+            if slot.is_some() {
+                return Err(LimitsError::Json(JsonError::DuplicateKey));
+            }
+            let event = reader.next().map_err(|e| match e {
+                JsonError::StringTooLong => LimitsError::OutOfRange(key),
+                other => LimitsError::Json(other),
+            })?;
+            *slot = Some(match &event {
+                Event::Number(n) => Number::parse(n.as_str())?
+                    .as_bounded_int(key.max())
+                    .ok_or(LimitsError::OutOfRange(key))?,
+                _ => return Err(LimitsError::OutOfRange(key)),
+            });
+        }
+        reader.finish()?;
+        let mut out = [0u32; 5];
+        for ((key, value), slot) in LimitKey::ALL.into_iter().zip(values).zip(out.iter_mut()) {
+            *slot = value.ok_or(LimitsError::MissingKey(key))?;
+        }
+        let [steps, tokens, output, depth, fanout] = out;
+        Self::new(steps, tokens, output, depth, fanout)
+    }
+}
+
+/// Why a workflow ended (`SPEC B2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum StopReason {
+    /// Every step was accepted: `complete`.
+    Complete,
+    /// This limit would have been exceeded by the next step.
+    Limit(LimitKey),
+}
+
+impl StopReason {
+    /// `complete` or the limit's key.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Complete => "complete",
+            Self::Limit(k) => k.key(),
+        }
+    }
+}
+
+/// The outcome of a bounded workflow (`SPEC B2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Workflow {
+    /// How many leading rows were accepted (accepted steps are always a prefix).
+    pub accepted: usize,
+    /// Index of the row that stopped the run, `None` when complete.
+    pub stopped: Option<usize>,
+    /// `complete`, or the limit that stopped it.
+    pub reason: StopReason,
+    /// Usage of the accepted prefix only.
+    pub usage: Usage,
+}
+
+impl<const N: usize> Plan<N> {
+    /// Runs the bounded workflow (`SPEC B2`): before each step the would-be
+    /// totals are checked in the order steps, tokens, output, depth, fanout;
+    /// the first one over its limit stops the run before that step. Equality
+    /// is allowed.
+    pub fn bounded_workflow(&self, limits: &Limits) -> Workflow {
+        let mut usage = Usage::default();
+        let mut fan = FanOut::<N>::new();
+        for (index, row) in self.rows.iter().enumerate() {
+            let fanout = fan.next(row.parent());
+            let next = [
+                usage.steps + 1,
+                usage.tokens + row.tokens,
+                usage.output + row.output,
+                row.depth(),
+                fanout,
+            ];
+            if let Some(key) = LimitKey::ALL
+                .into_iter()
+                .zip(next)
+                .find(|(key, value)| *value > limits.get(*key))
+                .map(|(key, _)| key)
+            {
+                return Workflow {
+                    accepted: index,
+                    stopped: Some(index),
+                    reason: StopReason::Limit(key),
+                    usage,
+                };
+            }
+            fan.add(row.parent());
+            usage = usage.with(row, fanout);
+        }
+        Workflow {
+            accepted: self.rows.len(),
+            stopped: None,
+            reason: StopReason::Complete,
+            usage,
+        }
+    }
+
+    /// The workflow outcome with ids, serializable as the reference's result
+    /// `{accepted: [ids], stopped: id | null, reason, usage}`.
+    pub fn report<'p>(&'p self, workflow: &Workflow) -> WorkflowReport<'p, N> {
+        WorkflowReport {
+            plan: self,
+            workflow: *workflow,
+        }
+    }
+}
+
+/// A [`Workflow`] together with its plan, for serialization.
+pub struct WorkflowReport<'p, const N: usize> {
+    plan: &'p Plan<N>,
+    workflow: Workflow,
+}
+
+struct AcceptedIds<'p>(&'p [PlanRow]);
+
+impl Serialize for AcceptedIds<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for row in self.0 {
+            seq.serialize_element(row.id.as_str())?;
+        }
+        seq.end()
+    }
+}
+
+impl<const N: usize> Serialize for WorkflowReport<'_, N> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let rows = self.plan.rows();
+        let mut map = s.serialize_map(Some(4))?;
+        map.serialize_entry(
+            "accepted",
+            &AcceptedIds(rows.get(..self.workflow.accepted).unwrap_or(&[])),
+        )?;
+        map.serialize_entry(
+            "stopped",
+            &self
+                .workflow
+                .stopped
+                .and_then(|i| rows.get(i))
+                .map(|r| r.id.as_str()),
+        )?;
+        map.serialize_entry("reason", self.workflow.reason.as_str())?;
+        map.serialize_entry("usage", &self.workflow.usage)?;
+        map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seed_plan() -> Plan {
+        Plan::parse(br#"[{"id":"a","parent":null,"tokens":2,"output":1},{"id":"b","parent":"a","tokens":3,"output":2}]"#)
+            .unwrap()
+    }
+
+    fn limits(steps: u32, tokens: u32, output: u32, depth: u32, fanout: u32) -> Limits {
+        Limits::new(steps, tokens, output, depth, fanout).unwrap()
+    }
+
+    #[test]
+    fn seed_example_usage() {
+        let u = seed_plan().usage();
+        assert_eq!(
+            u,
+            Usage {
+                steps: 2,
+                tokens: 5,
+                output: 3,
+                max_depth: 2,
+                max_fanout: 1
+            }
+        );
+        assert_eq!(Plan::<32>::new().usage(), Usage::default());
+    }
+
+    #[test]
+    fn seed_example_workflows() {
+        let plan = seed_plan();
+        let w = plan.bounded_workflow(&limits(4, 4, 10, 4, 4));
+        assert_eq!(
+            (w.accepted, w.stopped, w.reason),
+            (1, Some(1), StopReason::Limit(LimitKey::Tokens))
+        );
+        assert_eq!(w.usage.tokens, 2);
+        let w = plan.bounded_workflow(&limits(4, 5, 10, 4, 4));
+        assert_eq!(
+            (w.accepted, w.stopped, w.reason),
+            (2, None, StopReason::Complete)
+        );
+        assert_eq!(w.usage.tokens, 5);
+        let z = Plan::<32>::parse(br#"[{"id":"z","parent":null,"tokens":0,"output":0}]"#).unwrap();
+        let w = z.bounded_workflow(&limits(0, 0, 0, 0, 0));
+        assert_eq!(
+            (w.accepted, w.reason),
+            (0, StopReason::Limit(LimitKey::Steps))
+        );
+        let empty = Plan::<32>::new().bounded_workflow(&limits(0, 0, 0, 0, 0));
+        assert_eq!(empty.reason, StopReason::Complete);
+    }
+
+    #[test]
+    fn stop_order_when_several_limits_break() {
+        let plan = seed_plan();
+        // Row b breaks tokens, output, depth at once: tokens is reported.
+        let w = plan.bounded_workflow(&limits(4, 4, 1, 1, 4));
+        assert_eq!(w.reason, StopReason::Limit(LimitKey::Tokens));
+        let w = plan.bounded_workflow(&limits(1, 4, 1, 1, 4));
+        assert_eq!(w.reason, StopReason::Limit(LimitKey::Steps));
+    }
+
+    #[test]
+    fn roots_share_one_virtual_parent() {
+        let plan = Plan::<32>::parse(
+            br#"[{"id":"a","parent":null,"tokens":0,"output":0},{"id":"b","parent":null,"tokens":0,"output":0}]"#,
+        )
+        .unwrap();
+        assert_eq!(plan.usage().max_fanout, 2);
+        assert_eq!(
+            plan.bounded_workflow(&limits(5, 5, 5, 5, 1)).reason,
+            StopReason::Limit(LimitKey::Fanout)
+        );
+        assert_eq!(
+            plan.bounded_workflow(&limits(5, 5, 5, 5, 2)).reason,
+            StopReason::Complete
+        );
+    }
+
+    #[test]
+    fn row_rules() {
+        let row = |body: &str| Plan::<32>::parse(format!("[{body}]").as_bytes());
+        let rule = |r| Err(PlanError::Row { row: 0, rule: r });
+        assert_eq!(
+            row(r#"{"id":"a","parent":null,"tokens":1.0,"output":0}"#),
+            rule(RowRule::Cost(RowField::Tokens))
+        );
+        assert_eq!(
+            row(r#"{"id":"a","parent":null,"tokens":true,"output":0}"#),
+            rule(RowRule::Cost(RowField::Tokens))
+        );
+        assert_eq!(
+            row(r#"{"id":"a","parent":null,"tokens":0,"output":10001}"#),
+            rule(RowRule::Cost(RowField::Output))
+        );
+        assert!(row(r#"{"id":"a","parent":null,"tokens":10000,"output":0}"#).is_ok());
+        assert_eq!(
+            row(r#"{"id":"a","parent":"a","tokens":0,"output":0}"#),
+            rule(RowRule::UnknownParent)
+        );
+        assert_eq!(
+            row(r#"{"id":"a","tokens":0,"output":0}"#),
+            rule(RowRule::MissingKey(RowField::Parent))
+        );
+        assert_eq!(
+            row(r#"{"id":"a","parent":null,"tokens":0,"output":0,"x":1}"#),
+            rule(RowRule::UnexpectedKey)
+        );
+        assert!(row(&format!(
+            r#"{{"id":"{}","parent":null,"tokens":0,"output":0}}"#,
+            "a".repeat(32)
+        ))
+        .is_ok());
+        assert!(matches!(
+            row(&format!(
+                r#"{{"id":"{}","parent":null,"tokens":0,"output":0}}"#,
+                "a".repeat(33)
+            )),
+            Err(PlanError::Row {
+                rule: RowRule::InvalidId(RowField::Id, _),
+                ..
+            })
+        ));
+        assert_eq!(
+            row(r#"{"id":"a","id":"b","parent":null,"tokens":0,"output":0}"#),
+            Err(PlanError::Json(JsonError::DuplicateKey))
+        );
+        assert_eq!(Plan::<32>::parse(b"{}"), Err(PlanError::NotAList));
+    }
+
+    #[test]
+    fn thirty_two_rows_fit_and_thirty_three_do_not() {
+        let rows = |n: usize| {
+            let body: std::vec::Vec<_> = (0..n)
+                .map(|i| format!(r#"{{"id":"s{i}","parent":null,"tokens":0,"output":0}}"#))
+                .collect();
+            format!("[{}]", body.join(","))
+        };
+        assert_eq!(
+            Plan::<32>::parse(rows(32).as_bytes()).map(|p| p.rows().len()),
+            Ok(32)
+        );
+        assert_eq!(
+            Plan::<32>::parse(rows(33).as_bytes()),
+            Err(PlanError::TooManyRows)
+        );
+    }
+
+    #[test]
+    fn limit_boundaries() {
+        assert!(Limits::new(32, 320_000, 320_000, 32, 32).is_ok());
+        assert_eq!(
+            Limits::new(33, 0, 0, 0, 0),
+            Err(LimitsError::OutOfRange(LimitKey::Steps))
+        );
+        assert_eq!(
+            Limits::new(0, 320_001, 0, 0, 0),
+            Err(LimitsError::OutOfRange(LimitKey::Tokens))
+        );
+        assert_eq!(
+            Limits::parse(br#"{"steps":1,"tokens":1,"output":1,"depth":1}"#),
+            Err(LimitsError::MissingKey(LimitKey::Fanout))
+        );
+        assert_eq!(
+            Limits::parse(br#"{"steps":1,"tokens":1,"output":1,"depth":1,"fanout":-1}"#),
+            Err(LimitsError::OutOfRange(LimitKey::Fanout))
+        );
+        assert_eq!(
+            Limits::parse(br#"{"steps":1,"tokens":1,"output":1,"depth":1,"fanout":false}"#),
+            Err(LimitsError::OutOfRange(LimitKey::Fanout))
+        );
+    }
+}

@@ -1,0 +1,831 @@
+//! Byte-exact compact JSON, as the reference encodes a tool result (`SPEC A2`).
+//!
+//! The reference measures a result with Python's
+//! `json.dumps(value, ensure_ascii=False, separators=(',', ':'), allow_nan=False)`
+//! and counts the UTF-8 bytes. This module reproduces that encoding for any
+//! [`serde::Serialize`] value:
+//!
+//! * floats are spelled as Python's `repr` spells them (`1e-05`, `1e+16`,
+//!   `1234567.0`, `-0.0`), integers in plain decimal;
+//! * strings escape `"` `\` `\b` `\f` `\n` `\r` `\t` and other control characters
+//!   below U+0020 as `\u00XX`; everything else (DEL, U+2028, any non-ASCII) is
+//!   written as raw UTF-8;
+//! * NaN and infinities are refused, as `allow_nan=False` does;
+//! * map keys that are strings, integers, booleans or unit/none become strings,
+//!   as Python turns dict keys into strings; any other key is refused.
+//!
+//! [`encoded_len`] counts without building anything and stops as soon as the
+//! count passes its limit; [`encode`] writes into a caller's buffer.
+
+use core::fmt::{self, Write as _};
+
+use serde::ser::{self, Serialize};
+
+/// Why a value could not be encoded as the reference encodes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum EncodeError {
+    /// The encoding needs more bytes than the limit (or the output buffer) allows.
+    TooLarge,
+    /// A float is NaN or infinite; the reference's `allow_nan=False` refuses it.
+    NonFinite,
+    /// A map key is not a string, an integer, a boolean or null.
+    KeyNotString,
+    /// The value holds something JSON has no form for (raw bytes), or its own
+    /// `Serialize` implementation failed.
+    Unsupported,
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::TooLarge => "encoded result is larger than the limit",
+            Self::NonFinite => "result holds NaN or an infinite float",
+            Self::KeyNotString => "result holds a map key that is not a string",
+            Self::Unsupported => "result holds a value JSON cannot represent",
+        })
+    }
+}
+
+impl core::error::Error for EncodeError {}
+
+impl ser::Error for EncodeError {
+    fn custom<T: fmt::Display>(_msg: T) -> Self {
+        Self::Unsupported
+    }
+}
+
+/// Counts the bytes of `value`'s compact encoding, failing with
+/// [`EncodeError::TooLarge`] as soon as the count passes `limit`.
+///
+/// Returns the exact byte count (`<= limit`). Allocates nothing and builds no
+/// string. `SPEC A2`.
+pub fn encoded_len<T: Serialize + ?Sized>(value: &T, limit: usize) -> Result<usize, EncodeError> {
+    let mut encoder = Encoder {
+        sink: Counter { len: 0, limit },
+    };
+    value.serialize(&mut encoder)?;
+    Ok(encoder.sink.len)
+}
+
+/// Writes `value`'s compact encoding into `buf` and returns the number of bytes
+/// written. Fails with [`EncodeError::TooLarge`] when `buf` is too small (its
+/// content is then unspecified). `SPEC A2`.
+pub fn encode<T: Serialize + ?Sized>(value: &T, buf: &mut [u8]) -> Result<usize, EncodeError> {
+    let mut encoder = Encoder {
+        sink: Slice { buf, len: 0 },
+    };
+    value.serialize(&mut encoder)?;
+    Ok(encoder.sink.len)
+}
+
+/// Where encoded bytes go.
+trait Sink {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), EncodeError>;
+}
+
+struct Counter {
+    len: usize,
+    limit: usize,
+}
+
+impl Sink for Counter {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), EncodeError> {
+        self.len = self.len.saturating_add(bytes.len());
+        if self.len > self.limit {
+            return Err(EncodeError::TooLarge);
+        }
+        Ok(())
+    }
+}
+
+struct Slice<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl Sink for Slice<'_> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), EncodeError> {
+        let end = self
+            .len
+            .checked_add(bytes.len())
+            .ok_or(EncodeError::TooLarge)?;
+        let dst = self
+            .buf
+            .get_mut(self.len..end)
+            .ok_or(EncodeError::TooLarge)?;
+        dst.copy_from_slice(bytes);
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// A tiny fixed buffer for `core::fmt` output of one number.
+struct NumBuf {
+    buf: [u8; 40],
+    len: usize,
+}
+
+impl NumBuf {
+    const fn new() -> Self {
+        Self {
+            buf: [0; 40],
+            len: 0,
+        }
+    }
+    fn as_bytes(&self) -> &[u8] {
+        self.buf.get(..self.len).unwrap_or(&[])
+    }
+}
+
+impl fmt::Write for NumBuf {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len.checked_add(s.len()).ok_or(fmt::Error)?;
+        let dst = self.buf.get_mut(self.len..end).ok_or(fmt::Error)?;
+        dst.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+fn put_display<S: Sink>(sink: &mut S, value: impl fmt::Display) -> Result<(), EncodeError> {
+    let mut num = NumBuf::new();
+    write!(num, "{value}").map_err(|_| EncodeError::Unsupported)?;
+    sink.put(num.as_bytes())
+}
+
+/// Writes `value` as Python's `float.__repr__` does.
+fn put_float<S: Sink>(sink: &mut S, value: f64) -> Result<(), EncodeError> {
+    if !value.is_finite() {
+        return Err(EncodeError::NonFinite);
+    }
+    // `{:e}` gives the shortest digits that round-trip, as Python's repr does;
+    // only the layout differs, and Python's layout is rebuilt here.
+    let mut sci = NumBuf::new();
+    write!(sci, "{value:e}").map_err(|_| EncodeError::Unsupported)?;
+    let text = sci.as_bytes();
+    let (negative, text) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    let e_at = text
+        .iter()
+        .position(|&b| b == b'e')
+        .ok_or(EncodeError::Unsupported)?;
+    let (mantissa, exponent) = text.split_at(e_at);
+    let exponent = exponent.get(1..).ok_or(EncodeError::Unsupported)?;
+    let exponent: i32 = core::str::from_utf8(exponent)
+        .ok()
+        .and_then(|e| e.parse().ok())
+        .ok_or(EncodeError::Unsupported)?;
+    let mut digits = [0u8; 24];
+    let mut n = 0;
+    for &b in mantissa.iter().filter(|b| b.is_ascii_digit()) {
+        *digits.get_mut(n).ok_or(EncodeError::Unsupported)? = b;
+        n += 1;
+    }
+    let digits = digits.get(..n).ok_or(EncodeError::Unsupported)?;
+    if negative {
+        sink.put(b"-")?;
+    }
+    if (-4..16).contains(&exponent) {
+        // Fixed notation; `point` is where the decimal point falls in `digits`.
+        let point = exponent + 1;
+        if point <= 0 {
+            sink.put(b"0.")?;
+            for _ in 0..-point {
+                sink.put(b"0")?;
+            }
+            sink.put(digits)?;
+        } else {
+            let point = point.unsigned_abs() as usize;
+            if point < digits.len() {
+                let (int, frac) = digits.split_at(point);
+                sink.put(int)?;
+                sink.put(b".")?;
+                sink.put(frac)?;
+            } else {
+                sink.put(digits)?;
+                for _ in digits.len()..point {
+                    sink.put(b"0")?;
+                }
+                sink.put(b".0")?;
+            }
+        }
+    } else {
+        let (first, rest) = digits.split_first().ok_or(EncodeError::Unsupported)?;
+        sink.put(core::slice::from_ref(first))?;
+        if !rest.is_empty() {
+            sink.put(b".")?;
+            sink.put(rest)?;
+        }
+        sink.put(if exponent < 0 { b"e-" } else { b"e+" })?;
+        let magnitude = exponent.unsigned_abs();
+        if magnitude < 10 {
+            sink.put(b"0")?;
+        }
+        put_display(sink, magnitude)?;
+    }
+    Ok(())
+}
+
+/// Writes a `Display` value as a JSON string without building it first.
+fn put_collected<S: Sink, T: fmt::Display + ?Sized>(
+    sink: &mut S,
+    value: &T,
+) -> Result<(), EncodeError> {
+    struct Escaping<'a, S> {
+        sink: &'a mut S,
+        error: Option<EncodeError>,
+    }
+    impl<S: Sink> fmt::Write for Escaping<'_, S> {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            put_str_body(self.sink, s).map_err(|e| {
+                self.error = Some(e);
+                fmt::Error
+            })
+        }
+    }
+    sink.put(b"\"")?;
+    let mut out = Escaping {
+        sink: &mut *sink,
+        error: None,
+    };
+    if write!(out, "{value}").is_err() {
+        return Err(out.error.unwrap_or(EncodeError::Unsupported));
+    }
+    sink.put(b"\"")
+}
+
+/// Writes `value` as a JSON string, escaped as Python's encoder escapes it.
+fn put_str<S: Sink>(sink: &mut S, value: &str) -> Result<(), EncodeError> {
+    sink.put(b"\"")?;
+    put_str_body(sink, value)?;
+    sink.put(b"\"")
+}
+
+/// Writes the escaped content of a JSON string, without the quotes.
+fn put_str_body<S: Sink>(sink: &mut S, value: &str) -> Result<(), EncodeError> {
+    let bytes = value.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let short: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0x00..=0x1f => b"",
+            _ => continue,
+        };
+        sink.put(bytes.get(start..i).unwrap_or(&[]))?;
+        if short.is_empty() {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            let hi = HEX.get(usize::from(b >> 4)).copied().unwrap_or(b'0');
+            let lo = HEX.get(usize::from(b & 0xf)).copied().unwrap_or(b'0');
+            sink.put(&[b'\\', b'u', b'0', b'0', hi, lo])?;
+        } else {
+            sink.put(short)?;
+        }
+        start = i + 1;
+    }
+    sink.put(bytes.get(start..).unwrap_or(&[]))
+}
+
+struct Encoder<S> {
+    sink: S,
+}
+
+/// State of one container being written: whether a separator is due.
+struct Compound<'a, S> {
+    encoder: &'a mut Encoder<S>,
+    first: bool,
+}
+
+impl<S: Sink> Compound<'_, S> {
+    fn separator(&mut self) -> Result<(), EncodeError> {
+        if self.first {
+            self.first = false;
+            Ok(())
+        } else {
+            self.encoder.sink.put(b",")
+        }
+    }
+}
+
+impl<'a, S: Sink> ser::Serializer for &'a mut Encoder<S> {
+    type Ok = ();
+    type Error = EncodeError;
+    type SerializeSeq = Compound<'a, S>;
+    type SerializeTuple = Compound<'a, S>;
+    type SerializeTupleStruct = Compound<'a, S>;
+    type SerializeTupleVariant = Compound<'a, S>;
+    type SerializeMap = Compound<'a, S>;
+    type SerializeStruct = Compound<'a, S>;
+    type SerializeStructVariant = Compound<'a, S>;
+
+    fn serialize_bool(self, v: bool) -> Result<(), EncodeError> {
+        self.sink.put(if v { b"true" } else { b"false" })
+    }
+    fn serialize_i8(self, v: i8) -> Result<(), EncodeError> {
+        put_display(&mut self.sink, v)
+    }
+    fn serialize_i16(self, v: i16) -> Result<(), EncodeError> {
+        put_display(&mut self.sink, v)
+    }
+    fn serialize_i32(self, v: i32) -> Result<(), EncodeError> {
+        put_display(&mut self.sink, v)
+    }
+    fn serialize_i64(self, v: i64) -> Result<(), EncodeError> {
+        put_display(&mut self.sink, v)
+    }
+    fn serialize_i128(self, v: i128) -> Result<(), EncodeError> {
+        put_display(&mut self.sink, v)
+    }
+    fn serialize_u8(self, v: u8) -> Result<(), EncodeError> {
+        put_display(&mut self.sink, v)
+    }
+    fn serialize_u16(self, v: u16) -> Result<(), EncodeError> {
+        put_display(&mut self.sink, v)
+    }
+    fn serialize_u32(self, v: u32) -> Result<(), EncodeError> {
+        put_display(&mut self.sink, v)
+    }
+    fn serialize_u64(self, v: u64) -> Result<(), EncodeError> {
+        put_display(&mut self.sink, v)
+    }
+    fn serialize_u128(self, v: u128) -> Result<(), EncodeError> {
+        put_display(&mut self.sink, v)
+    }
+    fn serialize_f32(self, v: f32) -> Result<(), EncodeError> {
+        put_float(&mut self.sink, f64::from(v))
+    }
+    fn serialize_f64(self, v: f64) -> Result<(), EncodeError> {
+        put_float(&mut self.sink, v)
+    }
+    fn serialize_char(self, v: char) -> Result<(), EncodeError> {
+        let mut buf = [0u8; 4];
+        put_str(&mut self.sink, v.encode_utf8(&mut buf))
+    }
+    fn serialize_str(self, v: &str) -> Result<(), EncodeError> {
+        put_str(&mut self.sink, v)
+    }
+    fn serialize_bytes(self, _v: &[u8]) -> Result<(), EncodeError> {
+        Err(EncodeError::Unsupported)
+    }
+    fn collect_str<T: fmt::Display + ?Sized>(self, value: &T) -> Result<(), EncodeError> {
+        put_collected(&mut self.sink, value)
+    }
+    fn serialize_none(self) -> Result<(), EncodeError> {
+        self.sink.put(b"null")
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), EncodeError> {
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), EncodeError> {
+        self.sink.put(b"null")
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), EncodeError> {
+        self.sink.put(b"null")
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<(), EncodeError> {
+        put_str(&mut self.sink, variant)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<(), EncodeError> {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        value: &T,
+    ) -> Result<(), EncodeError> {
+        self.sink.put(b"{")?;
+        put_str(&mut self.sink, variant)?;
+        self.sink.put(b":")?;
+        value.serialize(&mut *self)?;
+        self.sink.put(b"}")
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Compound<'a, S>, EncodeError> {
+        self.sink.put(b"[")?;
+        Ok(Compound {
+            encoder: self,
+            first: true,
+        })
+    }
+    fn serialize_tuple(self, len: usize) -> Result<Compound<'a, S>, EncodeError> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        len: usize,
+    ) -> Result<Compound<'a, S>, EncodeError> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Compound<'a, S>, EncodeError> {
+        self.sink.put(b"{")?;
+        put_str(&mut self.sink, variant)?;
+        self.sink.put(b":[")?;
+        Ok(Compound {
+            encoder: self,
+            first: true,
+        })
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<Compound<'a, S>, EncodeError> {
+        self.sink.put(b"{")?;
+        Ok(Compound {
+            encoder: self,
+            first: true,
+        })
+    }
+    fn serialize_struct(
+        self,
+        _name: &'static str,
+        len: usize,
+    ) -> Result<Compound<'a, S>, EncodeError> {
+        self.serialize_map(Some(len))
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Compound<'a, S>, EncodeError> {
+        self.sink.put(b"{")?;
+        put_str(&mut self.sink, variant)?;
+        self.sink.put(b":{")?;
+        Ok(Compound {
+            encoder: self,
+            first: true,
+        })
+    }
+}
+
+impl<S: Sink> ser::SerializeSeq for Compound<'_, S> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
+        self.separator()?;
+        value.serialize(&mut *self.encoder)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.encoder.sink.put(b"]")
+    }
+}
+
+impl<S: Sink> ser::SerializeTuple for Compound<'_, S> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
+        ser::SerializeSeq::serialize_element(self, value)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        ser::SerializeSeq::end(self)
+    }
+}
+
+impl<S: Sink> ser::SerializeTupleStruct for Compound<'_, S> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
+        ser::SerializeSeq::serialize_element(self, value)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        ser::SerializeSeq::end(self)
+    }
+}
+
+impl<S: Sink> ser::SerializeTupleVariant for Compound<'_, S> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
+        ser::SerializeSeq::serialize_element(self, value)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.encoder.sink.put(b"]}")
+    }
+}
+
+impl<S: Sink> ser::SerializeMap for Compound<'_, S> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), EncodeError> {
+        self.separator()?;
+        key.serialize(KeyEncoder {
+            sink: &mut self.encoder.sink,
+        })?;
+        self.encoder.sink.put(b":")
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
+        value.serialize(&mut *self.encoder)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.encoder.sink.put(b"}")
+    }
+}
+
+impl<S: Sink> ser::SerializeStruct for Compound<'_, S> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), EncodeError> {
+        self.separator()?;
+        put_str(&mut self.encoder.sink, key)?;
+        self.encoder.sink.put(b":")?;
+        value.serialize(&mut *self.encoder)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.encoder.sink.put(b"}")
+    }
+}
+
+impl<S: Sink> ser::SerializeStructVariant for Compound<'_, S> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), EncodeError> {
+        ser::SerializeStruct::serialize_field(self, key, value)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.encoder.sink.put(b"}}")
+    }
+}
+
+/// Encodes a map key the way Python turns a dict key into a JSON string.
+struct KeyEncoder<'a, S> {
+    sink: &'a mut S,
+}
+
+impl<S: Sink> KeyEncoder<'_, S> {
+    fn quoted(self, value: impl fmt::Display) -> Result<(), EncodeError> {
+        self.sink.put(b"\"")?;
+        put_display(self.sink, value)?;
+        self.sink.put(b"\"")
+    }
+}
+
+impl<S: Sink> ser::Serializer for KeyEncoder<'_, S> {
+    type Ok = ();
+    type Error = EncodeError;
+    type SerializeSeq = ser::Impossible<(), EncodeError>;
+    type SerializeTuple = ser::Impossible<(), EncodeError>;
+    type SerializeTupleStruct = ser::Impossible<(), EncodeError>;
+    type SerializeTupleVariant = ser::Impossible<(), EncodeError>;
+    type SerializeMap = ser::Impossible<(), EncodeError>;
+    type SerializeStruct = ser::Impossible<(), EncodeError>;
+    type SerializeStructVariant = ser::Impossible<(), EncodeError>;
+
+    fn serialize_bool(self, v: bool) -> Result<(), EncodeError> {
+        self.sink.put(if v { b"\"true\"" } else { b"\"false\"" })
+    }
+    fn serialize_i8(self, v: i8) -> Result<(), EncodeError> {
+        self.quoted(v)
+    }
+    fn serialize_i16(self, v: i16) -> Result<(), EncodeError> {
+        self.quoted(v)
+    }
+    fn serialize_i32(self, v: i32) -> Result<(), EncodeError> {
+        self.quoted(v)
+    }
+    fn serialize_i64(self, v: i64) -> Result<(), EncodeError> {
+        self.quoted(v)
+    }
+    fn serialize_i128(self, v: i128) -> Result<(), EncodeError> {
+        self.quoted(v)
+    }
+    fn serialize_u8(self, v: u8) -> Result<(), EncodeError> {
+        self.quoted(v)
+    }
+    fn serialize_u16(self, v: u16) -> Result<(), EncodeError> {
+        self.quoted(v)
+    }
+    fn serialize_u32(self, v: u32) -> Result<(), EncodeError> {
+        self.quoted(v)
+    }
+    fn serialize_u64(self, v: u64) -> Result<(), EncodeError> {
+        self.quoted(v)
+    }
+    fn serialize_u128(self, v: u128) -> Result<(), EncodeError> {
+        self.quoted(v)
+    }
+    fn serialize_f32(self, v: f32) -> Result<(), EncodeError> {
+        self.serialize_f64(f64::from(v))
+    }
+    fn serialize_f64(self, v: f64) -> Result<(), EncodeError> {
+        self.sink.put(b"\"")?;
+        put_float(self.sink, v)?;
+        self.sink.put(b"\"")
+    }
+    fn serialize_char(self, v: char) -> Result<(), EncodeError> {
+        let mut buf = [0u8; 4];
+        put_str(self.sink, v.encode_utf8(&mut buf))
+    }
+    fn serialize_str(self, v: &str) -> Result<(), EncodeError> {
+        put_str(self.sink, v)
+    }
+    fn serialize_bytes(self, _v: &[u8]) -> Result<(), EncodeError> {
+        Err(EncodeError::KeyNotString)
+    }
+    fn collect_str<T: fmt::Display + ?Sized>(self, value: &T) -> Result<(), EncodeError> {
+        put_collected(self.sink, value)
+    }
+    fn serialize_none(self) -> Result<(), EncodeError> {
+        self.sink.put(b"\"null\"")
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), EncodeError> {
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), EncodeError> {
+        self.sink.put(b"\"null\"")
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), EncodeError> {
+        self.sink.put(b"\"null\"")
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<(), EncodeError> {
+        put_str(self.sink, variant)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<(), EncodeError> {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _value: &T,
+    ) -> Result<(), EncodeError> {
+        Err(EncodeError::KeyNotString)
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, EncodeError> {
+        Err(EncodeError::KeyNotString)
+    }
+    fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple, EncodeError> {
+        Err(EncodeError::KeyNotString)
+    }
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleStruct, EncodeError> {
+        Err(EncodeError::KeyNotString)
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleVariant, EncodeError> {
+        Err(EncodeError::KeyNotString)
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, EncodeError> {
+        Err(EncodeError::KeyNotString)
+    }
+    fn serialize_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStruct, EncodeError> {
+        Err(EncodeError::KeyNotString)
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStructVariant, EncodeError> {
+        Err(EncodeError::KeyNotString)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spelled(value: f64) -> heapless::String<64> {
+        let mut buf = [0u8; 64];
+        let n = encode(&value, &mut buf).unwrap_or(0);
+        let mut out = heapless::String::new();
+        let _ = out.push_str(core::str::from_utf8(buf.get(..n).unwrap_or(&[])).unwrap_or("?"));
+        out
+    }
+
+    #[test]
+    fn floats_are_spelled_as_python_repr() {
+        for (value, python) in [
+            (1e-05, "1e-05"),
+            (1e16, "1e+16"),
+            (1e15, "1000000000000000.0"),
+            (1234567.0, "1234567.0"),
+            (0.0001, "0.0001"),
+            (0.1, "0.1"),
+            (-0.0, "-0.0"),
+            (0.0, "0.0"),
+            (2.5, "2.5"),
+            (1e22, "1e+22"),
+            (1.5e-7, "1.5e-07"),
+            (5e-324, "5e-324"),
+            (1.7976931348623157e308, "1.7976931348623157e+308"),
+            (123456789012345.6, "123456789012345.6"),
+            (-1e100, "-1e+100"),
+        ] {
+            assert_eq!(spelled(value).as_str(), python, "{value:e}");
+        }
+    }
+
+    #[test]
+    fn non_finite_floats_are_refused() {
+        assert_eq!(encoded_len(&f64::NAN, 100), Err(EncodeError::NonFinite));
+        assert_eq!(
+            encoded_len(&f64::INFINITY, 100),
+            Err(EncodeError::NonFinite)
+        );
+    }
+
+    #[test]
+    fn strings_are_escaped_as_python_does() {
+        let mut buf = [0u8; 64];
+        let n = encode("a\"\\\n\r\t\u{8}\u{c}\u{1f}\u{7f}\u{2028}é", &mut buf).unwrap_or(0);
+        assert_eq!(
+            core::str::from_utf8(buf.get(..n).unwrap_or(&[])),
+            Ok("\"a\\\"\\\\\\n\\r\\t\\b\\f\\u001f\u{7f}\u{2028}é\"")
+        );
+    }
+
+    #[test]
+    fn length_counts_utf8_bytes_and_stops_at_the_limit() {
+        // "é" * 2200 is 2202 characters but 4402 bytes.
+        struct Repeat(&'static str, usize);
+        impl Serialize for Repeat {
+            fn serialize<S: ser::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(&RepeatDisplay(self.0, self.1))
+            }
+        }
+        struct RepeatDisplay(&'static str, usize);
+        impl fmt::Display for RepeatDisplay {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                for _ in 0..self.1 {
+                    f.write_str(self.0)?;
+                }
+                Ok(())
+            }
+        }
+        assert_eq!(encoded_len(&Repeat("é", 2047), 4096), Ok(4096));
+        assert_eq!(
+            encoded_len(&Repeat("é", 2200), 4096),
+            Err(EncodeError::TooLarge)
+        );
+        assert_eq!(encoded_len(&Repeat("é", 2200), 5000), Ok(4402));
+    }
+
+    #[test]
+    fn containers_are_compact() {
+        let mut buf = [0u8; 64];
+        let n = encode(&[(1, 2.5), (3, -1.0)], &mut buf).unwrap_or(0);
+        assert_eq!(
+            core::str::from_utf8(buf.get(..n).unwrap_or(&[])),
+            Ok("[[1,2.5],[3,-1.0]]")
+        );
+        assert_eq!(
+            encode(&[1, 2, 3], &mut [0u8; 6]),
+            Err(EncodeError::TooLarge)
+        );
+    }
+}

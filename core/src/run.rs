@@ -1,0 +1,814 @@
+//! The bounded run: one decision round at a time, as a sans-IO state machine (`SPEC A2`).
+//!
+//! The run never calls a policy, a tool or a clock. The caller asks its policy,
+//! hands the proposal to [`Run::decide`], and gets a [`Verdict`]: stop with a
+//! status, or execute a registered tool. After executing it, the caller hands
+//! the tool's outcome to [`Run::complete`], which measures the result exactly as
+//! the reference does and records the observation's verdict and the trace row.
+//!
+//! ```
+//! use budgetgate_core::{Action, Run, RunLimits, ToolSet, Verdict, Status, Progress};
+//!
+//! let mut tools = ToolSet::new();
+//! tools.try_add("add").unwrap();
+//! let mut run: Run = Run::new(RunLimits::DEFAULT, tools);
+//!
+//! let call = Action::<64>::parse(br#"{"kind":"tool","call_id":"c1","name":"add","arguments":{"a":7,"b":8}}"#);
+//! let Verdict::Execute { tool: 0, .. } = run.decide(call.as_ref().ok()).unwrap() else { panic!() };
+//! assert_eq!(run.complete(Some(&15)).unwrap().progress, Progress::Continue);
+//!
+//! let answer = Action::<64>::parse(br#"{"kind":"final","text":"15"}"#);
+//! assert_eq!(run.decide(answer.as_ref().ok()).unwrap(), Verdict::Stop(Status::Final));
+//! assert_eq!((run.trace().len(), run.tool_attempts()), (2, 1));
+//! ```
+
+use core::fmt;
+
+use heapless::Vec;
+use serde::ser::{Serialize, SerializeMap, Serializer};
+
+use crate::action::Action;
+use crate::ident::{Identifier, IdentifierError};
+use crate::limits::{
+    DEFAULT_MAX_DECISIONS, DEFAULT_MAX_TOOL_CALLS, MAX_DECISIONS, MAX_RESULT_BYTES, MAX_STEPS,
+    MAX_TOOLS, MAX_TOOL_CALLS,
+};
+use crate::pyjson::encoded_len;
+
+/// How a run ended (`SPEC A2`); spelled as the contract spells it by [`Status::as_str`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Status {
+    /// The policy answered with a final action: `final`.
+    Final,
+    /// The policy failed or proposed an invalid action: `policy-error`.
+    PolicyError,
+    /// A call id was reused: `duplicate-call`.
+    DuplicateCall,
+    /// A tool action came with no tool attempts left: `tool-budget`.
+    ToolBudget,
+    /// The decision rounds ran out: `decision-budget`.
+    DecisionBudget,
+}
+
+impl Status {
+    /// The contract's spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Final => "final",
+            Self::PolicyError => "policy-error",
+            Self::DuplicateCall => "duplicate-call",
+            Self::ToolBudget => "tool-budget",
+            Self::DecisionBudget => "decision-budget",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Status {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Why a decision round was rejected (the `reason` of a `rejected` trace row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum RejectReason {
+    /// `invalid-policy-action`
+    InvalidPolicyAction,
+    /// `duplicate-call-id`
+    DuplicateCallId,
+    /// `tool-budget`
+    ToolBudget,
+}
+
+impl RejectReason {
+    /// The contract's spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidPolicyAction => "invalid-policy-action",
+            Self::DuplicateCallId => "duplicate-call-id",
+            Self::ToolBudget => "tool-budget",
+        }
+    }
+}
+
+/// One row of the trace: one per decision round, steps counted from 0 (`SPEC A2`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum TraceRow {
+    /// `{step, kind: "final"}`
+    Final {
+        /// Round number from 0.
+        step: u8,
+    },
+    /// `{step, kind: "rejected", reason}`
+    Rejected {
+        /// Round number from 0.
+        step: u8,
+        /// Why the round was rejected.
+        reason: RejectReason,
+    },
+    /// `{step, kind: "tool", call_id, name, executed, ok}`
+    Tool {
+        /// Round number from 0.
+        step: u8,
+        /// The call id of the attempt.
+        call_id: Identifier,
+        /// The tool name proposed (registered or not).
+        name: Identifier,
+        /// Whether a registered tool was called (even if it failed).
+        executed: bool,
+        /// Whether the observation is a usable result.
+        ok: bool,
+    },
+}
+
+impl TraceRow {
+    /// The round number, from 0.
+    pub fn step(&self) -> u8 {
+        match self {
+            Self::Final { step } | Self::Rejected { step, .. } | Self::Tool { step, .. } => *step,
+        }
+    }
+}
+
+impl Serialize for TraceRow {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Final { step } => {
+                let mut map = s.serialize_map(Some(2))?;
+                map.serialize_entry("step", step)?;
+                map.serialize_entry("kind", "final")?;
+                map.end()
+            }
+            Self::Rejected { step, reason } => {
+                let mut map = s.serialize_map(Some(3))?;
+                map.serialize_entry("step", step)?;
+                map.serialize_entry("kind", "rejected")?;
+                map.serialize_entry("reason", reason.as_str())?;
+                map.end()
+            }
+            Self::Tool {
+                step,
+                call_id,
+                name,
+                executed,
+                ok,
+            } => {
+                let mut map = s.serialize_map(Some(6))?;
+                map.serialize_entry("step", step)?;
+                map.serialize_entry("kind", "tool")?;
+                map.serialize_entry("call_id", call_id)?;
+                map.serialize_entry("name", name)?;
+                map.serialize_entry("executed", executed)?;
+                map.serialize_entry("ok", ok)?;
+                map.end()
+            }
+        }
+    }
+}
+
+/// Why run limits are invalid (`SPEC A2`; an error before anything runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum RunLimitsError {
+    /// `max_decisions` is outside 1..=32 (or above this build's step capacity).
+    MaxDecisions,
+    /// `max_tool_calls` is outside 0..=16.
+    MaxToolCalls,
+}
+
+impl fmt::Display for RunLimitsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::MaxDecisions => write!(f, "max_decisions must be an integer 1..={MAX_DECISIONS}"),
+            Self::MaxToolCalls => {
+                write!(f, "max_tool_calls must be an integer 0..={MAX_TOOL_CALLS}")
+            }
+        }
+    }
+}
+
+impl core::error::Error for RunLimitsError {}
+
+/// The two budgets of a run (`SPEC A2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct RunLimits {
+    max_decisions: u8,
+    max_tool_calls: u8,
+}
+
+impl RunLimits {
+    /// The reference's defaults: 8 decisions, 4 tool attempts.
+    pub const DEFAULT: Self = Self {
+        max_decisions: DEFAULT_MAX_DECISIONS as u8,
+        max_tool_calls: DEFAULT_MAX_TOOL_CALLS as u8,
+    };
+
+    /// Checks `max_decisions` in 1..=32 and `max_tool_calls` in 0..=16.
+    pub const fn new(max_decisions: u32, max_tool_calls: u32) -> Result<Self, RunLimitsError> {
+        if max_decisions < 1 || max_decisions > MAX_DECISIONS {
+            return Err(RunLimitsError::MaxDecisions);
+        }
+        if max_tool_calls > MAX_TOOL_CALLS {
+            return Err(RunLimitsError::MaxToolCalls);
+        }
+        Ok(Self {
+            max_decisions: max_decisions as u8,
+            max_tool_calls: max_tool_calls as u8,
+        })
+    }
+
+    /// Most decision rounds.
+    pub const fn max_decisions(&self) -> u8 {
+        self.max_decisions
+    }
+
+    /// Most tool attempts.
+    pub const fn max_tool_calls(&self) -> u8 {
+        self.max_tool_calls
+    }
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// Why a tool cannot be registered (`SPEC A2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ToolSetError {
+    /// The name does not match `[A-Za-z][A-Za-z0-9_-]{0,39}`.
+    InvalidName(IdentifierError),
+    /// The name is already registered.
+    Duplicate,
+    /// The set already holds its capacity of tools (8 by default).
+    Full,
+}
+
+impl fmt::Display for ToolSetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidName(e) => {
+                write!(f, "tool name {e}; it must match {}", Identifier::PATTERN)
+            }
+            Self::Duplicate => f.write_str("tool name registered twice"),
+            Self::Full => write!(f, "more than {MAX_TOOLS} tools"),
+        }
+    }
+}
+
+impl core::error::Error for ToolSetError {}
+
+/// The names of the registered tools, at most `N` (8 by default). A tool is
+/// referred to by its index in registration order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolSet<const N: usize = MAX_TOOLS> {
+    names: Vec<Identifier, N>,
+}
+
+impl<const N: usize> Default for ToolSet<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> ToolSet<N> {
+    /// No tools.
+    pub const fn new() -> Self {
+        Self { names: Vec::new() }
+    }
+
+    /// Registers `name` and returns its index.
+    pub fn try_add(&mut self, name: &str) -> Result<usize, ToolSetError> {
+        let id = Identifier::new(name).map_err(ToolSetError::InvalidName)?;
+        if self.position(name).is_some() {
+            return Err(ToolSetError::Duplicate);
+        }
+        self.names.push(id).map_err(|_| ToolSetError::Full)?;
+        Ok(self.names.len() - 1)
+    }
+
+    /// The index of `name`, if registered.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n.as_str() == name)
+    }
+
+    /// The registered names in order.
+    pub fn names(&self) -> &[Identifier] {
+        &self.names
+    }
+}
+
+/// What the caller must do after [`Run::decide`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Verdict {
+    /// Call registered tool number `tool` with the proposal's arguments, then
+    /// report its outcome with [`Run::complete`]. The attempt is already counted.
+    Execute {
+        /// Index of the tool in the [`ToolSet`].
+        tool: usize,
+    },
+    /// The tool name is not registered: nothing is executed; the observation is
+    /// `{ok: false, data: "unknown-tool"}` and the row is recorded.
+    UnknownTool {
+        /// Whether the run continues or stopped on its decision budget.
+        progress: Progress,
+    },
+    /// The run stopped in this round with this status.
+    Stop(Status),
+}
+
+/// Whether the run goes on after a tool round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Progress {
+    /// Ask the policy again.
+    Continue,
+    /// The run has stopped with this status (only `decision-budget` here).
+    Stopped(Status),
+}
+
+/// What an executed tool's observation holds, as decided by [`Run::complete`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ObservationData {
+    /// `ok: true`; the data is the result itself, whose compact encoding has
+    /// this many bytes (at most 4096).
+    Result {
+        /// Exact encoded size in UTF-8 bytes.
+        bytes: usize,
+    },
+    /// `ok: false, data: "tool-error"`: the tool failed, or its result was over
+    /// 4096 bytes or not encodable.
+    ToolError,
+}
+
+/// The verdict on one executed tool's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Completed {
+    /// What the observation holds.
+    pub data: ObservationData,
+    /// Whether the run goes on.
+    pub progress: Progress,
+}
+
+/// A call in the wrong state of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum RunError {
+    /// The run has already stopped with this status.
+    Stopped(Status),
+    /// [`Run::decide`] was called while a tool outcome is still awaited.
+    AwaitingOutcome,
+    /// [`Run::complete`] was called with no tool awaiting its outcome.
+    NoPendingCall,
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Stopped(s) => write!(f, "the run has stopped ({s})"),
+            Self::AwaitingOutcome => {
+                f.write_str("a tool outcome is awaited before the next decision")
+            }
+            Self::NoPendingCall => f.write_str("no tool call is awaiting its outcome"),
+        }
+    }
+}
+
+impl core::error::Error for RunError {}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    AwaitingProposal,
+    AwaitingOutcome,
+    Stopped(Status),
+}
+
+/// One bounded run (`SPEC A2`): budgets, registered tools, and the trace.
+///
+/// `STEPS` is the trace capacity (32 by default, the contract's most decisions),
+/// `TOOLS` the tool capacity (8). Holds no observations: their data lives with
+/// the caller, which the run tells whether each is a result or an error. With
+/// the defaults its size is a few kilobytes (see the `state_sizes` test).
+#[derive(Debug, Clone)]
+pub struct Run<const STEPS: usize = MAX_STEPS, const TOOLS: usize = MAX_TOOLS> {
+    limits: RunLimits,
+    tools: ToolSet<TOOLS>,
+    trace: Vec<TraceRow, STEPS>,
+    tool_attempts: u8,
+    state: State,
+}
+
+impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
+    const FITS: () = assert!(
+        STEPS >= MAX_DECISIONS as usize,
+        "a run needs room for 32 trace rows"
+    );
+
+    /// A run that has not asked its policy yet.
+    pub const fn new(limits: RunLimits, tools: ToolSet<TOOLS>) -> Self {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::FITS;
+        Self {
+            limits,
+            tools,
+            trace: Vec::new(),
+            tool_attempts: 0,
+            state: State::AwaitingProposal,
+        }
+    }
+
+    /// Decides one round on the policy's proposal (`SPEC A2`, steps 1 to 5).
+    ///
+    /// `proposal` is `None` when the policy failed or its proposal did not
+    /// validate. The checks run in the contract's order: invalid proposal,
+    /// final, duplicate call id, tool budget, then the attempt is counted.
+    pub fn decide<const S: usize>(
+        &mut self,
+        proposal: Option<&Action<S>>,
+    ) -> Result<Verdict, RunError> {
+        match self.state {
+            State::AwaitingProposal => {}
+            State::AwaitingOutcome => return Err(RunError::AwaitingOutcome),
+            State::Stopped(status) => return Err(RunError::Stopped(status)),
+        }
+        let step = self.next_step();
+        let call = match proposal {
+            None => {
+                return Ok(self.stop(
+                    TraceRow::Rejected {
+                        step,
+                        reason: RejectReason::InvalidPolicyAction,
+                    },
+                    Status::PolicyError,
+                ))
+            }
+            Some(Action::Final { .. }) => {
+                return Ok(self.stop(TraceRow::Final { step }, Status::Final))
+            }
+            Some(Action::Tool(call)) => call,
+        };
+        if self
+            .trace
+            .iter()
+            .any(|row| matches!(row, TraceRow::Tool { call_id, .. } if *call_id == call.call_id))
+        {
+            return Ok(self.stop(
+                TraceRow::Rejected {
+                    step,
+                    reason: RejectReason::DuplicateCallId,
+                },
+                Status::DuplicateCall,
+            ));
+        }
+        if self.tool_attempts >= self.limits.max_tool_calls {
+            return Ok(self.stop(
+                TraceRow::Rejected {
+                    step,
+                    reason: RejectReason::ToolBudget,
+                },
+                Status::ToolBudget,
+            ));
+        }
+        self.tool_attempts += 1;
+        let row = TraceRow::Tool {
+            step,
+            call_id: call.call_id.clone(),
+            name: call.name.clone(),
+            executed: false,
+            ok: false,
+        };
+        match self.tools.position(&call.name) {
+            Some(tool) => {
+                self.push(row);
+                if let Some(TraceRow::Tool { executed, .. }) = self.trace.last_mut() {
+                    *executed = true;
+                }
+                self.state = State::AwaitingOutcome;
+                Ok(Verdict::Execute { tool })
+            }
+            None => Ok(Verdict::UnknownTool {
+                progress: self.end_round(row),
+            }),
+        }
+    }
+
+    /// Records the outcome of the tool that [`Verdict::Execute`] named (`SPEC A2`, step 5-6).
+    ///
+    /// `outcome` is the tool's return value, or `None` if it failed. The
+    /// value is measured with the reference's encoder ([`crate::pyjson`]); over
+    /// 4096 bytes or not encodable makes the observation a `tool-error`.
+    pub fn complete<T: Serialize + ?Sized>(
+        &mut self,
+        outcome: Option<&T>,
+    ) -> Result<Completed, RunError> {
+        if self.state != State::AwaitingOutcome {
+            return Err(match self.state {
+                State::Stopped(status) => RunError::Stopped(status),
+                _ => RunError::NoPendingCall,
+            });
+        }
+        // Any encoding failure (too large, NaN, a non-string key) is the
+        // reference's tool-error, as is a failed tool.
+        let data = match outcome.map(|value| encoded_len(value, MAX_RESULT_BYTES)) {
+            Some(Ok(bytes)) => ObservationData::Result { bytes },
+            Some(Err(_)) | None => ObservationData::ToolError,
+        };
+        let ok = matches!(data, ObservationData::Result { .. });
+        if let Some(TraceRow::Tool { ok: row_ok, .. }) = self.trace.last_mut() {
+            *row_ok = ok;
+        }
+        self.state = State::AwaitingProposal;
+        Ok(Completed {
+            data,
+            progress: self.after_round(),
+        })
+    }
+
+    /// The status once stopped, `None` while running.
+    pub fn status(&self) -> Option<Status> {
+        match self.state {
+            State::Stopped(status) => Some(status),
+            _ => None,
+        }
+    }
+
+    /// One row per decided round, in order.
+    pub fn trace(&self) -> &[TraceRow] {
+        &self.trace
+    }
+
+    /// Tool attempts counted so far (accepted tool actions, known or not).
+    pub fn tool_attempts(&self) -> u8 {
+        self.tool_attempts
+    }
+
+    /// The run's budgets.
+    pub fn limits(&self) -> RunLimits {
+        self.limits
+    }
+
+    /// The registered tools.
+    pub fn tools(&self) -> &ToolSet<TOOLS> {
+        &self.tools
+    }
+
+    fn next_step(&self) -> u8 {
+        // The trace never exceeds 32 rows, so this always fits.
+        u8::try_from(self.trace.len()).unwrap_or(u8::MAX)
+    }
+
+    fn push(&mut self, row: TraceRow) {
+        // Capacity is at least max_decisions (checked at compile time) and a
+        // round is only decided while fewer rows than that exist.
+        let _ = self.trace.push(row);
+    }
+
+    fn stop(&mut self, row: TraceRow, status: Status) -> Verdict {
+        self.push(row);
+        self.state = State::Stopped(status);
+        Verdict::Stop(status)
+    }
+
+    fn end_round(&mut self, row: TraceRow) -> Progress {
+        self.push(row);
+        self.after_round()
+    }
+
+    fn after_round(&mut self) -> Progress {
+        if self.trace.len() >= usize::from(self.limits.max_decisions) {
+            self.state = State::Stopped(Status::DecisionBudget);
+            Progress::Stopped(Status::DecisionBudget)
+        } else {
+            Progress::Continue
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn action(json: &str) -> Action<256> {
+        Action::parse(json.as_bytes()).unwrap()
+    }
+
+    fn add(id: &str) -> Action<256> {
+        action(&format!(
+            r#"{{"kind":"tool","call_id":"{id}","name":"add","arguments":{{"a":7,"b":8}}}}"#
+        ))
+    }
+
+    fn tools() -> ToolSet {
+        let mut t = ToolSet::new();
+        t.try_add("add").unwrap();
+        t
+    }
+
+    #[test]
+    fn seed_example_repeat_policy_stops_on_tool_budget() {
+        let mut run: Run = Run::new(RunLimits::new(3, 1).unwrap(), tools());
+        assert_eq!(
+            run.decide(Some(&add("c0"))),
+            Ok(Verdict::Execute { tool: 0 })
+        );
+        assert_eq!(
+            run.complete(Some(&15)).unwrap().progress,
+            Progress::Continue
+        );
+        assert_eq!(
+            run.decide(Some(&add("c1"))),
+            Ok(Verdict::Stop(Status::ToolBudget))
+        );
+        assert_eq!(run.trace().len(), 2);
+        assert_eq!(run.tool_attempts(), 1);
+        assert_eq!(
+            run.decide(Some(&add("c2"))),
+            Err(RunError::Stopped(Status::ToolBudget))
+        );
+    }
+
+    #[test]
+    fn seed_example_one_decision_is_decision_budget() {
+        let mut run: Run = Run::new(RunLimits::new(1, 4).unwrap(), tools());
+        assert_eq!(
+            run.decide(Some(&add("c1"))),
+            Ok(Verdict::Execute { tool: 0 })
+        );
+        let done = run.complete(Some(&15)).unwrap();
+        assert_eq!(done.progress, Progress::Stopped(Status::DecisionBudget));
+        assert_eq!(done.data, ObservationData::Result { bytes: 2 });
+        assert_eq!(run.status(), Some(Status::DecisionBudget));
+    }
+
+    #[test]
+    fn duplicate_call_id_is_checked_before_tool_budget() {
+        let mut run: Run = Run::new(RunLimits::new(4, 1).unwrap(), tools());
+        run.decide(Some(&add("c1"))).unwrap();
+        run.complete(None::<&i32>).unwrap();
+        assert_eq!(
+            run.decide(Some(&add("c1"))),
+            Ok(Verdict::Stop(Status::DuplicateCall))
+        );
+        assert_eq!(
+            run.trace().last(),
+            Some(&TraceRow::Rejected {
+                step: 1,
+                reason: RejectReason::DuplicateCallId
+            })
+        );
+    }
+
+    #[test]
+    fn final_stops_even_with_no_tool_attempts_left() {
+        let mut run: Run = Run::new(RunLimits::new(2, 0).unwrap(), tools());
+        let fin = action(r#"{"kind":"final","text":"done"}"#);
+        assert_eq!(run.decide(Some(&fin)), Ok(Verdict::Stop(Status::Final)));
+    }
+
+    #[test]
+    fn zero_tool_budget_refuses_the_first_tool_action() {
+        let mut run: Run = Run::new(RunLimits::new(2, 0).unwrap(), tools());
+        assert_eq!(
+            run.decide(Some(&add("c1"))),
+            Ok(Verdict::Stop(Status::ToolBudget))
+        );
+        assert_eq!(run.tool_attempts(), 0);
+    }
+
+    #[test]
+    fn unknown_tool_counts_an_attempt_without_executing() {
+        let mut run: Run = Run::new(RunLimits::new(2, 4).unwrap(), ToolSet::new());
+        assert_eq!(
+            run.decide(Some(&add("c1"))),
+            Ok(Verdict::UnknownTool {
+                progress: Progress::Continue
+            })
+        );
+        assert_eq!(run.tool_attempts(), 1);
+        assert!(matches!(
+            run.trace()[0],
+            TraceRow::Tool {
+                executed: false,
+                ok: false,
+                ..
+            }
+        ));
+        assert_eq!(run.complete(Some(&1)), Err(RunError::NoPendingCall));
+    }
+
+    #[test]
+    fn policy_error_is_recorded_and_stops() {
+        let mut run: Run = Run::new(RunLimits::DEFAULT, tools());
+        assert_eq!(
+            run.decide(None::<&Action<8>>),
+            Ok(Verdict::Stop(Status::PolicyError))
+        );
+        assert_eq!(
+            run.trace(),
+            &[TraceRow::Rejected {
+                step: 0,
+                reason: RejectReason::InvalidPolicyAction
+            }]
+        );
+    }
+
+    #[test]
+    fn oversize_result_is_a_tool_error_but_executed() {
+        let mut run: Run = Run::new(RunLimits::DEFAULT, tools());
+        run.decide(Some(&add("c1"))).unwrap();
+        let at_edge = "x".repeat(4094);
+        assert_eq!(
+            run.complete(Some(at_edge.as_str())).unwrap().data,
+            ObservationData::Result { bytes: 4096 }
+        );
+        run.decide(Some(&add("c2"))).unwrap();
+        let over = "x".repeat(4095);
+        assert_eq!(
+            run.complete(Some(over.as_str())).unwrap().data,
+            ObservationData::ToolError
+        );
+        assert!(matches!(
+            run.trace()[1],
+            TraceRow::Tool {
+                executed: true,
+                ok: false,
+                ..
+            }
+        ));
+        run.decide(Some(&add("c3"))).unwrap();
+        assert_eq!(
+            run.complete(Some(&f64::NAN)).unwrap().data,
+            ObservationData::ToolError
+        );
+    }
+
+    #[test]
+    fn out_of_order_calls_are_errors() {
+        let mut run: Run = Run::new(RunLimits::DEFAULT, tools());
+        run.decide(Some(&add("c1"))).unwrap();
+        assert_eq!(run.decide(Some(&add("c2"))), Err(RunError::AwaitingOutcome));
+    }
+
+    #[test]
+    fn limits_boundaries() {
+        assert!(RunLimits::new(1, 0).is_ok());
+        assert!(RunLimits::new(32, 16).is_ok());
+        assert_eq!(RunLimits::new(0, 0), Err(RunLimitsError::MaxDecisions));
+        assert_eq!(RunLimits::new(33, 0), Err(RunLimitsError::MaxDecisions));
+        assert_eq!(RunLimits::new(1, 17), Err(RunLimitsError::MaxToolCalls));
+    }
+
+    #[test]
+    fn tool_set_boundaries() {
+        let mut set = ToolSet::<8>::new();
+        for i in 0..8 {
+            assert_eq!(set.try_add(&format!("t{i}")), Ok(i));
+        }
+        assert_eq!(set.try_add("t9"), Err(ToolSetError::Full));
+        let mut set = ToolSet::<8>::new();
+        set.try_add("a").unwrap();
+        assert_eq!(set.try_add("a"), Err(ToolSetError::Duplicate));
+        assert!(matches!(
+            set.try_add("1a"),
+            Err(ToolSetError::InvalidName(_))
+        ));
+    }
+
+    #[test]
+    fn thirty_two_rounds_fill_the_trace_exactly() {
+        let mut run: Run = Run::new(RunLimits::new(32, 16).unwrap(), ToolSet::new());
+        for i in 0..16 {
+            let v = run.decide(Some(&add(&format!("c{i}")))).unwrap();
+            assert_eq!(
+                v,
+                Verdict::UnknownTool {
+                    progress: Progress::Continue
+                }
+            );
+        }
+        // 16 attempts used: every later tool round is refused with tool-budget.
+        assert_eq!(
+            run.decide(Some(&add("cx"))),
+            Ok(Verdict::Stop(Status::ToolBudget))
+        );
+        assert_eq!(run.trace().len(), 17);
+    }
+}

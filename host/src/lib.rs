@@ -1,0 +1,1 @@
+//! budgetgate host shim.
