@@ -1,1 +1,12 @@
-//! budgetgate host shim.
+//! The std host shim of budgetgate: the same decisions as the `no_std` core,
+//! with std conveniences around them (closures as policy and tools, JSON values,
+//! the `budgetgate` command).
+//!
+//! * [`driver::run_bounded_agent`]: the bounded run with closures (`SPEC A2`);
+//! * [`eval`]: the JSON Lines machine interface of `budgetgate eval`;
+//! * [`tools::DemoKind`]: the demo tools used by `eval`, `run` and the examples.
+
+pub mod driver;
+pub mod eval;
+pub mod strict;
+pub mod tools;

@@ -1,0 +1,136 @@
+//! The bounded run with a policy and tools as closures (`SPEC A2`), built on
+//! the core's sans-IO [`Run`] state machine.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use budgetgate_core::limits::MAX_TEXT_BYTES;
+use budgetgate_core::{
+    Action, Arguments, ObservationData, Run, RunLimits, Status, ToolSet, ToolSetError, TraceRow,
+    Verdict,
+};
+use serde::Serialize;
+use serde_json::Value;
+
+/// The arguments a tool receives: validated scalars (`SPEC A1`).
+pub type Args = Arguments<MAX_TEXT_BYTES>;
+
+/// A registered tool: takes the validated arguments, returns a JSON value or
+/// fails. A panic inside it is caught and counts as a failure.
+pub type Tool<'t> = Box<dyn FnMut(&Args) -> Result<Value, String> + 't>;
+
+/// What the host really got back from one tool attempt (`SPEC A2`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Observation {
+    /// The attempt's call id.
+    pub call_id: String,
+    /// The tool name proposed.
+    pub name: String,
+    /// Whether `data` is the tool's result.
+    pub ok: bool,
+    /// The result, or `"unknown-tool"` / `"tool-error"`.
+    pub data: Value,
+}
+
+/// The result of a bounded run, shaped as the reference's dictionary (`SPEC A2`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunResult {
+    /// How the run ended.
+    pub status: Status,
+    /// The final text when `status` is `final`, otherwise `None`.
+    pub answer: Option<String>,
+    /// One per tool attempt, in order.
+    pub observations: Vec<Observation>,
+    /// One row per decision round.
+    pub trace: Vec<TraceRow>,
+    /// Tool attempts counted.
+    pub tool_attempts: u8,
+}
+
+/// Why a run cannot start (an error before anything runs).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SetupError {
+    /// A tool name is invalid, repeated, or there are more than 8.
+    #[error("tool `{name}`: {reason}")]
+    Tool {
+        /// The offending name.
+        name: String,
+        /// The rule it breaks.
+        reason: ToolSetError,
+    },
+}
+
+/// A proposal as the policy hands it over: JSON text, or a failure.
+pub type Proposal = Result<String, String>;
+
+/// Runs the bounded loop (`SPEC A2`). `policy` sees the observations so far
+/// (read-only) and returns a proposal as JSON text, or fails. Tools are called
+/// by registered name.
+pub fn run_bounded_agent<'t>(
+    mut policy: impl FnMut(&[Observation]) -> Proposal,
+    tools: Vec<(String, Tool<'t>)>,
+    limits: RunLimits,
+) -> Result<RunResult, SetupError> {
+    let mut set = ToolSet::new();
+    let mut callables = Vec::with_capacity(tools.len());
+    for (name, tool) in tools {
+        set.try_add(&name)
+            .map_err(|reason| SetupError::Tool { name, reason })?;
+        callables.push(tool);
+    }
+    let mut run: Run = Run::new(limits, set);
+    let mut observations: Vec<Observation> = Vec::new();
+    let mut answer = None;
+    while run.status().is_none() {
+        let proposal = catch_unwind(AssertUnwindSafe(|| policy(&observations)))
+            .unwrap_or_else(|_| Err("policy panicked".into()));
+        let action = proposal
+            .ok()
+            .and_then(|text| Action::<MAX_TEXT_BYTES>::parse(text.as_bytes()).ok());
+        let Ok(verdict) = run.decide(action.as_ref()) else {
+            break;
+        };
+        let observe = |call_id: &str, name: &str, ok: bool, data: Value| Observation {
+            call_id: call_id.to_owned(),
+            name: name.to_owned(),
+            ok,
+            data,
+        };
+        match (verdict, &action) {
+            (Verdict::Stop(Status::Final), Some(Action::Final { text })) => {
+                answer = Some(text.to_string())
+            }
+            (Verdict::Stop(_), _) => {}
+            (Verdict::UnknownTool { .. }, Some(Action::Tool(call))) => {
+                observations.push(observe(
+                    &call.call_id,
+                    &call.name,
+                    false,
+                    Value::from("unknown-tool"),
+                ));
+            }
+            (Verdict::Execute { tool }, Some(Action::Tool(call))) => {
+                let outcome = match callables.get_mut(tool) {
+                    Some(f) => catch_unwind(AssertUnwindSafe(|| f(&call.arguments)))
+                        .unwrap_or_else(|_| Err("tool panicked".into())),
+                    None => Err("no such tool".into()),
+                };
+                let done = run.complete(outcome.as_ref().ok());
+                let observation = match (done, outcome) {
+                    (Ok(c), Ok(value)) if matches!(c.data, ObservationData::Result { .. }) => {
+                        observe(&call.call_id, &call.name, true, value)
+                    }
+                    _ => observe(&call.call_id, &call.name, false, Value::from("tool-error")),
+                };
+                observations.push(observation);
+            }
+            _ => break,
+        }
+    }
+    Ok(RunResult {
+        status: run.status().unwrap_or(Status::PolicyError),
+        answer,
+        observations,
+        trace: run.trace().to_vec(),
+        tool_attempts: run.tool_attempts(),
+    })
+}

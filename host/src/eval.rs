@@ -1,0 +1,296 @@
+//! `budgetgate eval`: the machine interface, one JSON request per line.
+//!
+//! A request is `{"fn": NAME, "args": {...}}`; the answer is `{"ok": RESULT}`,
+//! `{"error": "invalid-input", "detail": TEXT}` where the contract calls the
+//! input invalid (the reference's `ValueError`), or
+//! `{"error": "bad-request", "detail": TEXT}` for a line that is not a request.
+//! Values are handed to the core as their raw JSON text, so integers and
+//! floats stay distinct (`15` vs `15.0`) and `-0` is the integer 0.
+
+use budgetgate_core::limits::MAX_TEXT_BYTES;
+use budgetgate_core::{trace_work, Action, Limits, Plan, RunLimits, WorkRow};
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use crate::driver::run_bounded_agent;
+use crate::strict::{as_int, shape, Shape, StrictObject};
+use crate::tools::DemoKind;
+
+/// Every function `eval` answers.
+pub const FUNCTIONS: [&str; 5] = [
+    "validate_agent_action",
+    "run_bounded_agent",
+    "trace_work",
+    "aggregate_usage",
+    "bounded_workflow",
+];
+
+/// How one request failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EvalError {
+    /// The contract calls the input invalid.
+    InvalidInput(String),
+    /// The line is not a request.
+    BadRequest(String),
+}
+
+fn invalid(detail: impl std::fmt::Display) -> EvalError {
+    EvalError::InvalidInput(detail.to_string())
+}
+
+fn bad(detail: impl std::fmt::Display) -> EvalError {
+    EvalError::BadRequest(detail.to_string())
+}
+
+/// Answers one request line with one response line (no trailing newline).
+pub fn answer_line(line: &[u8]) -> String {
+    let response = match handle(line) {
+        Ok(value) => json!({ "ok": value }),
+        Err(EvalError::InvalidInput(detail)) => json!({"error": "invalid-input", "detail": detail}),
+        Err(EvalError::BadRequest(detail)) => json!({"error": "bad-request", "detail": detail}),
+    };
+    response.to_string()
+}
+
+/// The arguments of one request, checked for exactly the expected keys.
+struct ArgsOf<'a> {
+    object: &'a StrictObject,
+}
+
+impl<'a> ArgsOf<'a> {
+    fn new(
+        object: &'a StrictObject,
+        required: &[&str],
+        optional: &[&str],
+    ) -> Result<Self, EvalError> {
+        if let Some(key) = object
+            .keys()
+            .find(|k| !required.contains(k) && !optional.contains(k))
+        {
+            return Err(bad(format!("unexpected argument `{key}`")));
+        }
+        if let Some(key) = required.iter().find(|k| object.get(k).is_none()) {
+            return Err(bad(format!("missing argument `{key}`")));
+        }
+        Ok(Self { object })
+    }
+
+    fn get(&self, key: &str) -> Result<&'a RawValue, EvalError> {
+        self.object
+            .get(key)
+            .ok_or_else(|| bad(format!("missing argument `{key}`")))
+    }
+}
+
+/// Answers one request: `Ok(result)` or the error to report.
+pub fn handle(line: &[u8]) -> Result<Value, EvalError> {
+    let text = std::str::from_utf8(line).map_err(|e| bad(format!("line is not UTF-8: {e}")))?;
+    let request: StrictObject =
+        serde_json::from_str(text).map_err(|e| bad(format!("not a JSON object: {e}")))?;
+    if let Some(key) = request.keys().find(|k| !matches!(*k, "fn" | "args")) {
+        return Err(bad(format!(
+            "unexpected key `{key}`; a request has exactly fn and args"
+        )));
+    }
+    let name = match request.get("fn").map(shape) {
+        Some(Ok(Shape::String(s))) => s,
+        _ => return Err(bad("`fn` must be a string naming a function")),
+    };
+    let args = match request.get("args").map(shape) {
+        Some(Ok(Shape::Object(o))) => o,
+        _ => return Err(bad("`args` must be a JSON object")),
+    };
+    match name.as_str() {
+        "validate_agent_action" => {
+            let args = ArgsOf::new(&args, &["value"], &[])?;
+            let action = Action::<MAX_TEXT_BYTES>::parse(args.get("value")?.get().as_bytes())
+                .map_err(invalid)?;
+            serde_json::to_value(&action).map_err(invalid)
+        }
+        "run_bounded_agent" => run(&args),
+        "trace_work" => work(&args),
+        "aggregate_usage" => {
+            let args = ArgsOf::new(&args, &["plan"], &[])?;
+            let plan: Plan = Plan::parse(args.get("plan")?.get().as_bytes()).map_err(invalid)?;
+            serde_json::to_value(plan.usage()).map_err(invalid)
+        }
+        "bounded_workflow" => {
+            let args = ArgsOf::new(&args, &["plan", "limits"], &[])?;
+            let plan: Plan = Plan::parse(args.get("plan")?.get().as_bytes()).map_err(invalid)?;
+            let limits = Limits::parse(args.get("limits")?.get().as_bytes()).map_err(invalid)?;
+            serde_json::to_value(plan.report(&plan.bounded_workflow(&limits))).map_err(invalid)
+        }
+        other => Err(bad(format!(
+            "unknown fn `{other}`; expected one of {}",
+            FUNCTIONS.join(", ")
+        ))),
+    }
+}
+
+/// A budget argument: absent gives the default; present must be an integer.
+fn budget(args: &StrictObject, key: &str, default: u32) -> Result<u32, EvalError> {
+    match args.get(key) {
+        None => Ok(default),
+        Some(raw) => as_int(raw)
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| invalid(format!("`{key}` must be an integer"))),
+    }
+}
+
+fn run(args: &StrictObject) -> Result<Value, EvalError> {
+    let a = ArgsOf::new(
+        args,
+        &["script", "tools"],
+        &["max_decisions", "max_tool_calls"],
+    )?;
+    let script = match shape(a.get("script")?) {
+        Ok(Shape::Array(items)) => items,
+        _ => return Err(bad("`script` must be an array of proposals")),
+    };
+    let tools = match shape(a.get("tools")?) {
+        Ok(Shape::Object(o)) => o,
+        _ => {
+            return Err(invalid(
+                "`tools` must be an object mapping tool names to kinds",
+            ))
+        }
+    };
+    let mut registered = Vec::new();
+    for (name, kind) in &tools.0 {
+        let kind = match shape(kind) {
+            Ok(Shape::String(k)) => DemoKind::parse(&k),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            invalid(format!(
+                "tool `{name}`: kind must be one of {}",
+                DemoKind::NAMES.join(", ")
+            ))
+        })?;
+        registered.push((name.clone(), kind.tool()));
+    }
+    if registered.len() > budgetgate_core::limits::MAX_TOOLS {
+        return Err(invalid(format!(
+            "more than {} tools",
+            budgetgate_core::limits::MAX_TOOLS
+        )));
+    }
+    let limits = RunLimits::new(
+        budget(
+            args,
+            "max_decisions",
+            budgetgate_core::limits::DEFAULT_MAX_DECISIONS,
+        )?,
+        budget(
+            args,
+            "max_tool_calls",
+            budgetgate_core::limits::DEFAULT_MAX_TOOL_CALLS,
+        )?,
+    )
+    .map_err(invalid)?;
+    let mut next = 0usize;
+    let policy = |_: &[crate::driver::Observation]| {
+        let proposal = script
+            .get(next)
+            .map(|raw| raw.get().to_owned())
+            .ok_or_else(|| "script used up".to_owned());
+        next += 1;
+        proposal
+    };
+    let result = run_bounded_agent(policy, registered, limits).map_err(invalid)?;
+    serde_json::to_value(result).map_err(invalid)
+}
+
+fn work(args: &StrictObject) -> Result<Value, EvalError> {
+    let a = ArgsOf::new(args, &["trace", "decision_units", "tool_units"], &[])?;
+    let rows = match shape(a.get("trace")?) {
+        Ok(Shape::Array(items)) => items,
+        _ => return Err(invalid("`trace` must be an array of rows")),
+    };
+    let decision_units = as_int(a.get("decision_units")?)
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or_else(|| invalid("`decision_units` must be an integer 0..=1000"))?;
+    let units = match shape(a.get("tool_units")?) {
+        Ok(Shape::Object(o)) => o,
+        _ => {
+            return Err(invalid(
+                "`tool_units` must be an object mapping names to costs",
+            ))
+        }
+    };
+    let mut costs = Vec::new();
+    for (name, cost) in &units.0 {
+        let cost = as_int(cost)
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| {
+                invalid(format!(
+                    "tool_units `{name}`: cost must be an integer 0..=1000"
+                ))
+            })?;
+        costs.push((name.as_str(), cost));
+    }
+    if rows.len() > budgetgate_core::limits::MAX_STEPS {
+        return Err(invalid(format!(
+            "a trace has at most {} rows",
+            budgetgate_core::limits::MAX_STEPS
+        )));
+    }
+    let mut parsed: Vec<(i64, String, Option<(String, bool)>)> = Vec::new();
+    for (i, raw) in rows.iter().enumerate() {
+        let row = match shape(raw) {
+            Ok(Shape::Object(o)) => o,
+            _ => return Err(invalid(format!("row {i}: must be an object"))),
+        };
+        let step = row
+            .get("step")
+            .and_then(as_int)
+            .ok_or_else(|| invalid(format!("row {i}: `step` must be the integer {i}")))?;
+        let kind = match row.get("kind").map(shape) {
+            Some(Ok(Shape::String(k))) if matches!(k.as_str(), "tool" | "final" | "rejected") => k,
+            _ => {
+                return Err(invalid(format!(
+                    "row {i}: `kind` must be tool, final or rejected"
+                )))
+            }
+        };
+        let tool = if kind == "tool" {
+            let name = match row.get("name").map(shape) {
+                Some(Ok(Shape::String(n))) => n,
+                _ => {
+                    return Err(invalid(format!(
+                        "row {i}: a tool row needs a string `name`"
+                    )))
+                }
+            };
+            let executed = match row.get("executed").map(shape) {
+                Some(Ok(Shape::Bool(b))) => b,
+                _ => {
+                    return Err(invalid(format!(
+                        "row {i}: a tool row needs a boolean `executed`"
+                    )))
+                }
+            };
+            Some((name, executed))
+        } else {
+            None
+        };
+        parsed.push((step, kind, tool));
+    }
+    let work = trace_work(
+        parsed.iter().map(|(step, kind, tool)| {
+            let row = match (kind.as_str(), tool) {
+                (_, Some((name, executed))) => WorkRow::Tool {
+                    name,
+                    executed: *executed,
+                },
+                ("final", _) => WorkRow::Final,
+                _ => WorkRow::Rejected,
+            };
+            (*step, row)
+        }),
+        decision_units,
+        &costs,
+    )
+    .map_err(invalid)?;
+    serde_json::to_value(work).map_err(invalid)
+}

@@ -1,0 +1,103 @@
+//! Strict reading of request documents on the std side: objects whose keys are
+//! unique, with every value kept as its raw JSON text so the core's own rules
+//! (integers vs floats, `-0`, huge literals) decide what it is.
+
+use std::fmt;
+
+use budgetgate_core::json::Number;
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// A JSON object with unique keys, values kept as raw text, in document order.
+#[derive(Debug, Default)]
+pub struct StrictObject(pub Vec<(String, Box<RawValue>)>);
+
+impl StrictObject {
+    /// The raw value under `key`.
+    pub fn get(&self, key: &str) -> Option<&RawValue> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| &**v)
+    }
+
+    /// The keys, in document order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(k, _)| k.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for StrictObject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StrictObject;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StrictObject, A::Error> {
+                let mut out: Vec<(String, Box<RawValue>)> = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if out.iter().any(|(k, _)| *k == key) {
+                        return Err(de::Error::custom(format_args!("duplicate key `{key}`")));
+                    }
+                    out.push((key, map.next_value()?));
+                }
+                Ok(StrictObject(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// What a raw JSON value is, as far as the checks on this side need to know.
+#[derive(Debug)]
+pub enum Shape {
+    /// `null`
+    Null,
+    /// `true` / `false`
+    Bool(bool),
+    /// A number, classified by the core's rules.
+    Number(Number),
+    /// A string.
+    String(String),
+    /// An array of raw values.
+    Array(Vec<Box<RawValue>>),
+    /// An object with unique keys.
+    Object(StrictObject),
+}
+
+/// Classifies a raw value (its text is known to be valid JSON).
+pub fn shape(raw: &RawValue) -> Result<Shape, String> {
+    let text = raw.get().trim_start();
+    let err = |e: serde_json::Error| e.to_string();
+    Ok(match text.as_bytes().first() {
+        Some(b'n') => Shape::Null,
+        Some(b't') => Shape::Bool(true),
+        Some(b'f') => Shape::Bool(false),
+        Some(b'"') => Shape::String(serde_json::from_str(text).map_err(err)?),
+        Some(b'[') => Shape::Array(serde_json::from_str(text).map_err(err)?),
+        Some(b'{') => Shape::Object(serde_json::from_str(text).map_err(err)?),
+        _ => Shape::Number(Number::parse(text.trim_end()).map_err(|e| e.to_string())?),
+    })
+}
+
+/// The value as an integer (never a float or a boolean), if it is one in range
+/// of `i64`.
+pub fn as_int(raw: &RawValue) -> Option<i64> {
+    match shape(raw) {
+        Ok(Shape::Number(Number::Int(v))) => Some(v),
+        _ => None,
+    }
+}
+
+/// Checks that no object anywhere in `text` repeats a key (serde_json keeps the
+/// last one silently).
+pub fn check_unique_keys(text: &str) -> Result<(), String> {
+    fn walk(raw: &RawValue) -> Result<(), String> {
+        match shape(raw)? {
+            Shape::Array(items) => items.iter().try_for_each(|i| walk(i)),
+            Shape::Object(obj) => obj.0.iter().try_for_each(|(_, v)| walk(v)),
+            _ => Ok(()),
+        }
+    }
+    let raw: Box<RawValue> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    walk(&raw)
+}

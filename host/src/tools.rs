@@ -1,0 +1,111 @@
+//! The built-in demo tools that `budgetgate eval`, `run` and the examples use.
+
+use budgetgate_core::Scalar;
+use serde_json::{json, Map, Number, Value};
+
+use crate::driver::{Args, Tool};
+
+/// The kinds of demo tool, under the names a request gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DemoKind {
+    /// `a + b` for exactly two numeric (non-boolean) arguments `a`, `b`.
+    Add,
+    /// Returns its arguments object unchanged.
+    Echo,
+    /// Always fails.
+    Fail,
+    /// `s` repeated `n` times, for exactly `s` (string) and `n` (integer 0..=10000).
+    Repeat,
+    /// No arguments → `{"count": 15, "items": [1, 2.5, "é", null, true]}`.
+    Nested,
+}
+
+/// Repeat results above this many bytes are refused by the tool itself
+/// without being built; they would be over the 4096-byte result limit anyway.
+const REPEAT_BUILD_LIMIT: usize = 1 << 20;
+
+impl DemoKind {
+    /// The kind named `name`, if any.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "add" => Self::Add,
+            "echo" => Self::Echo,
+            "fail" => Self::Fail,
+            "repeat" => Self::Repeat,
+            "nested" => Self::Nested,
+            _ => return None,
+        })
+    }
+
+    /// Every kind's name.
+    pub const NAMES: [&'static str; 5] = ["add", "echo", "fail", "repeat", "nested"];
+
+    /// Calls the tool.
+    pub fn call(self, args: &Args) -> Result<Value, String> {
+        let exact =
+            |keys: &[&str]| args.len() == keys.len() && keys.iter().all(|k| args.get(k).is_some());
+        match self {
+            Self::Add => {
+                if !exact(&["a", "b"]) {
+                    return Err("add takes exactly a and b".into());
+                }
+                match (args.get("a"), args.get("b")) {
+                    (Some(Scalar::Int(a)), Some(Scalar::Int(b))) => Ok(Value::from(a + b)),
+                    (Some(a), Some(b)) => {
+                        let (a, b) = (float(a)?, float(b)?);
+                        Number::from_f64(a + b)
+                            .map(Value::Number)
+                            .ok_or_else(|| "not finite".into())
+                    }
+                    _ => Err("add takes exactly a and b".into()),
+                }
+            }
+            Self::Echo => Ok(Value::Object(
+                args.iter()
+                    .map(|(k, v)| (k.to_string(), scalar_to_value(v)))
+                    .collect::<Map<_, _>>(),
+            )),
+            Self::Fail => Err("this tool always fails".into()),
+            Self::Repeat => match (exact(&["s", "n"]), args.get("s"), args.get("n")) {
+                (true, Some(Scalar::Str(s)), Some(Scalar::Int(n))) if (0..=10_000).contains(n) => {
+                    let n = usize::try_from(*n).map_err(|e| e.to_string())?;
+                    if s.len().saturating_mul(n) > REPEAT_BUILD_LIMIT {
+                        return Err("result too large to build".into());
+                    }
+                    Ok(Value::from(s.repeat(n)))
+                }
+                _ => Err("repeat takes exactly s (string) and n (integer 0..=10000)".into()),
+            },
+            Self::Nested => {
+                if !args.is_empty() {
+                    return Err("nested takes no arguments".into());
+                }
+                Ok(json!({"count": 15, "items": [1, 2.5, "é", null, true]}))
+            }
+        }
+    }
+
+    /// The tool as a closure for the driver.
+    pub fn tool<'t>(self) -> Tool<'t> {
+        Box::new(move |args| self.call(args))
+    }
+}
+
+fn float(v: &Scalar) -> Result<f64, String> {
+    match v {
+        Scalar::Int(i) => Ok(*i as f64),
+        Scalar::Float(f) => Ok(*f),
+        _ => Err("not a number".into()),
+    }
+}
+
+/// A validated scalar as a JSON value (integers stay integers).
+pub fn scalar_to_value<const S: usize>(v: &Scalar<S>) -> Value {
+    match v {
+        Scalar::Null => Value::Null,
+        Scalar::Bool(b) => Value::Bool(*b),
+        Scalar::Int(i) => Value::from(*i),
+        Scalar::Float(f) => Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        Scalar::Str(s) => Value::from(s.as_str()),
+    }
+}
