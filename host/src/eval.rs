@@ -235,7 +235,13 @@ fn work(args: &StrictObject) -> Result<Value, EvalError> {
             budgetgate_core::limits::MAX_STEPS
         )));
     }
-    let mut parsed: Vec<(i64, String, Option<(String, bool)>)> = Vec::new();
+    // Rows own their text until the core borrows it as `WorkRow`s.
+    enum Row {
+        Final,
+        Rejected,
+        Tool(String, bool),
+    }
+    let mut parsed: Vec<(i64, Row)> = Vec::new();
     for (i, raw) in rows.iter().enumerate() {
         let row = match shape(raw) {
             Ok(Shape::Object(o)) => o,
@@ -253,7 +259,7 @@ fn work(args: &StrictObject) -> Result<Value, EvalError> {
                 )))
             }
         };
-        let tool = if kind == "tool" {
+        let row = if kind == "tool" {
             let name = match row.get("name").map(shape) {
                 Some(Ok(Shape::String(n))) => n,
                 _ => {
@@ -270,21 +276,23 @@ fn work(args: &StrictObject) -> Result<Value, EvalError> {
                     )))
                 }
             };
-            Some((name, executed))
+            Row::Tool(name, executed)
+        } else if kind == "final" {
+            Row::Final
         } else {
-            None
+            Row::Rejected
         };
-        parsed.push((step, kind, tool));
+        parsed.push((step, row));
     }
     let work = trace_work(
-        parsed.iter().map(|(step, kind, tool)| {
-            let row = match (kind.as_str(), tool) {
-                (_, Some((name, executed))) => WorkRow::Tool {
+        parsed.iter().map(|(step, row)| {
+            let row = match row {
+                Row::Tool(name, executed) => WorkRow::Tool {
                     name,
                     executed: *executed,
                 },
-                ("final", _) => WorkRow::Final,
-                _ => WorkRow::Rejected,
+                Row::Final => WorkRow::Final,
+                Row::Rejected => WorkRow::Rejected,
             };
             (*step, row)
         }),
