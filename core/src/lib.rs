@@ -49,8 +49,10 @@ pub mod action;
 pub mod ident;
 pub mod json;
 pub mod limits;
+pub mod link;
 pub mod plan;
 pub mod pyjson;
+pub mod registry;
 pub mod run;
 pub mod work;
 

@@ -1,0 +1,420 @@
+//! The agent link's codec: how proposals reach the co-processor and verdicts
+//! come back, byte for byte the same on the host and the device.
+//!
+//! A frame is one line of text: `PAYLOAD*XXXXXXXX\n`, where `XXXXXXXX` is the
+//! CRC-32 (ISO-HDLC, the one zlib and Python's `binascii.crc32` compute) of
+//! `PAYLOAD` in upper-case hex. A `\r` before the `\n` is ignored, and so is an
+//! empty line. A frame longer than [`FRAME_MAX`] bytes is discarded up to the
+//! next line end and reported once as [`FrameError::TooLong`], so the link
+//! never loses sync. A frame whose checksum is missing or wrong is line noise,
+//! told apart from a bad proposal: it consumes no decision.
+//!
+//! Requests from the agent (`PAYLOAD`):
+//! * `PROPOSE {action}` — a proposal, validated by [`crate::Action::parse`];
+//! * `STATUS` — ask for the run's counters;
+//! * `HELLO` — ask for the protocol version and limits;
+//! * `RESET` — refused: only the operator console can start a new run.
+//!
+//! The full protocol, with every reply, is in `docs/PROTOCOL.md`.
+
+use core::fmt;
+
+use crc::{Crc, CRC_32_ISO_HDLC};
+use heapless::Vec;
+use serde::Serialize;
+
+use crate::pyjson::{self, EncodeError};
+
+/// Most bytes in one frame line, checksum included, line end excluded.
+pub const FRAME_MAX: usize = 1024;
+
+/// The protocol version carried in `HELLO` replies.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Bytes a frame adds around its payload: `*`, eight hex digits.
+pub const CHECKSUM_LEN: usize = 9;
+
+const CRC32: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
+
+/// The CRC-32 of `payload`, as carried in a frame.
+pub fn checksum(payload: &[u8]) -> u32 {
+    CRC32.checksum(payload)
+}
+
+/// Why a line is not a valid frame. Each is answered with a transport error
+/// and consumes no decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum FrameError {
+    /// The line was longer than [`FRAME_MAX`] bytes; it was discarded.
+    TooLong,
+    /// The line has no `*XXXXXXXX` checksum suffix.
+    MissingChecksum,
+    /// The checksum does not match the payload (line noise).
+    BadChecksum,
+}
+
+impl FrameError {
+    /// The `error` value of the transport error reply.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::TooLong => "frame-too-long",
+            Self::MissingChecksum => "missing-checksum",
+            Self::BadChecksum => "bad-checksum",
+        }
+    }
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooLong => write!(f, "frame longer than {FRAME_MAX} bytes"),
+            Self::MissingChecksum => f.write_str("frame has no *CRC32 suffix"),
+            Self::BadChecksum => f.write_str("frame checksum does not match"),
+        }
+    }
+}
+
+impl core::error::Error for FrameError {}
+
+/// Splits a byte stream into verified frame payloads.
+///
+/// Holds at most `N` bytes (default [`FRAME_MAX`]); `const fn new()` lets the
+/// firmware keep it in a `static`.
+#[derive(Debug)]
+pub struct FrameDecoder<const N: usize = FRAME_MAX> {
+    line: Vec<u8, N>,
+    overflow: bool,
+    done: bool,
+}
+
+impl<const N: usize> Default for FrameDecoder<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> FrameDecoder<N> {
+    /// An empty decoder.
+    pub const fn new() -> Self {
+        Self {
+            line: Vec::new(),
+            overflow: false,
+            done: false,
+        }
+    }
+
+    /// Feeds one byte. At a line end, returns the verified payload (without
+    /// checksum) or why the line is not a frame; otherwise `None`. Empty lines
+    /// are skipped.
+    pub fn push(&mut self, byte: u8) -> Option<Result<&[u8], FrameError>> {
+        if self.done {
+            self.line.clear();
+            self.done = false;
+        }
+        if byte != b'\n' {
+            if !self.overflow && self.line.push(byte).is_err() {
+                self.overflow = true;
+            }
+            return None;
+        }
+        self.done = true;
+        if core::mem::take(&mut self.overflow) {
+            return Some(Err(FrameError::TooLong));
+        }
+        let line = match self.line.split_last() {
+            Some((b'\r', rest)) => rest,
+            _ => &self.line[..],
+        };
+        if line.is_empty() {
+            return None;
+        }
+        Some(verify(line))
+    }
+}
+
+/// Checks a frame line (without its line end) and returns its payload.
+pub fn verify(line: &[u8]) -> Result<&[u8], FrameError> {
+    let split = line
+        .len()
+        .checked_sub(CHECKSUM_LEN)
+        .ok_or(FrameError::MissingChecksum)?;
+    let (payload, suffix) = line.split_at(split);
+    let (star, hex) = suffix.split_first().ok_or(FrameError::MissingChecksum)?;
+    if *star != b'*' {
+        return Err(FrameError::MissingChecksum);
+    }
+    let mut sent: u32 = 0;
+    for &h in hex {
+        let digit = match h {
+            b'0'..=b'9' => h - b'0',
+            b'A'..=b'F' => h - b'A' + 10,
+            _ => return Err(FrameError::MissingChecksum),
+        };
+        sent = (sent << 4) | u32::from(digit);
+    }
+    if sent != checksum(payload) {
+        return Err(FrameError::BadChecksum);
+    }
+    Ok(payload)
+}
+
+/// Appends `*XXXXXXXX\n` for the payload in `buf[..len]`, returning the frame's
+/// total length.
+pub fn seal(buf: &mut [u8], len: usize) -> Result<usize, EncodeError> {
+    let crc = checksum(buf.get(..len).ok_or(EncodeError::TooLarge)?);
+    let end = len + CHECKSUM_LEN + 1;
+    let tail = buf.get_mut(len..end).ok_or(EncodeError::TooLarge)?;
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = [b'*', 0, 0, 0, 0, 0, 0, 0, 0, b'\n'];
+    for (i, slot) in out.iter_mut().skip(1).take(8).enumerate() {
+        let nibble = (crc >> (28 - 4 * i)) & 0xf;
+        *slot = HEX.get(nibble as usize).copied().unwrap_or(b'0');
+    }
+    tail.copy_from_slice(&out);
+    Ok(end)
+}
+
+/// Writes `message` as a sealed frame into `buf` (compact JSON, then the
+/// checksum and `\n`). Returns the frame's length.
+pub fn write_frame<T: Serialize + ?Sized>(
+    buf: &mut [u8],
+    message: &T,
+) -> Result<usize, EncodeError> {
+    let room = buf.len().saturating_sub(CHECKSUM_LEN + 1);
+    let len = pyjson::encode(message, buf.get_mut(..room).ok_or(EncodeError::TooLarge)?)?;
+    seal(buf, len)
+}
+
+/// Writes a request frame: `verb`, then a space and `json` if given.
+pub fn write_request(
+    buf: &mut [u8],
+    verb: &str,
+    json: Option<&[u8]>,
+) -> Result<usize, EncodeError> {
+    let mut len = 0;
+    let mut put = |bytes: &[u8]| -> Result<(), EncodeError> {
+        let end = len + bytes.len();
+        buf.get_mut(len..end)
+            .ok_or(EncodeError::TooLarge)?
+            .copy_from_slice(bytes);
+        len = end;
+        Ok(())
+    };
+    put(verb.as_bytes())?;
+    if let Some(json) = json {
+        put(b" ")?;
+        put(json)?;
+    }
+    seal(buf, len)
+}
+
+/// A request from the agent, read from a verified payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request<'a> {
+    /// `PROPOSE {json}`: a proposal, still to be validated.
+    Propose(&'a [u8]),
+    /// `STATUS`
+    Status,
+    /// `HELLO`
+    Hello,
+    /// `RESET`: always refused on the agent link.
+    Reset,
+}
+
+/// Why a verified payload is not a request (a transport error: no decision used).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The payload does not start with a known verb.
+    UnknownVerb,
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("unknown request; expected PROPOSE, STATUS, HELLO or RESET")
+    }
+}
+
+impl core::error::Error for RequestError {}
+
+impl<'a> Request<'a> {
+    /// Reads a request from a verified payload.
+    pub fn parse(payload: &'a [u8]) -> Result<Self, RequestError> {
+        match payload {
+            b"STATUS" => Ok(Self::Status),
+            b"HELLO" => Ok(Self::Hello),
+            b"RESET" => Ok(Self::Reset),
+            _ => payload
+                .strip_prefix(b"PROPOSE ")
+                .map(Self::Propose)
+                .ok_or(RequestError::UnknownVerb),
+        }
+    }
+}
+
+/// A reply from the device, written with [`write_frame`]. `D` is the
+/// observation data's type.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Reply<'a, D: Serialize> {
+    /// A tool round: what was observed (`SPEC A2` observation plus trace row).
+    Observation {
+        /// Round number from 0.
+        step: u8,
+        /// The call id.
+        call_id: &'a str,
+        /// The tool name.
+        name: &'a str,
+        /// Whether the tool ran.
+        executed: bool,
+        /// Whether `data` is the tool's result.
+        ok: bool,
+        /// The result, or an error word such as `"tool-error"`.
+        data: D,
+    },
+    /// The run stopped in this round with `status`.
+    Stopped {
+        /// Round number from 0.
+        step: u8,
+        /// `final`, `policy-error`, `duplicate-call`, `tool-budget`,
+        /// `decision-budget`, or `time-budget`.
+        status: &'a str,
+    },
+    /// A request that consumed no decision was refused.
+    Error {
+        /// What went wrong (`frame-too-long`, `bad-checksum`,
+        /// `missing-checksum`, `unknown-request`, `not-permitted`, `run-stopped`).
+        error: &'a str,
+    },
+    /// The run's counters.
+    Status {
+        /// Decision rounds used.
+        decisions: u8,
+        /// Most decision rounds.
+        max_decisions: u8,
+        /// Tool attempts used.
+        tool_attempts: u8,
+        /// Most tool attempts.
+        max_tool_calls: u8,
+        /// `running`, or the status the run stopped with.
+        state: &'a str,
+    },
+    /// The protocol version and limits.
+    Hello {
+        /// [`PROTOCOL_VERSION`]
+        protocol: u32,
+        /// [`FRAME_MAX`]
+        frame_max: usize,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(payload: &str) -> std::vec::Vec<u8> {
+        let mut b = payload.as_bytes().to_vec();
+        b.resize(payload.len() + CHECKSUM_LEN + 1, 0);
+        let total = seal(&mut b, payload.len()).unwrap();
+        assert_eq!(total, b.len());
+        b
+    }
+
+    fn feed(
+        d: &mut FrameDecoder,
+        bytes: &[u8],
+    ) -> std::vec::Vec<Result<std::vec::Vec<u8>, FrameError>> {
+        let mut out = std::vec::Vec::new();
+        for &b in bytes {
+            if let Some(r) = d.push(b) {
+                out.push(r.map(|p| p.to_vec()));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn crc_matches_zlib() {
+        // Python: hex(binascii.crc32(b"STATUS")) == '0x8bf8a29a'
+        assert_eq!(frame("STATUS"), b"STATUS*8BF8A29A\n".to_vec());
+        assert_eq!(checksum(b"123456789"), 0xCBF4_3926);
+    }
+
+    #[test]
+    fn frames_round_trip_and_noise_is_caught() {
+        let mut d = FrameDecoder::new();
+        let good = frame("PROPOSE {\"kind\":\"final\",\"text\":\"x\"}");
+        assert_eq!(
+            feed(&mut d, &good),
+            vec![Ok(b"PROPOSE {\"kind\":\"final\",\"text\":\"x\"}".to_vec())]
+        );
+        let mut bad = good.clone();
+        bad[3] ^= 0x20;
+        assert_eq!(feed(&mut d, &bad), vec![Err(FrameError::BadChecksum)]);
+        assert_eq!(
+            feed(&mut d, b"STATUS\n"),
+            vec![Err(FrameError::MissingChecksum)]
+        );
+        assert_eq!(feed(&mut d, b"\n\r\n"), vec![]);
+        // Lower-case hex is not the protocol's spelling.
+        assert_eq!(
+            feed(&mut d, b"STATUS*8bf8a29a\n"),
+            vec![Err(FrameError::MissingChecksum)]
+        );
+    }
+
+    #[test]
+    fn overlong_frame_is_discarded_without_losing_sync() {
+        let mut d = FrameDecoder::new();
+        let mut stream = vec![b'x'; FRAME_MAX + 10];
+        stream.push(b'\n');
+        stream.extend(frame("STATUS"));
+        let out = feed(&mut d, &stream);
+        assert_eq!(out, vec![Err(FrameError::TooLong), Ok(b"STATUS".to_vec())]);
+        // Exactly FRAME_MAX bytes still fit.
+        let payload = "P".repeat(FRAME_MAX - CHECKSUM_LEN);
+        assert_eq!(
+            feed(&mut d, &frame(&payload)),
+            vec![Ok(payload.clone().into_bytes())]
+        );
+        let payload = "P".repeat(FRAME_MAX - CHECKSUM_LEN + 1);
+        assert_eq!(
+            feed(&mut d, &frame(&payload)),
+            vec![Err(FrameError::TooLong)]
+        );
+    }
+
+    #[test]
+    fn requests() {
+        assert_eq!(Request::parse(b"STATUS"), Ok(Request::Status));
+        assert_eq!(Request::parse(b"RESET"), Ok(Request::Reset));
+        assert_eq!(Request::parse(b"PROPOSE {}"), Ok(Request::Propose(b"{}")));
+        assert_eq!(Request::parse(b"PROPOSE"), Err(RequestError::UnknownVerb));
+        assert_eq!(Request::parse(b"status"), Err(RequestError::UnknownVerb));
+    }
+
+    #[test]
+    fn replies_are_sealed_compact_json() {
+        let mut buf = [0u8; 256];
+        let reply: Reply<'_, ()> = Reply::Stopped {
+            step: 2,
+            status: "final",
+        };
+        let n = write_frame(&mut buf, &reply).unwrap();
+        let text = core::str::from_utf8(&buf[..n]).unwrap();
+        assert!(
+            text.starts_with("{\"type\":\"stopped\",\"step\":2,\"status\":\"final\"}*"),
+            "{text}"
+        );
+        assert!(text.ends_with('\n'));
+        assert_eq!(
+            verify(&buf[..n - 1]).map(|p| p.len()),
+            Ok(n - 1 - CHECKSUM_LEN)
+        );
+        let n = write_request(&mut buf, "PROPOSE", Some(b"{}")).unwrap();
+        assert_eq!(verify(&buf[..n - 1]), Ok(&b"PROPOSE {}"[..]));
+    }
+}

@@ -1,0 +1,219 @@
+//! Typed, range-checked tool signatures for a device's tool registry.
+//!
+//! `SPEC A1` only asks that arguments be scalars; a device that moves hardware
+//! needs more: each tool declares its parameters, their types and ranges, and
+//! whether a human must approve the call. [`ToolSpec::check`] refuses any call
+//! whose arguments do not fit, naming the parameter and the rule.
+
+use core::fmt;
+
+use crate::action::{Arguments, Scalar};
+
+/// The type and range of one parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamKind {
+    /// An integer (never a float or a boolean) in `min..=max`.
+    Int {
+        /// Smallest allowed value.
+        min: i64,
+        /// Largest allowed value.
+        max: i64,
+    },
+    /// `true` or `false`.
+    Bool,
+    /// One of these exact strings.
+    Choice(&'static [&'static str]),
+}
+
+/// One parameter of a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Param {
+    /// The argument key.
+    pub key: &'static str,
+    /// Its type and range.
+    pub kind: ParamKind,
+    /// Whether the argument must be present.
+    pub required: bool,
+}
+
+/// A tool a device offers: its name, parameters and whether it needs approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolSpec {
+    /// The tool name (as in `SPEC A1`).
+    pub name: &'static str,
+    /// What the tool does, for listings.
+    pub description: &'static str,
+    /// Its parameters.
+    pub params: &'static [Param],
+    /// Whether the operator must approve each call before it runs (`SPEC C`).
+    pub needs_approval: bool,
+}
+
+/// Why a call's arguments do not fit its tool's signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ArgumentError {
+    /// A required parameter is absent.
+    Missing(&'static str),
+    /// Argument `index` has a key the tool does not take.
+    Unexpected {
+        /// Position of the argument in the proposal.
+        index: u8,
+    },
+    /// The parameter has the wrong JSON type.
+    WrongType(&'static str),
+    /// The integer parameter is outside its range.
+    OutOfRange(&'static str),
+    /// The string parameter is not one of the allowed choices.
+    NotAChoice(&'static str),
+}
+
+impl ArgumentError {
+    /// A short machine-readable word for replies.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Missing(_) => "missing-argument",
+            Self::Unexpected { .. } => "unexpected-argument",
+            Self::WrongType(_) => "wrong-type",
+            Self::OutOfRange(_) => "out-of-range",
+            Self::NotAChoice(_) => "not-a-choice",
+        }
+    }
+}
+
+impl fmt::Display for ArgumentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Missing(p) => write!(f, "missing argument `{p}`"),
+            Self::Unexpected { index } => {
+                write!(f, "argument {index} is not a parameter of this tool")
+            }
+            Self::WrongType(p) => write!(f, "argument `{p}` has the wrong type"),
+            Self::OutOfRange(p) => write!(f, "argument `{p}` is out of range"),
+            Self::NotAChoice(p) => write!(f, "argument `{p}` is not one of the allowed values"),
+        }
+    }
+}
+
+impl core::error::Error for ArgumentError {}
+
+impl ToolSpec {
+    /// Checks `args` against the signature: no unknown keys, every required
+    /// parameter present, each value of its type and within its range.
+    pub fn check<const S: usize>(&self, args: &Arguments<S>) -> Result<(), ArgumentError> {
+        for (index, (key, _)) in args.iter().enumerate() {
+            if !self.params.iter().any(|p| p.key == key.as_str()) {
+                return Err(ArgumentError::Unexpected { index: index as u8 });
+            }
+        }
+        for param in self.params {
+            let Some(value) = args.get(param.key) else {
+                if param.required {
+                    return Err(ArgumentError::Missing(param.key));
+                }
+                continue;
+            };
+            match (param.kind, value) {
+                (ParamKind::Int { min, max }, Scalar::Int(v)) => {
+                    if !(min..=max).contains(v) {
+                        return Err(ArgumentError::OutOfRange(param.key));
+                    }
+                }
+                (ParamKind::Bool, Scalar::Bool(_)) => {}
+                (ParamKind::Choice(choices), Scalar::Str(s)) => {
+                    if !choices.contains(&s.as_str()) {
+                        return Err(ArgumentError::NotAChoice(param.key));
+                    }
+                }
+                _ => return Err(ArgumentError::WrongType(param.key)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The integer argument `key`, once [`ToolSpec::check`] has passed.
+    pub fn int<const S: usize>(args: &Arguments<S>, key: &str) -> Option<i64> {
+        match args.get(key) {
+            Some(Scalar::Int(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The string argument `key`, once [`ToolSpec::check`] has passed.
+    pub fn text<'a, const S: usize>(args: &'a Arguments<S>, key: &str) -> Option<&'a str> {
+        match args.get(key) {
+            Some(Scalar::Str(s)) => Some(s.as_str()),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::action::Action;
+
+    const LIGHT_SET: ToolSpec = ToolSpec {
+        name: "HassLightSet",
+        description: "set a light's brightness",
+        params: &[
+            Param {
+                key: "name",
+                kind: ParamKind::Choice(&["lamp", "fan"]),
+                required: true,
+            },
+            Param {
+                key: "brightness",
+                kind: ParamKind::Int { min: 0, max: 100 },
+                required: true,
+            },
+        ],
+        needs_approval: false,
+    };
+
+    fn args(json: &str) -> Arguments<64> {
+        let text =
+            format!(r#"{{"kind":"tool","call_id":"c","name":"HassLightSet","arguments":{json}}}"#);
+        match Action::<64>::parse(text.as_bytes()).unwrap() {
+            Action::Tool(call) => call.arguments,
+            Action::Final { .. } => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn ranges_are_checked_on_both_sides() {
+        assert_eq!(
+            LIGHT_SET.check(&args(r#"{"name":"lamp","brightness":0}"#)),
+            Ok(())
+        );
+        assert_eq!(
+            LIGHT_SET.check(&args(r#"{"name":"lamp","brightness":100}"#)),
+            Ok(())
+        );
+        assert_eq!(
+            LIGHT_SET.check(&args(r#"{"name":"lamp","brightness":101}"#)),
+            Err(ArgumentError::OutOfRange("brightness"))
+        );
+        assert_eq!(
+            LIGHT_SET.check(&args(r#"{"name":"lamp","brightness":-1}"#)),
+            Err(ArgumentError::OutOfRange("brightness"))
+        );
+        assert_eq!(
+            LIGHT_SET.check(&args(r#"{"name":"lamp","brightness":50.0}"#)),
+            Err(ArgumentError::WrongType("brightness"))
+        );
+        assert_eq!(
+            LIGHT_SET.check(&args(r#"{"name":"door","brightness":5}"#)),
+            Err(ArgumentError::NotAChoice("name"))
+        );
+        assert_eq!(
+            LIGHT_SET.check(&args(r#"{"name":"lamp"}"#)),
+            Err(ArgumentError::Missing("brightness"))
+        );
+        assert_eq!(
+            LIGHT_SET.check(&args(r#"{"name":"lamp","brightness":5,"x":1}"#)),
+            Err(ArgumentError::Unexpected { index: 2 })
+        );
+    }
+}
