@@ -1,1 +1,3 @@
 //! Shared helpers for the cross-crate tests.
+
+pub mod qemu;

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Cargo runner (see .cargo/config.toml): `cargo run --release` in firmware/.
+#
+#   UART0, agent link        -> tcp 127.0.0.1:${BUDGETGATE_AGENT_PORT:-4440}
+#   UART1, operator console  -> tcp 127.0.0.1:${BUDGETGATE_CONSOLE_PORT:-4441}
+#       QEMU listens on both and waits until both are connected (so that the
+#       console banner is not lost): `nc 127.0.0.1 4440`, `nc 127.0.0.1 4441`.
+#   defmt log (semihosting)  -> QEMU's stdout: decoded by `defmt-print` if it
+#       is installed, else saved raw to target/defmt.bin.
+# Exit status: QEMU's (101 = firmware panic, 102 = fault).
+set -euo pipefail
+elf="$1"
+shift
+agent_port="${BUDGETGATE_AGENT_PORT:-4440}"
+console_port="${BUDGETGATE_CONSOLE_PORT:-4441}"
+echo "qemu: waiting for: nc 127.0.0.1 $agent_port (agent), then nc 127.0.0.1 $console_port (console)" >&2
+
+qemu=(qemu-system-arm
+  -cpu cortex-m4 -machine mps2-an386 -nographic -monitor none
+  -semihosting-config enable=on,target=native
+  -serial "tcp:127.0.0.1:$agent_port,server=on,wait=on"
+  -serial "tcp:127.0.0.1:$console_port,server=on,wait=on"
+  -kernel "$elf" "$@")
+
+if command -v defmt-print >/dev/null 2>&1; then
+  "${qemu[@]}" | defmt-print -e "$elf"
+else
+  mkdir -p target
+  echo "qemu: defmt-print not found; raw defmt log in target/defmt.bin" >&2
+  "${qemu[@]}" > target/defmt.bin
+fi

@@ -1,0 +1,483 @@
+//! Arm MPS2 board with the AN386 FPGA image (Cortex-M4), as QEMU models it
+//! (`qemu-system-arm -machine mps2-an386`).
+//!
+//! This is the only module of the firmware that may contain `unsafe`, and
+//! only in the items marked `#[allow(unsafe_code)]` (the crate denies it).
+//! Every `unsafe` site carries a `// SAFETY:` comment; there are six:
+//! volatile read, volatile write, the `InterruptNumber` impl, `NVIC::unmask`,
+//! and the two handlers cortex-m-rt requires to be `unsafe fn` (`HardFault`,
+//! `DefaultHandler`).
+//!
+//! Peripherals used (addresses from QEMU `hw/arm/mps2.c` and Arm AN385/AN386):
+//!
+//! | block | base | use |
+//! | --- | --- | --- |
+//! | CMSDK APB UART0 | `0x4000_4000` | agent link (`-serial` #1), RX IRQ 0 |
+//! | CMSDK APB UART1 | `0x4000_5000` | operator console (`-serial` #2), RX IRQ 2 |
+//! | FPGA I/O | `0x4002_8000` | LED register (+0x0, 2 LEDs), buttons (+0x8, 2 buttons) |
+//! | SysTick | core | 1 kHz tick from the 25 MHz core clock |
+//!
+//! QEMU clocks the CPU, SysTick's core clock source and the APB peripherals of
+//! every MPS2 FPGA image at `SYSCLK_FRQ` = 25 MHz ([`SYSCLK_HZ`]).
+use core::cell::Cell;
+use core::convert::Infallible;
+use core::fmt;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use cortex_m::interrupt::InterruptNumber;
+use cortex_m::peripheral::syst::SystClkSource;
+use cortex_m::peripheral::NVIC;
+use cortex_m_rt::{exception, ExceptionFrame};
+use critical_section::Mutex;
+use embedded_hal::digital::{self, InputPin, OutputPin, StatefulOutputPin};
+
+/// Core, SysTick (core source) and APB clock in Hz: QEMU's `SYSCLK_FRQ` for MPS2.
+pub const SYSCLK_HZ: u32 = 25_000_000;
+/// Nominal UART baud rate programmed into BAUDDIV (QEMU only checks `BAUDDIV >= 16`;
+/// bytes move as fast as the TCP socket takes them).
+pub const UART_BAUD: u32 = 115_200;
+/// Number of user LEDs (actuator outputs) in the FPGA I/O LED register.
+pub const LED_COUNT: u8 = 2;
+/// Number of user push buttons in the FPGA I/O BUTTON register.
+pub const BUTTON_COUNT: u8 = 2;
+/// QEMU exit status after a Rust panic (see `main.rs`).
+pub const EXIT_PANIC: i32 = 101;
+/// QEMU exit status after a HardFault or an unexpected exception/interrupt.
+pub const EXIT_FAULT: i32 = 102;
+
+const LED_MASK: u32 = (1 << LED_COUNT) - 1;
+const BUTTON_MASK: u32 = (1 << BUTTON_COUNT) - 1;
+
+/// Raw register access. `Reg` can only be built from the address constants of
+/// this file, which is what makes the safe `read`/`write` wrappers sound.
+#[allow(unsafe_code)]
+mod mmio {
+    /// One 32-bit memory-mapped device register of this board.
+    #[derive(Clone, Copy)]
+    pub(super) struct Reg(usize);
+
+    impl Reg {
+        pub(super) const fn at(addr: usize) -> Self {
+            Self(addr)
+        }
+
+        #[inline(always)]
+        pub(super) fn read(self) -> u32 {
+            // SAFETY: every `Reg` is built (in this file only) from a 4-byte
+            // aligned address of a device register of the AN386 that is always
+            // mapped; it is MMIO, never memory the Rust abstract machine owns or
+            // that a reference points to, so a volatile read cannot alias or
+            // invalidate anything. Read side effects (e.g. DATA clearing RXFULL)
+            // are device state, not memory safety.
+            unsafe { core::ptr::read_volatile(self.0 as *const u32) }
+        }
+
+        #[inline(always)]
+        pub(super) fn write(self, value: u32) {
+            // SAFETY: as for `read`: an aligned, always-mapped device register
+            // outside Rust-owned memory; the write only changes device state.
+            unsafe { core::ptr::write_volatile(self.0 as *mut u32, value) }
+        }
+    }
+}
+use mmio::Reg;
+
+// ---------------------------------------------------------------- UART -----
+
+const UART0_BASE: usize = 0x4000_4000;
+const UART1_BASE: usize = 0x4000_5000;
+
+const UART_DATA: usize = 0x00;
+const UART_STATE: usize = 0x04;
+const UART_CTRL: usize = 0x08;
+const UART_INTSTATUS: usize = 0x0C; // INTCLEAR on write (write 1 to clear)
+const UART_BAUDDIV: usize = 0x10;
+
+const STATE_TXFULL: u32 = 1 << 0;
+const STATE_RXFULL: u32 = 1 << 1;
+const STATE_TXOVERRUN: u32 = 1 << 2;
+const STATE_RXOVERRUN: u32 = 1 << 3;
+
+const CTRL_TX_EN: u32 = 1 << 0;
+const CTRL_RX_EN: u32 = 1 << 1;
+const CTRL_RX_INTEN: u32 = 1 << 3;
+
+const INT_RX: u32 = 1 << 1;
+
+/// A receive error of a [`Uart`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
+pub enum UartError {
+    /// A byte arrived while the previous one was still unread: at least one
+    /// byte was lost. (Never happens under QEMU, which holds input back.)
+    RxOverrun,
+}
+
+impl fmt::Display for UartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::RxOverrun => f.write_str("uart rx overrun"),
+        }
+    }
+}
+
+impl core::error::Error for UartError {}
+
+impl embedded_io::Error for UartError {
+    fn kind(&self) -> embedded_io::ErrorKind {
+        embedded_io::ErrorKind::Other
+    }
+}
+
+/// A CMSDK APB UART (8N1, one-byte RX and TX holding registers), polled.
+///
+/// The RX interrupt is enabled only to wake the core from `WFI`
+/// ([`wait_for_interrupt_unless`]); bytes are read by polling.
+/// `embedded_io::Read::read` blocks until at least one byte is there; use
+/// [`Uart::try_read_byte`] or `ReadReady` to avoid blocking.
+pub struct Uart {
+    base: usize,
+}
+
+impl Uart {
+    fn init(base: usize) -> Self {
+        let uart = Self { base };
+        uart.reg(UART_CTRL).write(0);
+        uart.reg(UART_BAUDDIV).write(SYSCLK_HZ / UART_BAUD);
+        uart.reg(UART_STATE)
+            .write(STATE_TXOVERRUN | STATE_RXOVERRUN); // W1C
+        uart.reg(UART_INTSTATUS).write(0xF); // W1C
+        uart.reg(UART_CTRL)
+            .write(CTRL_TX_EN | CTRL_RX_EN | CTRL_RX_INTEN);
+        uart
+    }
+
+    #[inline(always)]
+    fn reg(&self, offset: usize) -> Reg {
+        Reg::at(self.base + offset)
+    }
+
+    /// True if a received byte is waiting.
+    pub fn rx_ready(&self) -> bool {
+        self.reg(UART_STATE).read() & STATE_RXFULL != 0
+    }
+
+    /// True if the transmit holding register can take a byte.
+    pub fn tx_ready(&self) -> bool {
+        self.reg(UART_STATE).read() & STATE_TXFULL == 0
+    }
+
+    /// Takes the received byte, if any, without blocking. An overrun is
+    /// reported (once) before the byte that follows it.
+    pub fn try_read_byte(&mut self) -> Result<Option<u8>, UartError> {
+        let state = self.reg(UART_STATE).read();
+        if state & STATE_RXOVERRUN != 0 {
+            self.reg(UART_STATE).write(STATE_RXOVERRUN);
+            return Err(UartError::RxOverrun);
+        }
+        if state & STATE_RXFULL == 0 {
+            return Ok(None);
+        }
+        Ok(Some((self.reg(UART_DATA).read() & 0xFF) as u8))
+    }
+
+    /// Puts a byte into the transmit register if it is free; false if busy.
+    pub fn try_write_byte(&mut self, byte: u8) -> bool {
+        if !self.tx_ready() {
+            return false;
+        }
+        self.reg(UART_DATA).write(u32::from(byte));
+        true
+    }
+
+    /// Sends a byte, spinning while the transmit register is busy.
+    pub fn write_byte(&mut self, byte: u8) {
+        while !self.try_write_byte(byte) {
+            core::hint::spin_loop();
+        }
+    }
+}
+
+impl embedded_io::ErrorType for Uart {
+    type Error = UartError;
+}
+
+impl embedded_io::Read for Uart {
+    /// Blocks until at least one byte (or an overrun error) is there, then
+    /// returns the bytes available without waiting. A pending overrun after
+    /// the first byte ends the read early and is reported by the next call.
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, UartError> {
+        let mut n = 0;
+        for slot in buf.iter_mut() {
+            let state = self.reg(UART_STATE).read();
+            if n > 0 && (state & STATE_RXOVERRUN != 0 || state & STATE_RXFULL == 0) {
+                break;
+            }
+            *slot = loop {
+                match self.try_read_byte()? {
+                    Some(byte) => break byte,
+                    None => core::hint::spin_loop(),
+                }
+            };
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+impl embedded_io::ReadReady for Uart {
+    fn read_ready(&mut self) -> Result<bool, UartError> {
+        Ok(self.rx_ready())
+    }
+}
+
+impl embedded_io::Write for Uart {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, UartError> {
+        for &byte in buf {
+            self.write_byte(byte);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> Result<(), UartError> {
+        while !self.tx_ready() {
+            core::hint::spin_loop();
+        }
+        Ok(())
+    }
+}
+
+impl embedded_io::WriteReady for Uart {
+    fn write_ready(&mut self) -> Result<bool, UartError> {
+        Ok(self.tx_ready())
+    }
+}
+
+// ------------------------------------------------------------ FPGA I/O -----
+
+const FPGAIO_BASE: usize = 0x4002_8000;
+const FPGAIO_LED: Reg = Reg::at(FPGAIO_BASE);
+const FPGAIO_BUTTON: Reg = Reg::at(FPGAIO_BASE + 0x08);
+
+/// Reads the FPGA I/O LED register back from the hardware (bit n = LED n; not
+/// a shadow copy): what the actuators are actually driven to.
+pub fn read_leds() -> u32 {
+    FPGAIO_LED.read() & LED_MASK
+}
+
+/// Drives every LED (actuator) low. Used on the fail-safe paths (panic, fault).
+pub fn all_leds_off() {
+    FPGAIO_LED.write(0);
+}
+
+/// Reads the FPGA I/O BUTTON register (bit n = button n pressed). QEMU does not
+/// model the buttons: it always reads 0.
+pub fn read_buttons() -> u32 {
+    FPGAIO_BUTTON.read() & BUTTON_MASK
+}
+
+/// One user LED of the FPGA I/O block: an actuator output.
+///
+/// `StatefulOutputPin::is_set_high` reads the hardware register back.
+pub struct Led {
+    mask: u32,
+}
+
+impl digital::ErrorType for Led {
+    type Error = Infallible;
+}
+
+impl OutputPin for Led {
+    fn set_low(&mut self) -> Result<(), Infallible> {
+        // Read-modify-write: only thread mode writes LEDs (plus fail-safe paths
+        // that never return), so there is no lost update.
+        FPGAIO_LED.write(FPGAIO_LED.read() & !self.mask & LED_MASK);
+        Ok(())
+    }
+
+    fn set_high(&mut self) -> Result<(), Infallible> {
+        FPGAIO_LED.write((FPGAIO_LED.read() | self.mask) & LED_MASK);
+        Ok(())
+    }
+}
+
+impl StatefulOutputPin for Led {
+    fn is_set_high(&mut self) -> Result<bool, Infallible> {
+        Ok(FPGAIO_LED.read() & self.mask != 0)
+    }
+
+    fn is_set_low(&mut self) -> Result<bool, Infallible> {
+        Ok(FPGAIO_LED.read() & self.mask == 0)
+    }
+}
+
+/// One user push button of the FPGA I/O block: the placeholder approval input.
+pub struct Button {
+    mask: u32,
+}
+
+impl digital::ErrorType for Button {
+    type Error = Infallible;
+}
+
+impl InputPin for Button {
+    fn is_high(&mut self) -> Result<bool, Infallible> {
+        Ok(FPGAIO_BUTTON.read() & self.mask != 0)
+    }
+
+    fn is_low(&mut self) -> Result<bool, Infallible> {
+        Ok(FPGAIO_BUTTON.read() & self.mask == 0)
+    }
+}
+
+// ---------------------------------------------------------------- time -----
+
+static MILLIS: Mutex<Cell<u64>> = Mutex::new(Cell::new(0));
+
+#[exception]
+fn SysTick() {
+    critical_section::with(|cs| {
+        let ms = MILLIS.borrow(cs);
+        ms.set(ms.get().wrapping_add(1));
+    });
+}
+
+/// Milliseconds since [`Board::take`] started SysTick (monotonic; 0 before).
+pub fn now_ms() -> u64 {
+    critical_section::with(|cs| MILLIS.borrow(cs).get())
+}
+
+defmt::timestamp!("{=u64:ms}", now_ms());
+
+// ------------------------------------------------------- interrupts/idle -----
+
+/// The device interrupts this firmware enables (AN386 numbering).
+#[derive(Clone, Copy)]
+#[repr(u16)]
+enum Irq {
+    Uart0Rx = 0,
+    Uart1Rx = 2,
+}
+
+#[allow(unsafe_code)]
+// SAFETY: `number` returns the enum discriminant, and both are valid external
+// interrupt numbers of this board (QEMU's AN385/AN386 NVIC has 32 lines).
+unsafe impl InterruptNumber for Irq {
+    fn number(self) -> u16 {
+        self as u16
+    }
+}
+
+/// Sleeps (`WFI`) until the next interrupt unless `pending()` is already true.
+///
+/// The check and the `WFI` run with interrupts masked, so a byte that arrives
+/// between them still wakes the core (a pending interrupt ends `WFI` even when
+/// masked). Wake-ups: UART0/UART1 RX and the 1 ms SysTick.
+pub fn wait_for_interrupt_unless(pending: impl FnOnce() -> bool) {
+    critical_section::with(|_| {
+        if !pending() {
+            cortex_m::asm::wfi();
+        }
+    });
+}
+
+/// Ends the program. Under QEMU (semihosting enabled) QEMU exits with status
+/// `code`; on a board without a debugger attached this faults and locks up.
+pub fn exit(code: i32) -> ! {
+    semihosting::process::exit(code)
+}
+
+// SAFETY: cortex-m-rt requires this signature to be `unsafe fn` (whatever it
+// defines is called by hardware for every unhandled interrupt); the body does
+// nothing unsafe.
+#[allow(unsafe_code)]
+#[exception]
+unsafe fn DefaultHandler(irqn: i16) {
+    match irqn {
+        // Only wake-ups: acknowledge the RX interrupt (level in QEMU) and let
+        // thread mode read the byte.
+        0 => Reg::at(UART0_BASE + UART_INTSTATUS).write(INT_RX),
+        2 => Reg::at(UART1_BASE + UART_INTSTATUS).write(INT_RX),
+        _ => {
+            all_leds_off();
+            defmt::error!("unexpected exception or interrupt {=i16}", irqn);
+            exit(EXIT_FAULT)
+        }
+    }
+}
+
+// SAFETY: cortex-m-rt requires this signature to be `unsafe fn`; the body
+// does nothing unsafe (it reads the stacked frame cortex-m-rt passes in).
+#[allow(unsafe_code)]
+#[exception]
+unsafe fn HardFault(frame: &ExceptionFrame) -> ! {
+    all_leds_off();
+    defmt::error!(
+        "HardFault: pc={=u32:#010x} lr={=u32:#010x}",
+        frame.pc(),
+        frame.lr()
+    );
+    exit(EXIT_FAULT)
+}
+
+// --------------------------------------------------------------- board -----
+
+/// Everything the application gets from the board, handed out once.
+pub struct Board {
+    /// UART0: the link to the AI agent (first `-serial` of QEMU).
+    pub agent: Uart,
+    /// UART1: the operator console (second `-serial` of QEMU).
+    pub console: Uart,
+    /// FPGA I/O LED 0 (actuator 0).
+    pub led0: Led,
+    /// FPGA I/O LED 1 (actuator 1).
+    #[allow(dead_code, reason = "actuator for the gate integration")]
+    pub led1: Led,
+    /// FPGA I/O button 0 (placeholder approval input).
+    #[allow(dead_code, reason = "approval input for the gate integration")]
+    pub button0: Button,
+    /// FPGA I/O button 1.
+    #[allow(dead_code, reason = "approval input for the gate integration")]
+    pub button1: Button,
+}
+
+impl Board {
+    /// Initialises the board (UARTs on, LEDs off, 1 kHz SysTick, UART RX
+    /// wake-up interrupts) and hands out its parts. `None` after the first call.
+    pub fn take() -> Option<Self> {
+        static TAKEN: AtomicBool = AtomicBool::new(false);
+        if TAKEN.swap(true, Ordering::SeqCst) {
+            return None;
+        }
+        let core = cortex_m::Peripherals::take()?;
+
+        all_leds_off();
+        let agent = Uart::init(UART0_BASE);
+        let console = Uart::init(UART1_BASE);
+
+        let mut syst = core.SYST;
+        syst.set_clock_source(SystClkSource::Core);
+        syst.set_reload(SYSCLK_HZ / 1_000 - 1);
+        syst.clear_current();
+        syst.enable_interrupt();
+        syst.enable_counter();
+
+        #[allow(unsafe_code)]
+        // SAFETY: unmasking can break critical sections that rely on these
+        // interrupts being masked; none does. Their handler (DefaultHandler,
+        // irqn 0 and 2) only writes the UART INTCLEAR register and shares no
+        // state with thread mode.
+        unsafe {
+            NVIC::unmask(Irq::Uart0Rx);
+            NVIC::unmask(Irq::Uart1Rx);
+        }
+
+        Some(Self {
+            agent,
+            console,
+            led0: Led { mask: 1 << 0 },
+            led1: Led { mask: 1 << 1 },
+            button0: Button { mask: 1 << 0 },
+            button1: Button { mask: 1 << 1 },
+        })
+    }
+}

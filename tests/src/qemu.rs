@@ -1,0 +1,471 @@
+//! Boots the firmware image under QEMU (`mps2-an386`) for end-to-end tests.
+//!
+//! * [`Qemu::boot`] builds `firmware/` once per test process (a nested
+//!   `cargo build --release` for `thumbv7em-none-eabihf`), then starts
+//!   `qemu-system-arm` with UART0 (agent link) and UART1 (operator console)
+//!   connected, as TCP clients, to two listeners this process opened on
+//!   ephemeral loopback ports: no fixed port, no race for one.
+//! * Without `qemu-system-arm`, `boot` returns `None` after printing why, so
+//!   the test can return early — unless `BUDGETGATE_REQUIRE_QEMU` is set (CI),
+//!   in which case it panics.
+//! * QEMU's stdout is the raw defmt log (semihosting); it and QEMU's stderr
+//!   are kept in a temporary directory, left in place if the test panics.
+//!
+//! Environment: `BUDGETGATE_QEMU` (QEMU binary, default `qemu-system-arm`),
+//! `BUDGETGATE_FIRMWARE_IMAGE` (use this ELF, do not build),
+//! `BUDGETGATE_REQUIRE_QEMU` (fail instead of skip).
+
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long [`Qemu::read_line`] and friends wait for a line.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long [`Qemu::boot`] waits for QEMU to connect both UARTs.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Set this variable (to anything) to make a missing QEMU a test failure.
+pub const REQUIRE_QEMU_VAR: &str = "BUDGETGATE_REQUIRE_QEMU";
+/// The firmware's exit status after a panic (`board::EXIT_PANIC`).
+pub const EXIT_PANIC: i32 = 101;
+/// The firmware's exit status after a fault (`board::EXIT_FAULT`).
+pub const EXIT_FAULT: i32 = 102;
+
+const TARGET: &str = "thumbv7em-none-eabihf";
+const BIN: &str = "budgetgate-firmware";
+
+/// The repository's `firmware/` directory.
+pub fn firmware_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("firmware")
+}
+
+/// The QEMU program to run: `$BUDGETGATE_QEMU` or `qemu-system-arm`, if it
+/// can be found.
+pub fn qemu_program() -> Option<PathBuf> {
+    let name = std::env::var_os("BUDGETGATE_QEMU").unwrap_or_else(|| "qemu-system-arm".into());
+    let name = PathBuf::from(name);
+    if name.components().count() > 1 {
+        return name.is_file().then_some(name);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(&name))
+        .find(|candidate| candidate.is_file())
+}
+
+/// The firmware ELF: `$BUDGETGATE_FIRMWARE_IMAGE`, or built once per process.
+/// Panics with cargo's output if the build fails.
+pub fn firmware_image() -> &'static Path {
+    static IMAGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let image = IMAGE.get_or_init(|| match std::env::var_os("BUDGETGATE_FIRMWARE_IMAGE") {
+        Some(path) => Ok(PathBuf::from(path)),
+        None => build_firmware(),
+    });
+    match image {
+        Ok(path) => path,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+/// Environment variables of the outer `cargo test` that must not leak into
+/// the nested firmware build (they would change its target dir, flags,
+/// profile or target, or point at the outer package).
+fn leaks_into_nested_cargo(key: &OsStr) -> bool {
+    let Some(key) = key.to_str() else {
+        return false;
+    };
+    const KEEP: &[&str] = &[
+        "CARGO_HOME",
+        "CARGO_NET_",
+        "CARGO_HTTP_",
+        "CARGO_REGISTRIES_",
+        "CARGO_REGISTRY_",
+        "CARGO_TERM_",
+    ];
+    if key.starts_with("CARGO_") {
+        return !KEEP.iter().any(|keep| key.starts_with(keep));
+    }
+    matches!(
+        key,
+        "CARGO" | "RUSTFLAGS" | "RUSTDOCFLAGS" | "RUSTC_WRAPPER" | "RUSTC_WORKSPACE_WRAPPER"
+    ) || key.starts_with("__CARGO")
+}
+
+/// `cargo build --release` of `firmware/`, run from inside `firmware/` so
+/// that `firmware/.cargo/config.toml` (target, linker scripts) applies.
+fn build_firmware() -> Result<PathBuf, String> {
+    let dir = firmware_dir();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut command = Command::new(&cargo);
+    command
+        .current_dir(&dir)
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--message-format=json-render-diagnostics",
+        ])
+        .arg("--manifest-path")
+        .arg(dir.join("Cargo.toml"))
+        .stdin(Stdio::null());
+    for (key, _) in std::env::vars_os() {
+        if leaks_into_nested_cargo(&key) {
+            command.env_remove(key);
+        }
+    }
+    let output = command
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", Path::new(&cargo).display()))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        return Err(format!(
+            "firmware build failed ({}) in {}:\n{stderr}\n\
+             (needs `rustup target add {TARGET}`; see docs/FIRMWARE-BRINGUP.md)",
+            output.status,
+            dir.display()
+        ));
+    }
+    // The last compiler-artifact message for our binary names the ELF.
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|msg| msg["reason"] == "compiler-artifact" && msg["target"]["name"] == BIN)
+        .filter_map(|msg| msg["executable"].as_str().map(PathBuf::from))
+        .next_back()
+        .ok_or_else(|| format!("firmware build printed no executable for {BIN}:\n{stderr}"))
+}
+
+/// One UART as seen from the test: a TCP connection QEMU opened to us.
+struct Link {
+    name: &'static str,
+    stream: TcpStream,
+    pending: Vec<u8>,
+}
+
+impl Link {
+    fn send(&mut self, bytes: &[u8]) {
+        self.stream
+            .write_all(bytes)
+            .unwrap_or_else(|e| panic!("writing to the {} UART: {e}", self.name));
+    }
+
+    /// The next line without its `\n`, or `Ok(None)` on timeout, `Err` on EOF.
+    fn read_line(&mut self, timeout: Duration) -> Result<Option<String>, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).take(end).collect();
+                return Ok(Some(String::from_utf8_lossy(&line).into_owned()));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            self.stream
+                .set_read_timeout(Some(left))
+                .map_err(|e| e.to_string())?;
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Err(format!("the {} UART connection was closed", self.name)),
+                Ok(n) => self
+                    .pending
+                    .extend_from_slice(chunk.get(..n).unwrap_or_default()),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("reading the {} UART: {e}", self.name)),
+            }
+        }
+    }
+}
+
+/// A running QEMU with the firmware; killed on drop.
+pub struct Qemu {
+    child: Child,
+    status: Option<ExitStatus>,
+    agent: Link,
+    console: Link,
+    image: PathBuf,
+    dir: PathBuf,
+}
+
+impl Qemu {
+    /// Builds the image (once per process) and boots it. `None` (after
+    /// printing a notice) when QEMU is not installed and
+    /// `BUDGETGATE_REQUIRE_QEMU` is unset; a panic when it is set.
+    pub fn boot() -> Option<Self> {
+        let Some(qemu) = qemu_program() else {
+            if std::env::var_os(REQUIRE_QEMU_VAR).is_some() {
+                panic!(
+                    "qemu-system-arm not found and {REQUIRE_QEMU_VAR} is set \
+                     (apt-get install qemu-system-arm)"
+                );
+            }
+            eprintln!(
+                "SKIPPED: qemu-system-arm not found (apt-get install qemu-system-arm; \
+                 set {REQUIRE_QEMU_VAR}=1 to make this a failure)"
+            );
+            return None;
+        };
+        Some(Self::boot_image(&qemu, firmware_image()))
+    }
+
+    /// Boots `image` with the QEMU program `qemu`.
+    pub fn boot_image(qemu: &Path, image: &Path) -> Self {
+        static SERIAL: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "budgetgate-qemu-{}-{}",
+            std::process::id(),
+            SERIAL.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+
+        let listen = || TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let (agent_listener, console_listener) = (listen(), listen());
+        let port = |l: &TcpListener| l.local_addr().expect("listener address").port();
+
+        let stdout = File::create(dir.join("defmt.bin")).expect("create defmt.bin");
+        let stderr = File::create(dir.join("qemu-stderr.txt")).expect("create qemu-stderr.txt");
+        let mut command = Command::new(qemu);
+        command
+            .args(qemu_args(
+                image,
+                port(&agent_listener),
+                port(&console_listener),
+            ))
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr);
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", qemu.display()));
+
+        let links = accept(&agent_listener, &mut child, "agent (UART0)").and_then(|agent| {
+            accept(&console_listener, &mut child, "console (UART1)").map(|console| (agent, console))
+        });
+        let (agent, console) = match links {
+            Ok(links) => links,
+            Err(message) => {
+                let _ = child.kill();
+                let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+                let stderr = fs::read_to_string(dir.join("qemu-stderr.txt")).unwrap_or_default();
+                panic!(
+                    "{message}\nQEMU: {status}; logs in {}\nQEMU stderr:\n{stderr}",
+                    dir.display()
+                );
+            }
+        };
+        Self {
+            child,
+            status: None,
+            agent: Link {
+                name: "agent",
+                stream: agent,
+                pending: Vec::new(),
+            },
+            console: Link {
+                name: "console",
+                stream: console,
+                pending: Vec::new(),
+            },
+            image: image.to_owned(),
+            dir,
+        }
+    }
+
+    /// Panics with `message`, QEMU's status and its stderr.
+    fn fail(&mut self, message: &str) -> ! {
+        let status = match self.status {
+            Some(status) => status.to_string(),
+            None => match self.child.try_wait() {
+                Ok(Some(status)) => status.to_string(),
+                _ => "still running".to_owned(),
+            },
+        };
+        panic!(
+            "{message}\nQEMU: {status}; logs in {}\nQEMU stderr:\n{}",
+            self.dir.display(),
+            self.stderr_log()
+        );
+    }
+
+    /// Sends `line` and `\n` on the agent link (UART0).
+    pub fn send_line(&mut self, line: &str) {
+        self.send_bytes(format!("{line}\n").as_bytes());
+    }
+
+    /// Sends raw bytes on the agent link (UART0).
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        self.agent.send(bytes);
+    }
+
+    /// The next line from the agent link (without `\n`); panics after
+    /// [`READ_TIMEOUT`].
+    pub fn read_line(&mut self) -> String {
+        match self.agent.read_line(READ_TIMEOUT) {
+            Ok(Some(line)) => line,
+            Ok(None) => self.fail(&format!("no line from the agent UART in {READ_TIMEOUT:?}")),
+            Err(e) => self.fail(&e),
+        }
+    }
+
+    /// The next agent line if one arrives within `timeout`.
+    pub fn try_read_line(&mut self, timeout: Duration) -> Option<String> {
+        self.agent
+            .read_line(timeout)
+            .unwrap_or_else(|e| self.fail(&e))
+    }
+
+    /// Sends `line` and `\n` on the operator console (UART1).
+    pub fn send_console_line(&mut self, line: &str) {
+        self.send_console_bytes(format!("{line}\n").as_bytes());
+    }
+
+    /// Sends raw bytes on the operator console (UART1).
+    pub fn send_console_bytes(&mut self, bytes: &[u8]) {
+        self.console.send(bytes);
+    }
+
+    /// The next console line (without `\n`); panics after [`READ_TIMEOUT`].
+    pub fn read_console_line(&mut self) -> String {
+        match self.console.read_line(READ_TIMEOUT) {
+            Ok(Some(line)) => line,
+            Ok(None) => self.fail(&format!(
+                "no line from the console UART in {READ_TIMEOUT:?}"
+            )),
+            Err(e) => self.fail(&e),
+        }
+    }
+
+    /// The next console line if one arrives within `timeout`.
+    pub fn try_read_console_line(&mut self, timeout: Duration) -> Option<String> {
+        self.console
+            .read_line(timeout)
+            .unwrap_or_else(|e| self.fail(&e))
+    }
+
+    /// Sends a console command and returns its one reply line.
+    pub fn console_command(&mut self, command: &str) -> String {
+        self.send_console_line(command);
+        self.read_console_line()
+    }
+
+    /// The LED register as the firmware reads it back (console `leds`).
+    pub fn leds(&mut self) -> u32 {
+        let reply = self.console_command("leds");
+        reply
+            .strip_prefix("leds=")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| self.fail(&format!("unexpected reply to `leds`: {reply:?}")))
+    }
+
+    /// Waits up to `timeout` for QEMU to exit; its status, if it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.status {
+                return Some(status);
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.status = Some(status);
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The raw defmt stream so far (QEMU's stdout); decode it with
+    /// `defmt-print -e <image> < defmt.bin`.
+    pub fn defmt_log(&self) -> Vec<u8> {
+        fs::read(self.dir.join("defmt.bin")).unwrap_or_default()
+    }
+
+    /// QEMU's stderr so far.
+    pub fn stderr_log(&self) -> String {
+        fs::read_to_string(self.dir.join("qemu-stderr.txt")).unwrap_or_default()
+    }
+
+    /// The ELF that was booted.
+    pub fn image(&self) -> &Path {
+        &self.image
+    }
+
+    /// Where QEMU's stdout (`defmt.bin`) and stderr are kept.
+    pub fn log_dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Qemu {
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("QEMU logs kept in {}", self.dir.display());
+        } else {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The QEMU command line (after the program name) for `image`, with UART0 and
+/// UART1 connecting to `agent_port` and `console_port` on 127.0.0.1.
+pub fn qemu_args(image: &Path, agent_port: u16, console_port: u16) -> Vec<OsString> {
+    let mut args: Vec<OsString> = [
+        "-cpu",
+        "cortex-m4",
+        "-machine",
+        "mps2-an386",
+        "-nographic",
+        "-monitor",
+        "none",
+        "-semihosting-config",
+        "enable=on,target=native",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    args.push("-serial".into());
+    args.push(format!("tcp:127.0.0.1:{agent_port}").into());
+    args.push("-serial".into());
+    args.push(format!("tcp:127.0.0.1:{console_port}").into());
+    args.push("-kernel".into());
+    args.push(image.into());
+    args
+}
+
+/// Accepts QEMU's connection on `listener`, failing early if QEMU exits.
+fn accept(listener: &TcpListener, child: &mut Child, what: &str) -> Result<TcpStream, String> {
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => return Err(format!("accepting the {what} connection: {e}")),
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("QEMU exited ({status}) before connecting {what}"));
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "QEMU did not connect {what} within {CONNECT_TIMEOUT:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
