@@ -87,17 +87,3 @@ pub fn as_int(raw: &RawValue) -> Option<i64> {
         _ => None,
     }
 }
-
-/// Checks that no object anywhere in `text` repeats a key (serde_json keeps the
-/// last one silently).
-pub fn check_unique_keys(text: &str) -> Result<(), String> {
-    fn walk(raw: &RawValue) -> Result<(), String> {
-        match shape(raw)? {
-            Shape::Array(items) => items.iter().try_for_each(|i| walk(i)),
-            Shape::Object(obj) => obj.0.iter().try_for_each(|(_, v)| walk(v)),
-            _ => Ok(()),
-        }
-    }
-    let raw: Box<RawValue> = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    walk(&raw)
-}
