@@ -12,7 +12,7 @@ use budgetgate_core::{trace_work, Action, Limits, Plan, RunLimits, WorkRow};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use crate::driver::run_bounded_agent;
+use crate::driver::{run_bounded_agent, RunResult};
 use crate::strict::{as_int, shape, Shape, StrictObject};
 use crate::tools::DemoKind;
 
@@ -138,67 +138,119 @@ fn budget(args: &StrictObject, key: &str, default: u32) -> Result<u32, EvalError
 }
 
 fn run(args: &StrictObject) -> Result<Value, EvalError> {
-    let a = ArgsOf::new(
-        args,
-        &["script", "tools"],
-        &["max_decisions", "max_tool_calls"],
-    )?;
-    let script = match shape(a.get("script")?) {
-        Ok(Shape::Array(items)) => items,
-        _ => return Err(bad("`script` must be an array of proposals")),
-    };
-    let tools = match shape(a.get("tools")?) {
-        Ok(Shape::Object(o)) => o,
-        _ => {
-            return Err(invalid(
-                "`tools` must be an object mapping tool names to kinds",
-            ))
-        }
-    };
-    let mut registered = Vec::new();
-    for (name, kind) in &tools.0 {
-        let kind = match shape(kind) {
-            Ok(Shape::String(k)) => DemoKind::parse(&k),
-            _ => None,
-        }
-        .ok_or_else(|| {
-            invalid(format!(
-                "tool `{name}`: kind must be one of {}",
-                DemoKind::NAMES.join(", ")
-            ))
-        })?;
-        registered.push((name.clone(), kind.tool()));
-    }
-    if registered.len() > budgetgate_core::limits::MAX_TOOLS {
-        return Err(invalid(format!(
-            "more than {} tools",
-            budgetgate_core::limits::MAX_TOOLS
-        )));
-    }
-    let limits = RunLimits::new(
-        budget(
-            args,
-            "max_decisions",
-            budgetgate_core::limits::DEFAULT_MAX_DECISIONS,
-        )?,
-        budget(
-            args,
-            "max_tool_calls",
-            budgetgate_core::limits::DEFAULT_MAX_TOOL_CALLS,
-        )?,
-    )
-    .map_err(invalid)?;
-    let mut next = 0usize;
-    let policy = |_: &[crate::driver::Observation]| {
-        let proposal = script
-            .get(next)
-            .map(|raw| raw.get().to_owned())
-            .ok_or_else(|| "script used up".to_owned());
-        next += 1;
-        proposal
-    };
-    let result = run_bounded_agent(policy, registered, limits).map_err(invalid)?;
+    let result = RunArgs::from_args(args)?.run()?;
     serde_json::to_value(result).map_err(invalid)
+}
+
+/// The arguments of `run_bounded_agent` (`SPEC A2`), checked: what `eval`
+/// reads from a request and `budgetgate run` from a script file.
+///
+/// The policy is a script: round `i` proposes `script[i]`, whatever it
+/// observed; when the script is used up, the policy fails (so the run stops
+/// with `policy-error`). Tools are the demo tools of [`DemoKind`].
+#[derive(Debug)]
+pub struct RunArgs {
+    /// The proposals, in order, each kept as its raw JSON text so the core
+    /// validates it (`SPEC A1`).
+    pub script: Vec<Box<RawValue>>,
+    /// The registered tools in document order: name and demo kind (at most 8).
+    /// Names are checked when the run starts.
+    pub tools: Vec<(String, DemoKind)>,
+    /// The two budgets; absent keys give the defaults (8 decisions, 4 tool
+    /// attempts).
+    pub limits: RunLimits,
+}
+
+impl RunArgs {
+    /// Reads `{script: [proposal, ...], tools: {name: kind, ...},
+    /// max_decisions?: INT, max_tool_calls?: INT}`.
+    ///
+    /// # Errors
+    /// [`EvalError::BadRequest`] for an unexpected or missing key or a
+    /// `script` that is not an array; [`EvalError::InvalidInput`] for an
+    /// unknown tool kind, more than 8 tools, or budgets out of range
+    /// (`max_decisions` 1..=32, `max_tool_calls` 0..=16).
+    pub fn from_args(args: &StrictObject) -> Result<Self, EvalError> {
+        let a = ArgsOf::new(
+            args,
+            &["script", "tools"],
+            &["max_decisions", "max_tool_calls"],
+        )?;
+        let script = match shape(a.get("script")?) {
+            Ok(Shape::Array(items)) => items,
+            _ => return Err(bad("`script` must be an array of proposals")),
+        };
+        let tools = match shape(a.get("tools")?) {
+            Ok(Shape::Object(o)) => o,
+            _ => {
+                return Err(invalid(
+                    "`tools` must be an object mapping tool names to kinds",
+                ))
+            }
+        };
+        let mut registered = Vec::new();
+        for (name, kind) in &tools.0 {
+            let kind = match shape(kind) {
+                Ok(Shape::String(k)) => DemoKind::parse(&k),
+                _ => None,
+            }
+            .ok_or_else(|| {
+                invalid(format!(
+                    "tool `{name}`: kind must be one of {}",
+                    DemoKind::NAMES.join(", ")
+                ))
+            })?;
+            registered.push((name.clone(), kind));
+        }
+        if registered.len() > budgetgate_core::limits::MAX_TOOLS {
+            return Err(invalid(format!(
+                "more than {} tools",
+                budgetgate_core::limits::MAX_TOOLS
+            )));
+        }
+        let limits = RunLimits::new(
+            budget(
+                args,
+                "max_decisions",
+                budgetgate_core::limits::DEFAULT_MAX_DECISIONS,
+            )?,
+            budget(
+                args,
+                "max_tool_calls",
+                budgetgate_core::limits::DEFAULT_MAX_TOOL_CALLS,
+            )?,
+        )
+        .map_err(invalid)?;
+        Ok(Self {
+            script,
+            tools: registered,
+            limits,
+        })
+    }
+
+    /// Runs the bounded loop (`SPEC A2`) with the script as policy.
+    ///
+    /// # Errors
+    /// [`EvalError::InvalidInput`] when a tool name is invalid or repeated
+    /// (nothing runs then).
+    pub fn run(&self) -> Result<RunResult, EvalError> {
+        let registered = self
+            .tools
+            .iter()
+            .map(|(name, kind)| (name.clone(), kind.tool()))
+            .collect();
+        let mut next = 0usize;
+        let policy = |_: &[crate::driver::Observation]| {
+            let proposal = self
+                .script
+                .get(next)
+                .map(|raw| raw.get().to_owned())
+                .ok_or_else(|| "script used up".to_owned());
+            next += 1;
+            proposal
+        };
+        run_bounded_agent(policy, registered, self.limits).map_err(invalid)
+    }
 }
 
 fn work(args: &StrictObject) -> Result<Value, EvalError> {

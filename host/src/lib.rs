@@ -6,6 +6,7 @@
 //! * [`eval`]: the JSON Lines machine interface of `budgetgate eval`;
 //! * [`tools::DemoKind`]: the demo tools used by `eval`, `run` and the examples.
 
+pub mod convert;
 pub mod driver;
 pub mod eval;
 pub mod strict;

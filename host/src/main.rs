@@ -1,68 +1,137 @@
 //! The `budgetgate` command.
 
-use std::io::{BufRead, Write};
+mod cli;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 /// Gate what an AI agent may do: validate its proposals and enforce the
-/// budgets of its run, exactly as the budgetgate core decides them.
+/// budgets of its run and of its plan, exactly as the budgetgate core
+/// decides them.
 #[derive(Parser)]
-#[command(name = "budgetgate", version, about, long_about = None)]
+#[command(
+    name = "budgetgate",
+    version,
+    after_help = "\
+Exit status (plan and run): 0 complete, 1 stopped by a limit or budget,
+2 invalid input (a one-line error on stderr names the file and the rule).
+
+Examples:
+  budgetgate plan examples/plan.json --limits examples/limits.json
+  budgetgate run examples/run-add.json
+  echo '{\"fn\":\"aggregate_usage\",\"args\":{\"plan\":[]}}' | budgetgate eval"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
 
+// Reserved subcommand names, added later by their owners: `replay`
+// (host/src/replay.rs) and `device`. Do not use them for anything else.
 #[derive(Subcommand)]
 enum Command {
+    /// Check a plan of sub-tasks against whole-run limits (SPEC B).
+    ///
+    /// Reads a plan, a JSON array of at most 32 rows {"id", "parent", "tokens",
+    /// "output"}: ids match [a-z][a-z0-9-]{0,31} and are unique, "parent" is
+    /// null or the id of an earlier row, "tokens" and "output" are integers
+    /// 0..=10000. Shows the usage of the whole plan (aggregate_usage), then runs
+    /// the bounded workflow (bounded_workflow): before each step, in row order,
+    /// the would-be totals are checked against the limits in the order steps,
+    /// tokens, output, depth, fanout; the first one exceeded stops the plan
+    /// before that step. Each step is shown, as a tree by parent, as accepted,
+    /// "stopped here (limit: tokens 5 > 4)" or not reached.
+    ///
+    /// Limits come from --limits FILE (a JSON object with exactly steps,
+    /// tokens, output, depth, fanout) or from the single options. A limit not
+    /// given is at its contract maximum (steps, depth, fanout 32; tokens,
+    /// output 320000), which no valid plan can exceed: with no limits at all,
+    /// the command checks the plan and shows its usage.
+    ///
+    /// With --json, prints one line: {"usage": USAGE, "workflow": WORKFLOW},
+    /// where USAGE is aggregate_usage's result {steps, tokens, output,
+    /// max_depth, max_fanout} and WORKFLOW is bounded_workflow's result
+    /// {accepted: [ids], stopped: id or null, reason, usage}, both exactly as
+    /// `budgetgate eval` answers them.
+    #[command(after_help = "\
+Exit status: 0 every step accepted, 1 stopped by a limit, 2 invalid input:
+the plan or limits file cannot be read or breaks a rule; one line on stderr
+names the file, the row (counted from 0) and the rule, e.g.
+  budgetgate plan: bad.json: row 3 (id \"draft\"): `parent` is not the id of an earlier row
+
+Examples:
+  budgetgate plan examples/plan.json
+  budgetgate plan examples/plan.json --limits examples/limits.json
+  budgetgate plan examples/plan.json --tokens 9000 --fanout 2
+  budgetgate plan examples/plan.json --limits examples/limits.json --json")]
+    Plan(cli::plan::PlanArgs),
+
+    /// Run a scripted agent against the demo tools within its budgets (SPEC A).
+    ///
+    /// Reads a script file {"script": [proposal, ...], "tools": {"name":
+    /// "kind", ...}, "max_decisions"?: N, "max_tool_calls"?: N}, the arguments
+    /// of eval's run_bounded_agent. Round i proposes script[i] whatever it
+    /// observed; a used-up script makes the policy fail (policy-error). A
+    /// proposal is {"kind": "final", "text": ...} or {"kind": "tool",
+    /// "call_id": ..., "name": ..., "arguments": {...}}. Tool kinds: add
+    /// (a + b), echo (its arguments), fail (always fails), repeat (s repeated n
+    /// times), nested (a fixed nested value). Budgets default to 8 decisions
+    /// and 4 tool attempts; the options override the file.
+    ///
+    /// Prints the trace as a table (step, decision, call id, tool, executed,
+    /// ok, observation cut to 40 characters), then the status, the answer, the
+    /// counts and the work units (trace_work): every decision costs
+    /// --decision-units (default 1), every execution of a tool its
+    /// --tool-units cost (default 1 for every registered tool).
+    ///
+    /// With --json, prints one line: the run_bounded_agent result {status,
+    /// answer, observations, trace, tool_attempts}, exactly as `budgetgate
+    /// eval` answers it under "ok" (no work units), so programs can compare.
+    #[command(after_help = "\
+Exit status: 0 the run ended with final, 1 it ended with any other status
+(tool-budget, decision-budget, policy-error, duplicate-call), 2 invalid input
+(unreadable or malformed script file, unknown tool kind, bad option).
+
+Examples:
+  budgetgate run examples/run-add.json
+  budgetgate run examples/run-budget.json --json
+  budgetgate run examples/run-add.json --decision-units 2 --tool-units add=3
+  budgetgate run examples/run-add.json --max-decisions 1")]
+    Run(cli::run::RunArgs),
+
     /// Answer JSON Lines requests on stdin, one JSON line per request on stdout.
     ///
-    /// A request is {"fn": NAME, "args": {...}}; the answer is {"ok": RESULT},
-    /// {"error": "invalid-input", "detail": TEXT} or
-    /// {"error": "bad-request", "detail": TEXT}. A bad line never stops the stream.
+    /// The machine interface to every contract function. A request is one
+    /// line {"fn": NAME, "args": {...}}; the answer is one line {"ok":
+    /// RESULT}, {"error": "invalid-input", "detail": TEXT} where the contract
+    /// calls the input invalid, or {"error": "bad-request", "detail": TEXT} for
+    /// a line that is not a request (not UTF-8, not a JSON object, unknown fn,
+    /// wrong arguments). Every line, even an empty or bad one, gets exactly one
+    /// answer, in order; a bad line never stops the stream.
     ///
-    /// Functions: validate_agent_action {value}, run_bounded_agent {script, tools,
-    /// max_decisions?, max_tool_calls?}, trace_work {trace, decision_units,
-    /// tool_units}, aggregate_usage {plan}, bounded_workflow {plan, limits}.
-    ///
-    /// Example:
-    ///   echo '{"fn":"aggregate_usage","args":{"plan":[]}}' | budgetgate eval
-    ///   {"ok":{"steps":0,"tokens":0,"output":0,"max_depth":0,"max_fanout":0}}
-    Eval,
-}
+    /// Functions and their args: validate_agent_action {value};
+    /// run_bounded_agent {script, tools, max_decisions?, max_tool_calls?};
+    /// trace_work {trace, decision_units, tool_units}; aggregate_usage {plan};
+    /// bounded_workflow {plan, limits}.
+    #[command(after_help = "\
+Exit status: 0 at the end of input, 2 when stdin cannot be read or stdout
+cannot be written.
 
-fn eval() -> ExitCode {
-    let stdin = std::io::stdin();
-    let mut input = stdin.lock();
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match input.read_until(b'\n', &mut line) {
-            Ok(0) => return ExitCode::SUCCESS,
-            Ok(_) => {}
-            Err(e) => {
-                eprintln!("budgetgate eval: reading stdin: {e}");
-                return ExitCode::from(2);
-            }
-        }
-        let body = line.strip_suffix(b"\n").unwrap_or(&line);
-        let body = body.strip_suffix(b"\r").unwrap_or(body);
-        let answer = budgetgate::eval::answer_line(body);
-        if writeln!(out, "{answer}")
-            .and_then(|()| out.flush())
-            .is_err()
-        {
-            return ExitCode::from(2);
-        }
-    }
+Examples:
+  $ echo '{\"fn\":\"aggregate_usage\",\"args\":{\"plan\":[]}}' | budgetgate eval
+  {\"ok\":{\"steps\":0,\"tokens\":0,\"output\":0,\"max_depth\":0,\"max_fanout\":0}}
+  $ echo '{\"fn\":\"validate_agent_action\",\"args\":{\"value\":[]}}' | budgetgate eval
+  {\"error\":\"invalid-input\",\"detail\":\"an action must be a JSON object\"}")]
+    Eval,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Eval => eval(),
+        Command::Plan(args) => cli::plan::main(&args),
+        Command::Run(args) => cli::run::main(&args),
+        Command::Eval => cli::eval::main(),
     }
+    .into()
 }

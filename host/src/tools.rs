@@ -1,8 +1,9 @@
 //! The built-in demo tools that `budgetgate eval`, `run` and the examples use.
 
 use budgetgate_core::Scalar;
-use serde_json::{json, Map, Number, Value};
+use serde_json::{json, Number, Value};
 
+use crate::convert::value_from_arguments;
 use crate::driver::{Args, Tool};
 
 /// The kinds of demo tool, under the names a request gives them.
@@ -60,11 +61,7 @@ impl DemoKind {
                     _ => Err("add takes exactly a and b".into()),
                 }
             }
-            Self::Echo => Ok(Value::Object(
-                args.iter()
-                    .map(|(k, v)| (k.to_string(), scalar_to_value(v)))
-                    .collect::<Map<_, _>>(),
-            )),
+            Self::Echo => Ok(value_from_arguments(args)),
             Self::Fail => Err("this tool always fails".into()),
             Self::Repeat => match (exact(&["s", "n"]), args.get("s"), args.get("n")) {
                 (true, Some(Scalar::Str(s)), Some(Scalar::Int(n))) if (0..=10_000).contains(n) => {
@@ -100,12 +97,6 @@ fn float(v: &Scalar) -> Result<f64, String> {
 }
 
 /// A validated scalar as a JSON value (integers stay integers).
-pub fn scalar_to_value<const S: usize>(v: &Scalar<S>) -> Value {
-    match v {
-        Scalar::Null => Value::Null,
-        Scalar::Bool(b) => Value::Bool(*b),
-        Scalar::Int(i) => Value::from(*i),
-        Scalar::Float(f) => Number::from_f64(*f).map_or(Value::Null, Value::Number),
-        Scalar::Str(s) => Value::from(s.as_str()),
-    }
-}
+///
+/// Kept under its first name; it lives in [`crate::convert`] now.
+pub use crate::convert::value_from_scalar as scalar_to_value;

@@ -1,0 +1,200 @@
+//! The subcommands of `budgetgate` and what they share: reading input files,
+//! exit statuses, one-line errors and plain-text tables.
+
+pub mod eval;
+pub mod plan;
+pub mod run;
+
+use std::fmt::Write as _;
+use std::io::Read as _;
+use std::process::ExitCode;
+
+/// How a subcommand ended; the process exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// 0: the plan completed, or the run ended with `final`.
+    Complete,
+    /// 1: a limit or budget stopped it (or, for `run`, any status but `final`).
+    Stopped,
+    /// 2: the input could not be read or is invalid; nothing was decided.
+    Invalid,
+}
+
+impl From<Outcome> for ExitCode {
+    fn from(outcome: Outcome) -> Self {
+        ExitCode::from(match outcome {
+            Outcome::Complete => 0,
+            Outcome::Stopped => 1,
+            Outcome::Invalid => 2,
+        })
+    }
+}
+
+/// A one-line error about an input, reported as `budgetgate CMD: SOURCE: DETAIL`.
+#[derive(Debug)]
+pub struct InputError {
+    /// The file name as given (or `<stdin>`).
+    pub source: String,
+    /// What is wrong, on one line.
+    pub detail: String,
+}
+
+impl InputError {
+    /// An error about `source`.
+    pub fn new(source: &str, detail: impl std::fmt::Display) -> Self {
+        Self {
+            source: source.to_owned(),
+            detail: one_line(&detail.to_string()),
+        }
+    }
+
+    /// Prints the error on stderr for command `command` and gives exit status 2.
+    pub fn report(&self, command: &str) -> Outcome {
+        eprintln!("budgetgate {command}: {}: {}", self.source, self.detail);
+        Outcome::Invalid
+    }
+}
+
+/// The name a path is reported under.
+pub fn display_name(path: &str) -> &str {
+    if path == "-" {
+        "<stdin>"
+    } else {
+        path
+    }
+}
+
+/// Reads a whole input file; `-` reads standard input.
+pub fn read_input(path: &str) -> Result<Vec<u8>, InputError> {
+    let mut bytes = Vec::new();
+    let read = if path == "-" {
+        std::io::stdin().lock().read_to_end(&mut bytes).map(|_| ())
+    } else {
+        std::fs::read(path).map(|b| bytes = b)
+    };
+    read.map_err(|e| InputError::new(display_name(path), format!("cannot read: {e}")))?;
+    Ok(bytes)
+}
+
+/// Where serde_json finds a syntax error, as ` (line L, column C)`, to help a
+/// person find it; empty when serde_json accepts the text (the core is
+/// stricter: duplicate keys, lone surrogates, a byte-order mark).
+pub fn syntax_position(bytes: &[u8]) -> String {
+    match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+        Err(e) if e.line() > 0 => format!(" (line {}, column {})", e.line(), e.column()),
+        _ => String::new(),
+    }
+}
+
+/// Keeps a message on one line.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Text safe to print on a terminal: control characters (including DEL and
+/// the C1 range, which JSON does not escape) are shown as `\u{..}`.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `text` cut to at most `max` characters, ending in `…` when cut.
+pub fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// Alignment of a table column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    /// Text columns.
+    Left,
+    /// Number columns.
+    Right,
+}
+
+/// Renders a table with a header row, columns two spaces apart, every line
+/// indented by two spaces and without trailing spaces. Widths count
+/// characters.
+pub fn table(header: &[(&str, Align)], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|(h, _)| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let head: Vec<String> = header.iter().map(|(h, _)| (*h).to_owned()).collect();
+    for row in std::iter::once(&head).chain(rows) {
+        let mut line = String::from(" ");
+        for ((cell, (_, align)), width) in row.iter().zip(header).zip(&widths) {
+            let pad = width.saturating_sub(cell.chars().count());
+            line.push(' ');
+            match align {
+                Align::Left => {
+                    line.push_str(cell);
+                    line.extend(std::iter::repeat_n(' ', pad));
+                }
+                Align::Right => {
+                    line.extend(std::iter::repeat_n(' ', pad));
+                    line.push_str(cell);
+                }
+            }
+            line.push(' ');
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shorten_counts_characters_and_marks_the_cut() {
+        assert_eq!(shorten("abc", 3), "abc");
+        assert_eq!(shorten("abcd", 3), "ab…");
+        assert_eq!(shorten(&"é".repeat(50), 40).chars().count(), 40);
+    }
+
+    #[test]
+    fn printable_escapes_terminal_controls() {
+        assert_eq!(printable("a\u{1b}[2Jb\u{9b}c"), "a\\u{1b}[2Jb\\u{9b}c");
+        assert_eq!(printable("é ok"), "é ok");
+    }
+
+    #[test]
+    fn table_aligns_without_trailing_spaces() {
+        let text = table(
+            &[
+                ("name", Align::Left),
+                ("n", Align::Right),
+                ("note", Align::Left),
+            ],
+            &[
+                vec!["a".into(), "10".into(), String::new()],
+                vec!["long".into(), "2".into(), "x".into()],
+            ],
+        );
+        assert_eq!(text, "  name   n  note\n  a     10\n  long   2  x\n");
+    }
+
+    #[test]
+    fn syntax_position_points_at_the_error() {
+        assert_eq!(syntax_position(b"[\n  {,\n]"), " (line 2, column 4)");
+        assert_eq!(syntax_position(b"[]"), "");
+    }
+}

@@ -1,0 +1,128 @@
+//! `budgetgate eval` through the real binary: the SPEC worked examples of every
+//! function, and a stream whose bad lines are each answered in order without
+//! stopping it.
+
+use std::path::Path;
+
+use assert_cmd::cargo::cargo_bin_cmd;
+use serde_json::{json, Value};
+
+/// Feeds `input` to `budgetgate eval`, expects exit 0 and an empty stderr,
+/// and returns the answers, one JSON value per line.
+fn eval(input: impl Into<Vec<u8>>) -> Vec<Value> {
+    let output = cargo_bin_cmd!("budgetgate")
+        .arg("eval")
+        .write_stdin(input.into())
+        .assert()
+        .success()
+        .stderr("")
+        .get_output()
+        .clone();
+    let stdout = String::from_utf8(output.stdout).expect("UTF-8 answers");
+    assert!(stdout.ends_with('\n') || stdout.is_empty(), "{stdout:?}");
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+fn error_kind(answer: &Value) -> &str {
+    answer["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not an error: {answer}"))
+}
+
+const ADD_7_8: &str = r#"{"kind":"tool","call_id":"c1","name":"add","arguments":{"a":7,"b":8}}"#;
+
+#[test]
+fn spec_worked_examples_of_every_function() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/eval.jsonl");
+    let input = std::fs::read(&path).expect("examples/eval.jsonl");
+    let answers = eval(input);
+    let ok: Vec<&Value> = answers
+        .iter()
+        .map(|a| a.get("ok").unwrap_or_else(|| panic!("not ok: {a}")))
+        .collect();
+    assert_eq!(ok.len(), 10);
+    // SPEC A1: the validated action is the proposal itself.
+    assert_eq!(*ok[0], serde_json::from_str::<Value>(ADD_7_8).unwrap());
+    assert_eq!(*ok[1], json!({"kind": "final", "text": "15"}));
+    // SPEC A2: add then final; the fresh-call-id policy; max_decisions 1.
+    assert_eq!(ok[2]["status"], "final");
+    assert_eq!(ok[2]["answer"], "15");
+    assert_eq!(ok[2]["tool_attempts"], 1);
+    assert_eq!(ok[2]["trace"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        ok[2]["observations"],
+        json!([{"call_id": "c1", "name": "add", "ok": true, "data": 15}])
+    );
+    assert_eq!(ok[3]["status"], "tool-budget");
+    assert_eq!(ok[3]["trace"].as_array().map(Vec::len), Some(2));
+    assert_eq!(ok[3]["tool_attempts"], 1);
+    assert_eq!(ok[4]["status"], "decision-budget");
+    assert_eq!(ok[4]["answer"], Value::Null);
+    // SPEC A3: decision_units 2, add costs 3.
+    assert_eq!(
+        *ok[5],
+        json!({"decisions": 2, "executed_tools": 1, "work_units": 7})
+    );
+    // SPEC B1.
+    assert_eq!(
+        *ok[6],
+        json!({"steps": 2, "tokens": 5, "output": 3, "max_depth": 2, "max_fanout": 1})
+    );
+    // SPEC B2: tokens 4 stops before b; tokens 5 completes; steps 0 accepts nothing.
+    assert_eq!(ok[7]["accepted"], json!(["a"]));
+    assert_eq!(ok[7]["stopped"], "b");
+    assert_eq!(ok[7]["reason"], "tokens");
+    assert_eq!(ok[7]["usage"]["tokens"], 2);
+    assert_eq!(ok[8]["reason"], "complete");
+    assert_eq!(ok[8]["stopped"], Value::Null);
+    assert_eq!(ok[8]["usage"]["tokens"], 5);
+    assert_eq!(ok[9]["accepted"], json!([]));
+    assert_eq!(ok[9]["reason"], "steps");
+}
+
+#[test]
+fn bad_lines_are_answered_in_order_and_the_stream_goes_on() {
+    let usage = r#"{"fn":"aggregate_usage","args":{"plan":[]}}"#;
+    let mut input = Vec::new();
+    input.extend_from_slice(usage.as_bytes());
+    input.extend_from_slice(b"\n{\"fn\": \"aggregate_usage\", \"args\": \n"); // cut short
+    input.extend_from_slice(b"\n"); // empty line
+    input.extend_from_slice(b"{\"fn\":\"aggregate_usage\",\"args\":{\"plan\":\xff}}\n"); // not UTF-8
+    input.extend_from_slice(b"[1, 2]\n"); // not an object
+    input.extend_from_slice(b"\"just a string\"\n");
+    input.extend_from_slice(br#"{"fn":"nope","args":{}}"#);
+    input.push(b'\n');
+    input.extend_from_slice(
+        format!(r#"{{"fn":"validate_agent_action","args":{{"value":{ADD_7_8}}}}}"#).as_bytes(),
+    );
+    input.extend_from_slice(b"\r\n");
+    input.extend_from_slice(
+        br#"{"fn":"validate_agent_action","args":{"value":{"kind":"final","text":"  "}}}"#,
+    );
+    input.push(b'\n');
+    input.extend_from_slice(usage.as_bytes()); // last line without a newline
+    let answers = eval(input);
+    assert_eq!(answers.len(), 10, "{answers:#?}");
+    let empty_usage =
+        json!({"steps": 0, "tokens": 0, "output": 0, "max_depth": 0, "max_fanout": 0});
+    assert_eq!(answers[0], json!({"ok": empty_usage}));
+    for (i, answer) in answers.iter().enumerate().take(7).skip(1) {
+        assert_eq!(error_kind(answer), "bad-request", "line {i}: {answer}");
+    }
+    assert!(answers[3]["detail"].as_str().unwrap().contains("not UTF-8"));
+    assert!(answers[6]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("unknown fn `nope`"));
+    assert_eq!(answers[7]["ok"]["call_id"], "c1");
+    assert_eq!(error_kind(&answers[8]), "invalid-input");
+    assert_eq!(answers[9], json!({"ok": empty_usage}));
+}
+
+#[test]
+fn no_input_gives_no_answers() {
+    assert!(eval(Vec::new()).is_empty());
+}
