@@ -160,35 +160,56 @@ fn put_float<S: Sink>(sink: &mut S, value: f64) -> Result<(), EncodeError> {
     if !value.is_finite() {
         return Err(EncodeError::NonFinite);
     }
-    // `{:e}` gives the shortest digits that round-trip, as Python's repr does;
-    // only the layout differs, and Python's layout is rebuilt here.
-    let mut sci = NumBuf::new();
-    write!(sci, "{value:e}").map_err(|_| EncodeError::Unsupported)?;
-    let text = sci.as_bytes();
+    // Ryu finds the shortest digits that round-trip and, among those, the
+    // closest to the exact value, as Python's repr does (`core::fmt` may pick
+    // another last digit of the same length). Only the layout is rebuilt here.
+    let mut ryu = ryu::Buffer::new();
+    let text = ryu.format_finite(value).as_bytes();
     let (negative, text) = match text.split_first() {
         Some((b'-', rest)) => (true, rest),
         _ => (false, text),
     };
-    let e_at = text
-        .iter()
-        .position(|&b| b == b'e')
-        .ok_or(EncodeError::Unsupported)?;
-    let (mantissa, exponent) = text.split_at(e_at);
-    let exponent = exponent.get(1..).ok_or(EncodeError::Unsupported)?;
-    let exponent: i32 = core::str::from_utf8(exponent)
-        .ok()
-        .and_then(|e| e.parse().ok())
-        .ok_or(EncodeError::Unsupported)?;
-    let mut digits = [0u8; 24];
-    let mut n = 0;
-    for &b in mantissa.iter().filter(|b| b.is_ascii_digit()) {
-        *digits.get_mut(n).ok_or(EncodeError::Unsupported)? = b;
-        n += 1;
+    let (mantissa, exponent) = match text.iter().position(|&b| b == b'e') {
+        Some(at) => {
+            let (m, e) = text.split_at(at);
+            let e = core::str::from_utf8(e.get(1..).unwrap_or(&[]))
+                .ok()
+                .and_then(|e| e.parse::<i32>().ok())
+                .ok_or(EncodeError::Unsupported)?;
+            (m, e)
+        }
+        None => (text, 0),
+    };
+    // Digits without the point; `point` = digits before the point.
+    let mut digits = [0u8; 32];
+    let mut n: usize = 0;
+    let mut point: Option<i32> = None;
+    for &b in mantissa {
+        if b == b'.' {
+            point = Some(n as i32);
+        } else if n > 0 || b != b'0' {
+            *digits.get_mut(n).ok_or(EncodeError::Unsupported)? = b;
+            n += 1;
+        } else if point.is_none() {
+            // A leading zero before the point carries no digit.
+        } else {
+            // A leading zero after the point moves the first digit right.
+            point = point.map(|p| p - 1);
+        }
     }
-    let digits = digits.get(..n).ok_or(EncodeError::Unsupported)?;
+    let mut digits = digits.get(..n).ok_or(EncodeError::Unsupported)?;
+    while let Some((b'0', rest)) = digits.split_last() {
+        digits = rest;
+    }
     if negative {
         sink.put(b"-")?;
     }
+    if digits.is_empty() {
+        return sink.put(b"0.0");
+    }
+    let before = point.unwrap_or(n as i32);
+    // Scientific exponent of the first digit.
+    let exponent = before + exponent - 1;
     if (-4..16).contains(&exponent) {
         // Fixed notation; `point` is where the decimal point falls in `digits`.
         let point = exponent + 1;
@@ -765,6 +786,12 @@ mod tests {
             (1.7976931348623157e308, "1.7976931348623157e+308"),
             (123456789012345.6, "123456789012345.6"),
             (-1e100, "-1e+100"),
+            // Two 16-digit strings round-trip here; Python picks the closer one.
+            (764842383340062.3, "764842383340062.2"),
+            (0.00001234, "1.234e-05"),
+            (0.0001234, "0.0001234"),
+            (100.0, "100.0"),
+            (1e-7, "1e-07"),
         ] {
             assert_eq!(spelled(value).as_str(), python, "{value:e}");
         }
