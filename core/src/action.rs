@@ -8,7 +8,21 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use crate::ident::{ArgumentKey, Identifier, IdentifierError};
 use crate::json::{JsonError, Number, Reader};
-use crate::limits::{MAX_ARGUMENTS, MAX_ARGUMENT_MAGNITUDE, MAX_TEXT_BYTES, MAX_TEXT_CHARS};
+use crate::limits::{
+    MAX_ARGUMENTS, MAX_ARGUMENT_KEY_LEN, MAX_ARGUMENT_MAGNITUDE, MAX_IDENTIFIER_LEN,
+    MAX_TEXT_BYTES, MAX_TEXT_CHARS,
+};
+
+/// Scratch bytes that hold every escaped string of any valid action, decoded:
+/// the five top-level keys and `kind`, two identifiers, the text, and eight
+/// argument keys and string values.
+pub const ACTION_SCRATCH: usize = 64
+    + 2 * MAX_IDENTIFIER_LEN
+    + MAX_TEXT_BYTES
+    + MAX_ARGUMENTS * (MAX_ARGUMENT_KEY_LEN + MAX_TEXT_BYTES);
+
+/// Scratch bytes [`Action::parse`] uses for documents up to this length.
+const SMALL_SCRATCH: usize = 1024;
 
 /// A field of an action document, named in errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,8 +109,12 @@ pub enum ActionError {
     },
     /// A string is valid by the contract but longer, in bytes, than this
     /// build's string capacity (only builds with a capacity below
-    /// [`MAX_TEXT_BYTES`] can see this).
+    /// [`MAX_TEXT_BYTES`] can see this), or the caller's scratch buffer
+    /// (see [`Action::parse_in`]) is too small for the document's escaped strings.
     Capacity,
+    /// The document's escaped strings, decoded, are longer than any valid
+    /// action can hold (some string must be over 2000 characters).
+    StringsTooLong,
 }
 
 impl fmt::Display for ActionError {
@@ -136,6 +154,7 @@ impl fmt::Display for ActionError {
                 write!(f, "argument {index}: number must be finite with magnitude at most 1e6")
             }
             Self::Capacity => f.write_str("a string is longer than this build's buffer for it"),
+            Self::StringsTooLong => write!(f, "a string has more than {MAX_TEXT_CHARS} characters"),
         }
     }
 }
@@ -298,16 +317,6 @@ fn copy_text<const S: usize>(text: &str) -> Result<String<S>, TextIssue> {
     Ok(owned)
 }
 
-/// A string that did not fit the scratch buffer: over the contract's bound
-/// when the buffer holds any valid text, otherwise over this build's capacity.
-fn overflow<const S: usize>(contract: ActionError) -> ActionError {
-    if S >= MAX_TEXT_BYTES {
-        contract
-    } else {
-        ActionError::Capacity
-    }
-}
-
 fn string_event<'e>(event: &'e Event<'_, '_>) -> Option<&'e str> {
     match event {
         Event::String(s) => Some(s.as_str()),
@@ -324,10 +333,44 @@ impl<const S: usize> Action<S> {
     ///
     /// Stricter than the reference at the JSON level: duplicate keys, invalid
     /// UTF-8, lone surrogate escapes, `NaN`/`Infinity`, a byte-order mark and
-    /// trailing text are refused. Uses `S` bytes of stack as scratch space.
+    /// trailing text are refused.
+    ///
+    /// Decodes escaped strings in a stack buffer of [`ACTION_SCRATCH`] bytes
+    /// (about 70 KiB) for documents longer than 1 KiB, 1 KiB otherwise; a
+    /// device with a small stack should call [`Action::parse_in`] instead.
     pub fn parse(json: &[u8]) -> Result<Self, ActionError> {
-        let mut scratch = [0u8; S];
-        let mut reader = Reader::new(json, &mut scratch)?;
+        if json.len() <= SMALL_SCRATCH {
+            Self::parse_small(json)
+        } else {
+            Self::parse_large(json)
+        }
+    }
+
+    #[inline(never)]
+    fn parse_small(json: &[u8]) -> Result<Self, ActionError> {
+        Self::parse_in(json, &mut [0u8; SMALL_SCRATCH])
+    }
+
+    #[inline(never)]
+    fn parse_large(json: &[u8]) -> Result<Self, ActionError> {
+        Self::parse_in(json, &mut [0u8; ACTION_SCRATCH])
+    }
+
+    /// [`Action::parse`] with a caller's scratch buffer for escaped strings.
+    ///
+    /// Every escaped string of the document is decoded into `scratch` and
+    /// kept there until the end, so it needs as many bytes as all of them
+    /// decoded: never more than `json.len()`, and never more than
+    /// [`ACTION_SCRATCH`] for a valid action. With less, a valid action may be
+    /// refused with [`ActionError::Capacity`].
+    pub fn parse_in(json: &[u8], scratch: &mut [u8]) -> Result<Self, ActionError> {
+        let roomy = scratch.len() >= ACTION_SCRATCH;
+        let mut reader = Reader::new(json, scratch)?;
+        let fail = |e: JsonError| match e {
+            JsonError::StringTooLong if roomy => ActionError::StringsTooLong,
+            JsonError::StringTooLong => ActionError::Capacity,
+            other => ActionError::Json(other),
+        };
         match reader.next()? {
             Event::StartObject => {}
             _ => return Err(ActionError::NotAnObject),
@@ -339,10 +382,7 @@ impl<const S: usize> Action<S> {
         let mut name: Option<Identifier> = None;
         let mut arguments: Option<Arguments<S>> = None;
         loop {
-            let field = match reader.next().map_err(|e| match e {
-                JsonError::StringTooLong => ActionError::UnexpectedKey,
-                other => ActionError::Json(other),
-            })? {
+            let field = match reader.next().map_err(fail)? {
                 Event::EndObject => break,
                 Event::Key(key) => match key.as_str() {
                     "kind" => Field::Kind,
@@ -359,12 +399,9 @@ impl<const S: usize> Action<S> {
             }
             seen |= field.bit();
             match field {
-                Field::Arguments => arguments = Some(read_arguments(&mut reader)?),
+                Field::Arguments => arguments = Some(read_arguments(&mut reader, fail)?),
                 Field::Text => {
-                    let event = reader.next().map_err(|e| match e {
-                        JsonError::StringTooLong => overflow::<S>(ActionError::TextTooLong),
-                        other => ActionError::Json(other),
-                    })?;
+                    let event = reader.next().map_err(fail)?;
                     let value = string_event(&event).ok_or(ActionError::NotAString(field))?;
                     text = Some(copy_text(value).map_err(|issue| match issue {
                         TextIssue::TooLong => ActionError::TextTooLong,
@@ -372,13 +409,7 @@ impl<const S: usize> Action<S> {
                     })?);
                 }
                 Field::Kind | Field::CallId | Field::Name => {
-                    let event = reader.next().map_err(|e| match e {
-                        JsonError::StringTooLong => match field {
-                            Field::Kind => ActionError::UnknownKind,
-                            _ => ActionError::InvalidIdentifier(field, IdentifierError::TooLong),
-                        },
-                        other => ActionError::Json(other),
-                    })?;
+                    let event = reader.next().map_err(fail)?;
                     let value = string_event(&event).ok_or(ActionError::NotAString(field))?;
                     match field {
                         Field::Kind => {
@@ -401,7 +432,7 @@ impl<const S: usize> Action<S> {
                 }
             }
         }
-        reader.finish()?;
+        reader.finish().map_err(fail)?;
         match kind {
             None => Err(ActionError::MissingKey(Field::Kind)),
             Some(true) => {
@@ -430,21 +461,16 @@ impl<const S: usize> Action<S> {
 
 fn read_arguments<const S: usize>(
     reader: &mut Reader<'_, '_>,
+    fail: impl Fn(JsonError) -> ActionError,
 ) -> Result<Arguments<S>, ActionError> {
-    match reader.next()? {
+    match reader.next().map_err(&fail)? {
         Event::StartObject => {}
         _ => return Err(ActionError::ArgumentsNotObject),
     }
     let mut arguments = Arguments::<S>::new();
     loop {
         let index = u8::try_from(arguments.entries.len()).unwrap_or(u8::MAX);
-        let key = match reader.next().map_err(|e| match e {
-            JsonError::StringTooLong => ActionError::InvalidArgumentKey {
-                index,
-                reason: IdentifierError::TooLong,
-            },
-            other => ActionError::Json(other),
-        })? {
+        let key = match reader.next().map_err(&fail)? {
             Event::EndObject => return Ok(arguments),
             Event::Key(key) => {
                 if arguments.entries.is_full() {
@@ -458,10 +484,7 @@ fn read_arguments<const S: usize>(
         if arguments.get(&key).is_some() {
             return Err(ActionError::Json(JsonError::DuplicateKey));
         }
-        let event = reader.next().map_err(|e| match e {
-            JsonError::StringTooLong => overflow::<S>(ActionError::ArgumentTooLong { index }),
-            other => ActionError::Json(other),
-        })?;
+        let event = reader.next().map_err(&fail)?;
         let value = match &event {
             Event::Null => Scalar::Null,
             Event::Bool(b) => Scalar::Bool(*b),
@@ -658,6 +681,43 @@ mod tests {
             panic!("surrogate pair")
         };
         assert_eq!(text.as_str(), "😀");
+    }
+
+    #[test]
+    fn escaped_strings_of_the_largest_valid_action_all_fit() {
+        // The parser keeps every decoded escaped string until the end of the
+        // document: eight 2000-character arguments written as surrogate-pair
+        // escapes are the most a valid action can ask of the scratch buffer.
+        let value = "\\ud83d\\ude00".repeat(2000);
+        let body: std::vec::Vec<_> = (0..8)
+            .map(|i| format!(r#""\u006b{i}":"{value}""#))
+            .collect();
+        let doc = format!(
+            r#"{{"\u006bind":"tool","call_id":"c","name":"n","arguments":{{{}}}}}"#,
+            body.join(",")
+        );
+        let Ok(Action::Tool(call)) = parse(&doc) else {
+            panic!("largest valid action refused")
+        };
+        assert_eq!(call.arguments.len(), 8);
+        let over = doc.replacen(&value, &format!("{value}x"), 1);
+        assert_eq!(parse(&over), Err(ActionError::ArgumentTooLong { index: 0 }));
+    }
+
+    #[test]
+    fn many_short_escaped_strings_do_not_exhaust_a_roomy_scratch() {
+        let body: std::vec::Vec<_> = (0..8).map(|i| format!(r#""\u006b{i}":"\n""#)).collect();
+        let doc = format!(
+            r#"{{"\u006bind":"tool","\u0063all_id":"\u0063","\u006eame":"\u006e","\u0061rguments":{{{}}}}}"#,
+            body.join(",")
+        );
+        assert!(parse(&doc).is_ok());
+        // A caller's scratch smaller than the escaped content is a capacity error.
+        assert_eq!(
+            Action::<64>::parse_in(doc.as_bytes(), &mut [0u8; 8]),
+            Err(ActionError::Capacity)
+        );
+        assert!(Action::<64>::parse_in(doc.as_bytes(), &mut std::vec![0u8; doc.len()]).is_ok());
     }
 
     #[test]

@@ -34,7 +34,8 @@ pub enum JsonError {
     TrailingData,
     /// An object holds the same key twice.
     DuplicateKey,
-    /// A string is longer than this build's buffer for it.
+    /// The decoded escaped strings of the document do not fit the buffer for
+    /// them (the parser keeps every one until the end of the document).
     StringTooLong,
 }
 
@@ -48,7 +49,7 @@ impl fmt::Display for JsonError {
             Self::InvalidEscape => f.write_str("invalid string escape or lone surrogate"),
             Self::TrailingData => f.write_str("text after the JSON value"),
             Self::DuplicateKey => f.write_str("duplicate object key"),
-            Self::StringTooLong => f.write_str("string longer than the buffer for it"),
+            Self::StringTooLong => f.write_str("escaped strings longer than the buffer for them"),
         }
     }
 }

@@ -241,7 +241,9 @@ impl<const N: usize> Plan<N> {
 
     /// Reads and validates a plan from JSON text: an array of row objects.
     pub fn parse(json: &[u8]) -> Result<Self, PlanError> {
-        let mut scratch = [0u8; MAX_PLAN_ID_LEN * 6 + 8];
+        // The parser keeps every escaped string decoded until the end of the
+        // document; this holds all of them for any valid plan.
+        let mut scratch = [0u8; MAX_STEPS * (24 + 2 * MAX_PLAN_ID_LEN)];
         let mut reader = Reader::new(json, &mut scratch).map_err(PlanError::Json)?;
         match reader.next()? {
             Event::StartArray => {}
@@ -251,12 +253,6 @@ impl<const N: usize> Plan<N> {
         loop {
             let row = u8::try_from(plan.rows.len()).unwrap_or(u8::MAX);
             let fail = |rule| PlanError::Row { row, rule };
-            let long_id = |e: JsonError, field| match e {
-                JsonError::StringTooLong => {
-                    fail(RowRule::InvalidId(field, Some(IdentifierError::TooLong)))
-                }
-                other => PlanError::Json(other),
-            };
             match reader.next()? {
                 Event::EndArray => break,
                 Event::StartObject => {}
@@ -269,10 +265,7 @@ impl<const N: usize> Plan<N> {
             let mut parent: Option<Option<PlanId>> = None;
             let mut costs: [Option<u32>; 2] = [None, None];
             loop {
-                let field = match reader.next().map_err(|e| match e {
-                    JsonError::StringTooLong => fail(RowRule::UnexpectedKey),
-                    other => PlanError::Json(other),
-                })? {
+                let field = match reader.next()? {
                     Event::EndObject => break,
                     Event::Key(k) => RowField::ALL
                         .into_iter()
@@ -289,7 +282,7 @@ impl<const N: usize> Plan<N> {
                 if present {
                     return Err(PlanError::Json(JsonError::DuplicateKey));
                 }
-                let event = reader.next().map_err(|e| long_id(e, field))?;
+                let event = reader.next()?;
                 match (field, &event) {
                     (RowField::Id, Event::String(s)) => {
                         id = Some(
@@ -524,7 +517,8 @@ impl Limits {
 
     /// Reads and validates limits from a JSON object with exactly the five keys.
     pub fn parse(json: &[u8]) -> Result<Self, LimitsError> {
-        let mut scratch = [0u8; 16];
+        // Holds the five keys even when every one is escaped.
+        let mut scratch = [0u8; 64];
         let mut reader = Reader::new(json, &mut scratch)?;
         match reader.next()? {
             Event::StartObject => {}
@@ -843,6 +837,29 @@ mod tests {
             Plan::<32>::parse(rows(33).as_bytes()),
             Err(PlanError::TooManyRows)
         );
+    }
+
+    #[test]
+    fn escaped_keys_and_ids_are_read_like_plain_ones() {
+        let limits = Limits::parse(
+            br#"{"\u0073teps":1,"\u0074okens":2,"\u006Futput":3,"\u0064epth":4,"\u0066anout":5}"#,
+        );
+        assert_eq!(limits, Limits::new(1, 2, 3, 4, 5));
+        let rows: std::vec::Vec<_> = (0..32)
+            .map(|i| {
+                let id = format!("{}{i:02}", r"\u0061".repeat(30));
+                let parent = if i == 0 {
+                    "null".into()
+                } else {
+                    format!(r#""{}{:02}""#, r"\u0061".repeat(30), i - 1)
+                };
+                format!(
+                    r#"{{"\u0069d":"{id}","\u0070arent":{parent},"\u0074okens":1,"\u006futput":1}}"#
+                )
+            })
+            .collect();
+        let plan = Plan::<32>::parse(format!("[{}]", rows.join(",")).as_bytes()).unwrap();
+        assert_eq!(plan.usage().max_depth, 32);
     }
 
     #[test]
