@@ -54,6 +54,7 @@ pub mod plan;
 pub mod pyjson;
 pub mod registry;
 pub mod run;
+pub mod turn;
 pub mod work;
 
 pub use action::{Action, ActionError, Arguments, Field, Scalar, ToolCall};
@@ -67,6 +68,7 @@ pub use run::{
     Completed, ObservationData, Progress, RejectReason, Run, RunError, RunLimits, RunLimitsError,
     Status, ToolSet, ToolSetError, TraceRow, Verdict,
 };
+pub use turn::{RunStatus, TokenMode, TokenUsage, TurnGate, TurnLimits};
 pub use work::{run_trace_work, trace_work, TraceWorkError, Work, WorkRow};
 
 #[cfg(test)]

@@ -44,6 +44,26 @@ pub const MAX_ROW_COST: u32 = 10_000;
 pub const MAX_COST_LIMIT: u32 = 320_000;
 /// Largest `steps`, `depth` or `fanout` limit of a bounded workflow (`SPEC B2`).
 pub const MAX_SHAPE_LIMIT: u32 = 32;
+/// Default most model calls of a turn-gated run (`SPEC C`, the reference's `max_pasos`).
+pub const DEFAULT_MAX_MODEL_CALLS: u32 = 15;
+/// Default most accumulated tokens of a turn-gated run (`SPEC C`, `max_tokens_totales`).
+pub const DEFAULT_MAX_RUN_TOKENS: u64 = 150_000;
+/// Default most wall time of a turn-gated run, in milliseconds (`SPEC C`, `max_segundos`).
+pub const DEFAULT_MAX_RUN_MILLIS: u64 = 120_000;
+/// Default most identical tool calls (same name, same arguments) of a run (`SPEC C`, `max_repeticiones`).
+pub const DEFAULT_MAX_REPEATS: u32 = 2;
+/// Most tool calls tracked in one model turn; more are refused, never dropped (`SPEC C`).
+pub const MAX_TURN_CALLS: usize = 16;
+/// Most distinct (tool, arguments) fingerprints one run remembers for the repetition rule (`SPEC C`).
+pub const MAX_DISTINCT_CALLS: usize = 64;
+/// Longest tool call id (a `tool_use` block's `id`), in ASCII characters (`SPEC C`).
+pub const MAX_CALL_ID_LEN: usize = 64;
+/// Longest tool name in the tool rules of the turn gate, in ASCII characters (`SPEC C`).
+pub const MAX_TOOL_NAME_LEN: usize = 64;
+/// Deepest nesting of objects and arrays the arguments fingerprint follows (`SPEC C`).
+pub const MAX_FINGERPRINT_DEPTH: usize = 16;
+/// Most object keys in one raw JSON arguments document, for duplicate-key detection (`SPEC C`).
+pub const MAX_FINGERPRINT_KEYS: usize = 64;
 
 const _: () = assert!(MAX_DECISIONS as usize <= MAX_STEPS);
 const _: () = assert!(MAX_TOOL_CALLS as usize <= MAX_STEPS);

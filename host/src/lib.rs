@@ -9,5 +9,6 @@
 pub mod convert;
 pub mod driver;
 pub mod eval;
+pub mod replay;
 pub mod strict;
 pub mod tools;

@@ -27,8 +27,7 @@ struct Cli {
     command: Command,
 }
 
-// Reserved subcommand names, added later by their owners: `replay`
-// (host/src/replay.rs) and `device`. Do not use them for anything else.
+// Reserved subcommand name, added later by its owner: `device`.
 #[derive(Subcommand)]
 enum Command {
     /// Check a plan of sub-tasks against whole-run limits (SPEC B).
@@ -124,14 +123,40 @@ Examples:
   $ echo '{\"fn\":\"validate_agent_action\",\"args\":{\"value\":[]}}' | budgetgate eval
   {\"error\":\"invalid-input\",\"detail\":\"an action must be a JSON object\"}")]
     Eval,
+
+    /// Re-decide a recorded agent session through the turn gate (SPEC C).
+    ///
+    /// Reads a recorded session (Claude Code JSONL log, Anthropic Messages API
+    /// request/response pairs as JSON or JSONL, a VCR cassette in YAML, or a
+    /// SWE-agent .traj; the format is detected and named) and replays it turn
+    /// by turn as if the gate had been in the loop: per turn the usage (each
+    /// token field and the running total) and each tool call's verdict; where
+    /// the budget would have stopped the agent and why; the totals; and the
+    /// refusals counted by reason. Budgets come from a TOML file
+    /// (docs/TURN-GATE.md, examples/budget.toml); the defaults are the
+    /// reference's: 15 steps, 150 000 tokens, 120 s, 2 repeats.
+    ///
+    /// With --json, prints one object with format, turns, tool_calls, usage
+    /// {input_tokens, output_tokens, cache_read_input_tokens,
+    /// cache_creation_input_tokens, total}, stopped (null or {turn, reason})
+    /// and refusals {reason: count}.
+    #[command(after_help = "\
+Exit status: 0 the gate would not have stopped the session, 1 it would have,
+2 the session or budget file cannot be read.
+
+Examples:
+  budgetgate replay examples/replay/claude-code.jsonl
+  budgetgate replay examples/replay/vcr-cassette.yaml --budget examples/budget.toml
+  budgetgate replay examples/replay/swe-agent.traj --approve none --json")]
+    Replay(budgetgate::replay::ReplayArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Plan(args) => cli::plan::main(&args),
-        Command::Run(args) => cli::run::main(&args),
-        Command::Eval => cli::eval::main(),
+        Command::Plan(args) => cli::plan::main(&args).into(),
+        Command::Run(args) => cli::run::main(&args).into(),
+        Command::Eval => cli::eval::main().into(),
+        Command::Replay(args) => budgetgate::replay::command(&args),
     }
-    .into()
 }

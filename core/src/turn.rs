@@ -1,0 +1,689 @@
+//! Stop conditions and approval around a model (`SPEC C`), as a sans-IO turn gate.
+//!
+//! A run around a real model needs several stop conditions, each for its own
+//! risk: model calls (steps), accumulated tokens (every call resends the
+//! history, cache reads included), wall time, repetitions of the same call,
+//! and a human's approval for consequential tools. [`TurnGate`] enforces all
+//! of them without I/O: the caller makes the model calls, runs the tools,
+//! asks the approver and reads the clock, and tells the gate what happened;
+//! the gate says what may happen next and which error result answers each
+//! refused call.
+//!
+//! ```
+//! use budgetgate_core::turn::{
+//!     Admission, ArgsFingerprint, CallVerdict, ProposedCall, RunStatus, StopReason,
+//!     TokenUsage, ToolOutcome, ToolRule, ToolRules, TurnEnd, TurnGate, TurnLimits,
+//! };
+//!
+//! let mut rules: ToolRules = ToolRules::new();
+//! rules.try_add("lookup", ToolRule::Run).unwrap();
+//! let mut gate: TurnGate = TurnGate::new(TurnLimits::DEFAULT, rules, 0);
+//!
+//! // Turn 1: the model asks for a tool.
+//! assert_eq!(gate.begin_call(0), Ok(Admission::Proceed { call: 0 }));
+//! let usage = TokenUsage::parse(br#"{"input_tokens": 420, "output_tokens": 30,
+//!     "cache_read_input_tokens": null}"#).unwrap();
+//! gate.record(usage, StopReason::parse("tool_use").unwrap()).unwrap();
+//! let input = br#"{"name": "Alice"}"#;
+//! let call = ProposedCall {
+//!     call_id: "toolu_1",
+//!     name: "lookup",
+//!     arguments: ArgsFingerprint::of_json(input, &mut [0u8; 64]).ok(),
+//!     input,
+//! };
+//! assert_eq!(gate.propose(&call), Ok(CallVerdict::Execute));
+//! gate.report("toolu_1", ToolOutcome::Ok).unwrap(); // after running it
+//! assert_eq!(gate.finish_turn(), Ok(TurnEnd::Continue));
+//!
+//! // Turn 2: the answer.
+//! assert_eq!(gate.begin_call(1_500), Ok(Admission::Proceed { call: 1 }));
+//! gate.record(TokenUsage { input_tokens: 500, output_tokens: 12, ..TokenUsage::ZERO },
+//!             StopReason::EndTurn).unwrap();
+//! assert_eq!(gate.finish_turn(), Ok(TurnEnd::Complete));
+//! assert_eq!(gate.status(), RunStatus::Complete);
+//! assert_eq!(gate.usage().total(), 962);
+//! ```
+//!
+//! Design notes (also in `docs/TURN-GATE.md`):
+//! * **Default mode vs reserve mode.** By default the token limit is checked
+//!   after the fact, as the reference does: a call that starts below the
+//!   limit may end above it (overshoot by at most one call). In
+//!   [`TokenMode::Reserve`] each call declares a trusted worst case first and
+//!   is refused unless it fits, so the budget is never overshot.
+//! * **Parallel calls** are decided one by one in order against what is left
+//!   (see [`TurnGate`]).
+//! * **Repetitions** are counted under a 128-bit fingerprint of the canonical
+//!   form (see [`ArgsFingerprint`]): a collision can only refuse early, never
+//!   let a repeat through.
+
+mod fingerprint;
+mod gate;
+mod outcome;
+mod rules;
+mod usage;
+
+pub use fingerprint::{ArgsFingerprint, CallFingerprint, FingerprintBuilder, FingerprintError};
+pub use gate::{
+    Admission, AdmitError, ApprovalAnswer, ApprovalError, Approver, CallState, CallVerdict,
+    CloseError, Closing, FinishError, GatePhase, ProposeError, ProposedCall, RecordError, Recorded,
+    ReportError, ResumeError, TokenMode, ToolOutcome, TurnEnd, TurnGate, TurnLimits,
+    TOOL_ERROR_PREFIX,
+};
+pub use outcome::{
+    ErrorResult, ExhaustReason, Exhaustion, ReasonText, RefusalCounts, RefusalReason, RunStatus,
+    StopReason, StopReasonError, MAX_REASON_LEN,
+};
+pub use rules::{CallId, NameError, ToolName, ToolRule, ToolRules, ToolRulesError};
+pub use usage::{TokenUsage, UsageError, UsageField};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Gate = TurnGate<4, 8, 4>;
+
+    fn fp(json: &str) -> Option<ArgsFingerprint> {
+        ArgsFingerprint::of_json(json.as_bytes(), &mut [0u8; 128]).ok()
+    }
+
+    fn call<'a>(id: &'a str, name: &'a str, args: &'a str) -> ProposedCall<'a> {
+        ProposedCall {
+            call_id: id,
+            name,
+            arguments: fp(args),
+            input: args.as_bytes(),
+        }
+    }
+
+    fn rules() -> ToolRules<4> {
+        let mut r = ToolRules::new();
+        r.try_add("search", ToolRule::Run).unwrap();
+        r.try_add("refund", ToolRule::NeedsApproval).unwrap();
+        r
+    }
+
+    fn usage(total: u64) -> TokenUsage {
+        TokenUsage {
+            input_tokens: total,
+            ..TokenUsage::ZERO
+        }
+    }
+
+    fn gate(limits: TurnLimits) -> Gate {
+        Gate::new(limits, rules(), 1_000)
+    }
+
+    /// Begins a call at `now` and records a `tool_use` response of `tokens`.
+    fn tool_turn(g: &mut Gate, now: u64, tokens: u64) {
+        assert!(matches!(g.begin_call(now), Ok(Admission::Proceed { .. })));
+        g.record(usage(tokens), StopReason::ToolUse).unwrap();
+    }
+
+    #[test]
+    fn defaults_are_the_reference_defaults() {
+        let l = TurnLimits::DEFAULT;
+        assert_eq!(
+            (l.max_model_calls, l.max_tokens, l.max_millis, l.max_repeats),
+            (15, 150_000, 120_000, 2)
+        );
+        assert_eq!(l.max_tool_calls, None);
+        assert_eq!(l.token_mode, TokenMode::AfterTheFact);
+    }
+
+    #[test]
+    fn step_limit_reached_exactly_stops_before_the_next_call() {
+        let mut g = gate(TurnLimits {
+            max_model_calls: 2,
+            ..TurnLimits::DEFAULT
+        });
+        for now in [1_000, 1_001] {
+            tool_turn(&mut g, now, 1);
+            assert_eq!(g.finish_turn(), Ok(TurnEnd::Continue));
+        }
+        let Ok(Admission::Exhausted(e)) = g.begin_call(1_002) else {
+            panic!("third call must be refused")
+        };
+        assert_eq!(e.reason, ExhaustReason::Steps);
+        assert_eq!(e.to_string(), "step limit (2)");
+        assert!(matches!(g.status(), RunStatus::Incomplete(_)));
+        assert_eq!(
+            g.begin_call(1_003),
+            Err(AdmitError::NotReady(GatePhase::Finished))
+        );
+    }
+
+    #[test]
+    fn token_limit_uses_greater_or_equal() {
+        let limits = TurnLimits {
+            max_tokens: 100,
+            ..TurnLimits::DEFAULT
+        };
+        // One token below: the next call is allowed.
+        let mut g = gate(limits);
+        tool_turn(&mut g, 1_000, 99);
+        g.finish_turn().unwrap();
+        assert!(matches!(g.begin_call(1_000), Ok(Admission::Proceed { .. })));
+        // Exactly at the limit: refused.
+        let mut g = gate(limits);
+        tool_turn(&mut g, 1_000, 100);
+        g.finish_turn().unwrap();
+        let Ok(Admission::Exhausted(e)) = g.begin_call(1_000) else {
+            panic!("at the limit")
+        };
+        assert_eq!(e.reason, ExhaustReason::Tokens);
+        assert_eq!(e.usage.total(), 100);
+    }
+
+    #[test]
+    fn time_limit_uses_greater_or_equal_and_is_checked_after_tokens() {
+        let limits = TurnLimits {
+            max_millis: 500,
+            max_tokens: 10,
+            ..TurnLimits::DEFAULT
+        };
+        let g = gate(limits);
+        assert_eq!(g.check(1_499), None);
+        assert_eq!(g.check(1_500).map(|e| e.reason), Some(ExhaustReason::Time));
+        // A clock that goes back counts as no time.
+        assert_eq!(g.check(10), None);
+        assert_eq!(g.check_time(1_499), None);
+        assert_eq!(
+            g.check_time(1_500).map(|e| (e.reason, e.elapsed_ms)),
+            Some((ExhaustReason::Time, 500))
+        );
+        let mut g = gate(limits);
+        tool_turn(&mut g, 1_000, 10);
+        g.finish_turn().unwrap();
+        // Both tokens and time are reached: tokens is reported, as in agotado().
+        assert_eq!(
+            g.check(5_000).map(|e| e.reason),
+            Some(ExhaustReason::Tokens)
+        );
+        // Mid-turn, only time matters: the tokens limit waits for the next call.
+        assert_eq!(g.check_time(1_400), None);
+    }
+
+    #[test]
+    fn default_mode_overshoots_by_one_call_reserve_mode_refuses() {
+        let limits = TurnLimits {
+            max_tokens: 1_000,
+            ..TurnLimits::DEFAULT
+        };
+        // Default: 900 used, the next call is allowed and ends at 1 400.
+        let mut g = gate(limits);
+        tool_turn(&mut g, 1_000, 900);
+        g.finish_turn().unwrap();
+        assert!(matches!(g.begin_call(1_000), Ok(Admission::Proceed { .. })));
+        g.record(usage(500), StopReason::EndTurn).unwrap();
+        assert_eq!(g.usage().total(), 1_400);
+
+        // Reserve: the same call declares its worst case (input 400 + max_tokens 100).
+        let mut g = gate(TurnLimits {
+            token_mode: TokenMode::Reserve,
+            ..limits
+        });
+        assert_eq!(g.begin_call(1_000), Err(AdmitError::ReservationRequired));
+        assert!(matches!(
+            g.begin_reserved_call(1_000, 1_000),
+            Ok(Admission::Proceed { .. })
+        ));
+        g.record(usage(900), StopReason::ToolUse).unwrap();
+        g.finish_turn().unwrap();
+        // 900 + 100 = 1 000 fits exactly; 900 + 101 does not.
+        let mut fits = g.clone();
+        assert!(matches!(
+            fits.begin_reserved_call(1_000, 100),
+            Ok(Admission::Proceed { .. })
+        ));
+        let Ok(Admission::Exhausted(e)) = g.begin_reserved_call(1_000, 101) else {
+            panic!("worst case passes the limit")
+        };
+        assert_eq!(e.reason, ExhaustReason::TokenReserve);
+        assert_eq!(e.worst_case, 101);
+        assert!(g.usage().total() <= 1_000);
+    }
+
+    #[test]
+    fn reservation_overrun_is_recorded_not_hidden() {
+        let mut g = gate(TurnLimits {
+            token_mode: TokenMode::Reserve,
+            ..TurnLimits::DEFAULT
+        });
+        g.begin_reserved_call(1_000, 50).unwrap();
+        let r = g.record(usage(70), StopReason::EndTurn).unwrap();
+        assert_eq!(r.over_reservation, 20);
+        assert_eq!(r.usage.total(), 70);
+    }
+
+    #[test]
+    fn third_identical_call_is_refused_whatever_the_key_order() {
+        let mut g = gate(TurnLimits::DEFAULT);
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("c1", "search", r#"{"q":"x","n":1}"#)),
+            Ok(CallVerdict::Execute)
+        );
+        g.report("c1", ToolOutcome::Ok).unwrap();
+        g.finish_turn().unwrap();
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("c2", "search", r#"{"n":1,"q":"x"}"#)),
+            Ok(CallVerdict::Execute)
+        );
+        // 1.0 is not 1: a different call, allowed.
+        assert_eq!(
+            g.propose(&call("c3", "search", r#"{"n":1.0,"q":"x"}"#)),
+            Ok(CallVerdict::Execute)
+        );
+        g.report("c2", ToolOutcome::Ok).unwrap();
+        g.report("c3", ToolOutcome::Ok).unwrap();
+        g.finish_turn().unwrap();
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("c4", "search", r#"{ "q" : "x", "n" : 1 }"#)),
+            Ok(CallVerdict::Refused(RefusalReason::Repeat))
+        );
+        // Refused calls are answered already; finishing needs nothing more.
+        assert_eq!(
+            g.refusal_result("c4").map(|r| r.content),
+            Some(RefusalReason::Repeat.message())
+        );
+        assert_eq!(
+            g.report("c4", ToolOutcome::Ok),
+            Err(ReportError::AlreadyAnswered)
+        );
+        assert_eq!(g.finish_turn(), Ok(TurnEnd::Continue));
+        assert_eq!(g.refusals().get(RefusalReason::Repeat), 1);
+        // The same arguments under another tool name are another call.
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("c5", "refund", r#"{"q":"x","n":1}"#)),
+            Ok(CallVerdict::NeedsApproval)
+        );
+    }
+
+    #[test]
+    fn refused_approval_is_answered_and_never_executed() {
+        let mut g = gate(TurnLimits::DEFAULT);
+        tool_turn(&mut g, 1_000, 1);
+        let refund = call("r1", "refund", r#"{"order":7}"#);
+        assert_eq!(g.propose(&refund), Ok(CallVerdict::NeedsApproval));
+        // Not approved yet: no result may be reported, and the turn cannot end.
+        assert_eq!(
+            g.report("r1", ToolOutcome::Ok),
+            Err(ReportError::AwaitingApproval)
+        );
+        assert_eq!(g.finish_turn(), Err(FinishError::Unanswered(1)));
+        assert_eq!(
+            g.approve("r1", false),
+            Ok(CallVerdict::Refused(RefusalReason::ApprovalRefused))
+        );
+        assert_eq!(
+            g.report("r1", ToolOutcome::Ok),
+            Err(ReportError::AlreadyAnswered)
+        );
+        assert_eq!(
+            g.approve("r1", true),
+            Err(ApprovalError::NotAwaitingApproval)
+        );
+        assert_eq!(g.finish_turn(), Ok(TurnEnd::Continue));
+        // With an approver answering at once.
+        tool_turn(&mut g, 1_000, 1);
+        let mut yes = |_: &ProposedCall<'_>| ApprovalAnswer::Approve;
+        assert_eq!(
+            g.propose_with(&call("r2", "refund", r#"{"order":8}"#), &mut yes),
+            Ok(CallVerdict::Execute)
+        );
+        let mut no = |c: &ProposedCall<'_>| {
+            assert_eq!(c.input, br#"{"order":9}"#);
+            ApprovalAnswer::Refuse
+        };
+        assert_eq!(
+            g.propose_with(&call("r3", "refund", r#"{"order":9}"#), &mut no),
+            Ok(CallVerdict::Refused(RefusalReason::ApprovalRefused))
+        );
+        let mut later = |_: &ProposedCall<'_>| ApprovalAnswer::Later;
+        assert_eq!(
+            g.propose_with(&call("r4", "search", "{}"), &mut later),
+            Ok(CallVerdict::Execute)
+        );
+    }
+
+    #[test]
+    fn max_tokens_turn_never_executes_its_tool_call() {
+        let mut g = gate(TurnLimits::DEFAULT);
+        g.begin_call(1_000).unwrap();
+        g.record(usage(10), StopReason::MaxTokens).unwrap();
+        // The arguments were cut off mid-way; even readable ones never run.
+        let cut = ProposedCall {
+            call_id: "t1",
+            name: "search",
+            arguments: None,
+            input: br#"{"q":"unfinis"#,
+        };
+        assert_eq!(
+            g.propose(&cut),
+            Ok(CallVerdict::Refused(RefusalReason::CutOff))
+        );
+        assert_eq!(
+            g.propose(&call("t2", "search", r#"{"q":"x"}"#)),
+            Ok(CallVerdict::Refused(RefusalReason::CutOff))
+        );
+        assert_eq!(
+            g.report("t1", ToolOutcome::Ok),
+            Err(ReportError::AlreadyAnswered)
+        );
+        assert_eq!(g.finish_turn(), Ok(TurnEnd::Stopped(StopReason::MaxTokens)));
+        assert_eq!(g.status(), RunStatus::Error(StopReason::MaxTokens));
+        assert_eq!(g.tool_attempts(), 0);
+        // A new question on the same budget (e.g. with a larger max_tokens).
+        g.resume().unwrap();
+        assert_eq!(g.begin_call(1_000), Ok(Admission::Proceed { call: 1 }));
+    }
+
+    #[test]
+    fn pause_turn_continues_without_running_anything() {
+        let mut g = gate(TurnLimits::DEFAULT);
+        g.begin_call(1_000).unwrap();
+        g.record(usage(10), StopReason::PauseTurn).unwrap();
+        assert_eq!(g.finish_turn(), Ok(TurnEnd::Continue));
+        assert_eq!(g.status(), RunStatus::Running);
+        assert_eq!(g.steps(), 1);
+        // A client tool call in a paused turn is not run either.
+        g.begin_call(1_000).unwrap();
+        g.record(usage(10), StopReason::PauseTurn).unwrap();
+        assert_eq!(
+            g.propose(&call("p1", "search", "{}")),
+            Ok(CallVerdict::Refused(RefusalReason::NotToolTurn))
+        );
+        assert_eq!(g.finish_turn(), Ok(TurnEnd::Continue));
+    }
+
+    #[test]
+    fn other_stop_reasons_end_with_an_error_status() {
+        for reason in [
+            "refusal",
+            "stop_sequence",
+            "model_context_window_exceeded",
+            "brand_new_reason",
+        ] {
+            let mut g = gate(TurnLimits::DEFAULT);
+            g.begin_call(1_000).unwrap();
+            let stop = StopReason::parse(reason).unwrap();
+            g.record(usage(1), stop).unwrap();
+            assert_eq!(g.finish_turn(), Ok(TurnEnd::Stopped(stop)));
+            assert_eq!(g.status(), RunStatus::Error(stop));
+            assert_eq!(g.status().to_string(), format!("error: {reason}"));
+        }
+    }
+
+    #[test]
+    fn two_parallel_calls_with_one_tool_attempt_left() {
+        let mut g = gate(TurnLimits {
+            max_tool_calls: Some(2),
+            ..TurnLimits::DEFAULT
+        });
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("a", "search", r#"{"q":1}"#)),
+            Ok(CallVerdict::Execute)
+        );
+        g.report("a", ToolOutcome::Ok).unwrap();
+        g.finish_turn().unwrap();
+        tool_turn(&mut g, 1_000, 1);
+        // One attempt left, two calls: the first in order gets it.
+        assert_eq!(
+            g.propose(&call("b", "search", r#"{"q":2}"#)),
+            Ok(CallVerdict::Execute)
+        );
+        assert_eq!(
+            g.propose(&call("c", "search", r#"{"q":3}"#)),
+            Ok(CallVerdict::Refused(RefusalReason::ToolBudget))
+        );
+        assert_eq!(g.tool_attempts(), 2);
+        assert_eq!(g.finish_turn(), Err(FinishError::Unanswered(1)));
+        assert_eq!(
+            g.unanswered()
+                .map(|c| c.as_str())
+                .collect::<std::vec::Vec<_>>(),
+            ["b"]
+        );
+        g.report("b", ToolOutcome::Error).unwrap();
+        assert_eq!(g.tool_errors(), 1);
+        assert_eq!(g.finish_turn(), Ok(TurnEnd::Continue));
+    }
+
+    #[test]
+    fn results_for_unknown_or_answered_ids_are_rejected() {
+        let mut g = gate(TurnLimits::DEFAULT);
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("a", "search", "{}")),
+            Ok(CallVerdict::Execute)
+        );
+        assert_eq!(
+            g.report("zzz", ToolOutcome::Ok),
+            Err(ReportError::UnknownCallId)
+        );
+        g.report("a", ToolOutcome::Ok).unwrap();
+        assert_eq!(
+            g.report("a", ToolOutcome::Ok),
+            Err(ReportError::AlreadyAnswered)
+        );
+        assert_eq!(g.approve("zzz", true), Err(ApprovalError::UnknownCallId));
+        assert_eq!(
+            g.propose(&call("a", "search", r#"{"x":1}"#)),
+            Err(ProposeError::DuplicateCallId)
+        );
+        assert_eq!(
+            g.propose(&call("bad id", "search", "{}")),
+            Err(ProposeError::InvalidCallId(NameError::BadCharacter))
+        );
+        g.finish_turn().unwrap();
+        // The previous response's id is unknown once the next response is recorded.
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.report("a", ToolOutcome::Ok),
+            Err(ReportError::UnknownCallId)
+        );
+    }
+
+    #[test]
+    fn unknown_tools_and_unreadable_arguments_are_refused() {
+        let mut g = gate(TurnLimits::DEFAULT);
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("a", "delete_all", "{}")),
+            Ok(CallVerdict::Refused(RefusalReason::UnknownTool))
+        );
+        assert_eq!(
+            g.tool_attempts(),
+            1,
+            "an unknown tool still counts an attempt"
+        );
+        let bad = ProposedCall {
+            call_id: "b",
+            name: "search",
+            arguments: None,
+            input: b"{",
+        };
+        assert_eq!(
+            g.propose(&bad),
+            Ok(CallVerdict::Refused(RefusalReason::InvalidArguments))
+        );
+        assert_eq!(g.finish_turn(), Ok(TurnEnd::Continue));
+    }
+
+    #[test]
+    fn closing_after_exhaustion_leaves_no_call_unanswered() {
+        let mut g = gate(TurnLimits {
+            max_millis: 1_000,
+            ..TurnLimits::DEFAULT
+        });
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("a", "search", r#"{"q":1}"#)),
+            Ok(CallVerdict::Execute)
+        );
+        assert_eq!(
+            g.propose(&call("b", "refund", r#"{"q":1}"#)),
+            Ok(CallVerdict::NeedsApproval)
+        );
+        assert_eq!(
+            g.propose(&call("c", "search", r#"{"q":2}"#)),
+            Ok(CallVerdict::Execute)
+        );
+        g.report("a", ToolOutcome::Ok).unwrap();
+        // Time runs out while b awaits approval and c has not run.
+        assert_eq!(g.check(2_000).map(|e| e.reason), Some(ExhaustReason::Time));
+        let closing = g.close(2_000).unwrap();
+        let ids: std::vec::Vec<_> = closing.unanswered().iter().map(|c| c.as_str()).collect();
+        assert_eq!(ids, ["b", "c"]);
+        assert!(matches!(
+            closing.status(),
+            RunStatus::Incomplete(Exhaustion {
+                reason: ExhaustReason::Time,
+                ..
+            })
+        ));
+        assert_eq!(g.unanswered().count(), 0);
+        assert_eq!(
+            g.report("c", ToolOutcome::Ok),
+            Err(ReportError::AlreadyAnswered)
+        );
+        assert_eq!(g.refusals().get(RefusalReason::BudgetExhausted), 2);
+        assert_eq!(g.resume(), Err(ResumeError::Exhausted));
+        let message = serde_json_core_free_encode(&closing);
+        assert!(message.starts_with(
+            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"b","is_error":true,"content":"Budget exhausted, not executed."},"#
+        ));
+        assert!(message.ends_with(&format!(
+            r#"{{"type":"text","text":"{}"}}]}}"#,
+            Closing::<4>::SUMMARY_REQUEST
+        )));
+    }
+
+    #[test]
+    fn closing_is_refused_mid_call_and_after_completion() {
+        let mut g = gate(TurnLimits::DEFAULT);
+        g.begin_call(1_000).unwrap();
+        assert_eq!(g.close(1_000), Err(CloseError::AwaitingResponse));
+        g.record(usage(1), StopReason::EndTurn).unwrap();
+        g.finish_turn().unwrap();
+        assert_eq!(g.close(1_000), Err(CloseError::Complete));
+        // Closing between turns with no limit reached says so.
+        let mut g = gate(TurnLimits::DEFAULT);
+        let closing = g.close(1_000).unwrap();
+        assert!(closing.unanswered().is_empty());
+        assert!(matches!(
+            g.status(),
+            RunStatus::Incomplete(Exhaustion {
+                reason: ExhaustReason::Closed,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn capacities_refuse_rather_than_forget() {
+        // 4 calls per response, 8 distinct calls remembered.
+        let mut g = gate(TurnLimits::DEFAULT);
+        tool_turn(&mut g, 1_000, 1);
+        for i in 0..4 {
+            let id = format!("c{i}");
+            let args = format!(r#"{{"q":{i}}}"#);
+            assert_eq!(
+                g.propose(&call(&id, "search", &args)),
+                Ok(CallVerdict::Execute)
+            );
+            g.report(&id, ToolOutcome::Ok).unwrap();
+        }
+        assert_eq!(
+            g.propose(&call("c4", "search", r#"{"q":4}"#)),
+            Ok(CallVerdict::Refused(RefusalReason::TurnCapacity))
+        );
+        g.finish_turn().unwrap();
+        tool_turn(&mut g, 1_000, 1);
+        for i in 4..8 {
+            let id = format!("d{i}");
+            let args = format!(r#"{{"q":{i}}}"#);
+            assert_eq!(
+                g.propose(&call(&id, "search", &args)),
+                Ok(CallVerdict::Execute)
+            );
+            g.report(&id, ToolOutcome::Ok).unwrap();
+        }
+        g.finish_turn().unwrap();
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("e", "search", r#"{"q":99}"#)),
+            Ok(CallVerdict::Refused(RefusalReason::RepeatCapacity))
+        );
+        // A known call is still counted normally.
+        assert_eq!(
+            g.propose(&call("f", "search", r#"{"q":0}"#)),
+            Ok(CallVerdict::Execute)
+        );
+    }
+
+    #[test]
+    fn out_of_order_calls_are_typed_errors() {
+        let mut g = gate(TurnLimits::DEFAULT);
+        assert_eq!(
+            g.record(usage(1), StopReason::EndTurn),
+            Err(RecordError::NotAwaitingResponse(GatePhase::Ready))
+        );
+        assert_eq!(
+            g.propose(&call("a", "search", "{}")),
+            Err(ProposeError::NotInTurn(GatePhase::Ready))
+        );
+        assert_eq!(
+            g.finish_turn(),
+            Err(FinishError::NotInTurn(GatePhase::Ready))
+        );
+        g.begin_call(1_000).unwrap();
+        assert_eq!(
+            g.begin_call(1_000),
+            Err(AdmitError::NotReady(GatePhase::AwaitingResponse))
+        );
+        g.record(usage(1), StopReason::ToolUse).unwrap();
+        g.propose(&call("a", "search", "{}")).unwrap();
+        assert_eq!(
+            g.begin_call(1_000),
+            Err(AdmitError::NotReady(GatePhase::InTurn))
+        );
+        assert_eq!(g.resume(), Err(ResumeError::NotFinished(GatePhase::InTurn)));
+    }
+
+    #[test]
+    fn zero_repeats_refuses_every_call_and_zero_steps_every_model_call() {
+        let mut g = gate(TurnLimits {
+            max_repeats: 0,
+            ..TurnLimits::DEFAULT
+        });
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("a", "search", "{}")),
+            Ok(CallVerdict::Refused(RefusalReason::Repeat))
+        );
+        let mut g = gate(TurnLimits {
+            max_model_calls: 0,
+            ..TurnLimits::DEFAULT
+        });
+        assert!(matches!(g.begin_call(1_000), Ok(Admission::Exhausted(_))));
+    }
+
+    /// A tiny JSON writer for the closing message, via the core's encoder.
+    fn serde_json_core_free_encode<T: serde::Serialize>(value: &T) -> std::string::String {
+        let mut buf = [0u8; 1024];
+        let n = crate::pyjson::encode(value, &mut buf).unwrap();
+        std::string::String::from_utf8(buf[..n].to_vec()).unwrap()
+    }
+
+    #[test]
+    fn gate_size_is_modest() {
+        let size = core::mem::size_of::<TurnGate>();
+        println!("TurnGate = {size} B");
+        assert!(size <= 6 * 1024, "TurnGate grew to {size} bytes");
+    }
+}

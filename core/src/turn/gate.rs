@@ -1,0 +1,1020 @@
+//! The turn gate: budget checks before each model call, and the decision on
+//! every tool call of each response (`SPEC C`).
+
+use core::fmt;
+
+use heapless::Vec;
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+
+use super::fingerprint::{ArgsFingerprint, CallFingerprint};
+use super::outcome::{
+    ErrorResult, ExhaustReason, Exhaustion, RefusalCounts, RefusalReason, RunStatus, StopReason,
+};
+use super::rules::{CallId, NameError, ToolRule, ToolRules};
+use super::usage::TokenUsage;
+use crate::limits::{
+    DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_REPEATS, DEFAULT_MAX_RUN_MILLIS, DEFAULT_MAX_RUN_TOKENS,
+    MAX_DISTINCT_CALLS, MAX_TOOLS, MAX_TURN_CALLS,
+};
+
+/// How the token budget is enforced (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum TokenMode {
+    /// The reference's rule: before each call, stop if the tokens so far
+    /// reached the limit (`>=`). A call that starts below the limit may end
+    /// above it, so the budget can be overshot by up to one call's usage.
+    #[default]
+    AfterTheFact,
+    /// Stricter: before each call the caller declares a trusted upper bound
+    /// for it (its `max_tokens` plus the known input size, cache included),
+    /// and the call is refused unless the tokens so far plus that bound stay
+    /// within the limit. The real usage is then recorded. As long as the
+    /// bound holds (the API enforces `max_tokens`; the input is known before
+    /// sending), the budget can never be overshot.
+    Reserve,
+}
+
+impl TokenMode {
+    /// `after-the-fact` or `reserve` (`SPEC C`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::AfterTheFact => "after-the-fact",
+            Self::Reserve => "reserve",
+        }
+    }
+}
+
+/// The limits of a turn-gated run (`SPEC C`, the reference's `Presupuesto`).
+///
+/// Every value is allowed: a zero limit stops the run before its first
+/// model call, `max_repeats: 0` refuses every tool call as a repeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct TurnLimits {
+    /// Most model calls (`max_pasos`, default 15).
+    pub max_model_calls: u32,
+    /// Most accumulated tokens, all four usage fields (`max_tokens_totales`, default 150 000).
+    pub max_tokens: u64,
+    /// Most wall time since the run began, in milliseconds (`max_segundos`, default 120 000).
+    pub max_millis: u64,
+    /// Most identical calls (same tool, same arguments in canonical form);
+    /// the next one is refused (`max_repeticiones`, default 2).
+    pub max_repeats: u32,
+    /// Most tool attempts in the whole run, or `None` for no such limit (the
+    /// reference has none; default `None`). Parallel calls of one response are
+    /// counted one by one, in order.
+    pub max_tool_calls: Option<u32>,
+    /// How the token limit is enforced (default [`TokenMode::AfterTheFact`]).
+    pub token_mode: TokenMode,
+}
+
+impl TurnLimits {
+    /// The reference's defaults: 15 model calls, 150 000 tokens, 120 s,
+    /// 2 repeats, no tool-attempt limit, after-the-fact token checks (`SPEC C`).
+    pub const DEFAULT: Self = Self {
+        max_model_calls: DEFAULT_MAX_MODEL_CALLS,
+        max_tokens: DEFAULT_MAX_RUN_TOKENS,
+        max_millis: DEFAULT_MAX_RUN_MILLIS,
+        max_repeats: DEFAULT_MAX_REPEATS,
+        max_tool_calls: None,
+        token_mode: TokenMode::AfterTheFact,
+    };
+}
+
+impl Default for TurnLimits {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// What [`TurnGate::begin_call`] allows (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Admission {
+    /// Make the model call, then hand its response to [`TurnGate::record`].
+    Proceed {
+        /// This call's number, from 0.
+        call: u32,
+    },
+    /// The budget is exhausted: do not call the model. The run's status is
+    /// now `incomplete`; [`TurnGate::close`] builds the closing message.
+    Exhausted(Exhaustion),
+}
+
+/// What [`TurnGate::record`] noted (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Recorded {
+    /// Model calls made so far, this one included.
+    pub steps: u32,
+    /// Tokens so far, field by field.
+    pub usage: TokenUsage,
+    /// In reserve mode, by how much the real usage passed the declared bound
+    /// (0 when it held). A non-zero value means the caller's bound was wrong
+    /// and the budget may be overshot; the usage is recorded all the same.
+    pub over_reservation: u64,
+}
+
+/// One tool call of a response, as the caller hands it to the gate (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProposedCall<'a> {
+    /// The `tool_use` block's `id`.
+    pub call_id: &'a str,
+    /// The tool's name.
+    pub name: &'a str,
+    /// The fingerprint of the arguments ([`ArgsFingerprint::of_json`] and
+    /// friends), or `None` when they could not be read (cut off, not JSON):
+    /// such a call is refused as `invalid-arguments` in a `tool_use` turn.
+    pub arguments: Option<ArgsFingerprint>,
+    /// The arguments as received, for an approver to show; may be empty.
+    pub input: &'a [u8],
+}
+
+/// The gate's decision on one tool call (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CallVerdict {
+    /// Run it, then report the outcome with [`TurnGate::report`].
+    Execute,
+    /// Ask the approver; report the answer with [`TurnGate::approve`].
+    NeedsApproval,
+    /// Do not run it. The call is already answered: send
+    /// [`RefusalReason::result_for`] as its `tool_result`.
+    Refused(RefusalReason),
+}
+
+/// An approver's answer (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ApprovalAnswer {
+    /// Yes: run it.
+    Approve,
+    /// No: answer with the `approval-refused` error result.
+    Refuse,
+    /// No answer yet (a person is being asked, a button awaits); report it
+    /// later with [`TurnGate::approve`].
+    Later,
+}
+
+/// Who decides on tools that need approval (`SPEC C`): a terminal prompt,
+/// a policy file, a physical button. Sans-IO friendly: an approver that
+/// cannot answer at once returns [`ApprovalAnswer::Later`] and the caller
+/// reports the answer when it comes.
+pub trait Approver {
+    /// Answers for one call whose tool needs approval.
+    fn answer(&mut self, call: &ProposedCall<'_>) -> ApprovalAnswer;
+}
+
+impl<F: FnMut(&ProposedCall<'_>) -> ApprovalAnswer> Approver for F {
+    fn answer(&mut self, call: &ProposedCall<'_>) -> ApprovalAnswer {
+        self(call)
+    }
+}
+
+/// What an executed tool did (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ToolOutcome {
+    /// A result (`is_error: false`).
+    Ok,
+    /// It failed or raised: the caller answers with an error result whose
+    /// text starts with [`TOOL_ERROR_PREFIX`] (the reference's `Error: {e}`).
+    Error,
+}
+
+/// The start of the error result for a tool that failed: `Error: ` then the
+/// failure's text, as the reference writes `f"Error: {e}"` (`SPEC C`).
+pub const TOOL_ERROR_PREFIX: &str = "Error: ";
+
+/// Where one call of the current response stands (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CallState {
+    /// Allowed; its outcome is awaited.
+    Executing,
+    /// Its approval is awaited.
+    AwaitingApproval,
+    /// Refused; the refusal is its answer.
+    Refused(RefusalReason),
+    /// Executed and reported.
+    Done(ToolOutcome),
+}
+
+impl CallState {
+    /// Whether the call still needs an answer (`SPEC C`).
+    pub const fn is_open(&self) -> bool {
+        matches!(self, Self::Executing | Self::AwaitingApproval)
+    }
+}
+
+/// How a response's turn ended, from [`TurnGate::finish_turn`] (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum TurnEnd {
+    /// `tool_use` (results sent back) or `pause_turn`: check the budget and
+    /// call the model again.
+    Continue,
+    /// `end_turn`: the run is `complete`; the answer is the response's text.
+    Complete,
+    /// Any other stop reason: the run's status is `error` with this reason.
+    Stopped(StopReason),
+}
+
+/// Where the gate is in its cycle, named in errors (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum GatePhase {
+    /// Between turns: [`TurnGate::begin_call`] comes next.
+    Ready,
+    /// A model call is in flight: [`TurnGate::record`] comes next.
+    AwaitingResponse,
+    /// A response's tool calls are being decided and answered.
+    InTurn,
+    /// The run has a final status.
+    Finished,
+}
+
+impl fmt::Display for GatePhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Ready => "between turns",
+            Self::AwaitingResponse => "awaiting a model response",
+            Self::InTurn => "deciding a response's tool calls",
+            Self::Finished => "finished",
+        })
+    }
+}
+
+/// Why [`TurnGate::begin_call`] or [`TurnGate::begin_reserved_call`] cannot run (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum AdmitError {
+    /// Not between turns (a call is in flight, calls await answers, or the
+    /// run has finished).
+    NotReady(GatePhase),
+    /// Reserve mode: every call must declare its worst case
+    /// ([`TurnGate::begin_reserved_call`]).
+    ReservationRequired,
+}
+
+/// Why [`TurnGate::record`] cannot run (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum RecordError {
+    /// No model call is in flight.
+    NotAwaitingResponse(GatePhase),
+}
+
+/// Why [`TurnGate::propose`] cannot decide a call (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ProposeError {
+    /// No response is being handled.
+    NotInTurn(GatePhase),
+    /// The call id is not `[A-Za-z0-9_-]{1,64}`.
+    InvalidCallId(NameError),
+    /// The call id was already proposed in this response.
+    DuplicateCallId,
+}
+
+/// Why [`TurnGate::approve`] cannot take an answer (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ApprovalError {
+    /// No call with this id was proposed in the current response.
+    UnknownCallId,
+    /// The call is not awaiting approval (it was answered, or needs none).
+    NotAwaitingApproval,
+}
+
+/// Why [`TurnGate::report`] refuses a result (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ReportError {
+    /// No call with this id was proposed in the current response.
+    UnknownCallId,
+    /// The call already has its answer (a result, or the gate's refusal).
+    AlreadyAnswered,
+    /// The call awaits approval and must not have run.
+    AwaitingApproval,
+}
+
+/// Why [`TurnGate::finish_turn`] cannot end the turn (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum FinishError {
+    /// No response is being handled.
+    NotInTurn(GatePhase),
+    /// This many calls still lack an answer ([`TurnGate::unanswered`] names them).
+    Unanswered(u16),
+}
+
+/// Why [`TurnGate::close`] cannot close (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum CloseError {
+    /// A model call is in flight: record its response first.
+    AwaitingResponse,
+    /// The run is complete; there is nothing to close.
+    Complete,
+}
+
+/// Why [`TurnGate::resume`] cannot start a new question (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ResumeError {
+    /// The run has not finished.
+    NotFinished(GatePhase),
+    /// The budget is exhausted; a new question would be refused at once.
+    Exhausted,
+}
+
+impl fmt::Display for AdmitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotReady(phase) => write!(f, "cannot begin a model call while {phase}"),
+            Self::ReservationRequired => {
+                f.write_str("reserve mode: declare the call's worst-case tokens")
+            }
+        }
+    }
+}
+
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotAwaitingResponse(phase) => {
+                write!(f, "no model call is in flight (the gate is {phase})")
+            }
+        }
+    }
+}
+
+impl fmt::Display for ProposeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotInTurn(phase) => {
+                write!(f, "no response is being handled (the gate is {phase})")
+            }
+            Self::InvalidCallId(e) => write!(f, "call id {e}"),
+            Self::DuplicateCallId => f.write_str("call id proposed twice in one response"),
+        }
+    }
+}
+
+impl fmt::Display for ApprovalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::UnknownCallId => "no call with this id was proposed in this response",
+            Self::NotAwaitingApproval => "this call is not awaiting approval",
+        })
+    }
+}
+
+impl fmt::Display for ReportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::UnknownCallId => "result for a call id that was never proposed",
+            Self::AlreadyAnswered => "result for a call that already has its answer",
+            Self::AwaitingApproval => "result for a call still awaiting approval",
+        })
+    }
+}
+
+impl fmt::Display for FinishError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotInTurn(phase) => {
+                write!(f, "no response is being handled (the gate is {phase})")
+            }
+            Self::Unanswered(n) => write!(f, "{n} tool call(s) still lack a result"),
+        }
+    }
+}
+
+impl fmt::Display for CloseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::AwaitingResponse => "a model call is in flight; record its response first",
+            Self::Complete => "the run is complete; there is nothing to close",
+        })
+    }
+}
+
+impl fmt::Display for ResumeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotFinished(phase) => write!(f, "the run has not finished (it is {phase})"),
+            Self::Exhausted => f.write_str("the budget is exhausted"),
+        }
+    }
+}
+
+impl core::error::Error for AdmitError {}
+impl core::error::Error for RecordError {}
+impl core::error::Error for ProposeError {}
+impl core::error::Error for ApprovalError {}
+impl core::error::Error for ReportError {}
+impl core::error::Error for FinishError {}
+impl core::error::Error for CloseError {}
+impl core::error::Error for ResumeError {}
+
+/// The closing after exhaustion (`SPEC C`): error results for every call
+/// left unanswered ("Budget exhausted, not executed."), then the summary
+/// request, all in one user message, sent with tools disabled
+/// (`tool_choice` [`Closing::TOOL_CHOICE`]).
+///
+/// Serializes as that Messages API user message:
+/// `{"role": "user", "content": [tool_result…, {"type": "text", "text": …}]}`.
+/// The closing call itself is outside the budget, as in the reference; bound
+/// it with a small `max_tokens`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Closing<const CALLS: usize = MAX_TURN_CALLS> {
+    unanswered: Vec<CallId, CALLS>,
+    status: RunStatus,
+}
+
+impl<const CALLS: usize> Closing<CALLS> {
+    /// The text asking for the summary (`SPEC C`).
+    pub const SUMMARY_REQUEST: &'static str = "The budget for this task is exhausted. Do not call any tools. Summarize what you found so far, and say what is still open.";
+
+    /// The `tool_choice` to send with the closing call: tools disabled (`SPEC C`).
+    pub const TOOL_CHOICE: &'static str = r#"{"type":"none"}"#;
+
+    /// The calls answered by the closing, in proposal order (`SPEC C`).
+    pub fn unanswered(&self) -> &[CallId] {
+        &self.unanswered
+    }
+
+    /// The run's status after closing (`SPEC C`).
+    pub fn status(&self) -> RunStatus {
+        self.status
+    }
+}
+
+impl<const CALLS: usize> Serialize for Closing<CALLS> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Content<'a>(&'a [CallId]);
+        struct Text;
+        impl Serialize for Text {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut map = s.serialize_map(Some(2))?;
+                map.serialize_entry("type", "text")?;
+                map.serialize_entry("text", Closing::<1>::SUMMARY_REQUEST)?;
+                map.end()
+            }
+        }
+        impl Serialize for Content<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut seq = s.serialize_seq(Some(self.0.len() + 1))?;
+                for id in self.0 {
+                    seq.serialize_element(&RefusalReason::BudgetExhausted.result_for(id.as_str()))?;
+                }
+                seq.serialize_element(&Text)?;
+                seq.end()
+            }
+        }
+        let mut map = s.serialize_map(Some(2))?;
+        map.serialize_entry("role", "user")?;
+        map.serialize_entry("content", &Content(&self.unanswered))?;
+        map.end()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Tracked {
+    id: CallId,
+    state: CallState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Ready,
+    AwaitingResponse { reserved: Option<u64> },
+    InTurn { stop: StopReason },
+    Finished(RunStatus),
+}
+
+/// A turn-gated run (`SPEC C`): the budget (model calls, tokens, wall time,
+/// repetitions, optionally tool attempts), the tool rules with approval, and
+/// the bookkeeping that leaves no tool call without exactly one result.
+///
+/// Sans-IO: the gate never calls the model, a tool, an approver of its own
+/// or a clock. Time is a monotonic instant in milliseconds that the caller
+/// passes in (a clock that goes back counts as no time passing).
+///
+/// The cycle, in the reference's order:
+/// 1. [`begin_call`](Self::begin_call) (or
+///    [`begin_reserved_call`](Self::begin_reserved_call) in reserve mode)
+///    checks steps, tokens, time — each with `>=`, as `agotado()` does — and
+///    either allows the model call or ends the run `incomplete`;
+/// 2. [`record`](Self::record) counts the call and its usage and takes the
+///    response's stop reason;
+/// 3. [`propose`](Self::propose) decides each `tool_use` block, in order:
+///    stop reason, arguments, repetition, tool-attempt budget, tool rule
+///    (unknown / approval / run). Refused calls are answered on the spot;
+///    [`approve`](Self::approve) takes approvals, [`report`](Self::report)
+///    the outcome of each executed call;
+/// 4. [`finish_turn`](Self::finish_turn) checks that every call has its
+///    answer and says whether to continue, or that the run is complete or
+///    stopped with an error.
+///
+/// **Parallel calls.** The calls of one response are decided one by one, in
+/// the order given; each is checked against what is left after the ones
+/// before it. With one tool attempt left and two calls, the first may run
+/// and the second is refused (`tool-budget`); no call is allowed before its
+/// own check. An attempt is counted when a call passes the repetition and
+/// budget checks, whether the tool then turns out unknown, is refused by the
+/// approver, or runs (an attempt bounds executions from above). The
+/// repetition count is raised for every call decided in a `tool_use`
+/// response, refused or not, as the reference's `repetida` does.
+///
+/// Capacities: `CALLS` calls tracked per response (16), `SEEN` distinct
+/// calls remembered for repetitions (64), `TOOLS` named tool rules (8). A
+/// call past `CALLS` is refused `turn-capacity`, a new distinct call past
+/// `SEEN` is refused `repeat-capacity`: refused, never dropped or forgotten.
+#[derive(Debug, Clone)]
+pub struct TurnGate<
+    const CALLS: usize = MAX_TURN_CALLS,
+    const SEEN: usize = MAX_DISTINCT_CALLS,
+    const TOOLS: usize = MAX_TOOLS,
+> {
+    limits: TurnLimits,
+    rules: ToolRules<TOOLS>,
+    started_ms: u64,
+    steps: u32,
+    usage: TokenUsage,
+    tool_attempts: u32,
+    seen: Vec<(CallFingerprint, u32), SEEN>,
+    calls: Vec<Tracked, CALLS>,
+    refusals: RefusalCounts,
+    tool_errors: u32,
+    phase: Phase,
+}
+
+impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize> TurnGate<CALLS, SEEN, TOOLS> {
+    const FITS: () = assert!(
+        CALLS >= 1 && CALLS <= u16::MAX as usize && SEEN >= 1,
+        "a turn gate tracks 1..=65535 calls per response and at least one distinct call"
+    );
+
+    /// A run that began at `now_ms` (a monotonic instant in milliseconds)
+    /// and has made no model call yet (`SPEC C`).
+    pub const fn new(limits: TurnLimits, rules: ToolRules<TOOLS>, now_ms: u64) -> Self {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::FITS;
+        Self {
+            limits,
+            rules,
+            started_ms: now_ms,
+            steps: 0,
+            usage: TokenUsage::ZERO,
+            tool_attempts: 0,
+            seen: Vec::new(),
+            calls: Vec::new(),
+            refusals: RefusalCounts::new(),
+            tool_errors: 0,
+            phase: Phase::Ready,
+        }
+    }
+
+    /// The reference's `agotado()`: the first limit reached, checked in the
+    /// order steps, tokens, time, each with `>=`; `None` if none is. Changes
+    /// nothing. [`begin_call`](Self::begin_call) applies it (`SPEC C`).
+    pub fn check(&self, now_ms: u64) -> Option<Exhaustion> {
+        let elapsed_ms = self.elapsed_ms(now_ms);
+        let (reason, limit) = if self.steps >= self.limits.max_model_calls {
+            (ExhaustReason::Steps, u64::from(self.limits.max_model_calls))
+        } else if self.usage.total() >= self.limits.max_tokens {
+            (ExhaustReason::Tokens, self.limits.max_tokens)
+        } else if elapsed_ms >= self.limits.max_millis {
+            (ExhaustReason::Time, self.limits.max_millis)
+        } else {
+            return None;
+        };
+        Some(self.exhaustion(reason, limit, elapsed_ms, 0))
+    }
+
+    /// The time limit alone (`>=`), for a host that also bounds time
+    /// between tool executions, since a slow call can pass the limit while
+    /// checks happen only between steps. Steps and tokens are not looked at:
+    /// as in the reference, the calls of a response that reached them still
+    /// run, and the run stops before the next model call. A host that gets
+    /// `Some` here leaves the remaining calls unrun and
+    /// [`close`](Self::close)s (`SPEC C`).
+    pub fn check_time(&self, now_ms: u64) -> Option<Exhaustion> {
+        let elapsed_ms = self.elapsed_ms(now_ms);
+        (elapsed_ms >= self.limits.max_millis)
+            .then(|| self.exhaustion(ExhaustReason::Time, self.limits.max_millis, elapsed_ms, 0))
+    }
+
+    fn exhaustion(
+        &self,
+        reason: ExhaustReason,
+        limit: u64,
+        elapsed_ms: u64,
+        worst_case: u64,
+    ) -> Exhaustion {
+        Exhaustion {
+            reason,
+            steps: self.steps,
+            usage: self.usage,
+            elapsed_ms,
+            limit,
+            worst_case,
+        }
+    }
+
+    /// Checks the budget before a model call (`SPEC C`) in
+    /// [`TokenMode::AfterTheFact`]. In reserve mode this is refused with
+    /// [`AdmitError::ReservationRequired`].
+    pub fn begin_call(&mut self, now_ms: u64) -> Result<Admission, AdmitError> {
+        if self.limits.token_mode == TokenMode::Reserve {
+            self.ready()?;
+            return Err(AdmitError::ReservationRequired);
+        }
+        self.admit(now_ms, None)
+    }
+
+    /// Checks the budget before a model call whose usage cannot pass
+    /// `worst_case_tokens` (its `max_tokens` plus its known input, cache
+    /// included) (`SPEC C`, reserve mode). After the usual checks, the call
+    /// is refused (`token-reserve`) unless the tokens so far plus the worst
+    /// case stay within the limit. Also usable in after-the-fact mode, for
+    /// a single stricter call.
+    pub fn begin_reserved_call(
+        &mut self,
+        now_ms: u64,
+        worst_case_tokens: u64,
+    ) -> Result<Admission, AdmitError> {
+        self.admit(now_ms, Some(worst_case_tokens))
+    }
+
+    fn ready(&self) -> Result<(), AdmitError> {
+        match self.phase {
+            Phase::Ready => Ok(()),
+            _ => Err(AdmitError::NotReady(self.phase())),
+        }
+    }
+
+    fn admit(&mut self, now_ms: u64, worst_case: Option<u64>) -> Result<Admission, AdmitError> {
+        self.ready()?;
+        let exhausted = self.check(now_ms).or_else(|| {
+            let worst = worst_case?;
+            (self.usage.total().saturating_add(worst) > self.limits.max_tokens).then(|| {
+                self.exhaustion(
+                    ExhaustReason::TokenReserve,
+                    self.limits.max_tokens,
+                    self.elapsed_ms(now_ms),
+                    worst,
+                )
+            })
+        });
+        if let Some(e) = exhausted {
+            self.phase = Phase::Finished(RunStatus::Incomplete(e));
+            return Ok(Admission::Exhausted(e));
+        }
+        self.phase = Phase::AwaitingResponse {
+            reserved: worst_case,
+        };
+        Ok(Admission::Proceed { call: self.steps })
+    }
+
+    /// Records a model response (`SPEC C`, the reference's `registrar`):
+    /// counts the call, adds its usage, and opens its turn. Then
+    /// [`propose`](Self::propose) each of its `tool_use` blocks (none for a
+    /// text answer) and [`finish_turn`](Self::finish_turn).
+    ///
+    /// A response whose `stop_reason` is null (as in some logs) is the
+    /// caller's to classify: a response holding a `tool_use` block is a
+    /// `tool_use` turn, otherwise `end_turn`.
+    pub fn record(&mut self, usage: TokenUsage, stop: StopReason) -> Result<Recorded, RecordError> {
+        let Phase::AwaitingResponse { reserved } = self.phase else {
+            return Err(RecordError::NotAwaitingResponse(self.phase()));
+        };
+        self.steps = self.steps.saturating_add(1);
+        self.usage = self.usage.saturating_add(usage);
+        self.calls.clear();
+        self.phase = Phase::InTurn { stop };
+        Ok(Recorded {
+            steps: self.steps,
+            usage: self.usage,
+            over_reservation: reserved.map_or(0, |r| usage.total().saturating_sub(r)),
+        })
+    }
+
+    /// Decides one tool call of the current response (`SPEC C`), in the
+    /// order documented on [`TurnGate`].
+    ///
+    /// Errors leave nothing recorded: the id is invalid, or was already
+    /// proposed in this response, or no response is being handled.
+    pub fn propose(&mut self, call: &ProposedCall<'_>) -> Result<CallVerdict, ProposeError> {
+        let Phase::InTurn { stop } = self.phase else {
+            return Err(ProposeError::NotInTurn(self.phase()));
+        };
+        let id = CallId::new(call.call_id).map_err(ProposeError::InvalidCallId)?;
+        if self.calls.iter().any(|t| t.id == id) {
+            return Err(ProposeError::DuplicateCallId);
+        }
+        if self.calls.is_full() {
+            // Untracked but answered: the refusal is the call's result.
+            self.refusals.add(RefusalReason::TurnCapacity);
+            return Ok(CallVerdict::Refused(RefusalReason::TurnCapacity));
+        }
+        let verdict = self.decide(stop, call);
+        let state = match verdict {
+            CallVerdict::Execute => CallState::Executing,
+            CallVerdict::NeedsApproval => CallState::AwaitingApproval,
+            CallVerdict::Refused(reason) => {
+                self.refusals.add(reason);
+                CallState::Refused(reason)
+            }
+        };
+        // Cannot fail: fullness was checked above.
+        let _ = self.calls.push(Tracked { id, state });
+        Ok(verdict)
+    }
+
+    fn decide(&mut self, stop: StopReason, call: &ProposedCall<'_>) -> CallVerdict {
+        match stop {
+            StopReason::ToolUse => {}
+            // A cut-off call may have incomplete arguments: never run it.
+            StopReason::MaxTokens => return CallVerdict::Refused(RefusalReason::CutOff),
+            _ => return CallVerdict::Refused(RefusalReason::NotToolTurn),
+        }
+        let Some(arguments) = call.arguments else {
+            return CallVerdict::Refused(RefusalReason::InvalidArguments);
+        };
+        // The reference counts first (`vistas[clave] += 1`), then compares.
+        let key = arguments.with_name(call.name);
+        let count = match self.seen.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, count)) => {
+                *count = count.saturating_add(1);
+                *count
+            }
+            None => {
+                if self.seen.push((key, 1)).is_err() {
+                    return CallVerdict::Refused(RefusalReason::RepeatCapacity);
+                }
+                1
+            }
+        };
+        if count > self.limits.max_repeats {
+            return CallVerdict::Refused(RefusalReason::Repeat);
+        }
+        if let Some(max) = self.limits.max_tool_calls {
+            if self.tool_attempts >= max {
+                return CallVerdict::Refused(RefusalReason::ToolBudget);
+            }
+        }
+        self.tool_attempts = self.tool_attempts.saturating_add(1);
+        match self.rules.rule(call.name) {
+            ToolRule::Run => CallVerdict::Execute,
+            ToolRule::NeedsApproval => CallVerdict::NeedsApproval,
+            ToolRule::Unknown => CallVerdict::Refused(RefusalReason::UnknownTool),
+        }
+    }
+
+    /// [`propose`](Self::propose), then, if the call needs approval, asks
+    /// `approver` and applies an immediate answer (`SPEC C`). With
+    /// [`ApprovalAnswer::Later`] the verdict stays
+    /// [`CallVerdict::NeedsApproval`].
+    pub fn propose_with<A: Approver + ?Sized>(
+        &mut self,
+        call: &ProposedCall<'_>,
+        approver: &mut A,
+    ) -> Result<CallVerdict, ProposeError> {
+        let verdict = self.propose(call)?;
+        if verdict != CallVerdict::NeedsApproval {
+            return Ok(verdict);
+        }
+        let granted = match approver.answer(call) {
+            ApprovalAnswer::Approve => true,
+            ApprovalAnswer::Refuse => false,
+            ApprovalAnswer::Later => return Ok(verdict),
+        };
+        // The call was just tracked as awaiting approval, so this succeeds.
+        Ok(self
+            .approve(call.call_id, granted)
+            .unwrap_or(CallVerdict::Refused(RefusalReason::ApprovalRefused)))
+    }
+
+    fn tracked_mut(&mut self, call_id: &str) -> Option<&mut Tracked> {
+        self.calls.iter_mut().find(|t| t.id.as_str() == call_id)
+    }
+
+    /// Takes the approver's answer for a call awaiting approval (`SPEC C`):
+    /// yes → [`CallVerdict::Execute`]; no → refused `approval-refused`, and
+    /// that refusal is the call's result.
+    pub fn approve(&mut self, call_id: &str, granted: bool) -> Result<CallVerdict, ApprovalError> {
+        let tracked = self
+            .tracked_mut(call_id)
+            .ok_or(ApprovalError::UnknownCallId)?;
+        if tracked.state != CallState::AwaitingApproval {
+            return Err(ApprovalError::NotAwaitingApproval);
+        }
+        if granted {
+            tracked.state = CallState::Executing;
+            Ok(CallVerdict::Execute)
+        } else {
+            tracked.state = CallState::Refused(RefusalReason::ApprovalRefused);
+            self.refusals.add(RefusalReason::ApprovalRefused);
+            Ok(CallVerdict::Refused(RefusalReason::ApprovalRefused))
+        }
+    }
+
+    /// Records the outcome of an executed call (`SPEC C`). A result for an
+    /// id never proposed in this response, for a call already answered (by a
+    /// result or by the gate's refusal), or for a call still awaiting
+    /// approval is refused.
+    pub fn report(&mut self, call_id: &str, outcome: ToolOutcome) -> Result<(), ReportError> {
+        let tracked = self
+            .tracked_mut(call_id)
+            .ok_or(ReportError::UnknownCallId)?;
+        match tracked.state {
+            CallState::Executing => {}
+            CallState::AwaitingApproval => return Err(ReportError::AwaitingApproval),
+            CallState::Refused(_) | CallState::Done(_) => return Err(ReportError::AlreadyAnswered),
+        }
+        tracked.state = CallState::Done(outcome);
+        if outcome == ToolOutcome::Error {
+            self.tool_errors = self.tool_errors.saturating_add(1);
+        }
+        Ok(())
+    }
+
+    /// Ends the current response's turn (`SPEC C`) once every call has its
+    /// answer: `tool_use` and `pause_turn` continue; `end_turn` completes
+    /// the run; any other stop reason ends it with status `error`.
+    pub fn finish_turn(&mut self) -> Result<TurnEnd, FinishError> {
+        let Phase::InTurn { stop } = self.phase else {
+            return Err(FinishError::NotInTurn(self.phase()));
+        };
+        let open = self.calls.iter().filter(|t| t.state.is_open()).count();
+        if open > 0 {
+            return Err(FinishError::Unanswered(
+                u16::try_from(open).unwrap_or(u16::MAX),
+            ));
+        }
+        let (phase, end) = match stop {
+            StopReason::ToolUse | StopReason::PauseTurn => (Phase::Ready, TurnEnd::Continue),
+            StopReason::EndTurn => (Phase::Finished(RunStatus::Complete), TurnEnd::Complete),
+            other => (
+                Phase::Finished(RunStatus::Error(other)),
+                TurnEnd::Stopped(other),
+            ),
+        };
+        self.phase = phase;
+        Ok(end)
+    }
+
+    /// Closes the run for a summary (`SPEC C`): every call of the current
+    /// response still without an answer is answered "Budget exhausted, not
+    /// executed." (refused `budget-exhausted`), and the run ends
+    /// `incomplete` (with the budget's reason at `now_ms`, or `closed` if no
+    /// limit is reached) unless it already has a final status. Returns the
+    /// closing message to send with tools disabled.
+    ///
+    /// After closing, no call of the response may still run: a later
+    /// [`report`](Self::report) for one is refused as already answered.
+    pub fn close(&mut self, now_ms: u64) -> Result<Closing<CALLS>, CloseError> {
+        let status = match self.phase {
+            Phase::AwaitingResponse { .. } => return Err(CloseError::AwaitingResponse),
+            Phase::Finished(RunStatus::Complete) => return Err(CloseError::Complete),
+            Phase::Finished(status) => status,
+            Phase::Ready | Phase::InTurn { .. } => {
+                RunStatus::Incomplete(self.check(now_ms).unwrap_or_else(|| {
+                    self.exhaustion(ExhaustReason::Closed, 0, self.elapsed_ms(now_ms), 0)
+                }))
+            }
+        };
+        let mut unanswered = Vec::new();
+        for tracked in self.calls.iter_mut().filter(|t| t.state.is_open()) {
+            tracked.state = CallState::Refused(RefusalReason::BudgetExhausted);
+            self.refusals.add(RefusalReason::BudgetExhausted);
+            // Both vectors have capacity CALLS, so this always fits.
+            let _ = unanswered.push(tracked.id.clone());
+        }
+        self.phase = Phase::Finished(status);
+        Ok(Closing { unanswered, status })
+    }
+
+    /// Starts a new question on the same budget after the run completed or
+    /// stopped with an error (`SPEC C`): as calling the reference's `agente`
+    /// again with the same `Presupuesto`. Steps, tokens, time since the
+    /// first start, repetitions and tool attempts carry over.
+    pub fn resume(&mut self) -> Result<(), ResumeError> {
+        match self.phase {
+            Phase::Finished(RunStatus::Incomplete(_)) => Err(ResumeError::Exhausted),
+            Phase::Finished(_) => {
+                self.phase = Phase::Ready;
+                Ok(())
+            }
+            _ => Err(ResumeError::NotFinished(self.phase())),
+        }
+    }
+
+    /// The run's status (`SPEC C`).
+    pub fn status(&self) -> RunStatus {
+        match self.phase {
+            Phase::Finished(status) => status,
+            _ => RunStatus::Running,
+        }
+    }
+
+    /// Where the gate is in its cycle (`SPEC C`).
+    pub fn phase(&self) -> GatePhase {
+        match self.phase {
+            Phase::Ready => GatePhase::Ready,
+            Phase::AwaitingResponse { .. } => GatePhase::AwaitingResponse,
+            Phase::InTurn { .. } => GatePhase::InTurn,
+            Phase::Finished(_) => GatePhase::Finished,
+        }
+    }
+
+    /// The current (or last) response's stop reason while its turn is open (`SPEC C`).
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        match self.phase {
+            Phase::InTurn { stop } => Some(stop),
+            _ => None,
+        }
+    }
+
+    /// Model calls recorded (`SPEC C`).
+    pub fn steps(&self) -> u32 {
+        self.steps
+    }
+
+    /// Tokens so far, field by field (`SPEC C`).
+    pub fn usage(&self) -> TokenUsage {
+        self.usage
+    }
+
+    /// Tokens left before the limit (0 once reached) (`SPEC C`).
+    pub fn remaining_tokens(&self) -> u64 {
+        self.limits.max_tokens.saturating_sub(self.usage.total())
+    }
+
+    /// Tool attempts counted (`SPEC C`).
+    pub fn tool_attempts(&self) -> u32 {
+        self.tool_attempts
+    }
+
+    /// Executed calls reported as failed (`SPEC C`).
+    pub fn tool_errors(&self) -> u32 {
+        self.tool_errors
+    }
+
+    /// Refusals so far, per reason (`SPEC C`).
+    pub fn refusals(&self) -> &RefusalCounts {
+        &self.refusals
+    }
+
+    /// Milliseconds since the run began, at `now_ms` (0 if the clock went back) (`SPEC C`).
+    pub fn elapsed_ms(&self, now_ms: u64) -> u64 {
+        now_ms.saturating_sub(self.started_ms)
+    }
+
+    /// The limits (`SPEC C`).
+    pub fn limits(&self) -> &TurnLimits {
+        &self.limits
+    }
+
+    /// The tool rules (`SPEC C`).
+    pub fn rules(&self) -> &ToolRules<TOOLS> {
+        &self.rules
+    }
+
+    /// The calls of the current (or last) response and where each stands,
+    /// in proposal order (calls refused `turn-capacity` are not tracked) (`SPEC C`).
+    pub fn calls(&self) -> impl Iterator<Item = (&CallId, CallState)> {
+        self.calls.iter().map(|t| (&t.id, t.state))
+    }
+
+    /// The calls of the current response still without an answer (`SPEC C`).
+    pub fn unanswered(&self) -> impl Iterator<Item = &CallId> {
+        self.calls
+            .iter()
+            .filter(|t| t.state.is_open())
+            .map(|t| &t.id)
+    }
+
+    /// The error result answering a refused call of the current response (`SPEC C`).
+    pub fn refusal_result<'a>(&self, call_id: &'a str) -> Option<ErrorResult<'a>> {
+        self.calls.iter().find_map(|t| match t.state {
+            CallState::Refused(reason) if t.id.as_str() == call_id => {
+                Some(reason.result_for(call_id))
+            }
+            _ => None,
+        })
+    }
+}

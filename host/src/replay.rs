@@ -1,0 +1,769 @@
+//! `budgetgate replay`: re-decides a recorded agent session turn by turn
+//! through the core's turn gate (`SPEC C`).
+//!
+//! Where would the budget have stopped this agent, which calls would have
+//! been refused, and what did the session really cost? The recording is read
+//! in whichever supported format it is ([`Format`]), each model response is
+//! counted once, and the gate decides every response as it would have live:
+//! the budget check before each model call (steps, tokens, time, with the
+//! recording's own timestamps where it has them), then each tool call in
+//! order (repetition, tool-attempt budget, tool rule, approval). Executed
+//! calls are answered with the outcome the recording holds.
+//!
+//! After the first point where the gate would have ended the run (budget
+//! exhausted, or a stop reason other than `tool_use`, `pause_turn` or
+//! `end_turn`), later responses are still counted in the real cost but not
+//! decided ("not reached"). After an `end_turn`, a later response is a new
+//! question on the same budget ([`TurnGate::resume`]).
+
+mod approval;
+mod budget;
+mod formats;
+mod session;
+mod time;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use budgetgate_core::turn::{
+    Admission, Approver, ArgsFingerprint, CallVerdict, FingerprintBuilder, ProposeError,
+    ProposedCall, RunStatus, StopReason, TokenMode, TokenUsage, ToolOutcome, ToolRule, ToolRules,
+    TurnEnd, TurnGate,
+};
+use serde::Serialize;
+use serde_json::Value;
+
+pub use approval::{PolicyApprover, PromptApprover};
+pub use budget::{parse_budget, ApprovePolicy, ReplayBudget};
+pub use formats::read_session;
+pub use session::{Format, RecordedCall, RecordedTurn, Session, UsageGranularity};
+
+/// The gate the host replays with: roomier than the device's defaults
+/// (256 calls per response, 4096 distinct calls, 256 named tools).
+pub type ReplayGate = TurnGate<256, 4096, 256>;
+
+/// Arguments of `budgetgate replay`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplayArgs {
+    /// The recorded session: a Claude Code session log (.jsonl), Anthropic
+    /// Messages API exchanges (.json/.jsonl), a VCR cassette (.yaml/.json) or
+    /// a SWE-agent trajectory (.traj). The format is detected from the content.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    /// Budget file (TOML, see docs/TURN-GATE.md); without it, the reference's
+    /// defaults: 15 model calls, 150000 tokens, 120 s, 2 repeats.
+    #[arg(long, value_name = "FILE")]
+    pub budget: Option<PathBuf>,
+
+    /// The approver's answers for tools that need approval (listed in the
+    /// budget file): all, none, or a comma-separated list of tool names.
+    /// Overrides the budget file; default none.
+    #[arg(long, value_name = "all|none|TOOL,...")]
+    pub approve: Option<String>,
+
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where the gate would have ended the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Stopped {
+    /// The response (counted from 0) before which the budget stopped the
+    /// run, or whose stop reason ended it; `None` when only run totals are
+    /// recorded and the turn cannot be told.
+    pub turn: Option<usize>,
+    /// `steps`, `tokens`, `time`, `token-reserve`, or the stop reason
+    /// (`max_tokens`, `refusal`, …).
+    pub reason: String,
+    /// The reason in words.
+    pub detail: String,
+}
+
+/// The decision on one recorded tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CallReport {
+    /// The call id.
+    pub id: String,
+    /// The tool.
+    pub name: String,
+    /// `execute`, `approved` (approval asked and granted), `refused`, or
+    /// `not-reached`.
+    pub verdict: &'static str,
+    /// Why it was refused (`repeat`, `approval-refused`, …).
+    pub reason: Option<String>,
+    /// What the recording holds for it: `ok`, `error`, or `none`.
+    pub recorded: &'static str,
+}
+
+/// One response of the recording and what the gate made of it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnReport {
+    /// Counted from 0.
+    pub turn: usize,
+    /// The message id, when recorded.
+    pub message_id: Option<String>,
+    /// The stop reason the gate used.
+    pub stop_reason: String,
+    /// Whether it was inferred (recorded as null or absent).
+    pub stop_reason_inferred: bool,
+    /// This response's usage (`None` when only run totals are recorded).
+    pub usage: Option<TokenUsage>,
+    /// The recording's cumulative usage up to this response.
+    pub running_total: Option<TokenUsage>,
+    /// Whether the gate let this model call happen.
+    pub reached: bool,
+    /// `continue`, `complete`, `error: REASON`, `stopped before this call`,
+    /// or `not reached`.
+    pub outcome: String,
+    /// The tool calls, in order.
+    pub calls: Vec<CallReport>,
+}
+
+/// The limits a replay ran with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BudgetReport {
+    /// Most model calls.
+    pub max_model_calls: u32,
+    /// Most tokens.
+    pub max_tokens: u64,
+    /// Most wall time, in milliseconds.
+    pub max_millis: u64,
+    /// Most identical calls.
+    pub max_repeats: u32,
+    /// Most tool attempts, if limited.
+    pub max_tool_calls: Option<u32>,
+    /// `after-the-fact` or `reserve`.
+    pub token_mode: &'static str,
+    /// Tools that need approval.
+    pub needs_approval: Vec<String>,
+    /// The approver's answers.
+    pub approve: String,
+    /// Which tools are known: `listed`, `declared by the recording`, or `any`.
+    pub known_tools: String,
+}
+
+/// The result of a replay; `--json` prints it as one object.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// The format detected.
+    pub format: &'static str,
+    /// The format in words.
+    pub format_description: &'static str,
+    /// Model responses, each counted once.
+    pub turns: usize,
+    /// Tool calls in all responses.
+    pub tool_calls: usize,
+    /// What the whole recording really cost.
+    pub usage: TokenUsage,
+    /// Whether usage is recorded per response (`false`: run totals only).
+    pub usage_per_turn: bool,
+    /// Where the gate would have ended the run, or `null`.
+    pub stopped: Option<Stopped>,
+    /// The gate's status after the replay: `running` (the recording ends
+    /// mid-run), `complete`, `incomplete` or `error`.
+    pub status: &'static str,
+    /// Refused calls per reason (reasons with none are left out).
+    pub refusals: BTreeMap<String, u32>,
+    /// Calls the gate let run (approved ones included).
+    pub executed: usize,
+    /// Calls run after an approval.
+    pub approved: usize,
+    /// Responses the gate let happen.
+    pub reached_turns: usize,
+    /// Tokens the gate counted up to where it stopped.
+    pub gate_usage: TokenUsage,
+    /// The limits used.
+    pub budget: BudgetReport,
+    /// Facts about how the recording was read.
+    pub notes: Vec<String>,
+    /// One entry per response.
+    pub per_turn: Vec<TurnReport>,
+}
+
+/// Fingerprints a JSON value's canonical form (`SPEC C`); `None` if it
+/// nests deeper than 128 levels.
+pub fn fingerprint_value(value: &Value) -> Option<ArgsFingerprint> {
+    fn walk(b: &mut FingerprintBuilder<128>, v: &Value) -> Option<()> {
+        match v {
+            Value::Null => b.null().ok(),
+            Value::Bool(x) => b.bool(*x).ok(),
+            Value::Number(n) => {
+                if let Some(i) = n.as_i64() {
+                    b.i64(i).ok()
+                } else if let Some(u) = n.as_u64() {
+                    b.u64(u).ok()
+                } else {
+                    b.f64(n.as_f64()?).ok()
+                }
+            }
+            Value::String(s) => b.str(s).ok(),
+            Value::Array(items) => {
+                b.begin_array().ok()?;
+                for item in items {
+                    walk(b, item)?;
+                }
+                b.end_array().ok()
+            }
+            Value::Object(map) => {
+                b.begin_object().ok()?;
+                for (k, item) in map {
+                    b.key(k).ok()?;
+                    walk(b, item)?;
+                }
+                b.end_object().ok()
+            }
+        }
+    }
+    let mut builder = FingerprintBuilder::<128>::new();
+    walk(&mut builder, value)?;
+    builder.finish().ok()
+}
+
+fn build_rules(
+    session: &Session,
+    budget: &ReplayBudget,
+) -> Result<(ToolRules<256>, String, Vec<String>), String> {
+    let mut rules = ToolRules::<256>::new();
+    let mut notes = Vec::new();
+    let mut add = |rules: &mut ToolRules<256>,
+                   name: &str,
+                   rule: ToolRule,
+                   strict: bool|
+     -> Result<(), String> {
+        if rules.iter().any(|(n, _)| n.as_str() == name) {
+            return Ok(());
+        }
+        match rules.try_add(name, rule) {
+            Ok(()) => Ok(()),
+            Err(e) if strict => Err(format!("budget file: tool `{name}`: {e}")),
+            Err(e) => {
+                notes.push(format!(
+                    "declared tool `{name}` cannot be listed ({e}); calls to it count as unknown"
+                ));
+                Ok(())
+            }
+        }
+    };
+    for name in &budget.needs_approval {
+        add(&mut rules, name, ToolRule::NeedsApproval, true)?;
+    }
+    let known = if let Some(known) = &budget.known {
+        for name in known {
+            add(&mut rules, name, ToolRule::Run, true)?;
+        }
+        "listed in the budget file".to_owned()
+    } else if let Some(declared) = &session.declared_tools {
+        for name in declared {
+            add(&mut rules, name, ToolRule::Run, false)?;
+        }
+        "declared by the recording's requests".to_owned()
+    } else {
+        rules.set_others(ToolRule::Run);
+        "any (the recording declares none)".to_owned()
+    };
+    Ok((rules, known, notes))
+}
+
+/// Replays a session through the gate.
+pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String> {
+    let (rules, known_tools, mut notes) = build_rules(session, budget)?;
+    let limits = budget.limits;
+    let mut gate = Box::new(ReplayGate::new(limits, rules, 0));
+    let mut stopped: Option<Stopped> = None;
+    let mut per_turn = Vec::with_capacity(session.turns.len());
+    let mut running = TokenUsage::ZERO;
+    let mut extra_refusals: BTreeMap<String, u32> = BTreeMap::new();
+    let (mut executed, mut approved, mut reached_turns, mut new_questions) = (0, 0, 0, 0);
+    let mut policy = PolicyApprover(budget.approve.clone());
+    for (index, turn) in session.turns.iter().enumerate() {
+        if let Some(u) = turn.usage {
+            running = running.saturating_add(u);
+        }
+        let (stop_text, inferred) = turn.effective_stop_reason();
+        let mut row = TurnReport {
+            turn: index,
+            message_id: turn.message_id.clone(),
+            stop_reason: stop_text.clone(),
+            stop_reason_inferred: inferred,
+            usage: turn.usage,
+            running_total: turn.usage.map(|_| running),
+            reached: false,
+            outcome: "not reached".into(),
+            calls: Vec::new(),
+        };
+        if stopped.is_none() {
+            if gate.status() == RunStatus::Complete {
+                gate.resume().map_err(|e| format!("internal: {e}"))?;
+                new_questions += 1;
+            }
+            let now = turn.requested_at_ms.unwrap_or(0);
+            let admission = match limits.token_mode {
+                TokenMode::Reserve => {
+                    let max_tokens = turn.max_tokens.or(budget.reserve_max_tokens).ok_or_else(|| {
+                        format!("turn {index}: reserve mode needs the request's max_tokens, which the recording does not state; set reserve_max_tokens in the budget file")
+                    })?;
+                    let input = turn.usage.map_or(0, |u| u.input_total());
+                    gate.begin_reserved_call(now, input.saturating_add(max_tokens))
+                }
+                TokenMode::AfterTheFact => gate.begin_call(now),
+            }
+            .map_err(|e| format!("internal: turn {index}: {e}"))?;
+            match admission {
+                Admission::Exhausted(e) => {
+                    stopped = Some(Stopped {
+                        turn: Some(index),
+                        reason: e.reason.as_str().to_owned(),
+                        detail: e.to_string(),
+                    });
+                    row.outcome = "stopped before this call".into();
+                }
+                Admission::Proceed { .. } => {
+                    reached_turns += 1;
+                    row.reached = true;
+                    let stop = StopReason::parse(&stop_text)
+                        .map_err(|e| format!("turn {index}: stop reason {stop_text:?}: {e}"))?;
+                    gate.record(turn.usage.unwrap_or(TokenUsage::ZERO), stop)
+                        .map_err(|e| format!("internal: turn {index}: {e}"))?;
+                    for call in &turn.calls {
+                        let proposed = ProposedCall {
+                            call_id: &call.id,
+                            name: &call.name,
+                            arguments: call.input.as_ref().and_then(fingerprint_value),
+                            input: b"",
+                        };
+                        let mut asked = false;
+                        let mut approver = |c: &ProposedCall<'_>| {
+                            asked = true;
+                            policy.answer(c)
+                        };
+                        let recorded = recorded_word(call);
+                        let (verdict, reason) = match gate.propose_with(&proposed, &mut approver) {
+                            Ok(CallVerdict::Execute) => {
+                                let outcome = if call.recorded_error == Some(true) {
+                                    ToolOutcome::Error
+                                } else {
+                                    ToolOutcome::Ok
+                                };
+                                gate.report(&call.id, outcome)
+                                    .map_err(|e| format!("internal: turn {index}: {e}"))?;
+                                executed += 1;
+                                if asked {
+                                    approved += 1;
+                                    ("approved", None)
+                                } else {
+                                    ("execute", None)
+                                }
+                            }
+                            Ok(CallVerdict::Refused(r)) => ("refused", Some(r.as_str().to_owned())),
+                            Ok(CallVerdict::NeedsApproval) => {
+                                return Err(format!(
+                                    "internal: turn {index}: approval left pending"
+                                ))
+                            }
+                            Err(ProposeError::InvalidCallId(e)) => {
+                                *extra_refusals.entry("invalid-call-id".into()).or_default() += 1;
+                                notes.push(format!(
+                                    "turn {index}: call id {:?} {e}; refused",
+                                    call.id
+                                ));
+                                ("refused", Some("invalid-call-id".to_owned()))
+                            }
+                            Err(e) => return Err(format!("turn {index}: call {}: {e}", call.id)),
+                        };
+                        row.calls.push(CallReport {
+                            id: call.id.clone(),
+                            name: call.name.clone(),
+                            verdict,
+                            reason,
+                            recorded,
+                        });
+                    }
+                    row.outcome = match gate
+                        .finish_turn()
+                        .map_err(|e| format!("internal: turn {index}: {e}"))?
+                    {
+                        TurnEnd::Continue => "continue".into(),
+                        TurnEnd::Complete => "complete".into(),
+                        TurnEnd::Stopped(reason) => {
+                            stopped = Some(Stopped {
+                                turn: Some(index),
+                                reason: reason.as_str().to_owned(),
+                                detail: format!(
+                                    "the response stopped with {reason}: the run ends with status error"
+                                ),
+                            });
+                            format!("error: {reason}")
+                        }
+                    };
+                }
+            }
+        }
+        if !row.reached {
+            row.calls = turn
+                .calls
+                .iter()
+                .map(|call| CallReport {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    verdict: "not-reached",
+                    reason: None,
+                    recorded: recorded_word(call),
+                })
+                .collect();
+        }
+        per_turn.push(row);
+    }
+    if new_questions > 0 {
+        notes.push(format!(
+            "{new_questions} response(s) follow an end_turn: each starts a new question on the same budget"
+        ));
+    }
+    let recorded = session.recorded_usage();
+    if let UsageGranularity::RunTotal(total) = session.usage {
+        if stopped.is_none() && total.total() >= limits.max_tokens {
+            stopped = Some(Stopped {
+                turn: None,
+                reason: "tokens".into(),
+                detail: format!(
+                    "token limit ({} of {}) reached at a turn the recording cannot tell (run totals only)",
+                    total.total(),
+                    limits.max_tokens
+                ),
+            });
+        }
+    }
+    let mut refusals: BTreeMap<String, u32> = gate
+        .refusals()
+        .iter()
+        .map(|(r, n)| (r.as_str().to_owned(), n))
+        .collect();
+    for (k, v) in extra_refusals {
+        *refusals.entry(k).or_default() += v;
+    }
+    let mut all_notes = session.notes.clone();
+    all_notes.extend(notes);
+    Ok(Report {
+        format: session.format.as_str(),
+        format_description: session.format.description(),
+        turns: session.turns.len(),
+        tool_calls: session.tool_calls(),
+        usage: recorded,
+        usage_per_turn: matches!(session.usage, UsageGranularity::PerTurn),
+        stopped,
+        status: gate.status().as_str(),
+        refusals,
+        executed,
+        approved,
+        reached_turns,
+        gate_usage: gate.usage(),
+        budget: BudgetReport {
+            max_model_calls: limits.max_model_calls,
+            max_tokens: limits.max_tokens,
+            max_millis: limits.max_millis,
+            max_repeats: limits.max_repeats,
+            max_tool_calls: limits.max_tool_calls,
+            token_mode: limits.token_mode.as_str(),
+            needs_approval: budget.needs_approval.clone(),
+            approve: budget.approve.describe(),
+            known_tools: known_tools.clone(),
+        },
+        notes: all_notes,
+        per_turn,
+    })
+}
+
+fn recorded_word(call: &RecordedCall) -> &'static str {
+    match call.recorded_error {
+        Some(true) => "error",
+        Some(false) => "ok",
+        None => "none",
+    }
+}
+
+/// Reads and replays `text` (a whole recording) with `budget`.
+pub fn replay_text(text: &str, budget: &ReplayBudget) -> Result<Report, String> {
+    let session = read_session(text)?;
+    replay(&session, budget)
+}
+
+impl Report {
+    /// The readable table `budgetgate replay` prints by default.
+    pub fn to_table(&self, file: &str) -> String {
+        let mut out = String::new();
+        let b = &self.budget;
+        let _ = writeln!(out, "replay of {file}");
+        let _ = writeln!(out, "format: {} ({})", self.format_description, self.format);
+        let _ = writeln!(
+            out,
+            "budget: {} model calls, {} tokens ({}), {} s, {} repeats, tool calls {}; approval needed for {}, approved: {}; known tools: {}",
+            b.max_model_calls,
+            b.max_tokens,
+            b.token_mode,
+            fmt_seconds(b.max_millis),
+            b.max_repeats,
+            b.max_tool_calls.map_or("unlimited".into(), |n| n.to_string()),
+            if b.needs_approval.is_empty() { "no tool".into() } else { b.needs_approval.join(",") },
+            b.approve,
+            b.known_tools,
+        );
+        for note in &self.notes {
+            let _ = writeln!(out, "note: {note}");
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:>4}  {:<14} {:>9} {:>7} {:>10} {:>11} {:>9} {:>9}  outcome",
+            "turn",
+            "stop_reason",
+            "input",
+            "output",
+            "cache_read",
+            "cache_write",
+            "total",
+            "running"
+        );
+        for row in &self.per_turn {
+            if let Some(stop) = &self.stopped {
+                if stop.turn == Some(row.turn) && !row.reached {
+                    let _ = writeln!(
+                        out,
+                        "---- gate stops here: {} ({})",
+                        stop.reason, stop.detail
+                    );
+                }
+            }
+            let stop = format!(
+                "{}{}",
+                row.stop_reason,
+                if row.stop_reason_inferred { "*" } else { "" }
+            );
+            let num = |v: Option<u64>| v.map_or("-".to_owned(), |n| n.to_string());
+            let u = row.usage;
+            let _ = writeln!(
+                out,
+                "{:>4}  {:<14} {:>9} {:>7} {:>10} {:>11} {:>9} {:>9}  {}",
+                row.turn,
+                stop,
+                num(u.map(|u| u.input_tokens)),
+                num(u.map(|u| u.output_tokens)),
+                num(u.map(|u| u.cache_read_input_tokens)),
+                num(u.map(|u| u.cache_creation_input_tokens)),
+                num(u.map(|u| u.total())),
+                num(row.running_total.map(|u| u.total())),
+                row.outcome,
+            );
+            for call in &row.calls {
+                let verdict = match &call.reason {
+                    Some(reason) => format!("{} ({reason})", call.verdict),
+                    None => call.verdict.to_owned(),
+                };
+                let _ = writeln!(
+                    out,
+                    "        {:<34} {:<22} {:<28} recorded: {}",
+                    call.id, call.name, verdict, call.recorded
+                );
+            }
+            if let Some(stop) = &self.stopped {
+                if stop.turn == Some(row.turn) && row.reached {
+                    let _ = writeln!(
+                        out,
+                        "---- gate stops here: {} ({})",
+                        stop.reason, stop.detail
+                    );
+                }
+            }
+        }
+        if self.per_turn.iter().any(|r| r.stop_reason_inferred) {
+            let _ = writeln!(out, "(* stop_reason inferred: recorded as null)");
+        }
+        let _ = writeln!(out);
+        let u = &self.usage;
+        let _ = writeln!(
+            out,
+            "recorded cost: {} responses, {} tool calls; tokens input {}, output {}, cache_read {}, cache_write {}, total {}{}",
+            self.turns,
+            self.tool_calls,
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_read_input_tokens,
+            u.cache_creation_input_tokens,
+            u.total(),
+            if self.usage_per_turn { "" } else { " (run totals only)" }
+        );
+        let _ = writeln!(
+            out,
+            "gate: {} of {} responses allowed, {} calls executed ({} after approval), {} tokens counted; status {}",
+            self.reached_turns,
+            self.turns,
+            self.executed,
+            self.approved,
+            self.gate_usage.total(),
+            self.status
+        );
+        match &self.stopped {
+            Some(s) => {
+                let at = s
+                    .turn
+                    .map_or("at an unknown turn".to_owned(), |t| format!("at turn {t}"));
+                let _ = writeln!(out, "stopped: {at}: {} ({})", s.reason, s.detail);
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "stopped: no, the budget would not have stopped this session"
+                );
+            }
+        }
+        if self.refusals.is_empty() {
+            let _ = writeln!(out, "refusals: none");
+        } else {
+            let list: Vec<String> = self
+                .refusals
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            let _ = writeln!(out, "refusals: {}", list.join(", "));
+        }
+        out
+    }
+}
+
+fn fmt_seconds(ms: u64) -> String {
+    if ms.is_multiple_of(1000) {
+        (ms / 1000).to_string()
+    } else {
+        format!("{:.3}", ms as f64 / 1000.0)
+    }
+}
+
+fn load(args: &ReplayArgs) -> Result<(ReplayBudget, String), (String, String)> {
+    let file = args.file.display().to_string();
+    let mut budget = match &args.budget {
+        Some(path) => {
+            let name = path.display().to_string();
+            let text = std::fs::read_to_string(path).map_err(|e| (name.clone(), e.to_string()))?;
+            parse_budget(&text).map_err(|e| (name, e))?
+        }
+        None => ReplayBudget::default(),
+    };
+    if let Some(approve) = &args.approve {
+        budget.approve = ApprovePolicy::parse(approve).map_err(|e| ("--approve".to_owned(), e))?;
+    }
+    let text = std::fs::read_to_string(&args.file).map_err(|e| (file.clone(), e.to_string()))?;
+    Ok((budget, text))
+}
+
+/// Runs `budgetgate replay`. Exit status: 0 the gate would not have stopped
+/// the session, 1 it would have (budget exhausted, or a stop reason that
+/// ends the run), 2 the recording or the budget file cannot be read (one
+/// line on stderr names the file and the problem).
+pub fn command(args: &ReplayArgs) -> ExitCode {
+    let file = args.file.display().to_string();
+    let (budget, text) = match load(args) {
+        Ok(loaded) => loaded,
+        Err((source, detail)) => {
+            eprintln!("budgetgate replay: {source}: {}", one_line(&detail));
+            return ExitCode::from(2);
+        }
+    };
+    let report = match replay_text(&text, &budget) {
+        Ok(report) => report,
+        Err(detail) => {
+            eprintln!("budgetgate replay: {file}: {}", one_line(&detail));
+            return ExitCode::from(2);
+        }
+    };
+    if args.json {
+        match serde_json::to_string(&report) {
+            Ok(line) => println!("{line}"),
+            Err(e) => {
+                eprintln!("budgetgate replay: {file}: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        print!("{}", report.to_table(&file));
+    }
+    ExitCode::from(if report.stopped.is_some() { 1 } else { 0 })
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        replay: ReplayArgs,
+    }
+
+    fn example(path: &str) -> String {
+        format!("{}/../examples/{path}", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    #[test]
+    fn arguments_parse_and_exit_statuses() {
+        let cli = Cli::try_parse_from([
+            "replay",
+            &example("replay/claude-code.jsonl"),
+            "--budget",
+            &example("budget.toml"),
+            "--approve",
+            "issue_refund,Bash",
+            "--json",
+        ])
+        .unwrap();
+        assert!(cli.replay.json);
+        assert_eq!(cli.replay.approve.as_deref(), Some("issue_refund,Bash"));
+        assert_eq!(command(&cli.replay), ExitCode::from(0));
+        // The exchanges sample ends with max_tokens: the gate stops it.
+        let stopped =
+            Cli::try_parse_from(["replay", &example("replay/anthropic-exchanges.jsonl")]).unwrap();
+        assert_eq!(command(&stopped.replay), ExitCode::from(1));
+        // Unreadable inputs: exit 2.
+        let missing = Cli::try_parse_from(["replay", "/nonexistent/session.jsonl"]).unwrap();
+        assert_eq!(command(&missing.replay), ExitCode::from(2));
+        let bad_budget = Cli::try_parse_from([
+            "replay",
+            &example("budget.toml"),
+            "--budget",
+            &example("replay/swe-agent.traj"),
+        ])
+        .unwrap();
+        assert_eq!(command(&bad_budget.replay), ExitCode::from(2));
+        let not_a_session = Cli::try_parse_from(["replay", &example("budget.toml")]).unwrap();
+        assert_eq!(command(&not_a_session.replay), ExitCode::from(2));
+        let bad_approve = Cli::try_parse_from([
+            "replay",
+            &example("replay/swe-agent.traj"),
+            "--approve",
+            ",",
+        ])
+        .unwrap();
+        assert_eq!(command(&bad_approve.replay), ExitCode::from(2));
+        assert!(Cli::try_parse_from(["replay"]).is_err());
+    }
+
+    #[test]
+    fn fingerprint_of_deep_values_is_none_past_128_levels() {
+        let mut deep = Value::Null;
+        for _ in 0..129 {
+            deep = Value::Array(vec![deep]);
+        }
+        assert!(fingerprint_value(&deep).is_none());
+        let mut ok = Value::Null;
+        for _ in 0..128 {
+            ok = Value::Array(vec![ok]);
+        }
+        assert!(fingerprint_value(&ok).is_some());
+    }
+}

@@ -1,0 +1,849 @@
+//! Detecting a recording's format and reading it into a [`Session`].
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde_json::{Map, Value};
+
+use super::session::{
+    usage_from_value, Format, RecordedCall, RecordedTurn, Session, UsageGranularity,
+};
+use super::time::{parse_http_date_ms, parse_rfc3339_ms};
+use budgetgate_core::turn::TokenUsage;
+
+/// Reads `text` (the whole file) in whatever supported format it is in.
+pub fn read_session(text: &str) -> Result<Session, String> {
+    let trimmed = text.trim_start_matches('\u{feff}').trim();
+    if trimmed.is_empty() {
+        return Err("the file is empty".into());
+    }
+    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        if let Ok(value) = serde_json::from_str::<Value>(trimmed) {
+            return from_json_document(value);
+        }
+        if trimmed.starts_with('{') {
+            return from_json_lines(trimmed);
+        }
+    }
+    let yaml = yaml_rust2::YamlLoader::load_from_str(trimmed).map_err(|e| {
+        format!("not a recognised recording (not JSON, JSON Lines or YAML: {e}); expected a Claude Code session log, Anthropic Messages API exchanges, a VCR cassette or a SWE-agent .traj")
+    })?;
+    let [document] = yaml.as_slice() else {
+        return Err(format!(
+            "a YAML recording must hold exactly one document, this one holds {}",
+            yaml.len()
+        ));
+    };
+    let value = yaml_to_json(document)?;
+    if value.get("interactions").is_some() {
+        return read_vcr(&value);
+    }
+    Err(unrecognised())
+}
+
+fn unrecognised() -> String {
+    "not a recognised recording: expected a Claude Code session log (JSON Lines), Anthropic Messages API exchanges ({request, response} JSON or JSON Lines), a VCR cassette (interactions[]) or a SWE-agent .traj (trajectory[])".into()
+}
+
+fn from_json_document(value: Value) -> Result<Session, String> {
+    match &value {
+        Value::Object(o) if o.contains_key("trajectory") => read_traj(&value),
+        Value::Object(o) if o.contains_key("interactions") => read_vcr(&value),
+        Value::Object(o) if is_exchange(o) || is_message(o) => read_exchanges(vec![value]),
+        Value::Object(o) if o.contains_key("type") && o.contains_key("uuid") => {
+            read_claude_code(vec![(1, value)])
+        }
+        Value::Array(items)
+            if !items.is_empty()
+                && items.iter().all(|v| {
+                    v.as_object()
+                        .is_some_and(|o| is_exchange(o) || is_message(o) || is_request(o))
+                }) =>
+        {
+            read_exchanges(items.clone())
+        }
+        _ => Err(unrecognised()),
+    }
+}
+
+fn from_json_lines(text: &str) -> Result<Session, String> {
+    let mut values = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut truncated_last = false;
+    for (index, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Value>(line) {
+            Ok(value) => values.push((index + 1, value)),
+            // A log whose writer was interrupted ends with a partial line.
+            Err(_) if index + 1 == lines.len() && !values.is_empty() => truncated_last = true,
+            Err(e) => return Err(format!("line {}: not JSON: {e}", index + 1)),
+        }
+    }
+    let Some((_, first)) = values.first() else {
+        return Err("the file is empty".into());
+    };
+    let first = first.as_object().ok_or_else(unrecognised)?;
+    // Claude Code logs may open with `summary` or `file-history-snapshot`
+    // lines; their messages carry `sessionId` and `uuid`.
+    let claude_code = values.iter().any(|(_, v)| {
+        v.get("type").is_some() && (v.get("sessionId").is_some() || v.get("uuid").is_some())
+    });
+    if claude_code {
+        let mut session = read_claude_code(values)?;
+        if truncated_last {
+            session
+                .notes
+                .push("the last line is not complete JSON (an interrupted write): skipped".into());
+        }
+        return Ok(session);
+    }
+    if truncated_last {
+        return Err(format!("line {}: not JSON", lines.len()));
+    }
+    if is_exchange(first) || is_message(first) || is_request(first) {
+        return read_exchanges(values.into_iter().map(|(_, v)| v).collect());
+    }
+    Err(unrecognised())
+}
+
+fn is_exchange(o: &Map<String, Value>) -> bool {
+    o.contains_key("request") && o.contains_key("response")
+}
+
+fn is_message(o: &Map<String, Value>) -> bool {
+    o.get("type").and_then(Value::as_str) == Some("message")
+        || (o.contains_key("content") && o.contains_key("stop_reason"))
+}
+
+fn is_request(o: &Map<String, Value>) -> bool {
+    o.contains_key("messages") && !o.contains_key("stop_reason")
+}
+
+/// The content blocks of a message turned into a turn (usage and times filled by the caller).
+fn turn_from_message(message: &Value) -> Result<RecordedTurn, String> {
+    let mut turn = RecordedTurn {
+        message_id: message.get("id").and_then(Value::as_str).map(str::to_owned),
+        stop_reason: message
+            .get("stop_reason")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        usage: match message.get("usage") {
+            None | Some(Value::Null) => Some(TokenUsage::ZERO),
+            Some(u) => Some(usage_from_value(u)?),
+        },
+        calls: Vec::new(),
+        text_chars: 0,
+        requested_at_ms: None,
+        max_tokens: None,
+    };
+    add_blocks(&mut turn, message.get("content"))?;
+    Ok(turn)
+}
+
+fn add_blocks(turn: &mut RecordedTurn, content: Option<&Value>) -> Result<(), String> {
+    match content {
+        Some(Value::Array(blocks)) => {
+            for block in blocks {
+                match block.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        turn.text_chars += block
+                            .get("text")
+                            .and_then(Value::as_str)
+                            .map_or(0, |t| t.chars().count())
+                    }
+                    Some("tool_use") => {
+                        let id = block
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .ok_or("a tool_use block has no string `id`")?;
+                        if turn.calls.iter().any(|c| c.id == id) {
+                            continue;
+                        }
+                        let name = block
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .ok_or("a tool_use block has no string `name`")?;
+                        turn.calls.push(RecordedCall {
+                            id: id.to_owned(),
+                            name: name.to_owned(),
+                            input: Some(block.get("input").cloned().unwrap_or(Value::Null)),
+                            recorded_error: None,
+                        });
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Some(Value::String(text)) => turn.text_chars += text.chars().count(),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Tool results found in user content: `tool_use_id` → is_error.
+fn collect_results(content: Option<&Value>, into: &mut HashMap<String, bool>) {
+    if let Some(Value::Array(blocks)) = content {
+        for block in blocks {
+            if block.get("type").and_then(Value::as_str) == Some("tool_result") {
+                if let Some(id) = block.get("tool_use_id").and_then(Value::as_str) {
+                    let error = block
+                        .get("is_error")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false);
+                    into.insert(id.to_owned(), error);
+                }
+            }
+        }
+    }
+}
+
+fn apply_results(turns: &mut [RecordedTurn], results: &HashMap<String, bool>) {
+    for call in turns.iter_mut().flat_map(|t| t.calls.iter_mut()) {
+        call.recorded_error = results.get(&call.id).copied();
+    }
+}
+
+// ---------------------------------------------------------------- Claude Code
+
+fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
+    let mut turns: Vec<RecordedTurn> = Vec::new();
+    let mut index_of: HashMap<String, usize> = HashMap::new();
+    let mut results = HashMap::new();
+    let mut start: Option<u64> = None;
+    let mut last_time: Option<u64> = None;
+    let mut synthetic = 0usize;
+    let mut skipped = 0usize;
+    let mut lines_read = 0usize;
+    for (line_no, line) in &lines {
+        lines_read += 1;
+        let time = line
+            .get("timestamp")
+            .and_then(Value::as_str)
+            .and_then(parse_rfc3339_ms);
+        if start.is_none() {
+            start = time;
+        }
+        let kind = line.get("type").and_then(Value::as_str).unwrap_or("");
+        let message = line.get("message");
+        match kind {
+            "assistant" => {
+                let Some(message) = message else {
+                    skipped += 1;
+                    continue;
+                };
+                if message.get("model").and_then(Value::as_str) == Some("<synthetic>") {
+                    synthetic += 1;
+                    continue;
+                }
+                let Some(id) = message.get("id").and_then(Value::as_str) else {
+                    return Err(format!(
+                        "line {line_no}: an assistant message without `message.id`"
+                    ));
+                };
+                let usage = match message.get("usage") {
+                    None | Some(Value::Null) => TokenUsage::ZERO,
+                    Some(u) => usage_from_value(u).map_err(|e| format!("line {line_no}: {e}"))?,
+                };
+                match index_of.get(id) {
+                    Some(&i) => {
+                        // A later line of the same response: same usage,
+                        // repeated (output_tokens may grow): keep the largest.
+                        let turn = &mut turns[i];
+                        let old = turn.usage.unwrap_or(TokenUsage::ZERO);
+                        turn.usage = Some(TokenUsage {
+                            input_tokens: old.input_tokens.max(usage.input_tokens),
+                            output_tokens: old.output_tokens.max(usage.output_tokens),
+                            cache_read_input_tokens: old
+                                .cache_read_input_tokens
+                                .max(usage.cache_read_input_tokens),
+                            cache_creation_input_tokens: old
+                                .cache_creation_input_tokens
+                                .max(usage.cache_creation_input_tokens),
+                        });
+                        if let Some(reason) = message.get("stop_reason").and_then(Value::as_str) {
+                            turn.stop_reason = Some(reason.to_owned());
+                        }
+                        add_blocks(turn, message.get("content"))
+                            .map_err(|e| format!("line {line_no}: {e}"))?;
+                    }
+                    None => {
+                        let mut turn = turn_from_message(message)
+                            .map_err(|e| format!("line {line_no}: {e}"))?;
+                        turn.usage = Some(usage);
+                        turn.requested_at_ms =
+                            last_time.zip(start).map(|(t, s)| t.saturating_sub(s));
+                        index_of.insert(id.to_owned(), turns.len());
+                        turns.push(turn);
+                    }
+                }
+            }
+            "user" => {
+                if let Some(message) = message {
+                    collect_results(message.get("content"), &mut results);
+                }
+            }
+            _ => {}
+        }
+        if time.is_some() {
+            last_time = time;
+        }
+    }
+    if turns.is_empty() {
+        return Err("a Claude Code log with no assistant responses".into());
+    }
+    apply_results(&mut turns, &results);
+    let mut notes = vec![format!(
+        "{lines_read} lines; {} responses (lines sharing message.id counted once)",
+        turns.len()
+    )];
+    let inferred = turns.iter().filter(|t| t.stop_reason.is_none()).count();
+    if inferred > 0 {
+        notes.push(format!(
+            "stop_reason is null on {inferred} of {} responses: inferred from the blocks (a tool_use block makes a tool_use turn, else end_turn)",
+            turns.len()
+        ));
+    }
+    if synthetic > 0 {
+        notes.push(format!(
+            "{synthetic} synthetic assistant lines (no model call) skipped"
+        ));
+    }
+    if skipped > 0 {
+        notes.push(format!(
+            "{skipped} assistant lines without a message skipped"
+        ));
+    }
+    if start.is_none() {
+        notes.push("no timestamps: the time limit is not checked".into());
+    }
+    Ok(Session {
+        format: Format::ClaudeCode,
+        turns,
+        usage: UsageGranularity::PerTurn,
+        declared_tools: None,
+        notes,
+    })
+}
+
+// ------------------------------------------------- Anthropic exchanges / VCR
+
+/// One exchange: the request body (if any), the response body, the
+/// response's time (if any).
+struct Exchange {
+    request: Option<Value>,
+    response: Value,
+    time_ms: Option<u64>,
+}
+
+fn read_exchanges(values: Vec<Value>) -> Result<Session, String> {
+    let mut exchanges = Vec::new();
+    let mut pending_request: Option<Value> = None;
+    for (index, value) in values.into_iter().enumerate() {
+        let Some(object) = value.as_object() else {
+            return Err(format!("item {index}: not a JSON object"));
+        };
+        if is_exchange(object) {
+            exchanges.push(Exchange {
+                request: object.get("request").cloned(),
+                response: object.get("response").cloned().unwrap_or(Value::Null),
+                time_ms: None,
+            });
+        } else if is_message(object) {
+            exchanges.push(Exchange {
+                request: pending_request.take(),
+                response: value,
+                time_ms: None,
+            });
+        } else if is_request(object) {
+            pending_request = Some(value);
+        } else {
+            return Err(format!(
+                "item {index}: neither a request, a response nor a {{request, response}} pair"
+            ));
+        }
+    }
+    build_from_exchanges(Format::AnthropicExchanges, exchanges, Vec::new())
+}
+
+fn read_vcr(cassette: &Value) -> Result<Session, String> {
+    let interactions = cassette
+        .get("interactions")
+        .and_then(Value::as_array)
+        .ok_or("`interactions` is not a list")?;
+    let mut exchanges = Vec::new();
+    let mut notes = Vec::new();
+    for (index, interaction) in interactions.iter().enumerate() {
+        let request = interaction.get("request");
+        let response = interaction
+            .get("response")
+            .ok_or_else(|| format!("interaction {index}: no `response`"))?;
+        let status = response
+            .get("status")
+            .and_then(|s| s.get("code"))
+            .and_then(Value::as_u64);
+        let body =
+            vcr_body(response).map_err(|e| format!("interaction {index}: response body: {e}"))?;
+        let request_body = match request {
+            Some(r) => {
+                vcr_body(r).map_err(|e| format!("interaction {index}: request body: {e}"))?
+            }
+            None => None,
+        };
+        let Some(body) = body else {
+            notes.push(format!("interaction {index}: no response body, skipped"));
+            continue;
+        };
+        let body = match body {
+            Body::Json(v) => v,
+            Body::Text(text) if text.contains("event: message_start") || text.contains("data: {") => {
+                message_from_sse(&text).map_err(|e| format!("interaction {index}: streamed response: {e}"))?
+            }
+            Body::Text(_) => {
+                return Err(format!(
+                    "interaction {index}: the response body is neither JSON nor a Messages API event stream"
+                ))
+            }
+        };
+        if body.get("type").and_then(Value::as_str) == Some("error")
+            || status.is_some_and(|c| c >= 400)
+        {
+            notes.push(format!(
+                "interaction {index}: API error response (status {}), no model turn",
+                status.map_or("unknown".into(), |c| c.to_string())
+            ));
+            continue;
+        }
+        if !body.as_object().is_some_and(is_message) {
+            return Err(format!(
+                "interaction {index}: the response is not an Anthropic Messages API message"
+            ));
+        }
+        let time_ms = header(response, "date").and_then(|d| parse_http_date_ms(&d));
+        exchanges.push(Exchange {
+            request: request_body.and_then(|b| match b {
+                Body::Json(v) => Some(v),
+                Body::Text(_) => None,
+            }),
+            response: body,
+            time_ms,
+        });
+    }
+    build_from_exchanges(Format::VcrCassette, exchanges, notes)
+}
+
+enum Body {
+    Json(Value),
+    Text(String),
+}
+
+/// A VCR request or response body: `parsed_body`, or `body` as a JSON
+/// string, or `body.string`.
+fn vcr_body(part: &Value) -> Result<Option<Body>, String> {
+    if let Some(parsed) = part.get("parsed_body") {
+        if !parsed.is_null() {
+            return Ok(Some(Body::Json(parsed.clone())));
+        }
+    }
+    let raw = match part.get("body") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Object(o)) => match o.get("string") {
+            Some(Value::String(s)) => s.clone(),
+            None | Some(Value::Null) => return Ok(None),
+            Some(_) => {
+                return Err(
+                    "`body.string` is not text (binary or compressed bodies are not supported)"
+                        .into(),
+                )
+            }
+        },
+        Some(other) => return Ok(Some(Body::Json(other.clone()))),
+    };
+    if raw.trim().is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(match serde_json::from_str(&raw) {
+        Ok(v) => Body::Json(v),
+        Err(_) => Body::Text(raw),
+    }))
+}
+
+fn header(part: &Value, name: &str) -> Option<String> {
+    let headers = part.get("headers")?.as_object()?;
+    let (_, value) = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name))?;
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(items) => items.first()?.as_str().map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// Rebuilds a message from a Messages API server-sent event stream.
+fn message_from_sse(text: &str) -> Result<Value, String> {
+    let mut message: Option<Value> = None;
+    let mut partial_inputs: HashMap<usize, String> = HashMap::new();
+    let mut blocks: Vec<Value> = Vec::new();
+    for line in text.lines() {
+        let Some(data) = line.strip_prefix("data:") else {
+            continue;
+        };
+        let Ok(event) = serde_json::from_str::<Value>(data.trim()) else {
+            continue;
+        };
+        match event.get("type").and_then(Value::as_str) {
+            Some("message_start") => message = event.get("message").cloned(),
+            Some("content_block_start") => {
+                let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                let block = event.get("content_block").cloned().unwrap_or(Value::Null);
+                if blocks.len() <= index {
+                    blocks.resize(index + 1, Value::Null);
+                }
+                blocks[index] = block;
+            }
+            Some("content_block_delta") => {
+                let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                let delta = event.get("delta");
+                match delta.and_then(|d| d.get("type")).and_then(Value::as_str) {
+                    Some("text_delta") => {
+                        let piece = delta
+                            .and_then(|d| d.get("text"))
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        if let Some(block) = blocks.get_mut(index) {
+                            let text = block
+                                .get("text")
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
+                                .to_owned()
+                                + piece;
+                            if let Some(o) = block.as_object_mut() {
+                                o.insert("text".into(), Value::String(text));
+                            }
+                        }
+                    }
+                    Some("input_json_delta") => {
+                        let piece = delta
+                            .and_then(|d| d.get("partial_json"))
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        partial_inputs.entry(index).or_default().push_str(piece);
+                    }
+                    _ => {}
+                }
+            }
+            Some("message_delta") => {
+                let message = message
+                    .as_mut()
+                    .ok_or("message_delta before message_start")?;
+                if let Some(reason) = event.get("delta").and_then(|d| d.get("stop_reason")) {
+                    message["stop_reason"] = reason.clone();
+                }
+                if let Some(Value::Object(usage)) = event.get("usage") {
+                    for (k, v) in usage {
+                        if !v.is_null() {
+                            message["usage"][k] = v.clone();
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut message = message.ok_or("no message_start event")?;
+    for (index, block) in blocks.iter_mut().enumerate() {
+        if block.get("type").and_then(Value::as_str) == Some("tool_use") {
+            if let Some(json) = partial_inputs.get(&index) {
+                // A stream cut off mid-way leaves unreadable arguments: kept
+                // as a marker so the call is never taken as complete.
+                block["input"] = serde_json::from_str(json)
+                    .unwrap_or_else(|_| Value::String(format!("{UNREADABLE}{json}")));
+            }
+        }
+    }
+    message["content"] = Value::Array(blocks);
+    Ok(message)
+}
+
+/// Prefix marking arguments that could not be read (streams cut off).
+pub const UNREADABLE: &str = "\u{0}unreadable-arguments:";
+
+fn build_from_exchanges(
+    format: Format,
+    exchanges: Vec<Exchange>,
+    mut notes: Vec<String>,
+) -> Result<Session, String> {
+    let mut turns = Vec::new();
+    let mut results = HashMap::new();
+    let mut declared: BTreeSet<String> = BTreeSet::new();
+    let mut any_declared = false;
+    let start = exchanges.iter().find_map(|e| e.time_ms);
+    let mut previous_time: Option<u64> = None;
+    for (index, exchange) in exchanges.iter().enumerate() {
+        let mut turn =
+            turn_from_message(&exchange.response).map_err(|e| format!("response {index}: {e}"))?;
+        if let Some(request) = &exchange.request {
+            turn.max_tokens = request.get("max_tokens").and_then(Value::as_u64);
+            if let Some(tools) = request.get("tools").and_then(Value::as_array) {
+                any_declared = true;
+                declared.extend(
+                    tools
+                        .iter()
+                        .filter_map(|t| t.get("name").and_then(Value::as_str))
+                        .map(str::to_owned),
+                );
+            }
+            if let Some(messages) = request.get("messages").and_then(Value::as_array) {
+                for m in messages {
+                    collect_results(m.get("content"), &mut results);
+                }
+            }
+        }
+        // The request left after the previous response arrived.
+        turn.requested_at_ms = match (start, previous_time) {
+            (Some(s), Some(p)) => Some(p.saturating_sub(s)),
+            (Some(_), None) => Some(0),
+            _ => None,
+        };
+        if exchange.time_ms.is_some() {
+            previous_time = exchange.time_ms;
+        }
+        for call in &mut turn.calls {
+            if let Some(Value::String(s)) = &call.input {
+                if s.starts_with(UNREADABLE) {
+                    call.input = None;
+                }
+            }
+        }
+        turns.push(turn);
+    }
+    if turns.is_empty() {
+        return Err("no model responses in the recording".into());
+    }
+    apply_results(&mut turns, &results);
+    let unanswered = turns
+        .iter()
+        .take(turns.len().saturating_sub(1))
+        .flat_map(|t| &t.calls)
+        .filter(|c| c.recorded_error.is_none())
+        .count();
+    if unanswered > 0 {
+        notes.push(format!(
+            "{unanswered} tool calls have no tool_result in a later request"
+        ));
+    }
+    if start.is_some() {
+        notes.push("times from the responses' Date headers (1 s resolution): a request is taken to leave when the previous response arrived".into());
+    } else {
+        notes.push("no timestamps: the time limit is not checked".into());
+    }
+    Ok(Session {
+        format,
+        turns,
+        usage: UsageGranularity::PerTurn,
+        declared_tools: any_declared.then(|| declared.into_iter().collect()),
+        notes,
+    })
+}
+
+// ------------------------------------------------------------------ SWE-agent
+
+fn read_traj(traj: &Value) -> Result<Session, String> {
+    let steps = traj
+        .get("trajectory")
+        .and_then(Value::as_array)
+        .ok_or("`trajectory` is not a list")?;
+    let mut turns = Vec::new();
+    for (index, step) in steps.iter().enumerate() {
+        let action = step
+            .get("action")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("step {index}: `action` is not a string"))?;
+        let calls = if action.trim().is_empty() {
+            Vec::new()
+        } else {
+            vec![RecordedCall {
+                id: format!("step-{index}"),
+                name: command_name(action),
+                input: Some(serde_json::json!({ "command": action })),
+                recorded_error: Some(false),
+            }]
+        };
+        turns.push(RecordedTurn {
+            message_id: None,
+            stop_reason: None,
+            usage: None,
+            text_chars: step
+                .get("response")
+                .and_then(Value::as_str)
+                .map_or(0, |t| t.chars().count()),
+            calls,
+            requested_at_ms: None,
+            max_tokens: None,
+        });
+    }
+    if turns.is_empty() {
+        return Err("a SWE-agent trajectory with no steps".into());
+    }
+    let info = traj.get("info");
+    let stats = info.and_then(|i| i.get("model_stats"));
+    let count = |key: &str| stats.and_then(|s| s.get(key)).and_then(Value::as_u64);
+    let total = TokenUsage {
+        input_tokens: count("tokens_sent").unwrap_or(0),
+        output_tokens: count("tokens_received").unwrap_or(0),
+        ..TokenUsage::ZERO
+    };
+    let mut notes = vec![
+        format!(
+            "{} steps; usage is recorded only as run totals (tokens_sent → input_tokens, tokens_received → output_tokens)",
+            turns.len()
+        ),
+        "each step's action is one tool call named by its first word, with the whole action as {\"command\": …}; no stop reasons recorded (a step with an action is a tool turn)".into(),
+        "no timestamps: the time limit is not checked".into(),
+    ];
+    if let Some(calls) = count("api_calls") {
+        if calls as usize != turns.len() {
+            notes.push(format!(
+                "model_stats.api_calls is {calls}, the trajectory has {} steps",
+                turns.len()
+            ));
+        }
+    }
+    if let Some(status) = info
+        .and_then(|i| i.get("exit_status"))
+        .and_then(Value::as_str)
+    {
+        notes.push(format!("exit_status: {status}"));
+    }
+    Ok(Session {
+        format: Format::SweAgentTraj,
+        turns,
+        usage: UsageGranularity::RunTotal(total),
+        declared_tools: None,
+        notes,
+    })
+}
+
+/// The first word of a command, restricted to `[A-Za-z0-9_-]`, or `command`.
+fn command_name(action: &str) -> String {
+    let word: String = action
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+        .take(64)
+        .collect();
+    if word.is_empty() {
+        "command".into()
+    } else {
+        word
+    }
+}
+
+// ----------------------------------------------------------------------- YAML
+
+fn yaml_to_json(yaml: &yaml_rust2::Yaml) -> Result<Value, String> {
+    use yaml_rust2::Yaml;
+    Ok(match yaml {
+        Yaml::Null => Value::Null,
+        Yaml::Boolean(b) => Value::Bool(*b),
+        Yaml::Integer(i) => Value::from(*i),
+        Yaml::Real(text) => {
+            let x: f64 = match text.as_str() {
+                ".inf" | ".Inf" | ".INF" | "+.inf" => f64::INFINITY,
+                "-.inf" | "-.Inf" | "-.INF" => f64::NEG_INFINITY,
+                _ => text
+                    .parse()
+                    .map_err(|_| format!("YAML number `{text}` cannot be read"))?,
+            };
+            serde_json::Number::from_f64(x)
+                .map(Value::Number)
+                .ok_or_else(|| format!("YAML number `{text}` is not finite"))?
+        }
+        Yaml::String(s) => Value::String(s.clone()),
+        Yaml::Array(items) => {
+            Value::Array(items.iter().map(yaml_to_json).collect::<Result<_, _>>()?)
+        }
+        Yaml::Hash(map) => {
+            let mut object = Map::new();
+            for (k, v) in map {
+                let key = match k {
+                    Yaml::String(s) => s.clone(),
+                    Yaml::Integer(i) => i.to_string(),
+                    Yaml::Boolean(b) => b.to_string(),
+                    Yaml::Real(r) => r.clone(),
+                    Yaml::Null => "null".into(),
+                    _ => return Err("a YAML mapping key is not a scalar".into()),
+                };
+                object.insert(key, yaml_to_json(v)?);
+            }
+            Value::Object(object)
+        }
+        Yaml::Alias(_) => return Err("YAML aliases are not supported".into()),
+        Yaml::BadValue => return Err("a YAML value cannot be read".into()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_names() {
+        assert_eq!(command_name("python reproduce_bug.py\n"), "python");
+        assert_eq!(command_name("edit 287:295\nfoo"), "edit");
+        assert_eq!(command_name("   "), "command");
+        assert_eq!(command_name("./run.sh"), "runsh");
+    }
+
+    #[test]
+    fn sse_stream_is_rebuilt_and_cut_arguments_are_unreadable() {
+        let stream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m1\",\"type\":\"message\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n\
+event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"f\",\"input\":{}}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\\\": 1\"}}\n\n\
+event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"output_tokens\":5}}\n\n";
+        let message = message_from_sse(stream).unwrap();
+        assert_eq!(message["stop_reason"], "max_tokens");
+        assert_eq!(message["usage"]["output_tokens"], 5);
+        let input = message["content"][0]["input"].as_str().unwrap();
+        assert!(input.starts_with(UNREADABLE));
+    }
+
+    #[test]
+    fn claude_code_log_opening_with_a_summary_line_and_cut_at_the_end() {
+        let text = concat!(
+            r#"{"type":"summary","summary":"Refunds","leafUuid":"u2"}"#,
+            "\n",
+            r#"{"type":"user","uuid":"u1","sessionId":"s","timestamp":"2026-01-01T00:00:00Z","message":{"role":"user","content":"hi"}}"#,
+            "\n",
+            r#"{"type":"assistant","uuid":"u2","sessionId":"s","timestamp":"2026-01-01T00:00:01Z","message":{"id":"m1","model":"m","content":[{"type":"text","text":"hello"}],"stop_reason":null,"usage":{"input_tokens":3,"output_tokens":2}}}"#,
+            "\n",
+            r#"{"type":"user","uuid":"u3","sessi"#,
+        );
+        let session = read_session(text).unwrap();
+        assert_eq!(session.format, Format::ClaudeCode);
+        assert_eq!(session.turns.len(), 1);
+        assert!(session.notes.iter().any(|n| n.contains("interrupted")));
+        // A broken line anywhere else is an error.
+        let broken = text.replacen("{\"type\":\"user\",\"uuid\":\"u1\"", "{oops", 1);
+        assert!(read_session(&broken).unwrap_err().contains("line 2"));
+    }
+
+    #[test]
+    fn unknown_documents_are_clear_errors() {
+        for text in [
+            "{\"a\":1}",
+            "[1,2]",
+            "just: yaml",
+            "",
+            "{\"a\":1}\n{\"b\":2}\n",
+        ] {
+            let err = read_session(text).unwrap_err();
+            assert!(
+                err.contains("not a recognised recording") || err.contains("empty"),
+                "{text}: {err}"
+            );
+        }
+    }
+}

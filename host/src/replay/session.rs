@@ -1,0 +1,167 @@
+//! The recorded session every format is read into: one entry per model
+//! response, counted once, with its usage, stop reason and tool calls.
+
+use budgetgate_core::turn::TokenUsage;
+use serde_json::Value;
+
+/// The recording formats `budgetgate replay` reads (`SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Claude Code session log: JSON Lines, one content block per line,
+    /// lines of one response sharing `message.id`.
+    ClaudeCode,
+    /// Anthropic Messages API exchanges: `{request, response}` objects (one
+    /// JSON document, an array, or JSON Lines), or bare response messages.
+    AnthropicExchanges,
+    /// VCR cassette (vcrpy / pytest-recording), YAML or JSON:
+    /// `interactions[].request` / `.response`.
+    VcrCassette,
+    /// SWE-agent trajectory (`.traj`): actions and observations per step,
+    /// usage only as run totals.
+    SweAgentTraj,
+}
+
+impl Format {
+    /// The identifier printed by `--json`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::ClaudeCode => "claude-code-jsonl",
+            Self::AnthropicExchanges => "anthropic-messages",
+            Self::VcrCassette => "vcr-cassette",
+            Self::SweAgentTraj => "swe-agent-traj",
+        }
+    }
+
+    /// The name shown in the table.
+    pub const fn description(self) -> &'static str {
+        match self {
+            Self::ClaudeCode => "Claude Code session log (JSON Lines)",
+            Self::AnthropicExchanges => "Anthropic Messages API exchanges (JSON)",
+            Self::VcrCassette => "VCR cassette of Anthropic Messages API calls",
+            Self::SweAgentTraj => "SWE-agent trajectory (.traj)",
+        }
+    }
+}
+
+/// One tool call as recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedCall {
+    /// The call id (`tool_use.id`; synthesized `step-N` where the format has none).
+    pub id: String,
+    /// The tool's name (for SWE-agent, the command's first word).
+    pub name: String,
+    /// The arguments, or `None` when they could not be read (a streamed
+    /// `input_json_delta` cut off mid-way).
+    pub input: Option<Value>,
+    /// The result the recording holds for it: `Some(true)` an error result,
+    /// `Some(false)` a result, `None` no result recorded.
+    pub recorded_error: Option<bool>,
+}
+
+/// How usage is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageGranularity {
+    /// Each response carries its usage.
+    PerTurn,
+    /// Only the whole run's totals are known (SWE-agent).
+    RunTotal(TokenUsage),
+}
+
+/// One model response, counted once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedTurn {
+    /// The response's message id, when recorded.
+    pub message_id: Option<String>,
+    /// The stop reason as recorded (`None` when null or absent).
+    pub stop_reason: Option<String>,
+    /// Usage of this call (`None` when the format records only totals).
+    pub usage: Option<TokenUsage>,
+    /// The tool calls, in block order.
+    pub calls: Vec<RecordedCall>,
+    /// Characters of text in the response.
+    pub text_chars: usize,
+    /// When the request was sent, in milliseconds since the session began,
+    /// if the recording has times.
+    pub requested_at_ms: Option<u64>,
+    /// The request's `max_tokens`, when recorded.
+    pub max_tokens: Option<u64>,
+}
+
+impl RecordedTurn {
+    /// The stop reason the gate uses: the recorded one, or, when null, the
+    /// reliable sign: a `tool_use` block makes a tool turn, else `end_turn`.
+    pub fn effective_stop_reason(&self) -> (String, bool) {
+        match &self.stop_reason {
+            Some(reason) => (reason.clone(), false),
+            None if self.calls.is_empty() => ("end_turn".to_owned(), true),
+            None => ("tool_use".to_owned(), true),
+        }
+    }
+}
+
+/// A recorded session, whatever its format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Session {
+    /// The format detected.
+    pub format: Format,
+    /// One per model response, in order.
+    pub turns: Vec<RecordedTurn>,
+    /// How usage is recorded.
+    pub usage: UsageGranularity,
+    /// Tool names the requests declared (`tools[].name`), if any request did.
+    pub declared_tools: Option<Vec<String>>,
+    /// Facts about the reading worth showing (skipped lines, inferred values).
+    pub notes: Vec<String>,
+}
+
+impl Session {
+    /// Tool calls in all responses.
+    pub fn tool_calls(&self) -> usize {
+        self.turns.iter().map(|t| t.calls.len()).sum()
+    }
+
+    /// What the recording really cost: per-turn usage summed, or the run
+    /// totals where only those are recorded.
+    pub fn recorded_usage(&self) -> TokenUsage {
+        match self.usage {
+            UsageGranularity::RunTotal(total) => total,
+            UsageGranularity::PerTurn => self
+                .turns
+                .iter()
+                .filter_map(|t| t.usage)
+                .fold(TokenUsage::ZERO, TokenUsage::saturating_add),
+        }
+    }
+}
+
+/// Reads a usage object leniently from a JSON value: the four counted
+/// fields, absent or null counting 0 (`SPEC C`). A field that is not a
+/// non-negative integer is an error naming it.
+pub fn usage_from_value(value: &Value) -> Result<TokenUsage, String> {
+    let Some(object) = value.as_object() else {
+        return Err("usage is not an object".into());
+    };
+    let mut usage = TokenUsage::ZERO;
+    for (key, slot) in [
+        ("input_tokens", &mut usage.input_tokens),
+        ("output_tokens", &mut usage.output_tokens),
+        (
+            "cache_read_input_tokens",
+            &mut usage.cache_read_input_tokens,
+        ),
+        (
+            "cache_creation_input_tokens",
+            &mut usage.cache_creation_input_tokens,
+        ),
+    ] {
+        match object.get(key) {
+            None | Some(Value::Null) => {}
+            Some(v) => {
+                *slot = v
+                    .as_u64()
+                    .ok_or_else(|| format!("usage `{key}` is not a non-negative integer"))?
+            }
+        }
+    }
+    Ok(usage)
+}
