@@ -12,7 +12,18 @@
 //!   measured byte-exactly by [`pyjson`];
 //! * [`trace_work`]: the work units of a trace (`SPEC A3`);
 //! * [`Plan::usage`] and [`Plan::bounded_workflow`]: plan usage and the
-//!   bounded workflow (`SPEC B1`, `SPEC B2`).
+//!   bounded workflow (`SPEC B1`, `SPEC B2`);
+//! * [`TurnGate`]: stop conditions and approval around a real model — steps,
+//!   tokens, time, repetitions, stop reasons, one result per tool call
+//!   (`SPEC C`);
+//! * [`link`]: the framed serial protocol between an agent's host and the
+//!   gating co-processor, and [`registry`]: typed, range-checked tool
+//!   signatures for a device.
+//!
+//! Sizes with the default capacities (x86_64, checked by the `state_sizes`
+//! test): [`Run`] 3736 bytes, [`Plan`] 1800 bytes, [`TurnGate`] 4208 bytes,
+//! [`Action`] 64560 bytes (its strings hold 2000 characters of 4-byte UTF-8
+//! each; a device picks a smaller capacity, e.g. `Action<256>`).
 //!
 //! ```
 //! use budgetgate_core::{Plan, Limits, StopReason, LimitKey};
@@ -82,9 +93,11 @@ mod tests {
         let run = core::mem::size_of::<Run>();
         let action = core::mem::size_of::<Action>();
         let plan = core::mem::size_of::<Plan>();
-        println!("Run = {run} B, Action = {action} B, Plan = {plan} B");
+        let gate = core::mem::size_of::<TurnGate>();
+        println!("Run = {run} B, Action = {action} B, Plan = {plan} B, TurnGate = {gate} B");
         assert!(run <= 4096, "Run grew to {run} bytes");
         assert!(plan <= 2048, "Plan grew to {plan} bytes");
+        assert!(gate <= 8192, "TurnGate grew to {gate} bytes");
         assert!(core::mem::size_of::<Action<256>>() <= 4096);
     }
 }
