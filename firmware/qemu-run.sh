@@ -18,8 +18,8 @@ echo "qemu: waiting for: nc 127.0.0.1 $agent_port (agent), then nc 127.0.0.1 $co
 qemu=(qemu-system-arm
   -cpu cortex-m4 -machine mps2-an386 -nographic -monitor none
   -semihosting-config enable=on,target=native
-  -serial "tcp:127.0.0.1:$agent_port,server=on,wait=on"
-  -serial "tcp:127.0.0.1:$console_port,server=on,wait=on"
+  -serial "tcp:127.0.0.1:$agent_port,server=on,wait=on,nodelay=on"
+  -serial "tcp:127.0.0.1:$console_port,server=on,wait=on,nodelay=on"
   -kernel "$elf" "$@")
 
 if command -v defmt-print >/dev/null 2>&1; then

@@ -272,7 +272,8 @@ pub enum Reply<'a, D: Serialize> {
         executed: bool,
         /// Whether `data` is the tool's result.
         ok: bool,
-        /// The result, or an error word such as `"tool-error"`.
+        /// The result, or an error word: `"unknown-tool"`, `"tool-error"`,
+        /// `"invalid-arguments"`, `"approval-denied"`.
         data: D,
     },
     /// The run stopped in this round with `status`.
@@ -286,7 +287,8 @@ pub enum Reply<'a, D: Serialize> {
     /// A request that consumed no decision was refused.
     Error {
         /// What went wrong (`frame-too-long`, `bad-checksum`,
-        /// `missing-checksum`, `unknown-request`, `not-permitted`, `run-stopped`).
+        /// `missing-checksum`, `unknown-request`, `not-permitted`, `no-run`,
+        /// `run-stopped`; `internal-error` only for a device bug).
         error: &'a str,
     },
     /// The run's counters.
@@ -299,7 +301,8 @@ pub enum Reply<'a, D: Serialize> {
         tool_attempts: u8,
         /// Most tool attempts.
         max_tool_calls: u8,
-        /// `running`, or the status the run stopped with.
+        /// `idle` (no run started yet), `running`, or the status the run
+        /// stopped with (including `time-budget`).
         state: &'a str,
     },
     /// The protocol version and limits.

@@ -3,11 +3,14 @@
 //! `SPEC A1` only asks that arguments be scalars; a device that moves hardware
 //! needs more: each tool declares its parameters, their types and ranges, and
 //! whether a human must approve the call. [`ToolSpec::check`] refuses any call
-//! whose arguments do not fit, naming the parameter and the rule.
+//! whose arguments do not fit, naming the parameter and the rule;
+//! [`tool_set`] registers a list of specs with a [`Run`](crate::Run) so that
+//! the run's tool index is the spec's index.
 
 use core::fmt;
 
 use crate::action::{Arguments, Scalar};
+use crate::run::{ToolSet, ToolSetError};
 
 /// The type and range of one parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +24,9 @@ pub enum ParamKind {
     },
     /// `true` or `false`.
     Bool,
+    /// A number: an integer or a float (never a boolean), any value an action
+    /// may carry (finite, `|x| <= 1e6`, `SPEC A1`).
+    Number,
     /// One of these exact strings.
     Choice(&'static [&'static str]),
 }
@@ -121,6 +127,7 @@ impl ToolSpec {
                     }
                 }
                 (ParamKind::Bool, Scalar::Bool(_)) => {}
+                (ParamKind::Number, Scalar::Int(_) | Scalar::Float(_)) => {}
                 (ParamKind::Choice(choices), Scalar::Str(s)) => {
                     if !choices.contains(&s.as_str()) {
                         return Err(ArgumentError::NotAChoice(param.key));
@@ -140,6 +147,17 @@ impl ToolSpec {
         }
     }
 
+    /// The numeric argument `key` (integer or float) as an `f64`, once
+    /// [`ToolSpec::check`] has passed. Exact: every integer an action may
+    /// carry (`|x| <= 1e6`) is an `f64`.
+    pub fn number<const S: usize>(args: &Arguments<S>, key: &str) -> Option<f64> {
+        match args.get(key) {
+            Some(Scalar::Int(v)) => Some(*v as f64),
+            Some(Scalar::Float(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
     /// The string argument `key`, once [`ToolSpec::check`] has passed.
     pub fn text<'a, const S: usize>(args: &'a Arguments<S>, key: &str) -> Option<&'a str> {
         match args.get(key) {
@@ -147,6 +165,17 @@ impl ToolSpec {
             _ => None,
         }
     }
+}
+
+/// The names of `specs`, registered in order: tool index `i` of a run built
+/// with this set is `specs[i]`. Fails as [`ToolSet::try_add`] does (an invalid
+/// or repeated name, more than `N` tools).
+pub fn tool_set<const N: usize>(specs: &[ToolSpec]) -> Result<ToolSet<N>, ToolSetError> {
+    let mut set = ToolSet::new();
+    for spec in specs {
+        set.try_add(spec.name)?;
+    }
+    Ok(set)
 }
 
 #[cfg(test)]
@@ -215,5 +244,54 @@ mod tests {
             LIGHT_SET.check(&args(r#"{"name":"lamp","brightness":5,"x":1}"#)),
             Err(ArgumentError::Unexpected { index: 2 })
         );
+    }
+
+    const ADD: ToolSpec = ToolSpec {
+        name: "add",
+        description: "a + b",
+        params: &[
+            Param {
+                key: "a",
+                kind: ParamKind::Number,
+                required: true,
+            },
+            Param {
+                key: "b",
+                kind: ParamKind::Number,
+                required: true,
+            },
+        ],
+        needs_approval: false,
+    };
+
+    #[test]
+    fn numbers_take_integers_and_floats_but_not_booleans() {
+        assert_eq!(ADD.check(&args(r#"{"a":7,"b":8}"#)), Ok(()));
+        assert_eq!(ADD.check(&args(r#"{"a":2.5,"b":-1e6}"#)), Ok(()));
+        assert_eq!(
+            ADD.check(&args(r#"{"a":true,"b":1}"#)),
+            Err(ArgumentError::WrongType("a"))
+        );
+        assert_eq!(
+            ADD.check(&args(r#"{"a":1,"b":"2"}"#)),
+            Err(ArgumentError::WrongType("b"))
+        );
+        assert_eq!(
+            ADD.check(&args(r#"{"a":1,"b":null}"#)),
+            Err(ArgumentError::WrongType("b"))
+        );
+        let both = args(r#"{"a":7,"b":0.5}"#);
+        assert_eq!(ToolSpec::number(&both, "a"), Some(7.0));
+        assert_eq!(ToolSpec::number(&both, "b"), Some(0.5));
+        assert_eq!(ToolSpec::number(&both, "c"), None);
+    }
+
+    #[test]
+    fn tool_set_indices_follow_the_specs() {
+        let set: ToolSet = tool_set(&[ADD, LIGHT_SET]).unwrap();
+        assert_eq!(set.position("add"), Some(0));
+        assert_eq!(set.position("HassLightSet"), Some(1));
+        assert_eq!(tool_set::<8>(&[ADD, ADD]), Err(ToolSetError::Duplicate));
+        assert_eq!(tool_set::<1>(&[ADD, LIGHT_SET]), Err(ToolSetError::Full));
     }
 }

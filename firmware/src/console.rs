@@ -1,92 +1,265 @@
-//! Operator console (UART1): one command per line, one reply line each.
+//! Operator console (UART1): the trusted side. One command per line, one
+//! reply line each; approval prompts and their outcomes are the only lines
+//! the device writes unasked.
 //!
 //! | command | reply |
 //! | --- | --- |
-//! | `reset` | `ok` (starts a new run: [`FrameHandler::reset`]) |
-//! | `leds` | `leds=<n>`: the LED register read back from hardware, decimal |
-//! | `buttons` | `buttons=<n>`: the button register, decimal |
+//! | `start` | `started run N: max_decisions=8 max_tool_calls=4 time_budget_ms=… approval_timeout_ms=… tools=…` (a new run with the config budgets; actuators to the safe state) |
+//! | `start D T` | the same with `max_decisions` D (1..=32) and `max_tool_calls` T (0..=16) |
+//! | `status` | `run N STATE decisions=d/D tool_attempts=t/T time_left_ms=… approval=ID|none`, or `idle: no run (type start)` |
+//! | `y`, `yes`, `approve` / `n`, `no`, `deny` | `approved ID` / `denied ID` (answers the pending prompt) |
+//! | `timeout MS` | `ok approval_timeout_ms=MS` (1..=3600000) |
+//! | `deadline MS` | `ok time_budget_ms=MS` (current run, from its start, and later runs) |
+//! | `leds` | `leds=<n>`: the LED register read back from hardware (bit 0 lamp, bit 1 valve) |
+//! | `tools` | the registered tools, `*` = needs approval |
+//! | `buttons` | `buttons=<n>` |
 //! | `uptime` | `uptime_ms=<n>` |
+//! | `ticks` | `last_frame_ticks=<n>`: 25 MHz core clock ticks the last agent frame took, line end to reply (under QEMU `-icount shift=0`, 40 instructions per tick) |
+//! | `stack` | `stack_peak_bytes=<n>`: the stack's high-water mark (only in a build with `--features stack-paint`) |
 //! | `help` | the list of commands |
-//! | `panic` | none: panics (bring-up hook: QEMU exits with status 101) |
+//! | `panic` | none: panics (fail-safe test hook: actuators off, QEMU exits 101) |
 //!
-//! Blank lines are ignored; anything else answers `error: unknown command`.
-//! Leading/trailing ASCII whitespace (also `\r`) is ignored.
+//! Unasked lines: `approve? ID TOOL {args} [y/n]` when a call needs approval,
+//! then `approved ID`, `denied ID` or `denied ID (timeout)`.
+//!
+//! Blank lines are ignored; surrounding ASCII whitespace (also `\r`) is
+//! ignored; anything else answers `error: …`.
 #![forbid(unsafe_code)]
 
+use budgetgate_core::RunLimits;
 use embedded_io::Write;
 
 use crate::board;
+use crate::config::{FRAME_MAX, MAX_CONSOLE_MILLIS};
+use crate::gate::{Answer, Gate, StartError};
 use crate::line::LineEvent;
-use crate::service::{write_decimal, FrameHandler};
-
-/// Longest console line accepted, `\n` excluded.
-pub const CONSOLE_LINE_MAX: usize = 128;
+use crate::tools::SPECS;
 
 /// A parsed console command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
 pub enum Command {
-    /// Start a new run.
-    Reset,
+    /// Start a new run, with these budgets or the config's.
+    Start(Option<(u32, u32)>),
+    /// Report the run.
+    Status,
+    /// Answer the pending approval prompt.
+    Answer(bool),
+    /// Set the approval timeout, ms.
+    Timeout(u32),
+    /// Set the run's time budget, ms.
+    Deadline(u32),
     /// Report the LED register.
     Leds,
+    /// List the tools.
+    Tools,
     /// Report the button register.
     Buttons,
     /// Report milliseconds since boot.
     Uptime,
+    /// Report the clock ticks of the last agent frame.
+    Ticks,
+    /// Report the stack's high-water mark.
+    Stack,
     /// List commands.
     Help,
     /// Panic on purpose (tests the fail-safe exit path).
     Panic,
+    /// A known command with a bad or missing number.
+    BadNumber,
     /// Not a command.
     Unknown,
 }
 
+fn number(word: Option<&[u8]>) -> Option<u32> {
+    let word = word?;
+    if word.is_empty() || word.len() > 9 || !word.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(word.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0')))
+}
+
 /// Parses one console line; `None` for a blank line.
 pub fn parse(line: &[u8]) -> Option<Command> {
-    let word = line.trim_ascii();
-    Some(match word {
-        b"" => return None,
-        b"reset" => Command::Reset,
+    let line = line.trim_ascii();
+    if line.is_empty() {
+        return None;
+    }
+    let mut words = line
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|w| !w.is_empty());
+    let verb = words.next().unwrap_or_default();
+    let (first, second, extra) = (words.next(), words.next(), words.next());
+    let none = first.is_none();
+    let millis = |w| {
+        number(w)
+            .filter(|ms| (1..=MAX_CONSOLE_MILLIS).contains(ms))
+            .filter(|_| second.is_none())
+    };
+    Some(match verb {
+        b"start" if none => Command::Start(None),
+        b"start" => match (number(first), number(second), extra) {
+            (Some(d), Some(t), None) => Command::Start(Some((d, t))),
+            _ => Command::BadNumber,
+        },
+        b"timeout" => millis(first).map_or(Command::BadNumber, Command::Timeout),
+        b"deadline" => millis(first).map_or(Command::BadNumber, Command::Deadline),
+        _ if !none => Command::Unknown,
+        b"status" => Command::Status,
+        b"y" | b"yes" | b"approve" => Command::Answer(true),
+        b"n" | b"no" | b"deny" => Command::Answer(false),
         b"leds" => Command::Leds,
+        b"tools" => Command::Tools,
         b"buttons" => Command::Buttons,
         b"uptime" => Command::Uptime,
+        b"ticks" => Command::Ticks,
+        b"stack" => Command::Stack,
         b"help" => Command::Help,
         b"panic" => Command::Panic,
         _ => Command::Unknown,
     })
 }
 
-/// Answers one console line event on `out`.
-pub fn handle<H: FrameHandler, W: Write>(
+/// Answers one console line event on `console`; an approval answer may also
+/// write the agent's reply on `agent`.
+pub fn handle<W: Write>(
     event: LineEvent<'_>,
-    handler: &mut H,
-    out: &mut W,
+    gate: &mut Gate,
+    agent: &mut W,
+    console: &mut W,
 ) -> Result<(), W::Error> {
     let command = match event {
         LineEvent::Line(line) => match parse(line) {
             Some(command) => command,
             None => return Ok(()),
         },
-        LineEvent::TooLong => return out.write_all(b"error: line too long\n"),
-        LineEvent::Corrupt => return out.write_all(b"error: line corrupt\n"),
+        LineEvent::TooLong => return console.write_all(b"error: line too long\n"),
+        LineEvent::Corrupt => return console.write_all(b"error: line corrupt\n"),
     };
     defmt::info!("console: {}", command);
+    let out = console;
     match command {
-        Command::Reset => {
-            handler.reset(board::now_ms());
-            out.write_all(b"ok\n")
+        Command::Start(budgets) => {
+            let limits = match budgets {
+                None => Ok(Gate::default_limits()),
+                Some((d, t)) => RunLimits::new(d, t),
+            };
+            let Ok(limits) = limits else {
+                return out.write_all(
+                    b"error: start D T needs max_decisions 1..=32 and max_tool_calls 0..=16\n",
+                );
+            };
+            match gate.start(limits, board::now_ms()) {
+                Ok(run) => started(out, gate, run, limits),
+                Err(StartError::ApprovalPending) => {
+                    out.write_all(b"error: answer the pending approval first (y or n)\n")
+                }
+            }
+        }
+        Command::Status => gate.write_status(board::now_ms(), out),
+        Command::Answer(approve) => {
+            let answer = if approve {
+                Answer::Approve
+            } else {
+                Answer::Deny
+            };
+            if gate.answer(answer, agent, out)? {
+                Ok(())
+            } else {
+                out.write_all(b"error: no approval pending\n")
+            }
+        }
+        Command::Timeout(ms) => {
+            gate.set_approval_timeout(ms);
+            reply_number(out, b"ok approval_timeout_ms=", u64::from(ms))
+        }
+        Command::Deadline(ms) => {
+            gate.set_time_budget(ms);
+            reply_number(out, b"ok time_budget_ms=", u64::from(ms))
         }
         Command::Leds => reply_number(out, b"leds=", u64::from(board::read_leds())),
+        Command::Tools => {
+            out.write_all(b"tools: ")?;
+            write_tools(out)?;
+            out.write_all(b" (* needs approval)\n")
+        }
         Command::Buttons => reply_number(out, b"buttons=", u64::from(board::read_buttons())),
         Command::Uptime => reply_number(out, b"uptime_ms=", board::now_ms()),
-        Command::Help => out.write_all(b"commands: reset leds buttons uptime help panic\n"),
+        Command::Ticks => reply_number(out, b"last_frame_ticks=", gate.last_frame_ticks()),
+        Command::Stack => match board::stack_high_water() {
+            Some(bytes) => reply_number(out, b"stack_peak_bytes=", u64::from(bytes)),
+            None => out.write_all(b"error: build with --features stack-paint\n"),
+        },
+        Command::Help => out.write_all(
+            b"commands: start [D T] status y n timeout MS deadline MS leds tools buttons uptime ticks stack help panic\n",
+        ),
         Command::Panic => panic!("panic requested on the operator console"),
+        Command::BadNumber => out.write_all(b"error: bad number\n"),
         Command::Unknown => out.write_all(b"error: unknown command\n"),
     }
+}
+
+/// The boot banner (one line).
+pub fn banner<W: Write>(out: &mut W) -> Result<(), W::Error> {
+    out.write_all(b"budgetgate-firmware ")?;
+    out.write_all(env!("CARGO_PKG_VERSION").as_bytes())?;
+    out.write_all(b" gate board=mps2-an386 protocol=")?;
+    write_decimal(out, u64::from(budgetgate_core::link::PROTOCOL_VERSION))?;
+    out.write_all(b" frame_max=")?;
+    write_decimal(out, FRAME_MAX as u64)?;
+    out.write_all(b"; no run yet: type start\n")
+}
+
+fn started<W: Write>(
+    out: &mut W,
+    gate: &Gate,
+    run: u32,
+    limits: RunLimits,
+) -> Result<(), W::Error> {
+    out.write_all(b"started run ")?;
+    write_decimal(out, u64::from(run))?;
+    out.write_all(b": max_decisions=")?;
+    write_decimal(out, u64::from(limits.max_decisions()))?;
+    out.write_all(b" max_tool_calls=")?;
+    write_decimal(out, u64::from(limits.max_tool_calls()))?;
+    out.write_all(b" time_budget_ms=")?;
+    write_decimal(out, u64::from(gate.time_budget_ms()))?;
+    out.write_all(b" approval_timeout_ms=")?;
+    write_decimal(out, u64::from(gate.approval_timeout_ms()))?;
+    out.write_all(b" tools=")?;
+    write_tools(out)?;
+    out.write_all(b"\n")
+}
+
+fn write_tools<W: Write>(out: &mut W) -> Result<(), W::Error> {
+    for (i, spec) in SPECS.iter().enumerate() {
+        out.write_all(if i == 0 { b"" } else { b"," })?;
+        out.write_all(spec.name.as_bytes())?;
+        if spec.needs_approval {
+            out.write_all(b"*")?;
+        }
+    }
+    Ok(())
 }
 
 fn reply_number<W: Write>(out: &mut W, key: &[u8], value: u64) -> Result<(), W::Error> {
     out.write_all(key)?;
     write_decimal(out, value)?;
     out.write_all(b"\n")
+}
+
+/// Writes `n` in decimal ASCII (no `core::fmt`, cannot fail on its own).
+pub fn write_decimal<W: Write>(out: &mut W, mut n: u64) -> Result<(), W::Error> {
+    let mut digits = [0u8; 20]; // u64::MAX has 20 digits
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        if let Some(d) = digits.get_mut(start) {
+            *d = b'0' + (n % 10) as u8;
+        }
+        n /= 10;
+        if n == 0 || start == 0 {
+            break;
+        }
+    }
+    out.write_all(digits.get(start..).unwrap_or_default())
 }

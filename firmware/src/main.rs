@@ -1,45 +1,53 @@
-//! budgetgate firmware, phase 1: boots on QEMU `mps2-an386` (Cortex-M4) and
-//! runs a line-based service on two UARTs.
+//! budgetgate firmware: the gate between an AI agent and the actuators it
+//! may command, on QEMU `mps2-an386` (Cortex-M4).
 //!
-//! * UART0, the agent link: each `\n`-terminated line of at most
-//!   [`FRAME_MAX`] bytes is answered with one line by a
-//!   [`service::FrameHandler`] (phase 1: [`service::Echo`], `{"echo":<len>}`
-//!   and LED0 toggled); a longer line is discarded up to its `\n` and answered
-//!   `{"error":"frame-too-long"}`.
-//! * UART1, the operator console: a banner at boot, then commands
-//!   (see [`console`]).
-//! * Log: `defmt` over semihosting; panics and faults drive all LEDs low and
-//!   exit QEMU with status [`board::EXIT_PANIC`] / [`board::EXIT_FAULT`].
+//! * UART0, the agent link: sealed frames (`docs/PROTOCOL.md`), split by the
+//!   core's [`FrameDecoder`] and answered by the [`gate::Gate`]: one bounded
+//!   run of the same `no_std` core as the desktop (`SPEC A2`), the device's
+//!   tool registry ([`tools`]) and the actuators (LED0 lamp, LED1 valve).
+//! * UART1, the operator console: the trusted side. It starts runs, answers
+//!   approval prompts and reads the actuators back (see [`console`]).
+//! * Log: `defmt` over semihosting, one info line per decision; panics and
+//!   faults drive all actuators low and exit QEMU with status
+//!   [`board::EXIT_PANIC`] / [`board::EXIT_FAULT`].
 //!
-//! See `docs/FIRMWARE-BRINGUP.md` for building, running and decoding the log.
+//! See `docs/FIRMWARE.md` for building, running, sizes and the log.
 #![no_std]
 #![no_main]
 // `unsafe_code` is `deny` for the crate (Cargo.toml) and allowed only in
 // `board/mps2_an386.rs`; every other module says `#![forbid(unsafe_code)]`.
 
 mod board;
+mod config;
 mod console;
+mod gate;
 mod line;
-mod service;
+mod tools;
 
+use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, Ordering};
 
+use budgetgate_core::link::FrameDecoder;
+use budgetgate_core::ToolSet;
 use cortex_m_rt::entry;
 use defmt_semihosting as _; // the global defmt logger
-use embedded_io::Write;
 
 use crate::board::{Board, Uart};
-use crate::line::{LineBuffer, LineEvent};
-use crate::service::{FrameError, FrameHandler};
-
-/// Largest agent frame in bytes (the line without its `\n`).
-pub const FRAME_MAX: usize = 1024;
-
-/// Bytes taken from one UART before the loop looks at the other one.
-const BURST: usize = 64;
+use crate::config::{BURST, CONSOLE_LINE_MAX, FRAME_MAX};
+use crate::gate::Gate;
+use crate::line::LineBuffer;
+use crate::tools::Actuators;
 
 #[entry]
 fn main() -> ! {
+    // cortex-m-rt turns these into `&'static mut` (taken once, here), so the
+    // state is in `.bss`, where `size` counts it. The gate is built at run
+    // time (it owns the board's LEDs) straight into its static: no copy of
+    // its 8 KiB on the stack, no initializer image in flash.
+    static mut GATE: MaybeUninit<Gate> = MaybeUninit::uninit();
+    static mut AGENT_RX: FrameDecoder<FRAME_MAX> = FrameDecoder::new();
+    static mut CONSOLE_RX: LineBuffer<CONSOLE_LINE_MAX> = LineBuffer::new();
+
     let Some(board) = Board::take() else {
         defmt::error!("board already taken");
         board::exit(board::EXIT_FAULT)
@@ -48,68 +56,90 @@ fn main() -> ! {
         mut agent,
         mut console,
         led0,
+        led1,
         ..
     } = board;
     defmt::info!("budgetgate-firmware {=str} up", env!("CARGO_PKG_VERSION"));
 
-    let _ = banner(&mut console);
-
-    let mut handler = service::Echo::new(led0);
-    let mut agent_rx: LineBuffer<FRAME_MAX> = LineBuffer::new();
-    let mut console_rx: LineBuffer<{ console::CONSOLE_LINE_MAX }> = LineBuffer::new();
+    let tools = match Gate::tools() {
+        Ok(tools) => tools,
+        Err(e) => {
+            defmt::error!("tool registry: {}", e);
+            board::exit(board::EXIT_FAULT)
+        }
+    };
+    let gate = install(GATE, Actuators::new(led0, led1), tools);
+    let _ = console::banner(&mut console);
 
     loop {
-        pump_agent(&mut agent, &mut agent_rx, &mut handler);
-        pump_console(&mut console, &mut console_rx, &mut handler);
-        board::wait_for_interrupt_unless(|| agent.rx_ready() || console.rx_ready());
+        if !gate.awaiting_approval() {
+            pump_agent(&mut agent, &mut console, AGENT_RX, gate);
+        }
+        pump_console(&mut console, &mut agent, CONSOLE_RX, gate);
+        if let Err(e) = gate.poll(board::now_ms(), &mut agent, &mut console) {
+            defmt::warn!("approval timeout reply: {}", e);
+        }
+        let read_agent = !gate.awaiting_approval();
+        board::wait_for_interrupt_unless(|| (read_agent && agent.rx_ready()) || console.rx_ready());
     }
 }
 
-fn banner(console: &mut Uart) -> Result<(), board::UartError> {
-    console.write_all(b"budgetgate-firmware ")?;
-    console.write_all(env!("CARGO_PKG_VERSION").as_bytes())?;
-    console.write_all(b" phase1 board=mps2-an386 frame_max=")?;
-    service::write_decimal(console, FRAME_MAX as u64)?;
-    console.write_all(b"\n")
+/// Builds the gate in its static. Not inlined: the gate's temporary then
+/// lives in this short-lived frame, not in `main`'s, which lasts forever.
+#[inline(never)]
+fn install(
+    slot: &'static mut MaybeUninit<Gate>,
+    actuators: Actuators,
+    tools: ToolSet<{ config::TOOL_CAPACITY }>,
+) -> &'static mut Gate {
+    slot.write(Gate::new(actuators, tools))
 }
 
-/// Moves up to [`BURST`] bytes from the agent UART into `rx`, answering every
-/// completed line through `handler`.
-fn pump_agent<H: FrameHandler>(uart: &mut Uart, rx: &mut LineBuffer<FRAME_MAX>, handler: &mut H) {
+/// Moves up to [`BURST`] bytes from the agent UART into the frame decoder,
+/// handing every completed frame to the gate. Stops reading as soon as a
+/// call waits for approval: later bytes stay in the UART until it is answered.
+fn pump_agent(
+    agent: &mut Uart,
+    console: &mut Uart,
+    rx: &mut FrameDecoder<FRAME_MAX>,
+    gate: &mut Gate,
+) {
     for _ in 0..BURST {
-        let byte = match uart.try_read_byte() {
+        if gate.awaiting_approval() {
+            return;
+        }
+        let byte = match agent.try_read_byte() {
             Ok(Some(byte)) => byte,
             Ok(None) => return,
             Err(e) => {
+                // The frame being received lost a byte: its checksum will
+                // not match, so it is answered `bad-checksum` at its end.
                 defmt::warn!("agent link: {}", e);
-                rx.poison();
                 continue;
             }
         };
-        let result = match rx.push(byte) {
-            None => continue,
-            Some(LineEvent::Line(frame)) => handler.on_frame(frame, board::now_ms(), uart),
-            Some(LineEvent::TooLong) => {
-                defmt::warn!("agent frame longer than {=usize} bytes dropped", FRAME_MAX);
-                handler.on_bad_frame(FrameError::TooLong, uart)
+        // A line end completes a frame: from here to the last reply byte
+        // (checksum, parse, decision, tool, reply) is one gated action.
+        let start = board::clock_ticks();
+        if let Some(frame) = rx.push(byte) {
+            if let Err(e) = gate.on_agent_frame(frame, board::now_ms(), agent, console) {
+                defmt::warn!("agent reply: {}", e);
             }
-            Some(LineEvent::Corrupt) => handler.on_bad_frame(FrameError::Corrupt, uart),
-        };
-        if let Err(e) = result {
-            defmt::warn!("agent reply: {}", e);
+            gate.note_frame_ticks(board::clock_ticks().saturating_sub(start));
         }
     }
 }
 
 /// Moves up to [`BURST`] bytes from the console UART into `rx`, answering
 /// every completed command line.
-fn pump_console<H: FrameHandler>(
-    uart: &mut Uart,
-    rx: &mut LineBuffer<{ console::CONSOLE_LINE_MAX }>,
-    handler: &mut H,
+fn pump_console(
+    console: &mut Uart,
+    agent: &mut Uart,
+    rx: &mut LineBuffer<CONSOLE_LINE_MAX>,
+    gate: &mut Gate,
 ) {
     for _ in 0..BURST {
-        let byte = match uart.try_read_byte() {
+        let byte = match console.try_read_byte() {
             Ok(Some(byte)) => byte,
             Ok(None) => return,
             Err(e) => {
@@ -119,7 +149,7 @@ fn pump_console<H: FrameHandler>(
             }
         };
         if let Some(event) = rx.push(byte) {
-            if let Err(e) = console::handle(event, handler, uart) {
+            if let Err(e) = console::handle(event, gate, agent, console) {
                 defmt::warn!("console reply: {}", e);
             }
         }

@@ -7,6 +7,7 @@
 //! * [`tools::DemoKind`]: the demo tools used by `eval`, `run` and the examples.
 
 pub mod convert;
+pub mod device;
 pub mod driver;
 pub mod eval;
 pub mod replay;

@@ -27,7 +27,6 @@ struct Cli {
     command: Command,
 }
 
-// Reserved subcommand name, added later by its owner: `device`.
 #[derive(Subcommand)]
 enum Command {
     /// Check a plan of sub-tasks against whole-run limits (SPEC B).
@@ -149,6 +148,27 @@ Examples:
   budgetgate replay examples/replay/vcr-cassette.yaml --budget examples/budget.toml
   budgetgate replay examples/replay/swe-agent.traj --approve none --json")]
     Replay(budgetgate::replay::ReplayArgs),
+
+    /// Run a script of proposals through the gate on a device (a
+    /// co-processor on a serial line, or the firmware under QEMU).
+    ///
+    /// Speaks the agent link protocol (docs/PROTOCOL.md) over --tcp or
+    /// --serial: sends the proposals of SCRIPT.json ({"script": [proposal,
+    /// ...], ...}, the file format of `budgetgate run`) one at a time, waits
+    /// for each verdict and prints it. The device decides everything with
+    /// its own tools, budgets, argument checks and approvals. With --console
+    /// and --operator this program is also the operator: it starts the run
+    /// (with the file's max_decisions and max_tool_calls, if it has them)
+    /// and answers every approval prompt.
+    #[command(after_help = "\
+Exit status: 0 the run ended with final, 1 it ended with any other status
+(or the script ended first), 2 a usage or transport error (one line on stderr).
+
+Examples:
+  budgetgate device --tcp 127.0.0.1:4440 --console 127.0.0.1:4441 --operator approve examples/device-session.json
+  budgetgate device --serial /dev/ttyACM0 examples/device-session.json --json
+  scripts/demo")]
+    Device(budgetgate::device::DeviceArgs),
 }
 
 fn main() -> ExitCode {
@@ -158,5 +178,6 @@ fn main() -> ExitCode {
         Command::Run(args) => cli::run::main(&args).into(),
         Command::Eval => cli::eval::main().into(),
         Command::Replay(args) => budgetgate::replay::command(&args),
+        Command::Device(args) => budgetgate::device::command(&args),
     }
 }

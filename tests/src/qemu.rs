@@ -10,6 +10,9 @@
 //!   in which case it panics.
 //! * QEMU's stdout is the raw defmt log (semihosting); it and QEMU's stderr
 //!   are kept in a temporary directory, left in place if the test panics.
+//! * The agent link speaks `docs/PROTOCOL.md`: [`Qemu::request`] seals a
+//!   payload with the core's codec, sends it and returns the verified reply
+//!   payload; [`Qemu::propose`] does the same for `PROPOSE {json}`.
 //!
 //! Environment: `BUDGETGATE_QEMU` (QEMU binary, default `qemu-system-arm`),
 //! `BUDGETGATE_FIRMWARE_IMAGE` (use this ELF, do not build),
@@ -24,6 +27,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use budgetgate_core::link;
 
 /// How long [`Qemu::read_line`] and friends wait for a line.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -126,7 +131,7 @@ fn build_firmware() -> Result<PathBuf, String> {
     if !output.status.success() {
         return Err(format!(
             "firmware build failed ({}) in {}:\n{stderr}\n\
-             (needs `rustup target add {TARGET}`; see docs/FIRMWARE-BRINGUP.md)",
+             (needs `rustup target add {TARGET}`; see docs/FIRMWARE.md)",
             output.status,
             dir.display()
         ));
@@ -139,6 +144,13 @@ fn build_firmware() -> Result<PathBuf, String> {
         .filter_map(|msg| msg["executable"].as_str().map(PathBuf::from))
         .next_back()
         .ok_or_else(|| format!("firmware build printed no executable for {BIN}:\n{stderr}"))
+}
+
+/// `payload` sealed as a frame line: `PAYLOAD*XXXXXXXX\n` (CRC-32, upper-case hex).
+pub fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut line = payload.to_vec();
+    line.extend_from_slice(format!("*{:08X}\n", link::checksum(payload)).as_bytes());
+    line
 }
 
 /// One UART as seen from the test: a TCP connection QEMU opened to us.
@@ -199,6 +211,11 @@ impl Qemu {
     /// printing a notice) when QEMU is not installed and
     /// `BUDGETGATE_REQUIRE_QEMU` is unset; a panic when it is set.
     pub fn boot() -> Option<Self> {
+        Self::boot_with(&[])
+    }
+
+    /// As [`Qemu::boot`], with `extra` QEMU options (e.g. `-icount shift=0`).
+    pub fn boot_with(extra: &[&str]) -> Option<Self> {
         let Some(qemu) = qemu_program() else {
             if std::env::var_os(REQUIRE_QEMU_VAR).is_some() {
                 panic!(
@@ -212,11 +229,16 @@ impl Qemu {
             );
             return None;
         };
-        Some(Self::boot_image(&qemu, firmware_image()))
+        Some(Self::boot_image_with(&qemu, firmware_image(), extra))
     }
 
     /// Boots `image` with the QEMU program `qemu`.
     pub fn boot_image(qemu: &Path, image: &Path) -> Self {
+        Self::boot_image_with(qemu, image, &[])
+    }
+
+    /// Boots `image` with the QEMU program `qemu` and `extra` options.
+    pub fn boot_image_with(qemu: &Path, image: &Path, extra: &[&str]) -> Self {
         static SERIAL: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "budgetgate-qemu-{}-{}",
@@ -238,6 +260,7 @@ impl Qemu {
                 port(&agent_listener),
                 port(&console_listener),
             ))
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr);
@@ -319,6 +342,78 @@ impl Qemu {
         self.agent
             .read_line(timeout)
             .unwrap_or_else(|e| self.fail(&e))
+    }
+
+    /// Boots QEMU (see [`Qemu::boot`]) and reads the console banner.
+    pub fn boot_gate() -> Option<Self> {
+        let mut qemu = Self::boot()?;
+        let banner = qemu.read_console_line();
+        if !banner.starts_with("budgetgate-firmware ") {
+            qemu.fail(&format!("unexpected banner {banner:?}"));
+        }
+        Some(qemu)
+    }
+
+    /// Sends `payload` as a sealed frame on the agent link.
+    pub fn send_frame(&mut self, payload: &str) {
+        self.send_bytes(&frame(payload.as_bytes()));
+    }
+
+    /// The next reply frame's payload, after checking its checksum; panics
+    /// if the line is not a valid frame or none comes in [`READ_TIMEOUT`].
+    pub fn read_frame(&mut self) -> String {
+        let line = self.read_line();
+        match link::verify(line.as_bytes()) {
+            Ok(payload) => String::from_utf8_lossy(payload).into_owned(),
+            Err(e) => self.fail(&format!("reply {line:?} is not a valid frame: {e}")),
+        }
+    }
+
+    /// Sends `payload` as a frame and returns the reply's payload.
+    pub fn request(&mut self, payload: &str) -> String {
+        self.send_frame(payload);
+        self.read_frame()
+    }
+
+    /// `PROPOSE {action}`: sends a proposal and returns the reply's payload.
+    pub fn propose(&mut self, action: &str) -> String {
+        self.request(&format!("PROPOSE {action}"))
+    }
+
+    /// The payload of the `STATUS` reply.
+    pub fn status(&mut self) -> String {
+        self.request("STATUS")
+    }
+
+    /// Starts a run on the console (`start` or `start D T`) and returns the
+    /// console's reply line.
+    pub fn start(&mut self, budgets: Option<(u32, u32)>) -> String {
+        let command = match budgets {
+            Some((d, t)) => format!("start {d} {t}"),
+            None => "start".to_owned(),
+        };
+        let reply = self.console_command(&command);
+        if !reply.starts_with("started run ") {
+            self.fail(&format!("`{command}` answered {reply:?}"));
+        }
+        reply
+    }
+
+    /// A second handle on the agent link's TCP connection, e.g. for the
+    /// host's `device` session. Read from one handle at a time.
+    pub fn agent_stream(&self) -> TcpStream {
+        self.agent
+            .stream
+            .try_clone()
+            .expect("clone the agent stream")
+    }
+
+    /// A second handle on the console's TCP connection.
+    pub fn console_stream(&self) -> TcpStream {
+        self.console
+            .stream
+            .try_clone()
+            .expect("clone the console stream")
     }
 
     /// Sends `line` and `\n` on the operator console (UART1).
@@ -436,9 +531,11 @@ pub fn qemu_args(image: &Path, agent_port: u16, console_port: u16) -> Vec<OsStri
     .map(OsString::from)
     .collect();
     args.push("-serial".into());
-    args.push(format!("tcp:127.0.0.1:{agent_port}").into());
+    // `nodelay`: QEMU writes a reply byte by byte; with Nagle's algorithm on
+    // its side each reply would wait for the test's delayed ACK (~40 ms).
+    args.push(format!("tcp:127.0.0.1:{agent_port},nodelay=on").into());
     args.push("-serial".into());
-    args.push(format!("tcp:127.0.0.1:{console_port}").into());
+    args.push(format!("tcp:127.0.0.1:{console_port},nodelay=on").into());
     args.push("-kernel".into());
     args.push(image.into());
     args

@@ -7,6 +7,7 @@ pub mod mps2_an386;
 // The whole board API is re-exported, including parts phase 1 does not use yet.
 #[allow(unused_imports)]
 pub use mps2_an386::{
-    all_leds_off, exit, now_ms, read_buttons, read_leds, wait_for_interrupt_unless, Board, Button,
-    Led, Uart, UartError, BUTTON_COUNT, EXIT_FAULT, EXIT_PANIC, LED_COUNT, SYSCLK_HZ, UART_BAUD,
+    all_leds_off, clock_ticks, exit, now_ms, read_buttons, read_leds, stack_high_water,
+    wait_for_interrupt_unless, Board, Button, Led, Uart, UartError, BUTTON_COUNT, EXIT_FAULT,
+    EXIT_PANIC, LED_COUNT, SYSCLK_HZ, UART_BAUD,
 };

@@ -3,10 +3,11 @@
 //!
 //! This is the only module of the firmware that may contain `unsafe`, and
 //! only in the items marked `#[allow(unsafe_code)]` (the crate denies it).
-//! Every `unsafe` site carries a `// SAFETY:` comment; there are six:
+//! Every `unsafe` site carries a `// SAFETY:` comment; there are seven:
 //! volatile read, volatile write, the `InterruptNumber` impl, `NVIC::unmask`,
-//! and the two handlers cortex-m-rt requires to be `unsafe fn` (`HardFault`,
-//! `DefaultHandler`).
+//! the two handlers cortex-m-rt requires to be `unsafe fn` (`HardFault`,
+//! `DefaultHandler`), and the stack high-water scan (`stack_high_water`,
+//! which reads dead stack memory below the stack pointer).
 //!
 //! Peripherals used (addresses from QEMU `hw/arm/mps2.c` and Arm AN385/AN386):
 //!
@@ -346,6 +347,25 @@ pub fn now_ms() -> u64 {
     critical_section::with(|cs| MILLIS.borrow(cs).get())
 }
 
+/// SysTick reload value: one interrupt per millisecond of the core clock.
+const SYST_RELOAD: u32 = SYSCLK_HZ / 1_000 - 1;
+
+/// Core clock ticks (25 MHz, [`SYSCLK_HZ`]) since [`Board::take`]: the
+/// millisecond count plus the SysTick counter's progress in the current
+/// millisecond. For measuring short intervals (a gated action); under QEMU
+/// with `-icount shift=0` one tick is 40 guest instructions.
+pub fn clock_ticks() -> u64 {
+    critical_section::with(|cs| {
+        let ms = MILLIS.borrow(cs).get();
+        let current = cortex_m::peripheral::SYST::get_current();
+        // The counter may have wrapped inside this critical section: its
+        // interrupt is then pending and the millisecond not counted yet.
+        let owed = cortex_m::peripheral::SCB::is_pendst_pending() && current > SYST_RELOAD / 2;
+        let ms = ms + u64::from(owed);
+        ms * u64::from(SYST_RELOAD + 1) + u64::from(SYST_RELOAD - current)
+    })
+}
+
 defmt::timestamp!("{=u64:ms}", now_ms());
 
 // ------------------------------------------------------- interrupts/idle -----
@@ -378,6 +398,45 @@ pub fn wait_for_interrupt_unless(pending: impl FnOnce() -> bool) {
             cortex_m::asm::wfi();
         }
     });
+}
+
+// --------------------------------------------------------------- stack -----
+
+/// The word cortex-m-rt's `paint-stack` feature fills the stack with at reset.
+const STACK_PAINT: u32 = 0xCCCC_CCCC;
+
+/// The deepest the stack has reached since reset, in bytes, when the image
+/// was built with the `stack-paint` feature (cortex-m-rt then paints the
+/// whole stack region at reset); `None` otherwise. Scans up from the bottom
+/// of the stack region to the first word that is no longer paint, never past
+/// the current stack pointer, so it takes a few milliseconds (the region is
+/// the rest of the 4 MiB RAM).
+#[allow(unsafe_code)]
+pub fn stack_high_water() -> Option<u32> {
+    extern "C" {
+        static _stack_end: u32;
+        static _stack_start: u32;
+    }
+    if !cfg!(feature = "stack-paint") {
+        return None;
+    }
+    let bottom = core::ptr::addr_of!(_stack_end) as usize;
+    let top = core::ptr::addr_of!(_stack_start) as usize;
+    let sp = cortex_m::register::msp::read() as usize;
+    let mut addr = bottom;
+    while addr < sp.min(top) {
+        // SAFETY: `addr` is word-aligned (both linker symbols are, and it
+        // moves in steps of 4) and lies in the stack region of mapped RAM,
+        // below the current stack pointer: memory of returned frames that no
+        // live Rust object or reference occupies. A volatile read of it
+        // cannot alias or invalidate anything.
+        let word = unsafe { core::ptr::read_volatile(addr as *const u32) };
+        if word != STACK_PAINT {
+            break;
+        }
+        addr += 4;
+    }
+    u32::try_from(top - addr).ok()
 }
 
 /// Ends the program. Under QEMU (semihosting enabled) QEMU exits with status
@@ -430,7 +489,6 @@ pub struct Board {
     /// FPGA I/O LED 0 (actuator 0).
     pub led0: Led,
     /// FPGA I/O LED 1 (actuator 1).
-    #[allow(dead_code, reason = "actuator for the gate integration")]
     pub led1: Led,
     /// FPGA I/O button 0 (placeholder approval input).
     #[allow(dead_code, reason = "approval input for the gate integration")]
@@ -456,7 +514,7 @@ impl Board {
 
         let mut syst = core.SYST;
         syst.set_clock_source(SystClkSource::Core);
-        syst.set_reload(SYSCLK_HZ / 1_000 - 1);
+        syst.set_reload(SYST_RELOAD);
         syst.clear_current();
         syst.enable_interrupt();
         syst.enable_counter();

@@ -1,0 +1,55 @@
+//! Every bound and capacity of the device gate, in one place.
+//!
+//! The budgets are the contract's reference defaults (`SPEC A2`); the
+//! operator console may choose others when it starts a run (`start D T`),
+//! the agent link never can. The time budget and the approval timeout are the
+//! console's to change too (`deadline MS`, `timeout MS`).
+#![forbid(unsafe_code)]
+
+use budgetgate_core::limits::{
+    DEFAULT_MAX_DECISIONS, DEFAULT_MAX_RUN_MILLIS, DEFAULT_MAX_TOOL_CALLS, MAX_TOOLS,
+};
+use budgetgate_core::link;
+
+/// Most decision rounds of a run started with a bare `start` (`SPEC A2`: 8).
+pub const MAX_DECISIONS: u32 = DEFAULT_MAX_DECISIONS;
+
+/// Most tool attempts of a run started with a bare `start` (`SPEC A2`: 4).
+pub const MAX_TOOL_CALLS: u32 = DEFAULT_MAX_TOOL_CALLS;
+
+/// Wall time a run may take, from the console's `start`, in milliseconds
+/// (`SPEC C`: 120 s). Checked before each decision; once passed, the next
+/// proposal is answered `stopped`/`time-budget`.
+pub const RUN_TIME_BUDGET_MS: u32 = DEFAULT_MAX_RUN_MILLIS as u32;
+
+/// How long the operator has to answer an approval prompt, in milliseconds.
+/// No answer in time is a refusal (`approval-denied`).
+pub const APPROVAL_TIMEOUT_MS: u32 = 30_000;
+
+/// Largest value the console accepts for `timeout` and `deadline`, in
+/// milliseconds (one hour).
+pub const MAX_CONSOLE_MILLIS: u32 = 3_600_000;
+
+/// Byte capacity of every string of a proposal on the device (final text,
+/// string arguments). A string that is valid by the contract (up to 2000
+/// characters) but longer than this is refused as `ActionError::Capacity`,
+/// which the run treats as an invalid proposal (`policy-error`). A frame holds
+/// at most 1024 bytes anyway, so only final texts and string arguments near
+/// the frame limit are affected.
+pub const ACTION_STRING_CAPACITY: usize = 256;
+
+/// Most bytes of one agent-link frame, checksum included (the core's codec).
+pub const FRAME_MAX: usize = link::FRAME_MAX;
+
+/// Most tools the device registers (`SPEC A2`: 8).
+pub const TOOL_CAPACITY: usize = MAX_TOOLS;
+
+/// Longest console line accepted, `\n` excluded.
+pub const CONSOLE_LINE_MAX: usize = 128;
+
+/// Bytes taken from one UART before the main loop looks at the other one.
+pub const BURST: usize = 64;
+
+const _: () = assert!(MAX_DECISIONS >= 1 && MAX_TOOL_CALLS <= 16);
+const _: () = assert!(APPROVAL_TIMEOUT_MS <= MAX_CONSOLE_MILLIS);
+const _: () = assert!(RUN_TIME_BUDGET_MS <= MAX_CONSOLE_MILLIS);

@@ -1,0 +1,783 @@
+//! The gate firmware under QEMU (`mps2-an386`), end to end: sealed frames on
+//! the agent link (UART0), the operator console (UART1), the LED register as
+//! the actuators. Every reply is compared byte for byte with what
+//! `docs/PROTOCOL.md` says. Each test boots its own QEMU; all skip (with a
+//! notice) when `qemu-system-arm` is missing, unless
+//! `BUDGETGATE_REQUIRE_QEMU` is set, which makes that a failure.
+
+use std::time::{Duration, Instant};
+
+use budgetgate::device::{AgentLink, Console, Operator, Session};
+use budgetgate_core::link::{self, FRAME_MAX};
+use budgetgate_tests::qemu::{frame, Qemu, EXIT_PANIC};
+
+const BOOT_BANNER: &str =
+    "budgetgate-firmware 0.1.0 gate board=mps2-an386 protocol=1 frame_max=1024; no run yet: type start";
+const TOOLS: &str = "add,HassTurnOn,HassTurnOff,HassLightSet,HassValveOpen*,HassGetState";
+
+fn observation(step: u8, call_id: &str, name: &str, executed: bool, data: &str) -> String {
+    let ok = !data.starts_with('"');
+    format!(
+        r#"{{"type":"observation","step":{step},"call_id":"{call_id}","name":"{name}","executed":{executed},"ok":{ok},"data":{data}}}"#
+    )
+}
+
+/// An executed tool's successful observation.
+fn ran(step: u8, call_id: &str, name: &str, data: &str) -> String {
+    observation(step, call_id, name, true, data)
+}
+
+/// A counted attempt whose tool did not run, with its error word.
+fn refused(step: u8, call_id: &str, name: &str, word: &str) -> String {
+    observation(step, call_id, name, false, &format!("\"{word}\""))
+}
+
+fn stopped(step: u8, status: &str) -> String {
+    format!(r#"{{"type":"stopped","step":{step},"status":"{status}"}}"#)
+}
+
+fn error(word: &str) -> String {
+    format!(r#"{{"type":"error","error":"{word}"}}"#)
+}
+
+fn status(decisions: u8, max_d: u8, attempts: u8, max_t: u8, state: &str) -> String {
+    format!(
+        r#"{{"type":"status","decisions":{decisions},"max_decisions":{max_d},"tool_attempts":{attempts},"max_tool_calls":{max_t},"state":"{state}"}}"#
+    )
+}
+
+fn tool(call_id: &str, name: &str, arguments: &str) -> String {
+    format!(r#"{{"kind":"tool","call_id":"{call_id}","name":"{name}","arguments":{arguments}}}"#)
+}
+
+fn add(call_id: &str) -> String {
+    tool(call_id, "add", r#"{"a":7,"b":8}"#)
+}
+
+fn final_(text: &str) -> String {
+    format!(r#"{{"kind":"final","text":"{text}"}}"#)
+}
+
+/// Boots, checks the banner, starts a run with the config budgets (8, 4).
+fn started() -> Option<Qemu> {
+    let mut qemu = Qemu::boot_gate()?;
+    assert_eq!(
+        qemu.start(None),
+        format!(
+            "started run 1: max_decisions=8 max_tool_calls=4 time_budget_ms=120000 \
+             approval_timeout_ms=30000 tools={TOOLS}"
+        )
+    );
+    Some(qemu)
+}
+
+#[test]
+fn idle_until_the_operator_starts_a_run() {
+    let Some(mut qemu) = Qemu::boot() else { return };
+    assert_eq!(qemu.read_console_line(), BOOT_BANNER);
+    // Nothing is sent on the agent link unasked.
+    assert_eq!(qemu.try_read_line(Duration::from_millis(200)), None);
+    assert_eq!(
+        qemu.request("HELLO"),
+        r#"{"type":"hello","protocol":1,"frame_max":1024}"#
+    );
+    assert_eq!(qemu.status(), status(0, 8, 0, 4, "idle"));
+    assert_eq!(qemu.propose(&add("c1")), error("no-run"));
+    assert_eq!(qemu.console_command("status"), "idle: no run (type start)");
+    assert_eq!(qemu.leds(), 0, "actuators are in the safe state at boot");
+
+    qemu.start(None);
+    assert_eq!(qemu.status(), status(0, 8, 0, 4, "running"));
+    let line = qemu.console_command("status");
+    assert!(
+        line.starts_with("run 1 running decisions=0/8 tool_attempts=0/4 time_left_ms=")
+            && line.ends_with(" approval=none"),
+        "{line}"
+    );
+}
+
+/// SPEC A2, first worked example: add(7, 8) with call id c1, then final "15".
+#[test]
+fn worked_example_add_then_final() {
+    let Some(mut qemu) = started() else { return };
+    assert_eq!(qemu.propose(&add("c1")), ran(0, "c1", "add", "15"));
+    assert_eq!(qemu.propose(&final_("15")), stopped(1, "final"));
+    assert_eq!(qemu.status(), status(2, 8, 1, 4, "final"));
+    // After the stop, nothing more is decided.
+    assert_eq!(qemu.propose(&add("c2")), error("run-stopped"));
+    assert_eq!(qemu.propose(&final_("again")), error("run-stopped"));
+    assert_eq!(qemu.status(), status(2, 8, 1, 4, "final"));
+}
+
+/// Integers stay integers, floats are spelled as the reference spells them.
+#[test]
+fn add_takes_integers_and_floats() {
+    let Some(mut qemu) = started() else { return };
+    let sum = |qemu: &mut Qemu, id: &str, args: &str| qemu.propose(&tool(id, "add", args));
+    assert_eq!(
+        sum(&mut qemu, "i", r#"{"a":-1000000,"b":1000000}"#),
+        ran(0, "i", "add", "0")
+    );
+    assert_eq!(
+        sum(&mut qemu, "f", r#"{"a":2.5,"b":4}"#),
+        ran(1, "f", "add", "6.5")
+    );
+    assert_eq!(
+        sum(&mut qemu, "e", r#"{"a":1e-5,"b":0.0}"#),
+        ran(2, "e", "add", "1e-05")
+    );
+    assert_eq!(
+        sum(&mut qemu, "b", r#"{"a":true,"b":1}"#),
+        refused(3, "b", "add", "invalid-arguments"),
+        "booleans are not numbers"
+    );
+}
+
+#[test]
+fn actuator_switched_and_read_back_from_the_register() {
+    let Some(mut qemu) = started() else { return };
+    let lamp = r#"{"name":"lamp"}"#;
+    assert_eq!(
+        qemu.propose(&tool("on", "HassTurnOn", lamp)),
+        ran(0, "on", "HassTurnOn", r#"{"name":"lamp","state":"on"}"#)
+    );
+    assert_eq!(
+        qemu.propose(&tool("s1", "HassGetState", "{}")),
+        ran(
+            1,
+            "s1",
+            "HassGetState",
+            r#"{"lamp":"on","valve":"closed","leds":1}"#
+        )
+    );
+    assert_eq!(qemu.leds(), 0b01, "the console reads the same register");
+    assert_eq!(
+        qemu.propose(&tool(
+            "dim",
+            "HassLightSet",
+            r#"{"name":"lamp","brightness":0}"#
+        )),
+        ran(
+            2,
+            "dim",
+            "HassLightSet",
+            r#"{"name":"lamp","brightness":0,"state":"off"}"#
+        ),
+        "brightness 0 is off: there is no PWM"
+    );
+    assert_eq!(qemu.leds(), 0);
+    assert_eq!(
+        qemu.propose(&tool(
+            "up",
+            "HassLightSet",
+            r#"{"brightness":40,"name":"lamp"}"#
+        )),
+        ran(
+            3,
+            "up",
+            "HassLightSet",
+            r#"{"name":"lamp","brightness":40,"state":"on"}"#
+        )
+    );
+    assert_eq!(qemu.leds(), 0b01);
+    // A new run drives the actuators to the safe state.
+    qemu.start(None);
+    assert_eq!(qemu.leds(), 0);
+    assert_eq!(qemu.status(), status(0, 8, 0, 4, "running"));
+    assert_eq!(
+        qemu.propose(&tool("s", "HassGetState", "{}")),
+        ran(
+            0,
+            "s",
+            "HassGetState",
+            r#"{"lamp":"off","valve":"closed","leds":0}"#
+        )
+    );
+}
+
+#[test]
+fn invalid_arguments_count_an_attempt_and_move_nothing() {
+    let Some(mut qemu) = started() else { return };
+    let cases = [
+        ("HassLightSet", r#"{"name":"lamp","brightness":150}"#),
+        ("HassLightSet", r#"{"name":"lamp","brightness":40.0}"#),
+        ("HassTurnOn", r#"{"name":"valve"}"#),
+    ];
+    for (step, (name, args)) in cases.iter().enumerate() {
+        let id = format!("x{step}");
+        assert_eq!(
+            qemu.propose(&tool(&id, name, args)),
+            refused(step as u8, &id, name, "invalid-arguments")
+        );
+    }
+    assert_eq!(qemu.leds(), 0, "no actuator moved");
+    assert_eq!(qemu.status(), status(3, 8, 3, 4, "running"));
+    // The run goes on.
+    assert_eq!(
+        qemu.propose(&tool("x3", "HassGetState", "{}")),
+        ran(
+            3,
+            "x3",
+            "HassGetState",
+            r#"{"lamp":"off","valve":"closed","leds":0}"#
+        )
+    );
+}
+
+#[test]
+fn unknown_tool_is_counted_but_not_executed() {
+    let Some(mut qemu) = started() else { return };
+    assert_eq!(
+        qemu.propose(&tool("v", "HassVacuumStart", "{}")),
+        refused(0, "v", "HassVacuumStart", "unknown-tool")
+    );
+    assert_eq!(qemu.status(), status(1, 8, 1, 4, "running"));
+}
+
+fn valve_prompt(call_id: &str) -> String {
+    format!(r#"approve? {call_id} HassValveOpen {{"name":"valve"}} [y/n]"#)
+}
+
+#[test]
+fn approval_granted_opens_the_valve() {
+    let Some(mut qemu) = started() else { return };
+    qemu.send_frame(&format!(
+        "PROPOSE {}",
+        tool("water", "HassValveOpen", r#"{"name":"valve"}"#)
+    ));
+    assert_eq!(qemu.read_console_line(), valve_prompt("water"));
+    // Nothing moves and nothing is answered before the operator says so.
+    assert_eq!(qemu.try_read_line(Duration::from_millis(200)), None);
+    assert_eq!(qemu.leds(), 0);
+    let line = qemu.console_command("status");
+    assert!(line.ends_with(" approval=water"), "{line}");
+    assert_eq!(
+        qemu.console_command("start"),
+        "error: answer the pending approval first (y or n)"
+    );
+    assert_eq!(qemu.console_command("approve"), "approved water");
+    assert_eq!(
+        qemu.read_frame(),
+        ran(
+            0,
+            "water",
+            "HassValveOpen",
+            r#"{"name":"valve","state":"open"}"#
+        )
+    );
+    assert_eq!(qemu.leds(), 0b10);
+    assert_eq!(
+        qemu.propose(&tool("shut", "HassTurnOff", r#"{"name":"valve"}"#)),
+        ran(
+            1,
+            "shut",
+            "HassTurnOff",
+            r#"{"name":"valve","state":"closed"}"#
+        ),
+        "closing the valve needs no approval"
+    );
+    assert_eq!(qemu.leds(), 0);
+    assert_eq!(qemu.console_command("y"), "error: no approval pending");
+}
+
+#[test]
+fn approval_denied_leaves_the_valve_closed() {
+    let Some(mut qemu) = started() else { return };
+    qemu.send_frame(&format!(
+        "PROPOSE {}",
+        tool("water", "HassValveOpen", r#"{"name":"valve"}"#)
+    ));
+    assert_eq!(qemu.read_console_line(), valve_prompt("water"));
+    assert_eq!(qemu.console_command("n"), "denied water");
+    assert_eq!(
+        qemu.read_frame(),
+        refused(0, "water", "HassValveOpen", "approval-denied")
+    );
+    assert_eq!(qemu.leds(), 0, "the valve did not move");
+    // The refusal is a counted attempt; the run goes on.
+    assert_eq!(qemu.status(), status(1, 8, 1, 4, "running"));
+    assert_eq!(
+        qemu.propose(&final_("valve stays shut")),
+        stopped(1, "final")
+    );
+}
+
+#[test]
+fn approval_timeout_is_a_refusal() {
+    let Some(mut qemu) = started() else { return };
+    assert_eq!(
+        qemu.console_command("timeout 300"),
+        "ok approval_timeout_ms=300"
+    );
+    let sent = Instant::now();
+    qemu.send_frame(&format!(
+        "PROPOSE {}",
+        tool("water", "HassValveOpen", r#"{"name":"valve"}"#)
+    ));
+    // Pipelined behind the proposal: it waits in the UART until the
+    // approval is settled, then is answered in order.
+    qemu.send_frame("STATUS");
+    assert_eq!(qemu.read_console_line(), valve_prompt("water"));
+    assert_eq!(qemu.read_console_line(), "denied water (timeout)");
+    let waited = sent.elapsed();
+    assert!(
+        waited >= Duration::from_millis(290),
+        "refused after {waited:?}"
+    );
+    assert_eq!(
+        qemu.read_frame(),
+        refused(0, "water", "HassValveOpen", "approval-denied")
+    );
+    assert_eq!(qemu.read_frame(), status(1, 8, 1, 4, "running"));
+    assert_eq!(qemu.leds(), 0, "the valve did not move");
+}
+
+#[test]
+fn duplicate_call_id_stops_the_run() {
+    let Some(mut qemu) = started() else { return };
+    assert_eq!(qemu.propose(&add("c1")), ran(0, "c1", "add", "15"));
+    assert_eq!(
+        qemu.propose(&tool("c1", "HassGetState", "{}")),
+        stopped(1, "duplicate-call")
+    );
+    assert_eq!(qemu.status(), status(2, 8, 1, 4, "duplicate-call"));
+    assert_eq!(qemu.propose(&add("c2")), error("run-stopped"));
+}
+
+#[test]
+fn tool_budget_stops_the_fifth_attempt() {
+    let Some(mut qemu) = started() else { return };
+    for i in 0..4u8 {
+        let id = format!("c{i}");
+        assert_eq!(qemu.propose(&add(&id)), ran(i, &id, "add", "15"));
+    }
+    assert_eq!(qemu.propose(&add("c4")), stopped(4, "tool-budget"));
+    assert_eq!(qemu.status(), status(5, 8, 4, 4, "tool-budget"));
+    assert_eq!(qemu.propose(&final_("15")), error("run-stopped"));
+}
+
+#[test]
+fn decision_budget_and_the_contract_examples() {
+    let Some(mut qemu) = Qemu::boot_gate() else {
+        return;
+    };
+    // SPEC A2 third example: the first policy with max_decisions=1.
+    assert!(qemu
+        .start(Some((1, 4)))
+        .starts_with("started run 1: max_decisions=1 max_tool_calls=4 "));
+    qemu.send_frame(&format!("PROPOSE {}", add("c1")));
+    assert_eq!(qemu.read_frame(), ran(0, "c1", "add", "15"));
+    assert_eq!(qemu.read_frame(), stopped(0, "decision-budget"));
+    assert_eq!(qemu.status(), status(1, 1, 1, 4, "decision-budget"));
+
+    // SPEC A2 second example: fresh call ids, max_decisions=3, max_tool_calls=1.
+    assert!(qemu.start(Some((3, 1))).starts_with("started run 2: "));
+    assert_eq!(qemu.propose(&add("c0")), ran(0, "c0", "add", "15"));
+    assert_eq!(qemu.propose(&add("c1")), stopped(1, "tool-budget"));
+    assert_eq!(qemu.status(), status(2, 3, 1, 1, "tool-budget"));
+
+    // Three decisions, all tool rounds: the third is followed by its stop.
+    qemu.start(Some((3, 4)));
+    assert_eq!(qemu.propose(&add("a")), ran(0, "a", "add", "15"));
+    assert_eq!(
+        qemu.propose(&tool("b", "nope", "{}")),
+        refused(1, "b", "nope", "unknown-tool")
+    );
+    qemu.send_frame(&format!("PROPOSE {}", add("c")));
+    assert_eq!(qemu.read_frame(), ran(2, "c", "add", "15"));
+    assert_eq!(qemu.read_frame(), stopped(2, "decision-budget"));
+    assert_eq!(qemu.propose(&final_("15")), error("run-stopped"));
+
+    // Budgets outside the contract's bounds are refused on the console too.
+    assert_eq!(
+        qemu.console_command("start 33 4"),
+        "error: start D T needs max_decisions 1..=32 and max_tool_calls 0..=16"
+    );
+    assert_eq!(qemu.status(), status(3, 3, 3, 4, "decision-budget"));
+}
+
+#[test]
+fn invalid_proposals_are_policy_errors() {
+    let Some(mut qemu) = started() else { return };
+    assert_eq!(
+        qemu.propose(r#"{"kind":"tool","call_id":"c1","name":"add"}"#),
+        stopped(0, "policy-error")
+    );
+    // Valid by the contract (up to 2000 characters) but over the device's
+    // 256-byte string capacity: refused, never truncated.
+    qemu.start(None);
+    assert_eq!(
+        qemu.propose(&final_(&"x".repeat(257))),
+        stopped(0, "policy-error")
+    );
+    qemu.start(None);
+    assert_eq!(qemu.propose(&final_(&"x".repeat(256))), stopped(0, "final"));
+    qemu.start(None);
+    assert_eq!(
+        qemu.propose(r#"{"kind":"final","text":"x","kind":"final"}"#),
+        stopped(0, "policy-error"),
+        "duplicate keys"
+    );
+}
+
+#[test]
+fn corrupted_frames_use_no_decision() {
+    let Some(mut qemu) = started() else { return };
+    let good = frame(format!("PROPOSE {}", add("c1")).as_bytes());
+    let mut flipped = good.clone();
+    flipped[20] ^= 0x01; // one bit of the JSON
+    qemu.send_bytes(&flipped);
+    assert_eq!(qemu.read_frame(), error("bad-checksum"));
+    let mut bad_crc = good.clone();
+    let digit = bad_crc.len() - 2;
+    bad_crc[digit] = if bad_crc[digit] == b'0' { b'1' } else { b'0' };
+    qemu.send_bytes(&bad_crc);
+    assert_eq!(qemu.read_frame(), error("bad-checksum"));
+    qemu.send_line("STATUS");
+    assert_eq!(qemu.read_frame(), error("missing-checksum"));
+    qemu.send_line("STATUS*8bf8a29a");
+    assert_eq!(
+        qemu.read_frame(),
+        error("missing-checksum"),
+        "lower-case hex"
+    );
+    assert_eq!(qemu.status(), status(0, 8, 0, 4, "running"));
+    // The intact frame is decided normally; CRLF line ends are accepted.
+    let mut crlf = good.clone();
+    crlf.insert(crlf.len() - 1, b'\r');
+    qemu.send_bytes(&crlf);
+    assert_eq!(qemu.read_frame(), ran(0, "c1", "add", "15"));
+}
+
+#[test]
+fn over_long_frames_are_refused_without_losing_sync() {
+    let Some(mut qemu) = started() else { return };
+    // Exactly FRAME_MAX bytes (padding is JSON whitespace) is a frame.
+    let head = r#"PROPOSE {"kind":"final","text":"x""#;
+    let pad = FRAME_MAX - link::CHECKSUM_LEN - head.len() - 1;
+    let fits = format!("{head}{}}}", " ".repeat(pad));
+    assert_eq!(frame(fits.as_bytes()).len(), FRAME_MAX + 1);
+    let over = format!("{head}{}}}", " ".repeat(pad + 1));
+    qemu.send_frame(&over);
+    assert_eq!(qemu.read_frame(), error("frame-too-long"));
+    // Much longer, written in pieces, then a frame right behind it.
+    let long = "z".repeat(5 * FRAME_MAX);
+    for piece in long.as_bytes().chunks(700) {
+        qemu.send_bytes(piece);
+    }
+    qemu.send_bytes(b"\n");
+    qemu.send_frame("STATUS");
+    assert_eq!(qemu.read_frame(), error("frame-too-long"));
+    assert_eq!(qemu.read_frame(), status(0, 8, 0, 4, "running"));
+    assert_eq!(qemu.propose(&fits[8..]), stopped(0, "final"));
+    assert_eq!(qemu.try_read_line(Duration::from_millis(100)), None);
+}
+
+#[test]
+fn garbage_bytes_use_no_decision() {
+    let Some(mut qemu) = started() else { return };
+    // Every byte value except '\n', NUL and 0xFF included.
+    let all: Vec<u8> = (0..=255u8).filter(|&b| b != b'\n').collect();
+    qemu.send_bytes(&all);
+    qemu.send_bytes(b"\n");
+    assert_eq!(qemu.read_frame(), error("missing-checksum"));
+
+    // Pseudo-random bytes (fixed seed), cut into lines at every '\n'.
+    let mut state: u32 = 0x2545_F491;
+    let noise: Vec<u8> = (0..6000)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            (state >> 24) as u8
+        })
+        .collect();
+    qemu.send_bytes(&noise);
+    qemu.send_bytes(b"\n");
+    // What the core's decoder makes of each line: too long, empty (no
+    // reply), or not a valid frame.
+    let expected: Vec<String> = noise
+        .split(|&b| b == b'\n')
+        .filter_map(|line| {
+            if line.len() > FRAME_MAX {
+                return Some(error("frame-too-long"));
+            }
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.is_empty() {
+                return None;
+            }
+            match link::verify(line) {
+                Err(e) => Some(error(e.as_str())),
+                Ok(_) => panic!("the noise holds a valid frame"),
+            }
+        })
+        .collect();
+    assert!(expected.len() > 10, "the noise should hold many lines");
+    for (i, want) in expected.iter().enumerate() {
+        assert_eq!(&qemu.read_frame(), want, "reply {i} to the noise");
+    }
+    assert_eq!(qemu.status(), status(0, 8, 0, 4, "running"));
+    assert_eq!(qemu.propose(&add("c1")), ran(0, "c1", "add", "15"));
+
+    // Garbage on the console is an unknown command, not a crash.
+    qemu.send_console_bytes(b"\x00\xff\x1b[2J\n");
+    assert_eq!(qemu.read_console_line(), "error: unknown command");
+    assert_eq!(qemu.leds(), 0);
+}
+
+#[test]
+fn the_agent_link_cannot_reset_the_budget() {
+    let Some(mut qemu) = started() else { return };
+    assert_eq!(qemu.propose(&add("c1")), ran(0, "c1", "add", "15"));
+    let before = qemu.status();
+    assert_eq!(before, status(1, 8, 1, 4, "running"));
+    assert_eq!(qemu.request("RESET"), error("not-permitted"));
+    for other in ["reset", "RESET ", "START", "PROPOSE", "status"] {
+        assert_eq!(qemu.request(other), error("unknown-request"), "{other:?}");
+    }
+    assert_eq!(qemu.status(), before, "nothing changed");
+    // Still the same run: the call id is still taken.
+    assert_eq!(qemu.propose(&add("c1")), stopped(1, "duplicate-call"));
+    assert_eq!(qemu.request("RESET"), error("not-permitted"));
+    assert_eq!(qemu.status(), status(2, 8, 1, 4, "duplicate-call"));
+}
+
+#[test]
+fn time_budget_is_measured_on_the_device() {
+    let Some(mut qemu) = started() else { return };
+    assert_eq!(
+        qemu.console_command("deadline 500"),
+        "ok time_budget_ms=500"
+    );
+    assert_eq!(qemu.propose(&add("c1")), ran(0, "c1", "add", "15"));
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        qemu.status(),
+        status(1, 8, 1, 4, "running"),
+        "STATUS is no decision"
+    );
+    assert_eq!(qemu.propose(&final_("15")), stopped(1, "time-budget"));
+    assert_eq!(qemu.status(), status(1, 8, 1, 4, "time-budget"));
+    assert_eq!(qemu.propose(&final_("15")), error("run-stopped"));
+    // A new run gets the (operator's) time budget afresh.
+    qemu.start(None);
+    assert_eq!(qemu.propose(&final_("15")), stopped(0, "final"));
+}
+
+#[test]
+fn console_commands() {
+    let Some(mut qemu) = Qemu::boot_gate() else {
+        return;
+    };
+    assert!(qemu
+        .console_command("help")
+        .starts_with("commands: start [D T] status y n "));
+    assert_eq!(
+        qemu.console_command("tools"),
+        format!("tools: {TOOLS} (* needs approval)")
+    );
+    assert_eq!(
+        qemu.console_command("  buttons\r"),
+        "buttons=0",
+        "QEMU models no buttons"
+    );
+    for bad in [
+        "timeout 0",
+        "timeout x",
+        "timeout 5 5",
+        "deadline",
+        "deadline 3600001",
+        "start 8",
+    ] {
+        assert_eq!(qemu.console_command(bad), "error: bad number", "{bad:?}");
+    }
+    assert_eq!(
+        qemu.console_command("timeout 3600000"),
+        "ok approval_timeout_ms=3600000"
+    );
+    assert_eq!(qemu.console_command("leds 1"), "error: unknown command");
+    assert_eq!(qemu.console_command("frobnicate"), "error: unknown command");
+    assert_eq!(
+        qemu.console_command(&"r".repeat(500)),
+        "error: line too long"
+    );
+    assert_eq!(qemu.console_command("n"), "error: no approval pending");
+    // Blank lines get no reply: the next reply is the next command's.
+    qemu.send_console_line("");
+    qemu.send_console_line("   ");
+    let started = qemu.console_command("start");
+    assert!(started.contains("approval_timeout_ms=3600000"), "{started}");
+
+    let uptime = |qemu: &mut Qemu| -> u64 {
+        let reply = qemu.console_command("uptime");
+        reply
+            .strip_prefix("uptime_ms=")
+            .and_then(|n| n.parse().ok())
+            .expect(&reply)
+    };
+    let (t0, host0) = (uptime(&mut qemu), Instant::now());
+    std::thread::sleep(Duration::from_millis(300));
+    let (t1, host) = (uptime(&mut qemu), host0.elapsed().as_millis() as u64);
+    let dt = t1.saturating_sub(t0);
+    assert!(
+        (150..=host + 200).contains(&dt),
+        "uptime advanced {dt} ms over {host} ms of host time"
+    );
+}
+
+#[test]
+fn panic_turns_actuators_off_and_exits_qemu_with_failure() {
+    let Some(mut qemu) = started() else { return };
+    assert_eq!(
+        qemu.propose(&tool("on", "HassTurnOn", r#"{"name":"lamp"}"#)),
+        ran(0, "on", "HassTurnOn", r#"{"name":"lamp","state":"on"}"#)
+    );
+    assert_eq!(qemu.leds(), 1);
+    qemu.send_console_line("panic");
+    let status = qemu
+        .wait_exit(Duration::from_secs(5))
+        .expect("QEMU exits after a panic");
+    assert_eq!(status.code(), Some(EXIT_PANIC), "exit status {status}");
+    assert!(!qemu.defmt_log().is_empty(), "defmt log is empty");
+}
+
+/// The host's `budgetgate device` session (library form) against the
+/// firmware, acting as the operator, with `examples/device-session.json`.
+fn device_session(operator: Operator) -> Option<(u8, String, String)> {
+    let mut qemu = Qemu::boot_gate()?;
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/device-session.json"
+    );
+    let text = std::fs::read_to_string(path).expect("read the example");
+    let script = budgetgate::device::read_script("device-session.json", &text).expect("script");
+    let console = Console::new(qemu.console_stream(), operator, false).expect("console");
+    let mut out = Vec::new();
+    let end = Session::new(
+        AgentLink::new(qemu.agent_stream(), false),
+        Some(console),
+        false,
+        Duration::from_secs(10),
+        &mut out,
+    )
+    .run(&script)
+    .expect("the session runs");
+    let report = String::from_utf8(out).expect("UTF-8 report");
+    // The agent link is free again: the device agrees on how the run ended.
+    Some((end.exit_code(), report, qemu.status()))
+}
+
+#[test]
+fn device_session_with_an_approving_operator() {
+    let Some((code, report, after)) = device_session(Operator::Approve) else {
+        return;
+    };
+    let expected = [
+        "device: protocol 1, frame_max 1024",
+        &format!(
+            "operator: started run 1: max_decisions=8 max_tool_calls=6 time_budget_ms=120000 \
+             approval_timeout_ms=30000 tools={TOOLS}"
+        ),
+        "run: running, 0/8 decisions, 0/6 tool attempts",
+        r#"step 0  tool lamp-on HassTurnOn {"name":"lamp"} -> ok: {"name":"lamp","state":"on"}"#,
+        r#"step 1  tool check-1 HassGetState {} -> ok: {"lamp":"on","valve":"closed","leds":1}"#,
+        r#"step 2  tool dim HassLightSet {"name":"lamp","brightness":140} -> refused, not executed: invalid-arguments"#,
+        r#"step 3  tool dim-2 HassLightSet {"name":"lamp","brightness":40} -> ok: {"name":"lamp","brightness":40,"state":"on"}"#,
+        r#"step 4  operator: approve? water HassValveOpen {"name":"valve"} [y/n] -> y"#,
+        r#"step 4  tool water HassValveOpen {"name":"valve"} -> ok: {"name":"valve","state":"open"}"#,
+        r#"step 5  tool check-2 HassGetState {} -> ok: {"lamp":"on","valve":"open","leds":3}"#,
+        "step 6  final Lamp on at 40 %; the garden valve was asked to open (see check-2). -> stopped: final",
+        "run stopped: final (final, 7/8 decisions, 6/6 tool attempts)",
+        "actuators: lamp on, valve open (leds=3)",
+    ];
+    assert_eq!(report.lines().collect::<Vec<_>>(), expected, "{report}");
+    assert_eq!(code, 0);
+    assert_eq!(after, status(7, 8, 6, 6, "final"));
+}
+
+#[test]
+fn device_session_with_a_denying_operator() {
+    let Some((code, report, after)) = device_session(Operator::Deny) else {
+        return;
+    };
+    for line in [
+        r#"step 4  operator: approve? water HassValveOpen {"name":"valve"} [y/n] -> n"#,
+        r#"step 4  tool water HassValveOpen {"name":"valve"} -> refused, not executed: approval-denied"#,
+        r#"step 5  tool check-2 HassGetState {} -> ok: {"lamp":"on","valve":"closed","leds":1}"#,
+        "actuators: lamp on, valve closed (leds=1)",
+    ] {
+        assert!(
+            report.lines().any(|l| l == line),
+            "missing {line:?} in:\n{report}"
+        );
+    }
+    assert_eq!(code, 0);
+    assert_eq!(after, status(7, 8, 6, 6, "final"));
+}
+
+/// Guest instructions per gated action, counted by QEMU: with `-icount
+/// shift=0` every instruction advances the virtual clock by 1 ns, and the
+/// firmware's 25 MHz SysTick counts one tick per 40 ns. The firmware keeps
+/// the ticks of the last agent frame (line end to last reply byte; console
+/// `ticks`). Printed with `--nocapture`; the bounds catch a broken
+/// measurement or a gross regression.
+///
+/// With an image built with `--features stack-paint` (see docs/FIRMWARE.md,
+/// `BUDGETGATE_FIRMWARE_IMAGE`) it also prints the stack's high-water mark
+/// after the deepest paths (a float result, an approval).
+#[test]
+fn instructions_per_gated_action() {
+    let Some(mut qemu) = Qemu::boot_with(&["-icount", "shift=0"]) else {
+        return;
+    };
+    assert_eq!(qemu.read_console_line(), BOOT_BANNER);
+    qemu.start(Some((8, 8)));
+    // The deepest paths first, for the stack measurement at the end.
+    qemu.propose(&tool("f", "add", r#"{"a":2.5,"b":1e-5}"#));
+    qemu.send_frame(&format!(
+        "PROPOSE {}",
+        tool("w", "HassValveOpen", r#"{"name":"valve"}"#)
+    ));
+    assert_eq!(qemu.read_console_line(), valve_prompt("w"));
+    assert_eq!(qemu.console_command("y"), "approved w");
+    qemu.read_frame();
+    let actions = [
+        ("STATUS (no decision)", "STATUS".to_owned()),
+        ("add 7+8 (worked example)", format!("PROPOSE {}", add("c1"))),
+        (
+            "HassTurnOn lamp",
+            format!("PROPOSE {}", tool("c2", "HassTurnOn", r#"{"name":"lamp"}"#)),
+        ),
+        (
+            "HassLightSet 140 (refused)",
+            format!(
+                "PROPOSE {}",
+                tool("c3", "HassLightSet", r#"{"name":"lamp","brightness":140}"#)
+            ),
+        ),
+        (
+            "HassGetState",
+            format!("PROPOSE {}", tool("c4", "HassGetState", "{}")),
+        ),
+        ("final", format!("PROPOSE {}", final_("15"))),
+    ];
+    println!("guest instructions per agent frame (QEMU -icount shift=0):");
+    for (what, payload) in actions {
+        qemu.request(&payload);
+        let reply = qemu.console_command("ticks");
+        let ticks: u64 = reply
+            .strip_prefix("last_frame_ticks=")
+            .and_then(|n| n.parse().ok())
+            .expect(&reply);
+        let instructions = ticks * 40;
+        println!("  {what:<28} {instructions:>8} (±40)");
+        assert!(
+            (40..2_000_000).contains(&instructions),
+            "{what}: {instructions} instructions"
+        );
+    }
+    match qemu.console_command("stack") {
+        line if line.starts_with("stack_peak_bytes=") => println!("  {line}"),
+        line => assert_eq!(line, "error: build with --features stack-paint"),
+    }
+}
