@@ -37,6 +37,10 @@ pub enum JsonError {
     /// The decoded escaped strings of the document do not fit the buffer for
     /// them (the parser keeps every one until the end of the document).
     StringTooLong,
+    /// A float literal needs more precision than this build reads exactly
+    /// (only without the `exact-floats` feature: more than 15 significant
+    /// digits, or a decimal exponent beyond ±22).
+    FloatPrecision,
 }
 
 impl fmt::Display for JsonError {
@@ -50,6 +54,9 @@ impl fmt::Display for JsonError {
             Self::TrailingData => f.write_str("text after the JSON value"),
             Self::DuplicateKey => f.write_str("duplicate object key"),
             Self::StringTooLong => f.write_str("escaped strings longer than the buffer for them"),
+            Self::FloatPrecision => {
+                f.write_str("float literal too precise for this build (at most 15 significant digits)")
+            }
         }
     }
 }
@@ -74,7 +81,7 @@ impl Number {
     /// Classifies a JSON number literal `raw` (already known to be valid JSON).
     pub fn parse(raw: &str) -> Result<Self, JsonError> {
         if raw.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) {
-            raw.parse().map(Self::Float).map_err(|_| JsonError::Syntax)
+            parse_float(raw).map(Self::Float)
         } else {
             Ok(raw.parse().map_or(Self::HugeInt, Self::Int))
         }
@@ -87,6 +94,69 @@ impl Number {
             _ => None,
         }
     }
+}
+
+/// Reads a float literal (valid JSON) exactly, as Python's `float()` does.
+#[cfg(feature = "exact-floats")]
+fn parse_float(raw: &str) -> Result<f64, JsonError> {
+    raw.parse().map_err(|_| JsonError::Syntax)
+}
+
+/// Reads a float literal exactly when Clinger's fast path applies: a decimal
+/// mantissa of at most 2^53 and a power of ten within ±22 are both exact
+/// doubles, so one IEEE multiplication or division rounds correctly. Anything
+/// else is refused rather than read approximately.
+#[cfg(not(feature = "exact-floats"))]
+fn parse_float(raw: &str) -> Result<f64, JsonError> {
+    const POW10: [f64; 23] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+        1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+    ];
+    let (negative, body) = match raw.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, raw),
+    };
+    let (number, exponent) = match body.find(['e', 'E']) {
+        Some(at) => (body.get(..at).unwrap_or(""), body.get(at + 1..).unwrap_or("")),
+        None => (body, ""),
+    };
+    let mut mantissa: u64 = 0;
+    let mut scale: i32 = 0;
+    let mut after_point = false;
+    for b in number.bytes() {
+        match b {
+            b'.' => after_point = true,
+            b'0'..=b'9' => {
+                mantissa = mantissa
+                    .checked_mul(10)
+                    .and_then(|m| m.checked_add(u64::from(b - b'0')))
+                    .ok_or(JsonError::FloatPrecision)?;
+                if after_point {
+                    scale -= 1;
+                }
+            }
+            _ => return Err(JsonError::Syntax),
+        }
+    }
+    if !exponent.is_empty() {
+        let e: i32 = exponent.parse().map_err(|_| JsonError::FloatPrecision)?;
+        scale = scale.checked_add(e).ok_or(JsonError::FloatPrecision)?;
+    }
+    if mantissa == 0 {
+        return Ok(if negative { -0.0 } else { 0.0 });
+    }
+    while mantissa.is_multiple_of(10) && scale < 0 {
+        mantissa /= 10;
+        scale += 1;
+    }
+    if mantissa > 1 << 53 {
+        return Err(JsonError::FloatPrecision);
+    }
+    let power = POW10
+        .get(usize::try_from(scale.unsigned_abs()).unwrap_or(usize::MAX))
+        .ok_or(JsonError::FloatPrecision)?;
+    let value = if scale >= 0 { mantissa as f64 * power } else { mantissa as f64 / power };
+    Ok(if negative { -value } else { value })
 }
 
 /// A pull reader over one complete document.
@@ -146,5 +216,65 @@ fn map_error(e: ParseError) -> JsonError {
         | ParseError::InvalidUnicodeCodepoint
         | ParseError::InvalidEscapeSequence => JsonError::InvalidEscape,
         _ => JsonError::Syntax,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_classified_as_python_reads_them() {
+        assert_eq!(Number::parse("-0"), Ok(Number::Int(0)));
+        assert_eq!(Number::parse("7"), Ok(Number::Int(7)));
+        assert_eq!(Number::parse("7.0"), Ok(Number::Float(7.0)));
+        assert_eq!(Number::parse("1e2"), Ok(Number::Float(100.0)));
+        assert_eq!(Number::parse("99999999999999999999"), Ok(Number::HugeInt));
+        assert_eq!(Number::parse("-0.0").map(|n| matches!(n, Number::Float(x) if x.is_sign_negative())), Ok(true));
+    }
+
+    /// The small parser must agree bit for bit with the exact one wherever it
+    /// answers, and refuse the rest.
+    #[cfg(not(feature = "exact-floats"))]
+    #[test]
+    fn small_float_parser_is_exact_where_it_answers() {
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut answered = 0;
+        for _ in 0..200_000 {
+            let digits = next() % 10_u64.pow(1 + (next() % 17) as u32);
+            let point = (next() % 20) as usize;
+            let exp = (next() % 61) as i32 - 30;
+            let mut text = std::format!("{digits}");
+            if point < text.len() {
+                text.insert(text.len() - point, '.');
+                if text.starts_with('.') {
+                    text.insert(0, '0');
+                }
+            } else {
+                text.push_str(".0");
+            }
+            if next() % 2 == 0 {
+                text = std::format!("{text}e{exp}");
+            }
+            let exact: f64 = text.parse().unwrap();
+            match parse_float(&text) {
+                Ok(v) => {
+                    assert_eq!(v.to_bits(), exact.to_bits(), "{text}");
+                    answered += 1;
+                }
+                Err(e) => assert_eq!(e, JsonError::FloatPrecision, "{text}"),
+            }
+        }
+        assert!(answered > 50_000, "only {answered} answered");
+        assert_eq!(parse_float("1e400"), Err(JsonError::FloatPrecision));
+        assert_eq!(parse_float("0.30000000000000004"), Err(JsonError::FloatPrecision));
+        assert_eq!(parse_float("1000000.0"), Ok(1e6));
+        assert_eq!(parse_float("-2.5E-3"), Ok(-0.0025));
     }
 }
