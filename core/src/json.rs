@@ -54,9 +54,9 @@ impl fmt::Display for JsonError {
             Self::TrailingData => f.write_str("text after the JSON value"),
             Self::DuplicateKey => f.write_str("duplicate object key"),
             Self::StringTooLong => f.write_str("escaped strings longer than the buffer for them"),
-            Self::FloatPrecision => {
-                f.write_str("float literal too precise for this build (at most 15 significant digits)")
-            }
+            Self::FloatPrecision => f.write_str(
+                "float literal too precise for this build (at most 15 significant digits)",
+            ),
         }
     }
 }
@@ -109,15 +109,18 @@ fn parse_float(raw: &str) -> Result<f64, JsonError> {
 #[cfg(not(feature = "exact-floats"))]
 fn parse_float(raw: &str) -> Result<f64, JsonError> {
     const POW10: [f64; 23] = [
-        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-        1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+        1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
     ];
     let (negative, body) = match raw.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, raw),
     };
     let (number, exponent) = match body.find(['e', 'E']) {
-        Some(at) => (body.get(..at).unwrap_or(""), body.get(at + 1..).unwrap_or("")),
+        Some(at) => (
+            body.get(..at).unwrap_or(""),
+            body.get(at + 1..).unwrap_or(""),
+        ),
         None => (body, ""),
     };
     let mut mantissa: u64 = 0;
@@ -155,7 +158,11 @@ fn parse_float(raw: &str) -> Result<f64, JsonError> {
     let power = POW10
         .get(usize::try_from(scale.unsigned_abs()).unwrap_or(usize::MAX))
         .ok_or(JsonError::FloatPrecision)?;
-    let value = if scale >= 0 { mantissa as f64 * power } else { mantissa as f64 / power };
+    let value = if scale >= 0 {
+        mantissa as f64 * power
+    } else {
+        mantissa as f64 / power
+    };
     Ok(if negative { -value } else { value })
 }
 
@@ -230,7 +237,10 @@ mod tests {
         assert_eq!(Number::parse("7.0"), Ok(Number::Float(7.0)));
         assert_eq!(Number::parse("1e2"), Ok(Number::Float(100.0)));
         assert_eq!(Number::parse("99999999999999999999"), Ok(Number::HugeInt));
-        assert_eq!(Number::parse("-0.0").map(|n| matches!(n, Number::Float(x) if x.is_sign_negative())), Ok(true));
+        assert_eq!(
+            Number::parse("-0.0").map(|n| matches!(n, Number::Float(x) if x.is_sign_negative())),
+            Ok(true)
+        );
     }
 
     /// The small parser must agree bit for bit with the exact one wherever it
@@ -273,7 +283,10 @@ mod tests {
         }
         assert!(answered > 50_000, "only {answered} answered");
         assert_eq!(parse_float("1e400"), Err(JsonError::FloatPrecision));
-        assert_eq!(parse_float("0.30000000000000004"), Err(JsonError::FloatPrecision));
+        assert_eq!(
+            parse_float("0.30000000000000004"),
+            Err(JsonError::FloatPrecision)
+        );
         assert_eq!(parse_float("1000000.0"), Ok(1e6));
         assert_eq!(parse_float("-2.5E-3"), Ok(-0.0025));
     }
