@@ -182,7 +182,8 @@ impl RunArgs {
         };
         let tools = match shape(a.get("tools")?) {
             Ok(Shape::Object(o)) => o,
-            _ => {
+            Err(e) => return Err(invalid(format!("`tools`: {e}"))),
+            Ok(_) => {
                 return Err(invalid(
                     "`tools` must be an object mapping tool names to kinds",
                 ))

@@ -73,8 +73,11 @@ Examples:
     /// observed; a used-up script makes the policy fail (policy-error). A
     /// proposal is {"kind": "final", "text": ...} or {"kind": "tool",
     /// "call_id": ..., "name": ..., "arguments": {...}}. Tool kinds: add
-    /// (a + b), echo (its arguments), fail (always fails), repeat (s repeated n
-    /// times), nested (a fixed nested value). Budgets default to 8 decisions
+    /// (exactly a and b, numbers but not booleans: a + b), echo (returns its
+    /// arguments), fail (always fails), repeat (exactly s, a string, and n, an
+    /// integer 0..=10000: s repeated n times), nested (no arguments: a fixed
+    /// nested value); other arguments make the tool fail (tool-error). Budgets
+    /// default to 8 decisions
     /// and 4 tool attempts; the options override the file.
     ///
     /// Prints the trace as a table (step, decision, call id, tool, executed,

@@ -126,3 +126,21 @@ fn bad_lines_are_answered_in_order_and_the_stream_goes_on() {
 fn no_input_gives_no_answers() {
     assert!(eval(Vec::new()).is_empty());
 }
+
+#[test]
+fn an_over_long_line_is_answered_and_the_stream_goes_on() {
+    let mut input = vec![b' '; (16 << 20) + 1];
+    input.extend_from_slice(b"\n{\"fn\":\"aggregate_usage\",\"args\":{\"plan\":[]}}\n");
+    let output = assert_cmd::cargo::cargo_bin_cmd!("budgetgate")
+        .arg("eval")
+        .write_stdin(input)
+        .assert()
+        .code(0)
+        .get_output()
+        .clone();
+    let text = String::from_utf8(output.stdout).expect("UTF-8");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].contains("bad-request") && lines[0].contains("longer than 16 MiB"));
+    assert!(lines[1].starts_with("{\"ok\":"));
+}

@@ -327,3 +327,47 @@ fn bad_options_are_errors() {
         run().arg(&file).args(bad).assert().code(2).stdout("");
     }
 }
+
+#[test]
+fn input_over_the_size_limit_is_refused_without_reading_it_all() {
+    // /dev/zero never ends: only a bounded read can answer at all.
+    let output = run()
+        .arg("/dev/zero")
+        .timeout(std::time::Duration::from_secs(20))
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8(output.stderr).expect("UTF-8");
+    assert!(stderr.contains("larger than 16 MiB"), "{stderr}");
+}
+
+#[test]
+fn a_byte_order_mark_is_named_in_the_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("bom.json");
+    std::fs::write(&file, b"\xEF\xBB\xBF{\"script\":[],\"tools\":{}}").expect("write");
+    let output = run().arg(&file).assert().code(2).get_output().clone();
+    assert!(String::from_utf8_lossy(&output.stderr).contains("byte-order mark"));
+}
+
+#[test]
+fn a_failed_write_is_exit_2_not_a_panic() {
+    if !Path::new("/dev/full").exists() {
+        return;
+    }
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("open /dev/full");
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin!("budgetgate"));
+    let output = cmd
+        .args(["run", &example("run-add.json")])
+        .stdout(full)
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("writing the output"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

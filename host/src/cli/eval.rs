@@ -5,6 +5,54 @@ use std::io::{BufRead, Write};
 
 use super::Outcome;
 
+/// Longest request line kept, in bytes. A valid request is far smaller (a run
+/// uses at most 32 proposals); a longer line is skipped up to its newline
+/// without being stored and answered with `bad-request`.
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+
+/// One line of input, or how much of an over-long one was skipped.
+enum Line {
+    Kept,
+    TooLong,
+    End,
+}
+
+/// Reads the next line into `line` (without its `\n`), keeping at most
+/// [`MAX_LINE_BYTES`]; the rest of a longer line is consumed and dropped.
+fn next_line(input: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Line> {
+    line.clear();
+    let mut too_long = false;
+    let mut seen_any = false;
+    loop {
+        let chunk = input.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(match (seen_any, too_long) {
+                (false, _) => Line::End,
+                (true, true) => Line::TooLong,
+                (true, false) => Line::Kept,
+            });
+        }
+        seen_any = true;
+        let (part, newline) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(at) => (&chunk[..at], true),
+            None => (chunk, false),
+        };
+        if !too_long {
+            if line.len() + part.len() > MAX_LINE_BYTES {
+                too_long = true;
+                line.clear();
+            } else {
+                line.extend_from_slice(part);
+            }
+        }
+        let used = part.len() + usize::from(newline);
+        input.consume(used);
+        if newline {
+            return Ok(if too_long { Line::TooLong } else { Line::Kept });
+        }
+    }
+}
+
 /// Answers every line of stdin, in order, until end of input. Exit status 0
 /// at end of input, 2 when stdin cannot be read or stdout cannot be written;
 /// a bad request line is answered, never fatal.
@@ -15,23 +63,65 @@ pub fn main() -> Outcome {
     let mut out = stdout.lock();
     let mut line = Vec::new();
     loop {
-        line.clear();
-        match input.read_until(b'\n', &mut line) {
-            Ok(0) => return Outcome::Complete,
-            Ok(_) => {}
+        let answer = match next_line(&mut input, &mut line) {
+            Ok(Line::End) => return Outcome::Complete,
+            Ok(Line::Kept) => {
+                let body = line.strip_suffix(b"\r").unwrap_or(&line);
+                budgetgate::eval::answer_line(body)
+            }
+            Ok(Line::TooLong) => serde_json::json!({
+                "error": "bad-request",
+                "detail": format!("line longer than {} MiB", MAX_LINE_BYTES >> 20),
+            })
+            .to_string(),
             Err(e) => {
                 eprintln!("budgetgate eval: reading stdin: {e}");
                 return Outcome::Invalid;
             }
-        }
-        let body = line.strip_suffix(b"\n").unwrap_or(&line);
-        let body = body.strip_suffix(b"\r").unwrap_or(body);
-        let answer = budgetgate::eval::answer_line(body);
+        };
         if writeln!(out, "{answer}")
             .and_then(|()| out.flush())
             .is_err()
         {
             return Outcome::Invalid;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(input: &[u8]) -> Vec<String> {
+        let mut reader = std::io::BufReader::with_capacity(7, input);
+        let mut line = Vec::new();
+        let mut out = Vec::new();
+        loop {
+            match next_line(&mut reader, &mut line).unwrap() {
+                Line::End => return out,
+                Line::Kept => out.push(String::from_utf8_lossy(&line).into_owned()),
+                Line::TooLong => out.push("<too long>".into()),
+            }
+        }
+    }
+
+    #[test]
+    fn lines_are_split_on_newlines_across_buffer_refills() {
+        assert_eq!(
+            lines(b"abc\n\nlonger line here\nlast"),
+            ["abc", "", "longer line here", "last"]
+        );
+        assert_eq!(lines(b""), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_over_long_line_is_skipped_and_the_next_one_read() {
+        let mut input = vec![b'x'; MAX_LINE_BYTES + 1];
+        input.extend_from_slice(b"\nok\n");
+        assert_eq!(lines(&input), ["<too long>", "ok"]);
+        let mut exact = vec![b'y'; MAX_LINE_BYTES];
+        exact.push(b'\n');
+        assert_eq!(lines(&exact).len(), 1);
+        assert_ne!(lines(&exact)[0], "<too long>");
     }
 }

@@ -64,16 +64,54 @@ pub fn display_name(path: &str) -> &str {
     }
 }
 
-/// Reads a whole input file; `-` reads standard input.
+/// Largest plan, limits or script file read, in bytes. A valid plan is at
+/// most 32 rows and a run uses at most 32 proposals, so this is generous; it
+/// keeps `/dev/zero` or a runaway file from exhausting memory.
+pub const MAX_INPUT_BYTES: u64 = 16 << 20;
+
+/// Reads a whole input file of at most [`MAX_INPUT_BYTES`]; `-` reads
+/// standard input. A larger input is refused without being read whole.
 pub fn read_input(path: &str) -> Result<Vec<u8>, InputError> {
+    let name = display_name(path);
     let mut bytes = Vec::new();
     let read = if path == "-" {
-        std::io::stdin().lock().read_to_end(&mut bytes).map(|_| ())
+        std::io::stdin()
+            .lock()
+            .take(MAX_INPUT_BYTES + 1)
+            .read_to_end(&mut bytes)
     } else {
-        std::fs::read(path).map(|b| bytes = b)
+        std::fs::File::open(path).and_then(|f| f.take(MAX_INPUT_BYTES + 1).read_to_end(&mut bytes))
     };
-    read.map_err(|e| InputError::new(display_name(path), format!("cannot read: {e}")))?;
+    read.map_err(|e| InputError::new(name, format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(InputError::new(
+            name,
+            format!("larger than {} MiB; refused", MAX_INPUT_BYTES >> 20),
+        ));
+    }
+    if bytes.starts_with(b"\xEF\xBB\xBF") {
+        return Err(InputError::new(
+            name,
+            "starts with a UTF-8 byte-order mark, which JSON input must not have",
+        ));
+    }
     Ok(bytes)
+}
+
+/// Writes a command's output to stdout. A closed pipe (`| head`) ends the
+/// command quietly with the outcome it already had; any other write error is
+/// reported on stderr and gives exit status 2.
+pub fn write_stdout(command: &str, text: &str, outcome: Outcome) -> Outcome {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => outcome,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => outcome,
+        Err(e) => {
+            eprintln!("budgetgate {command}: writing the output: {e}");
+            Outcome::Invalid
+        }
+    }
 }
 
 /// Where serde_json finds a syntax error, as ` (line L, column C)`, to help a

@@ -10,7 +10,9 @@ use budgetgate_core::{
 use clap::value_parser;
 use serde_json::{json, Value};
 
-use super::{display_name, printable, read_input, shorten, syntax_position, table, Align};
+use super::{
+    display_name, printable, read_input, shorten, syntax_position, table, write_stdout, Align,
+};
 use super::{InputError, Outcome};
 
 /// Arguments of `budgetgate plan`.
@@ -81,19 +83,19 @@ fn plan(args: &PlanArgs) -> Result<Outcome, InputError> {
     let (limits, source) = limits(args)?;
     let usage = plan.usage();
     let workflow = plan.bounded_workflow(&limits);
-    if args.json {
-        let out = json!({"usage": usage, "workflow": plan.report(&workflow)});
-        println!("{out}");
-    } else {
-        print!(
-            "{}",
-            report(name, &plan, &limits, &source, &usage, &workflow)
-        );
-    }
-    Ok(match workflow.reason {
+    let outcome = match workflow.reason {
         StopReason::Complete => Outcome::Complete,
         StopReason::Limit(_) => Outcome::Stopped,
-    })
+    };
+    let text = if args.json {
+        format!(
+            "{}\n",
+            json!({"usage": usage, "workflow": plan.report(&workflow)})
+        )
+    } else {
+        report(name, &plan, &limits, &source, &usage, &workflow)
+    };
+    Ok(write_stdout("plan", &text, outcome))
 }
 
 /// The core's error, with where a syntax error is and which row (by id) breaks

@@ -11,7 +11,7 @@ use budgetgate_core::limits::{MAX_DECISIONS, MAX_TOOL_CALLS, MAX_WORK_UNITS};
 use budgetgate_core::{run_trace_work, Action, RunLimits, Status, TraceRow, Work};
 use clap::value_parser;
 
-use super::{display_name, printable, read_input, shorten, table, Align};
+use super::{display_name, printable, read_input, shorten, table, write_stdout, Align};
 use super::{InputError, Outcome};
 
 /// Observations longer than this many characters are cut in the table.
@@ -144,19 +144,17 @@ fn run(args: &RunArgs) -> Result<Outcome, InputError> {
     let result = script.run().map_err(|e| InputError::new(name, detail(e)))?;
     let work = run_trace_work(&result.trace, args.decision_units, &costs)
         .map_err(|e| InputError::new(name, e))?;
-    if args.json {
-        let value = serde_json::to_value(&result).map_err(|e| InputError::new(name, e))?;
-        println!("{value}");
-    } else {
-        print!(
-            "{}",
-            report(name, &script, &result, &work, args.decision_units, &costs)
-        );
-    }
-    Ok(match result.status {
+    let outcome = match result.status {
         Status::Final => Outcome::Complete,
         _ => Outcome::Stopped,
-    })
+    };
+    let text = if args.json {
+        let value = serde_json::to_value(&result).map_err(|e| InputError::new(name, e))?;
+        format!("{value}\n")
+    } else {
+        report(name, &script, &result, &work, args.decision_units, &costs)
+    };
+    Ok(write_stdout("run", &text, outcome))
 }
 
 fn yes_no(b: bool) -> String {
