@@ -104,8 +104,9 @@ fn parse_float(raw: &str) -> Result<f64, JsonError> {
 
 /// Reads a float literal exactly when Clinger's fast path applies: a decimal
 /// mantissa of at most 2^53 and a power of ten within ±22 are both exact
-/// doubles, so one IEEE multiplication or division rounds correctly. Anything
-/// else is refused rather than read approximately.
+/// doubles, so one IEEE multiplication or division rounds correctly. Literals
+/// of magnitude at least 1e309 are infinite and those below 1e-324 are zero,
+/// as in the exact parser. Anything else is refused, never read approximately.
 #[cfg(not(feature = "exact-floats"))]
 fn parse_float(raw: &str) -> Result<f64, JsonError> {
     const POW10: [f64; 23] = [
@@ -116,6 +117,7 @@ fn parse_float(raw: &str) -> Result<f64, JsonError> {
         Some(rest) => (true, rest),
         None => (false, raw),
     };
+    let signed = |v: f64| if negative { -v } else { v };
     let (number, exponent) = match body.find(['e', 'E']) {
         Some(at) => (
             body.get(..at).unwrap_or(""),
@@ -123,31 +125,59 @@ fn parse_float(raw: &str) -> Result<f64, JsonError> {
         ),
         None => (body, ""),
     };
-    let mut mantissa: u64 = 0;
-    let mut scale: i32 = 0;
+    // The exponent, saturated far beyond any double's range.
+    let mut exp: i64 = 0;
+    let (exp_negative, exp_digits) = match exponent.as_bytes().first() {
+        Some(b'-') => (true, exponent.get(1..).unwrap_or("")),
+        Some(b'+') => (false, exponent.get(1..).unwrap_or("")),
+        _ => (false, exponent),
+    };
+    for b in exp_digits.bytes() {
+        exp = (exp * 10 + i64::from(b.wrapping_sub(b'0'))).min(1_000_000);
+    }
+    if exp_negative {
+        exp = -exp;
+    }
+    // Digits without the point: the value is 0.DIGITS × 10^(point + exp).
+    let mut mantissa: Option<u64> = Some(0);
+    let mut point: i64 = 0;
+    let mut leading_zeros: i64 = 0;
+    let mut significant = false;
     let mut after_point = false;
+    let mut fraction_digits: i64 = 0;
     for b in number.bytes() {
-        match b {
-            b'.' => after_point = true,
-            b'0'..=b'9' => {
-                mantissa = mantissa
-                    .checked_mul(10)
-                    .and_then(|m| m.checked_add(u64::from(b - b'0')))
-                    .ok_or(JsonError::FloatPrecision)?;
-                if after_point {
-                    scale -= 1;
-                }
-            }
-            _ => return Err(JsonError::Syntax),
+        if b == b'.' {
+            after_point = true;
+            continue;
         }
+        let digit = u64::from(b.wrapping_sub(b'0'));
+        if !after_point {
+            point += 1;
+        } else {
+            fraction_digits += 1;
+        }
+        if digit == 0 && !significant {
+            leading_zeros += 1;
+            continue;
+        }
+        significant = true;
+        mantissa = mantissa
+            .and_then(|m| m.checked_mul(10))
+            .and_then(|m| m.checked_add(digit));
     }
-    if !exponent.is_empty() {
-        let e: i32 = exponent.parse().map_err(|_| JsonError::FloatPrecision)?;
-        scale = scale.checked_add(e).ok_or(JsonError::FloatPrecision)?;
+    if !significant {
+        return Ok(signed(0.0));
     }
-    if mantissa == 0 {
-        return Ok(if negative { -0.0 } else { 0.0 });
+    // Decimal exponent of the first significant digit.
+    let top = point - leading_zeros - 1 + exp;
+    if top >= 309 {
+        return Ok(signed(f64::INFINITY));
     }
+    if top <= -325 {
+        return Ok(signed(0.0));
+    }
+    let mut mantissa = mantissa.ok_or(JsonError::FloatPrecision)?;
+    let mut scale = exp - fraction_digits;
     while mantissa.is_multiple_of(10) && scale < 0 {
         mantissa /= 10;
         scale += 1;
@@ -163,7 +193,7 @@ fn parse_float(raw: &str) -> Result<f64, JsonError> {
     } else {
         mantissa as f64 / power
     };
-    Ok(if negative { -value } else { value })
+    Ok(signed(value))
 }
 
 /// A pull reader over one complete document.
@@ -259,8 +289,13 @@ mod tests {
         for _ in 0..200_000 {
             let digits = next() % 10_u64.pow(1 + (next() % 17) as u32);
             let point = (next() % 20) as usize;
-            let exp = (next() % 61) as i32 - 30;
-            let mut text = std::format!("{digits}");
+            let exp = if next() % 8 == 0 {
+                (next() % 801) as i32 - 400
+            } else {
+                (next() % 61) as i32 - 30
+            };
+            let zeros = "0".repeat((next() % 4) as usize);
+            let mut text = std::format!("{zeros}{digits}");
             if point < text.len() {
                 text.insert(text.len() - point, '.');
                 if text.starts_with('.') {
@@ -282,7 +317,14 @@ mod tests {
             }
         }
         assert!(answered > 50_000, "only {answered} answered");
-        assert_eq!(parse_float("1e400"), Err(JsonError::FloatPrecision));
+        assert_eq!(parse_float("1e400"), Ok(f64::INFINITY));
+        assert_eq!(
+            parse_float("-1e99999999999999999999"),
+            Ok(f64::NEG_INFINITY)
+        );
+        assert_eq!(parse_float("1e-400"), Ok(0.0));
+        assert_eq!(parse_float("0.000e5"), Ok(0.0));
+        assert_eq!(parse_float("1e300"), Err(JsonError::FloatPrecision));
         assert_eq!(
             parse_float("0.30000000000000004"),
             Err(JsonError::FloatPrecision)
