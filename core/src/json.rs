@@ -196,6 +196,51 @@ fn parse_float(raw: &str) -> Result<f64, JsonError> {
     Ok(signed(value))
 }
 
+/// Refuses a `\u` escape of a lone surrogate: a high one (D800..DBFF) not
+/// followed at once by an escaped low one (DC00..DFFF), or a low one on its
+/// own. picojson refuses most of these but accepts a high surrogate followed
+/// by a short escape such as `\n`, so every document is checked here first.
+///
+/// A backslash can only stand inside a string in valid JSON (anywhere else
+/// the parser refuses the document), so the bytes are scanned as they are.
+fn check_surrogate_escapes(bytes: &[u8]) -> Result<(), JsonError> {
+    fn hex4(bytes: &[u8], at: usize) -> Option<u16> {
+        let digits = bytes.get(at..at.checked_add(4)?)?;
+        let text = core::str::from_utf8(digits).ok()?;
+        u16::from_str_radix(text, 16).ok()
+    }
+    let mut i = 0;
+    while let Some(offset) = bytes
+        .get(i..)
+        .and_then(|rest| rest.iter().position(|&b| b == b'\\'))
+    {
+        let at = i + offset;
+        match bytes.get(at + 1) {
+            Some(b'u') => {
+                let unit = hex4(bytes, at + 2).ok_or(JsonError::InvalidEscape)?;
+                i = at + 6;
+                if (0xDC00..=0xDFFF).contains(&unit) {
+                    return Err(JsonError::InvalidEscape);
+                }
+                if (0xD800..=0xDBFF).contains(&unit) {
+                    let low = match (bytes.get(i), bytes.get(i + 1)) {
+                        (Some(b'\\'), Some(b'u')) => hex4(bytes, i + 2),
+                        _ => None,
+                    };
+                    if !low.is_some_and(|low| (0xDC00..=0xDFFF).contains(&low)) {
+                        return Err(JsonError::InvalidEscape);
+                    }
+                    i += 6;
+                }
+            }
+            // Any other escape is two bytes, so `\\` cannot start another.
+            Some(_) => i = at + 2,
+            None => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
 /// A pull reader over one complete document.
 pub(crate) struct Reader<'a, 'b> {
     parser: SliceParser<'a, 'b>,
@@ -217,6 +262,7 @@ impl<'a, 'b> Reader<'a, 'b> {
         {
             return Err(JsonError::Empty);
         }
+        check_surrogate_escapes(bytes)?;
         Ok(Self {
             parser: SliceParser::with_buffer(text, scratch),
         })
@@ -271,6 +317,37 @@ mod tests {
             Number::parse("-0.0").map(|n| matches!(n, Number::Float(x) if x.is_sign_negative())),
             Ok(true)
         );
+    }
+
+    #[test]
+    fn lone_surrogate_escapes_are_refused_whatever_follows() {
+        for bad in [
+            r#""\ud800\n""#,
+            r#""\ud83d\"""#,
+            r#""\ud800x""#,
+            r#""\ud800""#,
+            r#""\udc00""#,
+            r#""\ud800\u0041""#,
+            r#""\ud800\ud800""#,
+            r#""a\udfff\ud800""#,
+            r#""\ud800\u12""#,
+        ] {
+            assert_eq!(
+                check_surrogate_escapes(bad.as_bytes()),
+                Err(JsonError::InvalidEscape),
+                "{bad}"
+            );
+        }
+        for good in [
+            r#""\ud83d\ude00""#,
+            r#""\\ud800""#,
+            r#""\\\ud83d\ude00x""#,
+            r#""\n\u00e9""#,
+            r#""plain""#,
+            r#""ends with a backslash escape \\""#,
+        ] {
+            assert_eq!(check_surrogate_escapes(good.as_bytes()), Ok(()), "{good}");
+        }
     }
 
     /// The small parser must agree bit for bit with the exact one wherever it
