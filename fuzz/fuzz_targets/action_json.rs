@@ -1,0 +1,70 @@
+//! `Action::parse` on arbitrary bytes (`SPEC A1`).
+//!
+//! Never panics; an accepted action re-encodes with `pyjson::encode` and
+//! re-parses to an equal action; what the core accepts, serde_json (a
+//! different strict reader) accepts too, with the same strings and numbers.
+#![no_main]
+
+use budgetgate_core::limits::MAX_TEXT_BYTES;
+use budgetgate_core::{pyjson, Action, Scalar};
+use libfuzzer_sys::fuzz_target;
+use serde_json::Value;
+
+/// Equal as JSON, numbers compared by value (serde_json reads `-0` as a float).
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+fn scalar(s: &Scalar) -> Value {
+    match s {
+        Scalar::Null => Value::Null,
+        Scalar::Bool(b) => Value::Bool(*b),
+        Scalar::Int(i) => Value::from(*i),
+        Scalar::Float(f) => Value::from(*f),
+        Scalar::Str(t) => Value::from(t.as_str()),
+    }
+}
+
+fn as_value(action: &Action) -> Value {
+    match action {
+        Action::Final { text } => serde_json::json!({"kind": "final", "text": text.as_str()}),
+        Action::Tool(call) => {
+            let args: serde_json::Map<String, Value> = call
+                .arguments
+                .iter()
+                .map(|(k, v)| (k.to_string(), scalar(v)))
+                .collect();
+            serde_json::json!({"kind": "tool", "call_id": call.call_id.as_str(),
+                "name": call.name.as_str(), "arguments": args})
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(action) = Action::<MAX_TEXT_BYTES>::parse(data) else {
+        return;
+    };
+    // Re-encode byte-exactly and re-parse.
+    let mut buf = vec![0u8; 128 * 1024];
+    let n = pyjson::encode(&action, &mut buf).expect("an accepted action encodes");
+    assert_eq!(pyjson::encoded_len(&action, usize::MAX), Ok(n));
+    let again = Action::<MAX_TEXT_BYTES>::parse(&buf[..n]).expect("its encoding parses");
+    assert_eq!(again, action, "round trip");
+    // Differential: serde_json reads the same document the same way.
+    match serde_json::from_slice::<Value>(data) {
+        Ok(theirs) => assert!(
+            same(&theirs, &as_value(&action)),
+            "serde_json reads {theirs}"
+        ),
+        Err(e) => panic!("the core accepted what serde_json refuses: {e}"),
+    }
+});

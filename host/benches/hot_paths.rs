@@ -1,0 +1,225 @@
+//! Benchmarks of the host-side hot paths (see docs/BENCHMARKS.md).
+//!
+//! `cargo bench -p budgetgate --bench hot_paths` runs them all with the
+//! settings below (1 s warm-up, 2 s measurement, 30 samples); criterion's own
+//! flags override them (`-- --measurement-time 5`), and a name filter picks
+//! some (`-- validate/typical`).
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use budgetgate::driver::{run_bounded_agent, Observation, Proposal, Tool};
+use budgetgate::tools::DemoKind;
+use budgetgate_core::limits::MAX_TEXT_BYTES;
+use budgetgate_core::pyjson::encoded_len;
+use budgetgate_core::{Action, Limits, Plan, Run, RunLimits, ToolSet};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use serde_json::{json, Value};
+
+/// A typical tool action, 113 bytes.
+const TYPICAL: &[u8] = br#"{"kind":"tool","call_id":"call-0001","name":"move_arm","arguments":{"joint":3,"angle":-12.5,"speed":0.8,"unit":"deg"}}"#;
+
+fn action_with(args: usize, unit: &str, chars: usize) -> String {
+    let value = unit.repeat(chars);
+    let body: Vec<String> = (0..args)
+        .map(|i| format!(r#""arg{i}":"{value}""#))
+        .collect();
+    format!(
+        r#"{{"kind":"tool","call_id":"c1","name":"echo","arguments":{{{}}}}}"#,
+        body.join(",")
+    )
+}
+
+fn validate(c: &mut Criterion) {
+    let mut g = c.benchmark_group("validate");
+    g.throughput(Throughput::Elements(1));
+    assert!(Action::<MAX_TEXT_BYTES>::parse(TYPICAL).is_ok());
+    g.bench_function("typical_113B", |b| {
+        b.iter(|| Action::<MAX_TEXT_BYTES>::parse(black_box(TYPICAL)))
+    });
+    // The same action into a firmware-sized action (256-byte strings): the
+    // cost of the 8000-byte default capacity shows as the difference.
+    g.bench_function("typical_113B_cap256", |b| {
+        b.iter(|| Action::<256>::parse(black_box(TYPICAL)))
+    });
+    // Worst case by the contract: 8 arguments of 2000 characters with escapes
+    // (`\n`, `\"`, `\u00e9`), 38.5 KB.
+    let escaped = action_with(8, "ab\\n\\\"\\u00e9", 400);
+    let worst_raw = action_with(8, "😀", 2000);
+    assert!(Action::<MAX_TEXT_BYTES>::parse(escaped.as_bytes()).is_ok());
+    assert!(Action::<MAX_TEXT_BYTES>::parse(worst_raw.as_bytes()).is_ok());
+    g.bench_function(format!("worst_escaped_{}B", escaped.len()), |b| {
+        b.iter(|| Action::<MAX_TEXT_BYTES>::parse(black_box(escaped.as_bytes())))
+    });
+    // The largest valid action without escapes: 8 × 2000 four-byte characters.
+    g.bench_function(format!("worst_raw_{}B", worst_raw.len()), |b| {
+        b.iter(|| Action::<MAX_TEXT_BYTES>::parse(black_box(worst_raw.as_bytes())))
+    });
+    g.finish();
+
+    // Size sweep: one to eight arguments of 4-byte characters, 100 B to 64 KiB.
+    let mut g = c.benchmark_group("validate_sweep");
+    for (args, chars) in [
+        (1, 12),
+        (1, 100),
+        (1, 250),
+        (1, 1000),
+        (2, 2000),
+        (4, 2000),
+        (8, 2000),
+    ] {
+        let doc = action_with(args, "😀", chars);
+        assert!(Action::<MAX_TEXT_BYTES>::parse(doc.as_bytes()).is_ok());
+        g.throughput(Throughput::Bytes(doc.len() as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(doc.len()), &doc, |b, doc| {
+            b.iter(|| Action::<MAX_TEXT_BYTES>::parse(black_box(doc.as_bytes())))
+        });
+    }
+    g.finish();
+}
+
+/// The longest run the contract allows: up to 32 decisions and 16 tool
+/// attempts with the demo tools, then a final answer (17 rounds: every round
+/// that does not stop is a tool attempt, so no run decides more).
+fn full_run(c: &mut Criterion) {
+    let mut script: Vec<String> = (0..16)
+        .map(|i| {
+            let (name, args) = match i % 4 {
+                0 => ("add", json!({"a": i, "b": 8})),
+                1 => (
+                    "echo",
+                    json!({"text": "é".repeat(100), "n": 1.5, "ok": true}),
+                ),
+                2 => ("repeat", json!({"s": "x", "n": 4094})), // a result of exactly 4096 bytes
+                _ => ("nested", json!({})),
+            };
+            json!({"kind": "tool", "call_id": format!("c{i}"), "name": name, "arguments": args})
+                .to_string()
+        })
+        .collect();
+    script.push(r#"{"kind":"final","text":"done"}"#.to_string());
+    let limits = RunLimits::new(32, 16).expect("in range");
+    let mut g = c.benchmark_group("run");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("host_driver_17_rounds_demo_tools", |b| {
+        b.iter(|| {
+            let tools: Vec<(String, Tool)> = ["add", "echo", "repeat", "nested"]
+                .iter()
+                .map(|n| (n.to_string(), DemoKind::parse(n).expect("demo").tool()))
+                .collect();
+            let mut next = 0;
+            let policy = |_: &[Observation]| -> Proposal {
+                next += 1;
+                Ok(script[next - 1].clone())
+            };
+            let result = run_bounded_agent(policy, tools, limits).expect("runs");
+            assert_eq!(result.trace.len(), 17);
+            result
+        })
+    });
+    // The core's share: the same 17 rounds on the sans-IO run, actions and
+    // results prepared beforehand.
+    let actions: Vec<Action> = script
+        .iter()
+        .map(|s| Action::parse(s.as_bytes()).expect("valid"))
+        .collect();
+    let results: Vec<Value> = (0..16)
+        .map(|i| match i % 4 {
+            0 => json!(i + 8),
+            1 => json!({"text": "é".repeat(100), "n": 1.5, "ok": true}),
+            2 => json!("x".repeat(4094)),
+            _ => json!({"count": 15, "items": [1, 2.5, "é", null, true]}),
+        })
+        .collect();
+    let mut tools = ToolSet::new();
+    for n in ["add", "echo", "repeat", "nested"] {
+        tools.try_add(n).expect("valid");
+    }
+    g.bench_function("core_run_17_rounds", |b| {
+        b.iter(|| {
+            let mut run: Run = Run::new(limits, tools.clone());
+            for (action, result) in actions.iter().zip(&results) {
+                run.decide(Some(action)).expect("running");
+                run.complete(Some(result)).expect("awaiting");
+            }
+            run.decide(actions.last()).expect("final");
+            black_box(run.trace().len())
+        })
+    });
+    g.finish();
+}
+
+fn plan(c: &mut Criterion) {
+    let rows: Vec<String> = (0..32)
+        .map(|i| {
+            let parent = if i == 0 {
+                "null".into()
+            } else {
+                format!(r#""step-{}""#, (i - 1) / 3)
+            };
+            format!(
+                r#"{{"id":"step-{i}","parent":{parent},"tokens":{},"output":{}}}"#,
+                250 + i * 7,
+                40 + i
+            )
+        })
+        .collect();
+    let plan_text = format!("[{}]", rows.join(","));
+    let limits_text = br#"{"steps":32,"tokens":320000,"output":320000,"depth":32,"fanout":32}"#;
+    let parsed: Plan = Plan::parse(plan_text.as_bytes()).expect("valid");
+    let limits = Limits::parse(limits_text).expect("valid");
+    assert_eq!(parsed.bounded_workflow(&limits).accepted, 32);
+    let mut g = c.benchmark_group("plan");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function(
+        format!("parse_and_workflow_32_rows_{}B", plan_text.len()),
+        |b| {
+            b.iter(|| {
+                let plan: Plan = Plan::parse(black_box(plan_text.as_bytes())).expect("valid");
+                let limits = Limits::parse(black_box(limits_text)).expect("valid");
+                plan.bounded_workflow(&limits)
+            })
+        },
+    );
+    g.bench_function("workflow_only_32_rows", |b| {
+        b.iter(|| black_box(&parsed).bounded_workflow(black_box(&limits)))
+    });
+    g.finish();
+}
+
+fn result_edge(c: &mut Criterion) {
+    let flat = Value::from("x".repeat(4094));
+    // A nested result of exactly 4096 bytes: 100 objects, then padding.
+    let mut items: Vec<Value> = (0..100)
+        .map(|i| json!({"id": i, "ok": i % 2 == 0, "v": 1.5 * f64::from(i), "s": "é"}))
+        .collect();
+    let so_far = encoded_len(&Value::from(items.clone()), usize::MAX).expect("encodes");
+    items.push(Value::from("p".repeat(4096 - so_far - 3)));
+    let nested = Value::from(items);
+    assert_eq!(encoded_len(&flat, 4096), Ok(4096));
+    assert_eq!(encoded_len(&nested, 4096), Ok(4096));
+    let mut g = c.benchmark_group("result_4096");
+    g.throughput(Throughput::Bytes(4096));
+    g.bench_function("encoded_len_string", |b| {
+        b.iter(|| encoded_len(black_box(&flat), 4096))
+    });
+    g.bench_function("encoded_len_nested", |b| {
+        b.iter(|| encoded_len(black_box(&nested), 4096))
+    });
+    g.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(30)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = validate, full_run, plan, result_edge
+}
+criterion_main!(benches);
