@@ -144,7 +144,8 @@ Examples:
     /// and refusals {reason: count}.
     #[command(after_help = "\
 Exit status: 0 the gate would not have stopped the session, 1 it would have,
-2 the session or budget file cannot be read.
+2 the session or budget file cannot be read (or is over 256 MiB / 1 MiB), or
+the report cannot be written. FILE `-` reads the session from stdin.
 
 Examples:
   budgetgate replay examples/replay/claude-code.jsonl

@@ -22,9 +22,11 @@ mod formats;
 mod session;
 mod time;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use budgetgate_core::turn::{
@@ -37,8 +39,15 @@ use serde_json::Value;
 
 pub use approval::{PolicyApprover, PromptApprover};
 pub use budget::{parse_budget, ApprovePolicy, ReplayBudget};
-pub use formats::read_session;
+pub use formats::{read_session, MAX_YAML_ALIAS_WEIGHT, MAX_YAML_DEPTH};
 pub use session::{Format, RecordedCall, RecordedTurn, Session, UsageGranularity};
+
+/// Largest recording `replay` reads (bytes); a larger one is refused
+/// before it is read whole.
+pub const MAX_SESSION_BYTES: u64 = 256 << 20;
+
+/// Largest budget file `replay` reads (bytes).
+pub const MAX_BUDGET_BYTES: u64 = 1 << 20;
 
 /// The gate the host replays with: roomier than the device's defaults
 /// (256 calls per response, 4096 distinct calls, 256 named tools).
@@ -50,11 +59,13 @@ pub struct ReplayArgs {
     /// The recorded session: a Claude Code session log (.jsonl), Anthropic
     /// Messages API exchanges (.json/.jsonl), a VCR cassette (.yaml/.json) or
     /// a SWE-agent trajectory (.traj). The format is detected from the content.
+    /// "-" reads standard input. At most 256 MiB.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
 
     /// Budget file (TOML, see docs/TURN-GATE.md); without it, the reference's
-    /// defaults: 15 model calls, 150000 tokens, 120 s, 2 repeats.
+    /// defaults: 15 model calls, 150000 tokens, 120 s, 2 repeats. "-" reads
+    /// standard input. At most 1 MiB.
     #[arg(long, value_name = "FILE")]
     pub budget: Option<PathBuf>,
 
@@ -159,8 +170,12 @@ pub struct Report {
     pub tool_calls: usize,
     /// What the whole recording really cost.
     pub usage: TokenUsage,
-    /// Whether usage is recorded per response (`false`: run totals only).
+    /// Whether usage is recorded per response (`false`: run totals only,
+    /// or none).
     pub usage_per_turn: bool,
+    /// Whether the recording holds any usage (`false`: `usage` is zero
+    /// because nothing is known, and the token limit is not checked).
+    pub usage_known: bool,
     /// Where the gate would have ended the run, or `null`.
     pub stopped: Option<Stopped>,
     /// The gate's status after the replay: `running` (the recording ends
@@ -372,6 +387,16 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                                 ));
                                 ("refused", Some("invalid-call-id".to_owned()))
                             }
+                            Err(ProposeError::DuplicateCallId) => {
+                                *extra_refusals
+                                    .entry("duplicate-call-id".into())
+                                    .or_default() += 1;
+                                notes.push(format!(
+                                    "turn {index}: call id {:?} appears more than once in the response; the later call ({}) is refused",
+                                    call.id, call.name
+                                ));
+                                ("refused", Some("duplicate-call-id".to_owned()))
+                            }
                             Err(e) => return Err(format!("turn {index}: call {}: {e}", call.id)),
                         };
                         row.calls.push(CallReport {
@@ -423,8 +448,12 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
         ));
     }
     let recorded = session.recorded_usage();
+    let mut status = gate.status().as_str();
     if let UsageGranularity::RunTotal(total) = session.usage {
         if stopped.is_none() && total.total() >= limits.max_tokens {
+            // The gate would have stopped the run somewhere: not running,
+            // not complete.
+            status = "incomplete";
             stopped = Some(Stopped {
                 turn: None,
                 reason: "tokens".into(),
@@ -444,6 +473,15 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
     for (k, v) in extra_refusals {
         *refusals.entry(k).or_default() += v;
     }
+    if let ApprovePolicy::Tools(names) = &budget.approve {
+        for name in names {
+            if !budget.needs_approval.contains(name) {
+                notes.push(format!(
+                    "approve names `{name}`, which is not in needs_approval: no effect"
+                ));
+            }
+        }
+    }
     let mut all_notes = session.notes.clone();
     all_notes.extend(notes);
     Ok(Report {
@@ -453,8 +491,9 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
         tool_calls: session.tool_calls(),
         usage: recorded,
         usage_per_turn: matches!(session.usage, UsageGranularity::PerTurn),
+        usage_known: !matches!(session.usage, UsageGranularity::Unknown),
         stopped,
-        status: gate.status().as_str(),
+        status,
         refusals,
         executed,
         approved,
@@ -490,12 +529,85 @@ pub fn replay_text(text: &str, budget: &ReplayBudget) -> Result<Report, String> 
     replay(&session, budget)
 }
 
+/// Whether `c` must not reach a terminal raw: control characters (C0, DEL,
+/// C1), bidirectional-text controls (which reorder what is shown) and the
+/// Unicode line and paragraph separators.
+fn unsafe_on_terminal(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// Text from a recording made safe to print on a terminal: every control
+/// character (C0 including newline and tab, DEL, C1), bidirectional-text
+/// control (U+061C, U+200E/F, U+202A–E, U+2066–9) and line or paragraph
+/// separator (U+2028/9) is shown as `\u{..}`, as Rust's `{:?}` shows them.
+/// Everything the table prints from a recording goes through it.
+pub fn terminal_safe(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(unsafe_on_terminal) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_on_terminal(c) {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// serde_json's compact output, with DEL, the C1 controls,
+/// bidirectional-text controls and U+2028/9 also written as `\uXXXX`
+/// (serde_json escapes only C0): the same JSON value, safe on a terminal.
+struct TerminalSafeJson;
+
+impl serde_json::ser::Formatter for TerminalSafeJson {
+    fn write_string_fragment<W: ?Sized + Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut from = 0;
+        for (at, c) in fragment.char_indices() {
+            if unsafe_on_terminal(c) {
+                writer.write_all(&fragment.as_bytes()[from..at])?;
+                // Every such character is in the Basic Multilingual Plane.
+                write!(writer, "\\u{:04x}", u32::from(c))?;
+                from = at + c.len_utf8();
+            }
+        }
+        writer.write_all(&fragment.as_bytes()[from..])
+    }
+}
+
 impl Report {
-    /// The readable table `budgetgate replay` prints by default.
+    /// The report as one line of JSON (what `--json` prints), with every
+    /// character that is unsafe on a terminal escaped.
+    pub fn to_json(&self) -> Result<String, String> {
+        let mut bytes = Vec::new();
+        let mut serializer = serde_json::Serializer::with_formatter(&mut bytes, TerminalSafeJson);
+        self.serialize(&mut serializer).map_err(|e| e.to_string())?;
+        String::from_utf8(bytes).map_err(|e| e.to_string())
+    }
+
+    /// The readable table `budgetgate replay` prints by default. Every text
+    /// taken from the recording (and the file name) is shown through
+    /// [`terminal_safe`].
     pub fn to_table(&self, file: &str) -> String {
+        let safe = terminal_safe;
         let mut out = String::new();
         let b = &self.budget;
-        let _ = writeln!(out, "replay of {file}");
+        let _ = writeln!(out, "replay of {}", safe(file));
         let _ = writeln!(out, "format: {} ({})", self.format_description, self.format);
         let _ = writeln!(
             out,
@@ -506,12 +618,12 @@ impl Report {
             fmt_seconds(b.max_millis),
             b.max_repeats,
             b.max_tool_calls.map_or("unlimited".into(), |n| n.to_string()),
-            if b.needs_approval.is_empty() { "no tool".into() } else { b.needs_approval.join(",") },
-            b.approve,
-            b.known_tools,
+            if b.needs_approval.is_empty() { "no tool".into() } else { safe(&b.needs_approval.join(",")).into_owned() },
+            safe(&b.approve),
+            safe(&b.known_tools),
         );
         for note in &self.notes {
-            let _ = writeln!(out, "note: {note}");
+            let _ = writeln!(out, "note: {}", safe(note));
         }
         let _ = writeln!(out);
         let _ = writeln!(
@@ -526,19 +638,23 @@ impl Report {
             "total",
             "running"
         );
+        let stop_line = |out: &mut String, stop: &Stopped| {
+            let _ = writeln!(
+                out,
+                "---- gate stops here: {} ({})",
+                safe(&stop.reason),
+                safe(&stop.detail)
+            );
+        };
         for row in &self.per_turn {
             if let Some(stop) = &self.stopped {
                 if stop.turn == Some(row.turn) && !row.reached {
-                    let _ = writeln!(
-                        out,
-                        "---- gate stops here: {} ({})",
-                        stop.reason, stop.detail
-                    );
+                    stop_line(&mut out, stop);
                 }
             }
             let stop = format!(
                 "{}{}",
-                row.stop_reason,
+                safe(&row.stop_reason),
                 if row.stop_reason_inferred { "*" } else { "" }
             );
             let num = |v: Option<u64>| v.map_or("-".to_owned(), |n| n.to_string());
@@ -554,31 +670,30 @@ impl Report {
                 num(u.map(|u| u.cache_creation_input_tokens)),
                 num(u.map(|u| u.total())),
                 num(row.running_total.map(|u| u.total())),
-                row.outcome,
+                safe(&row.outcome),
             );
             for call in &row.calls {
                 let verdict = match &call.reason {
-                    Some(reason) => format!("{} ({reason})", call.verdict),
+                    Some(reason) => format!("{} ({})", call.verdict, safe(reason)),
                     None => call.verdict.to_owned(),
                 };
                 let _ = writeln!(
                     out,
                     "        {:<34} {:<22} {:<28} recorded: {}",
-                    call.id, call.name, verdict, call.recorded
+                    safe(&call.id),
+                    safe(&call.name),
+                    verdict,
+                    call.recorded
                 );
             }
             if let Some(stop) = &self.stopped {
                 if stop.turn == Some(row.turn) && row.reached {
-                    let _ = writeln!(
-                        out,
-                        "---- gate stops here: {} ({})",
-                        stop.reason, stop.detail
-                    );
+                    stop_line(&mut out, stop);
                 }
             }
         }
         if self.per_turn.iter().any(|r| r.stop_reason_inferred) {
-            let _ = writeln!(out, "(* stop_reason inferred: recorded as null)");
+            let _ = writeln!(out, "(* stop_reason inferred: recorded as null or absent)");
         }
         let _ = writeln!(out);
         let u = &self.usage;
@@ -592,7 +707,13 @@ impl Report {
             u.cache_read_input_tokens,
             u.cache_creation_input_tokens,
             u.total(),
-            if self.usage_per_turn { "" } else { " (run totals only)" }
+            if !self.usage_known {
+                " (usage not recorded: unknown)"
+            } else if self.usage_per_turn {
+                ""
+            } else {
+                " (run totals only)"
+            }
         );
         let _ = writeln!(
             out,
@@ -609,7 +730,12 @@ impl Report {
                 let at = s
                     .turn
                     .map_or("at an unknown turn".to_owned(), |t| format!("at turn {t}"));
-                let _ = writeln!(out, "stopped: {at}: {} ({})", s.reason, s.detail);
+                let _ = writeln!(
+                    out,
+                    "stopped: {at}: {} ({})",
+                    safe(&s.reason),
+                    safe(&s.detail)
+                );
             }
             None => {
                 let _ = writeln!(
@@ -624,7 +750,7 @@ impl Report {
             let list: Vec<String> = self
                 .refusals
                 .iter()
-                .map(|(k, v)| format!("{k} {v}"))
+                .map(|(k, v)| format!("{} {v}", safe(k)))
                 .collect();
             let _ = writeln!(out, "refusals: {}", list.join(", "));
         }
@@ -640,55 +766,130 @@ fn fmt_seconds(ms: u64) -> String {
     }
 }
 
+/// The name an input path is reported under (`<stdin>` for `-`).
+fn input_name(path: &Path) -> String {
+    if path == Path::new("-") {
+        "<stdin>".to_owned()
+    } else {
+        path.display().to_string()
+    }
+}
+
+/// Reads UTF-8 text of at most `limit` bytes from `reader`: reads at most
+/// `limit + 1` bytes, so an endless input (`/dev/zero`) is refused without
+/// being read whole. `what` names the kind of input in the error.
+pub fn read_limited(reader: impl Read, limit: u64, what: &str) -> Result<String, String> {
+    let mut bytes = Vec::new();
+    reader
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large(limit, what));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "not UTF-8 text (an invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+fn too_large(limit: u64, what: &str) -> String {
+    format!(
+        "larger than {} MiB, the limit for {what}; refused",
+        limit >> 20
+    )
+}
+
+/// Reads an input file (`-`: standard input) of at most `limit` bytes. A
+/// regular file known to be larger is refused before reading.
+fn read_input(path: &Path, limit: u64, what: &str) -> Result<String, String> {
+    if path == Path::new("-") {
+        return read_limited(std::io::stdin().lock(), limit, what);
+    }
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    if file
+        .metadata()
+        .is_ok_and(|m| m.is_file() && m.len() > limit)
+    {
+        return Err(too_large(limit, what));
+    }
+    read_limited(file, limit, what)
+}
+
 fn load(args: &ReplayArgs) -> Result<(ReplayBudget, String), (String, String)> {
-    let file = args.file.display().to_string();
+    let file = input_name(&args.file);
+    let stdin = Path::new("-");
+    if args.file == stdin && args.budget.as_deref() == Some(stdin) {
+        return Err((
+            "--budget".to_owned(),
+            "the recording and the budget cannot both come from standard input".to_owned(),
+        ));
+    }
     let mut budget = match &args.budget {
         Some(path) => {
-            let name = path.display().to_string();
-            let text = std::fs::read_to_string(path).map_err(|e| (name.clone(), e.to_string()))?;
+            let name = input_name(path);
+            let text = read_input(path, MAX_BUDGET_BYTES, "a budget file")
+                .map_err(|e| (name.clone(), e))?;
             parse_budget(&text).map_err(|e| (name, e))?
         }
         None => ReplayBudget::default(),
     };
     if let Some(approve) = &args.approve {
-        budget.approve = ApprovePolicy::parse(approve).map_err(|e| ("--approve".to_owned(), e))?;
+        budget.approve = ApprovePolicy::parse_for(approve, &budget.needs_approval)
+            .map_err(|e| ("--approve".to_owned(), e))?;
     }
-    let text = std::fs::read_to_string(&args.file).map_err(|e| (file.clone(), e.to_string()))?;
+    let text = read_input(&args.file, MAX_SESSION_BYTES, "a recording").map_err(|e| (file, e))?;
     Ok((budget, text))
 }
 
-/// Runs `budgetgate replay`. Exit status: 0 the gate would not have stopped
-/// the session, 1 it would have (budget exhausted, or a stop reason that
-/// ends the run), 2 the recording or the budget file cannot be read (one
-/// line on stderr names the file and the problem).
+/// Runs `budgetgate replay`, printing to standard output. Exit status: 0
+/// the gate would not have stopped the session, 1 it would have (budget
+/// exhausted, or a stop reason that ends the run), 2 the recording or the
+/// budget file cannot be read, or the report cannot be written (one line on
+/// stderr names the file and the problem).
 pub fn command(args: &ReplayArgs) -> ExitCode {
-    let file = args.file.display().to_string();
+    command_to(args, &mut std::io::stdout().lock(), &mut std::io::stderr())
+}
+
+/// [`command`] writing the report to `out` and errors to `err`. A write
+/// error on `out` is exit status 2 with one line on `err`, except a broken
+/// pipe (`replay … | head`), which ends quietly with the status the replay
+/// had.
+pub fn command_to(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    let file = input_name(&args.file);
+    let mut fail = |source: &str, detail: &str| {
+        let _ = writeln!(
+            err,
+            "budgetgate replay: {}: {}",
+            terminal_safe(source),
+            terminal_safe(&one_line(detail))
+        );
+        ExitCode::from(2)
+    };
     let (budget, text) = match load(args) {
         Ok(loaded) => loaded,
-        Err((source, detail)) => {
-            eprintln!("budgetgate replay: {source}: {}", one_line(&detail));
-            return ExitCode::from(2);
-        }
+        Err((source, detail)) => return fail(&source, &detail),
     };
     let report = match replay_text(&text, &budget) {
         Ok(report) => report,
-        Err(detail) => {
-            eprintln!("budgetgate replay: {file}: {}", one_line(&detail));
-            return ExitCode::from(2);
-        }
+        Err(detail) => return fail(&file, &detail),
     };
-    if args.json {
-        match serde_json::to_string(&report) {
-            Ok(line) => println!("{line}"),
-            Err(e) => {
-                eprintln!("budgetgate replay: {file}: {e}");
-                return ExitCode::from(2);
-            }
+    let status = ExitCode::from(if report.stopped.is_some() { 1 } else { 0 });
+    let printed = if args.json {
+        match report.to_json() {
+            Ok(line) => line + "\n",
+            Err(e) => return fail(&file, &e),
         }
     } else {
-        print!("{}", report.to_table(&file));
+        report.to_table(&file)
+    };
+    match out.write_all(printed.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => status,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => status,
+        Err(e) => fail("<stdout>", &format!("cannot write the report: {e}")),
     }
-    ExitCode::from(if report.stopped.is_some() { 1 } else { 0 })
 }
 
 fn one_line(text: &str) -> String {
@@ -710,6 +911,11 @@ mod tests {
         format!("{}/../examples/{path}", env!("CARGO_MANIFEST_DIR"))
     }
 
+    /// `command`, with the report and errors kept out of the test's output.
+    fn run(args: &ReplayArgs) -> ExitCode {
+        command_to(args, &mut Vec::new(), &mut Vec::new())
+    }
+
     #[test]
     fn arguments_parse_and_exit_statuses() {
         let cli = Cli::try_parse_from([
@@ -724,14 +930,14 @@ mod tests {
         .unwrap();
         assert!(cli.replay.json);
         assert_eq!(cli.replay.approve.as_deref(), Some("issue_refund,Bash"));
-        assert_eq!(command(&cli.replay), ExitCode::from(0));
+        assert_eq!(run(&cli.replay), ExitCode::from(0));
         // The exchanges sample ends with max_tokens: the gate stops it.
         let stopped =
             Cli::try_parse_from(["replay", &example("replay/anthropic-exchanges.jsonl")]).unwrap();
-        assert_eq!(command(&stopped.replay), ExitCode::from(1));
+        assert_eq!(run(&stopped.replay), ExitCode::from(1));
         // Unreadable inputs: exit 2.
         let missing = Cli::try_parse_from(["replay", "/nonexistent/session.jsonl"]).unwrap();
-        assert_eq!(command(&missing.replay), ExitCode::from(2));
+        assert_eq!(run(&missing.replay), ExitCode::from(2));
         let bad_budget = Cli::try_parse_from([
             "replay",
             &example("budget.toml"),
@@ -739,9 +945,9 @@ mod tests {
             &example("replay/swe-agent.traj"),
         ])
         .unwrap();
-        assert_eq!(command(&bad_budget.replay), ExitCode::from(2));
+        assert_eq!(run(&bad_budget.replay), ExitCode::from(2));
         let not_a_session = Cli::try_parse_from(["replay", &example("budget.toml")]).unwrap();
-        assert_eq!(command(&not_a_session.replay), ExitCode::from(2));
+        assert_eq!(run(&not_a_session.replay), ExitCode::from(2));
         let bad_approve = Cli::try_parse_from([
             "replay",
             &example("replay/swe-agent.traj"),
@@ -749,7 +955,7 @@ mod tests {
             ",",
         ])
         .unwrap();
-        assert_eq!(command(&bad_approve.replay), ExitCode::from(2));
+        assert_eq!(run(&bad_approve.replay), ExitCode::from(2));
         assert!(Cli::try_parse_from(["replay"]).is_err());
     }
 

@@ -5,7 +5,6 @@ pub mod eval;
 pub mod plan;
 pub mod run;
 
-use std::fmt::Write as _;
 use std::io::Read as _;
 use std::process::ExitCode;
 
@@ -130,17 +129,10 @@ fn one_line(text: &str) -> String {
 }
 
 /// Text safe to print on a terminal: control characters (including DEL and
-/// the C1 range, which JSON does not escape) are shown as `\u{..}`.
+/// the C1 range, which JSON does not escape), bidirectional-text controls and
+/// U+2028/9 are shown as `\u{..}`; the same rule as `replay` uses.
 pub fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    budgetgate::replay::terminal_safe(text).into_owned()
 }
 
 /// `text` cut to at most `max` characters, ending in `…` when cut.

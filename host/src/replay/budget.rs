@@ -1,8 +1,12 @@
 //! The budget file of `budgetgate replay` (TOML; documented in
 //! `docs/TURN-GATE.md`, example `examples/budget.toml`).
 
-use budgetgate_core::turn::{TokenMode, TurnLimits};
+use budgetgate_core::turn::{TokenMode, ToolName, TurnLimits};
 use serde::Deserialize;
+
+/// Most seconds `max_seconds` may be when written as a float (an integer
+/// may be as large as fits in `u64` milliseconds).
+pub const MAX_SECONDS_FLOAT: f64 = 1e15;
 
 /// Who says yes to tools that need approval during a replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,25 +19,112 @@ pub enum ApprovePolicy {
     Tools(Vec<String>),
 }
 
+/// Words that are surely meant as `all` or `none` rather than a tool name.
+const POLICY_WORDS: [&str; 17] = [
+    "some",
+    "ask",
+    "prompt",
+    "default",
+    "auto",
+    "yes",
+    "no",
+    "true",
+    "false",
+    "any",
+    "every",
+    "everything",
+    "nothing",
+    "on",
+    "off",
+    "always",
+    "never",
+];
+
+/// Whether `word` is one edit (insert, delete, substitute) or less from
+/// `target`, ASCII case ignored.
+fn within_one_edit(word: &str, target: &str) -> bool {
+    let lower = word.to_ascii_lowercase();
+    let (a, b) = (lower.as_bytes(), target.as_bytes());
+    if a.len() == b.len() {
+        return a.iter().zip(b).filter(|(x, y)| x != y).count() <= 1;
+    }
+    let (short, long) = if a.len() < b.len() { (a, b) } else { (b, a) };
+    if long.len() - short.len() != 1 {
+        return false;
+    }
+    let prefix = short.iter().zip(long).take_while(|(x, y)| x == y).count();
+    short[prefix..] == long[prefix + 1..]
+}
+
+/// What a name that is surely not meant as a tool name was meant as.
+fn near_miss(name: &str) -> Option<&'static str> {
+    let lower = name.to_ascii_lowercase();
+    if within_one_edit(name, "all") {
+        Some("all")
+    } else if within_one_edit(name, "none") {
+        Some("none")
+    } else if POLICY_WORDS.contains(&lower.as_str()) {
+        Some("all or none")
+    } else {
+        None
+    }
+}
+
 impl ApprovePolicy {
-    /// Reads `all`, `none` or a comma-separated list of tool names.
+    /// Reads `all`, `none` (any case) or a comma-separated list of tool
+    /// names, with no tool needing approval known (see [`Self::parse_for`]).
     pub fn parse(text: &str) -> Result<Self, String> {
-        match text.trim() {
-            "all" => Ok(Self::All),
-            "none" => Ok(Self::None),
-            "" => Err("--approve needs all, none or a list of tool names".into()),
-            list => {
-                let names: Vec<String> = list
-                    .split(',')
-                    .map(|n| n.trim().to_owned())
-                    .filter(|n| !n.is_empty())
-                    .collect();
-                if names.is_empty() {
-                    return Err("--approve needs all, none or a list of tool names".into());
-                }
-                Ok(Self::Tools(names))
+        Self::parse_for(text, &[])
+    }
+
+    /// Reads `all`, `none` (any case) or a comma-separated list of tool
+    /// names. Each name must be a tool name the gate accepts
+    /// (`[A-Za-z0-9_-]{1,64}`); an empty entry is an error. A name that looks
+    /// like a misspelt `all` or `none` (`al`, `some`, `no`, …) is an error
+    /// unless it is one of `needs_approval`. The error does not name the
+    /// setting: the caller does.
+    pub fn parse_for(text: &str, needs_approval: &[String]) -> Result<Self, String> {
+        let trimmed = text.trim();
+        if trimmed.eq_ignore_ascii_case("all") {
+            return Ok(Self::All);
+        }
+        if trimmed.eq_ignore_ascii_case("none") {
+            return Ok(Self::None);
+        }
+        if trimmed.is_empty() {
+            return Err("all, none or a comma-separated list of tool names is needed".into());
+        }
+        let names: Vec<String> = trimmed.split(',').map(|n| n.trim().to_owned()).collect();
+        Self::from_names(names, needs_approval)
+    }
+
+    /// A list of tool names, checked as [`Self::parse_for`] checks them.
+    pub fn from_names(names: Vec<String>, needs_approval: &[String]) -> Result<Self, String> {
+        if names.is_empty() {
+            return Err("the list of tool names is empty (write all, none or tool names)".into());
+        }
+        for (index, name) in names.iter().enumerate() {
+            if name.is_empty() {
+                return Err(format!(
+                    "entry {} of the list is empty (write all, none or tool names separated by single commas)",
+                    index + 1
+                ));
+            }
+            if let Err(e) = ToolName::new(name) {
+                return Err(format!(
+                    "{name:?} is not a tool name: it {e}; write all, none or tool names separated by commas"
+                ));
+            }
+            if needs_approval.iter().any(|n| n == name) {
+                continue;
+            }
+            if let Some(meant) = near_miss(name) {
+                return Err(format!(
+                    "{name:?} is neither all nor none, and no tool named {name:?} needs approval; did you mean {meant}?"
+                ));
             }
         }
+        Ok(Self::Tools(names))
     }
 
     /// Whether a call to `tool` is approved.
@@ -128,6 +219,30 @@ enum ApproveSetting {
     List(Vec<String>),
 }
 
+/// `max_seconds` written as a float, in milliseconds: rounded to the
+/// nearest millisecond; negative, not a number, above
+/// [`MAX_SECONDS_FLOAT`] or non-zero below one millisecond (which would
+/// round to a limit of 0) is an error.
+fn seconds_to_millis(s: f64) -> Result<u64, String> {
+    let shown = if s != 0.0 && (s.abs() >= 1e6 || s.abs() < 1e-3) {
+        format!("{s:e}")
+    } else {
+        s.to_string()
+    };
+    if !(0.0..=MAX_SECONDS_FLOAT).contains(&s) {
+        return Err(format!(
+            "max_seconds = {shown} is out of range: it must be from 0 to 1e15 seconds"
+        ));
+    }
+    if s > 0.0 && s < 0.001 {
+        return Err(format!(
+            "max_seconds = {shown} is below one millisecond, the time limit's unit: write 0 (stop before the first model call) or at least 0.001"
+        ));
+    }
+    // At most 1e18 here: fits in u64.
+    Ok((s * 1000.0).round() as u64)
+}
+
 /// Reads a budget file; anything missing keeps the reference's default.
 pub fn parse_budget(text: &str) -> Result<ReplayBudget, String> {
     let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
@@ -135,9 +250,13 @@ pub fn parse_budget(text: &str) -> Result<ReplayBudget, String> {
     let b = file.budget;
     let max_millis = match b.max_seconds {
         None => d.max_millis,
-        Some(Seconds::Int(s)) => s.checked_mul(1000).ok_or("max_seconds is too large")?,
-        Some(Seconds::Float(s)) if (0.0..1e15).contains(&s) => (s * 1000.0).round() as u64,
-        Some(Seconds::Float(_)) => return Err("max_seconds must be a non-negative number".into()),
+        Some(Seconds::Int(s)) => s.checked_mul(1000).ok_or_else(|| {
+            format!(
+                "max_seconds = {s} is out of range: at most {} seconds",
+                u64::MAX / 1000
+            )
+        })?,
+        Some(Seconds::Float(s)) => seconds_to_millis(s)?,
     };
     let token_mode = match b.token_mode.as_deref() {
         None | Some("after-the-fact") => TokenMode::AfterTheFact,
@@ -148,11 +267,22 @@ pub fn parse_budget(text: &str) -> Result<ReplayBudget, String> {
             ))
         }
     };
+    for (key, names) in [
+        ("known", file.tools.known.as_deref().unwrap_or_default()),
+        ("needs_approval", &file.tools.needs_approval[..]),
+    ] {
+        for name in names {
+            ToolName::new(name)
+                .map_err(|e| format!("[tools] {key}: {name:?} is not a tool name: it {e}"))?;
+        }
+    }
+    let needs_approval = &file.tools.needs_approval;
     let approve = match file.tools.approve {
-        None => ApprovePolicy::None,
-        Some(ApproveSetting::Word(w)) => ApprovePolicy::parse(&w)?,
-        Some(ApproveSetting::List(names)) => ApprovePolicy::Tools(names),
-    };
+        None => Ok(ApprovePolicy::None),
+        Some(ApproveSetting::Word(w)) => ApprovePolicy::parse_for(&w, needs_approval),
+        Some(ApproveSetting::List(names)) => ApprovePolicy::from_names(names, needs_approval),
+    }
+    .map_err(|e| format!("[tools] approve: {e}"))?;
     Ok(ReplayBudget {
         limits: TurnLimits {
             max_model_calls: b.max_model_calls.unwrap_or(d.max_model_calls),
@@ -214,5 +344,67 @@ mod tests {
         assert!(parse_budget("[budget]\ntoken_mode = \"later\"").is_err());
         assert!(parse_budget("[budget]\nmax_seconds = -2.0").is_err());
         assert!(ApprovePolicy::parse(" , ").is_err());
+    }
+
+    #[test]
+    fn approve_settings_are_checked_tool_names_or_all_or_none() {
+        // Any case of all / none.
+        for (text, policy) in [("All", ApprovePolicy::All), (" NONE ", ApprovePolicy::None)] {
+            assert_eq!(ApprovePolicy::parse(text).unwrap(), policy);
+        }
+        // Near misses of all / none are errors suggesting them.
+        for word in ["al", "alll", "some", "non", "no", "yes", "Nothing"] {
+            let err = ApprovePolicy::parse(word).unwrap_err();
+            assert!(err.contains("did you mean"), "{word}: {err}");
+            let toml = format!("[tools]\napprove = {word:?}");
+            let err = parse_budget(&toml).unwrap_err();
+            assert!(err.contains("did you mean"), "{word}: {err}");
+            let toml = format!("[tools]\napprove = [{word:?}]");
+            assert!(parse_budget(&toml).is_err(), "{word}");
+        }
+        // ... unless a tool of that name needs approval.
+        let b = parse_budget("[tools]\nneeds_approval = [\"some\"]\napprove = \"some\"").unwrap();
+        assert_eq!(b.approve, ApprovePolicy::Tools(vec!["some".into()]));
+        // Empty entries and invalid names are errors.
+        for text in [
+            "issue_refund,,x",
+            "issue_refund,",
+            ",a",
+            "issue_refund,x y",
+            "é",
+        ] {
+            assert!(ApprovePolicy::parse(text).is_err(), "{text}");
+        }
+        let err = ApprovePolicy::parse("issue_refund,x y").unwrap_err();
+        assert!(err.contains("\"x y\" is not a tool name"), "{err}");
+        assert!(parse_budget("[tools]\napprove = []").is_err());
+        assert!(parse_budget("[tools]\napprove = [\"\"]").is_err());
+        assert!(parse_budget("[tools]\nneeds_approval = [\"x y\"]").is_err());
+        assert!(parse_budget("[tools]\nknown = [\"\"]").is_err());
+        // Names the gate accepts: up to 64 characters, digits first allowed.
+        let long = "mcp__plugin_playwright_playwright__browser_navigate";
+        assert_eq!(
+            ApprovePolicy::parse(&format!("{long},0day")).unwrap(),
+            ApprovePolicy::Tools(vec![long.into(), "0day".into()])
+        );
+    }
+
+    #[test]
+    fn max_seconds_range_and_sub_millisecond_values() {
+        let millis = |v: &str| parse_budget(&format!("[budget]\nmax_seconds = {v}"));
+        assert_eq!(millis("0").unwrap().limits.max_millis, 0);
+        assert_eq!(millis("0.0").unwrap().limits.max_millis, 0);
+        assert_eq!(millis("0.001").unwrap().limits.max_millis, 1);
+        assert_eq!(millis("0.0015").unwrap().limits.max_millis, 2);
+        assert_eq!(millis("5.3").unwrap().limits.max_millis, 5_300);
+        let err = millis("0.0001").unwrap_err();
+        assert!(err.contains("below one millisecond"), "{err}");
+        for v in ["1e300", "-2.0", "-2", "nan", "inf"] {
+            let err = millis(v).unwrap_err();
+            assert!(err.contains("from 0 to 1e15 seconds"), "{v}: {err}");
+        }
+        assert!(millis("1e300").unwrap_err().contains("1e300"));
+        let err = millis("18446744073709552").unwrap_err();
+        assert!(err.contains("out of range"), "{err}");
     }
 }

@@ -1,6 +1,6 @@
 //! Detecting a recording's format and reading it into a [`Session`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
@@ -24,6 +24,7 @@ pub fn read_session(text: &str) -> Result<Session, String> {
             return from_json_lines(trimmed);
         }
     }
+    check_yaml(trimmed)?;
     let yaml = yaml_rust2::YamlLoader::load_from_str(trimmed).map_err(|e| {
         format!("not a recognised recording (not JSON, JSON Lines or YAML: {e}); expected a Claude Code session log, Anthropic Messages API exchanges, a VCR cassette or a SWE-agent .traj")
     })?;
@@ -48,18 +49,27 @@ fn from_json_document(value: Value) -> Result<Session, String> {
     match &value {
         Value::Object(o) if o.contains_key("trajectory") => read_traj(&value),
         Value::Object(o) if o.contains_key("interactions") => read_vcr(&value),
-        Value::Object(o) if is_exchange(o) || is_message(o) => read_exchanges(vec![value]),
+        Value::Object(o) if is_exchange(o) || is_message(o) || is_api_error(o) => {
+            read_exchanges(vec![("the document".into(), value)])
+        }
         Value::Object(o) if o.contains_key("type") && o.contains_key("uuid") => {
             read_claude_code(vec![(1, value)])
         }
         Value::Array(items)
             if !items.is_empty()
                 && items.iter().all(|v| {
-                    v.as_object()
-                        .is_some_and(|o| is_exchange(o) || is_message(o) || is_request(o))
+                    v.as_object().is_some_and(|o| {
+                        is_exchange(o) || is_message(o) || is_request(o) || is_api_error(o)
+                    })
                 }) =>
         {
-            read_exchanges(items.clone())
+            read_exchanges(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (format!("item {i}"), v.clone()))
+                    .collect(),
+            )
         }
         _ => Err(unrecognised()),
     }
@@ -75,8 +85,11 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
         }
         match serde_json::from_str::<Value>(line) {
             Ok(value) => values.push((index + 1, value)),
-            // A log whose writer was interrupted ends with a partial line.
-            Err(_) if index + 1 == lines.len() && !values.is_empty() => truncated_last = true,
+            // A log whose writer was interrupted ends with a partial line:
+            // only the last line, and only if the text merely stops early.
+            Err(e) if index + 1 == lines.len() && !values.is_empty() && e.is_eof() => {
+                truncated_last = true;
+            }
             Err(e) => return Err(format!("line {}: not JSON: {e}", index + 1)),
         }
     }
@@ -89,22 +102,25 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
     let claude_code = values.iter().any(|(_, v)| {
         v.get("type").is_some() && (v.get("sessionId").is_some() || v.get("uuid").is_some())
     });
-    if claude_code {
-        let mut session = read_claude_code(values)?;
-        if truncated_last {
-            session
-                .notes
-                .push("the last line is not complete JSON (an interrupted write): skipped".into());
-        }
-        return Ok(session);
-    }
+    let mut session = if claude_code {
+        read_claude_code(values)?
+    } else if is_exchange(first) || is_message(first) || is_request(first) {
+        read_exchanges(
+            values
+                .into_iter()
+                .map(|(line, v)| (format!("line {line}"), v))
+                .collect(),
+        )?
+    } else {
+        return Err(unrecognised());
+    };
     if truncated_last {
-        return Err(format!("line {}: not JSON", lines.len()));
+        session.notes.push(format!(
+            "line {}, the last, is not complete JSON (an interrupted write): skipped",
+            lines.len()
+        ));
     }
-    if is_exchange(first) || is_message(first) || is_request(first) {
-        return read_exchanges(values.into_iter().map(|(_, v)| v).collect());
-    }
-    Err(unrecognised())
+    Ok(session)
 }
 
 fn is_exchange(o: &Map<String, Value>) -> bool {
@@ -120,14 +136,34 @@ fn is_request(o: &Map<String, Value>) -> bool {
     o.contains_key("messages") && !o.contains_key("stop_reason")
 }
 
+/// A message's `stop_reason`: `None` when absent or null; any other type
+/// is an error (it is never taken for null).
+fn stop_reason_of(message: &Value) -> Result<Option<String>, String> {
+    match message.get("stop_reason") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(reason)) => Ok(Some(reason.clone())),
+        Some(other) => Err(format!(
+            "stop_reason is {}, neither a string nor null",
+            brief(other)
+        )),
+    }
+}
+
+/// A JSON value shown in an error, cut to 40 characters.
+fn brief(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() <= 40 {
+        text
+    } else {
+        text.chars().take(39).chain(['…']).collect()
+    }
+}
+
 /// The content blocks of a message turned into a turn (usage and times filled by the caller).
 fn turn_from_message(message: &Value) -> Result<RecordedTurn, String> {
     let mut turn = RecordedTurn {
         message_id: message.get("id").and_then(Value::as_str).map(str::to_owned),
-        stop_reason: message
-            .get("stop_reason")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
+        stop_reason: stop_reason_of(message)?,
         usage: match message.get("usage") {
             None | Some(Value::Null) => Some(TokenUsage::ZERO),
             Some(u) => Some(usage_from_value(u)?),
@@ -157,9 +193,6 @@ fn add_blocks(turn: &mut RecordedTurn, content: Option<&Value>) -> Result<(), St
                             .get("id")
                             .and_then(Value::as_str)
                             .ok_or("a tool_use block has no string `id`")?;
-                        if turn.calls.iter().any(|c| c.id == id) {
-                            continue;
-                        }
                         let name = block
                             .get("name")
                             .and_then(Value::as_str)
@@ -206,21 +239,74 @@ fn apply_results(turns: &mut [RecordedTurn], results: &HashMap<String, bool>) {
 
 // ---------------------------------------------------------------- Claude Code
 
+/// The response later Claude Code lines may continue.
+struct OpenResponse {
+    /// Its index in the turns.
+    turn: usize,
+    /// Its `message.id`.
+    message_id: String,
+    /// The line's `requestId`, if it has one.
+    request_id: Option<String>,
+    /// A user line came after its last line.
+    user_since: bool,
+    /// A user line came that is not only results of its calls.
+    broken: bool,
+}
+
+impl OpenResponse {
+    /// Whether an assistant line with these ids continues this response:
+    /// same `message.id` and same `requestId`, and no user line between
+    /// them other than results of this response's calls. Without a
+    /// `requestId`, no user line at all may come between. When in doubt the
+    /// line is another response (over-counting cost is safe, under-counting
+    /// is not).
+    fn continued_by(&self, message_id: &str, request_id: Option<&str>) -> bool {
+        self.message_id == message_id
+            && self.request_id.as_deref() == request_id
+            && !self.broken
+            && (request_id.is_some() || !self.user_since)
+    }
+}
+
+/// Whether a user message holds only `tool_result` blocks answering `calls`.
+fn only_results_of(message: Option<&Value>, calls: &[RecordedCall]) -> bool {
+    let Some(Value::Array(blocks)) = message.and_then(|m| m.get("content")) else {
+        return false;
+    };
+    !blocks.is_empty()
+        && blocks.iter().all(|block| {
+            block.get("type").and_then(Value::as_str) == Some("tool_result")
+                && block
+                    .get("tool_use_id")
+                    .and_then(Value::as_str)
+                    .is_some_and(|id| calls.iter().any(|c| c.id == id))
+        })
+}
+
 fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
     let mut turns: Vec<RecordedTurn> = Vec::new();
-    let mut index_of: HashMap<String, usize> = HashMap::new();
+    let mut open: Option<OpenResponse> = None;
+    let mut seen_ids: HashSet<String> = HashSet::new();
+    let mut split_ids: Vec<String> = Vec::new();
     let mut results = HashMap::new();
     let mut start: Option<u64> = None;
     let mut last_time: Option<u64> = None;
     let mut synthetic = 0usize;
     let mut skipped = 0usize;
+    let mut bad_times = 0usize;
     let mut lines_read = 0usize;
     for (line_no, line) in &lines {
         lines_read += 1;
-        let time = line
-            .get("timestamp")
-            .and_then(Value::as_str)
-            .and_then(parse_rfc3339_ms);
+        let time = match line.get("timestamp") {
+            None | Some(Value::Null) => None,
+            Some(value) => {
+                let time = value.as_str().and_then(parse_rfc3339_ms);
+                if time.is_none() {
+                    bad_times += 1;
+                }
+                time
+            }
+        };
         if start.is_none() {
             start = time;
         }
@@ -241,15 +327,31 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
                         "line {line_no}: an assistant message without `message.id`"
                     ));
                 };
+                let request_id = match line.get("requestId") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(r)) => Some(r.as_str()),
+                    Some(other) => {
+                        return Err(format!(
+                            "line {line_no}: requestId is {}, not a string",
+                            brief(other)
+                        ))
+                    }
+                };
                 let usage = match message.get("usage") {
                     None | Some(Value::Null) => TokenUsage::ZERO,
                     Some(u) => usage_from_value(u).map_err(|e| format!("line {line_no}: {e}"))?,
                 };
-                match index_of.get(id) {
-                    Some(&i) => {
+                let continued = open
+                    .as_ref()
+                    .filter(|o| o.continued_by(id, request_id))
+                    .map(|o| o.turn);
+                let response = continued.unwrap_or(turns.len());
+                let context = |e: String| format!("line {line_no} (response {response}): {e}");
+                match continued {
+                    Some(index) => {
                         // A later line of the same response: same usage,
                         // repeated (output_tokens may grow): keep the largest.
-                        let turn = &mut turns[i];
+                        let turn = &mut turns[index];
                         let old = turn.usage.unwrap_or(TokenUsage::ZERO);
                         turn.usage = Some(TokenUsage {
                             input_tokens: old.input_tokens.max(usage.input_tokens),
@@ -261,19 +363,26 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
                                 .cache_creation_input_tokens
                                 .max(usage.cache_creation_input_tokens),
                         });
-                        if let Some(reason) = message.get("stop_reason").and_then(Value::as_str) {
-                            turn.stop_reason = Some(reason.to_owned());
+                        if let Some(reason) = stop_reason_of(message).map_err(context)? {
+                            turn.stop_reason = Some(reason);
                         }
-                        add_blocks(turn, message.get("content"))
-                            .map_err(|e| format!("line {line_no}: {e}"))?;
+                        add_blocks(turn, message.get("content")).map_err(context)?;
                     }
                     None => {
-                        let mut turn = turn_from_message(message)
-                            .map_err(|e| format!("line {line_no}: {e}"))?;
+                        let mut turn = turn_from_message(message).map_err(context)?;
                         turn.usage = Some(usage);
                         turn.requested_at_ms =
                             last_time.zip(start).map(|(t, s)| t.saturating_sub(s));
-                        index_of.insert(id.to_owned(), turns.len());
+                        if !seen_ids.insert(id.to_owned()) {
+                            split_ids.push(id.to_owned());
+                        }
+                        open = Some(OpenResponse {
+                            turn: turns.len(),
+                            message_id: id.to_owned(),
+                            request_id: request_id.map(str::to_owned),
+                            user_since: false,
+                            broken: false,
+                        });
                         turns.push(turn);
                     }
                 }
@@ -281,6 +390,12 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
             "user" => {
                 if let Some(message) = message {
                     collect_results(message.get("content"), &mut results);
+                }
+                if let Some(o) = open.as_mut() {
+                    o.user_since = true;
+                    if !only_results_of(message, &turns[o.turn].calls) {
+                        o.broken = true;
+                    }
                 }
             }
             _ => {}
@@ -294,9 +409,16 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
     }
     apply_results(&mut turns, &results);
     let mut notes = vec![format!(
-        "{lines_read} lines; {} responses (lines sharing message.id counted once)",
+        "{lines_read} lines; {} responses (lines of one response, sharing message.id and requestId, counted once)",
         turns.len()
     )];
+    if !split_ids.is_empty() {
+        notes.push(format!(
+            "{} response(s) reuse the message.id of an earlier response (another requestId, or a user message between them), e.g. {}: each counted as its own model call",
+            split_ids.len(),
+            split_ids[0]
+        ));
+    }
     let inferred = turns.iter().filter(|t| t.stop_reason.is_none()).count();
     if inferred > 0 {
         notes.push(format!(
@@ -312,6 +434,11 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
     if skipped > 0 {
         notes.push(format!(
             "{skipped} assistant lines without a message skipped"
+        ));
+    }
+    if bad_times > 0 {
+        notes.push(format!(
+            "{bad_times} lines have a timestamp that cannot be read (RFC 3339 expected): their time is not used"
         ));
     }
     if start.is_none() {
@@ -331,39 +458,81 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
 /// One exchange: the request body (if any), the response body, the
 /// response's time (if any).
 struct Exchange {
+    /// Where it is in the file, for messages (`line 3`, `interaction 2`).
+    label: String,
     request: Option<Value>,
     response: Value,
     time_ms: Option<u64>,
 }
 
-fn read_exchanges(values: Vec<Value>) -> Result<Session, String> {
+/// An API error object (`{"type": "error", "error": {…}}`): no model turn.
+fn is_api_error(o: &Map<String, Value>) -> bool {
+    o.get("type").and_then(Value::as_str) == Some("error")
+}
+
+/// The note for an API error response skipped.
+fn api_error_note(label: &str, status: Option<u64>, body: &Value, streamed: bool) -> String {
+    let kind = body
+        .get("error")
+        .and_then(|e| e.get("type"))
+        .and_then(Value::as_str)
+        .map_or(String::new(), |k| format!(", {k}"));
+    format!(
+        "{label}: API error response (status {}{kind}{}), skipped: no model turn",
+        status.map_or("unknown".into(), |c| c.to_string()),
+        if streamed {
+            ", an error event in the stream"
+        } else {
+            ""
+        }
+    )
+}
+
+/// Exchanges from JSON objects, each with a label for messages (`line 3`,
+/// `item 2`).
+fn read_exchanges(values: Vec<(String, Value)>) -> Result<Session, String> {
     let mut exchanges = Vec::new();
+    let mut notes = Vec::new();
     let mut pending_request: Option<Value> = None;
-    for (index, value) in values.into_iter().enumerate() {
+    for (label, value) in values {
         let Some(object) = value.as_object() else {
-            return Err(format!("item {index}: not a JSON object"));
+            return Err(format!("{label}: not a JSON object"));
         };
-        if is_exchange(object) {
-            exchanges.push(Exchange {
-                request: object.get("request").cloned(),
-                response: object.get("response").cloned().unwrap_or(Value::Null),
-                time_ms: None,
-            });
-        } else if is_message(object) {
-            exchanges.push(Exchange {
-                request: pending_request.take(),
-                response: value,
-                time_ms: None,
-            });
+        let (request, response) = if is_exchange(object) {
+            (
+                object.get("request").cloned(),
+                object.get("response").cloned().unwrap_or(Value::Null),
+            )
+        } else if is_message(object) || is_api_error(object) {
+            (pending_request.take(), value)
         } else if is_request(object) {
             pending_request = Some(value);
+            continue;
         } else {
             return Err(format!(
-                "item {index}: neither a request, a response nor a {{request, response}} pair"
+                "{label}: neither a request, a response nor a {{request, response}} pair"
             ));
+        };
+        match response.as_object() {
+            Some(r) if is_api_error(r) => {
+                notes.push(api_error_note(&label, None, &response, false));
+                continue;
+            }
+            Some(r) if is_message(r) => {}
+            _ => {
+                return Err(format!(
+                    "{label}: the response is not an Anthropic Messages API message (no type \"message\", nor content and stop_reason)"
+                ))
+            }
         }
+        exchanges.push(Exchange {
+            label,
+            request,
+            response,
+            time_ms: None,
+        });
     }
-    build_from_exchanges(Format::AnthropicExchanges, exchanges, Vec::new())
+    build_from_exchanges(Format::AnthropicExchanges, exchanges, notes)
 }
 
 fn read_vcr(cassette: &Value) -> Result<Session, String> {
@@ -394,33 +563,39 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
             notes.push(format!("interaction {index}: no response body, skipped"));
             continue;
         };
-        let body = match body {
-            Body::Json(v) => v,
-            Body::Text(text) if text.contains("event: message_start") || text.contains("data: {") => {
-                message_from_sse(&text).map_err(|e| format!("interaction {index}: streamed response: {e}"))?
+        let label = format!("interaction {index}");
+        let (body, streamed) = match body {
+            Body::Json(v) => (v, false),
+            Body::Text(text)
+                if text.contains("event: message_start") || text.contains("data: {") =>
+            {
+                let body = message_from_sse(&text)
+                    .map_err(|e| format!("{label}: streamed response: {e}"))?;
+                (body, true)
             }
             Body::Text(_) => {
                 return Err(format!(
-                    "interaction {index}: the response body is neither JSON nor a Messages API event stream"
+                    "{label}: the response body is neither JSON nor a Messages API event stream"
                 ))
             }
         };
-        if body.get("type").and_then(Value::as_str) == Some("error")
-            || status.is_some_and(|c| c >= 400)
-        {
-            notes.push(format!(
-                "interaction {index}: API error response (status {}), no model turn",
-                status.map_or("unknown".into(), |c| c.to_string())
-            ));
+        if body.as_object().is_some_and(is_api_error) || status.is_some_and(|c| c >= 400) {
+            notes.push(api_error_note(&label, status, &body, streamed));
             continue;
         }
         if !body.as_object().is_some_and(is_message) {
             return Err(format!(
-                "interaction {index}: the response is not an Anthropic Messages API message"
+                "{label}: the response is not an Anthropic Messages API message"
+            ));
+        }
+        if streamed && body.get("stop_reason").is_none_or(Value::is_null) {
+            notes.push(format!(
+                "{label}: the event stream ends without a stop reason (cut off?): inferred from the blocks"
             ));
         }
         let time_ms = header(response, "date").and_then(|d| parse_http_date_ms(&d));
         exchanges.push(Exchange {
+            label,
             request: request_body.and_then(|b| match b {
                 Body::Json(v) => Some(v),
                 Body::Text(_) => None,
@@ -492,6 +667,9 @@ fn message_from_sse(text: &str) -> Result<Value, String> {
             continue;
         };
         match event.get("type").and_then(Value::as_str) {
+            // The stream failed (`overloaded_error`, …): an error response,
+            // whatever came before it.
+            Some("error") => return Ok(event),
             Some("message_start") => message = event.get("message").cloned(),
             Some("content_block_start") => {
                 let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
@@ -580,8 +758,8 @@ fn build_from_exchanges(
     let start = exchanges.iter().find_map(|e| e.time_ms);
     let mut previous_time: Option<u64> = None;
     for (index, exchange) in exchanges.iter().enumerate() {
-        let mut turn =
-            turn_from_message(&exchange.response).map_err(|e| format!("response {index}: {e}"))?;
+        let mut turn = turn_from_message(&exchange.response)
+            .map_err(|e| format!("{} (response {index}): {e}", exchange.label))?;
         if let Some(request) = &exchange.request {
             turn.max_tokens = request.get("max_tokens").and_then(Value::as_u64);
             if let Some(tools) = request.get("tools").and_then(Value::as_array) {
@@ -618,7 +796,12 @@ fn build_from_exchanges(
         turns.push(turn);
     }
     if turns.is_empty() {
-        return Err("no model responses in the recording".into());
+        let mut err = "no model responses in the recording".to_owned();
+        for note in &notes {
+            err.push_str("; ");
+            err.push_str(note);
+        }
+        return Err(err);
     }
     apply_results(&mut turns, &results);
     let unanswered = turns
@@ -685,24 +868,69 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
     if turns.is_empty() {
         return Err("a SWE-agent trajectory with no steps".into());
     }
-    let info = traj.get("info");
-    let stats = info.and_then(|i| i.get("model_stats"));
-    let count = |key: &str| stats.and_then(|s| s.get(key)).and_then(Value::as_u64);
-    let total = TokenUsage {
-        input_tokens: count("tokens_sent").unwrap_or(0),
-        output_tokens: count("tokens_received").unwrap_or(0),
-        ..TokenUsage::ZERO
+    let info = match traj.get("info") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(info)) => Some(info),
+        Some(other) => return Err(format!("`info` is {}, not an object", brief(other))),
     };
+    let stats = match info.and_then(|i| i.get("model_stats")) {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(stats)) => Some(stats),
+        Some(other) => {
+            return Err(format!(
+                "info.model_stats is {}, not an object",
+                brief(other)
+            ))
+        }
+    };
+    let count = |key: &str| -> Result<Option<u64>, String> {
+        match stats.and_then(|s| s.get(key)) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+                format!(
+                    "info.model_stats.{key} is {}, not a non-negative integer",
+                    brief(v)
+                )
+            }),
+        }
+    };
+    let (sent, received) = (count("tokens_sent")?, count("tokens_received")?);
+    let api_calls = count("api_calls")?;
     let mut notes = vec![
-        format!(
-            "{} steps; usage is recorded only as run totals (tokens_sent → input_tokens, tokens_received → output_tokens)",
-            turns.len()
-        ),
+        if sent.is_none() && received.is_none() {
+            format!("{} steps", turns.len())
+        } else {
+            format!(
+                "{} steps; usage is recorded only as run totals (tokens_sent → input_tokens, tokens_received → output_tokens)",
+                turns.len()
+            )
+        },
         "each step's action is one tool call named by its first word, with the whole action as {\"command\": …}; no stop reasons recorded (a step with an action is a tool turn)".into(),
         "no timestamps: the time limit is not checked".into(),
     ];
-    if let Some(calls) = count("api_calls") {
-        if calls as usize != turns.len() {
+    let usage = match (sent, received) {
+        (None, None) => {
+            notes.push(format!(
+                "usage unknown: {} holds no tokens_sent or tokens_received; the cost shows 0 and the token limit is not checked",
+                if info.is_none() { "the trajectory has no `info`, so it" } else { "info.model_stats" }
+            ));
+            UsageGranularity::Unknown
+        }
+        (sent, received) => {
+            for (key, value) in [("tokens_sent", sent), ("tokens_received", received)] {
+                if value.is_none() {
+                    notes.push(format!("info.model_stats.{key} is missing: counted as 0"));
+                }
+            }
+            UsageGranularity::RunTotal(TokenUsage {
+                input_tokens: sent.unwrap_or(0),
+                output_tokens: received.unwrap_or(0),
+                ..TokenUsage::ZERO
+            })
+        }
+    };
+    if let Some(calls) = api_calls {
+        if calls != turns.len() as u64 {
             notes.push(format!(
                 "model_stats.api_calls is {calls}, the trajectory has {} steps",
                 turns.len()
@@ -718,7 +946,7 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
     Ok(Session {
         format: Format::SweAgentTraj,
         turns,
-        usage: UsageGranularity::RunTotal(total),
+        usage,
         declared_tools: None,
         notes,
     })
@@ -742,6 +970,76 @@ fn command_name(action: &str) -> String {
 }
 
 // ----------------------------------------------------------------------- YAML
+
+/// Most nesting of collections in a YAML recording (as serde_json's limit
+/// for JSON).
+pub const MAX_YAML_DEPTH: usize = 128;
+
+/// What aliases may add to a YAML recording, in weight: 64 per node plus
+/// the bytes of each scalar, about the memory the copies take. An alias
+/// copies its anchor's whole tree, so a few hundred bytes of nested aliases
+/// ("billion laughs") could otherwise expand to gigabytes.
+pub const MAX_YAML_ALIAS_WEIGHT: u64 = 64 << 20;
+
+const YAML_NODE_WEIGHT: u64 = 64;
+
+/// Runs the YAML event parser over `text` before anything is built:
+/// refuses nesting deeper than [`MAX_YAML_DEPTH`] and aliases that would
+/// expand past [`MAX_YAML_ALIAS_WEIGHT`]. Costs one pass, no tree.
+fn check_yaml(text: &str) -> Result<(), String> {
+    use yaml_rust2::parser::Parser;
+    use yaml_rust2::Event;
+    let mut parser = Parser::new_from_str(text);
+    // The weight of each complete anchored node, by anchor id.
+    let mut anchored: HashMap<usize, u64> = HashMap::new();
+    // Open collections: (anchor id, weight so far).
+    let mut open: Vec<(usize, u64)> = Vec::new();
+    let mut aliased: u64 = 0;
+    loop {
+        let (event, mark) = parser.next_token().map_err(|e| {
+            format!("not a recognised recording (not JSON, JSON Lines or YAML: {e}); expected a Claude Code session log, Anthropic Messages API exchanges, a VCR cassette or a SWE-agent .traj")
+        })?;
+        let line = mark.line();
+        let complete = match event {
+            Event::StreamEnd => return Ok(()),
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                if open.len() >= MAX_YAML_DEPTH {
+                    return Err(format!(
+                        "line {line}: the YAML nests deeper than {MAX_YAML_DEPTH} levels"
+                    ));
+                }
+                open.push((anchor, YAML_NODE_WEIGHT));
+                None
+            }
+            Event::SequenceEnd | Event::MappingEnd => open.pop(),
+            Event::Scalar(value, _, anchor, _) => {
+                Some((anchor, YAML_NODE_WEIGHT.saturating_add(value.len() as u64)))
+            }
+            Event::Alias(id) => {
+                let weight = *anchored.get(&id).ok_or_else(|| {
+                    format!("line {line}: a YAML alias refers to a node that is not complete")
+                })?;
+                aliased = aliased.saturating_add(weight);
+                if aliased > MAX_YAML_ALIAS_WEIGHT {
+                    return Err(format!(
+                        "line {line}: YAML aliases expand the recording past {} MiB (an alias bomb?); refused",
+                        MAX_YAML_ALIAS_WEIGHT >> 20
+                    ));
+                }
+                Some((0, weight))
+            }
+            _ => None,
+        };
+        if let Some((anchor, weight)) = complete {
+            if anchor > 0 {
+                anchored.insert(anchor, weight);
+            }
+            if let Some(parent) = open.last_mut() {
+                parent.1 = parent.1.saturating_add(weight);
+            }
+        }
+    }
+}
 
 fn yaml_to_json(yaml: &yaml_rust2::Yaml) -> Result<Value, String> {
     use yaml_rust2::Yaml;

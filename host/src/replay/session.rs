@@ -65,6 +65,9 @@ pub enum UsageGranularity {
     PerTurn,
     /// Only the whole run's totals are known (SWE-agent).
     RunTotal(TokenUsage),
+    /// No usage is recorded at all (a SWE-agent trajectory without
+    /// `info.model_stats`): the cost is unknown, the token limit unchecked.
+    Unknown,
 }
 
 /// One model response, counted once.
@@ -72,7 +75,8 @@ pub enum UsageGranularity {
 pub struct RecordedTurn {
     /// The response's message id, when recorded.
     pub message_id: Option<String>,
-    /// The stop reason as recorded (`None` when null or absent).
+    /// The stop reason as recorded (`None` when null or absent; any other
+    /// type is an error when reading).
     pub stop_reason: Option<String>,
     /// Usage of this call (`None` when the format records only totals).
     pub usage: Option<TokenUsage>,
@@ -121,10 +125,11 @@ impl Session {
     }
 
     /// What the recording really cost: per-turn usage summed, or the run
-    /// totals where only those are recorded.
+    /// totals where only those are recorded (zero when none is recorded).
     pub fn recorded_usage(&self) -> TokenUsage {
         match self.usage {
             UsageGranularity::RunTotal(total) => total,
+            UsageGranularity::Unknown => TokenUsage::ZERO,
             UsageGranularity::PerTurn => self
                 .turns
                 .iter()

@@ -1,0 +1,651 @@
+//! Regression tests for `budgetgate replay` against hostile or broken
+//! recordings and settings: each test is named after the behaviour it
+//! protects (docs/TURN-GATE.md, `budgetgate replay`).
+
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use budgetgate::replay::{
+    command_to, parse_budget, read_limited, read_session, replay_text, terminal_safe,
+    ApprovePolicy, ReplayArgs, ReplayBudget, Report, MAX_BUDGET_BYTES,
+};
+use serde_json::{json, Value};
+
+fn example(name: &str) -> PathBuf {
+    PathBuf::from(format!(
+        "{}/../examples/replay/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+}
+
+fn args(file: PathBuf) -> ReplayArgs {
+    ReplayArgs {
+        file,
+        budget: None,
+        approve: None,
+        json: false,
+    }
+}
+
+/// Runs `command_to`, returning the status, stdout and stderr.
+fn run(args: &ReplayArgs) -> (ExitCode, String, String) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let status = command_to(args, &mut out, &mut err);
+    (
+        status,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
+fn jsonl(lines: &[Value]) -> String {
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+fn temp_file(name: &str, text: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("budgetgate-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+// ------------------------------------------------------------- 1. YAML bombs
+
+/// The hostile tester's generator: `n` levels, each alias nine times.
+fn billion_laughs(n: usize) -> String {
+    let mut lines = vec![format!("l0: &l0 [\"lol\"{}]", ",\"lol\"".repeat(8))];
+    for i in 1..n {
+        let refs = vec![format!("*l{}", i - 1); 9].join(",");
+        lines.push(format!("l{i}: &l{i} [{refs}]"));
+    }
+    lines.push(format!("interactions: [*l{}]", n - 1));
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn yaml_alias_bomb_is_refused_fast_in_little_memory() {
+    let bomb = billion_laughs(9);
+    assert!(bomb.len() < 500, "{}", bomb.len());
+    let started = Instant::now();
+    let mut result = None;
+    let info = allocation_counter::measure(|| result = Some(read_session(&bomb)));
+    let err = result.unwrap().unwrap_err();
+    assert!(err.contains("alias"), "{err}");
+    assert!(info.bytes_total > 0, "the counter is installed");
+    assert!(
+        info.bytes_max < 4 << 20,
+        "peak heap {} bytes for a 452-byte file",
+        info.bytes_max
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // Through the command: exit 2 with one line.
+    let (status, out, err) = run(&args(temp_file("bomb.yaml", bomb.as_bytes())));
+    assert_eq!(status, ExitCode::from(2));
+    assert!(out.is_empty());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("alias bomb"), "{err}");
+}
+
+#[test]
+fn yaml_aliases_of_modest_size_still_load() {
+    // PyYAML (vcrpy) writes &id001 / *id001 for an object used twice.
+    let cassette = r#"interactions:
+- request:
+    body: '{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}'
+    headers: &id001
+      content-type: [application/json]
+    method: POST
+    uri: https://api.anthropic.com/v1/messages
+  response:
+    body: {string: '{"id":"m1","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":1}}'}
+    headers: *id001
+    status: {code: 200, message: OK}
+version: 1
+"#;
+    let report = replay_text(cassette, &ReplayBudget::default()).unwrap();
+    assert_eq!((report.format, report.turns), ("vcr-cassette", 1));
+}
+
+#[test]
+fn yaml_nesting_is_bounded() {
+    let deep = format!("interactions: {}{}\n", "[".repeat(200), "]".repeat(200));
+    let err = read_session(&deep).unwrap_err();
+    assert!(err.contains("deeper") || err.contains("recursion"), "{err}");
+    let mut block = String::from("interactions:\n");
+    for depth in 0..300 {
+        block.push_str(&" ".repeat(depth + 1));
+        block.push_str("- \n");
+    }
+    let err = read_session(&block).unwrap_err();
+    assert!(err.contains("deeper than 128"), "{err}");
+}
+
+// -------------------------------------------------------------- 2. File size
+
+/// A reader that counts what is taken from it.
+struct Counting<R>(R, u64);
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.0.read(buf)?;
+        self.1 += n as u64;
+        Ok(n)
+    }
+}
+
+#[test]
+fn oversized_inputs_are_refused_without_reading_them_whole() {
+    let mut endless = Counting(io::repeat(b' '), 0);
+    let err = read_limited(&mut endless, 4 << 20, "a recording").unwrap_err();
+    assert!(err.contains("larger than 4 MiB"), "{err}");
+    assert_eq!(endless.1, (4 << 20) + 1);
+    assert_eq!(read_limited(&b"ok"[..], 2, "x").unwrap(), "ok");
+    assert!(read_limited(&b"\xff"[..], 2, "x")
+        .unwrap_err()
+        .contains("UTF-8"));
+    // A budget of /dev/zero (endless) and one a byte too large: exit 2.
+    let big = temp_file(
+        "big-budget.toml",
+        &vec![b'#'; MAX_BUDGET_BYTES as usize + 1],
+    );
+    for budget in [PathBuf::from("/dev/zero"), big.clone()] {
+        if !budget.exists() {
+            continue;
+        }
+        let mut a = args(example("claude-code.jsonl"));
+        a.budget = Some(budget);
+        let (status, _, err) = run(&a);
+        assert_eq!(status, ExitCode::from(2));
+        assert!(err.contains("larger than 1 MiB"), "{err}");
+    }
+    let _ = std::fs::remove_file(big);
+}
+
+#[test]
+fn stdin_cannot_be_both_the_recording_and_the_budget() {
+    let mut a = args(PathBuf::from("-"));
+    a.budget = Some(PathBuf::from("-"));
+    let (status, _, err) = run(&a);
+    assert_eq!(status, ExitCode::from(2));
+    assert!(err.contains("standard input"), "{err}");
+}
+
+// ------------------------------------------- 3. Claude Code response merging
+
+/// The tester's log: `n` model calls sharing one message.id, each with its
+/// own requestId and its result between them.
+fn same_message_id_log(n: usize, request_ids: bool) -> String {
+    let mut lines = vec![
+        json!({"type":"user","uuid":"u","timestamp":"2026-01-05T10:00:00Z",
+        "message":{"role":"user","content":"hi"}}),
+    ];
+    for i in 0..n {
+        let mut assistant = json!({"type":"assistant","uuid":format!("a{i}"),
+            "timestamp":"2026-01-05T10:00:01Z",
+            "message":{"id":"msg_same","type":"message","role":"assistant",
+                "content":[{"type":"tool_use","id":format!("toolu_{i}"),"name":"Read","input":{"i":i}}],
+                "stop_reason":null,"usage":{"input_tokens":100000,"output_tokens":1}}});
+        if request_ids {
+            assistant["requestId"] = json!(format!("req_{i}"));
+        }
+        lines.push(assistant);
+        lines.push(json!({"type":"user","uuid":format!("r{i}"),"timestamp":"2026-01-05T10:00:01Z",
+            "message":{"role":"user","content":[{"tool_use_id":format!("toolu_{i}"),"type":"tool_result","content":"ok"}]}}));
+    }
+    jsonl(&lines)
+}
+
+#[test]
+fn claude_code_lines_of_different_requests_are_separate_responses() {
+    let log = same_message_id_log(20, true);
+    let report = replay_text(&log, &ReplayBudget::default()).unwrap();
+    assert_eq!(report.turns, 20);
+    assert_eq!(report.usage.input_tokens, 2_000_000);
+    let stopped = report.stopped.clone().unwrap();
+    assert_eq!((stopped.turn, stopped.reason.as_str()), (Some(2), "tokens"));
+    assert!(report
+        .notes
+        .iter()
+        .any(|n| n.contains("reuse the message.id")));
+    let (status, _, _) = run(&args(temp_file("sameid.jsonl", log.as_bytes())));
+    assert_eq!(status, ExitCode::from(1));
+}
+
+#[test]
+fn claude_code_lines_without_request_id_never_merge_across_a_user_line() {
+    let report = replay_text(&same_message_id_log(3, false), &ReplayBudget::default()).unwrap();
+    assert_eq!(report.turns, 3);
+}
+
+#[test]
+fn claude_code_lines_of_one_request_merge_across_their_own_results() {
+    // As Claude Code writes a response with two calls: each block on its own
+    // line, the first call's result between them, usage repeated.
+    let line = |uuid: &str, block: Value| {
+        json!({"type":"assistant","uuid":uuid,"requestId":"req_1","timestamp":"2026-01-05T10:00:01Z",
+            "message":{"id":"msg_1","role":"assistant","content":[block],"stop_reason":null,
+                "usage":{"input_tokens":10,"output_tokens":3}}})
+    };
+    let result = |uuid: &str, id: &str| {
+        json!({"type":"user","uuid":uuid,"message":{"role":"user",
+            "content":[{"type":"tool_result","tool_use_id":id,"content":"ok"}]}})
+    };
+    let prompt = json!({"type":"user","uuid":"p","message":{"role":"user","content":"go on"}});
+    let a = line(
+        "a1",
+        json!({"type":"tool_use","id":"t1","name":"Read","input":{"f":1}}),
+    );
+    let b = line(
+        "a2",
+        json!({"type":"tool_use","id":"t2","name":"Read","input":{"f":2}}),
+    );
+    let merged = jsonl(&[a.clone(), result("r1", "t1"), b.clone(), result("r2", "t2")]);
+    let report = replay_text(&merged, &ReplayBudget::default()).unwrap();
+    assert_eq!((report.turns, report.tool_calls), (1, 2));
+    assert_eq!(report.usage.total(), 13);
+    // A user prompt between them, or a result of another call: two responses.
+    for between in [prompt, result("r9", "t9")] {
+        let split = jsonl(&[a.clone(), between, b.clone()]);
+        let report = replay_text(&split, &ReplayBudget::default()).unwrap();
+        assert_eq!(report.turns, 2);
+    }
+    // A line of another response between them: three responses.
+    let mut other = b.clone();
+    other["message"]["id"] = json!("msg_2");
+    other["requestId"] = json!("req_2");
+    let report = replay_text(&jsonl(&[a.clone(), other, b]), &ReplayBudget::default()).unwrap();
+    assert_eq!(report.turns, 3);
+}
+
+// ------------------------------------------------ 4. Duplicate ids in a reply
+
+#[test]
+fn a_reused_call_id_in_one_response_is_refused_not_dropped() {
+    let exchange = json!({"request":{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"hi"}]},
+        "response":{"id":"msg_1","type":"message","role":"assistant","content":[
+            {"type":"tool_use","id":"t0","name":"safe_read","input":{}},
+            {"type":"tool_use","id":"t0","name":"delete_everything","input":{"all":true}}],
+            "stop_reason":"tool_use","usage":{"input_tokens":10,"output_tokens":5}}});
+    let budget = parse_budget("[tools]\nneeds_approval = [\"delete_everything\"]").unwrap();
+    let report = replay_text(&exchange.to_string(), &budget).unwrap();
+    assert_eq!(report.tool_calls, 2);
+    let calls = &report.per_turn[0].calls;
+    assert_eq!(calls.len(), 2);
+    assert_eq!((calls[0].verdict, calls[1].verdict), ("execute", "refused"));
+    assert_eq!(calls[1].name, "delete_everything");
+    assert_eq!(calls[1].reason.as_deref(), Some("duplicate-call-id"));
+    assert_eq!(report.refusals.get("duplicate-call-id"), Some(&1));
+    assert_eq!(report.executed, 1);
+    assert!(report.to_table("x").contains("refused (duplicate-call-id)"));
+}
+
+// ------------------------------------------------------ 5. Terminal escapes
+
+fn unsafe_char(c: char) -> bool {
+    (c.is_control() && c != '\n')
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}'
+            | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+#[test]
+fn the_table_escapes_control_and_bidi_characters_from_the_recording() {
+    let evil = "\u{1b}[2J\u{202e}\u{9b}1m\u{7f}\nstopped: no";
+    let first = json!({"id":"msg_1","type":"message","role":"assistant","content":[
+        {"type":"tool_use","id":format!("t{evil}"),"name":format!("rd{evil}"),"input":{}},
+        {"type":"tool_use","id":"t2","name":format!("ok{evil}"),"input":{}}],
+        "stop_reason":"tool_use","usage":{"input_tokens":10,"output_tokens":5}});
+    let second = json!({"id":"msg_2","type":"message","role":"assistant","content":[],
+        "stop_reason":"x\u{1b}[2J\u{202e}\u{85}","usage":{"input_tokens":10,"output_tokens":5}});
+    let text = jsonl(&[first, second]);
+    let report = replay_text(&text, &ReplayBudget::default()).unwrap();
+    let file = temp_file("evil\u{1b}[31m.jsonl", text.as_bytes());
+    let table = report.to_table(&file.display().to_string());
+    assert!(!table.chars().any(unsafe_char), "{table:?}");
+    // The recording's newline cannot forge a line of the table.
+    assert!(
+        !table.lines().any(|l| l.starts_with("stopped: no")),
+        "{table}"
+    );
+    assert!(table.contains("\\u{1b}[2J\\u{202e}\\u{9b}1m\\u{7f}\\u{a}"));
+    let stops: Vec<&str> = table
+        .lines()
+        .filter(|l| l.contains("gate stops here") || l.starts_with("stopped:"))
+        .collect();
+    assert_eq!(stops.len(), 2);
+    assert!(stops
+        .iter()
+        .all(|l| l.contains("x\\u{1b}[2J\\u{202e}\\u{85}")));
+    // The JSON escapes them too, and still reads back the same.
+    let line = report.to_json().unwrap();
+    assert!(!line.chars().any(unsafe_char), "{line}");
+    let back: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(back, serde_json::to_value(&report).unwrap());
+    // Through the command, to the table and to the one-line error.
+    let (status, out, _) = run(&args(file.clone()));
+    assert_eq!(status, ExitCode::from(1));
+    assert!(!out.chars().any(unsafe_char));
+    let mut json_args = args(file);
+    json_args.json = true;
+    let (_, out, _) = run(&json_args);
+    assert!(!out.chars().any(unsafe_char));
+    assert_eq!(terminal_safe("plain"), "plain");
+    let bad = temp_file("evil-\u{1b}]0;x\u{7}.toml", b"nonsense");
+    let mut a = args(example("claude-code.jsonl"));
+    a.budget = Some(bad);
+    let (status, _, err) = run(&a);
+    assert_eq!(status, ExitCode::from(2));
+    assert_eq!(err.lines().count(), 1);
+    assert!(!err.chars().any(unsafe_char), "{err:?}");
+}
+
+// ------------------------------------------------- 6. Non-string stop_reason
+
+#[test]
+fn a_stop_reason_that_is_not_a_string_or_null_is_an_error_naming_the_turn() {
+    let message = |stop: Value| {
+        json!({"id":"m","type":"message","role":"assistant","content":[],"stop_reason":stop,
+            "usage":{"input_tokens":1,"output_tokens":1}})
+    };
+    let ok = message(json!("end_turn"));
+    let text = jsonl(&[ok.clone(), message(json!(5))]);
+    let err = replay_text(&text, &ReplayBudget::default()).unwrap_err();
+    assert!(err.contains("line 2 (response 1)"), "{err}");
+    assert!(err.contains("stop_reason is 5"), "{err}");
+    for bad in [json!(true), json!({"a": 1}), json!(["end_turn"])] {
+        assert!(replay_text(&message(bad).to_string(), &ReplayBudget::default()).is_err());
+    }
+    // Claude Code: on the first line of a response and on a later one.
+    let line = |uuid: &str, stop: Value| {
+        json!({"type":"assistant","uuid":uuid,"requestId":"r","message":{"id":"m1","role":"assistant",
+            "content":[{"type":"text","text":"x"}],"stop_reason":stop,"usage":{"input_tokens":1}}})
+    };
+    let err = replay_text(&jsonl(&[line("a", json!(5))]), &ReplayBudget::default()).unwrap_err();
+    assert!(err.contains("line 1 (response 0)"), "{err}");
+    let err = replay_text(
+        &jsonl(&[line("a", Value::Null), line("b", json!(5))]),
+        &ReplayBudget::default(),
+    )
+    .unwrap_err();
+    assert!(err.contains("line 2 (response 0)"), "{err}");
+}
+
+// --------------------------------------------------------------- 7. SWE-agent
+
+fn trajectory(info: Option<Value>) -> String {
+    let mut traj =
+        json!({"trajectory":[{"action":"ls","response":"a"},{"action":"cat x","response":"b"}]});
+    if let Some(info) = info {
+        traj["info"] = info;
+    }
+    traj.to_string()
+}
+
+#[test]
+fn swe_agent_usage_of_the_wrong_type_is_an_error_naming_the_field() {
+    for (stats, field) in [
+        (
+            json!({"tokens_sent":"lots","tokens_received":300}),
+            "tokens_sent",
+        ),
+        (
+            json!({"tokens_sent":1,"tokens_received":-3}),
+            "tokens_received",
+        ),
+        (
+            json!({"tokens_sent":1,"tokens_received":1,"api_calls":1.5}),
+            "api_calls",
+        ),
+    ] {
+        let err = replay_text(
+            &trajectory(Some(json!({ "model_stats": stats }))),
+            &ReplayBudget::default(),
+        )
+        .unwrap_err();
+        assert!(err.contains(&format!("info.model_stats.{field}")), "{err}");
+    }
+    let err = replay_text(
+        &trajectory(Some(json!({"model_stats": 3}))),
+        &ReplayBudget::default(),
+    )
+    .unwrap_err();
+    assert!(err.contains("info.model_stats is 3"), "{err}");
+}
+
+#[test]
+fn swe_agent_without_usage_says_usage_is_unknown() {
+    for info in [None, Some(json!({"exit_status":"submitted"}))] {
+        let report = replay_text(&trajectory(info), &ReplayBudget::default()).unwrap();
+        assert!(!report.usage_known);
+        assert_eq!(report.usage.total(), 0);
+        assert!(
+            report.notes.iter().any(|n| n.contains("usage unknown")),
+            "{:?}",
+            report.notes
+        );
+        // The token limit cannot be checked against unknown usage.
+        let one = parse_budget("[budget]\nmax_tokens = 1").unwrap();
+        let report = replay_text(&trajectory(None), &one).unwrap();
+        assert_eq!(report.stopped, None);
+    }
+    let report = replay_text(
+        &trajectory(Some(
+            json!({"model_stats":{"tokens_sent":7,"tokens_received":1}}),
+        )),
+        &ReplayBudget::default(),
+    )
+    .unwrap();
+    assert!(report.usage_known);
+}
+
+#[test]
+fn run_totals_over_the_token_budget_make_the_status_incomplete() {
+    let tight = parse_budget("[budget]\nmax_tokens = 100").unwrap();
+    let report = replay_text(
+        &trajectory(Some(
+            json!({"model_stats":{"tokens_sent":200,"tokens_received":1}}),
+        )),
+        &tight,
+    )
+    .unwrap();
+    let stopped = report.stopped.clone().unwrap();
+    assert_eq!((stopped.turn, stopped.reason.as_str()), (None, "tokens"));
+    assert_eq!(report.status, "incomplete");
+}
+
+// ------------------------------------------------ 8. Streamed error responses
+
+#[test]
+fn a_stream_ending_in_an_error_event_is_an_api_error_not_an_end_turn() {
+    let ok = r#"{"id":"m0","type":"message","role":"assistant","content":[{"type":"text","text":"hello"}],"stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":2}}"#;
+    let stream = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+    );
+    let cassette = json!({"interactions":[
+        {"request":{"body":"{}"},"response":{"status":{"code":200},"body":{"string":ok}}},
+        {"request":{"body":"{}"},"response":{"status":{"code":200},"body":{"string":stream}}}]});
+    let report = replay_text(&cassette.to_string(), &ReplayBudget::default()).unwrap();
+    assert_eq!(report.turns, 1);
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("interaction 1: API error response")
+                && n.contains("overloaded_error")),
+        "{:?}",
+        report.notes
+    );
+    // Exchanges: an error response is skipped the same way.
+    let exchanges = jsonl(&[
+        json!({"request":{"messages":[]},"response":serde_json::from_str::<Value>(ok).unwrap()}),
+        json!({"request":{"messages":[]},"response":{"type":"error","error":{"type":"overloaded_error"}}}),
+    ]);
+    let report = replay_text(&exchanges, &ReplayBudget::default()).unwrap();
+    assert_eq!(report.turns, 1);
+    assert!(report.notes.iter().any(|n| n.contains("line 2: API error")));
+    // A response that is not a message at all is an error, not an end_turn.
+    let odd = json!({"request":{"messages":[]},"response":{"body":"?"}}).to_string();
+    assert!(replay_text(&odd, &ReplayBudget::default()).is_err());
+}
+
+// ----------------------------------------------------- 9. Approval settings
+
+#[test]
+fn approval_settings_refuse_typos_empty_entries_and_invalid_names() {
+    for (approve, expect) in [
+        ("issue_refund,,x y", "entry 2 of the list is empty"),
+        ("issue_refund,x y", "\"x y\" is not a tool name"),
+        ("al", "did you mean all?"),
+        ("some", "did you mean all or none?"),
+    ] {
+        let mut a = args(example("claude-code.jsonl"));
+        a.approve = Some(approve.into());
+        let (status, _, err) = run(&a);
+        assert_eq!(status, ExitCode::from(2), "{approve}");
+        assert!(err.starts_with("budgetgate replay: --approve: "), "{err}");
+        assert!(err.contains(expect), "{approve}: {err}");
+    }
+    for word in ["All", "NONE"] {
+        let mut a = args(example("claude-code.jsonl"));
+        a.approve = Some(word.into());
+        assert_eq!(run(&a).0, ExitCode::from(0), "{word}");
+    }
+    for toml in [
+        "[tools]\napprove = \"al\"",
+        "[tools]\napprove = \"some\"",
+        "[tools]\napprove = [\"x y\"]",
+        "[tools]\napprove = [\"\"]",
+    ] {
+        assert!(parse_budget(toml).is_err(), "{toml}");
+    }
+    assert_eq!(
+        parse_budget("[tools]\napprove = \"All\"").unwrap().approve,
+        ApprovePolicy::All
+    );
+    // A tool listed for approval that needs none is noted.
+    let budget = ReplayBudget {
+        approve: ApprovePolicy::parse("Read").unwrap(),
+        ..ReplayBudget::default()
+    };
+    let text = std::fs::read_to_string(example("claude-code.jsonl")).unwrap();
+    let report = replay_text(&text, &budget).unwrap();
+    assert!(report.notes.iter().any(|n| n.contains("no effect")));
+}
+
+// ------------------------------------------------------------ 10. Smaller
+
+#[test]
+fn a_truncated_last_line_is_skipped_with_a_note_in_both_jsonl_formats() {
+    for name in ["claude-code.jsonl", "anthropic-exchanges.jsonl"] {
+        let whole = std::fs::read_to_string(example(name)).unwrap();
+        let full: Report = replay_text(&whole, &ReplayBudget::default()).unwrap();
+        let cut = &whole.trim_end()[..whole.trim_end().len() - 10];
+        let report = replay_text(cut, &ReplayBudget::default()).unwrap();
+        assert!(
+            report
+                .notes
+                .iter()
+                .any(|n| n.contains("the last, is not complete JSON")),
+            "{name}: {:?}",
+            report.notes
+        );
+        assert!(report.turns <= full.turns);
+        // Only the last line, and only when it merely stops early.
+        let broken_inside = whole.replacen('{', "{oops", 2);
+        assert!(replay_text(&broken_inside, &ReplayBudget::default()).is_err());
+        let garbage_last = format!("{}\n{{\"a\": ]\n", whole.trim_end());
+        assert!(replay_text(&garbage_last, &ReplayBudget::default()).is_err());
+    }
+}
+
+#[test]
+fn unreadable_claude_code_timestamps_are_noted() {
+    let line = |uuid: &str, time: Value| {
+        json!({"type":"assistant","uuid":uuid,"requestId":uuid,"timestamp":time,
+            "message":{"id":uuid,"role":"assistant","content":[{"type":"text","text":"x"}],
+                "stop_reason":"end_turn","usage":{"input_tokens":1}}})
+    };
+    let text = jsonl(&[
+        line("a", json!("2026-01-05T10:00:00Z")),
+        line("b", json!("yesterday")),
+        line("c", json!(12)),
+    ]);
+    let report = replay_text(&text, &ReplayBudget::default()).unwrap();
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("2 lines have a timestamp that cannot be read")),
+        "{:?}",
+        report.notes
+    );
+}
+
+#[test]
+fn max_seconds_below_a_millisecond_or_out_of_range_is_refused() {
+    let err = parse_budget("[budget]\nmax_seconds = 0.0001").unwrap_err();
+    assert!(err.contains("below one millisecond"), "{err}");
+    let err = parse_budget("[budget]\nmax_seconds = 1e300").unwrap_err();
+    assert!(err.contains("from 0 to 1e15 seconds"), "{err}");
+    assert_eq!(
+        parse_budget("[budget]\nmax_seconds = 0.001")
+            .unwrap()
+            .limits
+            .max_millis,
+        1
+    );
+}
+
+// ------------------------------------------------------ 11. Write failures
+
+/// A writer failing with `kind` after accepting `room` bytes.
+struct Failing {
+    room: usize,
+    kind: io::ErrorKind,
+}
+
+impl Write for Failing {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.room == 0 {
+            return Err(io::Error::new(self.kind, "test"));
+        }
+        let n = buf.len().min(self.room);
+        self.room -= n;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn write_errors_exit_2_and_a_broken_pipe_ends_quietly_with_the_status() {
+    for (file, status) in [("claude-code.jsonl", 0), ("anthropic-exchanges.jsonl", 1)] {
+        for json in [false, true] {
+            let mut a = args(example(file));
+            a.json = json;
+            let mut err = Vec::new();
+            let mut pipe = Failing {
+                room: 20,
+                kind: io::ErrorKind::BrokenPipe,
+            };
+            assert_eq!(command_to(&a, &mut pipe, &mut err), ExitCode::from(status));
+            assert!(err.is_empty());
+            let mut full = Failing {
+                room: 0,
+                kind: io::ErrorKind::StorageFull,
+            };
+            assert_eq!(command_to(&a, &mut full, &mut err), ExitCode::from(2));
+            let err = String::from_utf8(err).unwrap();
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(
+                err.starts_with("budgetgate replay: <stdout>: cannot write"),
+                "{err}"
+            );
+        }
+    }
+}
