@@ -308,13 +308,11 @@ enum TextIssue {
     Capacity,
 }
 
-fn copy_text<const S: usize>(text: &str) -> Result<String<S>, TextIssue> {
+fn copy_text<const S: usize>(text: &str, target: &mut String<S>) -> Result<(), TextIssue> {
     if text.chars().count() > MAX_TEXT_CHARS {
         return Err(TextIssue::TooLong);
     }
-    let mut owned = String::new();
-    owned.push_str(text).map_err(|_| TextIssue::Capacity)?;
-    Ok(owned)
+    target.push_str(text).map_err(|_| TextIssue::Capacity)
 }
 
 fn string_event<'e>(event: &'e Event<'_, '_>) -> Option<&'e str> {
@@ -377,10 +375,12 @@ impl<const S: usize> Action<S> {
         }
         let mut seen = 0u8;
         let mut kind: Option<bool> = None; // Some(true) = final
-        let mut text: Option<String<S>> = None;
+                                           // Strings and arguments are filled in place: with the default
+                                           // capacity they are tens of kilobytes, and every move is a copy.
+        let mut text: String<S> = String::new();
         let mut call_id: Option<Identifier> = None;
         let mut name: Option<Identifier> = None;
-        let mut arguments: Option<Arguments<S>> = None;
+        let mut arguments = Arguments::<S>::new();
         loop {
             let field = match reader.next().map_err(fail)? {
                 Event::EndObject => break,
@@ -399,14 +399,14 @@ impl<const S: usize> Action<S> {
             }
             seen |= field.bit();
             match field {
-                Field::Arguments => arguments = Some(read_arguments(&mut reader, fail)?),
+                Field::Arguments => read_arguments(&mut reader, &mut arguments, fail)?,
                 Field::Text => {
                     let event = reader.next().map_err(fail)?;
                     let value = string_event(&event).ok_or(ActionError::NotAString(field))?;
-                    text = Some(copy_text(value).map_err(|issue| match issue {
+                    copy_text(value, &mut text).map_err(|issue| match issue {
                         TextIssue::TooLong => ActionError::TextTooLong,
                         TextIssue::Capacity => ActionError::Capacity,
-                    })?);
+                    })?;
                 }
                 Field::Kind | Field::CallId | Field::Name => {
                     let event = reader.next().map_err(fail)?;
@@ -439,7 +439,9 @@ impl<const S: usize> Action<S> {
                 if seen & (Field::CallId.bit() | Field::Name.bit() | Field::Arguments.bit()) != 0 {
                     return Err(ActionError::UnexpectedKey);
                 }
-                let text = text.ok_or(ActionError::MissingKey(Field::Text))?;
+                if seen & Field::Text.bit() == 0 {
+                    return Err(ActionError::MissingKey(Field::Text));
+                }
                 if text.trim_matches(is_python_space).is_empty() {
                     return Err(ActionError::TextBlank);
                 }
@@ -452,7 +454,11 @@ impl<const S: usize> Action<S> {
                 Ok(Self::Tool(ToolCall {
                     call_id: call_id.ok_or(ActionError::MissingKey(Field::CallId))?,
                     name: name.ok_or(ActionError::MissingKey(Field::Name))?,
-                    arguments: arguments.ok_or(ActionError::MissingKey(Field::Arguments))?,
+                    arguments: if seen & Field::Arguments.bit() != 0 {
+                        arguments
+                    } else {
+                        return Err(ActionError::MissingKey(Field::Arguments));
+                    },
                 }))
             }
         }
@@ -461,17 +467,17 @@ impl<const S: usize> Action<S> {
 
 fn read_arguments<const S: usize>(
     reader: &mut Reader<'_, '_>,
+    arguments: &mut Arguments<S>,
     fail: impl Fn(JsonError) -> ActionError,
-) -> Result<Arguments<S>, ActionError> {
+) -> Result<(), ActionError> {
     match reader.next().map_err(&fail)? {
         Event::StartObject => {}
         _ => return Err(ActionError::ArgumentsNotObject),
     }
-    let mut arguments = Arguments::<S>::new();
     loop {
         let index = u8::try_from(arguments.entries.len()).unwrap_or(u8::MAX);
         let key = match reader.next().map_err(&fail)? {
-            Event::EndObject => return Ok(arguments),
+            Event::EndObject => return Ok(()),
             Event::Key(key) => {
                 if arguments.entries.is_full() {
                     return Err(ActionError::TooManyArguments);
@@ -489,10 +495,19 @@ fn read_arguments<const S: usize>(
             Event::Null => Scalar::Null,
             Event::Bool(b) => Scalar::Bool(*b),
             Event::String(s) => {
-                Scalar::Str(copy_text(s.as_str()).map_err(|issue| match issue {
-                    TextIssue::TooLong => ActionError::ArgumentTooLong { index },
-                    TextIssue::Capacity => ActionError::Capacity,
-                })?)
+                // Pushed first and filled in place; on error the whole
+                // action is dropped, so the half-filled entry never escapes.
+                arguments
+                    .entries
+                    .push((key, Scalar::Str(String::new())))
+                    .map_err(|_| ActionError::TooManyArguments)?;
+                if let Some((_, Scalar::Str(target))) = arguments.entries.last_mut() {
+                    copy_text(s.as_str(), target).map_err(|issue| match issue {
+                        TextIssue::TooLong => ActionError::ArgumentTooLong { index },
+                        TextIssue::Capacity => ActionError::Capacity,
+                    })?;
+                }
+                continue;
             }
             Event::Number(n) => {
                 // Magnitude first: a huge literal is out of range, never a crash.
