@@ -2,8 +2,6 @@
 
 use core::fmt;
 
-use heapless::String;
-
 use crate::limits::{MAX_ARGUMENT_KEY_LEN, MAX_IDENTIFIER_LEN, MAX_PLAN_ID_LEN};
 
 /// Why a text is not a valid identifier of its kind.
@@ -15,7 +13,8 @@ pub enum IdentifierError {
     Empty,
     /// The text is longer than the kind allows.
     TooLong,
-    /// The first character is not a letter of the allowed ASCII case.
+    /// The first character is not allowed first (for most kinds: not an
+    /// ASCII letter of the allowed case).
     BadFirst,
     /// A later character is outside the allowed ASCII set.
     BadCharacter,
@@ -26,7 +25,7 @@ impl fmt::Display for IdentifierError {
         f.write_str(match self {
             Self::Empty => "is empty",
             Self::TooLong => "is too long",
-            Self::BadFirst => "does not start with an ASCII letter",
+            Self::BadFirst => "starts with a character not allowed first",
             Self::BadCharacter => "holds a character outside the allowed set",
         })
     }
@@ -35,7 +34,7 @@ impl fmt::Display for IdentifierError {
 impl core::error::Error for IdentifierError {}
 
 /// Checks `text` against `[first][rest]{0,max-1}`, whole string, ASCII only.
-fn check(
+pub(crate) fn check(
     text: &str,
     max: usize,
     first: fn(u8) -> bool,
@@ -56,21 +55,25 @@ fn check(
     Ok(())
 }
 
+/// Defines a validated identifier type: a `heapless::String<$cap>` whose
+/// text matches `$pattern`, checked by the `$first` and `$rest` byte tests.
 macro_rules! identifier {
     ($(#[$doc:meta])* $name:ident, $cap:expr, $first:expr, $rest:expr, $pattern:literal) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(String<{ $cap }>);
+        pub struct $name(heapless::String<{ $cap }>);
 
         impl $name {
             #[doc = concat!("The pattern every value matches: `", $pattern, "`.")]
             pub const PATTERN: &'static str = $pattern;
 
             /// Validates `text` and copies it.
-            pub fn new(text: &str) -> Result<Self, IdentifierError> {
-                check(text, $cap, $first, $rest)?;
-                let mut owned = String::new();
-                owned.push_str(text).map_err(|_| IdentifierError::TooLong)?;
+            pub fn new(text: &str) -> Result<Self, $crate::ident::IdentifierError> {
+                $crate::ident::check(text, $cap, $first, $rest)?;
+                let mut owned = heapless::String::new();
+                owned
+                    .push_str(text)
+                    .map_err(|_| $crate::ident::IdentifierError::TooLong)?;
                 Ok(Self(owned))
             }
 
@@ -80,8 +83,8 @@ macro_rules! identifier {
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl core::fmt::Display for $name {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
                 f.write_str(self.as_str())
             }
         }
@@ -107,6 +110,8 @@ macro_rules! identifier {
         }
     };
 }
+
+pub(crate) use identifier;
 
 identifier!(
     /// A call id or a tool name (`SPEC A1`): ASCII, a letter then up to 39

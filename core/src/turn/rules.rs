@@ -2,110 +2,39 @@
 
 use core::fmt;
 
-use heapless::{String, Vec};
-use serde::ser::{Serialize, Serializer};
+use heapless::Vec;
 
 use crate::limits::{MAX_CALL_ID_LEN, MAX_TOOLS, MAX_TOOL_NAME_LEN};
 
-/// Why a text is not a valid call id or tool name (`SPEC C`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[non_exhaustive]
-pub enum NameError {
-    /// The text is empty.
-    Empty,
-    /// The text is longer than 64 characters.
-    TooLong,
-    /// A character is outside `[A-Za-z0-9_-]`.
-    BadCharacter,
+/// Why a text is not a valid call id or tool name (`SPEC C`): the same rules
+/// as every identifier (an empty text, a character outside `[A-Za-z0-9_-]`,
+/// more than 64 characters).
+pub use crate::ident::IdentifierError as NameError;
+
+/// Call ids and tool names allow every character of the set anywhere.
+fn api_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
 }
 
-impl fmt::Display for NameError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Empty => "is empty",
-            Self::TooLong => "is longer than 64 characters",
-            Self::BadCharacter => "holds a character outside [A-Za-z0-9_-]",
-        })
-    }
-}
-
-impl core::error::Error for NameError {}
-
-fn check(text: &str, max: usize) -> Result<(), NameError> {
-    if text.is_empty() {
-        return Err(NameError::Empty);
-    }
-    if !text
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    {
-        return Err(NameError::BadCharacter);
-    }
-    if text.len() > max {
-        return Err(NameError::TooLong);
-    }
-    Ok(())
-}
-
-macro_rules! api_name {
-    ($(#[$doc:meta])* $name:ident, $cap:expr) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(String<{ $cap }>);
-
-        impl $name {
-            /// The pattern every value matches (`SPEC C`).
-            pub const PATTERN: &'static str = "[A-Za-z0-9_-]{1,64}";
-
-            /// Validates `text` and copies it (`SPEC C`).
-            pub fn new(text: &str) -> Result<Self, NameError> {
-                check(text, $cap)?;
-                let mut owned = String::new();
-                owned.push_str(text).map_err(|_| NameError::TooLong)?;
-                Ok(Self(owned))
-            }
-
-            /// The text (`SPEC C`).
-            pub fn as_str(&self) -> &str {
-                self.0.as_str()
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl Serialize for $name {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(self.as_str())
-            }
-        }
-
-        #[cfg(feature = "defmt")]
-        impl defmt::Format for $name {
-            fn format(&self, f: defmt::Formatter<'_>) {
-                defmt::write!(f, "{=str}", self.as_str())
-            }
-        }
-    };
-}
-
-api_name!(
+crate::ident::identifier!(
     /// The id of one tool call (a `tool_use` block's `id`, answered by the
     /// `tool_use_id` of its `tool_result`) (`SPEC C`): ASCII letters, digits,
     /// `_` and `-`, 1 to 64 characters, as the Messages API spells ids.
     CallId,
-    MAX_CALL_ID_LEN
+    MAX_CALL_ID_LEN,
+    api_char,
+    api_char,
+    "[A-Za-z0-9_-]{1,64}"
 );
 
-api_name!(
+crate::ident::identifier!(
     /// A tool's name in the turn gate's rules (`SPEC C`): ASCII letters,
     /// digits, `_` and `-`, 1 to 64 characters, as the Messages API allows.
     ToolName,
-    MAX_TOOL_NAME_LEN
+    MAX_TOOL_NAME_LEN,
+    api_char,
+    api_char,
+    "[A-Za-z0-9_-]{1,64}"
 );
 
 /// What the gate does with a call to one tool (`SPEC C`).
@@ -231,7 +160,8 @@ mod tests {
         assert_eq!(CallId::new("a b"), Err(NameError::BadCharacter));
         assert!(CallId::new(&"x".repeat(64)).is_ok());
         assert_eq!(CallId::new(&"x".repeat(65)), Err(NameError::TooLong));
-        assert_eq!(ToolName::new("é"), Err(NameError::BadCharacter));
+        assert_eq!(ToolName::new("é"), Err(NameError::BadFirst));
+        assert_eq!(ToolName::new("aé"), Err(NameError::BadCharacter));
     }
 
     #[test]
