@@ -1,29 +1,17 @@
 //! `budgetgate plan`: the report a person reads, the `--json` object programs
 //! read, exit statuses 0/1/2 and one-line errors naming file, row and rule.
 
-use std::path::{Path, PathBuf};
+mod common;
 
-use assert_cmd::cargo::cargo_bin_cmd;
+use common::{example, stdout_of};
+use std::path::PathBuf;
+
 use assert_cmd::Command;
 use predicates::prelude::*;
 use serde_json::{json, Value};
 
-fn example(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples")
-        .join(name);
-    path.to_str().expect("UTF-8 path").to_owned()
-}
-
 fn plan() -> Command {
-    let mut cmd = cargo_bin_cmd!("budgetgate");
-    cmd.arg("plan");
-    cmd
-}
-
-fn stdout_of(cmd: &mut Command, code: i32) -> String {
-    let output = cmd.assert().code(code).stderr("").get_output().clone();
-    String::from_utf8(output.stdout).expect("stdout is UTF-8")
+    common::subcommand("plan")
 }
 
 /// A file in a fresh temporary directory, removed with the directory.
@@ -44,14 +32,8 @@ impl Fixture {
     }
 }
 
-/// Runs `plan` expecting exit 2, an empty stdout and exactly one stderr line;
-/// returns that line.
 fn one_line_error(cmd: &mut Command) -> String {
-    let output = cmd.assert().code(2).stdout("").get_output().clone();
-    let stderr = String::from_utf8(output.stderr).expect("stderr is UTF-8");
-    assert_eq!(stderr.lines().count(), 1, "not one line: {stderr:?}");
-    assert!(stderr.starts_with("budgetgate plan: "), "{stderr:?}");
-    stderr.trim_end().to_owned()
+    common::one_line_error(cmd, "plan")
 }
 
 const SPEC_PLAN: &str = r#"[{"id":"a","parent":null,"tokens":2,"output":1},

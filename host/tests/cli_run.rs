@@ -1,28 +1,16 @@
 //! `budgetgate run`: the trace table, the summary with work units, `--json`
 //! identical to eval's answer, exit statuses 0/1/2 and one-line errors.
 
+mod common;
+
+use common::{example, stdout_of};
 use std::path::{Path, PathBuf};
 
-use assert_cmd::cargo::cargo_bin_cmd;
 use assert_cmd::Command;
 use serde_json::{json, Value};
 
-fn example(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples")
-        .join(name);
-    path.to_str().expect("UTF-8 path").to_owned()
-}
-
 fn run() -> Command {
-    let mut cmd = cargo_bin_cmd!("budgetgate");
-    cmd.arg("run");
-    cmd
-}
-
-fn stdout_of(cmd: &mut Command, code: i32) -> String {
-    let output = cmd.assert().code(code).stderr("").get_output().clone();
-    String::from_utf8(output.stdout).expect("stdout is UTF-8")
+    common::subcommand("run")
 }
 
 fn contains_all(text: &str, needles: &[&str]) {
@@ -65,11 +53,7 @@ impl Fixture {
 }
 
 fn one_line_error(cmd: &mut Command) -> String {
-    let output = cmd.assert().code(2).stdout("").get_output().clone();
-    let stderr = String::from_utf8(output.stderr).expect("stderr is UTF-8");
-    assert_eq!(stderr.lines().count(), 1, "not one line: {stderr:?}");
-    assert!(stderr.starts_with("budgetgate run: "), "{stderr:?}");
-    stderr.trim_end().to_owned()
+    common::one_line_error(cmd, "run")
 }
 
 #[test]
