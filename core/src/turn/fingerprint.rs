@@ -252,26 +252,7 @@ fn scalar_int_digits(digits: &[u8]) -> u128 {
 }
 
 fn scalar_i64(v: i64) -> u128 {
-    let mut buf = [0u8; 20];
-    let mut at = buf.len();
-    let mut n = v.unsigned_abs();
-    loop {
-        at -= 1;
-        if let Some(slot) = buf.get_mut(at) {
-            *slot = b'0' + (n % 10) as u8;
-        }
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    if v < 0 {
-        at -= 1;
-        if let Some(slot) = buf.get_mut(at) {
-            *slot = b'-';
-        }
-    }
-    scalar_int_digits(buf.get(at..).unwrap_or(&[]))
+    scalar_int_digits(itoa::Buffer::new().format(v).as_bytes())
 }
 
 fn scalar_f64(x: f64) -> u128 {
@@ -384,22 +365,9 @@ impl<const DEPTH: usize> FingerprintBuilder<DEPTH> {
     pub fn u64(&mut self, value: u64) -> Result<(), FingerprintError> {
         match i64::try_from(value) {
             Ok(v) => self.i64(v),
-            Err(_) => {
-                let mut buf = [0u8; 20];
-                let mut at = buf.len();
-                let mut n = value;
-                loop {
-                    at -= 1;
-                    if let Some(slot) = buf.get_mut(at) {
-                        *slot = b'0' + (n % 10) as u8;
-                    }
-                    n /= 10;
-                    if n == 0 {
-                        break;
-                    }
-                }
-                self.value(scalar_int_digits(buf.get(at..).unwrap_or(&[])))
-            }
+            Err(_) => self.value(scalar_int_digits(
+                itoa::Buffer::new().format(value).as_bytes(),
+            )),
         }
     }
 
