@@ -78,6 +78,12 @@ fn number(word: Option<&[u8]>) -> Option<u32> {
     Some(word.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0')))
 }
 
+/// Whether `word` is one of `choices`, ignoring ASCII case (an operator who
+/// types `Y` means yes).
+fn is_any(word: &[u8], choices: &[&[u8]]) -> bool {
+    choices.iter().any(|c| word.eq_ignore_ascii_case(c))
+}
+
 /// Parses one console line; `None` for a blank line.
 pub fn parse(line: &[u8]) -> Option<Command> {
     let line = line.trim_ascii();
@@ -105,8 +111,8 @@ pub fn parse(line: &[u8]) -> Option<Command> {
         b"deadline" => millis(first).map_or(Command::BadNumber, Command::Deadline),
         _ if !none => Command::Unknown,
         b"status" => Command::Status,
-        b"y" | b"yes" | b"approve" => Command::Answer(true),
-        b"n" | b"no" | b"deny" => Command::Answer(false),
+        v if is_any(v, &[b"y", b"yes", b"approve"]) => Command::Answer(true),
+        v if is_any(v, &[b"n", b"no", b"deny"]) => Command::Answer(false),
         b"leds" => Command::Leds,
         b"tools" => Command::Tools,
         b"buttons" => Command::Buttons,
@@ -162,7 +168,7 @@ pub fn handle<W: Write>(
             } else {
                 Answer::Deny
             };
-            if gate.answer(answer, agent, out)? {
+            if gate.answer(answer, board::now_ms(), agent, out)? {
                 Ok(())
             } else {
                 out.write_all(b"error: no approval pending\n")

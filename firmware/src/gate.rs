@@ -311,7 +311,7 @@ impl Gate {
         let step = self.step();
         let run = self.runs;
         // SPEC C: the time budget is checked before each decision.
-        if now_ms.saturating_sub(self.started_ms) >= u64::from(self.time_budget_ms) {
+        if self.out_of_time(now_ms) {
             self.phase = Phase::TimeBudget;
             defmt::info!("run {=u32} step {=u8}: stopped: time-budget", run, step);
             return self.stopped(agent, step, word::TIME_BUDGET);
@@ -395,11 +395,17 @@ impl Gate {
         self.execute(agent, step, call, kind)
     }
 
+    /// Whether the run's time budget has run out at `now_ms`.
+    fn out_of_time(&self, now_ms: u64) -> bool {
+        now_ms.saturating_sub(self.started_ms) >= u64::from(self.time_budget_ms)
+    }
+
     /// The operator's answer to the pending prompt (or its timeout). Returns
     /// `false` when nothing was pending.
     pub fn answer<W: Write>(
         &mut self,
         answer: Answer,
+        now_ms: u64,
         agent: &mut W,
         console: &mut W,
     ) -> Result<bool, W::Error> {
@@ -429,6 +435,23 @@ impl Gate {
         let Ok(Action::Tool(call)) = &action else {
             return self.internal(agent, RunError::NoPendingCall).map(|()| true);
         };
+        // The time budget may have run out while the operator decided: an
+        // approval that comes too late never moves the actuator (SPEC C: no
+        // call runs past an exhausted budget), and the run stops on time.
+        if answer == Answer::Approve && self.out_of_time(now_ms) {
+            console.write_all(b"too late: the run's time budget ran out; not executed\n")?;
+            defmt::info!(
+                "run {=u32} step {=u8}: approval after the time budget",
+                self.runs,
+                pending.step
+            );
+            self.refuse(agent, pending.step, call, word::TIME_BUDGET)?;
+            if self.run.status().is_none() {
+                self.phase = Phase::TimeBudget;
+                self.stopped(agent, pending.step, word::TIME_BUDGET)?;
+            }
+            return Ok(true);
+        }
         if answer == Answer::Approve {
             self.execute(agent, pending.step, call, pending.kind)
         } else {
@@ -445,9 +468,9 @@ impl Gate {
         console: &mut W,
     ) -> Result<(), W::Error> {
         match &self.pending {
-            Some(p) if now_ms >= p.deadline_ms => {
-                self.answer(Answer::Timeout, agent, console).map(|_| ())
-            }
+            Some(p) if now_ms >= p.deadline_ms => self
+                .answer(Answer::Timeout, now_ms, agent, console)
+                .map(|_| ()),
             _ => Ok(()),
         }
     }

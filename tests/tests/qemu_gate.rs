@@ -781,3 +781,40 @@ fn instructions_per_gated_action() {
         line => assert_eq!(line, "error: build with --features stack-paint"),
     }
 }
+
+/// Found by a hostile trial: an approval given after the run's time budget
+/// ran out opened the valve. It must not: the call is answered as refused
+/// for time, the run stops on its time budget, the actuator stays still.
+#[test]
+fn an_approval_after_the_time_budget_moves_nothing() {
+    let Some(mut qemu) = started() else { return };
+    assert_eq!(
+        qemu.console_command("timeout 5000"),
+        "ok approval_timeout_ms=5000"
+    );
+    assert_eq!(
+        qemu.console_command("deadline 300"),
+        "ok time_budget_ms=300"
+    );
+    // The deadline applies from the next start.
+    qemu.start(None);
+    qemu.send_frame(&format!(
+        "PROPOSE {}",
+        tool("water", "HassValveOpen", r#"{"name":"valve"}"#)
+    ));
+    assert_eq!(qemu.read_console_line(), valve_prompt("water"));
+    std::thread::sleep(Duration::from_millis(400));
+    // Operator answers ignore case.
+    assert_eq!(qemu.console_command("Y"), "approved water");
+    assert_eq!(
+        qemu.read_console_line(),
+        "too late: the run's time budget ran out; not executed"
+    );
+    assert_eq!(
+        qemu.read_frame(),
+        refused(0, "water", "HassValveOpen", "time-budget")
+    );
+    assert_eq!(qemu.read_frame(), stopped(0, "time-budget"));
+    assert_eq!(qemu.leds(), 0, "the valve did not move");
+    assert_eq!(qemu.propose(&final_("done")), error("run-stopped"));
+}
