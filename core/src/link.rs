@@ -25,7 +25,8 @@ use serde::Serialize;
 
 use crate::pyjson::{self, EncodeError};
 
-/// Most bytes in one frame line, checksum included, line end excluded.
+/// Most bytes in one frame line, checksum included, `\n` excluded (a `\r`
+/// before it counts).
 pub const FRAME_MAX: usize = 1024;
 
 /// The protocol version carried in `HELLO` replies.
