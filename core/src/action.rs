@@ -374,9 +374,10 @@ impl<const S: usize> Action<S> {
             _ => return Err(ActionError::NotAnObject),
         }
         let mut seen = 0u8;
-        let mut kind: Option<bool> = None; // Some(true) = final
-                                           // Strings and arguments are filled in place: with the default
-                                           // capacity they are tens of kilobytes, and every move is a copy.
+        // Some(true) = final, Some(false) = tool.
+        let mut kind: Option<bool> = None;
+        // Strings and arguments are filled in place: with the default
+        // capacity they are tens of kilobytes, and every move is a copy.
         let mut text: String<S> = String::new();
         let mut call_id: Option<Identifier> = None;
         let mut name: Option<Identifier> = None;
