@@ -542,6 +542,20 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
         })
     }
 
+    /// Ends the awaited call without running it: the host refused it after
+    /// [`Verdict::Execute`] (its arguments broke the tool's signature, or a
+    /// human said no). The attempt stays counted; the trace row records
+    /// `executed: false, ok: false`, so the trace says what really happened.
+    /// The contract has no such step (`SPEC A2` knows no approval); it is how
+    /// `SPEC C`'s refusals are recorded in an A2 run.
+    pub fn refuse(&mut self) -> Result<Progress, RunError> {
+        let done = self.complete(None::<&()>)?;
+        if let Some(TraceRow::Tool { executed, .. }) = self.trace.last_mut() {
+            *executed = false;
+        }
+        Ok(done.progress)
+    }
+
     /// The status once stopped, `None` while running.
     pub fn status(&self) -> Option<Status> {
         match self.state {
@@ -758,6 +772,25 @@ mod tests {
             run.complete(Some(&f64::NAN)).unwrap().data,
             ObservationData::ToolError
         );
+    }
+
+    #[test]
+    fn a_refused_call_is_counted_but_recorded_as_not_executed() {
+        let mut run: Run = Run::new(RunLimits::new(2, 4).unwrap(), tools());
+        assert_eq!(run.refuse(), Err(RunError::NoPendingCall));
+        run.decide(Some(&add("c1"))).unwrap();
+        assert_eq!(run.refuse(), Ok(Progress::Continue));
+        assert_eq!(run.tool_attempts(), 1);
+        assert!(matches!(
+            run.trace()[0],
+            TraceRow::Tool {
+                executed: false,
+                ok: false,
+                ..
+            }
+        ));
+        run.decide(Some(&add("c2"))).unwrap();
+        assert_eq!(run.refuse(), Ok(Progress::Stopped(Status::DecisionBudget)));
     }
 
     #[test]

@@ -535,8 +535,8 @@ impl Gate {
     }
 
     /// Ends a counted attempt whose tool did not run (invalid arguments,
-    /// approval refused): the core records it as a failed tool
-    /// (`complete(None)`), the wire says `executed: false` and why.
+    /// approval refused, too late): the core records it as not executed
+    /// (`Run::refuse`), and so does the wire, with the reason.
     fn refuse<W: Write>(
         &mut self,
         agent: &mut W,
@@ -544,12 +544,12 @@ impl Gate {
         call: &DeviceCall,
         why: &'static str,
     ) -> Result<(), W::Error> {
-        let done = match self.run.complete(None::<&ToolResult>) {
-            Ok(done) => done,
+        let progress = match self.run.refuse() {
+            Ok(progress) => progress,
             Err(e) => return self.internal(agent, e),
         };
         self.observation(agent, step, call, false, Data::Word(why))?;
-        self.after(agent, step, done.progress)
+        self.after(agent, step, progress)
     }
 
     fn after<W: Write>(
