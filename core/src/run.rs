@@ -488,19 +488,17 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
             ));
         }
         self.tool_attempts += 1;
+        let tool = self.tools.position(&call.name);
         let row = TraceRow::Tool {
             step,
             call_id: call.call_id.clone(),
             name: call.name.clone(),
-            executed: false,
+            executed: tool.is_some(),
             ok: false,
         };
-        match self.tools.position(&call.name) {
+        match tool {
             Some(tool) => {
                 self.push(row);
-                if let Some(TraceRow::Tool { executed, .. }) = self.trace.last_mut() {
-                    *executed = true;
-                }
                 self.state = State::AwaitingOutcome;
                 Ok(Verdict::Execute { tool })
             }

@@ -10,6 +10,7 @@ pub mod convert;
 pub mod device;
 pub mod driver;
 pub mod eval;
+pub mod input;
 pub mod replay;
 pub mod strict;
 pub mod tools;

@@ -768,54 +768,37 @@ fn fmt_seconds(ms: u64) -> String {
 
 /// The name an input path is reported under (`<stdin>` for `-`).
 fn input_name(path: &Path) -> String {
-    if path == Path::new("-") {
-        "<stdin>".to_owned()
-    } else {
-        path.display().to_string()
-    }
+    crate::input::display_name(path).into_owned()
 }
 
 /// Reads UTF-8 text of at most `limit` bytes from `reader`: reads at most
 /// `limit + 1` bytes, so an endless input (`/dev/zero`) is refused without
 /// being read whole. `what` names the kind of input in the error.
 pub fn read_limited(reader: impl Read, limit: u64, what: &str) -> Result<String, String> {
-    let mut bytes = Vec::new();
-    reader
-        .take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read: {e}"))?;
-    if bytes.len() as u64 > limit {
-        return Err(too_large(limit, what));
-    }
+    text_of(crate::input::read_bounded(reader, limit), what)
+}
+
+/// Reads an input file (`-`: standard input) of at most `limit` bytes. A
+/// regular file known to be larger is refused before reading.
+fn read_input(path: &Path, limit: u64, what: &str) -> Result<String, String> {
+    text_of(crate::input::read_path(path, limit), what)
+}
+
+/// The read bytes as UTF-8 text, or the one-line reason they are not.
+fn text_of(read: Result<Vec<u8>, crate::input::ReadError>, what: &str) -> Result<String, String> {
+    let bytes = read.map_err(|e| match e {
+        crate::input::ReadError::Io(e) => format!("cannot read: {e}"),
+        crate::input::ReadError::TooLarge { limit } => format!(
+            "larger than {} MiB, the limit for {what}; refused",
+            limit >> 20
+        ),
+    })?;
     String::from_utf8(bytes).map_err(|e| {
         format!(
             "not UTF-8 text (an invalid byte at offset {})",
             e.utf8_error().valid_up_to()
         )
     })
-}
-
-fn too_large(limit: u64, what: &str) -> String {
-    format!(
-        "larger than {} MiB, the limit for {what}; refused",
-        limit >> 20
-    )
-}
-
-/// Reads an input file (`-`: standard input) of at most `limit` bytes. A
-/// regular file known to be larger is refused before reading.
-fn read_input(path: &Path, limit: u64, what: &str) -> Result<String, String> {
-    if path == Path::new("-") {
-        return read_limited(std::io::stdin().lock(), limit, what);
-    }
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
-    if file
-        .metadata()
-        .is_ok_and(|m| m.is_file() && m.len() > limit)
-    {
-        return Err(too_large(limit, what));
-    }
-    read_limited(file, limit, what)
 }
 
 fn load(args: &ReplayArgs) -> Result<(ReplayBudget, String), (String, String)> {

@@ -95,8 +95,3 @@ fn float(v: &Scalar) -> Result<f64, String> {
         _ => Err("not a number".into()),
     }
 }
-
-/// A validated scalar as a JSON value (integers stay integers).
-///
-/// Kept under its first name; it lives in [`crate::convert`] now.
-pub use crate::convert::value_from_scalar as scalar_to_value;

@@ -5,7 +5,9 @@ pub mod eval;
 pub mod plan;
 pub mod run;
 
-use std::io::Read as _;
+use std::path::Path;
+
+use budgetgate::input::{read_path, ReadError};
 use std::process::ExitCode;
 
 /// How a subcommand ended; the process exit status.
@@ -54,13 +56,9 @@ impl InputError {
     }
 }
 
-/// The name a path is reported under.
-pub fn display_name(path: &str) -> &str {
-    if path == "-" {
-        "<stdin>"
-    } else {
-        path
-    }
+/// The name a path is reported under (`<stdin>` for `-`).
+pub fn display_name(path: &str) -> String {
+    budgetgate::input::display_name(Path::new(path)).into_owned()
 }
 
 /// Largest plan, limits or script file read, in bytes. A valid plan is at
@@ -72,25 +70,15 @@ pub const MAX_INPUT_BYTES: u64 = 16 << 20;
 /// standard input. A larger input is refused without being read whole.
 pub fn read_input(path: &str) -> Result<Vec<u8>, InputError> {
     let name = display_name(path);
-    let mut bytes = Vec::new();
-    let read = if path == "-" {
-        std::io::stdin()
-            .lock()
-            .take(MAX_INPUT_BYTES + 1)
-            .read_to_end(&mut bytes)
-    } else {
-        std::fs::File::open(path).and_then(|f| f.take(MAX_INPUT_BYTES + 1).read_to_end(&mut bytes))
-    };
-    read.map_err(|e| InputError::new(name, format!("cannot read: {e}")))?;
-    if bytes.len() as u64 > MAX_INPUT_BYTES {
-        return Err(InputError::new(
-            name,
-            format!("larger than {} MiB; refused", MAX_INPUT_BYTES >> 20),
-        ));
-    }
+    let bytes = read_path(Path::new(path), MAX_INPUT_BYTES).map_err(|e| match e {
+        ReadError::Io(e) => InputError::new(&name, format!("cannot read: {e}")),
+        ReadError::TooLarge { limit } => {
+            InputError::new(&name, format!("larger than {} MiB; refused", limit >> 20))
+        }
+    })?;
     if bytes.starts_with(b"\xEF\xBB\xBF") {
         return Err(InputError::new(
-            name,
+            &name,
             "starts with a UTF-8 byte-order mark, which JSON input must not have",
         ));
     }

@@ -71,7 +71,7 @@ pub fn main(args: &PlanArgs) -> Outcome {
 }
 
 fn plan(args: &PlanArgs) -> Result<Outcome, InputError> {
-    let name = display_name(&args.file);
+    let name = &display_name(&args.file);
     if args.file == "-" && args.limits.as_deref() == Some("-") {
         return Err(InputError::new(
             name,
@@ -127,7 +127,7 @@ fn plan_error(name: &str, bytes: &[u8], error: PlanError) -> InputError {
 
 fn limits(args: &PlanArgs) -> Result<(Limits, LimitsSource), InputError> {
     if let Some(path) = &args.limits {
-        let name = display_name(path);
+        let name = &display_name(path);
         let bytes = read_input(path)?;
         let limits = Limits::parse(&bytes).map_err(|e| {
             let position = match e {

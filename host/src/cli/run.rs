@@ -80,7 +80,7 @@ fn detail(error: EvalError) -> String {
 }
 
 fn run(args: &RunArgs) -> Result<Outcome, InputError> {
-    let name = display_name(&args.script);
+    let name = &display_name(&args.script);
     let bytes = read_input(&args.script)?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|e| InputError::new(name, format!("not UTF-8: {e}")))?;
