@@ -33,30 +33,36 @@ impl fmt::Display for IdentifierError {
 
 impl core::error::Error for IdentifierError {}
 
-/// Checks `text` against `[first][rest]{0,max-1}`, whole string, ASCII only.
+/// Checks a text, given as its characters' code points, against
+/// `[first][rest]{0,max-1}`, whole string, ASCII only. The bytes of a `&str`
+/// serve as well as its characters: a byte above 0x7F is never allowed, and
+/// an all-ASCII text has as many bytes as characters.
 pub(crate) fn check(
-    text: &str,
+    codes: impl Iterator<Item = u32>,
     max: usize,
     first: fn(u8) -> bool,
     rest: fn(u8) -> bool,
 ) -> Result<(), IdentifierError> {
-    let bytes = text.as_bytes();
-    let (head, tail) = bytes.split_first().ok_or(IdentifierError::Empty)?;
-    if !first(*head) {
+    let allowed =
+        |c: u32, class: fn(u8) -> bool| u8::try_from(c).is_ok_and(|b| b.is_ascii() && class(b));
+    let mut codes = codes;
+    let head = codes.next().ok_or(IdentifierError::Empty)?;
+    if !allowed(head, first) {
         return Err(IdentifierError::BadFirst);
     }
-    if !tail.iter().all(|b| rest(*b)) {
-        return Err(IdentifierError::BadCharacter);
+    let mut len = 1;
+    for c in codes {
+        if !allowed(c, rest) {
+            return Err(IdentifierError::BadCharacter);
+        }
+        len += 1;
     }
-    // Every accepted byte is ASCII, so bytes are characters here.
-    if bytes.len() > max {
+    if len > max {
         return Err(IdentifierError::TooLong);
     }
     Ok(())
 }
 
-/// Defines a validated identifier type: a `heapless::String<$cap>` whose
-/// text matches `$pattern`, checked by the `$first` and `$rest` byte tests.
 macro_rules! identifier {
     ($(#[$doc:meta])* $name:ident, $cap:expr, $first:expr, $rest:expr, $pattern:literal) => {
         $(#[$doc])*
@@ -69,11 +75,52 @@ macro_rules! identifier {
 
             /// Validates `text` and copies it.
             pub fn new(text: &str) -> Result<Self, $crate::ident::IdentifierError> {
-                $crate::ident::check(text, $cap, $first, $rest)?;
+                $crate::ident::check(text.bytes().map(u32::from), $cap, $first, $rest)?;
                 let mut owned = heapless::String::new();
                 owned
                     .push_str(text)
                     .map_err(|_| $crate::ident::IdentifierError::TooLong)?;
+                Ok(Self(owned))
+            }
+
+            /// A value from a text the caller has already checked against
+            /// the pattern (the action scanner does, as it reads).
+            #[allow(dead_code)]
+            pub(crate) fn from_checked(text: &str) -> Result<Self, $crate::ident::IdentifierError> {
+                debug_assert!(Self::check_str(text).is_ok());
+                let mut owned = heapless::String::new();
+                owned
+                    .push_str(text)
+                    .map_err(|_| $crate::ident::IdentifierError::TooLong)?;
+                Ok(Self(owned))
+            }
+
+            /// Whether `chars` would make a valid value, without building it.
+            #[allow(dead_code)]
+            pub(crate) fn check_chars(
+                chars: impl Iterator<Item = char>,
+            ) -> Result<(), $crate::ident::IdentifierError> {
+                $crate::ident::check(chars.map(u32::from), $cap, $first, $rest)
+            }
+
+            /// Whether the bytes of `text` would make a valid value, without building it.
+            #[allow(dead_code)]
+            pub(crate) fn check_str(text: &str) -> Result<(), $crate::ident::IdentifierError> {
+                $crate::ident::check(text.bytes().map(u32::from), $cap, $first, $rest)
+            }
+
+            /// Validates a text given as its characters, as `new` does.
+            #[allow(dead_code)]
+            pub(crate) fn from_chars(
+                chars: impl Iterator<Item = char> + Clone,
+            ) -> Result<Self, $crate::ident::IdentifierError> {
+                $crate::ident::check(chars.clone().map(u32::from), $cap, $first, $rest)?;
+                let mut owned = heapless::String::new();
+                for c in chars {
+                    owned
+                        .push(c)
+                        .map_err(|_| $crate::ident::IdentifierError::TooLong)?;
+                }
                 Ok(Self(owned))
             }
 

@@ -1,11 +1,18 @@
-//! The strict JSON reader every untrusted document passes through.
+//! The strict JSON rules every untrusted document is read by, and the general
+//! reader for plans, limits, token usage and tool-call fingerprints.
 //!
-//! A thin layer over `picojson`'s pull parser (no recursion, no allocation, no
-//! `unsafe`), adding the rules the contract asks for on top of RFC 8259:
-//! a byte-order mark, invalid UTF-8 and trailing non-whitespace are refused with
-//! their own reasons, and the typed readers built on it refuse duplicate keys.
-//! Lone surrogate escapes, raw control characters, leading zeros and
-//! `NaN`/`Infinity` literals are refused by the parser itself. `SPEC A1`.
+//! The reader is a thin layer over `picojson`'s pull parser (no recursion, no
+//! allocation, no `unsafe`), adding the rules the contract asks for on top of
+//! RFC 8259: a byte-order mark, invalid UTF-8 and trailing non-whitespace are
+//! refused with their own reasons, and the typed readers built on it refuse
+//! duplicate keys. Lone surrogate escapes, raw control characters, leading
+//! zeros and `NaN`/`Infinity` literals are refused by the parser itself.
+//! `SPEC A1`.
+//!
+//! Actions, the hot path, are read instead by a scanner specialised to their
+//! two shapes (`action::scan`), which applies the same rules in one pass:
+//! the document checks (`check_document`) and float reading (`parse_float`)
+//! are shared by both.
 
 use core::fmt;
 
@@ -96,23 +103,34 @@ impl Number {
     }
 }
 
-/// Reads a float literal (valid JSON) exactly, as Python's `float()` does.
+/// Reads a float literal (valid JSON) exactly, as Python's `float()` does:
+/// by Clinger's fast path when it applies, otherwise by core's correctly
+/// rounded parser, or, without the `exact-floats` feature, not at all
+/// ([`JsonError::FloatPrecision`]).
+pub(crate) fn parse_float(raw: &str) -> Result<f64, JsonError> {
+    match fast_float(raw) {
+        Err(JsonError::FloatPrecision) => exact_float(raw),
+        other => other,
+    }
+}
+
 #[cfg(feature = "exact-floats")]
-fn parse_float(raw: &str) -> Result<f64, JsonError> {
+fn exact_float(raw: &str) -> Result<f64, JsonError> {
     raw.parse().map_err(|_| JsonError::Syntax)
+}
+
+#[cfg(not(feature = "exact-floats"))]
+fn exact_float(_raw: &str) -> Result<f64, JsonError> {
+    Err(JsonError::FloatPrecision)
 }
 
 /// Reads a float literal exactly when Clinger's fast path applies: a decimal
 /// mantissa of at most 2^53 and a power of ten within ±22 are both exact
 /// doubles, so one IEEE multiplication or division rounds correctly. Literals
 /// of magnitude at least 1e309 are infinite and those below 1e-324 are zero,
-/// as in the exact parser. Anything else is refused, never read approximately.
-#[cfg(not(feature = "exact-floats"))]
-fn parse_float(raw: &str) -> Result<f64, JsonError> {
-    const POW10: [f64; 23] = [
-        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
-        1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
-    ];
+/// as in the exact parser. Anything else is refused
+/// ([`JsonError::FloatPrecision`]), never read approximately.
+fn fast_float(raw: &str) -> Result<f64, JsonError> {
     let (negative, body) = match raw.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, raw),
@@ -176,24 +194,35 @@ fn parse_float(raw: &str) -> Result<f64, JsonError> {
     if top <= -325 {
         return Ok(signed(0.0));
     }
-    let mut mantissa = mantissa.ok_or(JsonError::FloatPrecision)?;
-    let mut scale = exp - fraction_digits;
-    while mantissa.is_multiple_of(10) && scale < 0 {
+    let mantissa = mantissa.ok_or(JsonError::FloatPrecision)?;
+    exact_product(mantissa, exp - fraction_digits)
+        .map(signed)
+        .ok_or(JsonError::FloatPrecision)
+}
+
+/// `mantissa × 10^scale`, when Clinger's fast path makes it exact: a
+/// mantissa of at most 2^53 (after dropping trailing zeros against a
+/// negative scale) and a power of ten within ±22 are both exact doubles, so
+/// one IEEE multiplication or division rounds correctly. `None` otherwise.
+pub(crate) fn exact_product(mantissa: u64, scale: i64) -> Option<f64> {
+    const POW10: [f64; 23] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+        1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+    ];
+    let (mut mantissa, mut scale) = (mantissa, scale);
+    while mantissa.is_multiple_of(10) && mantissa != 0 && scale < 0 {
         mantissa /= 10;
         scale += 1;
     }
     if mantissa > 1 << 53 {
-        return Err(JsonError::FloatPrecision);
+        return None;
     }
-    let power = POW10
-        .get(usize::try_from(scale.unsigned_abs()).unwrap_or(usize::MAX))
-        .ok_or(JsonError::FloatPrecision)?;
-    let value = if scale >= 0 {
+    let power = POW10.get(usize::try_from(scale.unsigned_abs()).ok()?)?;
+    Some(if scale >= 0 {
         mantissa as f64 * power
     } else {
         mantissa as f64 / power
-    };
-    Ok(signed(value))
+    })
 }
 
 /// Refuses a `\u` escape of a lone surrogate: a high one (D800..DBFF) not
@@ -241,6 +270,24 @@ fn check_surrogate_escapes(bytes: &[u8]) -> Result<(), JsonError> {
     Ok(())
 }
 
+/// The checks every document passes first, whatever reads it: no byte-order
+/// mark, valid UTF-8 throughout, not empty. Returns the text.
+pub(crate) fn check_document(bytes: &[u8]) -> Result<&str, JsonError> {
+    if bytes.starts_with(b"\xEF\xBB\xBF") {
+        return Err(JsonError::ByteOrderMark);
+    }
+    let text = core::str::from_utf8(bytes).map_err(|e| JsonError::InvalidUtf8 {
+        offset: e.valid_up_to(),
+    })?;
+    if bytes
+        .iter()
+        .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+    {
+        return Err(JsonError::Empty);
+    }
+    Ok(text)
+}
+
 /// A pull reader over one complete document.
 pub(crate) struct Reader<'a, 'b> {
     parser: SliceParser<'a, 'b>,
@@ -250,18 +297,7 @@ impl<'a, 'b> Reader<'a, 'b> {
     /// Checks the encoding and opens the document; `scratch` receives strings
     /// that contain escapes, so it bounds the longest such string.
     pub(crate) fn new(bytes: &'a [u8], scratch: &'b mut [u8]) -> Result<Self, JsonError> {
-        if bytes.starts_with(b"\xEF\xBB\xBF") {
-            return Err(JsonError::ByteOrderMark);
-        }
-        let text = core::str::from_utf8(bytes).map_err(|e| JsonError::InvalidUtf8 {
-            offset: e.valid_up_to(),
-        })?;
-        if text
-            .trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'))
-            .is_empty()
-        {
-            return Err(JsonError::Empty);
-        }
+        let text = check_document(bytes)?;
         check_surrogate_escapes(bytes)?;
         Ok(Self {
             parser: SliceParser::with_buffer(text, scratch),
@@ -350,9 +386,8 @@ mod tests {
         }
     }
 
-    /// The small parser must agree bit for bit with the exact one wherever it
-    /// answers, and refuse the rest.
-    #[cfg(not(feature = "exact-floats"))]
+    /// The fast path must agree bit for bit with the exact parser wherever
+    /// it answers, and refuse the rest.
     #[test]
     fn small_float_parser_is_exact_where_it_answers() {
         let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -385,7 +420,7 @@ mod tests {
                 text = std::format!("{text}e{exp}");
             }
             let exact: f64 = text.parse().unwrap();
-            match parse_float(&text) {
+            match fast_float(&text) {
                 Ok(v) => {
                     assert_eq!(v.to_bits(), exact.to_bits(), "{text}");
                     answered += 1;
@@ -394,19 +429,16 @@ mod tests {
             }
         }
         assert!(answered > 50_000, "only {answered} answered");
-        assert_eq!(parse_float("1e400"), Ok(f64::INFINITY));
+        assert_eq!(fast_float("1e400"), Ok(f64::INFINITY));
+        assert_eq!(fast_float("-1e99999999999999999999"), Ok(f64::NEG_INFINITY));
+        assert_eq!(fast_float("1e-400"), Ok(0.0));
+        assert_eq!(fast_float("0.000e5"), Ok(0.0));
+        assert_eq!(fast_float("1e300"), Err(JsonError::FloatPrecision));
         assert_eq!(
-            parse_float("-1e99999999999999999999"),
-            Ok(f64::NEG_INFINITY)
-        );
-        assert_eq!(parse_float("1e-400"), Ok(0.0));
-        assert_eq!(parse_float("0.000e5"), Ok(0.0));
-        assert_eq!(parse_float("1e300"), Err(JsonError::FloatPrecision));
-        assert_eq!(
-            parse_float("0.30000000000000004"),
+            fast_float("0.30000000000000004"),
             Err(JsonError::FloatPrecision)
         );
-        assert_eq!(parse_float("1000000.0"), Ok(1e6));
-        assert_eq!(parse_float("-2.5E-3"), Ok(-0.0025));
+        assert_eq!(fast_float("1000000.0"), Ok(1e6));
+        assert_eq!(fast_float("-2.5E-3"), Ok(-0.0025));
     }
 }

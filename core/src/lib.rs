@@ -6,8 +6,9 @@
 //! feeds it proposals and outcomes and gets verdicts back.
 //!
 //! What it implements (the behaviour contract, `SPEC.md`):
-//! * [`Action::parse`]: action validation, stricter than the reference at the
-//!   JSON level (`SPEC A1`);
+//! * [`ActionRef::parse`]: action validation in one pass, stricter than the
+//!   reference at the JSON level, with every string left in the document
+//!   (`SPEC A1`); [`Action::parse`] adds an owned copy;
 //! * [`Run`]: the bounded run as a state machine (`SPEC A2`), with results
 //!   measured byte-exactly by [`pyjson`];
 //! * [`trace_work`]: the work units of a trace (`SPEC A3`);
@@ -22,8 +23,9 @@
 //!
 //! Sizes with the default capacities (x86_64, checked by the `state_sizes`
 //! test): [`Run`] 3736 bytes, [`Plan`] 1800 bytes, [`TurnGate`] 4208 bytes,
-//! [`Action`] 64560 bytes (its strings hold 2000 characters of 4-byte UTF-8
-//! each; a device picks a smaller capacity, e.g. `Action<256>`).
+//! [`ActionRef`] 496 bytes whatever the action holds; an owned [`Action`]
+//! 64560 bytes (its strings hold 2000 characters of 4-byte UTF-8 each; a
+//! smaller capacity such as `Action<256>` refuses longer strings).
 //!
 //! ```
 //! use budgetgate_core::{Plan, Limits, StopReason, LimitKey};
@@ -68,7 +70,10 @@ pub mod run;
 pub mod turn;
 pub mod work;
 
-pub use action::{Action, ActionError, Arguments, Field, Scalar, ToolCall};
+pub use action::{
+    Action, ActionError, ActionRef, Arguments, ArgumentsRef, Field, JsonStr, Proposal, Scalar,
+    ScalarRef, ToolCall, ToolCallRef,
+};
 pub use ident::{ArgumentKey, Identifier, IdentifierError, PlanId};
 pub use json::JsonError;
 pub use plan::{
@@ -92,9 +97,13 @@ mod tests {
     fn state_sizes() {
         let run = core::mem::size_of::<Run>();
         let action = core::mem::size_of::<Action>();
+        let view = core::mem::size_of::<ActionRef>();
         let plan = core::mem::size_of::<Plan>();
         let gate = core::mem::size_of::<TurnGate>();
-        println!("Run = {run} B, Action = {action} B, Plan = {plan} B, TurnGate = {gate} B");
+        println!(
+            "Run = {run} B, ActionRef = {view} B, Action = {action} B, Plan = {plan} B, TurnGate = {gate} B"
+        );
+        assert!(view <= 512, "ActionRef grew to {view} bytes");
         assert!(run <= 4096, "Run grew to {run} bytes");
         assert!(plan <= 2048, "Plan grew to {plan} bytes");
         assert!(gate <= 8192, "TurnGate grew to {gate} bytes");

@@ -9,7 +9,7 @@
 
 use core::fmt;
 
-use crate::action::{Arguments, Scalar};
+use crate::action::{ArgumentsRef, JsonStr, ScalarRef};
 use crate::run::{ToolSet, ToolSetError};
 
 /// The type and range of one parameter.
@@ -107,9 +107,9 @@ impl core::error::Error for ArgumentError {}
 impl ToolSpec {
     /// Checks `args` against the signature: no unknown keys, every required
     /// parameter present, each value of its type and within its range.
-    pub fn check<const S: usize>(&self, args: &Arguments<S>) -> Result<(), ArgumentError> {
+    pub fn check(&self, args: &ArgumentsRef<'_>) -> Result<(), ArgumentError> {
         for (index, (key, _)) in args.iter().enumerate() {
-            if !self.params.iter().any(|p| p.key == key.as_str()) {
+            if !self.params.iter().any(|p| key == p.key) {
                 return Err(ArgumentError::Unexpected { index: index as u8 });
             }
         }
@@ -121,15 +121,15 @@ impl ToolSpec {
                 continue;
             };
             match (param.kind, value) {
-                (ParamKind::Int { min, max }, Scalar::Int(v)) => {
-                    if !(min..=max).contains(v) {
+                (ParamKind::Int { min, max }, ScalarRef::Int(v)) => {
+                    if !(min..=max).contains(&v) {
                         return Err(ArgumentError::OutOfRange(param.key));
                     }
                 }
-                (ParamKind::Bool, Scalar::Bool(_)) => {}
-                (ParamKind::Number, Scalar::Int(_) | Scalar::Float(_)) => {}
-                (ParamKind::Choice(choices), Scalar::Str(s)) => {
-                    if !choices.contains(&s.as_str()) {
+                (ParamKind::Bool, ScalarRef::Bool(_)) => {}
+                (ParamKind::Number, ScalarRef::Int(_) | ScalarRef::Float(_)) => {}
+                (ParamKind::Choice(choices), ScalarRef::Str(s)) => {
+                    if !choices.iter().any(|c| s == *c) {
                         return Err(ArgumentError::NotAChoice(param.key));
                     }
                 }
@@ -140,9 +140,9 @@ impl ToolSpec {
     }
 
     /// The integer argument `key`, once [`ToolSpec::check`] has passed.
-    pub fn int<const S: usize>(args: &Arguments<S>, key: &str) -> Option<i64> {
+    pub fn int(args: &ArgumentsRef<'_>, key: &str) -> Option<i64> {
         match args.get(key) {
-            Some(Scalar::Int(v)) => Some(*v),
+            Some(ScalarRef::Int(v)) => Some(v),
             _ => None,
         }
     }
@@ -150,18 +150,18 @@ impl ToolSpec {
     /// The numeric argument `key` (integer or float) as an `f64`, once
     /// [`ToolSpec::check`] has passed. Exact: every integer an action may
     /// carry (`|x| <= 1e6`) is an `f64`.
-    pub fn number<const S: usize>(args: &Arguments<S>, key: &str) -> Option<f64> {
+    pub fn number(args: &ArgumentsRef<'_>, key: &str) -> Option<f64> {
         match args.get(key) {
-            Some(Scalar::Int(v)) => Some(*v as f64),
-            Some(Scalar::Float(v)) => Some(*v),
+            Some(ScalarRef::Int(v)) => Some(v as f64),
+            Some(ScalarRef::Float(v)) => Some(v),
             _ => None,
         }
     }
 
     /// The string argument `key`, once [`ToolSpec::check`] has passed.
-    pub fn text<'a, const S: usize>(args: &'a Arguments<S>, key: &str) -> Option<&'a str> {
+    pub fn text<'a>(args: &ArgumentsRef<'a>, key: &str) -> Option<JsonStr<'a>> {
         match args.get(key) {
-            Some(Scalar::Str(s)) => Some(s.as_str()),
+            Some(ScalarRef::Str(s)) => Some(s),
             _ => None,
         }
     }
@@ -181,7 +181,7 @@ pub fn tool_set<const N: usize>(specs: &[ToolSpec]) -> Result<ToolSet<N>, ToolSe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::action::Action;
+    use crate::action::ActionRef;
 
     const LIGHT_SET: ToolSpec = ToolSpec {
         name: "HassLightSet",
@@ -201,12 +201,13 @@ mod tests {
         needs_approval: false,
     };
 
-    fn args(json: &str) -> Arguments<64> {
+    fn args(json: &str) -> ArgumentsRef<'static> {
         let text =
             format!(r#"{{"kind":"tool","call_id":"c","name":"HassLightSet","arguments":{json}}}"#);
-        match Action::<64>::parse(text.as_bytes()).unwrap() {
-            Action::Tool(call) => call.arguments,
-            Action::Final { .. } => unreachable!(),
+        let text: &'static str = Box::leak(text.into_boxed_str());
+        match ActionRef::parse(text.as_bytes()).unwrap() {
+            ActionRef::Tool(call) => call.arguments,
+            ActionRef::Final { .. } => unreachable!(),
         }
     }
 

@@ -7,17 +7,17 @@
 //! the reference does and records the observation's verdict and the trace row.
 //!
 //! ```
-//! use budgetgate_core::{Action, Run, RunLimits, ToolSet, Verdict, Status, Progress};
+//! use budgetgate_core::{ActionRef, Run, RunLimits, ToolSet, Verdict, Status, Progress};
 //!
 //! let mut tools = ToolSet::new();
 //! tools.try_add("add").unwrap();
 //! let mut run: Run = Run::new(RunLimits::DEFAULT, tools);
 //!
-//! let call = Action::<64>::parse(br#"{"kind":"tool","call_id":"c1","name":"add","arguments":{"a":7,"b":8}}"#);
+//! let call = ActionRef::parse(br#"{"kind":"tool","call_id":"c1","name":"add","arguments":{"a":7,"b":8}}"#);
 //! let Verdict::Execute { tool: 0, .. } = run.decide(call.as_ref().ok()).unwrap() else { panic!() };
 //! assert_eq!(run.complete(Some(&15)).unwrap().progress, Progress::Continue);
 //!
-//! let answer = Action::<64>::parse(br#"{"kind":"final","text":"15"}"#);
+//! let answer = ActionRef::parse(br#"{"kind":"final","text":"15"}"#);
 //! assert_eq!(run.decide(answer.as_ref().ok()).unwrap(), Verdict::Stop(Status::Final));
 //! assert_eq!((run.trace().len(), run.tool_attempts()), (2, 1));
 //! ```
@@ -27,7 +27,7 @@ use core::fmt;
 use heapless::Vec;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use crate::action::Action;
+use crate::action::Proposal;
 use crate::ident::{Identifier, IdentifierError};
 use crate::limits::{
     DEFAULT_MAX_DECISIONS, DEFAULT_MAX_TOOL_CALLS, MAX_DECISIONS, MAX_RESULT_BYTES, MAX_STEPS,
@@ -440,9 +440,9 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
     /// `proposal` is `None` when the policy failed or its proposal did not
     /// validate. The checks run in the contract's order: invalid proposal,
     /// final, duplicate call id, tool budget, then the attempt is counted.
-    pub fn decide<const S: usize>(
+    pub fn decide<P: Proposal + ?Sized>(
         &mut self,
-        proposal: Option<&Action<S>>,
+        proposal: Option<&P>,
     ) -> Result<Verdict, RunError> {
         match self.state {
             State::AwaitingProposal => {}
@@ -460,15 +460,16 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
                     Status::PolicyError,
                 ))
             }
-            Some(Action::Final { .. }) => {
-                return Ok(self.stop(TraceRow::Final { step }, Status::Final))
-            }
-            Some(Action::Tool(call)) => call,
+            Some(proposal) => match proposal.tool_call() {
+                None => return Ok(self.stop(TraceRow::Final { step }, Status::Final)),
+                Some(call) => call,
+            },
         };
+        let (call_id, name) = call;
         if self
             .trace
             .iter()
-            .any(|row| matches!(row, TraceRow::Tool { call_id, .. } if *call_id == call.call_id))
+            .any(|row| matches!(row, TraceRow::Tool { call_id: seen, .. } if seen == call_id))
         {
             return Ok(self.stop(
                 TraceRow::Rejected {
@@ -488,11 +489,11 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
             ));
         }
         self.tool_attempts += 1;
-        let tool = self.tools.position(&call.name);
+        let tool = self.tools.position(name);
         let row = TraceRow::Tool {
             step,
-            call_id: call.call_id.clone(),
-            name: call.name.clone(),
+            call_id: call_id.clone(),
+            name: name.clone(),
             executed: tool.is_some(),
             ok: false,
         };
@@ -617,6 +618,7 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::action::Action;
 
     fn action(json: &str) -> Action<256> {
         Action::parse(json.as_bytes()).unwrap()

@@ -30,14 +30,6 @@ pub const APPROVAL_TIMEOUT_MS: u32 = 30_000;
 /// milliseconds (one hour).
 pub const MAX_CONSOLE_MILLIS: u32 = 3_600_000;
 
-/// Byte capacity of every string of a proposal on the device (final text,
-/// string arguments). A string that is valid by the contract (up to 2000
-/// characters) but longer than this is refused as `ActionError::Capacity`,
-/// which the run treats as an invalid proposal (`policy-error`). A frame holds
-/// at most 1024 bytes anyway, so only final texts and string arguments near
-/// the frame limit are affected.
-pub const ACTION_STRING_CAPACITY: usize = 256;
-
 /// Most bytes of one agent-link frame, checksum included (the core's codec).
 pub const FRAME_MAX: usize = link::FRAME_MAX;
 

@@ -14,7 +14,7 @@
 //! | `tools` | the registered tools, `*` = needs approval |
 //! | `buttons` | `buttons=<n>` |
 //! | `uptime` | `uptime_ms=<n>` |
-//! | `ticks` | `last_frame_ticks=<n>`: 25 MHz core clock ticks the last agent frame took, line end to reply (under QEMU `-icount shift=0`, 40 instructions per tick) |
+//! | `ticks` | `last_frame_ticks=<n> verdict_ticks=<m>`: 25 MHz core clock ticks the last agent frame took, line end to reply, and line end to the gate's verdict on its proposal (0 for other requests); under QEMU `-icount shift=0`, 40 instructions per tick |
 //! | `stack` | `stack_peak_bytes=<n>`: the stack's high-water mark (only in a build with `--features stack-paint`) |
 //! | `help` | the list of commands |
 //! | `panic` | none: panics (fail-safe test hook: actuators off, QEMU exits 101) |
@@ -190,7 +190,11 @@ pub fn handle<W: Write>(
         }
         Command::Buttons => reply_number(out, b"buttons=", u64::from(board::read_buttons())),
         Command::Uptime => reply_number(out, b"uptime_ms=", board::now_ms()),
-        Command::Ticks => reply_number(out, b"last_frame_ticks=", gate.last_frame_ticks()),
+        Command::Ticks => {
+            out.write_all(b"last_frame_ticks=")?;
+            write_decimal(out, gate.last_frame_ticks())?;
+            reply_number(out, b" verdict_ticks=", gate.verdict_ticks())
+        }
         Command::Stack => match board::stack_high_water() {
             Some(bytes) => reply_number(out, b"stack_peak_bytes=", u64::from(bytes)),
             None => out.write_all(b"error: build with --features stack-paint\n"),

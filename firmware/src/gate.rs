@@ -3,8 +3,8 @@
 //! measured on the device.
 //!
 //! Per agent frame (`docs/PROTOCOL.md`): a transport error or a request that
-//! is not a proposal uses no decision; `PROPOSE {json}` is parsed with
-//! [`Action::parse_in`] (string capacity [`ACTION_STRING_CAPACITY`]) and decided
+//! is not a proposal uses no decision; `PROPOSE {json}` is validated by
+//! [`ActionRef::parse`] (one pass, strings left in the frame) and decided
 //! by [`Run::decide`]. An accepted call of a registered tool has its
 //! arguments checked against the tool's [`ToolSpec`]; a tool that needs
 //! approval waits for the operator; then the tool runs and its result is
@@ -18,15 +18,16 @@
 use budgetgate_core::link::{self, FrameError, Reply, Request, PROTOCOL_VERSION};
 use budgetgate_core::registry::{tool_set, ToolSpec};
 use budgetgate_core::{
-    Action, Identifier, ObservationData, Progress, Run, RunError, RunLimits, Status, ToolCall,
-    ToolSet, ToolSetError, Verdict,
+    ActionRef, Identifier, ObservationData, Progress, Run, RunError, RunLimits, Status,
+    ToolCallRef, ToolSet, ToolSetError, Verdict,
 };
 use embedded_io::Write;
 use serde::Serialize;
 
+use crate::board;
 use crate::config::{
-    ACTION_STRING_CAPACITY, APPROVAL_TIMEOUT_MS, FRAME_MAX, MAX_DECISIONS, MAX_TOOL_CALLS,
-    RUN_TIME_BUDGET_MS, TOOL_CAPACITY,
+    APPROVAL_TIMEOUT_MS, FRAME_MAX, MAX_DECISIONS, MAX_TOOL_CALLS, RUN_TIME_BUDGET_MS,
+    TOOL_CAPACITY,
 };
 use crate::console::write_decimal;
 use crate::tools::{self, Actuators, Kind, ToolResult, KINDS, SPECS};
@@ -36,10 +37,8 @@ const STEPS: usize = budgetgate_core::limits::MAX_STEPS;
 
 /// The run as the device keeps it.
 pub type DeviceRun = Run<STEPS, TOOL_CAPACITY>;
-/// A proposal as the device parses it.
-pub type DeviceAction = Action<ACTION_STRING_CAPACITY>;
-/// A tool call as the device parses it.
-pub type DeviceCall = ToolCall<ACTION_STRING_CAPACITY>;
+/// A tool call as the device reads it: borrowed from the frame it came in.
+pub type DeviceCall<'a> = ToolCallRef<'a>;
 
 /// The words of the protocol (`docs/PROTOCOL.md`), spelled once.
 pub mod word {
@@ -136,6 +135,9 @@ pub struct Gate {
     actuators: Actuators,
     frame: [u8; FRAME_MAX + 1],
     last_frame_ticks: u64,
+    /// Clock ticks at the last agent frame's line end and at its verdict.
+    frame_start_ticks: u64,
+    verdict_ticks: u64,
 }
 
 impl Gate {
@@ -161,6 +163,8 @@ impl Gate {
             actuators,
             frame: [0; FRAME_MAX + 1],
             last_frame_ticks: 0,
+            frame_start_ticks: 0,
+            verdict_ticks: 0,
         }
     }
 
@@ -225,6 +229,25 @@ impl Gate {
     /// Core clock ticks of the last agent frame ([`Gate::note_frame_ticks`]).
     pub fn last_frame_ticks(&self) -> u64 {
         self.last_frame_ticks
+    }
+
+    /// Records the clock at an agent frame's line end, before it is
+    /// verified: the start of [`Gate::verdict_ticks`].
+    pub fn note_frame_start(&mut self, ticks: u64) {
+        self.frame_start_ticks = ticks;
+        self.verdict_ticks = 0;
+    }
+
+    /// Core clock ticks from the last proposal's line end to its verdict:
+    /// checksum, request, validation, the run's decision and the argument
+    /// check; what the gate adds before an actuator may move (console
+    /// `ticks`). 0 if the last frame was not a proposal.
+    pub fn verdict_ticks(&self) -> u64 {
+        self.verdict_ticks
+    }
+
+    fn note_verdict(&mut self) {
+        self.verdict_ticks = board::clock_ticks().saturating_sub(self.frame_start_ticks);
     }
 
     /// Whether a call waits for the operator (the agent link is not read then).
@@ -316,9 +339,7 @@ impl Gate {
             defmt::info!("run {=u32} step {=u8}: stopped: time-budget", run, step);
             return self.stopped(agent, step, word::TIME_BUDGET);
         }
-        // The reply buffer is free until the reply: it is the parser's
-        // scratch for escaped strings (a frame's worth, always enough).
-        let action = DeviceAction::parse_in(json, &mut self.frame);
+        let action = ActionRef::parse(json);
         if let Err(e) = &action {
             defmt::info!("run {=u32} step {=u8}: invalid proposal: {}", run, step, e);
         }
@@ -327,6 +348,7 @@ impl Gate {
             Err(RunError::Stopped(_)) => return self.error(agent, word::RUN_STOPPED),
             Err(e) => return self.internal(agent, e),
         };
+        self.note_verdict();
         // The proposal stays where it was parsed; everything below borrows it.
         let tool = match (verdict, &action) {
             (Verdict::Stop(status), _) => {
@@ -338,7 +360,7 @@ impl Gate {
                 );
                 return self.stopped(agent, step, status.as_str());
             }
-            (Verdict::UnknownTool { progress }, Ok(Action::Tool(call))) => {
+            (Verdict::UnknownTool { progress }, Ok(ActionRef::Tool(call))) => {
                 defmt::info!(
                     "run {=u32} step {=u8}: {=str} {=str}: unknown tool",
                     run,
@@ -349,16 +371,18 @@ impl Gate {
                 self.observation(agent, step, call, false, Data::Word(word::UNKNOWN_TOOL))?;
                 return self.after(agent, step, progress);
             }
-            (Verdict::Execute { tool }, Ok(Action::Tool(_))) => tool,
+            (Verdict::Execute { tool }, Ok(ActionRef::Tool(_))) => tool,
             (_, _) => return self.internal(agent, RunError::NoPendingCall),
         };
-        let Ok(Action::Tool(call)) = &action else {
+        let Ok(ActionRef::Tool(call)) = &action else {
             return self.internal(agent, RunError::NoPendingCall);
         };
         let Some((spec, kind)) = SPECS.get(tool).zip(KINDS.get(tool).copied()) else {
             return self.internal(agent, RunError::NoPendingCall);
         };
-        if let Err(e) = spec.check(&call.arguments) {
+        let checked = spec.check(&call.arguments);
+        self.note_verdict();
+        if let Err(e) = checked {
             defmt::info!(
                 "run {=u32} step {=u8}: {=str} {=str}: invalid arguments: {}",
                 run,
@@ -430,9 +454,12 @@ impl Gate {
         }
         console.write_all(b"\n")?;
         // The same bytes parse to the same call they did before the prompt.
-        let json = self.pending_json.get(..pending.len).unwrap_or_default();
-        let action = DeviceAction::parse_in(json, &mut self.frame);
-        let Ok(Action::Tool(call)) = &action else {
+        // The call borrows them while the gate changes, so they move out of
+        // the gate first (the buffer is free again: nothing is pending).
+        let kept = core::mem::replace(&mut self.pending_json, [0; FRAME_MAX]);
+        let json = kept.get(..pending.len).unwrap_or_default();
+        let action = ActionRef::parse(json);
+        let Ok(ActionRef::Tool(call)) = &action else {
             return self.internal(agent, RunError::NoPendingCall).map(|()| true);
         };
         // The time budget may have run out while the operator decided: an

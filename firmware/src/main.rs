@@ -121,6 +121,7 @@ fn pump_agent(
         // A line end completes a frame: from here to the last reply byte
         // (checksum, parse, decision, tool, reply) is one gated action.
         let start = board::clock_ticks();
+        gate.note_frame_start(start);
         if let Some(frame) = rx.push(byte) {
             if let Err(e) = gate.on_agent_frame(frame, board::now_ms(), agent, console) {
                 defmt::warn!("agent reply: {}", e);

@@ -27,7 +27,7 @@
 #![forbid(unsafe_code)]
 
 use budgetgate_core::registry::{Param, ParamKind, ToolSpec};
-use budgetgate_core::{Arguments, Scalar};
+use budgetgate_core::{ArgumentsRef, ScalarRef};
 use embedded_hal::digital::{OutputPin, StatefulOutputPin};
 use serde::Serialize;
 
@@ -222,25 +222,22 @@ impl Actuators {
     }
 }
 
-fn name_of<const S: usize>(args: &Arguments<S>) -> Option<&'static str> {
-    match ToolSpec::text(args, "name")? {
-        LAMP => Some(LAMP),
-        VALVE => Some(VALVE),
-        _ => None,
-    }
+fn name_of(args: &ArgumentsRef<'_>) -> Option<&'static str> {
+    let name = ToolSpec::text(args, "name")?;
+    [LAMP, VALVE].into_iter().find(|known| name == *known)
 }
 
 /// Runs tool `kind` with arguments that passed its [`ToolSpec::check`].
 /// `None` is a failed tool (`tool-error`); it cannot happen for checked
 /// arguments, but a tool never trusts that.
-pub fn execute<const S: usize>(
+pub fn execute(
     kind: Kind,
-    args: &Arguments<S>,
+    args: &ArgumentsRef<'_>,
     actuators: &mut Actuators,
 ) -> Option<ToolResult> {
     Some(match kind {
         Kind::Add => match (args.get("a")?, args.get("b")?) {
-            (Scalar::Int(a), Scalar::Int(b)) => ToolResult::Int(a.checked_add(*b)?),
+            (ScalarRef::Int(a), ScalarRef::Int(b)) => ToolResult::Int(a.checked_add(b)?),
             _ => {
                 let sum = ToolSpec::number(args, "a")? + ToolSpec::number(args, "b")?;
                 ToolResult::Float(sum)

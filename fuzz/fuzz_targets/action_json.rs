@@ -1,12 +1,14 @@
-//! `Action::parse` on arbitrary bytes (`SPEC A1`).
+//! `ActionRef::parse` and `Action::parse` on arbitrary bytes (`SPEC A1`).
 //!
-//! Never panics; an accepted action re-encodes with `pyjson::encode` and
-//! re-parses to an equal action; what the core accepts, serde_json (a
-//! different strict reader) accepts too, with the same strings and numbers.
+//! Never panics; the borrowed view and the owned action give the same
+//! verdict (the same error, or the same action); an accepted action
+//! re-encodes with `pyjson::encode` and re-parses to an equal action; what
+//! the core accepts, serde_json (a different strict reader) accepts too, with
+//! the same strings and numbers.
 #![no_main]
 
 use budgetgate_core::limits::MAX_TEXT_BYTES;
-use budgetgate_core::{pyjson, Action, Scalar};
+use budgetgate_core::{pyjson, Action, ActionRef, Scalar};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
@@ -50,8 +52,24 @@ fn as_value(action: &Action) -> Value {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(action) = Action::<MAX_TEXT_BYTES>::parse(data) else {
-        return;
+    let view = ActionRef::parse(data);
+    let owned = Action::<MAX_TEXT_BYTES>::parse(data);
+    let action = match (&view, owned) {
+        (Ok(view), Ok(action)) => {
+            assert_eq!(view, &action.view(), "view and owned action differ");
+            // The view encodes to the same bytes as the owned action.
+            let mut a = vec![0u8; 128 * 1024];
+            let mut b = vec![0u8; 128 * 1024];
+            let n = pyjson::encode(view, &mut a).expect("a view encodes");
+            let m = pyjson::encode(&action, &mut b).expect("an action encodes");
+            assert_eq!(a[..n], b[..m], "view and owned action encode differently");
+            action
+        }
+        (Err(e), Err(f)) => {
+            assert_eq!(*e, f, "view and owned action refuse for different reasons");
+            return;
+        }
+        (view, owned) => panic!("view {view:?} but owned {owned:?}"),
     };
     // Re-encode byte-exactly and re-parse.
     let mut buf = vec![0u8; 128 * 1024];

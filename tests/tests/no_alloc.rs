@@ -13,9 +13,29 @@ use std::hint::black_box;
 
 use budgetgate_core::limits::MAX_TEXT_BYTES;
 use budgetgate_core::pyjson::{encode, encoded_len, EncodeError};
+use budgetgate_core::registry::{Param, ParamKind, ToolSpec};
 use budgetgate_core::{
-    run_trace_work, trace_work, Action, Identifier, Limits, Plan, Progress, Run, RunLimits, Status,
-    ToolSet, Verdict, WorkRow,
+    run_trace_work, trace_work, Action, ActionRef, Identifier, Limits, Plan, Progress, Run,
+    RunLimits, ScalarRef, Status, ToolSet, Verdict, WorkRow,
+};
+
+/// A tool signature to check arguments against.
+const ADD: ToolSpec = ToolSpec {
+    name: "add",
+    description: "a + b",
+    params: &[
+        Param {
+            key: "a",
+            kind: ParamKind::Number,
+            required: true,
+        },
+        Param {
+            key: "b",
+            kind: ParamKind::Number,
+            required: true,
+        },
+    ],
+    needs_approval: false,
 };
 
 /// Runs `f` and fails if it allocated on this thread.
@@ -105,10 +125,36 @@ fn action_parse_allocates_nothing() {
             Action::<MAX_TEXT_BYTES>::parse(text.as_bytes())
         });
         assert!(got.is_ok(), "{:.80}: {:?}", text, got.err());
+        // The borrowed view, and everything read from it: decoding, owning,
+        // encoding, comparing, checking against a tool signature.
+        no_heap("ActionRef::parse and its readers (valid)", || {
+            let view = ActionRef::parse(text.as_bytes()).expect("valid");
+            let mut out = [0u8; 128 * 1024];
+            encode(&view, &mut out).expect("encodes");
+            assert!(view.to_action::<MAX_TEXT_BYTES>().is_ok());
+            if let ActionRef::Tool(call) = &view {
+                for (key, value) in call.arguments.iter() {
+                    let mut name = heapless::String::<32>::new();
+                    key.decode_into(&mut name).expect("a key fits");
+                    assert!(call.arguments.get(&name).is_some());
+                    if let ScalarRef::Str(s) = value {
+                        let mut decoded = heapless::String::<8000>::new();
+                        s.decode_into(&mut decoded).expect("fits");
+                        assert_eq!(s.char_count(), decoded.chars().count());
+                        assert!(s == decoded.as_str());
+                    }
+                }
+                let _ = ADD.check(&call.arguments);
+            }
+        });
     }
     for text in &invalid {
         let got = no_heap("Action::parse (invalid)", || {
             Action::<MAX_TEXT_BYTES>::parse(text.as_bytes())
+        });
+        assert!(got.is_err(), "{:.80}", text);
+        let got = no_heap("ActionRef::parse (invalid)", || {
+            ActionRef::parse(text.as_bytes())
         });
         assert!(got.is_err(), "{:.80}", text);
     }

@@ -8,7 +8,7 @@
 mod prop_common;
 
 use budgetgate_core::limits::MAX_TEXT_BYTES;
-use budgetgate_core::{pyjson, Action, Scalar};
+use budgetgate_core::{pyjson, Action, ActionRef, Scalar};
 use prop_common::*;
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
@@ -335,6 +335,14 @@ proptest! {
             (Err(_), Err(())) => {}
             _ => prop_assert!(false, "core {:?} but model {:?} for {}",
                 got.map(|a| from_core(&a)), want, shown(&bytes)),
+        }
+        // The borrowed view is the same validation: same verdict, same
+        // error, and the owned action is its copy.
+        let view = ActionRef::parse(&bytes);
+        match (&view, &got) {
+            (Ok(v), Ok(a)) => prop_assert_eq!(v, &a.view()),
+            (Err(e), Err(f)) => prop_assert_eq!(e, f),
+            _ => prop_assert!(false, "view {:?} but owned {:?} for {}", view, got, shown(&bytes)),
         }
     }
 

@@ -403,15 +403,15 @@ fn invalid_proposals_are_policy_errors() {
         qemu.propose(r#"{"kind":"tool","call_id":"c1","name":"add"}"#),
         stopped(0, "policy-error")
     );
-    // Valid by the contract (up to 2000 characters) but over the device's
-    // 256-byte string capacity: refused, never truncated.
+    // Strings stay in the frame they came in: a valid text as long as a
+    // frame allows is read whole, and a blank one is still refused.
+    qemu.start(None);
+    assert_eq!(qemu.propose(&final_(&"x".repeat(900))), stopped(0, "final"));
     qemu.start(None);
     assert_eq!(
-        qemu.propose(&final_(&"x".repeat(257))),
+        qemu.propose(&final_(" \\n\\u3000")),
         stopped(0, "policy-error")
     );
-    qemu.start(None);
-    assert_eq!(qemu.propose(&final_(&"x".repeat(256))), stopped(0, "final"));
     qemu.start(None);
     assert_eq!(
         qemu.propose(r#"{"kind":"final","text":"x","kind":"final"}"#),
@@ -761,20 +761,35 @@ fn instructions_per_gated_action() {
         ),
         ("final", format!("PROPOSE {}", final_("15"))),
     ];
-    println!("guest instructions per agent frame (QEMU -icount shift=0):");
+    println!("guest instructions per agent frame (QEMU -icount shift=0, ±40 each):");
+    println!(
+        "  {:<28} {:>14} {:>14}",
+        "", "to the verdict", "to the reply"
+    );
     for (what, payload) in actions {
         qemu.request(&payload);
         let reply = qemu.console_command("ticks");
-        let ticks: u64 = reply
+        let (frame, verdict): (u64, u64) = reply
             .strip_prefix("last_frame_ticks=")
-            .and_then(|n| n.parse().ok())
+            .and_then(|rest| rest.split_once(" verdict_ticks="))
+            .and_then(|(f, v)| Some((f.parse().ok()?, v.parse().ok()?)))
             .expect(&reply);
-        let instructions = ticks * 40;
-        println!("  {what:<28} {instructions:>8} (±40)");
+        let (frame, verdict) = (frame * 40, verdict * 40);
+        println!("  {what:<28} {verdict:>14} {frame:>14}");
         assert!(
-            (40..2_000_000).contains(&instructions),
-            "{what}: {instructions} instructions"
+            (40..2_000_000).contains(&frame),
+            "{what}: {frame} instructions"
         );
+        // A proposal reaches its verdict before its reply is complete;
+        // other requests have none.
+        if payload.starts_with("PROPOSE") {
+            assert!(
+                (40..frame).contains(&verdict),
+                "{what}: verdict {verdict} of {frame}"
+            );
+        } else {
+            assert_eq!(verdict, 0, "{what}");
+        }
     }
     match qemu.console_command("stack") {
         line if line.starts_with("stack_peak_bytes=") => println!("  {line}"),

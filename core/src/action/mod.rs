@@ -3,26 +3,16 @@
 use core::fmt;
 
 use heapless::{String, Vec};
-use picojson::Event;
-use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde::ser::{Serialize, Serializer};
 
 use crate::ident::{ArgumentKey, Identifier, IdentifierError};
-use crate::json::{JsonError, Number, Reader};
-use crate::limits::{
-    MAX_ARGUMENTS, MAX_ARGUMENT_KEY_LEN, MAX_ARGUMENT_MAGNITUDE, MAX_IDENTIFIER_LEN,
-    MAX_TEXT_BYTES, MAX_TEXT_CHARS,
-};
+use crate::json::JsonError;
+use crate::limits::{MAX_ARGUMENTS, MAX_TEXT_BYTES, MAX_TEXT_CHARS};
 
-/// Scratch bytes that hold every escaped string of any valid action, decoded:
-/// the five top-level keys and `kind`, two identifiers, the text, and eight
-/// argument keys and string values.
-pub const ACTION_SCRATCH: usize = 64
-    + 2 * MAX_IDENTIFIER_LEN
-    + MAX_TEXT_BYTES
-    + MAX_ARGUMENTS * (MAX_ARGUMENT_KEY_LEN + MAX_TEXT_BYTES);
+mod scan;
+mod view;
 
-/// Scratch bytes [`Action::parse`] uses for documents up to this length.
-const SMALL_SCRATCH: usize = 1024;
+pub use view::{ActionRef, ArgumentsRef, Chars, JsonStr, ScalarRef, ToolCallRef};
 
 /// A field of an action document, named in errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,14 +97,10 @@ pub enum ActionError {
         /// Position of the argument.
         index: u8,
     },
-    /// A string is valid by the contract but longer, in bytes, than this
-    /// build's string capacity (only builds with a capacity below
-    /// [`MAX_TEXT_BYTES`] can see this), or the caller's scratch buffer
-    /// (see [`Action::parse_in`]) is too small for the document's escaped strings.
+    /// A string is valid by the contract but longer, in bytes, than the
+    /// owned action's string capacity (only an [`Action`] with a capacity
+    /// below [`MAX_TEXT_BYTES`] can see this).
     Capacity,
-    /// The document's escaped strings, decoded, are longer than any valid
-    /// action can hold (some string must be over 2000 characters).
-    StringsTooLong,
 }
 
 impl fmt::Display for ActionError {
@@ -154,7 +140,6 @@ impl fmt::Display for ActionError {
                 write!(f, "argument {index}: number must be finite with magnitude at most 1e6")
             }
             Self::Capacity => f.write_str("a string is longer than this build's buffer for it"),
-            Self::StringsTooLong => write!(f, "a string has more than {MAX_TEXT_CHARS} characters"),
         }
     }
 }
@@ -181,18 +166,6 @@ pub enum Scalar<const S: usize = MAX_TEXT_BYTES> {
     Float(f64),
     /// A string of at most 2000 characters.
     Str(String<S>),
-}
-
-impl<const S: usize> Serialize for Scalar<S> {
-    fn serialize<Z: Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
-        match self {
-            Self::Null => s.serialize_unit(),
-            Self::Bool(b) => s.serialize_bool(*b),
-            Self::Int(i) => s.serialize_i64(*i),
-            Self::Float(x) => s.serialize_f64(*x),
-            Self::Str(t) => s.serialize_str(t),
-        }
-    }
 }
 
 /// The arguments of a tool call: at most 8 scalars under distinct keys, in
@@ -238,15 +211,22 @@ impl<const S: usize> Arguments<S> {
     pub fn iter(&self) -> impl Iterator<Item = (&ArgumentKey, &Scalar<S>)> {
         self.entries.iter().map(|(k, v)| (k, v))
     }
-}
 
-impl<const S: usize> Serialize for Arguments<S> {
-    fn serialize<Z: Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
-        let mut map = s.serialize_map(Some(self.entries.len()))?;
-        for (k, v) in &self.entries {
-            map.serialize_entry(k.as_str(), v)?;
+    /// The arguments as a borrowed view (keys copied, strings borrowed).
+    pub fn view(&self) -> ArgumentsRef<'_> {
+        let mut view = ArgumentsRef::new();
+        for (key, value) in &self.entries {
+            let value = match value {
+                Scalar::Null => ScalarRef::Null,
+                Scalar::Bool(b) => ScalarRef::Bool(*b),
+                Scalar::Int(v) => ScalarRef::Int(*v),
+                Scalar::Float(v) => ScalarRef::Float(*v),
+                Scalar::Str(text) => ScalarRef::Str(JsonStr::plain(text)),
+            };
+            // Cannot fail: both hold at most MAX_ARGUMENTS entries.
+            let _ = view.entries.push((JsonStr::plain(key), value));
         }
-        map.end()
+        view
     }
 }
 
@@ -278,258 +258,128 @@ pub enum Action<const S: usize = MAX_TEXT_BYTES> {
 
 impl<const S: usize> Serialize for Action<S> {
     fn serialize<Z: Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
-        match self {
-            Self::Final { text } => {
-                let mut map = s.serialize_map(Some(2))?;
-                map.serialize_entry("kind", "final")?;
-                map.serialize_entry("text", text.as_str())?;
-                map.end()
-            }
-            Self::Tool(call) => {
-                let mut map = s.serialize_map(Some(4))?;
-                map.serialize_entry("kind", "tool")?;
-                map.serialize_entry("call_id", &call.call_id)?;
-                map.serialize_entry("name", &call.name)?;
-                map.serialize_entry("arguments", &call.arguments)?;
-                map.end()
-            }
-        }
+        self.view().serialize(s)
     }
 }
 
-/// Whitespace as Python's `str.strip()` sees it: Unicode `White_Space` plus
-/// the four information separators U+001C..U+001F.
-fn is_python_space(c: char) -> bool {
-    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
-}
-
-enum TextIssue {
-    TooLong,
-    Capacity,
-}
-
-fn copy_text<const S: usize>(text: &str, target: &mut String<S>) -> Result<(), TextIssue> {
-    if text.chars().count() > MAX_TEXT_CHARS {
-        return Err(TextIssue::TooLong);
-    }
-    target.push_str(text).map_err(|_| TextIssue::Capacity)
-}
-
-fn string_event<'e>(event: &'e Event<'_, '_>) -> Option<&'e str> {
-    match event {
-        Event::String(s) => Some(s.as_str()),
-        _ => None,
-    }
-}
-
-fn opens(event: &Event<'_, '_>) -> bool {
-    matches!(event, Event::StartObject | Event::StartArray)
-}
-
-impl<const S: usize> Action<S> {
-    /// Reads and validates one proposal from JSON text (`SPEC A1`).
+impl<'a> ActionRef<'a> {
+    /// Reads and validates one proposal from JSON text (`SPEC A1`), in one
+    /// pass and without copying any string: the result borrows `json`.
     ///
     /// Stricter than the reference at the JSON level: duplicate keys, invalid
     /// UTF-8, lone surrogate escapes, `NaN`/`Infinity`, a byte-order mark and
-    /// trailing text are refused.
+    /// trailing text are refused. Errors are reported in document order: the
+    /// first rule a document breaks, reading it from the start, is the one
+    /// named (encoding errors before all others, shape rules that need the
+    /// whole object after its end).
     ///
-    /// Decodes escaped strings in a stack buffer of [`ACTION_SCRATCH`] bytes
-    /// (about 70 KiB) for documents longer than 1 KiB, 1 KiB otherwise; a
-    /// device with a small stack should call [`Action::parse_in`] instead.
-    pub fn parse(json: &[u8]) -> Result<Self, ActionError> {
-        if json.len() <= SMALL_SCRATCH {
-            Self::parse_small(json)
-        } else {
-            Self::parse_large(json)
-        }
-    }
-
-    #[inline(never)]
-    fn parse_small(json: &[u8]) -> Result<Self, ActionError> {
-        Self::parse_in(json, &mut [0u8; SMALL_SCRATCH])
-    }
-
-    #[inline(never)]
-    fn parse_large(json: &[u8]) -> Result<Self, ActionError> {
-        Self::parse_in(json, &mut [0u8; ACTION_SCRATCH])
-    }
-
-    /// [`Action::parse`] with a caller's scratch buffer for escaped strings.
+    /// ```
+    /// use budgetgate_core::{ActionRef, ScalarRef};
     ///
-    /// Every escaped string of the document is decoded into `scratch` and
-    /// kept there until the end, so it needs as many bytes as all of them
-    /// decoded: never more than `json.len()`, and never more than
-    /// [`ACTION_SCRATCH`] for a valid action. With less, a valid action may be
-    /// refused with [`ActionError::Capacity`].
-    pub fn parse_in(json: &[u8], scratch: &mut [u8]) -> Result<Self, ActionError> {
-        let roomy = scratch.len() >= ACTION_SCRATCH;
-        let mut reader = Reader::new(json, scratch)?;
-        let fail = |e: JsonError| match e {
-            JsonError::StringTooLong if roomy => ActionError::StringsTooLong,
-            JsonError::StringTooLong => ActionError::Capacity,
-            other => ActionError::Json(other),
-        };
-        match reader.next()? {
-            Event::StartObject => {}
-            _ => return Err(ActionError::NotAnObject),
+    /// let json = br#"{"kind":"tool","call_id":"c1","name":"add","arguments":{"a":7,"b":"\u00e9"}}"#;
+    /// let ActionRef::Tool(call) = ActionRef::parse(json).unwrap() else { unreachable!() };
+    /// assert_eq!(call.arguments.get("a"), Some(ScalarRef::Int(7)));
+    /// let Some(ScalarRef::Str(b)) = call.arguments.get("b") else { unreachable!() };
+    /// assert!(b == "é");
+    /// ```
+    pub fn parse(json: &'a [u8]) -> Result<Self, ActionError> {
+        scan::action(json)
+    }
+
+    /// An owned copy with string capacity `S` bytes; [`ActionError::Capacity`]
+    /// if a string is longer (only possible with `S` below [`MAX_TEXT_BYTES`]).
+    pub fn to_action<const S: usize>(&self) -> Result<Action<S>, ActionError> {
+        fn owned<const S: usize>(text: &JsonStr<'_>) -> Result<String<S>, ActionError> {
+            let mut out = String::new();
+            text.decode_into(&mut out)
+                .map_err(|_| ActionError::Capacity)?;
+            Ok(out)
         }
-        let mut seen = 0u8;
-        // Some(true) = final, Some(false) = tool.
-        let mut kind: Option<bool> = None;
-        // Strings and arguments are filled in place: with the default
-        // capacity they are tens of kilobytes, and every move is a copy.
-        let mut text: String<S> = String::new();
-        let mut call_id: Option<Identifier> = None;
-        let mut name: Option<Identifier> = None;
-        let mut arguments = Arguments::<S>::new();
-        loop {
-            let field = match reader.next().map_err(fail)? {
-                Event::EndObject => break,
-                Event::Key(key) => match key.as_str() {
-                    "kind" => Field::Kind,
-                    "text" => Field::Text,
-                    "call_id" => Field::CallId,
-                    "name" => Field::Name,
-                    "arguments" => Field::Arguments,
-                    _ => return Err(ActionError::UnexpectedKey),
-                },
-                _ => return Err(ActionError::Json(JsonError::Syntax)),
-            };
-            if seen & field.bit() != 0 {
-                return Err(ActionError::Json(JsonError::DuplicateKey));
-            }
-            seen |= field.bit();
-            match field {
-                Field::Arguments => read_arguments(&mut reader, &mut arguments, fail)?,
-                Field::Text => {
-                    let event = reader.next().map_err(fail)?;
-                    let value = string_event(&event).ok_or(ActionError::NotAString(field))?;
-                    copy_text(value, &mut text).map_err(|issue| match issue {
-                        TextIssue::TooLong => ActionError::TextTooLong,
-                        TextIssue::Capacity => ActionError::Capacity,
+        Ok(match self {
+            Self::Final { text } => Action::Final { text: owned(text)? },
+            Self::Tool(call) => {
+                let mut arguments = Arguments::new();
+                for (key, value) in call.arguments.iter() {
+                    let value = match value {
+                        ScalarRef::Null => Scalar::Null,
+                        ScalarRef::Bool(b) => Scalar::Bool(b),
+                        ScalarRef::Int(v) => Scalar::Int(v),
+                        ScalarRef::Float(v) => Scalar::Float(v),
+                        ScalarRef::Str(text) => Scalar::Str(owned(&text)?),
+                    };
+                    let key = match key.as_str() {
+                        Some(plain) => ArgumentKey::new(plain),
+                        None => ArgumentKey::from_chars(key.chars()),
+                    };
+                    // Cannot fail: the scanner checked the key.
+                    let key = key.map_err(|reason| ActionError::InvalidArgumentKey {
+                        index: u8::try_from(arguments.len()).unwrap_or(u8::MAX),
+                        reason,
                     })?;
+                    arguments
+                        .entries
+                        .push((key, value))
+                        .map_err(|_| ActionError::TooManyArguments)?;
                 }
-                Field::Kind | Field::CallId | Field::Name => {
-                    let event = reader.next().map_err(fail)?;
-                    let value = string_event(&event).ok_or(ActionError::NotAString(field))?;
-                    match field {
-                        Field::Kind => {
-                            kind = Some(match value {
-                                "final" => true,
-                                "tool" => false,
-                                _ => return Err(ActionError::UnknownKind),
-                            })
-                        }
-                        _ => {
-                            let id = Identifier::new(value)
-                                .map_err(|reason| ActionError::InvalidIdentifier(field, reason))?;
-                            if field == Field::CallId {
-                                call_id = Some(id);
-                            } else {
-                                name = Some(id);
-                            }
-                        }
-                    }
-                }
+                Action::Tool(ToolCall {
+                    call_id: call.call_id.clone(),
+                    name: call.name.clone(),
+                    arguments,
+                })
             }
-        }
-        reader.finish().map_err(fail)?;
-        match kind {
-            None => Err(ActionError::MissingKey(Field::Kind)),
-            Some(true) => {
-                if seen & (Field::CallId.bit() | Field::Name.bit() | Field::Arguments.bit()) != 0 {
-                    return Err(ActionError::UnexpectedKey);
-                }
-                if seen & Field::Text.bit() == 0 {
-                    return Err(ActionError::MissingKey(Field::Text));
-                }
-                if text.trim_matches(is_python_space).is_empty() {
-                    return Err(ActionError::TextBlank);
-                }
-                Ok(Self::Final { text })
-            }
-            Some(false) => {
-                if seen & Field::Text.bit() != 0 {
-                    return Err(ActionError::UnexpectedKey);
-                }
-                Ok(Self::Tool(ToolCall {
-                    call_id: call_id.ok_or(ActionError::MissingKey(Field::CallId))?,
-                    name: name.ok_or(ActionError::MissingKey(Field::Name))?,
-                    arguments: if seen & Field::Arguments.bit() != 0 {
-                        arguments
-                    } else {
-                        return Err(ActionError::MissingKey(Field::Arguments));
-                    },
-                }))
-            }
+        })
+    }
+}
+
+impl<const S: usize> Action<S> {
+    /// Reads and validates one proposal from JSON text (`SPEC A1`) into an
+    /// owned action: [`ActionRef::parse`], then the strings copied.
+    ///
+    /// With the default capacity the result is about 64 KiB (eight strings of
+    /// 8000 bytes each, whatever the action holds); where the document stays
+    /// around, [`ActionRef`] is the cheaper reader.
+    pub fn parse(json: &[u8]) -> Result<Self, ActionError> {
+        ActionRef::parse(json)?.to_action()
+    }
+
+    /// The action as a borrowed view, the form the gate's other parts read.
+    pub fn view(&self) -> ActionRef<'_> {
+        match self {
+            Self::Final { text } => ActionRef::Final {
+                text: JsonStr::plain(text),
+            },
+            Self::Tool(call) => ActionRef::Tool(ToolCallRef {
+                call_id: call.call_id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.view(),
+            }),
         }
     }
 }
 
-fn read_arguments<const S: usize>(
-    reader: &mut Reader<'_, '_>,
-    arguments: &mut Arguments<S>,
-    fail: impl Fn(JsonError) -> ActionError,
-) -> Result<(), ActionError> {
-    match reader.next().map_err(&fail)? {
-        Event::StartObject => {}
-        _ => return Err(ActionError::ArgumentsNotObject),
-    }
-    loop {
-        let index = u8::try_from(arguments.entries.len()).unwrap_or(u8::MAX);
-        let key = match reader.next().map_err(&fail)? {
-            Event::EndObject => return Ok(()),
-            Event::Key(key) => {
-                if arguments.entries.is_full() {
-                    return Err(ActionError::TooManyArguments);
-                }
-                ArgumentKey::new(key.as_str())
-                    .map_err(|reason| ActionError::InvalidArgumentKey { index, reason })?
-            }
-            _ => return Err(ActionError::Json(JsonError::Syntax)),
-        };
-        if arguments.get(&key).is_some() {
-            return Err(ActionError::Json(JsonError::DuplicateKey));
+/// What a run needs to know of a validated proposal (`SPEC A2`): whether it
+/// is a final answer, or a tool call with its id and tool name. Implemented
+/// by [`Action`] and [`ActionRef`].
+pub trait Proposal {
+    /// `None` for a final answer; the call id and tool name of a tool call.
+    fn tool_call(&self) -> Option<(&Identifier, &Identifier)>;
+}
+
+impl<const S: usize> Proposal for Action<S> {
+    fn tool_call(&self) -> Option<(&Identifier, &Identifier)> {
+        match self {
+            Self::Final { .. } => None,
+            Self::Tool(call) => Some((&call.call_id, &call.name)),
         }
-        let event = reader.next().map_err(&fail)?;
-        let value = match &event {
-            Event::Null => Scalar::Null,
-            Event::Bool(b) => Scalar::Bool(*b),
-            Event::String(s) => {
-                // Pushed first and filled in place; on error the whole
-                // action is dropped, so the half-filled entry never escapes.
-                arguments
-                    .entries
-                    .push((key, Scalar::Str(String::new())))
-                    .map_err(|_| ActionError::TooManyArguments)?;
-                if let Some((_, Scalar::Str(target))) = arguments.entries.last_mut() {
-                    copy_text(s.as_str(), target).map_err(|issue| match issue {
-                        TextIssue::TooLong => ActionError::ArgumentTooLong { index },
-                        TextIssue::Capacity => ActionError::Capacity,
-                    })?;
-                }
-                continue;
-            }
-            Event::Number(n) => {
-                // Magnitude first: a huge literal is out of range, never a crash.
-                match Number::parse(n.as_str())? {
-                    Number::Int(v) if v.unsigned_abs() <= MAX_ARGUMENT_MAGNITUDE as u64 => {
-                        Scalar::Int(v)
-                    }
-                    Number::Float(v) if v.abs() <= MAX_ARGUMENT_MAGNITUDE && v.is_finite() => {
-                        Scalar::Float(v)
-                    }
-                    _ => return Err(ActionError::ArgumentOutOfRange { index }),
-                }
-            }
-            e if opens(e) => return Err(ActionError::ArgumentNotScalar { index }),
-            _ => return Err(ActionError::Json(JsonError::Syntax)),
-        };
-        // Cannot fail: fullness was checked when the key arrived.
-        arguments
-            .entries
-            .push((key, value))
-            .map_err(|_| ActionError::TooManyArguments)?;
+    }
+}
+
+impl Proposal for ActionRef<'_> {
+    fn tool_call(&self) -> Option<(&Identifier, &Identifier)> {
+        match self {
+            Self::Final { .. } => None,
+            Self::Tool(call) => Some((&call.call_id, &call.name)),
+        }
     }
 }
 
@@ -728,12 +578,6 @@ mod tests {
             body.join(",")
         );
         assert!(parse(&doc).is_ok());
-        // A caller's scratch smaller than the escaped content is a capacity error.
-        assert_eq!(
-            Action::<64>::parse_in(doc.as_bytes(), &mut [0u8; 8]),
-            Err(ActionError::Capacity)
-        );
-        assert!(Action::<64>::parse_in(doc.as_bytes(), &mut std::vec![0u8; doc.len()]).is_ok());
     }
 
     #[test]
@@ -743,11 +587,86 @@ mod tests {
             Action::<64>::parse(long.as_bytes()),
             Err(ActionError::Capacity)
         );
-        let escaped = format!(r#"{{"kind":"final","text":"{}"}}"#, "\\n".repeat(100));
+        let escaped = format!(r#"{{"kind":"final","text":"{}"}}"#, "\\u00e9".repeat(100));
         assert_eq!(
             Action::<64>::parse(escaped.as_bytes()),
             Err(ActionError::Capacity)
         );
         assert!(Action::<64>::parse(br#"{"kind":"final","text":"short"}"#).is_ok());
+    }
+
+    /// Numbers are read as they are scanned; every literal must come out as
+    /// core's exact parser (Python's `float`/`int`) reads it.
+    #[test]
+    fn numbers_read_while_scanning_are_exact() {
+        let mut seed: u64 = 0x0DDB_1A5E_5BAD_5EED;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut floats = 0;
+        for _ in 0..100_000 {
+            let digits = next() % 10_u64.pow(1 + (next() % 19) as u32);
+            let mut text = format!("{digits}");
+            let point = 1 + (next() % 21) as usize;
+            if next() % 3 != 0 && point < text.len() {
+                text.insert(text.len() - point, '.');
+                if text.starts_with('.') {
+                    text.insert(0, '0');
+                }
+            }
+            if next() % 3 == 0 {
+                let exp = (next() % 61) as i64 - 30;
+                text = format!("{text}{}{exp}", if next() % 2 == 0 { "e" } else { "E" });
+            }
+            if next() % 2 == 0 {
+                text.insert(0, '-');
+            }
+            let doc =
+                format!(r#"{{"kind":"tool","call_id":"c","name":"n","arguments":{{"x":{text}}}}}"#);
+            let got = match ActionRef::parse(doc.as_bytes()) {
+                Ok(ActionRef::Tool(call)) => call.arguments.get("x"),
+                Ok(_) => unreachable!(),
+                Err(ActionError::ArgumentOutOfRange { .. }) => None,
+                #[cfg(not(feature = "exact-floats"))]
+                Err(ActionError::Json(JsonError::FloatPrecision)) => continue,
+                Err(e) => panic!("{text}: {e}"),
+            };
+            let is_float = text.contains(['.', 'e', 'E']);
+            let want = if is_float {
+                let v: f64 = text.parse().unwrap();
+                (v.abs() <= 1e6).then_some(ScalarRef::Float(v))
+            } else {
+                let v: i128 = text.parse().unwrap();
+                (v.abs() <= 1_000_000).then_some(ScalarRef::Int(v as i64))
+            };
+            match (got, want) {
+                (Some(ScalarRef::Float(a)), Some(ScalarRef::Float(b))) => {
+                    assert_eq!(a.to_bits(), b.to_bits(), "{text}");
+                    floats += 1;
+                }
+                (got, want) => assert_eq!(got, want, "{text}"),
+            }
+        }
+        assert!(floats > 10_000, "only {floats} floats in range");
+    }
+
+    /// Found by fuzzing the scanner: an identifier without its opening quote
+    /// was read as if it had one.
+    #[test]
+    fn an_identifier_must_open_with_a_quote() {
+        for doc in [
+            r#"{"kind":"tool","call_id":"c1","name":&repeat","arguments":{}}"#,
+            r#"{"kind":"tool","call_id":xc1","name":"n","arguments":{}}"#,
+            r#"{"kind":"tool","call_id":"c1","name":"n","arguments":{x":1}}"#,
+        ] {
+            assert_eq!(
+                parse(doc),
+                Err(ActionError::Json(JsonError::Syntax)),
+                "{doc}"
+            );
+        }
     }
 }

@@ -1,0 +1,718 @@
+//! The action scanner: one pass over a document, specialised to the two
+//! action shapes, that validates as it goes and copies no string (`SPEC A1`).
+//!
+//! JSON is read as RFC 8259 has it, with the contract's extra rules: no
+//! byte-order mark, valid UTF-8 only, no lone surrogate escape, no duplicate
+//! key, nothing but whitespace after the value. No recursion: a nested value
+//! can only stand where a scalar or a string is required, and is refused
+//! as soon as it opens.
+
+use heapless::String;
+
+use super::view::{ActionRef, ArgumentsRef, JsonStr, ScalarRef, ToolCallRef};
+use super::{ActionError, Field};
+use crate::ident::{ArgumentKey, Identifier, IdentifierError};
+use crate::json::{self, JsonError};
+use crate::limits::{
+    MAX_ARGUMENTS, MAX_ARGUMENT_KEY_LEN, MAX_ARGUMENT_MAGNITUDE, MAX_IDENTIFIER_LEN, MAX_TEXT_CHARS,
+};
+
+/// Bytes that end the fast run through a string: `"`, `\` and the control
+/// characters, which JSON forbids raw.
+// Built at compile time: an index out of range would fail the build.
+#[allow(clippy::indexing_slicing)]
+const STOPS: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
+/// The bytes of an argument key after its first (`[A-Za-z0-9_]`); the field
+/// names of an action are made of them too. `true` marks the bytes outside.
+// Built at compile time: an index out of range would fail the build.
+#[allow(clippy::indexing_slicing)]
+const NOT_KEY: [bool; 256] = {
+    let mut table = [true; 256];
+    let mut b = 0;
+    while b < 128 {
+        table[b] = !((b as u8).is_ascii_alphanumeric() || b == b'_' as usize);
+        b += 1;
+    }
+    table
+};
+
+/// The bytes of an identifier after its first (`[A-Za-z0-9_-]`). `true`
+/// marks the bytes outside.
+// Built at compile time: an index out of range would fail the build.
+#[allow(clippy::indexing_slicing)]
+const NOT_IDENT: [bool; 256] = {
+    let mut table = NOT_KEY;
+    table[b'-' as usize] = false;
+    table
+};
+
+/// Whether `table` marks `byte` (every byte indexes a 256-entry table).
+#[inline(always)]
+fn in_set(table: &[bool; 256], byte: u8) -> bool {
+    table.get(usize::from(byte)).copied().unwrap_or(true)
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = ONES * 0x80;
+
+/// The high bit of each byte of `x7` (every byte below 0x80) within
+/// `lo..=hi`. No sum carries out of its byte, so each byte is tested alone.
+const fn within(x7: u64, lo: u8, hi: u8) -> u64 {
+    x7.wrapping_add(ONES * (0x80 - lo as u64)) & !x7.wrapping_add(ONES * (0x7F - hi as u64)) & HIGH
+}
+
+/// Eight bytes of a string at once: the high bit of each byte that ends a
+/// run through it (`STOPS`).
+const fn string_ends(word: u64) -> u64 {
+    let x7 = word & !HIGH;
+    let ascii = !word & HIGH;
+    (within(x7, 0, 0x1F) | within(x7, b'"', b'"') | within(x7, b'\\', b'\\')) & ascii
+}
+
+/// How many bytes at the start of `rest` precede the first that `ends`
+/// marks (`rest.len()` if none does): eight at a time by the word test
+/// `word`, which must agree with the table on every byte, then one at a time.
+#[inline(always)]
+fn run_len(rest: &[u8], ends: &[bool; 256], word: impl Fn(u64) -> u64) -> usize {
+    let mut chunks = rest.chunks_exact(8);
+    let mut len = 0;
+    for chunk in chunks.by_ref() {
+        // Always eight bytes; an impossible short chunk reads as NULs,
+        // which end every run.
+        let marks = word(u64::from_le_bytes(
+            <[u8; 8]>::try_from(chunk).unwrap_or([0; 8]),
+        ));
+        if marks != 0 {
+            return len + (marks.trailing_zeros() / 8) as usize;
+        }
+        len += 8;
+    }
+    let tail = chunks.remainder();
+    len + tail
+        .iter()
+        .position(|&b| in_set(ends, b))
+        .unwrap_or(tail.len())
+}
+
+/// Longest decoded key that can name a field (`arguments`).
+const KEY_MAX: usize = 9;
+
+/// A value that is not a string, as far as the scanner needs to know it.
+enum Other {
+    /// `{` or `[`: refused where it stands, so never read further.
+    Open,
+    /// An integer literal: its value, `None` beyond `i64`.
+    Int(Option<i64>),
+    /// A literal with a fraction or exponent, read as `json::parse_float`
+    /// reads it.
+    Float(Result<f64, JsonError>),
+    Bool(bool),
+    Null,
+}
+
+struct Scanner<'a> {
+    text: &'a str,
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Scanner<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    fn skip_space(&mut self) {
+        // One comparison in the common case: every byte above the space is
+        // something else.
+        while let Some(b) = self.peek().filter(|&b| b <= b' ') {
+            if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+                break;
+            }
+            self.at += 1;
+        }
+    }
+
+    /// Skips whitespace and takes `byte`, or fails with a syntax error.
+    fn expect(&mut self, byte: u8) -> Result<(), JsonError> {
+        self.skip_space();
+        if self.peek() == Some(byte) {
+            self.at += 1;
+            Ok(())
+        } else {
+            Err(JsonError::Syntax)
+        }
+    }
+
+    /// The string whose opening quote is at the cursor.
+    fn string(&mut self) -> Result<JsonStr<'a>, JsonError> {
+        let start = self.at + 1;
+        let mut at = start;
+        let mut escaped = false;
+        loop {
+            at += run_len(
+                self.bytes.get(at..).unwrap_or_default(),
+                &STOPS,
+                string_ends,
+            );
+            match self.bytes.get(at) {
+                Some(b'"') => break,
+                Some(b'\\') => {
+                    escaped = true;
+                    self.at = at;
+                    self.escape()?;
+                    at = self.at;
+                }
+                // A raw control character, or the end inside a string.
+                _ => return Err(JsonError::Syntax),
+            }
+        }
+        let raw = self.text.get(start..at).ok_or(JsonError::Syntax)?;
+        self.at = at + 1;
+        Ok(if escaped {
+            JsonStr::escaped(raw)
+        } else {
+            JsonStr::plain(raw)
+        })
+    }
+
+    /// The string at the cursor (which must be at its opening quote), if it is made only of `[A-Za-z0-9_]` (with
+    /// `dash`, `[A-Za-z0-9_-]`), so it holds no escape, and is not empty: the common case of keys and
+    /// identifiers, read in one pass. Otherwise the cursor stays.
+    fn plain(&mut self, dash: bool) -> Option<&'a str> {
+        if self.peek() != Some(b'"') {
+            return None;
+        }
+        let start = self.at + 1;
+        let rest = self.bytes.get(start..)?;
+        // Keys and identifiers are short: a byte at a time is quickest.
+        let outside = if dash { &NOT_IDENT } else { &NOT_KEY };
+        let len = rest
+            .iter()
+            .position(|&b| in_set(outside, b))
+            .unwrap_or(rest.len());
+        if len == 0 || rest.get(len) != Some(&b'"') {
+            return None;
+        }
+        let raw = self.text.get(start..start + len)?;
+        self.at = start + len + 1;
+        Some(raw)
+    }
+
+    /// The field named by the key at the cursor, when it is written exactly
+    /// as `"kind"`, `"text"`, `"call_id"`, `"name"` or `"arguments"` (no
+    /// escape): compared whole, without a scan. Otherwise the cursor stays.
+    fn known_field(&mut self) -> Option<Field> {
+        let rest = self.bytes.get(self.at..)?;
+        let (field, len) = match rest.get(1)? {
+            b'k' if rest.starts_with(b"\"kind\"") => (Field::Kind, 6),
+            b't' if rest.starts_with(b"\"text\"") => (Field::Text, 6),
+            b'c' if rest.starts_with(b"\"call_id\"") => (Field::CallId, 9),
+            b'n' if rest.starts_with(b"\"name\"") => (Field::Name, 6),
+            b'a' if rest.starts_with(b"\"arguments\"") => (Field::Arguments, 11),
+            _ => return None,
+        };
+        self.at += len;
+        Some(field)
+    }
+
+    /// Checks the escape whose backslash is at the cursor and steps over it.
+    fn escape(&mut self) -> Result<(), JsonError> {
+        match self.bytes.get(self.at + 1) {
+            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
+                self.at += 2;
+                Ok(())
+            }
+            Some(b'u') => {
+                let unit = self.unit(self.at + 2)?;
+                self.at += 6;
+                match unit {
+                    0xDC00..=0xDFFF => Err(JsonError::InvalidEscape),
+                    0xD800..=0xDBFF => {
+                        let low = match (self.peek(), self.bytes.get(self.at + 1)) {
+                            (Some(b'\\'), Some(b'u')) => self.unit(self.at + 2)?,
+                            _ => return Err(JsonError::InvalidEscape),
+                        };
+                        if !(0xDC00..=0xDFFF).contains(&low) {
+                            return Err(JsonError::InvalidEscape);
+                        }
+                        self.at += 6;
+                        Ok(())
+                    }
+                    _ => Ok(()),
+                }
+            }
+            _ => Err(JsonError::InvalidEscape),
+        }
+    }
+
+    /// The four hex digits at `at`.
+    fn unit(&self, at: usize) -> Result<u16, JsonError> {
+        let digits = self.bytes.get(at..at + 4).ok_or(JsonError::InvalidEscape)?;
+        digits.iter().try_fold(0u16, |acc, &d| {
+            let v = match d {
+                b'0'..=b'9' => d - b'0',
+                b'a'..=b'f' => d - b'a' + 10,
+                b'A'..=b'F' => d - b'A' + 10,
+                _ => return Err(JsonError::InvalidEscape),
+            };
+            Ok((acc << 4) | u16::from(v))
+        })
+    }
+
+    /// A value other than a string, at the cursor. Numbers and literals must
+    /// end where a value may end.
+    fn other(&mut self) -> Result<Other, JsonError> {
+        let start = self.at;
+        let found = match self.peek() {
+            Some(b'{' | b'[') => {
+                self.at += 1;
+                return Ok(Other::Open);
+            }
+            Some(b'-' | b'0'..=b'9') => self.number(start)?,
+            Some(b't') => self.literal(b"true", Other::Bool(true))?,
+            Some(b'f') => self.literal(b"false", Other::Bool(false))?,
+            Some(b'n') => self.literal(b"null", Other::Null)?,
+            _ => return Err(JsonError::Syntax),
+        };
+        match self.peek() {
+            None | Some(b' ' | b'\t' | b'\n' | b'\r' | b',' | b'}' | b']') => Ok(found),
+            Some(_) => Err(JsonError::Syntax),
+        }
+    }
+
+    fn literal(&mut self, word: &[u8], value: Other) -> Result<Other, JsonError> {
+        if self.bytes.get(self.at..self.at + word.len()) == Some(word) {
+            self.at += word.len();
+            Ok(value)
+        } else {
+            Err(JsonError::Syntax)
+        }
+    }
+
+    /// Decimal digits at the cursor, appended to `mantissa` (which wraps
+    /// after 19 digits); returns how many.
+    fn digits(&mut self, mantissa: &mut u64) -> u32 {
+        let start = self.at;
+        while let Some(d @ b'0'..=b'9') = self.peek() {
+            *mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
+            self.at += 1;
+        }
+        u32::try_from(self.at - start).unwrap_or(u32::MAX)
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`, starting at `start`,
+    /// read as it is scanned: an integer exactly, a float exactly when
+    /// Clinger's fast path applies (the common case).
+    fn number(&mut self, start: usize) -> Result<Other, JsonError> {
+        let negative = self.peek() == Some(b'-');
+        if negative {
+            self.at += 1;
+        }
+        // The digits of the integer part and the fraction, as one integer;
+        // exact while there are at most 19 of them.
+        let mut mantissa: u64 = 0;
+        let mut count: u32 = match self.peek() {
+            Some(b'0') => {
+                self.at += 1;
+                1
+            }
+            Some(b'1'..=b'9') => self.digits(&mut mantissa),
+            _ => return Err(JsonError::Syntax),
+        };
+        let mut float = false;
+        let mut scale: i64 = 0;
+        if self.peek() == Some(b'.') {
+            float = true;
+            self.at += 1;
+            let fraction = self.digits(&mut mantissa);
+            if fraction == 0 {
+                return Err(JsonError::Syntax);
+            }
+            count = count.saturating_add(fraction);
+            scale -= i64::from(fraction);
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            float = true;
+            self.at += 1;
+            let down = match self.peek() {
+                Some(b'-') => {
+                    self.at += 1;
+                    true
+                }
+                Some(b'+') => {
+                    self.at += 1;
+                    false
+                }
+                _ => false,
+            };
+            let first = self.at;
+            let mut exp: i64 = 0;
+            while let Some(d @ b'0'..=b'9') = self.peek() {
+                // Saturated far beyond any double's range.
+                exp = (exp * 10 + i64::from(d - b'0')).min(1_000_000);
+                self.at += 1;
+            }
+            if self.at == first {
+                return Err(JsonError::Syntax);
+            }
+            scale += if down { -exp } else { exp };
+        }
+        let exact = count <= 19;
+        let sign = |v: f64| if negative { -v } else { v };
+        if !float {
+            // At most 18 digits always fit an i64; anything longer is out of
+            // every range here.
+            let value = i64::try_from(mantissa).ok().filter(|_| count <= 18);
+            return Ok(Other::Int(value.map(|v| if negative { -v } else { v })));
+        }
+        let fast = match exact {
+            false => None,
+            true if mantissa == 0 => Some(0.0),
+            true => json::exact_product(mantissa, scale),
+        };
+        Ok(Other::Float(match fast {
+            Some(v) => Ok(sign(v)),
+            None => json::parse_float(self.text.get(start..self.at).ok_or(JsonError::Syntax)?),
+        }))
+    }
+
+    /// A value that must be a string: anything else is `wrong`, once it is
+    /// known to be valid JSON as far as it was read.
+    fn string_or(&mut self, wrong: ActionError) -> Result<JsonStr<'a>, ActionError> {
+        self.skip_space();
+        if self.peek() == Some(b'"') {
+            Ok(self.string()?)
+        } else {
+            self.other()?;
+            Err(wrong)
+        }
+    }
+
+    /// After a member: `,` then the next key's opening quote, or `}`.
+    /// Returns whether another member follows.
+    fn next_member(&mut self) -> Result<bool, JsonError> {
+        self.skip_space();
+        match self.peek() {
+            Some(b',') => {
+                self.at += 1;
+                self.skip_space();
+                if self.peek() == Some(b'"') {
+                    Ok(true)
+                } else {
+                    Err(JsonError::Syntax)
+                }
+            }
+            Some(b'}') => {
+                self.at += 1;
+                Ok(false)
+            }
+            _ => Err(JsonError::Syntax),
+        }
+    }
+
+    /// After `{`: whether the object has a first member.
+    fn first_member(&mut self) -> Result<bool, JsonError> {
+        self.skip_space();
+        match self.peek() {
+            Some(b'"') => Ok(true),
+            Some(b'}') => {
+                self.at += 1;
+                Ok(false)
+            }
+            _ => Err(JsonError::Syntax),
+        }
+    }
+
+    /// The arguments object, read into `out` (empty on entry).
+    fn arguments(&mut self, out: &mut ArgumentsRef<'a>) -> Result<(), ActionError> {
+        self.skip_space();
+        if self.peek() != Some(b'{') {
+            if self.peek() == Some(b'"') {
+                self.string()?;
+            } else {
+                self.other()?;
+            }
+            return Err(ActionError::ArgumentsNotObject);
+        }
+        self.at += 1;
+        let mut more = self.first_member()?;
+        while more {
+            let index = u8::try_from(out.entries.len()).unwrap_or(u8::MAX);
+            let (key, checked) = match self.plain(false) {
+                // Every byte is allowed after the first: the rest of the rule
+                // is the first byte and the length.
+                Some(plain) => (
+                    JsonStr::plain(plain),
+                    plain.len() <= MAX_ARGUMENT_KEY_LEN
+                        && plain
+                            .as_bytes()
+                            .first()
+                            .is_some_and(u8::is_ascii_alphabetic),
+                ),
+                None => (self.string()?, false),
+            };
+            if out.entries.len() == MAX_ARGUMENTS {
+                return Err(ActionError::TooManyArguments);
+            }
+            if !checked {
+                match key.as_str() {
+                    Some(plain) => ArgumentKey::check_str(plain),
+                    None => ArgumentKey::check_chars(key.chars()),
+                }
+                .map_err(|reason| ActionError::InvalidArgumentKey { index, reason })?;
+            }
+            if out.entries.iter().any(|(k, _)| *k == key) {
+                return Err(ActionError::Json(JsonError::DuplicateKey));
+            }
+            self.expect(b':')?;
+            self.skip_space();
+            let value = if self.peek() == Some(b'"') {
+                let text = self.string()?;
+                if text.raw_len() > MAX_TEXT_CHARS && text.char_count() > MAX_TEXT_CHARS {
+                    return Err(ActionError::ArgumentTooLong { index });
+                }
+                ScalarRef::Str(text)
+            } else {
+                let out_of_range = ActionError::ArgumentOutOfRange { index };
+                match self.other()? {
+                    Other::Open => return Err(ActionError::ArgumentNotScalar { index }),
+                    Other::Null => ScalarRef::Null,
+                    Other::Bool(b) => ScalarRef::Bool(b),
+                    // Magnitude first: a huge literal is out of range, never a crash.
+                    Other::Int(v) => ScalarRef::Int(
+                        v.filter(|v| v.unsigned_abs() <= MAX_ARGUMENT_MAGNITUDE as u64)
+                            .ok_or(out_of_range)?,
+                    ),
+                    Other::Float(value) => {
+                        let v = value?;
+                        if !(v.is_finite() && v.abs() <= MAX_ARGUMENT_MAGNITUDE) {
+                            return Err(out_of_range);
+                        }
+                        ScalarRef::Float(v)
+                    }
+                }
+            };
+            out.entries
+                .push((key, value))
+                .map_err(|_| ActionError::TooManyArguments)?;
+            more = self.next_member()?;
+        }
+        Ok(())
+    }
+}
+
+/// Decodes a short string: `None` if it is longer than `N` bytes.
+fn short<const N: usize>(text: JsonStr<'_>) -> Option<String<N>> {
+    let mut out = String::new();
+    text.decode_into(&mut out).ok()?;
+    Some(out)
+}
+
+fn identifier(text: JsonStr<'_>) -> Result<Identifier, IdentifierError> {
+    match text.as_str() {
+        Some(plain) => Identifier::new(plain),
+        None => Identifier::from_chars(text.chars()),
+    }
+}
+
+fn field(key: JsonStr<'_>) -> Option<Field> {
+    let decoded: String<KEY_MAX>;
+    let name = match key.as_str() {
+        Some(plain) => plain,
+        None => {
+            decoded = short(key)?;
+            decoded.as_str()
+        }
+    };
+    Some(match name {
+        "kind" => Field::Kind,
+        "text" => Field::Text,
+        "call_id" => Field::CallId,
+        "name" => Field::Name,
+        "arguments" => Field::Arguments,
+        _ => return None,
+    })
+}
+
+/// Reads and validates one action document (`SPEC A1`); see [`ActionRef::parse`].
+pub(super) fn action(bytes: &[u8]) -> Result<ActionRef<'_>, ActionError> {
+    let text = json::check_document(bytes)?;
+    let mut s = Scanner { text, bytes, at: 0 };
+    s.skip_space();
+    match s.peek() {
+        Some(b'{') => s.at += 1,
+        Some(b'"') => {
+            s.string()?;
+            return Err(ActionError::NotAnObject);
+        }
+        _ => {
+            s.other()?;
+            return Err(ActionError::NotAnObject);
+        }
+    }
+    let mut seen = 0u8;
+    // Some(true) = final, Some(false) = tool.
+    let mut kind: Option<bool> = None;
+    let mut text = None;
+    let mut call_id = None;
+    let mut name = None;
+    // Filled in place: on an error it is dropped with everything else.
+    let mut arguments = ArgumentsRef::new();
+    let mut more = s.first_member()?;
+    while more {
+        let field = match s.known_field() {
+            Some(field) => field,
+            None => field(s.string()?).ok_or(ActionError::UnexpectedKey)?,
+        };
+        if seen & field.bit() != 0 {
+            return Err(ActionError::Json(JsonError::DuplicateKey));
+        }
+        seen |= field.bit();
+        s.expect(b':')?;
+        match field {
+            Field::Arguments => s.arguments(&mut arguments)?,
+            Field::Text => {
+                let value = s.string_or(ActionError::NotAString(field))?;
+                if value.raw_len() > MAX_TEXT_CHARS && value.char_count() > MAX_TEXT_CHARS {
+                    return Err(ActionError::TextTooLong);
+                }
+                text = Some(value);
+            }
+            Field::Kind => {
+                s.skip_space();
+                let rest = s.bytes.get(s.at..).unwrap_or_default();
+                if rest.starts_with(b"\"tool\"") {
+                    s.at += 6;
+                    kind = Some(false);
+                    more = s.next_member()?;
+                    continue;
+                }
+                let value = s.string_or(ActionError::NotAString(field))?;
+                kind = Some(match value.as_str() {
+                    Some("final") => true,
+                    Some("tool") => false,
+                    Some(_) => return Err(ActionError::UnknownKind),
+                    None if value == "final" => true,
+                    None if value == "tool" => false,
+                    None => return Err(ActionError::UnknownKind),
+                });
+            }
+            Field::CallId | Field::Name => {
+                s.skip_space();
+                let id = match s.plain(true) {
+                    // Every byte is allowed after the first: the rest of the
+                    // rule is the first byte and the length.
+                    Some(plain)
+                        if plain.len() <= MAX_IDENTIFIER_LEN
+                            && plain
+                                .as_bytes()
+                                .first()
+                                .is_some_and(u8::is_ascii_alphabetic) =>
+                    {
+                        Identifier::from_checked(plain)
+                    }
+                    Some(plain) => Identifier::new(plain),
+                    None => identifier(s.string_or(ActionError::NotAString(field))?),
+                }
+                .map_err(|reason| ActionError::InvalidIdentifier(field, reason))?;
+                if field == Field::CallId {
+                    call_id = Some(id);
+                } else {
+                    name = Some(id);
+                }
+            }
+        }
+        more = s.next_member()?;
+    }
+    s.skip_space();
+    if s.at != bytes.len() {
+        return Err(ActionError::Json(JsonError::TrailingData));
+    }
+    match kind {
+        None => Err(ActionError::MissingKey(Field::Kind)),
+        Some(true) => {
+            if seen & (Field::CallId.bit() | Field::Name.bit() | Field::Arguments.bit()) != 0 {
+                return Err(ActionError::UnexpectedKey);
+            }
+            let text = text.ok_or(ActionError::MissingKey(Field::Text))?;
+            if text.is_blank() {
+                return Err(ActionError::TextBlank);
+            }
+            Ok(ActionRef::Final { text })
+        }
+        Some(false) => {
+            if text.is_some() {
+                return Err(ActionError::UnexpectedKey);
+            }
+            Ok(ActionRef::Tool(ToolCallRef {
+                call_id: call_id.ok_or(ActionError::MissingKey(Field::CallId))?,
+                name: name.ok_or(ActionError::MissingKey(Field::Name))?,
+                arguments: if seen & Field::Arguments.bit() != 0 {
+                    arguments
+                } else {
+                    return Err(ActionError::MissingKey(Field::Arguments));
+                },
+            }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The word test agrees with the table on every byte in every position.
+    #[test]
+    fn word_tests_agree_with_the_tables() {
+        let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        type Class = (&'static [bool; 256], fn(u64) -> u64);
+        let classes: [Class; 1] = [(&STOPS, string_ends)];
+        for (table, word) in classes {
+            // Every byte value alone, in every position of a word.
+            for b in 0..=255u8 {
+                for at in 0..8 {
+                    let mut bytes = [b'a'; 8];
+                    bytes[at] = b;
+                    let marks = word(u64::from_le_bytes(bytes));
+                    assert_eq!(
+                        marks & (0x80 << (8 * at)) != 0,
+                        in_set(table, b),
+                        "byte {b:#x} at {at}"
+                    );
+                }
+            }
+            // Random documents: the run lengths match a byte-at-a-time scan.
+            for _ in 0..20_000 {
+                let len = (next() % 40) as usize;
+                let bytes: std::vec::Vec<u8> = (0..len)
+                    .map(|_| match next() % 4 {
+                        0 => (next() % 256) as u8,
+                        _ => b"abcXYZ09_-\"\\ \x1f\x7f\x80\xe9"[(next() % 17) as usize],
+                    })
+                    .collect();
+                let naive = bytes
+                    .iter()
+                    .position(|&b| in_set(table, b))
+                    .unwrap_or(len);
+                assert_eq!(run_len(&bytes, table, word), naive, "{bytes:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! Validated actions borrowed from their document: no string is copied, and
+//! escapes are decoded only when a string is read (`SPEC A1`).
+
+use core::fmt;
+
+use heapless::{CapacityError, String, Vec};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+
+use crate::ident::Identifier;
+use crate::limits::MAX_ARGUMENTS;
+
+/// A validated JSON string of a document, borrowed from it.
+///
+/// Either the text itself, or the text between the quotes with its escapes
+/// still written out (every escape already checked: no lone surrogate, no
+/// unknown escape). Reading it ([`JsonStr::chars`], [`fmt::Display`],
+/// comparison with `&str`) decodes on the fly.
+#[derive(Debug, Clone, Copy)]
+pub struct JsonStr<'a> {
+    raw: &'a str,
+    escaped: bool,
+}
+
+impl<'a> JsonStr<'a> {
+    /// A string that needs no decoding.
+    pub const fn plain(text: &'a str) -> Self {
+        Self {
+            raw: text,
+            escaped: false,
+        }
+    }
+
+    /// Raw JSON string content whose escapes the scanner has checked.
+    pub(crate) const fn escaped(raw: &'a str) -> Self {
+        Self { raw, escaped: true }
+    }
+
+    /// The text, when it holds no escape (then it is the text as written).
+    pub fn as_str(&self) -> Option<&'a str> {
+        (!self.escaped).then_some(self.raw)
+    }
+
+    /// Length of the text as written, in bytes: at least the number of
+    /// decoded characters.
+    pub(crate) fn raw_len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Whether the text is written with at least one escape.
+    pub fn is_escaped(&self) -> bool {
+        self.escaped
+    }
+
+    /// The decoded characters.
+    pub fn chars(&self) -> Chars<'a> {
+        Chars {
+            rest: self.raw,
+            escaped: self.escaped,
+        }
+    }
+
+    /// Number of decoded characters (what Python's `len` counts: a
+    /// surrogate-pair escape is one character).
+    pub fn char_count(&self) -> usize {
+        if self.escaped {
+            self.chars().count()
+        } else {
+            self.raw.chars().count()
+        }
+    }
+
+    /// Whether nothing but whitespace, as Python's `str.strip()` sees it, is here.
+    pub fn is_blank(&self) -> bool {
+        self.chars().all(is_python_space)
+    }
+
+    /// Appends the decoded text to `out`; [`CapacityError`] (with `out`
+    /// unchanged) if it does not fit.
+    pub fn decode_into<const N: usize>(&self, out: &mut String<N>) -> Result<(), CapacityError> {
+        match self.as_str() {
+            Some(text) => out.push_str(text),
+            None => {
+                let len = out.len();
+                for c in self.chars() {
+                    if let Err(e) = out.push(c) {
+                        out.truncate(len);
+                        return Err(e);
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Whitespace as Python's `str.strip()` sees it: Unicode `White_Space` plus
+/// the four information separators U+001C..U+001F.
+pub(crate) fn is_python_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+impl PartialEq<str> for JsonStr<'_> {
+    #[inline]
+    fn eq(&self, other: &str) -> bool {
+        match self.as_str() {
+            Some(text) => text == other,
+            None => self.chars().eq(other.chars()),
+        }
+    }
+}
+
+impl PartialEq<&str> for JsonStr<'_> {
+    fn eq(&self, other: &&str) -> bool {
+        *self == **other
+    }
+}
+
+impl PartialEq for JsonStr<'_> {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        match (self.as_str(), other.as_str()) {
+            (Some(a), Some(b)) => a == b,
+            _ => self.chars().eq(other.chars()),
+        }
+    }
+}
+
+impl fmt::Display for JsonStr<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.as_str() {
+            Some(text) => f.write_str(text),
+            None => self.chars().try_for_each(|c| fmt::Write::write_char(f, c)),
+        }
+    }
+}
+
+impl Serialize for JsonStr<'_> {
+    fn serialize<Z: Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
+        match self.as_str() {
+            Some(text) => s.serialize_str(text),
+            None => s.collect_str(self),
+        }
+    }
+}
+
+/// The decoded characters of a [`JsonStr`].
+#[derive(Debug, Clone)]
+pub struct Chars<'a> {
+    rest: &'a str,
+    escaped: bool,
+}
+
+/// The value of four hex digits (checked by the scanner; 0 otherwise).
+fn hex4(digits: &[u8]) -> u32 {
+    digits.iter().take(4).fold(0, |acc, &d| {
+        let v = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            b'A'..=b'F' => d - b'A' + 10,
+            _ => 0,
+        };
+        (acc << 4) | u32::from(v)
+    })
+}
+
+impl Iterator for Chars<'_> {
+    type Item = char;
+
+    fn next(&mut self) -> Option<char> {
+        let mut it = self.rest.chars();
+        let c = it.next()?;
+        if c != '\\' || !self.escaped {
+            self.rest = it.as_str();
+            return Some(c);
+        }
+        let bytes = self.rest.as_bytes();
+        let (decoded, used) = match bytes.get(1) {
+            Some(b'u') => {
+                let unit = hex4(bytes.get(2..6).unwrap_or_default());
+                if (0xD800..0xDC00).contains(&unit) {
+                    let low = hex4(bytes.get(8..12).unwrap_or_default());
+                    (
+                        0x10000 + ((unit - 0xD800) << 10) + (low.wrapping_sub(0xDC00) & 0x3FF),
+                        12,
+                    )
+                } else {
+                    (unit, 6)
+                }
+            }
+            Some(b'b') => (0x08, 2),
+            Some(b'f') => (0x0C, 2),
+            Some(b'n') => (0x0A, 2),
+            Some(b'r') => (0x0D, 2),
+            Some(b't') => (0x09, 2),
+            Some(&other) => (u32::from(other), 2),
+            None => (u32::from('\\'), 1),
+        };
+        self.rest = self.rest.get(used..).unwrap_or_default();
+        Some(char::from_u32(decoded).unwrap_or(char::REPLACEMENT_CHARACTER))
+    }
+}
+
+/// One argument value borrowed from its document: a JSON scalar (`SPEC A1`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScalarRef<'a> {
+    /// `null`
+    Null,
+    /// `true` or `false`
+    Bool(bool),
+    /// An integer written without fraction or exponent, `|x| <= 1e6`.
+    Int(i64),
+    /// A number written with a fraction or exponent, finite, `|x| <= 1e6`.
+    Float(f64),
+    /// A string of at most 2000 characters.
+    Str(JsonStr<'a>),
+}
+
+impl Serialize for ScalarRef<'_> {
+    fn serialize<Z: Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
+        match self {
+            Self::Null => s.serialize_unit(),
+            Self::Bool(b) => s.serialize_bool(*b),
+            Self::Int(i) => s.serialize_i64(*i),
+            Self::Float(x) => s.serialize_f64(*x),
+            Self::Str(t) => t.serialize(s),
+        }
+    }
+}
+
+/// The arguments of a tool call, borrowed: at most 8 scalars under distinct
+/// keys (each matching `[A-Za-z][A-Za-z0-9_]{0,31}` once decoded), in the
+/// order the proposal gave them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ArgumentsRef<'a> {
+    pub(crate) entries: Vec<(JsonStr<'a>, ScalarRef<'a>), MAX_ARGUMENTS>,
+}
+
+impl<'a> ArgumentsRef<'a> {
+    /// No arguments.
+    pub const fn new() -> Self {
+        Self {
+            entries: Vec::new(),
+        }
+    }
+
+    /// Number of arguments (0..=8).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are no arguments.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The value under `key`, if any.
+    pub fn get(&self, key: &str) -> Option<ScalarRef<'a>> {
+        self.entries
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+    }
+
+    /// The arguments in proposal order.
+    pub fn iter(&self) -> impl Iterator<Item = (JsonStr<'a>, ScalarRef<'a>)> + '_ {
+        self.entries.iter().copied()
+    }
+}
+
+impl Serialize for ArgumentsRef<'_> {
+    fn serialize<Z: Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
+        let mut map = s.serialize_map(Some(self.entries.len()))?;
+        for (k, v) in &self.entries {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+/// A validated tool action borrowed from its document (`SPEC A1`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallRef<'a> {
+    /// The call id, unique within a run.
+    pub call_id: Identifier,
+    /// The tool's name.
+    pub name: Identifier,
+    /// The arguments.
+    pub arguments: ArgumentsRef<'a>,
+}
+
+/// A validated action borrowed from its document: exactly one of the
+/// contract's two shapes (`SPEC A1`). Built by [`ActionRef::parse`]; about
+/// 700 bytes whatever the document holds, since strings stay in the document.
+#[derive(Debug, Clone, PartialEq)]
+// Without a heap the tool call cannot be boxed; a final answer simply leaves
+// the room for the arguments unused.
+#[allow(clippy::large_enum_variant)]
+pub enum ActionRef<'a> {
+    /// `{"kind": "final", "text": ...}`: stop with this answer.
+    Final {
+        /// The answer, non-blank, at most 2000 characters.
+        text: JsonStr<'a>,
+    },
+    /// `{"kind": "tool", "call_id", "name", "arguments"}`: call a tool.
+    Tool(ToolCallRef<'a>),
+}
+
+impl Serialize for ActionRef<'_> {
+    fn serialize<Z: Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
+        match self {
+            Self::Final { text } => {
+                let mut map = s.serialize_map(Some(2))?;
+                map.serialize_entry("kind", "final")?;
+                map.serialize_entry("text", text)?;
+                map.end()
+            }
+            Self::Tool(call) => {
+                let mut map = s.serialize_map(Some(4))?;
+                map.serialize_entry("kind", "tool")?;
+                map.serialize_entry("call_id", &call.call_id)?;
+                map.serialize_entry("name", &call.name)?;
+                map.serialize_entry("arguments", &call.arguments)?;
+                map.end()
+            }
+        }
+    }
+}
