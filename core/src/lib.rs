@@ -23,7 +23,7 @@
 //!
 //! Sizes with the default capacities (x86_64, checked by the `state_sizes`
 //! test): [`Run`] 3736 bytes, [`Plan`] 1800 bytes, [`TurnGate`] 4208 bytes,
-//! [`ActionRef`] 496 bytes whatever the action holds; an owned [`Action`]
+//! [`ActionRef`] 120 bytes whatever the action holds; an owned [`Action`]
 //! 64560 bytes (its strings hold 2000 characters of 4-byte UTF-8 each; a
 //! smaller capacity such as `Action<256>` refuses longer strings).
 //!
@@ -103,7 +103,7 @@ mod tests {
         println!(
             "Run = {run} B, ActionRef = {view} B, Action = {action} B, Plan = {plan} B, TurnGate = {gate} B"
         );
-        assert!(view <= 512, "ActionRef grew to {view} bytes");
+        assert!(view <= 128, "ActionRef grew to {view} bytes");
         assert!(run <= 4096, "Run grew to {run} bytes");
         assert!(plan <= 2048, "Plan grew to {plan} bytes");
         assert!(gate <= 8192, "TurnGate grew to {gate} bytes");

@@ -9,7 +9,10 @@
 
 use core::fmt;
 
+use heapless::Vec;
+
 use crate::action::{ArgumentsRef, JsonStr, ScalarRef};
+use crate::limits::MAX_ARGUMENTS;
 use crate::run::{ToolSet, ToolSetError};
 
 /// The type and range of one parameter.
@@ -108,13 +111,22 @@ impl ToolSpec {
     /// Checks `args` against the signature: no unknown keys, every required
     /// parameter present, each value of its type and within its range.
     pub fn check(&self, args: &ArgumentsRef<'_>) -> Result<(), ArgumentError> {
-        for (index, (key, _)) in args.iter().enumerate() {
-            if !self.params.iter().any(|p| key == p.key) {
-                return Err(ArgumentError::Unexpected { index: index as u8 });
-            }
+        // One pass over the arguments (a lookup per parameter would be a
+        // pass each): every argument is matched to its parameter, then the
+        // parameters are checked in their order.
+        let mut found: Vec<(usize, ScalarRef<'_>), MAX_ARGUMENTS> = Vec::new();
+        for (index, (key, value)) in args.iter().enumerate() {
+            let param = self
+                .params
+                .iter()
+                .position(|p| key == p.key)
+                .ok_or(ArgumentError::Unexpected { index: index as u8 })?;
+            // Cannot fail: there are at most MAX_ARGUMENTS arguments.
+            let _ = found.push((param, value));
         }
-        for param in self.params {
-            let Some(value) = args.get(param.key) else {
+        for (at, param) in self.params.iter().enumerate() {
+            let value = found.iter().find(|(p, _)| *p == at).map(|(_, v)| *v);
+            let Some(value) = value else {
                 if param.required {
                     return Err(ArgumentError::Missing(param.key));
                 }

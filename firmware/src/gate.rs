@@ -348,7 +348,11 @@ impl Gate {
             Err(RunError::Stopped(_)) => return self.error(agent, word::RUN_STOPPED),
             Err(e) => return self.internal(agent, e),
         };
-        self.note_verdict();
+        // A call to run is decided once its arguments are checked; every
+        // other verdict is final here.
+        if !matches!(verdict, Verdict::Execute { .. }) {
+            self.note_verdict();
+        }
         // The proposal stays where it was parsed; everything below borrows it.
         let tool = match (verdict, &action) {
             (Verdict::Stop(status), _) => {

@@ -56,7 +56,19 @@ fuzz_target!(|data: &[u8]| {
     let owned = Action::<MAX_TEXT_BYTES>::parse(data);
     let action = match (&view, owned) {
         (Ok(view), Ok(action)) => {
-            assert_eq!(view, &action.view(), "view and owned action differ");
+            assert_eq!(
+                view.to_action::<MAX_TEXT_BYTES>().as_ref(),
+                Ok(&action),
+                "view and owned action differ"
+            );
+            // Read on demand: the arguments read again agree with the copy.
+            if let (ActionRef::Tool(v), Action::Tool(a)) = (view, &action) {
+                assert_eq!(v.arguments.len(), a.arguments.len());
+                for ((vk, vv), (ak, av)) in v.arguments.iter().zip(a.arguments.iter()) {
+                    assert!(vk == ak.as_str() && vv == av.as_ref(), "argument differs");
+                    assert_eq!(v.arguments.get(ak.as_str()), Some(av.as_ref()));
+                }
+            }
             // The view encodes to the same bytes as the owned action.
             let mut a = vec![0u8; 128 * 1024];
             let mut b = vec![0u8; 128 * 1024];

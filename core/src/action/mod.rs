@@ -3,7 +3,7 @@
 use core::fmt;
 
 use heapless::{String, Vec};
-use serde::ser::{Serialize, Serializer};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use crate::ident::{ArgumentKey, Identifier, IdentifierError};
 use crate::json::JsonError;
@@ -12,6 +12,7 @@ use crate::limits::{MAX_ARGUMENTS, MAX_TEXT_BYTES, MAX_TEXT_CHARS};
 mod scan;
 mod view;
 
+pub use scan::Members;
 pub use view::{ActionRef, ArgumentsRef, Chars, JsonStr, ScalarRef, ToolCallRef};
 
 /// A field of an action document, named in errors.
@@ -168,6 +169,25 @@ pub enum Scalar<const S: usize = MAX_TEXT_BYTES> {
     Str(String<S>),
 }
 
+impl<const S: usize> Scalar<S> {
+    /// The value as a borrowed scalar (a string borrowed as it is).
+    pub fn as_ref(&self) -> ScalarRef<'_> {
+        match self {
+            Self::Null => ScalarRef::Null,
+            Self::Bool(b) => ScalarRef::Bool(*b),
+            Self::Int(v) => ScalarRef::Int(*v),
+            Self::Float(v) => ScalarRef::Float(*v),
+            Self::Str(text) => ScalarRef::Str(JsonStr::plain(text)),
+        }
+    }
+}
+
+impl<const S: usize> Serialize for Scalar<S> {
+    fn serialize<Z: Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
+        self.as_ref().serialize(s)
+    }
+}
+
 /// The arguments of a tool call: at most 8 scalars under distinct keys, in
 /// the order the proposal gave them.
 #[derive(Debug, Clone, PartialEq)]
@@ -211,22 +231,15 @@ impl<const S: usize> Arguments<S> {
     pub fn iter(&self) -> impl Iterator<Item = (&ArgumentKey, &Scalar<S>)> {
         self.entries.iter().map(|(k, v)| (k, v))
     }
+}
 
-    /// The arguments as a borrowed view (keys copied, strings borrowed).
-    pub fn view(&self) -> ArgumentsRef<'_> {
-        let mut view = ArgumentsRef::new();
-        for (key, value) in &self.entries {
-            let value = match value {
-                Scalar::Null => ScalarRef::Null,
-                Scalar::Bool(b) => ScalarRef::Bool(*b),
-                Scalar::Int(v) => ScalarRef::Int(*v),
-                Scalar::Float(v) => ScalarRef::Float(*v),
-                Scalar::Str(text) => ScalarRef::Str(JsonStr::plain(text)),
-            };
-            // Cannot fail: both hold at most MAX_ARGUMENTS entries.
-            let _ = view.entries.push((JsonStr::plain(key), value));
+impl<const S: usize> Serialize for Arguments<S> {
+    fn serialize<Z: Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
+        let mut map = s.serialize_map(Some(self.entries.len()))?;
+        for (k, v) in &self.entries {
+            map.serialize_entry(k.as_str(), &v.as_ref())?;
         }
-        view
+        map.end()
     }
 }
 
@@ -258,7 +271,10 @@ pub enum Action<const S: usize = MAX_TEXT_BYTES> {
 
 impl<const S: usize> Serialize for Action<S> {
     fn serialize<Z: Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
-        self.view().serialize(s)
+        match self {
+            Self::Final { text } => view::serialize_final(s, text.as_str()),
+            Self::Tool(call) => view::serialize_tool(s, &call.call_id, &call.name, &call.arguments),
+        }
     }
 }
 
@@ -340,20 +356,6 @@ impl<const S: usize> Action<S> {
     /// around, [`ActionRef`] is the cheaper reader.
     pub fn parse(json: &[u8]) -> Result<Self, ActionError> {
         ActionRef::parse(json)?.to_action()
-    }
-
-    /// The action as a borrowed view, the form the gate's other parts read.
-    pub fn view(&self) -> ActionRef<'_> {
-        match self {
-            Self::Final { text } => ActionRef::Final {
-                text: JsonStr::plain(text),
-            },
-            Self::Tool(call) => ActionRef::Tool(ToolCallRef {
-                call_id: call.call_id.clone(),
-                name: call.name.clone(),
-                arguments: call.arguments.view(),
-            }),
-        }
     }
 }
 

@@ -7,7 +7,7 @@
 //! can only stand where a scalar or a string is required, and is refused
 //! as soon as it opens.
 
-use heapless::String;
+use heapless::{String, Vec};
 
 use super::view::{ActionRef, ArgumentsRef, JsonStr, ScalarRef, ToolCallRef};
 use super::{ActionError, Field};
@@ -105,6 +105,23 @@ fn run_len(rest: &[u8], ends: &[bool; 256], word: impl Fn(u64) -> u64) -> usize 
         .unwrap_or(tail.len())
 }
 
+/// The field names as written, from their opening quote, in pieces of four
+/// and two bytes read as little-endian integers.
+const KIND: u32 = u32::from_le_bytes(*b"\"kin");
+const TEXT: u32 = u32::from_le_bytes(*b"\"tex");
+const NAME: u32 = u32::from_le_bytes(*b"\"nam");
+const CALL: u32 = u32::from_le_bytes(*b"\"cal");
+const ARGU: u32 = u32::from_le_bytes(*b"\"arg");
+const L_ID: u32 = u32::from_le_bytes(*b"l_id");
+const UMEN: u32 = u32::from_le_bytes(*b"umen");
+const D_Q: u16 = u16::from_le_bytes(*b"d\"");
+const T_Q: u16 = u16::from_le_bytes(*b"t\"");
+const E_Q: u16 = u16::from_le_bytes(*b"e\"");
+const TS: u16 = u16::from_le_bytes(*b"ts");
+/// `"tool"`: the kind of a tool call, as written.
+const TOOL: u32 = u32::from_le_bytes(*b"\"too");
+const L_Q: u16 = u16::from_le_bytes(*b"l\"");
+
 /// Longest decoded key that can name a field (`arguments`).
 const KEY_MAX: usize = 9;
 
@@ -121,6 +138,7 @@ enum Other {
     Null,
 }
 
+#[derive(Debug, Clone)]
 struct Scanner<'a> {
     text: &'a str,
     bytes: &'a [u8],
@@ -130,6 +148,24 @@ struct Scanner<'a> {
 impl<'a> Scanner<'a> {
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.at).copied()
+    }
+
+    /// The four bytes at `at` as a little-endian integer (0 past the end):
+    /// compared with a constant, one load and one comparison on every
+    /// target, where a slice comparison may call `memcmp`.
+    fn word(&self, at: usize) -> u32 {
+        self.bytes
+            .get(at..)
+            .and_then(|b| b.first_chunk::<4>())
+            .map_or(0, |b| u32::from_le_bytes(*b))
+    }
+
+    /// The two bytes at `at` as a little-endian integer (0 past the end).
+    fn pair(&self, at: usize) -> u16 {
+        self.bytes
+            .get(at..)
+            .and_then(|b| b.first_chunk::<2>())
+            .map_or(0, |b| u16::from_le_bytes(*b))
     }
 
     fn skip_space(&mut self) {
@@ -213,13 +249,16 @@ impl<'a> Scanner<'a> {
     /// as `"kind"`, `"text"`, `"call_id"`, `"name"` or `"arguments"` (no
     /// escape): compared whole, without a scan. Otherwise the cursor stays.
     fn known_field(&mut self) -> Option<Field> {
-        let rest = self.bytes.get(self.at..)?;
-        let (field, len) = match rest.get(1)? {
-            b'k' if rest.starts_with(b"\"kind\"") => (Field::Kind, 6),
-            b't' if rest.starts_with(b"\"text\"") => (Field::Text, 6),
-            b'c' if rest.starts_with(b"\"call_id\"") => (Field::CallId, 9),
-            b'n' if rest.starts_with(b"\"name\"") => (Field::Name, 6),
-            b'a' if rest.starts_with(b"\"arguments\"") => (Field::Arguments, 11),
+        let at = self.at;
+        let quote = |i: usize| self.bytes.get(at + i) == Some(&b'"');
+        let (field, len) = match self.word(at) {
+            KIND if self.pair(at + 4) == D_Q => (Field::Kind, 6),
+            TEXT if self.pair(at + 4) == T_Q => (Field::Text, 6),
+            NAME if self.pair(at + 4) == E_Q => (Field::Name, 6),
+            CALL if self.word(at + 4) == L_ID && quote(8) => (Field::CallId, 9),
+            ARGU if self.word(at + 4) == UMEN && self.pair(at + 8) == TS && quote(10) => {
+                (Field::Arguments, 11)
+            }
             _ => return None,
         };
         self.at += len;
@@ -434,8 +473,9 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// The arguments object, read into `out` (empty on entry).
-    fn arguments(&mut self, out: &mut ArgumentsRef<'a>) -> Result<(), ActionError> {
+    /// The arguments object at the cursor, validated: every key and value,
+    /// and no key twice.
+    fn arguments(&mut self) -> Result<ArgumentsRef<'a>, ActionError> {
         self.skip_space();
         if self.peek() != Some(b'{') {
             if self.peek() == Some(b'"') {
@@ -445,24 +485,16 @@ impl<'a> Scanner<'a> {
             }
             return Err(ActionError::ArgumentsNotObject);
         }
+        let start = self.at;
         self.at += 1;
+        // The keys so far, for the duplicate check; only the object's text
+        // and its length are kept.
+        let mut keys: Vec<JsonStr<'a>, MAX_ARGUMENTS> = Vec::new();
         let mut more = self.first_member()?;
         while more {
-            let index = u8::try_from(out.entries.len()).unwrap_or(u8::MAX);
-            let (key, checked) = match self.plain(false) {
-                // Every byte is allowed after the first: the rest of the rule
-                // is the first byte and the length.
-                Some(plain) => (
-                    JsonStr::plain(plain),
-                    plain.len() <= MAX_ARGUMENT_KEY_LEN
-                        && plain
-                            .as_bytes()
-                            .first()
-                            .is_some_and(u8::is_ascii_alphabetic),
-                ),
-                None => (self.string()?, false),
-            };
-            if out.entries.len() == MAX_ARGUMENTS {
+            let index = u8::try_from(keys.len()).unwrap_or(u8::MAX);
+            let (key, checked) = self.argument_key()?;
+            if keys.is_full() {
                 return Err(ActionError::TooManyArguments);
             }
             if !checked {
@@ -472,43 +504,127 @@ impl<'a> Scanner<'a> {
                 }
                 .map_err(|reason| ActionError::InvalidArgumentKey { index, reason })?;
             }
-            if out.entries.iter().any(|(k, _)| *k == key) {
+            if keys.contains(&key) {
                 return Err(ActionError::Json(JsonError::DuplicateKey));
             }
-            self.expect(b':')?;
-            self.skip_space();
-            let value = if self.peek() == Some(b'"') {
-                let text = self.string()?;
-                if text.raw_len() > MAX_TEXT_CHARS && text.char_count() > MAX_TEXT_CHARS {
-                    return Err(ActionError::ArgumentTooLong { index });
-                }
-                ScalarRef::Str(text)
-            } else {
-                let out_of_range = ActionError::ArgumentOutOfRange { index };
-                match self.other()? {
-                    Other::Open => return Err(ActionError::ArgumentNotScalar { index }),
-                    Other::Null => ScalarRef::Null,
-                    Other::Bool(b) => ScalarRef::Bool(b),
-                    // Magnitude first: a huge literal is out of range, never a crash.
-                    Other::Int(v) => ScalarRef::Int(
-                        v.filter(|v| v.unsigned_abs() <= MAX_ARGUMENT_MAGNITUDE as u64)
-                            .ok_or(out_of_range)?,
-                    ),
-                    Other::Float(value) => {
-                        let v = value?;
-                        if !(v.is_finite() && v.abs() <= MAX_ARGUMENT_MAGNITUDE) {
-                            return Err(out_of_range);
-                        }
-                        ScalarRef::Float(v)
-                    }
-                }
-            };
-            out.entries
-                .push((key, value))
-                .map_err(|_| ActionError::TooManyArguments)?;
+            self.argument_value(index)?;
+            keys.push(key).map_err(|_| ActionError::TooManyArguments)?;
             more = self.next_member()?;
         }
-        Ok(())
+        let raw = self.text.get(start..self.at).ok_or(JsonError::Syntax)?;
+        Ok(ArgumentsRef::validated(
+            raw,
+            u8::try_from(keys.len()).unwrap_or(u8::MAX),
+        ))
+    }
+
+    /// An argument's key, its opening quote at the cursor, and whether it is
+    /// already known to match the key rule.
+    #[inline(always)]
+    fn argument_key(&mut self) -> Result<(JsonStr<'a>, bool), JsonError> {
+        Ok(match self.plain(false) {
+            // Every byte is allowed after the first: the rest of the rule is
+            // the first byte and the length.
+            Some(plain) => (
+                JsonStr::plain(plain),
+                plain.len() <= MAX_ARGUMENT_KEY_LEN
+                    && plain
+                        .as_bytes()
+                        .first()
+                        .is_some_and(u8::is_ascii_alphabetic),
+            ),
+            None => (self.string()?, false),
+        })
+    }
+
+    /// `:` and the value of argument `index`, checked: a scalar, a string of
+    /// at most 2000 characters, a finite number of magnitude at most 1e6.
+    #[inline(always)]
+    fn argument_value(&mut self, index: u8) -> Result<ScalarRef<'a>, ActionError> {
+        self.expect(b':')?;
+        self.skip_space();
+        if self.peek() == Some(b'"') {
+            let text = self.string()?;
+            if text.raw_len() > MAX_TEXT_CHARS && text.char_count() > MAX_TEXT_CHARS {
+                return Err(ActionError::ArgumentTooLong { index });
+            }
+            return Ok(ScalarRef::Str(text));
+        }
+        let out_of_range = ActionError::ArgumentOutOfRange { index };
+        Ok(match self.other()? {
+            Other::Open => return Err(ActionError::ArgumentNotScalar { index }),
+            Other::Null => ScalarRef::Null,
+            Other::Bool(b) => ScalarRef::Bool(b),
+            // Magnitude first: a huge literal is out of range, never a crash.
+            Other::Int(v) => ScalarRef::Int(
+                v.filter(|v| v.unsigned_abs() <= MAX_ARGUMENT_MAGNITUDE as u64)
+                    .ok_or(out_of_range)?,
+            ),
+            Other::Float(value) => {
+                let v = value?;
+                if !(v.is_finite() && v.abs() <= MAX_ARGUMENT_MAGNITUDE) {
+                    return Err(out_of_range);
+                }
+                ScalarRef::Float(v)
+            }
+        })
+    }
+}
+
+/// The members of an arguments object that [`ActionRef::parse`] validated,
+/// read again in order: what [`ArgumentsRef::iter`] returns.
+#[derive(Debug, Clone)]
+pub struct Members<'a> {
+    scanner: Scanner<'a>,
+    index: u8,
+    done: bool,
+}
+
+impl<'a> Members<'a> {
+    /// The members of `raw`, a validated object (`{` at its start).
+    pub(crate) fn new(raw: &'a str) -> Self {
+        Self {
+            scanner: Scanner {
+                text: raw,
+                bytes: raw.as_bytes(),
+                at: 1,
+            },
+            index: 0,
+            done: false,
+        }
+    }
+
+    fn member(&mut self) -> Option<(JsonStr<'a>, ScalarRef<'a>)> {
+        let s = &mut self.scanner;
+        s.skip_space();
+        if s.peek() == Some(b',') {
+            s.at += 1;
+            s.skip_space();
+        }
+        if s.peek() != Some(b'"') {
+            return None;
+        }
+        let (key, _) = s.argument_key().ok()?;
+        let value = s.argument_value(self.index).ok()?;
+        Some((key, value))
+    }
+}
+
+impl<'a> Iterator for Members<'a> {
+    type Item = (JsonStr<'a>, ScalarRef<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        // The object was validated, so reading it again cannot fail; if it
+        // somehow did, the members simply end there.
+        let member = self.member();
+        match member {
+            Some(_) => self.index = self.index.saturating_add(1),
+            None => self.done = true,
+        }
+        member
     }
 }
 
@@ -567,8 +683,7 @@ pub(super) fn action(bytes: &[u8]) -> Result<ActionRef<'_>, ActionError> {
     let mut text = None;
     let mut call_id = None;
     let mut name = None;
-    // Filled in place: on an error it is dropped with everything else.
-    let mut arguments = ArgumentsRef::new();
+    let mut arguments = None;
     let mut more = s.first_member()?;
     while more {
         let field = match s.known_field() {
@@ -581,7 +696,7 @@ pub(super) fn action(bytes: &[u8]) -> Result<ActionRef<'_>, ActionError> {
         seen |= field.bit();
         s.expect(b':')?;
         match field {
-            Field::Arguments => s.arguments(&mut arguments)?,
+            Field::Arguments => arguments = Some(s.arguments()?),
             Field::Text => {
                 let value = s.string_or(ActionError::NotAString(field))?;
                 if value.raw_len() > MAX_TEXT_CHARS && value.char_count() > MAX_TEXT_CHARS {
@@ -591,8 +706,7 @@ pub(super) fn action(bytes: &[u8]) -> Result<ActionRef<'_>, ActionError> {
             }
             Field::Kind => {
                 s.skip_space();
-                let rest = s.bytes.get(s.at..).unwrap_or_default();
-                if rest.starts_with(b"\"tool\"") {
+                if s.word(s.at) == TOOL && s.pair(s.at + 4) == L_Q {
                     s.at += 6;
                     kind = Some(false);
                     more = s.next_member()?;
@@ -658,11 +772,7 @@ pub(super) fn action(bytes: &[u8]) -> Result<ActionRef<'_>, ActionError> {
             Ok(ActionRef::Tool(ToolCallRef {
                 call_id: call_id.ok_or(ActionError::MissingKey(Field::CallId))?,
                 name: name.ok_or(ActionError::MissingKey(Field::Name))?,
-                arguments: if seen & Field::Arguments.bit() != 0 {
-                    arguments
-                } else {
-                    return Err(ActionError::MissingKey(Field::Arguments));
-                },
+                arguments: arguments.ok_or(ActionError::MissingKey(Field::Arguments))?,
             }))
         }
     }
@@ -707,10 +817,7 @@ mod tests {
                         _ => b"abcXYZ09_-\"\\ \x1f\x7f\x80\xe9"[(next() % 17) as usize],
                     })
                     .collect();
-                let naive = bytes
-                    .iter()
-                    .position(|&b| in_set(table, b))
-                    .unwrap_or(len);
+                let naive = bytes.iter().position(|&b| in_set(table, b)).unwrap_or(len);
                 assert_eq!(run_len(&bytes, table, word), naive, "{bytes:?}");
             }
         }

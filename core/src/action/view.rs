@@ -3,11 +3,11 @@
 
 use core::fmt;
 
-use heapless::{CapacityError, String, Vec};
+use heapless::{CapacityError, String};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
+use super::scan::Members;
 use crate::ident::Identifier;
-use crate::limits::MAX_ARGUMENTS;
 
 /// A validated JSON string of a document, borrowed from it.
 ///
@@ -99,11 +99,25 @@ pub(crate) fn is_python_space(c: char) -> bool {
     c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
 }
 
+/// Byte equality that compares short texts (keys, names: the common case)
+/// in a loop of its own rather than through a call to `memcmp`, which on a
+/// small device costs more than the comparison.
+#[inline]
+pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    const SHORT: usize = 16;
+    a.len() == b.len()
+        && if a.len() <= SHORT {
+            a.iter().zip(b).all(|(x, y)| x == y)
+        } else {
+            a == b
+        }
+}
+
 impl PartialEq<str> for JsonStr<'_> {
     #[inline]
     fn eq(&self, other: &str) -> bool {
         match self.as_str() {
-            Some(text) => text == other,
+            Some(text) => same_bytes(text.as_bytes(), other.as_bytes()),
             None => self.chars().eq(other.chars()),
         }
     }
@@ -119,7 +133,7 @@ impl PartialEq for JsonStr<'_> {
     #[inline]
     fn eq(&self, other: &Self) -> bool {
         match (self.as_str(), other.as_str()) {
-            (Some(a), Some(b)) => a == b,
+            (Some(a), Some(b)) => same_bytes(a.as_bytes(), b.as_bytes()),
             _ => self.chars().eq(other.chars()),
         }
     }
@@ -230,48 +244,70 @@ impl Serialize for ScalarRef<'_> {
 /// The arguments of a tool call, borrowed: at most 8 scalars under distinct
 /// keys (each matching `[A-Za-z][A-Za-z0-9_]{0,31}` once decoded), in the
 /// order the proposal gave them.
-#[derive(Debug, Clone, PartialEq, Default)]
+///
+/// Validated once, read on demand: it keeps the arguments object as written
+/// (a few bytes whatever it holds), and [`ArgumentsRef::iter`] and
+/// [`ArgumentsRef::get`] read it again, which cannot fail. A lookup costs a
+/// pass over at most 8 members; read them all with one `iter` where that
+/// matters.
+#[derive(Debug, Clone, Copy)]
 pub struct ArgumentsRef<'a> {
-    pub(crate) entries: Vec<(JsonStr<'a>, ScalarRef<'a>), MAX_ARGUMENTS>,
+    /// The object from `{` to `}`, already validated.
+    raw: &'a str,
+    len: u8,
+}
+
+impl Default for ArgumentsRef<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl<'a> ArgumentsRef<'a> {
     /// No arguments.
     pub const fn new() -> Self {
-        Self {
-            entries: Vec::new(),
-        }
+        Self { raw: "{}", len: 0 }
+    }
+
+    /// Arguments the scanner validated: `raw` is the object, `len` members.
+    pub(crate) const fn validated(raw: &'a str, len: u8) -> Self {
+        Self { raw, len }
     }
 
     /// Number of arguments (0..=8).
     pub fn len(&self) -> usize {
-        self.entries.len()
+        usize::from(self.len)
     }
 
     /// Whether there are no arguments.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len == 0
     }
 
     /// The value under `key`, if any.
     pub fn get(&self, key: &str) -> Option<ScalarRef<'a>> {
-        self.entries
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| *v)
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 
     /// The arguments in proposal order.
-    pub fn iter(&self) -> impl Iterator<Item = (JsonStr<'a>, ScalarRef<'a>)> + '_ {
-        self.entries.iter().copied()
+    pub fn iter(&self) -> Members<'a> {
+        Members::new(self.raw)
+    }
+}
+
+/// Equal when they hold the same keys and values in the same order, however
+/// they were written.
+impl PartialEq for ArgumentsRef<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.iter().eq(other.iter())
     }
 }
 
 impl Serialize for ArgumentsRef<'_> {
     fn serialize<Z: Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
-        let mut map = s.serialize_map(Some(self.entries.len()))?;
-        for (k, v) in &self.entries {
-            map.serialize_entry(k, v)?;
+        let mut map = s.serialize_map(Some(self.len()))?;
+        for (k, v) in self.iter() {
+            map.serialize_entry(&k, &v)?;
         }
         map.end()
     }
@@ -289,12 +325,10 @@ pub struct ToolCallRef<'a> {
 }
 
 /// A validated action borrowed from its document: exactly one of the
-/// contract's two shapes (`SPEC A1`). Built by [`ActionRef::parse`]; about
-/// 700 bytes whatever the document holds, since strings stay in the document.
+/// contract's two shapes (`SPEC A1`). Built by [`ActionRef::parse`]; 120
+/// bytes on x86_64 whatever the document holds, since strings and arguments
+/// stay in the document.
 #[derive(Debug, Clone, PartialEq)]
-// Without a heap the tool call cannot be boxed; a final answer simply leaves
-// the room for the arguments unused.
-#[allow(clippy::large_enum_variant)]
 pub enum ActionRef<'a> {
     /// `{"kind": "final", "text": ...}`: stop with this answer.
     Final {
@@ -308,20 +342,35 @@ pub enum ActionRef<'a> {
 impl Serialize for ActionRef<'_> {
     fn serialize<Z: Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
         match self {
-            Self::Final { text } => {
-                let mut map = s.serialize_map(Some(2))?;
-                map.serialize_entry("kind", "final")?;
-                map.serialize_entry("text", text)?;
-                map.end()
-            }
-            Self::Tool(call) => {
-                let mut map = s.serialize_map(Some(4))?;
-                map.serialize_entry("kind", "tool")?;
-                map.serialize_entry("call_id", &call.call_id)?;
-                map.serialize_entry("name", &call.name)?;
-                map.serialize_entry("arguments", &call.arguments)?;
-                map.end()
-            }
+            Self::Final { text } => serialize_final(s, text),
+            Self::Tool(call) => serialize_tool(s, &call.call_id, &call.name, &call.arguments),
         }
     }
+}
+
+/// `{"kind": "final", "text": text}`, as both action types write it.
+pub(crate) fn serialize_final<Z: Serializer, T: Serialize + ?Sized>(
+    s: Z,
+    text: &T,
+) -> Result<Z::Ok, Z::Error> {
+    let mut map = s.serialize_map(Some(2))?;
+    map.serialize_entry("kind", "final")?;
+    map.serialize_entry("text", text)?;
+    map.end()
+}
+
+/// `{"kind": "tool", "call_id", "name", "arguments"}`, as both action types
+/// write it.
+pub(crate) fn serialize_tool<Z: Serializer, A: Serialize + ?Sized>(
+    s: Z,
+    call_id: &Identifier,
+    name: &Identifier,
+    arguments: &A,
+) -> Result<Z::Ok, Z::Error> {
+    let mut map = s.serialize_map(Some(4))?;
+    map.serialize_entry("kind", "tool")?;
+    map.serialize_entry("call_id", call_id)?;
+    map.serialize_entry("name", name)?;
+    map.serialize_entry("arguments", arguments)?;
+    map.end()
 }
