@@ -33,6 +33,20 @@ impl fmt::Display for IdentifierError {
 
 impl core::error::Error for IdentifierError {}
 
+/// Byte equality that compares short texts (keys, names, ids: the common
+/// case) in a loop of its own rather than through a call to `memcmp`, which
+/// on a small device costs more than the comparison.
+#[inline]
+pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    const SHORT: usize = 16;
+    a.len() == b.len()
+        && if a.len() <= SHORT {
+            a.iter().zip(b).all(|(x, y)| x == y)
+        } else {
+            a == b
+        }
+}
+
 /// Checks a text, given as its characters' code points, against
 /// `[first][rest]{0,max-1}`, whole string, ASCII only. The bytes of a `&str`
 /// serve as well as its characters: a byte above 0x7F is never allowed, and
@@ -66,8 +80,17 @@ pub(crate) fn check(
 macro_rules! identifier {
     ($(#[$doc:meta])* $name:ident, $cap:expr, $first:expr, $rest:expr, $pattern:literal) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        // Equality is the bytes' (as derived), compared without a call to
+        // `memcmp` for short values; `Hash` and `Ord` agree with it.
+        #[allow(clippy::derived_hash_with_manual_eq)]
+        #[derive(Debug, Clone, Eq, Hash, PartialOrd, Ord)]
         pub struct $name(heapless::String<{ $cap }>);
+
+        impl PartialEq for $name {
+            fn eq(&self, other: &Self) -> bool {
+                $crate::ident::same_bytes(self.0.as_bytes(), other.0.as_bytes())
+            }
+        }
 
         impl $name {
             #[doc = concat!("The pattern every value matches: `", $pattern, "`.")]

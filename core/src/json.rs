@@ -273,7 +273,7 @@ fn check_surrogate_escapes(bytes: &[u8]) -> Result<(), JsonError> {
 /// The checks every document passes first, whatever reads it: no byte-order
 /// mark, valid UTF-8 throughout, not empty. Returns the text.
 pub(crate) fn check_document(bytes: &[u8]) -> Result<&str, JsonError> {
-    if bytes.starts_with(b"\xEF\xBB\xBF") {
+    if let [0xEF, 0xBB, 0xBF, ..] = bytes {
         return Err(JsonError::ByteOrderMark);
     }
     let text = core::str::from_utf8(bytes).map_err(|e| JsonError::InvalidUtf8 {

@@ -38,6 +38,9 @@ pub const CHECKSUM_LEN: usize = 9;
 const CRC32: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
 
 /// The CRC-32 of `payload`, as carried in a frame.
+// Out of line, so that it is built with the core's optimisation (a firmware
+// built for size would otherwise inline and shrink its table loop).
+#[inline(never)]
 pub fn checksum(payload: &[u8]) -> u32 {
     CRC32.checksum(payload)
 }

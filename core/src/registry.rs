@@ -110,6 +110,9 @@ impl core::error::Error for ArgumentError {}
 impl ToolSpec {
     /// Checks `args` against the signature: no unknown keys, every required
     /// parameter present, each value of its type and within its range.
+    // Kept out of line: inlined into a caller built for size (the firmware),
+    // its moves would become calls to `memcpy`.
+    #[inline(never)]
     pub fn check(&self, args: &ArgumentsRef<'_>) -> Result<(), ArgumentError> {
         // One pass over the arguments (a lookup per parameter would be a
         // pass each): every argument is matched to its parameter, then the

@@ -303,7 +303,9 @@ impl<const N: usize> ToolSet<N> {
 
     /// The index of `name`, if registered.
     pub fn position(&self, name: &str) -> Option<usize> {
-        self.names.iter().position(|n| n.as_str() == name)
+        self.names
+            .iter()
+            .position(|n| crate::ident::same_bytes(n.as_bytes(), name.as_bytes()))
     }
 
     /// The registered names in order.

@@ -11,7 +11,7 @@ use heapless::{String, Vec};
 
 use super::view::{ActionRef, ArgumentsRef, JsonStr, ScalarRef, ToolCallRef};
 use super::{ActionError, Field};
-use crate::ident::{ArgumentKey, Identifier, IdentifierError};
+use crate::ident::{ArgumentKey, Identifier};
 use crate::json::{self, JsonError};
 use crate::limits::{
     MAX_ARGUMENTS, MAX_ARGUMENT_KEY_LEN, MAX_ARGUMENT_MAGNITUDE, MAX_IDENTIFIER_LEN, MAX_TEXT_CHARS,
@@ -225,6 +225,7 @@ impl<'a> Scanner<'a> {
     /// The string at the cursor (which must be at its opening quote), if it is made only of `[A-Za-z0-9_]` (with
     /// `dash`, `[A-Za-z0-9_-]`), so it holds no escape, and is not empty: the common case of keys and
     /// identifiers, read in one pass. Otherwise the cursor stays.
+    #[inline(always)]
     fn plain(&mut self, dash: bool) -> Option<&'a str> {
         if self.peek() != Some(b'"') {
             return None;
@@ -324,10 +325,20 @@ impl<'a> Scanner<'a> {
             Some(b'n') => self.literal(b"null", Other::Null)?,
             _ => return Err(JsonError::Syntax),
         };
-        match self.peek() {
-            None | Some(b' ' | b'\t' | b'\n' | b'\r' | b',' | b'}' | b']') => Ok(found),
-            Some(_) => Err(JsonError::Syntax),
+        if self.at_value_end() {
+            Ok(found)
+        } else {
+            Err(JsonError::Syntax)
         }
+    }
+
+    /// Whether a value may end at the cursor: the end, whitespace, `,`, `}`
+    /// or `]` follows.
+    fn at_value_end(&self) -> bool {
+        matches!(
+            self.peek(),
+            None | Some(b' ' | b'\t' | b'\n' | b'\r' | b',' | b'}' | b']')
+        )
     }
 
     fn literal(&mut self, word: &[u8], value: Other) -> Result<Other, JsonError> {
@@ -348,6 +359,36 @@ impl<'a> Scanner<'a> {
             self.at += 1;
         }
         u32::try_from(self.at - start).unwrap_or(u32::MAX)
+    }
+
+    /// An integer of at most nine digits, neither fraction nor exponent (the
+    /// common case), read in 32 bits; `None`, with the cursor unmoved, for
+    /// anything else.
+    fn small_integer(&mut self) -> Option<i64> {
+        let rest = self.bytes.get(self.at..)?;
+        let (negative, digits) = match rest {
+            [b'-', tail @ ..] => (true, tail),
+            _ => (false, rest),
+        };
+        let len = digits
+            .iter()
+            .take(10)
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        let leading_zero = len > 1 && digits.first() == Some(&b'0');
+        if len == 0 || len > 9 || leading_zero {
+            return None;
+        }
+        if let Some(b'.' | b'e' | b'E') = digits.get(len) {
+            return None;
+        }
+        let value = digits
+            .get(..len)?
+            .iter()
+            .fold(0u32, |v, d| v * 10 + u32::from(d - b'0'));
+        self.at += len + usize::from(negative);
+        let value = i64::from(value);
+        Some(if negative { -value } else { value })
     }
 
     /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`, starting at `start`,
@@ -473,6 +514,52 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// The value of `kind`: `true` for `"final"`, `false` for `"tool"`.
+    fn kind(&mut self) -> Result<bool, ActionError> {
+        self.skip_space();
+        // The common spelling, compared whole.
+        if self.word(self.at) == TOOL && self.pair(self.at + 4) == L_Q {
+            self.at += 6;
+            return Ok(false);
+        }
+        let value = self.string_or(ActionError::NotAString(Field::Kind))?;
+        match value.as_str() {
+            Some("final") => Ok(true),
+            Some("tool") => Ok(false),
+            Some(_) => Err(ActionError::UnknownKind),
+            None if value == "final" => Ok(true),
+            None if value == "tool" => Ok(false),
+            None => Err(ActionError::UnknownKind),
+        }
+    }
+
+    /// The value of `call_id` or `name` (`field`): an identifier.
+    fn identifier(&mut self, field: Field) -> Result<Identifier, ActionError> {
+        self.skip_space();
+        match self.plain(true) {
+            // Every byte is allowed after the first: the rest of the rule is
+            // the first byte and the length.
+            Some(plain)
+                if plain.len() <= MAX_IDENTIFIER_LEN
+                    && plain
+                        .as_bytes()
+                        .first()
+                        .is_some_and(u8::is_ascii_alphabetic) =>
+            {
+                Identifier::from_checked(plain)
+            }
+            Some(plain) => Identifier::new(plain),
+            None => {
+                let text = self.string_or(ActionError::NotAString(field))?;
+                match text.as_str() {
+                    Some(plain) => Identifier::new(plain),
+                    None => Identifier::from_chars(text.chars()),
+                }
+            }
+        }
+        .map_err(|reason| ActionError::InvalidIdentifier(field, reason))
+    }
+
     /// The arguments object at the cursor, validated: every key and value,
     /// and no key twice.
     fn arguments(&mut self) -> Result<ArgumentsRef<'a>, ActionError> {
@@ -504,7 +591,11 @@ impl<'a> Scanner<'a> {
                 }
                 .map_err(|reason| ActionError::InvalidArgumentKey { index, reason })?;
             }
-            if keys.contains(&key) {
+            // `any` rather than `contains`: the closure inlines, `contains`
+            // calls a generic slice search for each key.
+            #[allow(clippy::manual_contains)]
+            let duplicate = keys.iter().any(|k| *k == key);
+            if duplicate {
                 return Err(ActionError::Json(JsonError::DuplicateKey));
             }
             self.argument_value(index)?;
@@ -549,6 +640,14 @@ impl<'a> Scanner<'a> {
                 return Err(ActionError::ArgumentTooLong { index });
             }
             return Ok(ScalarRef::Str(text));
+        }
+        // The common case first: a small integer, in range by its length.
+        let start = self.at;
+        if let Some(small) = self.small_integer() {
+            if self.at_value_end() && small.unsigned_abs() <= MAX_ARGUMENT_MAGNITUDE as u64 {
+                return Ok(ScalarRef::Int(small));
+            }
+            self.at = start;
         }
         let out_of_range = ActionError::ArgumentOutOfRange { index };
         Ok(match self.other()? {
@@ -635,13 +734,6 @@ fn short<const N: usize>(text: JsonStr<'_>) -> Option<String<N>> {
     Some(out)
 }
 
-fn identifier(text: JsonStr<'_>) -> Result<Identifier, IdentifierError> {
-    match text.as_str() {
-        Some(plain) => Identifier::new(plain),
-        None => Identifier::from_chars(text.chars()),
-    }
-}
-
 fn field(key: JsonStr<'_>) -> Option<Field> {
     let decoded: String<KEY_MAX>;
     let name = match key.as_str() {
@@ -704,48 +796,9 @@ pub(super) fn action(bytes: &[u8]) -> Result<ActionRef<'_>, ActionError> {
                 }
                 text = Some(value);
             }
-            Field::Kind => {
-                s.skip_space();
-                if s.word(s.at) == TOOL && s.pair(s.at + 4) == L_Q {
-                    s.at += 6;
-                    kind = Some(false);
-                    more = s.next_member()?;
-                    continue;
-                }
-                let value = s.string_or(ActionError::NotAString(field))?;
-                kind = Some(match value.as_str() {
-                    Some("final") => true,
-                    Some("tool") => false,
-                    Some(_) => return Err(ActionError::UnknownKind),
-                    None if value == "final" => true,
-                    None if value == "tool" => false,
-                    None => return Err(ActionError::UnknownKind),
-                });
-            }
-            Field::CallId | Field::Name => {
-                s.skip_space();
-                let id = match s.plain(true) {
-                    // Every byte is allowed after the first: the rest of the
-                    // rule is the first byte and the length.
-                    Some(plain)
-                        if plain.len() <= MAX_IDENTIFIER_LEN
-                            && plain
-                                .as_bytes()
-                                .first()
-                                .is_some_and(u8::is_ascii_alphabetic) =>
-                    {
-                        Identifier::from_checked(plain)
-                    }
-                    Some(plain) => Identifier::new(plain),
-                    None => identifier(s.string_or(ActionError::NotAString(field))?),
-                }
-                .map_err(|reason| ActionError::InvalidIdentifier(field, reason))?;
-                if field == Field::CallId {
-                    call_id = Some(id);
-                } else {
-                    name = Some(id);
-                }
-            }
+            Field::Kind => kind = Some(s.kind()?),
+            Field::CallId => call_id = Some(s.identifier(field)?),
+            Field::Name => name = Some(s.identifier(field)?),
         }
         more = s.next_member()?;
     }

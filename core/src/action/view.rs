@@ -7,7 +7,7 @@ use heapless::{CapacityError, String};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::scan::Members;
-use crate::ident::Identifier;
+use crate::ident::{same_bytes, Identifier};
 
 /// A validated JSON string of a document, borrowed from it.
 ///
@@ -97,20 +97,6 @@ impl<'a> JsonStr<'a> {
 /// the four information separators U+001C..U+001F.
 pub(crate) fn is_python_space(c: char) -> bool {
     c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
-}
-
-/// Byte equality that compares short texts (keys, names: the common case)
-/// in a loop of its own rather than through a call to `memcmp`, which on a
-/// small device costs more than the comparison.
-#[inline]
-pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    const SHORT: usize = 16;
-    a.len() == b.len()
-        && if a.len() <= SHORT {
-            a.iter().zip(b).all(|(x, y)| x == y)
-        } else {
-            a == b
-        }
 }
 
 impl PartialEq<str> for JsonStr<'_> {
