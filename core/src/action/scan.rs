@@ -365,28 +365,26 @@ impl<'a> Scanner<'a> {
     /// common case), read in 32 bits; `None`, with the cursor unmoved, for
     /// anything else.
     fn small_integer(&mut self) -> Option<i64> {
-        let rest = self.bytes.get(self.at..)?;
-        let (negative, digits) = match rest {
-            [b'-', tail @ ..] => (true, tail),
-            _ => (false, rest),
-        };
-        let len = digits
-            .iter()
-            .take(10)
-            .take_while(|b| b.is_ascii_digit())
-            .count();
-        let leading_zero = len > 1 && digits.first() == Some(&b'0');
-        if len == 0 || len > 9 || leading_zero {
+        let negative = self.peek() == Some(b'-');
+        let first = self.at + usize::from(negative);
+        let mut at = first;
+        let mut value: u32 = 0;
+        while let Some(d @ b'0'..=b'9') = self.bytes.get(at).copied() {
+            if at - first == 9 {
+                return None;
+            }
+            value = value * 10 + u32::from(d - b'0');
+            at += 1;
+        }
+        let digits = at - first;
+        let leading_zero = digits > 1 && self.bytes.get(first) == Some(&b'0');
+        if digits == 0 || leading_zero {
             return None;
         }
-        if let Some(b'.' | b'e' | b'E') = digits.get(len) {
+        if let Some(b'.' | b'e' | b'E') = self.bytes.get(at) {
             return None;
         }
-        let value = digits
-            .get(..len)?
-            .iter()
-            .fold(0u32, |v, d| v * 10 + u32::from(d - b'0'));
-        self.at += len + usize::from(negative);
+        self.at = at;
         let value = i64::from(value);
         Some(if negative { -value } else { value })
     }
@@ -712,6 +710,7 @@ impl<'a> Members<'a> {
 impl<'a> Iterator for Members<'a> {
     type Item = (JsonStr<'a>, ScalarRef<'a>);
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.done {
             return None;
