@@ -247,14 +247,13 @@ impl core::error::Error for RequestError {}
 impl<'a> Request<'a> {
     /// Reads a request from a verified payload.
     pub fn parse(payload: &'a [u8]) -> Result<Self, RequestError> {
+        // Slice patterns: byte comparisons, no call to `memcmp`.
         match payload {
+            [b'P', b'R', b'O', b'P', b'O', b'S', b'E', b' ', json @ ..] => Ok(Self::Propose(json)),
             b"STATUS" => Ok(Self::Status),
             b"HELLO" => Ok(Self::Hello),
             b"RESET" => Ok(Self::Reset),
-            _ => payload
-                .strip_prefix(b"PROPOSE ")
-                .map(Self::Propose)
-                .ok_or(RequestError::UnknownVerb),
+            _ => Err(RequestError::UnknownVerb),
         }
     }
 }

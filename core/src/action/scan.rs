@@ -364,6 +364,7 @@ impl<'a> Scanner<'a> {
     /// An integer of at most nine digits, neither fraction nor exponent (the
     /// common case), read in 32 bits; `None`, with the cursor unmoved, for
     /// anything else.
+    #[inline]
     fn small_integer(&mut self) -> Option<i64> {
         let negative = self.peek() == Some(b'-');
         let first = self.at + usize::from(negative);
