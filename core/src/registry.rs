@@ -216,48 +216,52 @@ mod tests {
         needs_approval: false,
     };
 
-    fn args(json: &str) -> ArgumentsRef<'static> {
+    /// Runs `f` on the arguments object `json`, read as a proposal's.
+    fn with_args<R>(json: &str, f: impl FnOnce(&ArgumentsRef<'_>) -> R) -> R {
         let text =
             format!(r#"{{"kind":"tool","call_id":"c","name":"HassLightSet","arguments":{json}}}"#);
-        let text: &'static str = Box::leak(text.into_boxed_str());
         match ActionRef::parse(text.as_bytes()).unwrap() {
-            ActionRef::Tool(call) => call.arguments,
+            ActionRef::Tool(call) => f(&call.arguments),
             ActionRef::Final { .. } => unreachable!(),
         }
+    }
+
+    fn check(spec: &ToolSpec, json: &str) -> Result<(), ArgumentError> {
+        with_args(json, |args| spec.check(args))
     }
 
     #[test]
     fn ranges_are_checked_on_both_sides() {
         assert_eq!(
-            LIGHT_SET.check(&args(r#"{"name":"lamp","brightness":0}"#)),
+            check(&LIGHT_SET, r#"{"name":"lamp","brightness":0}"#),
             Ok(())
         );
         assert_eq!(
-            LIGHT_SET.check(&args(r#"{"name":"lamp","brightness":100}"#)),
+            check(&LIGHT_SET, r#"{"name":"lamp","brightness":100}"#),
             Ok(())
         );
         assert_eq!(
-            LIGHT_SET.check(&args(r#"{"name":"lamp","brightness":101}"#)),
+            check(&LIGHT_SET, r#"{"name":"lamp","brightness":101}"#),
             Err(ArgumentError::OutOfRange("brightness"))
         );
         assert_eq!(
-            LIGHT_SET.check(&args(r#"{"name":"lamp","brightness":-1}"#)),
+            check(&LIGHT_SET, r#"{"name":"lamp","brightness":-1}"#),
             Err(ArgumentError::OutOfRange("brightness"))
         );
         assert_eq!(
-            LIGHT_SET.check(&args(r#"{"name":"lamp","brightness":50.0}"#)),
+            check(&LIGHT_SET, r#"{"name":"lamp","brightness":50.0}"#),
             Err(ArgumentError::WrongType("brightness"))
         );
         assert_eq!(
-            LIGHT_SET.check(&args(r#"{"name":"door","brightness":5}"#)),
+            check(&LIGHT_SET, r#"{"name":"door","brightness":5}"#),
             Err(ArgumentError::NotAChoice("name"))
         );
         assert_eq!(
-            LIGHT_SET.check(&args(r#"{"name":"lamp"}"#)),
+            check(&LIGHT_SET, r#"{"name":"lamp"}"#),
             Err(ArgumentError::Missing("brightness"))
         );
         assert_eq!(
-            LIGHT_SET.check(&args(r#"{"name":"lamp","brightness":5,"x":1}"#)),
+            check(&LIGHT_SET, r#"{"name":"lamp","brightness":5,"x":1}"#),
             Err(ArgumentError::Unexpected { index: 2 })
         );
     }
@@ -282,24 +286,25 @@ mod tests {
 
     #[test]
     fn numbers_take_integers_and_floats_but_not_booleans() {
-        assert_eq!(ADD.check(&args(r#"{"a":7,"b":8}"#)), Ok(()));
-        assert_eq!(ADD.check(&args(r#"{"a":2.5,"b":-1e6}"#)), Ok(()));
+        assert_eq!(check(&ADD, r#"{"a":7,"b":8}"#), Ok(()));
+        assert_eq!(check(&ADD, r#"{"a":2.5,"b":-1e6}"#), Ok(()));
         assert_eq!(
-            ADD.check(&args(r#"{"a":true,"b":1}"#)),
+            check(&ADD, r#"{"a":true,"b":1}"#),
             Err(ArgumentError::WrongType("a"))
         );
         assert_eq!(
-            ADD.check(&args(r#"{"a":1,"b":"2"}"#)),
+            check(&ADD, r#"{"a":1,"b":"2"}"#),
             Err(ArgumentError::WrongType("b"))
         );
         assert_eq!(
-            ADD.check(&args(r#"{"a":1,"b":null}"#)),
+            check(&ADD, r#"{"a":1,"b":null}"#),
             Err(ArgumentError::WrongType("b"))
         );
-        let both = args(r#"{"a":7,"b":0.5}"#);
-        assert_eq!(ToolSpec::number(&both, "a"), Some(7.0));
-        assert_eq!(ToolSpec::number(&both, "b"), Some(0.5));
-        assert_eq!(ToolSpec::number(&both, "c"), None);
+        with_args(r#"{"a":7,"b":0.5}"#, |both| {
+            assert_eq!(ToolSpec::number(both, "a"), Some(7.0));
+            assert_eq!(ToolSpec::number(both, "b"), Some(0.5));
+            assert_eq!(ToolSpec::number(both, "c"), None);
+        });
     }
 
     #[test]
