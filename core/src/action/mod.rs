@@ -553,9 +553,10 @@ mod tests {
 
     #[test]
     fn escaped_strings_of_the_largest_valid_action_all_fit() {
-        // The parser keeps every decoded escaped string until the end of the
-        // document: eight 2000-character arguments written as surrogate-pair
-        // escapes are the most a valid action can ask of the scratch buffer.
+        // Eight 2000-character arguments written as surrogate-pair escapes
+        // (96 KB of escapes): each is measured in decoded characters, and
+        // the owned copy decodes all of them. (The name is from the earlier
+        // reader, which kept every decoded string in one scratch buffer.)
         let value = "\\ud83d\\ude00".repeat(2000);
         let body: std::vec::Vec<_> = (0..8)
             .map(|i| format!(r#""\u006b{i}":"{value}""#))
@@ -573,7 +574,7 @@ mod tests {
     }
 
     #[test]
-    fn many_short_escaped_strings_do_not_exhaust_a_roomy_scratch() {
+    fn escaped_keys_and_short_escaped_strings_are_read() {
         let body: std::vec::Vec<_> = (0..8).map(|i| format!(r#""\u006b{i}":"\n""#)).collect();
         let doc = format!(
             r#"{{"\u006bind":"tool","\u0063all_id":"\u0063","\u006eame":"\u006e","\u0061rguments":{{{}}}}}"#,
