@@ -200,7 +200,7 @@ fn duplicate_and_invalid_proposals_say_why() {
         &text,
         &[
             "rejected: invalid-policy-action",
-            "  why            step 0: the proposal is not a valid action: argument 1: must be a string, number, boolean or null, not an object or array",
+            "  why            step 0: the proposal is not a valid action: argument 1: must be a string, number, boolean or null, not an object or array (key `b`)",
         ],
     );
 }
@@ -354,4 +354,32 @@ fn a_failed_write_is_exit_2_not_a_panic() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("writing the output"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn an_invalid_proposal_names_the_key_at_fault() {
+    let cases: [(&[u8], &str); 4] = [
+        (
+            br#"{"script": [{"kind": "final", "text": "x", "call_id": "c"}], "tools": {}}"#,
+            "unexpected key: a final action has exactly kind and text, a tool action exactly kind, call_id, name and arguments (key `call_id`)",
+        ),
+        (
+            br#"{"script": [{"kind": "tool", "call_id": "c", "name": "add", "arguments": {}, "why": 1}], "tools": {}}"#,
+            "(key `why`)",
+        ),
+        (
+            br#"{"script": [{"kind": "tool", "call_id": "c", "name": "add", "arguments": {"a": 1, "speed": 1000001}}], "tools": {}}"#,
+            "argument 1: number must be finite with magnitude at most 1e6 (key `speed`)",
+        ),
+        // Not about one key: nothing is added.
+        (
+            br#"{"script": [{"kind": "tool", "call_id": "c", "name": "add"}], "tools": {}}"#,
+            "the proposal is not a valid action: missing key `arguments`\n",
+        ),
+    ];
+    for (script, expected) in cases {
+        let script = Fixture::new(script);
+        let text = stdout_of(run().arg(script.path()), 1);
+        contains_all(&text, &[expected]);
+    }
 }

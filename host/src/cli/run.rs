@@ -8,7 +8,7 @@ use budgetgate::eval::{EvalError, RunArgs as ScriptArgs};
 use budgetgate::strict::StrictObject;
 use budgetgate::tools::DemoKind;
 use budgetgate_core::limits::{MAX_DECISIONS, MAX_TOOL_CALLS, MAX_WORK_UNITS};
-use budgetgate_core::{run_trace_work, Action, RunLimits, Status, TraceRow, Work};
+use budgetgate_core::{run_trace_work, Action, ActionError, RunLimits, Status, TraceRow, Work};
 use clap::value_parser;
 
 use super::{display_name, printable, read_input, shorten, table, write_stdout, Align};
@@ -180,7 +180,10 @@ fn why(script: &ScriptArgs, result: &RunResult) -> Option<String> {
                 ),
                 ("invalid-policy-action", Some(raw)) => match <Action>::parse(raw.get().as_bytes())
                 {
-                    Err(e) => format!("step {step}: the proposal is not a valid action: {e}"),
+                    Err(e) => format!(
+                        "step {step}: the proposal is not a valid action: {e}{}",
+                        which_key(raw.get(), e)
+                    ),
                     Ok(_) => format!("step {step}: the policy failed"),
                 },
                 ("duplicate-call-id", _) => format!(
@@ -200,6 +203,37 @@ fn why(script: &ScriptArgs, result: &RunResult) -> Option<String> {
         )),
         _ => None,
     }
+}
+
+/// The key an action error is about, as ` (key `k`)`, when the error names an
+/// argument by its position or an unexpected key; empty otherwise (or if the
+/// document is not JSON at all).
+fn which_key(raw: &str, error: ActionError) -> String {
+    let Ok(serde_json::Value::Object(action)) = serde_json::from_str(raw) else {
+        return String::new();
+    };
+    let key = match error {
+        ActionError::InvalidArgumentKey { index, .. }
+        | ActionError::ArgumentNotScalar { index }
+        | ActionError::ArgumentTooLong { index }
+        | ActionError::ArgumentOutOfRange { index } => action
+            .get("arguments")
+            .and_then(|arguments| arguments.as_object())
+            .and_then(|arguments| arguments.keys().nth(usize::from(index)).cloned()),
+        ActionError::UnexpectedKey => {
+            let allowed: &[&str] = match action.get("kind").and_then(|kind| kind.as_str()) {
+                Some("final") => &["kind", "text"],
+                _ => &["kind", "call_id", "name", "arguments"],
+            };
+            action
+                .keys()
+                .find(|key| !allowed.contains(&key.as_str()))
+                .cloned()
+        }
+        _ => None,
+    };
+    key.map(|key| format!(" (key `{}`)", printable(&key)))
+        .unwrap_or_default()
 }
 
 fn call_id(script: &ScriptArgs, step: u8) -> String {
