@@ -110,7 +110,7 @@ macro_rules! identifier {
             /// the pattern (the action scanner does, as it reads).
             #[allow(dead_code)]
             pub(crate) fn from_checked(text: &str) -> Result<Self, $crate::ident::IdentifierError> {
-                debug_assert!(Self::check_str(text).is_ok());
+                debug_assert!(Self::new(text).is_ok());
                 let mut owned = heapless::String::new();
                 owned
                     .push_str(text)
@@ -124,12 +124,6 @@ macro_rules! identifier {
                 chars: impl Iterator<Item = char>,
             ) -> Result<(), $crate::ident::IdentifierError> {
                 $crate::ident::check(chars.map(u32::from), $cap, $first, $rest)
-            }
-
-            /// Whether the bytes of `text` would make a valid value, without building it.
-            #[allow(dead_code)]
-            pub(crate) fn check_str(text: &str) -> Result<(), $crate::ident::IdentifierError> {
-                $crate::ident::check(text.bytes().map(u32::from), $cap, $first, $rest)
             }
 
             /// Validates a text given as its characters, as `new` does.

@@ -225,6 +225,21 @@ pub(crate) fn exact_product(mantissa: u64, scale: i64) -> Option<f64> {
     })
 }
 
+/// The value of the four hex digits at `at` (a `\u` escape's code unit);
+/// `None` unless there are four and all are hex digits.
+pub(crate) fn hex4(bytes: &[u8], at: usize) -> Option<u16> {
+    let digits = bytes.get(at..at.checked_add(4)?)?;
+    digits.iter().try_fold(0u16, |acc, &d| {
+        let v = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            b'A'..=b'F' => d - b'A' + 10,
+            _ => return None,
+        };
+        Some((acc << 4) | u16::from(v))
+    })
+}
+
 /// Refuses a `\u` escape of a lone surrogate: a high one (D800..DBFF) not
 /// followed at once by an escaped low one (DC00..DFFF), or a low one on its
 /// own. picojson refuses most of these but accepts a high surrogate followed
@@ -233,11 +248,6 @@ pub(crate) fn exact_product(mantissa: u64, scale: i64) -> Option<f64> {
 /// A backslash can only stand inside a string in valid JSON (anywhere else
 /// the parser refuses the document), so the bytes are scanned as they are.
 fn check_surrogate_escapes(bytes: &[u8]) -> Result<(), JsonError> {
-    fn hex4(bytes: &[u8], at: usize) -> Option<u16> {
-        let digits = bytes.get(at..at.checked_add(4)?)?;
-        let text = core::str::from_utf8(digits).ok()?;
-        u16::from_str_radix(text, 16).ok()
-    }
     let mut i = 0;
     while let Some(offset) = bytes
         .get(i..)

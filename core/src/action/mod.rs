@@ -323,14 +323,12 @@ impl<'a> ActionRef<'a> {
                         ScalarRef::Float(v) => Scalar::Float(v),
                         ScalarRef::Str(text) => Scalar::Str(owned(&text)?),
                     };
-                    let key = match key.as_str() {
-                        Some(plain) => ArgumentKey::new(plain),
-                        None => ArgumentKey::from_chars(key.chars()),
-                    };
                     // Cannot fail: the scanner checked the key.
-                    let key = key.map_err(|reason| ActionError::InvalidArgumentKey {
-                        index: u8::try_from(arguments.len()).unwrap_or(u8::MAX),
-                        reason,
+                    let key = ArgumentKey::from_chars(key.chars()).map_err(|reason| {
+                        ActionError::InvalidArgumentKey {
+                            index: u8::try_from(arguments.len()).unwrap_or(u8::MAX),
+                            reason,
+                        }
                     })?;
                     arguments
                         .entries

@@ -298,16 +298,7 @@ impl<'a> Scanner<'a> {
 
     /// The four hex digits at `at`.
     fn unit(&self, at: usize) -> Result<u16, JsonError> {
-        let digits = self.bytes.get(at..at + 4).ok_or(JsonError::InvalidEscape)?;
-        digits.iter().try_fold(0u16, |acc, &d| {
-            let v = match d {
-                b'0'..=b'9' => d - b'0',
-                b'a'..=b'f' => d - b'a' + 10,
-                b'A'..=b'F' => d - b'A' + 10,
-                _ => return Err(JsonError::InvalidEscape),
-            };
-            Ok((acc << 4) | u16::from(v))
-        })
+        json::hex4(self.bytes, at).ok_or(JsonError::InvalidEscape)
     }
 
     /// A value other than a string, at the cursor. Numbers and literals must
@@ -522,13 +513,12 @@ impl<'a> Scanner<'a> {
             return Ok(false);
         }
         let value = self.string_or(ActionError::NotAString(Field::Kind))?;
-        match value.as_str() {
-            Some("final") => Ok(true),
-            Some("tool") => Ok(false),
-            Some(_) => Err(ActionError::UnknownKind),
-            None if value == "final" => Ok(true),
-            None if value == "tool" => Ok(false),
-            None => Err(ActionError::UnknownKind),
+        if value == "final" {
+            Ok(true)
+        } else if value == "tool" {
+            Ok(false)
+        } else {
+            Err(ActionError::UnknownKind)
         }
     }
 
@@ -548,13 +538,7 @@ impl<'a> Scanner<'a> {
                 Identifier::from_checked(plain)
             }
             Some(plain) => Identifier::new(plain),
-            None => {
-                let text = self.string_or(ActionError::NotAString(field))?;
-                match text.as_str() {
-                    Some(plain) => Identifier::new(plain),
-                    None => Identifier::from_chars(text.chars()),
-                }
-            }
+            None => Identifier::from_chars(self.string_or(ActionError::NotAString(field))?.chars()),
         }
         .map_err(|reason| ActionError::InvalidIdentifier(field, reason))
     }
@@ -584,11 +568,8 @@ impl<'a> Scanner<'a> {
                 return Err(ActionError::TooManyArguments);
             }
             if !checked {
-                match key.as_str() {
-                    Some(plain) => ArgumentKey::check_str(plain),
-                    None => ArgumentKey::check_chars(key.chars()),
-                }
-                .map_err(|reason| ActionError::InvalidArgumentKey { index, reason })?;
+                ArgumentKey::check_chars(key.chars())
+                    .map_err(|reason| ActionError::InvalidArgumentKey { index, reason })?;
             }
             // `any` rather than `contains`: the closure inlines, `contains`
             // calls a generic slice search for each key.

@@ -8,6 +8,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::scan::Members;
 use crate::ident::{same_bytes, Identifier};
+use crate::json;
 
 /// A validated JSON string of a document, borrowed from it.
 ///
@@ -150,19 +151,6 @@ pub struct Chars<'a> {
     escaped: bool,
 }
 
-/// The value of four hex digits (checked by the scanner; 0 otherwise).
-fn hex4(digits: &[u8]) -> u32 {
-    digits.iter().take(4).fold(0, |acc, &d| {
-        let v = match d {
-            b'0'..=b'9' => d - b'0',
-            b'a'..=b'f' => d - b'a' + 10,
-            b'A'..=b'F' => d - b'A' + 10,
-            _ => 0,
-        };
-        (acc << 4) | u32::from(v)
-    })
-}
-
 impl Iterator for Chars<'_> {
     type Item = char;
 
@@ -176,9 +164,9 @@ impl Iterator for Chars<'_> {
         let bytes = self.rest.as_bytes();
         let (decoded, used) = match bytes.get(1) {
             Some(b'u') => {
-                let unit = hex4(bytes.get(2..6).unwrap_or_default());
+                let unit = json::hex4(bytes, 2).map_or(0, u32::from);
                 if (0xD800..0xDC00).contains(&unit) {
-                    let low = hex4(bytes.get(8..12).unwrap_or_default());
+                    let low = json::hex4(bytes, 8).map_or(0, u32::from);
                     (
                         0x10000 + ((unit - 0xD800) << 10) + (low.wrapping_sub(0xDC00) & 0x3FF),
                         12,
