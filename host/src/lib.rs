@@ -13,4 +13,5 @@ pub mod eval;
 pub mod input;
 pub mod replay;
 pub mod strict;
+pub mod term;
 pub mod tools;

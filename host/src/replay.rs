@@ -22,7 +22,6 @@ mod formats;
 mod session;
 mod time;
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -37,6 +36,7 @@ use budgetgate_core::turn::{
 use serde::Serialize;
 use serde_json::Value;
 
+pub use crate::term::terminal_safe;
 pub use approval::{PolicyApprover, PromptApprover};
 pub use budget::{parse_budget, ApprovePolicy, ReplayBudget};
 pub use formats::{read_session, MAX_YAML_ALIAS_WEIGHT, MAX_YAML_DEPTH};
@@ -529,75 +529,11 @@ pub fn replay_text(text: &str, budget: &ReplayBudget) -> Result<Report, String> 
     replay(&session, budget)
 }
 
-/// Whether `c` must not reach a terminal raw: control characters (C0, DEL,
-/// C1), bidirectional-text controls (which reorder what is shown) and the
-/// Unicode line and paragraph separators.
-fn unsafe_on_terminal(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{061c}'
-                | '\u{200e}'
-                | '\u{200f}'
-                | '\u{2028}'
-                | '\u{2029}'
-                | '\u{202a}'..='\u{202e}'
-                | '\u{2066}'..='\u{2069}'
-        )
-}
-
-/// Text from a recording made safe to print on a terminal: every control
-/// character (C0 including newline and tab, DEL, C1), bidirectional-text
-/// control (U+061C, U+200E/F, U+202A–E, U+2066–9) and line or paragraph
-/// separator (U+2028/9) is shown as `\u{..}`, as Rust's `{:?}` shows them.
-/// Everything the table prints from a recording goes through it.
-pub fn terminal_safe(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(unsafe_on_terminal) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if unsafe_on_terminal(c) {
-            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// serde_json's compact output, with DEL, the C1 controls,
-/// bidirectional-text controls and U+2028/9 also written as `\uXXXX`
-/// (serde_json escapes only C0): the same JSON value, safe on a terminal.
-struct TerminalSafeJson;
-
-impl serde_json::ser::Formatter for TerminalSafeJson {
-    fn write_string_fragment<W: ?Sized + Write>(
-        &mut self,
-        writer: &mut W,
-        fragment: &str,
-    ) -> std::io::Result<()> {
-        let mut from = 0;
-        for (at, c) in fragment.char_indices() {
-            if unsafe_on_terminal(c) {
-                writer.write_all(&fragment.as_bytes()[from..at])?;
-                // Every such character is in the Basic Multilingual Plane.
-                write!(writer, "\\u{:04x}", u32::from(c))?;
-                from = at + c.len_utf8();
-            }
-        }
-        writer.write_all(&fragment.as_bytes()[from..])
-    }
-}
-
 impl Report {
     /// The report as one line of JSON (what `--json` prints), with every
     /// character that is unsafe on a terminal escaped.
     pub fn to_json(&self) -> Result<String, String> {
-        let mut bytes = Vec::new();
-        let mut serializer = serde_json::Serializer::with_formatter(&mut bytes, TerminalSafeJson);
-        self.serialize(&mut serializer).map_err(|e| e.to_string())?;
-        String::from_utf8(bytes).map_err(|e| e.to_string())
+        crate::term::to_safe_json(self)
     }
 
     /// The readable table `budgetgate replay` prints by default. Every text

@@ -120,7 +120,7 @@ fn one_line(text: &str) -> String {
 /// the C1 range, which JSON does not escape), bidirectional-text controls and
 /// U+2028/9 are shown as `\u{..}`; the same rule as `replay` uses.
 pub fn printable(text: &str) -> String {
-    budgetgate::replay::terminal_safe(text).into_owned()
+    budgetgate::term::terminal_safe(text).into_owned()
 }
 
 /// `text` cut to at most `max` characters, ending in `…` when cut.
