@@ -116,8 +116,9 @@ Examples:
     /// trace_work {trace, decision_units, tool_units}; aggregate_usage {plan};
     /// bounded_workflow {plan, limits}.
     #[command(after_help = "\
-Exit status: 0 at the end of input, 2 when stdin cannot be read or stdout
-cannot be written.
+Exit status: 0 at the end of input, or when the reader closes the pipe
+(`| head`); 2, with the reason on stderr, when stdin cannot be read or
+stdout cannot be written (a full disk).
 
 Examples:
   $ echo '{\"fn\":\"aggregate_usage\",\"args\":{\"plan\":[]}}' | budgetgate eval

@@ -144,3 +144,69 @@ fn an_over_long_line_is_answered_and_the_stream_goes_on() {
     assert!(lines[0].contains("bad-request") && lines[0].contains("longer than 16 MiB"));
     assert!(lines[1].starts_with("{\"ok\":"));
 }
+
+/// A reader that stops early (`eval | head -1`) ends the stream as a normal
+/// end (exit 0, nothing on stderr), as every other subcommand treats it.
+#[test]
+fn a_reader_closing_the_pipe_ends_eval_normally() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin!("budgetgate"))
+        .arg("eval")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("budgetgate eval starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let stdout = child.stdout.take().expect("stdout");
+    let line = format!("{{\"fn\":\"validate_agent_action\",\"args\":{{\"value\":{ADD_7_8}}}}}\n");
+    stdin.write_all(line.as_bytes()).expect("first request");
+    let mut first = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut first)
+        .expect("first answer");
+    assert!(first.starts_with("{\"ok\":"), "{first}");
+    // The reader is gone; eval's next answer meets a closed pipe. Keep feeding
+    // lines until eval has noticed (it must end, not hang or fail).
+    for _ in 0..10_000 {
+        if stdin.write_all(line.as_bytes()).is_err() {
+            break;
+        }
+    }
+    drop(stdin);
+    let output = child.wait_with_output().expect("eval ends");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stderr), "");
+}
+
+/// Answers that cannot be written (a full disk) are an error with its reason
+/// on stderr, never a silent exit.
+#[test]
+fn a_full_disk_is_reported_on_stderr_with_exit_2() {
+    if !Path::new("/dev/full").exists() {
+        eprintln!("no /dev/full on this system");
+        return;
+    }
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full opens");
+    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("budgetgate"))
+        .arg("eval")
+        .stdin(
+            std::fs::File::open(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/eval.jsonl"),
+            )
+            .expect("examples"),
+        )
+        .stdout(full)
+        .output()
+        .expect("eval runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("budgetgate eval: writing the answers"),
+        "{stderr}"
+    );
+}

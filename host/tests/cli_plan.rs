@@ -332,3 +332,61 @@ fn bad_limits_file_is_named() {
         "{line}"
     );
 }
+
+#[test]
+fn an_unexpected_key_is_named_with_its_row() {
+    let bad = Fixture::new(
+        "extra.json",
+        br#"[{"id":"a","parent":null,"tokens":1,"output":1,"weight":3}]"#,
+    );
+    let line = one_line_error(plan().arg(bad.path()));
+    assert_eq!(
+        line,
+        format!(
+            "budgetgate plan: {}: row 0 (id \"a\"): unexpected key `weight`; a row has exactly id, parent, tokens, output",
+            bad.path()
+        )
+    );
+}
+
+/// A number too large for any float (`1e400`) is refused like any other out
+/// of range cost, and the row is still named by its id.
+#[test]
+fn an_out_of_range_literal_names_the_row_by_its_id() {
+    let bad = Fixture::new(
+        "huge.json",
+        br#"[{"id":"a","parent":null,"tokens":1,"output":1},
+            {"id":"big","parent":"a","tokens":1e400,"output":1}]"#,
+    );
+    let line = one_line_error(plan().arg(bad.path()));
+    assert_eq!(
+        line,
+        format!(
+            "budgetgate plan: {}: row 1 (id \"big\"): `tokens` must be an integer 0..=10000",
+            bad.path()
+        )
+    );
+}
+
+/// A cycle cannot be written (a parent must be an earlier row); a row naming
+/// itself or a later row as parent is refused as an unknown parent.
+#[test]
+fn a_plan_cycle_is_refused_as_an_unknown_parent() {
+    for (rows, at) in [
+        (
+            r#"[{"id":"a","parent":"a","tokens":1,"output":1}]"#,
+            "row 0 (id \"a\")",
+        ),
+        (
+            r#"[{"id":"a","parent":"b","tokens":1,"output":1},{"id":"b","parent":"a","tokens":1,"output":1}]"#,
+            "row 0 (id \"a\")",
+        ),
+    ] {
+        let bad = Fixture::new("cycle.json", rows.as_bytes());
+        let line = one_line_error(plan().arg(bad.path()));
+        assert!(
+            line.contains(&format!("{at}: `parent` is not the id of an earlier row")),
+            "{line}"
+        );
+    }
+}

@@ -383,3 +383,17 @@ fn an_invalid_proposal_names_the_key_at_fault() {
         contains_all(&text, &[expected]);
     }
 }
+
+/// An argument refused for a literal no float can hold (`1e400`) is named by
+/// its key, as every other argument error is.
+#[test]
+fn an_out_of_range_literal_names_its_argument_key() {
+    let script = Fixture::new(
+        br#"{"script":[{"kind":"tool","call_id":"c","name":"add","arguments":{"a":1,"huge":1e400}}],"tools":{"add":"add"}}"#,
+    );
+    let text = stdout_of(run().arg(script.path()), 1);
+    contains_all(
+        &text,
+        &["argument 1: number must be finite with magnitude at most 1e6 (key `huge`)"],
+    );
+}

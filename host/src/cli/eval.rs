@@ -54,8 +54,10 @@ fn next_line(input: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Li
 }
 
 /// Answers every line of stdin, in order, until end of input. Exit status 0
-/// at end of input, 2 when stdin cannot be read or stdout cannot be written;
-/// a bad request line is answered, never fatal.
+/// at end of input or when the reader closes its end of stdout (`| head`), as
+/// every subcommand treats a closed pipe; 2, with the reason on stderr, when
+/// stdin cannot be read or stdout cannot be written (a full disk); a bad
+/// request line is answered, never fatal.
 pub fn main() -> Outcome {
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
@@ -79,11 +81,15 @@ pub fn main() -> Outcome {
                 return Outcome::Invalid;
             }
         };
-        if writeln!(out, "{answer}")
-            .and_then(|()| out.flush())
-            .is_err()
-        {
-            return Outcome::Invalid;
+        match writeln!(out, "{answer}").and_then(|()| out.flush()) {
+            Ok(()) => {}
+            // The reader stopped reading (`| head`): no one is left to answer,
+            // which is an end of the stream as `replay`, `plan` and `run` treat it.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Outcome::Complete,
+            Err(e) => {
+                eprintln!("budgetgate eval: writing the answers to stdout: {e}");
+                return Outcome::Invalid;
+            }
         }
     }
 }

@@ -101,6 +101,42 @@ pub fn write_stdout(command: &str, text: &str, outcome: Outcome) -> Outcome {
     }
 }
 
+/// The entries of a JSON object in document order, each value kept as
+/// written: numbers are never converted, so a document the core refused for a
+/// number out of range (`1e400`) can still be read here to name the key or
+/// id at fault. `None` when `json` is not one JSON object.
+pub fn object_entries(json: &str) -> Option<Vec<(String, Box<serde_json::value::RawValue>)>> {
+    struct Entries;
+    impl<'de> serde::de::Visitor<'de> for Entries {
+        type Value = Vec<(String, Box<serde_json::value::RawValue>)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut entries = Vec::new();
+            while let Some(entry) = map.next_entry()? {
+                entries.push(entry);
+            }
+            Ok(entries)
+        }
+    }
+    let mut reader = serde_json::Deserializer::from_str(json);
+    let entries = serde::Deserializer::deserialize_map(&mut reader, Entries).ok()?;
+    reader.end().ok()?;
+    Some(entries)
+}
+
+/// The value of `key` among `entries` (the first, as written).
+pub fn entry<'a>(
+    entries: &'a [(String, Box<serde_json::value::RawValue>)],
+    key: &str,
+) -> Option<&'a str> {
+    entries.iter().find(|(k, _)| k == key).map(|(_, v)| v.get())
+}
+
 /// Where serde_json finds a syntax error, as ` (line L, column C)`, to help a
 /// person find it; empty when serde_json accepts the text (the core is
 /// stricter: duplicate keys, lone surrogates, a byte-order mark).

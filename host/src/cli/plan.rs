@@ -5,13 +5,15 @@ use std::fmt::Write as _;
 
 use budgetgate_core::limits::{MAX_COST_LIMIT, MAX_SHAPE_LIMIT};
 use budgetgate_core::{
-    LimitKey, Limits, LimitsError, Plan, PlanError, StopReason, Usage, Workflow,
+    LimitKey, Limits, LimitsError, Plan, PlanError, RowRule, StopReason, Usage, Workflow,
 };
 use clap::value_parser;
-use serde_json::{json, Value};
+use serde_json::json;
+use serde_json::value::RawValue;
 
 use super::{
-    display_name, printable, read_input, shorten, syntax_position, table, write_stdout, Align,
+    display_name, entry, object_entries, printable, read_input, shorten, syntax_position, table,
+    write_stdout, Align,
 };
 use super::{InputError, Outcome};
 
@@ -104,21 +106,43 @@ fn plan_error(name: &str, bytes: &[u8], error: PlanError) -> InputError {
     let detail = error.to_string();
     match error {
         PlanError::Json(_) => InputError::new(name, format!("{detail}{}", syntax_position(bytes))),
-        PlanError::Row { row, .. } => {
-            let id = serde_json::from_slice::<Value>(bytes)
+        PlanError::Row { row, rule } => {
+            // Read again without converting numbers, so that a row refused
+            // for `1e400` is still named by its id.
+            let entries = std::str::from_utf8(bytes)
                 .ok()
-                .and_then(|plan| plan.get(usize::from(row))?.get("id").cloned())
-                .filter(Value::is_string);
+                .and_then(|text| serde_json::from_str::<Vec<&RawValue>>(text).ok())
+                .and_then(|rows| rows.get(usize::from(row)).copied())
+                .and_then(|row| object_entries(row.get()));
+            let id = entries
+                .as_deref()
+                .and_then(|e| entry(e, "id"))
+                .and_then(|id| serde_json::from_str::<String>(id).ok());
             let prefix = format!("row {row}: ");
-            match (id, detail.strip_prefix(&prefix)) {
-                (Some(id), Some(rule)) => InputError::new(
+            let mut rule_text = detail.strip_prefix(&prefix).unwrap_or(&detail).to_owned();
+            if rule == RowRule::UnexpectedKey {
+                let allowed = ["id", "parent", "tokens", "output"];
+                if let Some(key) = entries
+                    .iter()
+                    .flatten()
+                    .map(|(key, _)| key)
+                    .find(|key| !allowed.contains(&key.as_str()))
+                {
+                    rule_text = format!(
+                        "unexpected key `{}`; a row has exactly id, parent, tokens, output",
+                        shorten(&printable(key), 40)
+                    );
+                }
+            }
+            match id {
+                Some(id) => InputError::new(
                     name,
                     format!(
-                        "row {row} (id {}): {rule}",
-                        shorten(&printable(&id.to_string()), 40)
+                        "row {row} (id {}): {rule_text}",
+                        shorten(&printable(&serde_json::Value::from(id).to_string()), 40)
                     ),
                 ),
-                _ => InputError::new(name, detail),
+                None => InputError::new(name, format!("row {row}: {rule_text}")),
             }
         }
         _ => InputError::new(name, detail),

@@ -11,7 +11,9 @@ use budgetgate_core::limits::{MAX_DECISIONS, MAX_TOOL_CALLS, MAX_WORK_UNITS};
 use budgetgate_core::{run_trace_work, Action, ActionError, RunLimits, Status, TraceRow, Work};
 use clap::value_parser;
 
-use super::{display_name, printable, read_input, shorten, table, write_stdout, Align};
+use super::{
+    display_name, entry, object_entries, printable, read_input, shorten, table, write_stdout, Align,
+};
 use super::{InputError, Outcome};
 
 /// Observations longer than this many characters are cut in the table.
@@ -209,26 +211,27 @@ fn why(script: &ScriptArgs, result: &RunResult) -> Option<String> {
 /// argument by its position or an unexpected key; empty otherwise (or if the
 /// document is not JSON at all).
 fn which_key(raw: &str, error: ActionError) -> String {
-    let Ok(serde_json::Value::Object(action)) = serde_json::from_str(raw) else {
+    let Some(action) = object_entries(raw) else {
         return String::new();
     };
     let key = match error {
         ActionError::InvalidArgumentKey { index, .. }
         | ActionError::ArgumentNotScalar { index }
         | ActionError::ArgumentTooLong { index }
-        | ActionError::ArgumentOutOfRange { index } => action
-            .get("arguments")
-            .and_then(|arguments| arguments.as_object())
-            .and_then(|arguments| arguments.keys().nth(usize::from(index)).cloned()),
+        | ActionError::ArgumentOutOfRange { index } => entry(&action, "arguments")
+            .and_then(object_entries)
+            .and_then(|arguments| arguments.into_iter().nth(usize::from(index)))
+            .map(|(key, _)| key),
         ActionError::UnexpectedKey => {
-            let allowed: &[&str] = match action.get("kind").and_then(|kind| kind.as_str()) {
+            let kind = entry(&action, "kind").and_then(|k| serde_json::from_str::<String>(k).ok());
+            let allowed: &[&str] = match kind.as_deref() {
                 Some("final") => &["kind", "text"],
                 _ => &["kind", "call_id", "name", "arguments"],
             };
             action
-                .keys()
+                .into_iter()
+                .map(|(key, _)| key)
                 .find(|key| !allowed.contains(&key.as_str()))
-                .cloned()
         }
         _ => None,
     };
