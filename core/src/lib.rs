@@ -17,6 +17,9 @@
 //! * [`TurnGate`]: stop conditions and approval around a real model — steps,
 //!   tokens, time, repetitions, stop reasons, one result per tool call
 //!   (`SPEC C`);
+//! * [`budget::Ledger`]: used and maximum per limit, reserve → commit →
+//!   roll back, per-tool caps, and a fixed-size checksummed record that
+//!   front-ends store between decisions (`SPEC E`);
 //! * [`link`]: the framed serial protocol between an agent's host and the
 //!   gating co-processor, and [`registry`]: typed, range-checked tool
 //!   signatures for a device.
@@ -59,6 +62,7 @@
 )]
 
 pub mod action;
+pub mod budget;
 pub mod ident;
 pub mod json;
 pub mod limits;
