@@ -264,6 +264,18 @@ impl<const TOOLS: usize> Ledger<TOOLS> {
             .map_err(|_| LedgerError::CapsFull)
     }
 
+    /// Sets the cap of tool `name` to `max`, adding it when the tool has none
+    /// (a budget file that changed between decisions); calls counted stay.
+    pub fn set_cap(&mut self, name: ToolName, max: u32) -> Result<(), LedgerError> {
+        match self.caps.iter_mut().find(|c| c.name == name) {
+            Some(cap) => {
+                cap.max = max;
+                Ok(())
+            }
+            None => self.try_add_cap(name, max),
+        }
+    }
+
     /// When the run began.
     pub const fn started_ms(&self) -> u64 {
         self.started_ms
@@ -634,9 +646,6 @@ impl Ledger<MAX_TOOLS> {
                 .and_then(|n| core::str::from_utf8(n).ok())
                 .ok_or(RecordError::Field("cap name"))?;
             let name = ToolName::new(text).map_err(|_| RecordError::Field("cap name"))?;
-            if used > max {
-                return Err(RecordError::Field("cap used above its maximum"));
-            }
             ledger
                 .caps
                 .push(ToolCap { name, used, max })

@@ -174,6 +174,56 @@ Examples:
   budgetgate device --serial /dev/ttyACM0 examples/device-session.json --json
   scripts/demo")]
     Device(budgetgate::device::DeviceArgs),
+
+    /// Put the gate in front of an agent as a hook (Claude Code).
+    ///
+    /// `hook claude-code` is what Claude Code runs for each hook event: the
+    /// event on stdin, the decision on stdout (docs/CLAUDE-CODE.md).
+    /// `hook install` writes the hooks into Claude Code's settings;
+    /// `hook uninstall` removes exactly what install added.
+    #[command(subcommand)]
+    Hook(HookCommand),
+
+    /// Look at (or, as an operator, reset) the durable ledger that the hook
+    /// and other front-ends share.
+    #[command(subcommand)]
+    Ledger(budgetgate::ledger_cli::LedgerCommand),
+}
+
+#[derive(Subcommand)]
+enum HookCommand {
+    /// Decide one Claude Code hook event (JSON on stdin).
+    ///
+    /// Reads the new lines of the session's transcript (model calls, tokens,
+    /// cost), then for PreToolUse decides the call: within budget, no
+    /// decision (Claude Code's own permission rules apply; the gate never
+    /// answers "allow"); over a budget, a repeated identical call, a
+    /// per-tool cap or a reused tool_use_id, "deny" with a reason the model
+    /// can act on; a tool in needs_approval, "ask". UserPromptSubmit, Stop
+    /// and SubagentStop end the session ({"continue": false}) once the
+    /// budget is spent.
+    #[command(after_help = "\
+Exit status: 0 decided (the decision, if any, is the JSON on stdout); 2 it
+could not decide (bad event, unreadable budget, corrupt ledger, lock or
+deadline passed) on PreToolUse and UserPromptSubmit: Claude Code blocks the
+call and shows the reason (fail closed); 1 the same on other events, where
+blocking would make Claude keep working.
+
+Examples:
+  echo '{\"session_id\":\"s1\",\"transcript_path\":\"/tmp/t.jsonl\",\"cwd\":\"/tmp\",\"hook_event_name\":\"PreToolUse\",\"tool_name\":\"Bash\",\"tool_input\":{\"command\":\"ls\"},\"tool_use_id\":\"toolu_1\"}' | budgetgate hook claude-code --budget examples/claude-code-budget.toml
+  budgetgate hook install --project --budget examples/claude-code-budget.toml --dry-run")]
+    ClaudeCode(budgetgate::hook::ClaudeCodeArgs),
+    /// Add budgetgate's hooks to Claude Code's settings.json.
+    #[command(after_help = "\
+Keeps every other setting; running it again replaces budgetgate's own
+entries (idempotent); the previous file is kept as settings.json.budgetgate-backup.
+
+Examples:
+  budgetgate hook install --project --budget examples/claude-code-budget.toml
+  budgetgate hook install --user --dry-run")]
+    Install(budgetgate::hook_install::InstallArgs),
+    /// Remove exactly the hooks `hook install` added.
+    Uninstall(budgetgate::hook_install::UninstallArgs),
 }
 
 fn main() -> ExitCode {
@@ -184,5 +234,9 @@ fn main() -> ExitCode {
         Command::Eval => cli::eval::main().into(),
         Command::Replay(args) => budgetgate::replay::command(&args),
         Command::Device(args) => budgetgate::device::command(&args),
+        Command::Hook(HookCommand::ClaudeCode(args)) => budgetgate::hook::command(&args),
+        Command::Hook(HookCommand::Install(args)) => budgetgate::hook_install::install(&args),
+        Command::Hook(HookCommand::Uninstall(args)) => budgetgate::hook_install::uninstall(&args),
+        Command::Ledger(command) => budgetgate::ledger_cli::command(&command),
     }
 }

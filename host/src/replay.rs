@@ -17,9 +17,9 @@
 //! question on the same budget ([`TurnGate::resume`]).
 
 mod approval;
-mod budget;
+pub(crate) mod budget;
 mod formats;
-mod session;
+pub(crate) mod session;
 mod time;
 
 use std::collections::BTreeMap;
@@ -285,6 +285,14 @@ fn build_rules(
 
 /// Replays a session through the gate.
 pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String> {
+    // Known to the budget file, not yet applied by replay: refusing is the
+    // only honest answer (a cost budget must never count a call as free).
+    if budget.max_cost_micros.is_some()
+        || !budget.tool_caps.is_empty()
+        || budget.subagent != budget::SubagentLimits::default()
+    {
+        return Err("max_cost_usd, [tools] max_calls and [subagent] are applied by `budgetgate hook` only in this version; replay does not apply them yet (remove them from the budget to replay)".into());
+    }
     let (rules, known_tools, mut notes) = build_rules(session, budget)?;
     let limits = budget.limits;
     let mut gate = Box::new(ReplayGate::new(limits, rules, 0));

@@ -87,3 +87,90 @@ pub fn as_int(raw: &RawValue) -> Option<i64> {
         _ => None,
     }
 }
+
+/// A whole JSON document as a [`serde_json::Value`], refusing a duplicate
+/// key in any object at any depth (serde_json alone keeps the last value, so
+/// `"input_tokens":1,"input_tokens":999999` would count either), with the
+/// key named. Nesting is bounded by serde_json's recursion limit (128).
+pub fn value_from_str(text: &str) -> Result<serde_json::Value, String> {
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let value = UniqueKeys::deserialize(&mut reader).map_err(|e| e.to_string())?;
+    reader.end().map_err(|e| e.to_string())?;
+    Ok(value.0)
+}
+
+/// A JSON value whose objects have unique keys.
+struct UniqueKeys(serde_json::Value);
+
+impl<'de> Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde_json::Value;
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = UniqueKeys;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::Bool(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::from(v)))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::from(v)))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::from(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::from(v)))
+            }
+            fn visit_string<E>(self, v: String) -> Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::String(v)))
+            }
+            fn visit_unit<E>(self) -> Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::Null))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<UniqueKeys, A::Error> {
+                let mut items = Vec::new();
+                while let Some(UniqueKeys(item)) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(UniqueKeys(Value::Array(items)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<UniqueKeys, A::Error> {
+                let mut object = serde_json::Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if object.contains_key(&key) {
+                        return Err(de::Error::custom(format_args!(
+                            "duplicate key {}",
+                            Value::from(key.as_str())
+                        )));
+                    }
+                    let UniqueKeys(value) = map.next_value()?;
+                    object.insert(key, value);
+                }
+                Ok(UniqueKeys(Value::Object(object)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod unique_key_tests {
+    use super::value_from_str;
+
+    #[test]
+    fn a_duplicate_key_at_any_depth_is_refused_and_named() {
+        let err =
+            value_from_str(r#"{"usage":{"input_tokens":1,"input_tokens":999999}}"#).unwrap_err();
+        assert!(err.contains("duplicate key \"input_tokens\""), "{err}");
+        let err = value_from_str(r#"[{"a":1},{"b":1,"b":2}]"#).unwrap_err();
+        assert!(err.contains("duplicate key \"b\""), "{err}");
+        let ok = value_from_str(r#"{"a":{"a":1},"b":[1,2.5,"x",null,true]}"#).unwrap();
+        assert_eq!(ok["b"][1], 2.5);
+        assert!(value_from_str("{} x").is_err());
+    }
+}

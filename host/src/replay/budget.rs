@@ -161,6 +161,76 @@ pub struct ReplayBudget {
     pub needs_approval: Vec<String>,
     /// The approver's answers.
     pub approve: ApprovePolicy,
+    /// The cost budget in micro-dollars (`max_cost_usd`), with `prices`.
+    pub max_cost_micros: Option<u64>,
+    /// Prices per model, in US dollars per million tokens.
+    pub prices: Vec<ModelPrice>,
+    /// Per-tool call caps (`[tools] max_calls = { Bash = 20 }`).
+    pub tool_caps: Vec<(String, u32)>,
+    /// Limits each sub-agent has on its own (`[subagent]`), inside the
+    /// session's budget.
+    pub subagent: SubagentLimits,
+}
+
+/// A model's prices, in US dollars per million tokens (`[prices.MODEL]`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPrice {
+    /// The model name, or a prefix of names ending before a `-`
+    /// (`claude-sonnet-4-5` prices `claude-sonnet-4-5-20250929`).
+    #[serde(skip)]
+    pub model: String,
+    /// Input tokens.
+    pub input: f64,
+    /// Output tokens.
+    pub output: f64,
+    /// Cache reads (`cache_read_input_tokens`).
+    #[serde(default)]
+    pub cache_read: f64,
+    /// Cache writes (`cache_creation_input_tokens`).
+    #[serde(default)]
+    pub cache_write: f64,
+}
+
+impl ModelPrice {
+    /// Cost of `usage` in micro-dollars, rounded up (a dollar per million
+    /// tokens is a micro-dollar per token): never less than billed.
+    pub fn cost_micros(&self, usage: &budgetgate_core::TokenUsage) -> u64 {
+        let micros = usage.input_tokens as f64 * self.input
+            + usage.output_tokens as f64 * self.output
+            + usage.cache_read_input_tokens as f64 * self.cache_read
+            + usage.cache_creation_input_tokens as f64 * self.cache_write;
+        // At most u64::MAX: `as` saturates.
+        micros.ceil() as u64
+    }
+}
+
+/// The price of `model`: an exact entry, else the longest entry that is a
+/// prefix of the name followed by `-`. `None`: no price (refused in cost mode).
+pub fn price_of<'a>(prices: &'a [ModelPrice], model: &str) -> Option<&'a ModelPrice> {
+    prices.iter().find(|p| p.model == model).or_else(|| {
+        prices
+            .iter()
+            .filter(|p| {
+                model
+                    .strip_prefix(p.model.as_str())
+                    .is_some_and(|rest| rest.starts_with('-'))
+            })
+            .max_by_key(|p| p.model.len())
+    })
+}
+
+/// What each sub-agent may use on its own (`[subagent]`); `None`: no limit of
+/// its own (the session's budget still holds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubagentLimits {
+    /// Model calls.
+    pub max_model_calls: Option<u32>,
+    /// Tokens, as `[budget] max_tokens` counts them.
+    pub max_tokens: Option<u64>,
+    /// Tool attempts.
+    pub max_tool_calls: Option<u32>,
 }
 
 impl Default for ReplayBudget {
@@ -171,6 +241,10 @@ impl Default for ReplayBudget {
             known: None,
             needs_approval: Vec::new(),
             approve: ApprovePolicy::None,
+            max_cost_micros: None,
+            prices: Vec::new(),
+            tool_caps: Vec::new(),
+            subagent: SubagentLimits::default(),
         }
     }
 }
@@ -182,6 +256,10 @@ struct File {
     budget: BudgetSection,
     #[serde(default)]
     tools: ToolsSection,
+    #[serde(default)]
+    prices: std::collections::BTreeMap<String, ModelPrice>,
+    #[serde(default)]
+    subagent: SubagentLimits,
 }
 
 #[derive(Deserialize, Default)]
@@ -194,6 +272,7 @@ struct BudgetSection {
     max_tool_calls: Option<u32>,
     token_mode: Option<String>,
     reserve_max_tokens: Option<u64>,
+    max_cost_usd: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -210,6 +289,8 @@ struct ToolsSection {
     #[serde(default)]
     needs_approval: Vec<String>,
     approve: Option<ApproveSetting>,
+    #[serde(default)]
+    max_calls: std::collections::BTreeMap<String, u32>,
 }
 
 #[derive(Deserialize)]
@@ -283,7 +364,52 @@ pub fn parse_budget(text: &str) -> Result<ReplayBudget, String> {
         Some(ApproveSetting::List(names)) => ApprovePolicy::from_names(names, needs_approval),
     }
     .map_err(|e| format!("[tools] approve: {e}"))?;
+    let max_cost_micros = match b.max_cost_usd {
+        None => None,
+        Some(usd) if (0.0..=1e12).contains(&usd) => Some((usd * 1e6).round() as u64),
+        Some(usd) => {
+            return Err(format!(
+                "max_cost_usd = {usd} is out of range: it must be from 0 to 1e12 dollars"
+            ))
+        }
+    };
+    let mut prices = Vec::new();
+    for (model, mut price) in file.prices {
+        for (what, value) in [
+            ("input", price.input),
+            ("output", price.output),
+            ("cache_read", price.cache_read),
+            ("cache_write", price.cache_write),
+        ] {
+            if !(0.0..=1e9).contains(&value) {
+                return Err(format!(
+                    "[prices.{model:?}] {what} = {value} is out of range: dollars per million tokens, from 0 to 1e9"
+                ));
+            }
+        }
+        price.model = model;
+        prices.push(price);
+    }
+    if max_cost_micros.is_some() && prices.is_empty() {
+        return Err("max_cost_usd needs a [prices.MODEL] table: in cost mode a model with no price is refused, never counted as free".into());
+    }
+    let mut tool_caps = Vec::new();
+    for (name, max) in file.tools.max_calls {
+        ToolName::new(&name)
+            .map_err(|e| format!("[tools] max_calls: {name:?} is not a tool name: it {e}"))?;
+        tool_caps.push((name, max));
+    }
+    if tool_caps.len() > budgetgate_core::limits::MAX_TOOLS {
+        return Err(format!(
+            "[tools] max_calls: at most {} tools have a cap of their own",
+            budgetgate_core::limits::MAX_TOOLS
+        ));
+    }
     Ok(ReplayBudget {
+        max_cost_micros,
+        prices,
+        tool_caps,
+        subagent: file.subagent,
         limits: TurnLimits {
             max_model_calls: b.max_model_calls.unwrap_or(d.max_model_calls),
             max_tokens: b.max_tokens.unwrap_or(d.max_tokens),
@@ -335,6 +461,52 @@ mod tests {
             parse_budget("[tools]\napprove = \"all\"").unwrap().approve,
             ApprovePolicy::All
         );
+    }
+
+    #[test]
+    fn cost_caps_and_subagent_keys() {
+        let b = parse_budget(
+            r#"
+            [budget]
+            max_cost_usd = 2.5
+            [tools]
+            max_calls = { Bash = 20, send_email = 1 }
+            [prices.claude-sonnet-4-5]
+            input = 3.0
+            output = 15.0
+            cache_read = 0.3
+            cache_write = 3.75
+            [subagent]
+            max_tokens = 1000
+            "#,
+        )
+        .unwrap();
+        assert_eq!(b.max_cost_micros, Some(2_500_000));
+        assert_eq!(
+            b.tool_caps,
+            [("Bash".to_string(), 20), ("send_email".to_string(), 1)]
+        );
+        assert_eq!(b.subagent.max_tokens, Some(1000));
+        let price = price_of(&b.prices, "claude-sonnet-4-5-20250929").unwrap();
+        let usage = budgetgate_core::TokenUsage {
+            input_tokens: 1_000_000,
+            output_tokens: 1,
+            cache_read_input_tokens: 0,
+            cache_creation_input_tokens: 0,
+        };
+        assert_eq!(price.cost_micros(&usage), 3_000_015);
+        assert!(price_of(&b.prices, "claude-sonnet-4-50").is_none());
+        assert!(price_of(&b.prices, "claude-opus-4").is_none());
+    }
+
+    #[test]
+    fn a_cost_budget_without_prices_is_refused() {
+        let err = parse_budget("[budget]\nmax_cost_usd = 1").unwrap_err();
+        assert!(err.contains("never counted as free"), "{err}");
+        assert!(parse_budget("[budget]\nmax_cost_usd = -1.0").is_err());
+        assert!(parse_budget("[prices.m]\ninput = -1.0\noutput = 1.0").is_err());
+        assert!(parse_budget("[prices.m]\ninput = 1.0").is_err());
+        assert!(parse_budget("[tools]\nmax_calls = { \"a b\" = 1 }").is_err());
     }
 
     #[test]

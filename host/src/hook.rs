@@ -1,0 +1,801 @@
+//! `budgetgate hook claude-code`: the budget gate as a Claude Code hook
+//! (`SPEC C`, `SPEC E`; `docs/CLAUDE-CODE.md`).
+//!
+//! Claude Code starts the command once per hook event, with the event's
+//! JSON on stdin. Every event first reads what is new in the session's
+//! transcript (and its sub-agents' transcripts) since the last event and
+//! counts the model calls, tokens and cost in it; then, for `PreToolUse`,
+//! the call is decided against the session's ledger, in this order:
+//!
+//! 1. a tool name outside `[A-Za-z0-9_-]{1,64}` → deny (`invalid-name`);
+//! 2. a `tool_use_id` seen earlier in the session → deny (`duplicate-call-id`);
+//! 3. a limit checked before each model call already reached — model calls,
+//!    tokens, time, cost (a tool's result must go back to the model in a
+//!    call that would be refused), or a model without a price in cost mode
+//!    → deny (`budget-exhausted`);
+//! 4. the same tool with the same canonical arguments more than
+//!    `max_repeats` times → deny (`repeat`);
+//! 5. no tool attempts left → deny (`tool-budget`); the tool's own cap
+//!    reached → deny (`tool-cap`);
+//! 6. the attempt is counted; a tool in `needs_approval` → `ask`; otherwise
+//!    **no decision**: Claude Code's own permission rules still apply. The
+//!    gate never answers `allow`.
+//!
+//! A sub-agent's call (`agent_id`) is checked against the session's ledger
+//! and its own (`[subagent]` limits), and counted in both.
+//!
+//! `UserPromptSubmit`, `Stop` and `SubagentStop` end the session
+//! (`continue: false` with a `stopReason`) once a before-call limit is
+//! reached. Every decision is one SQLite transaction (see
+//! [`crate::ledger`]), so concurrent hook processes never exceed a budget
+//! and a killed process leaves the ledger as before its decision.
+//!
+//! Fail closed: an unreadable budget, a corrupt ledger, a lock not had in
+//! time, an internal error or the command's own deadline (default 2 s)
+//! denies a `PreToolUse` (exit 2, the reason on stderr, which Claude Code
+//! shows the model) and blocks a `UserPromptSubmit`; on the other events,
+//! where exit 2 would make Claude keep working, it exits 1 (a non-blocking
+//! error shown to the user).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use budgetgate_core::budget::{Exceeded, Ledger, Limit};
+use budgetgate_core::turn::{RefusalReason, ToolName};
+use budgetgate_core::TokenUsage;
+use serde_json::{json, Value};
+
+use crate::ledger::{state_dir, CountedUsage, Store, StoreError, Tx};
+use crate::replay::budget::{price_of, ReplayBudget};
+
+/// Longest transcript line read (a longer one is an error: the gate cannot
+/// count what it cannot read).
+pub const MAX_TRANSCRIPT_LINE: usize = 64 << 20;
+
+/// Largest hook event read from stdin.
+pub const MAX_EVENT_BYTES: u64 = 16 << 20;
+
+/// Default deadline of one hook call, in milliseconds: well under Claude
+/// Code's hook timeout, since a hook that times out does not block the tool.
+pub const DEFAULT_DEADLINE_MS: u64 = 2_000;
+
+/// Arguments of `budgetgate hook claude-code`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClaudeCodeArgs {
+    /// Budget file (TOML, docs/TURN-GATE.md and docs/CLAUDE-CODE.md); the
+    /// reference's defaults when absent.
+    #[arg(long, value_name = "FILE")]
+    pub budget: Option<PathBuf>,
+    /// Folder of the ledger (default: BUDGETGATE_STATE_DIR, else
+    /// $XDG_STATE_HOME/budgetgate, else ~/.local/state/budgetgate).
+    #[arg(long, value_name = "DIR")]
+    pub state: Option<PathBuf>,
+    /// The command's own deadline in milliseconds (1..=60000): past it, it
+    /// refuses.
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_DEADLINE_MS,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub deadline_ms: u64,
+}
+
+/// A hook event, parsed: the common fields and the event's own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookEvent {
+    /// `session_id`.
+    pub session_id: String,
+    /// `transcript_path`.
+    pub transcript_path: String,
+    /// `hook_event_name`.
+    pub name: String,
+    /// `agent_id`, for a sub-agent's event.
+    pub agent_id: Option<String>,
+    /// `PreToolUse`: the call.
+    pub call: Option<ToolUse>,
+}
+
+/// The tool call of a `PreToolUse` event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolUse {
+    /// `tool_name`, as sent (checked against the grammar when decided).
+    pub name: String,
+    /// `tool_input`.
+    pub input: Value,
+    /// `tool_use_id`.
+    pub id: String,
+}
+
+/// What the hook answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// No decision: Claude Code's own rules decide.
+    Pass,
+    /// `permissionDecision: "deny"` with this reason (`PreToolUse`).
+    Deny {
+        /// The contract's reason word.
+        reason: &'static str,
+        /// The text the model reads.
+        text: String,
+    },
+    /// `permissionDecision: "ask"` with this reason (`PreToolUse`).
+    Ask(String),
+    /// `continue: false` with this `stopReason`.
+    Stop(String),
+}
+
+impl Answer {
+    /// The JSON printed on stdout, if any.
+    pub fn to_json(&self, event: &str) -> Option<Value> {
+        match self {
+            Self::Pass => None,
+            Self::Deny { text, .. } => Some(json!({"hookSpecificOutput": {
+                "hookEventName": event, "permissionDecision": "deny",
+                "permissionDecisionReason": text}})),
+            Self::Ask(text) => Some(json!({"hookSpecificOutput": {
+                "hookEventName": event, "permissionDecision": "ask",
+                "permissionDecisionReason": text}})),
+            Self::Stop(text) => Some(json!({"continue": false, "stopReason": text})),
+        }
+    }
+}
+
+/// Why the hook could not decide; it refuses (fail closed).
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    /// The event on stdin is not a hook event.
+    #[error("hook event: {0}")]
+    Event(String),
+    /// The budget file.
+    #[error("budget {0}")]
+    Budget(String),
+    /// The ledger.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A transcript could not be read.
+    #[error("transcript {path}: {detail}")]
+    Transcript {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+fn field<'a>(
+    object: &'a serde_json::Map<String, Value>,
+    key: &str,
+) -> Result<&'a Value, HookError> {
+    object
+        .get(key)
+        .ok_or_else(|| HookError::Event(format!("missing required field `{key}`")))
+}
+
+fn string_field(object: &serde_json::Map<String, Value>, key: &str) -> Result<String, HookError> {
+    field(object, key)?
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| HookError::Event(format!("`{key}` is not a string")))
+}
+
+/// Most characters of a session or agent id.
+const MAX_ID_CHARS: usize = 256;
+
+fn checked_id(key: &str, id: String) -> Result<String, HookError> {
+    if id.is_empty() || id.chars().count() > MAX_ID_CHARS || id.chars().any(char::is_control) {
+        return Err(HookError::Event(format!(
+            "`{key}` must be 1 to {MAX_ID_CHARS} characters without control characters"
+        )));
+    }
+    Ok(id)
+}
+
+impl HookEvent {
+    /// Reads one hook event. Unknown fields are ignored; a missing common
+    /// field (`session_id`, `transcript_path`, `cwd`, `hook_event_name`) or,
+    /// for `PreToolUse`, a missing `tool_name`, `tool_input` or
+    /// `tool_use_id` is an error, as is a duplicate key.
+    pub fn parse(text: &str) -> Result<Self, HookError> {
+        let value: Value = crate::strict::value_from_str(text).map_err(HookError::Event)?;
+        let Value::Object(object) = value else {
+            return Err(HookError::Event("not a JSON object".into()));
+        };
+        let session_id = checked_id("session_id", string_field(&object, "session_id")?)?;
+        let transcript_path = string_field(&object, "transcript_path")?;
+        string_field(&object, "cwd")?;
+        let name = string_field(&object, "hook_event_name")?;
+        let agent_id = match object.get("agent_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) => Some(checked_id("agent_id", id.clone())?),
+            Some(_) => return Err(HookError::Event("`agent_id` is not a string".into())),
+        };
+        let call = if name == "PreToolUse" {
+            let input = field(&object, "tool_input")?.clone();
+            if !input.is_object() {
+                return Err(HookError::Event("`tool_input` is not an object".into()));
+            }
+            Some(ToolUse {
+                name: string_field(&object, "tool_name")?,
+                input,
+                id: string_field(&object, "tool_use_id")?,
+            })
+        } else {
+            None
+        };
+        Ok(Self {
+            session_id,
+            transcript_path,
+            name,
+            agent_id,
+            call,
+        })
+    }
+}
+
+/// Milliseconds since the Unix epoch (the hook runs as a new process each
+/// time, so only the wall clock is shared; a clock that goes back counts as
+/// no time, see [`Ledger::observe_time`]).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The session's fresh ledger with the budget's maxima.
+fn apply_budget(ledger: &mut Ledger, budget: &ReplayBudget) -> Result<(), HookError> {
+    let l = &budget.limits;
+    ledger.set_max(Limit::ModelCalls, Some(u64::from(l.max_model_calls)));
+    ledger.set_max(Limit::Tokens, Some(l.max_tokens));
+    ledger.set_max(Limit::Millis, Some(l.max_millis));
+    ledger.set_max(Limit::CostMicros, budget.max_cost_micros);
+    ledger.set_max(Limit::ToolCalls, l.max_tool_calls.map(u64::from));
+    for (name, max) in &budget.tool_caps {
+        let name = ToolName::new(name).map_err(|e| HookError::Budget(e.to_string()))?;
+        ledger
+            .set_cap(name, *max)
+            .map_err(|e| HookError::Budget(e.to_string()))?;
+    }
+    Ok(())
+}
+
+fn apply_subagent(ledger: &mut Ledger, budget: &ReplayBudget) {
+    let s = &budget.subagent;
+    ledger.set_max(Limit::ModelCalls, s.max_model_calls.map(u64::from));
+    ledger.set_max(Limit::Tokens, s.max_tokens);
+    ledger.set_max(Limit::ToolCalls, s.max_tool_calls.map(u64::from));
+}
+
+/// The ledgers one decision reads and writes: the session's and, for a
+/// sub-agent's event, the sub-agent's.
+struct Ledgers {
+    session: Ledger,
+    agents: Vec<(String, Ledger)>,
+}
+
+impl Ledgers {
+    fn load(
+        tx: &Tx<'_>,
+        session: &str,
+        budget: &ReplayBudget,
+        now: u64,
+    ) -> Result<Self, HookError> {
+        let mut ledger = tx.ledger(session, "")?.unwrap_or_else(|| Ledger::new(now));
+        apply_budget(&mut ledger, budget)?;
+        Ok(Self {
+            session: ledger,
+            agents: Vec::new(),
+        })
+    }
+
+    fn agent(
+        &mut self,
+        tx: &Tx<'_>,
+        session: &str,
+        agent: &str,
+        budget: &ReplayBudget,
+        now: u64,
+    ) -> Result<&mut Ledger, HookError> {
+        if let Some(at) = self.agents.iter().position(|(a, _)| a == agent) {
+            return Ok(&mut self.agents[at].1);
+        }
+        let mut ledger = tx
+            .ledger(session, agent)?
+            .unwrap_or_else(|| Ledger::new(now));
+        apply_subagent(&mut ledger, budget);
+        self.agents.push((agent.to_owned(), ledger));
+        let last = self.agents.len() - 1;
+        Ok(&mut self.agents[last].1)
+    }
+
+    fn store(&mut self, tx: &Tx<'_>, session: &str, now: u64) -> Result<(), HookError> {
+        self.session.observe_time(now);
+        tx.put_ledger(session, "", &self.session, now)?;
+        for (agent, ledger) in &mut self.agents {
+            ledger.observe_time(now);
+            tx.put_ledger(session, agent, ledger, now)?;
+        }
+        Ok(())
+    }
+}
+
+/// The transcripts of a session: its own file and, beside it, the
+/// `<session>/subagents/agent-<id>.jsonl` files Claude Code writes for
+/// sub-agents (`None`: the session's own).
+fn transcripts(main: &Path) -> Vec<(PathBuf, Option<String>)> {
+    let mut out = vec![(main.to_owned(), None)];
+    let dir = main.with_extension("").join("subagents");
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        let mut found: Vec<(PathBuf, Option<String>)> = entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let agent = name
+                    .strip_prefix("agent-")?
+                    .strip_suffix(".jsonl")?
+                    .to_owned();
+                Some((e.path(), Some(agent)))
+            })
+            .collect();
+        found.sort();
+        out.extend(found);
+    }
+    out
+}
+
+/// The usage of a transcript's assistant line billed in full: the top level
+/// plus every entry of `usage.iterations` (compaction and other
+/// sub-inferences are billed there).
+fn billed_usage(usage: &Value) -> Result<TokenUsage, String> {
+    let mut total = crate::replay::session::usage_from_value(usage)?;
+    if let Some(Value::Array(iterations)) = usage.get("iterations") {
+        for it in iterations {
+            total = total.saturating_add(crate::replay::session::usage_from_value(it)?);
+        }
+    }
+    Ok(total)
+}
+
+/// Reads the lines of `path` after what was already read and counts every
+/// model response in them into the ledgers (new responses as model calls,
+/// token growth of a response seen before as tokens, the cost of both).
+/// Only complete lines are read; the offset is stored with the decision.
+fn absorb(
+    tx: &Tx<'_>,
+    event: &HookEvent,
+    budget: &ReplayBudget,
+    ledgers: &mut Ledgers,
+    now: u64,
+) -> Result<(), HookError> {
+    let session = &event.session_id;
+    let main = Path::new(&event.transcript_path);
+    for (path, agent) in transcripts(main) {
+        let shown = path.display().to_string();
+        let fail = |detail: String| HookError::Transcript {
+            path: shown.clone(),
+            detail,
+        };
+        let offset = tx.offset(session, &shown)?;
+        let mut file = match File::open(&path) {
+            Ok(file) => file,
+            // Not written yet (a session's first event): nothing to count.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && offset == 0 => continue,
+            Err(e) => return Err(fail(e.to_string())),
+        };
+        let len = file.metadata().map_err(|e| fail(e.to_string()))?.len();
+        if len < offset {
+            return Err(fail(format!(
+                "is {len} bytes, shorter than the {offset} already counted (replaced or truncated?)"
+            )));
+        }
+        if len == offset {
+            continue;
+        }
+        file.seek(SeekFrom::Start(offset))
+            .map_err(|e| fail(e.to_string()))?;
+        let mut reader = BufReader::with_capacity(1 << 16, file.take(len - offset));
+        let mut at = offset;
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = (&mut reader)
+                .take(MAX_TRANSCRIPT_LINE as u64 + 1)
+                .read_until(b'\n', &mut line)
+                .map_err(|e| fail(e.to_string()))?;
+            if n == 0 || line.last() != Some(&b'\n') {
+                if line.len() > MAX_TRANSCRIPT_LINE {
+                    return Err(fail(format!(
+                        "a line at byte {at} is longer than {} MiB",
+                        MAX_TRANSCRIPT_LINE >> 20
+                    )));
+                }
+                // A line still being written: read it next time.
+                break;
+            }
+            count_line(tx, event, budget, ledgers, agent.as_deref(), &line, now)
+                .map_err(|detail| fail(format!("line at byte {at}: {detail}")))?;
+            at += n as u64;
+        }
+        tx.set_offset(session, &shown, at)?;
+    }
+    Ok(())
+}
+
+/// Counts one transcript line, if it is a model response.
+fn count_line(
+    tx: &Tx<'_>,
+    event: &HookEvent,
+    budget: &ReplayBudget,
+    ledgers: &mut Ledgers,
+    agent: Option<&str>,
+    line: &[u8],
+    now: u64,
+) -> Result<(), String> {
+    // Most lines are tool results and progress: skip them unparsed.
+    if memchr_find(line, b"\"assistant\"").is_none() {
+        return Ok(());
+    }
+    let text = std::str::from_utf8(line).map_err(|_| "not UTF-8".to_string())?;
+    let value: Value = crate::strict::value_from_str(text.trim_end())?;
+    if value.get("type").and_then(Value::as_str) != Some("assistant") {
+        return Ok(());
+    }
+    let Some(message) = value.get("message") else {
+        return Ok(());
+    };
+    let model = message.get("model").and_then(Value::as_str).unwrap_or("");
+    if model == "<synthetic>" {
+        return Ok(());
+    }
+    let Some(id) = message.get("id").and_then(Value::as_str) else {
+        return Err("an assistant message without `message.id`".into());
+    };
+    let request = value.get("requestId").and_then(Value::as_str).unwrap_or("");
+    let key = format!("{id}/{request}");
+    let usage = match message.get("usage") {
+        None | Some(Value::Null) => TokenUsage::ZERO,
+        Some(u) => billed_usage(u)?,
+    };
+    let session = &event.session_id;
+    let old = tx.response(session, &key).map_err(|e| e.to_string())?;
+    let new = {
+        let o = old.unwrap_or_default();
+        // Later lines of one response repeat its usage (output may grow):
+        // keep the largest of each field.
+        CountedUsage {
+            input: o.input.max(usage.input_tokens),
+            output: o.output.max(usage.output_tokens),
+            cache_read: o.cache_read.max(usage.cache_read_input_tokens),
+            cache_write: o.cache_write.max(usage.cache_creation_input_tokens),
+        }
+    };
+    let o = old.unwrap_or_default();
+    let delta = TokenUsage {
+        input_tokens: new.input - o.input,
+        output_tokens: new.output - o.output,
+        cache_read_input_tokens: new.cache_read - o.cache_read,
+        cache_creation_input_tokens: new.cache_write - o.cache_write,
+    };
+    let agent_key = agent.unwrap_or("");
+    tx.put_response(session, &key, agent_key, model, new)
+        .map_err(|e| e.to_string())?;
+    let cost = match price_of(&budget.prices, model) {
+        Some(price) => Some(price.cost_micros(&delta)),
+        None if budget.max_cost_micros.is_some() => {
+            tx.add_unpriced(session, model).map_err(|e| e.to_string())?;
+            None
+        }
+        None => None,
+    };
+    let count = |ledger: &mut Ledger| {
+        if old.is_none() {
+            ledger.record(Limit::ModelCalls, 1);
+        }
+        ledger.record(Limit::Tokens, delta.total());
+        if let Some(cost) = cost {
+            ledger.record(Limit::CostMicros, cost);
+        }
+    };
+    count(&mut ledgers.session);
+    if let Some(agent) = agent {
+        let ledger = ledgers
+            .agent(tx, session, agent, budget, now)
+            .map_err(|e| e.to_string())?;
+        count(ledger);
+    }
+    Ok(())
+}
+
+fn memchr_find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The refusal text the model reads: which rule, the figures, what to do.
+fn deny(reason: &'static str, detail: String, advice: &str) -> Answer {
+    Answer::Deny {
+        reason,
+        text: format!("budgetgate refused this call ({reason}): {detail}. {advice}"),
+    }
+}
+
+const EXHAUSTED_ADVICE: &str = "Budget exhausted, not executed. Stop here and tell the user what you have done so far and what is left; do not retry.";
+
+/// The first before-call limit reached among the session's ledger and the
+/// sub-agent's, or a model used without a price in cost mode.
+fn exhausted(
+    tx: &Tx<'_>,
+    event: &HookEvent,
+    ledgers: &Ledgers,
+) -> Result<Option<String>, HookError> {
+    let mut found: Option<Exceeded> = ledgers.session.first_exhausted(Limit::before_model_call);
+    let mut whose = "session";
+    if found.is_none() {
+        if let Some((_, ledger)) = ledgers
+            .agents
+            .iter()
+            .find(|(a, _)| Some(a.as_str()) == event.agent_id.as_deref())
+        {
+            found = ledger.first_exhausted(Limit::before_model_call);
+            whose = "sub-agent";
+        }
+    }
+    if let Some(e) = found {
+        return Ok(Some(format!("{whose} {e}")));
+    }
+    if let Some(model) = tx.unpriced(&event.session_id)? {
+        return Ok(Some(format!(
+            "model {model:?} has no price in the budget, and a cost budget never counts a call as free"
+        )));
+    }
+    Ok(None)
+}
+
+/// Decides one event against the ledger in `tx` (see the module docs for
+/// the order). Changes are committed with the transaction.
+pub fn decide(
+    tx: &mut Tx<'_>,
+    event: &HookEvent,
+    budget: &ReplayBudget,
+    now: u64,
+) -> Result<Answer, HookError> {
+    let session = &event.session_id;
+    let mut ledgers = Ledgers::load(tx, session, budget, now)?;
+    if let Some(agent) = &event.agent_id {
+        ledgers.agent(tx, session, agent, budget, now)?;
+    }
+    absorb(tx, event, budget, &mut ledgers, now)?;
+    ledgers.session.observe_time(now);
+    for (_, ledger) in &mut ledgers.agents {
+        ledger.observe_time(now);
+    }
+    let answer = match (&event.call, event.name.as_str()) {
+        (Some(call), _) => decide_call(tx, event, call, budget, &mut ledgers)?,
+        (None, "UserPromptSubmit" | "Stop" | "SubagentStop") => {
+            match exhausted(tx, event, &ledgers)? {
+                Some(detail) => Answer::Stop(format!(
+                    "budgetgate: {detail}; the session's budget is spent (see `budgetgate ledger show {session}`)"
+                )),
+                None => Answer::Pass,
+            }
+        }
+        (None, _) => Answer::Pass,
+    };
+    ledgers.store(tx, session, now)?;
+    if let Answer::Deny { reason, .. } = &answer {
+        let call = event.call.as_ref().map_or("", |c| c.id.as_str());
+        tx.log(now, session, "deny", &format!("{call}: {reason}"))?;
+    }
+    Ok(answer)
+}
+
+fn decide_call(
+    tx: &mut Tx<'_>,
+    event: &HookEvent,
+    call: &ToolUse,
+    budget: &ReplayBudget,
+    ledgers: &mut Ledgers,
+) -> Result<Answer, HookError> {
+    let session = &event.session_id;
+    // 1. Names outside the grammar never run and never match a rule loosely.
+    if ToolName::new(&call.name).is_err() {
+        return Ok(deny(
+            "invalid-name",
+            format!(
+                "the tool name {} is not a valid tool name ([A-Za-z0-9_-]{{1,64}})",
+                Value::from(call.name.as_str())
+            ),
+            "Not executed. Use only the tools you were given, with their exact names.",
+        ));
+    }
+    // 2. A call id seen earlier in the session, whatever was decided then.
+    if !tx.insert_call_id(session, &call.id)? {
+        return Ok(deny(
+            "duplicate-call-id",
+            format!(
+                "the tool_use_id {} was already used in this session",
+                Value::from(call.id.as_str())
+            ),
+            "Not executed. Each tool call needs a new id.",
+        ));
+    }
+    // 3. The next model call would be refused: nothing more may run.
+    if let Some(detail) = exhausted(tx, event, ledgers)? {
+        return Ok(deny("budget-exhausted", detail, EXHAUSTED_ADVICE));
+    }
+    // 4. Repetitions: the count is raised first, then compared (SPEC C).
+    let fingerprint = crate::replay::fingerprint_value(&call.input)
+        .map(|f| f.with_name(&call.name).as_u128())
+        .ok_or_else(|| HookError::Event("`tool_input` is nested too deeply to compare".into()))?;
+    let count = tx.raise_repeat(session, fingerprint)?;
+    if count > u64::from(budget.limits.max_repeats) {
+        return Ok(deny(
+            "repeat",
+            format!(
+                "the same {} call with the same input was made {count} times (max_repeats {})",
+                call.name, budget.limits.max_repeats
+            ),
+            RefusalReason::Repeat.message(),
+        ));
+    }
+    // 5. Tool attempts, the session's and the sub-agent's, then the tool's cap.
+    let mut owners: Vec<&mut Ledger> = vec![&mut ledgers.session];
+    for (agent, ledger) in &mut ledgers.agents {
+        if Some(agent.as_str()) == event.agent_id.as_deref() {
+            owners.push(ledger);
+        }
+    }
+    for ledger in &owners {
+        if let Some(max) = ledger.max(Limit::ToolCalls) {
+            let used = ledger.used(Limit::ToolCalls);
+            if used >= max {
+                return Ok(deny(
+                    "tool-budget",
+                    format!("{used} of {max} tool calls used"),
+                    RefusalReason::ToolBudget.message(),
+                ));
+            }
+        }
+    }
+    if let Some(cap) = owners[0].cap_reached(&call.name) {
+        return Ok(deny(
+            "tool-cap",
+            format!(
+                "{} may be called at most {} times in this session ({} used)",
+                call.name, cap.max, cap.used
+            ),
+            "Not executed. Use another tool or answer with what you have.",
+        ));
+    }
+    // 6. The attempt counts; approval is Claude Code's prompt.
+    for ledger in owners {
+        ledger.record(Limit::ToolCalls, 1);
+        let _ = ledger.try_count_tool(&call.name);
+    }
+    if budget.needs_approval.iter().any(|n| n == &call.name) {
+        return Ok(Answer::Ask(format!(
+            "budgetgate: {} needs a person's approval (needs_approval in the budget)",
+            call.name
+        )));
+    }
+    Ok(Answer::Pass)
+}
+
+/// Whether an error on this event must block (exit 2): the events where
+/// blocking is the safe direction.
+fn blocks(event_name: &str) -> bool {
+    matches!(event_name, "PreToolUse" | "UserPromptSubmit")
+}
+
+/// Prints the answer once: the main path and the deadline race for it.
+struct Once {
+    done: Mutex<bool>,
+}
+
+impl Once {
+    /// Runs `print` unless an answer was already printed; returns whether it ran.
+    fn answer(&self, print: impl FnOnce()) -> bool {
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        if *done {
+            return false;
+        }
+        print();
+        *done = true;
+        true
+    }
+}
+
+fn refuse(event_name: &str, detail: &str) -> u8 {
+    let _ = writeln!(
+        std::io::stderr(),
+        "budgetgate hook: {}; refused (fail closed)",
+        crate::term::terminal_safe(detail)
+    );
+    if blocks(event_name) {
+        2
+    } else {
+        1
+    }
+}
+
+/// `budgetgate hook claude-code`: one event on stdin, the answer on stdout.
+/// Exit 0 with the decision (or none) on stdout; on any error, exit 2 for
+/// `PreToolUse` and `UserPromptSubmit` (Claude Code blocks and shows the
+/// reason), exit 1 for other events.
+pub fn command(args: &ClaudeCodeArgs) -> std::process::ExitCode {
+    let started = Instant::now();
+    let once = Arc::new(Once {
+        done: Mutex::new(false),
+    });
+    let mut input = String::new();
+    let read = std::io::stdin()
+        .take(MAX_EVENT_BYTES + 1)
+        .read_to_string(&mut input);
+    // Until the event is read its name is unknown: blocking is the safe side.
+    let event_name = event_name_of(&input).unwrap_or_else(|| "PreToolUse".into());
+    {
+        let once = Arc::clone(&once);
+        let name = event_name.clone();
+        let deadline = Duration::from_millis(args.deadline_ms);
+        std::thread::spawn(move || {
+            std::thread::sleep(deadline.saturating_sub(started.elapsed()));
+            let mut code = 0;
+            if once.answer(|| {
+                code = refuse(
+                    &name,
+                    &format!(
+                        "no decision within the deadline of {} ms",
+                        deadline.as_millis()
+                    ),
+                );
+            }) {
+                // The open transaction is rolled back by SQLite.
+                std::process::exit(i32::from(code));
+            }
+        });
+    }
+    let outcome = (|| -> Result<(String, Answer), HookError> {
+        read.map_err(|e| HookError::Event(format!("reading stdin: {e}")))?;
+        if input.len() as u64 > MAX_EVENT_BYTES {
+            return Err(HookError::Event(format!(
+                "longer than {} MiB",
+                MAX_EVENT_BYTES >> 20
+            )));
+        }
+        let event = HookEvent::parse(&input)?;
+        let budget = match &args.budget {
+            None => ReplayBudget::default(),
+            Some(path) => {
+                let text = crate::replay::read_limited(
+                    File::open(path)
+                        .map_err(|e| HookError::Budget(format!("{}: {e}", path.display())))?,
+                    1 << 20,
+                    "budget file",
+                )
+                .map_err(|e| HookError::Budget(format!("{}: {e}", path.display())))?;
+                crate::replay::budget::parse_budget(&text)
+                    .map_err(|e| HookError::Budget(format!("{}: {e}", path.display())))?
+            }
+        };
+        let wait = Duration::from_millis(args.deadline_ms).saturating_sub(started.elapsed());
+        let mut store = Store::open(&state_dir(args.state.as_deref()), wait)?;
+        let answer = store.decide(|tx| decide(tx, &event, &budget, now_ms()))?;
+        Ok((event.name, answer))
+    })();
+    let mut code = 0u8;
+    once.answer(|| match &outcome {
+        Ok((name, answer)) => {
+            if let Some(json) = answer.to_json(name) {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{json}");
+                let _ = out.flush();
+            }
+        }
+        Err(e) => code = refuse(&event_name, &e.to_string()),
+    });
+    std::process::ExitCode::from(code)
+}
+
+/// The `hook_event_name` of a document, if it is readable as JSON at all.
+fn event_name_of(text: &str) -> Option<String> {
+    let value: Value = serde_json::from_str(text).ok()?;
+    value.get("hook_event_name")?.as_str().map(str::to_owned)
+}

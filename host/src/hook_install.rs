@@ -1,0 +1,390 @@
+//! `budgetgate hook install` / `uninstall`: budgetgate's entries in Claude
+//! Code's `settings.json` (`docs/CLAUDE-CODE.md`).
+//!
+//! The `hooks` block gets, per event, one matcher group whose one command is
+//! `budgetgate hook claude-code [--budget FILE]`, with the program's absolute
+//! path. Every other setting and every other hook is kept, in order. An
+//! entry is budgetgate's when its command runs this program's
+//! `hook claude-code`; install first removes such entries (so it is
+//! idempotent and a changed `--budget` replaces the old one), uninstall
+//! removes only them (and a group or event left empty by that). The file is
+//! written atomically (a temporary file renamed over it) after a backup of
+//! the previous one.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde_json::{json, Map, Value};
+
+/// The events the hook is installed for; `true`: the event takes a matcher.
+pub const EVENTS: [(&str, bool); 8] = [
+    ("PreToolUse", true),
+    ("PostToolUse", true),
+    ("PostToolUseFailure", true),
+    ("UserPromptSubmit", false),
+    ("Stop", false),
+    ("SubagentStop", false),
+    ("SessionStart", false),
+    ("SessionEnd", false),
+];
+
+/// Claude Code's timeout for the hook command, in seconds: above the
+/// command's own 2 s deadline, so the command always answers first.
+pub const HOOK_TIMEOUT_S: u64 = 5;
+
+/// Which settings file.
+#[derive(Debug, Clone, clap::Args)]
+#[group(multiple = false)]
+pub struct Scope {
+    /// The user's settings, ~/.claude/settings.json (every project).
+    #[arg(long)]
+    pub user: bool,
+    /// This project's settings, .claude/settings.json under the current
+    /// folder (the default).
+    #[arg(long)]
+    pub project: bool,
+    /// Another settings file.
+    #[arg(long, value_name = "FILE")]
+    pub settings: Option<PathBuf>,
+}
+
+impl Scope {
+    fn path(&self) -> Result<PathBuf, String> {
+        if let Some(path) = &self.settings {
+            return Ok(path.clone());
+        }
+        if self.user {
+            let home = std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .ok_or("HOME is not set, so ~/.claude/settings.json cannot be found")?;
+            return Ok(PathBuf::from(home).join(".claude/settings.json"));
+        }
+        Ok(PathBuf::from(".claude/settings.json"))
+    }
+}
+
+/// Arguments of `budgetgate hook install`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InstallArgs {
+    #[command(flatten)]
+    scope: Scope,
+    /// The budget file the hook reads (stored as an absolute path).
+    #[arg(long, value_name = "FILE")]
+    pub budget: Option<PathBuf>,
+    /// The ledger folder the hook uses (stored as an absolute path).
+    #[arg(long, value_name = "DIR")]
+    pub state: Option<PathBuf>,
+    /// Print what would change, write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Arguments of `budgetgate hook uninstall`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UninstallArgs {
+    #[command(flatten)]
+    scope: Scope,
+    /// Print what would change, write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// A path quoted for the POSIX shell Claude Code runs hook commands with.
+fn shell_quote(text: &str) -> String {
+    if !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:,@".contains(&b))
+    {
+        return text.to_owned();
+    }
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
+fn absolute(path: &Path) -> Result<PathBuf, String> {
+    std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The command line written into settings.json.
+pub fn hook_command(program: &Path, budget: Option<&Path>, state: Option<&Path>) -> String {
+    let mut command = format!(
+        "{} hook claude-code",
+        shell_quote(&program.to_string_lossy())
+    );
+    if let Some(budget) = budget {
+        command += &format!(" --budget {}", shell_quote(&budget.to_string_lossy()));
+    }
+    if let Some(state) = state {
+        command += &format!(" --state {}", shell_quote(&state.to_string_lossy()));
+    }
+    command
+}
+
+/// Whether a hook command is one that install wrote: it runs a program
+/// named `budgetgate` with `hook claude-code`.
+pub fn is_ours(command: &str) -> bool {
+    let Some(rest) = command.split(" hook claude-code").next() else {
+        return false;
+    };
+    command.contains(" hook claude-code")
+        && rest
+            .trim_matches('\'')
+            .rsplit('/')
+            .next()
+            .is_some_and(|name| name == "budgetgate")
+}
+
+/// `settings` without budgetgate's entries: each matcher group loses them,
+/// a group left with no hooks goes, and an event left with no group goes.
+pub fn without_ours(settings: &Value) -> Value {
+    let mut out = settings.clone();
+    let Some(hooks) = out.get_mut("hooks").and_then(Value::as_object_mut) else {
+        return out;
+    };
+    let mut emptied = Vec::new();
+    for (event, groups) in hooks.iter_mut() {
+        let Some(groups) = groups.as_array_mut() else {
+            continue;
+        };
+        for group in groups.iter_mut() {
+            if let Some(list) = group.get_mut("hooks").and_then(Value::as_array_mut) {
+                list.retain(|h| {
+                    !h.get("command")
+                        .and_then(Value::as_str)
+                        .is_some_and(is_ours)
+                });
+            }
+        }
+        groups.retain(|g| {
+            g.get("hooks")
+                .and_then(Value::as_array)
+                .is_none_or(|l| !l.is_empty())
+        });
+        if groups.is_empty() {
+            emptied.push(event.clone());
+        }
+    }
+    for event in emptied {
+        hooks.remove(&event);
+    }
+    if hooks.is_empty() {
+        if let Some(object) = out.as_object_mut() {
+            object.remove("hooks");
+        }
+    }
+    out
+}
+
+/// `settings` with budgetgate's entries (and none left from before).
+pub fn with_ours(settings: &Value, command: &str) -> Result<Value, String> {
+    let mut out = without_ours(settings);
+    let object = out
+        .as_object_mut()
+        .ok_or("settings.json is not a JSON object")?;
+    let hooks = object
+        .entry("hooks")
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+        .ok_or("`hooks` in settings.json is not an object")?;
+    for (event, matcher) in EVENTS {
+        let groups = hooks
+            .entry(event)
+            .or_insert_with(|| Value::Array(Vec::new()))
+            .as_array_mut()
+            .ok_or_else(|| format!("`hooks.{event}` in settings.json is not an array"))?;
+        let entry = json!({"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S});
+        let group = if matcher {
+            json!({"matcher": "*", "hooks": [entry]})
+        } else {
+            json!({"hooks": [entry]})
+        };
+        // First, so the budget is checked before any other hook spends work.
+        groups.insert(0, group);
+    }
+    Ok(out)
+}
+
+fn read_settings(path: &Path) -> Result<Option<(String, Value)>, String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let value = crate::strict::value_from_str(&text)
+                .map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
+            Ok(Some((text, value)))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default() + "\n"
+}
+
+/// A unified diff of two texts (for `--dry-run`).
+fn diff(path: &Path, old: &str, new: &str) -> String {
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .header(
+            &format!("{} (now)", path.display()),
+            &format!("{} (after)", path.display()),
+        )
+        .to_string()
+}
+
+/// Writes `text` to `path` atomically, after keeping the old file as
+/// `<path>.budgetgate-backup`.
+fn write_atomically(path: &Path, text: &str, had: bool) -> Result<(), String> {
+    use std::io::Write as _;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if had {
+        let backup = path.with_file_name(format!(
+            "{}.budgetgate-backup",
+            path.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default()
+        ));
+        std::fs::copy(path, &backup).map_err(|e| format!("{}: {e}", backup.display()))?;
+    }
+    let mut tmp =
+        tempfile::NamedTempFile::new_in(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    tmp.write_all(text.as_bytes())
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    tmp.persist(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(())
+}
+
+fn change(
+    path: &Path,
+    dry_run: bool,
+    edit: impl FnOnce(&Value) -> Result<Value, String>,
+) -> Result<String, String> {
+    let existing = read_settings(path)?;
+    let before = existing.as_ref().map_or(json!({}), |(_, v)| v.clone());
+    let old_text = existing.as_ref().map_or(String::new(), |(t, _)| t.clone());
+    let after = edit(&before)?;
+    if after == before {
+        return Ok(format!("{}: nothing to change\n", path.display()));
+    }
+    let new_text = pretty(&after);
+    if dry_run {
+        return Ok(diff(path, &pretty(&before), &new_text));
+    }
+    let _ = old_text;
+    write_atomically(path, &new_text, existing.is_some())?;
+    Ok(format!("{}: written\n", path.display()))
+}
+
+fn finish(result: Result<String, String>, what: &str) -> ExitCode {
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("budgetgate hook {what}: {}", crate::term::terminal_safe(&e));
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `budgetgate hook install`.
+pub fn install(args: &InstallArgs) -> ExitCode {
+    let result = (|| {
+        let path = args.scope.path()?;
+        let program = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+        let budget = match &args.budget {
+            Some(b) => {
+                let b = absolute(b)?;
+                let text =
+                    std::fs::read_to_string(&b).map_err(|e| format!("{}: {e}", b.display()))?;
+                crate::replay::budget::parse_budget(&text)
+                    .map_err(|e| format!("{}: {e}", b.display()))?;
+                Some(b)
+            }
+            None => None,
+        };
+        let state = args.state.as_deref().map(absolute).transpose()?;
+        let command = hook_command(&program, budget.as_deref(), state.as_deref());
+        change(&path, args.dry_run, |before| with_ours(before, &command))
+    })();
+    finish(result, "install")
+}
+
+/// `budgetgate hook uninstall`.
+pub fn uninstall(args: &UninstallArgs) -> ExitCode {
+    let result = args
+        .scope
+        .path()
+        .and_then(|path| change(&path, args.dry_run, |before| Ok(without_ours(before))));
+    finish(result, "uninstall")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn install_keeps_other_settings_and_is_idempotent() {
+        let before = json!({
+            "model": "opus",
+            "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "my-check"}]}]}
+        });
+        let cmd = hook_command(
+            Path::new("/opt/bin/budgetgate"),
+            Some(Path::new("/b/budget file.toml")),
+            None,
+        );
+        assert_eq!(
+            cmd,
+            "/opt/bin/budgetgate hook claude-code --budget '/b/budget file.toml'"
+        );
+        let once = with_ours(&before, &cmd).unwrap();
+        let twice = with_ours(&once, &cmd).unwrap();
+        assert_eq!(once, twice);
+        assert_eq!(once["model"], "opus");
+        let pre = once["hooks"]["PreToolUse"].as_array().unwrap();
+        assert_eq!(pre.len(), 2);
+        assert_eq!(pre[0]["hooks"][0]["command"], cmd);
+        assert_eq!(pre[1]["hooks"][0]["command"], "my-check");
+        assert!(once["hooks"]["Stop"][0].get("matcher").is_none());
+        // Uninstall gives back exactly the settings before.
+        assert_eq!(without_ours(&once), before);
+        // A changed budget replaces the old entry.
+        let other = hook_command(
+            Path::new("/opt/bin/budgetgate"),
+            Some(Path::new("/b/other.toml")),
+            None,
+        );
+        let changed = with_ours(&once, &other).unwrap();
+        assert_eq!(changed["hooks"]["PreToolUse"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            changed["hooks"]["PreToolUse"][0]["hooks"][0]["command"],
+            other
+        );
+    }
+
+    #[test]
+    fn only_budgetgate_hook_commands_are_ours() {
+        assert!(is_ours("/usr/local/bin/budgetgate hook claude-code"));
+        assert!(is_ours(
+            "'/home/a b/budgetgate' hook claude-code --budget x"
+        ));
+        assert!(!is_ours("budgetgate-fork hook claude-code"));
+        assert!(!is_ours("/bin/other hook claude-code"));
+        assert!(!is_ours("budgetgate replay x"));
+        assert!(!is_ours("echo budgetgate"));
+    }
+
+    #[test]
+    fn settings_of_the_wrong_shape_are_refused() {
+        assert!(with_ours(&json!([]), "x").is_err());
+        assert!(with_ours(&json!({"hooks": []}), "x").is_err());
+        assert!(with_ours(&json!({"hooks": {"Stop": {}}}), "x").is_err());
+    }
+}

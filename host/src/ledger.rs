@@ -1,0 +1,549 @@
+//! The durable ledger every desktop front-end shares: one SQLite file
+//! (`SPEC E`, durable state).
+//!
+//! Per session (and per sub-agent inside it) the store keeps the core's
+//! [`budget::Record`](budgetgate_core::budget::Record) — fixed-size,
+//! versioned, checksummed bytes — beside what the hook needs to resume: the
+//! call ids seen, the repetition fingerprints with their counts, how far
+//! each transcript has been read and the usage already counted per model
+//! response. The store never interprets a budget: it keeps bytes and sets.
+//!
+//! Concurrency and crashes are SQLite's: every decision is one
+//! `BEGIN IMMEDIATE` transaction (writers queue on the database lock, so two
+//! hook processes never decide on the same figures), the journal is WAL with
+//! `synchronous = FULL`, and a process killed mid-decision leaves the
+//! transaction rolled back: the ledger of before that decision. A record that
+//! does not decode (another version, a bad checksum) is an error, and the
+//! caller refuses; it is never replaced by an empty ledger.
+//!
+//! Where the file is: `--state DIR`, else `BUDGETGATE_STATE_DIR`, else
+//! `$XDG_STATE_HOME/budgetgate`, else `~/.local/state/budgetgate`; the file
+//! is `ledger.sqlite3` in that folder.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use budgetgate_core::budget::{Ledger, RecordError};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+/// The schema's version, kept in `PRAGMA user_version`.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The ledger file's name inside the state folder.
+pub const FILE_NAME: &str = "ledger.sqlite3";
+
+/// Why the store could not answer; the caller refuses (fail closed).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be opened, read or written, or its lock was
+    /// not had before the deadline.
+    #[error("ledger {path}: {source}")]
+    Sqlite {
+        /// The file.
+        path: String,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// A stored record does not decode.
+    #[error("ledger {path}: session {session:?}: {source}")]
+    Record {
+        /// The file.
+        path: String,
+        /// The session.
+        session: String,
+        /// What is wrong with the record.
+        source: RecordError,
+    },
+    /// The file has another schema version.
+    #[error("ledger {path}: schema version {found}; this build reads version {SCHEMA_VERSION}")]
+    Schema {
+        /// The file.
+        path: String,
+        /// The version found.
+        found: i64,
+    },
+    /// The state folder could not be made.
+    #[error("state folder {path}: {source}")]
+    Folder {
+        /// The folder.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// The state folder: `explicit`, else `BUDGETGATE_STATE_DIR`, else
+/// `$XDG_STATE_HOME/budgetgate`, else `$HOME/.local/state/budgetgate`.
+pub fn state_dir(explicit: Option<&Path>) -> PathBuf {
+    if let Some(dir) = explicit {
+        return dir.to_owned();
+    }
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(dir) = env("BUDGETGATE_STATE_DIR") {
+        return dir.into();
+    }
+    if let Some(dir) = env("XDG_STATE_HOME") {
+        return PathBuf::from(dir).join("budgetgate");
+    }
+    let home = env("HOME").map(PathBuf::from).unwrap_or_else(|| ".".into());
+    home.join(".local/state/budgetgate")
+}
+
+/// One open ledger file.
+pub struct Store {
+    conn: Connection,
+    path: String,
+}
+
+impl Store {
+    /// Opens (creating if needed) the ledger in `dir`; waits at most `wait`
+    /// for another process's lock on every statement.
+    pub fn open(dir: &Path, wait: Duration) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Folder {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        let file = dir.join(FILE_NAME);
+        let path = file.display().to_string();
+        let sql = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let conn = Connection::open(&file).map_err(sql)?;
+        conn.busy_timeout(wait).map_err(sql)?;
+        // WAL: readers never block the writer; FULL: a committed decision
+        // survives a power cut, not only a crash.
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(sql)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(sql)?;
+        let mut store = Self { conn, path };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// The file's path, for messages.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn sql(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        |source| StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let found: i64 = tx
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(sql)?;
+        match found {
+            0 => {
+                tx.execute_batch(
+                    "CREATE TABLE ledgers (
+                        session TEXT NOT NULL, agent TEXT NOT NULL,
+                        record BLOB NOT NULL, updated_ms INTEGER NOT NULL,
+                        PRIMARY KEY (session, agent));
+                     CREATE TABLE call_ids (
+                        session TEXT NOT NULL, call_id TEXT NOT NULL,
+                        PRIMARY KEY (session, call_id));
+                     CREATE TABLE repeats (
+                        session TEXT NOT NULL, fingerprint BLOB NOT NULL, count INTEGER NOT NULL,
+                        PRIMARY KEY (session, fingerprint));
+                     CREATE TABLE transcripts (
+                        session TEXT NOT NULL, path TEXT NOT NULL, offset INTEGER NOT NULL,
+                        PRIMARY KEY (session, path));
+                     CREATE TABLE responses (
+                        session TEXT NOT NULL, key TEXT NOT NULL, agent TEXT NOT NULL,
+                        model TEXT NOT NULL,
+                        input INTEGER NOT NULL, output INTEGER NOT NULL,
+                        cache_read INTEGER NOT NULL, cache_write INTEGER NOT NULL,
+                        PRIMARY KEY (session, key));
+                     CREATE TABLE unpriced (
+                        session TEXT NOT NULL, model TEXT NOT NULL,
+                        PRIMARY KEY (session, model));
+                     CREATE TABLE log (
+                        at_ms INTEGER NOT NULL, session TEXT NOT NULL,
+                        action TEXT NOT NULL, detail TEXT NOT NULL);
+                     PRAGMA user_version = 1;",
+                )
+                .map_err(sql)?;
+            }
+            SCHEMA_VERSION => {}
+            other => {
+                return Err(StoreError::Schema {
+                    path: self.path.clone(),
+                    found: other,
+                })
+            }
+        }
+        tx.commit().map_err(sql)
+    }
+
+    /// Runs `decide` in one `BEGIN IMMEDIATE` transaction: committed when it
+    /// returns `Ok`, rolled back (nothing changed) when it returns `Err` or
+    /// the process dies first.
+    pub fn decide<T, E: From<StoreError>>(
+        &mut self,
+        decide: impl FnOnce(&mut Tx<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let mut handle = Tx {
+            tx,
+            path: path.clone(),
+        };
+        let out = decide(&mut handle)?;
+        handle.tx.commit().map_err(sql)?;
+        Ok(out)
+    }
+
+    /// Every stored ledger: (session, agent, ledger or its decode error,
+    /// updated_ms), sessions in order of last update, newest first.
+    pub fn list(&self) -> Result<Vec<ListedLedger>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT session, agent, record, updated_ms FROM ledgers
+                 ORDER BY updated_ms DESC, session, agent",
+            )
+            .map_err(self.sql())?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Vec<u8>>(2)?,
+                    r.get::<_, i64>(3)?,
+                ))
+            })
+            .map_err(self.sql())?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (session, agent, record, updated_ms) = row.map_err(self.sql())?;
+            out.push(ListedLedger {
+                ledger: Ledger::from_record(&record),
+                session,
+                agent,
+                updated_ms: u64::try_from(updated_ms).unwrap_or(0),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Removes every trace of `session` (an operator's reset) and logs it in
+    /// the ledger's own log. Returns how many ledgers were removed.
+    pub fn reset(&mut self, session: &str, now_ms: u64, who: &str) -> Result<usize, StoreError> {
+        self.decide(|tx: &mut Tx<'_>| {
+            let sql = tx.sql();
+            let mut removed = 0;
+            for table in [
+                "ledgers",
+                "call_ids",
+                "repeats",
+                "transcripts",
+                "responses",
+                "unpriced",
+            ] {
+                let n = tx
+                    .tx
+                    .execute(
+                        &format!("DELETE FROM {table} WHERE session = ?1"),
+                        [session],
+                    )
+                    .map_err(&sql)?;
+                if table == "ledgers" {
+                    removed = n;
+                }
+            }
+            tx.log(
+                now_ms,
+                session,
+                "reset",
+                &format!("{removed} ledger(s) removed by {who}"),
+            )?;
+            Ok::<_, StoreError>(removed)
+        })
+    }
+
+    /// The log, oldest first: (at_ms, session, action, detail).
+    pub fn log(&self) -> Result<Vec<(u64, String, String, String)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT at_ms, session, action, detail FROM log ORDER BY rowid")
+            .map_err(self.sql())?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                ))
+            })
+            .map_err(self.sql())?;
+        rows.collect::<Result<_, _>>().map_err(self.sql())
+    }
+}
+
+/// One stored ledger as listed.
+#[derive(Debug)]
+pub struct ListedLedger {
+    /// The session id.
+    pub session: String,
+    /// The sub-agent id, empty for the session itself.
+    pub agent: String,
+    /// The ledger, or why its record does not decode.
+    pub ledger: Result<Ledger, RecordError>,
+    /// When it was last written, in milliseconds since the Unix epoch.
+    pub updated_ms: u64,
+}
+
+/// A decision's transaction: read and write one session's state.
+pub struct Tx<'a> {
+    tx: rusqlite::Transaction<'a>,
+    path: String,
+}
+
+/// Usage already counted for one model response (by request or message id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CountedUsage {
+    /// Input tokens.
+    pub input: u64,
+    /// Output tokens.
+    pub output: u64,
+    /// Cache reads.
+    pub cache_read: u64,
+    /// Cache writes.
+    pub cache_write: u64,
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn to_u64(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+impl Tx<'_> {
+    fn sql(&self) -> impl Fn(rusqlite::Error) -> StoreError + use<'_> {
+        let path = self.path.clone();
+        move |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        }
+    }
+
+    /// The ledger of `session` / `agent` (`""` for the session itself), if
+    /// one is stored. A record that does not decode is an error.
+    pub fn ledger(&self, session: &str, agent: &str) -> Result<Option<Ledger>, StoreError> {
+        let record: Option<Vec<u8>> = self
+            .tx
+            .query_row(
+                "SELECT record FROM ledgers WHERE session = ?1 AND agent = ?2",
+                params![session, agent],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.sql())?;
+        record
+            .map(|bytes| {
+                Ledger::from_record(&bytes).map_err(|source| StoreError::Record {
+                    path: self.path.clone(),
+                    session: session.to_owned(),
+                    source,
+                })
+            })
+            .transpose()
+    }
+
+    /// Stores the ledger of `session` / `agent`.
+    pub fn put_ledger(
+        &self,
+        session: &str,
+        agent: &str,
+        ledger: &Ledger,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "INSERT INTO ledgers (session, agent, record, updated_ms) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (session, agent) DO UPDATE SET record = ?3, updated_ms = ?4",
+                params![
+                    session,
+                    agent,
+                    ledger.to_record().as_bytes(),
+                    to_i64(now_ms)
+                ],
+            )
+            .map_err(self.sql())?;
+        Ok(())
+    }
+
+    /// Remembers `call_id` for `session`; `false` if it was seen before.
+    pub fn insert_call_id(&self, session: &str, call_id: &str) -> Result<bool, StoreError> {
+        let n = self
+            .tx
+            .execute(
+                "INSERT OR IGNORE INTO call_ids (session, call_id) VALUES (?1, ?2)",
+                params![session, call_id],
+            )
+            .map_err(self.sql())?;
+        Ok(n == 1)
+    }
+
+    /// Raises the count of `fingerprint` in `session` by one and returns it.
+    pub fn raise_repeat(&self, session: &str, fingerprint: u128) -> Result<u64, StoreError> {
+        let key = fingerprint.to_le_bytes();
+        self.tx
+            .execute(
+                "INSERT INTO repeats (session, fingerprint, count) VALUES (?1, ?2, 1)
+                 ON CONFLICT (session, fingerprint) DO UPDATE SET count = count + 1",
+                params![session, &key[..]],
+            )
+            .map_err(self.sql())?;
+        let count: i64 = self
+            .tx
+            .query_row(
+                "SELECT count FROM repeats WHERE session = ?1 AND fingerprint = ?2",
+                params![session, &key[..]],
+                |r| r.get(0),
+            )
+            .map_err(self.sql())?;
+        Ok(to_u64(count))
+    }
+
+    /// How far `path` has been read for `session`, in bytes.
+    pub fn offset(&self, session: &str, path: &str) -> Result<u64, StoreError> {
+        let offset: Option<i64> = self
+            .tx
+            .query_row(
+                "SELECT offset FROM transcripts WHERE session = ?1 AND path = ?2",
+                params![session, path],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.sql())?;
+        Ok(offset.map_or(0, to_u64))
+    }
+
+    /// Records that `path` has been read up to `offset`.
+    pub fn set_offset(&self, session: &str, path: &str, offset: u64) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "INSERT INTO transcripts (session, path, offset) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (session, path) DO UPDATE SET offset = ?3",
+                params![session, path, to_i64(offset)],
+            )
+            .map_err(self.sql())?;
+        Ok(())
+    }
+
+    /// The usage counted so far for response `key`, if it was seen.
+    pub fn response(&self, session: &str, key: &str) -> Result<Option<CountedUsage>, StoreError> {
+        self.tx
+            .query_row(
+                "SELECT input, output, cache_read, cache_write FROM responses
+                 WHERE session = ?1 AND key = ?2",
+                params![session, key],
+                |r| {
+                    Ok(CountedUsage {
+                        input: to_u64(r.get(0)?),
+                        output: to_u64(r.get(1)?),
+                        cache_read: to_u64(r.get(2)?),
+                        cache_write: to_u64(r.get(3)?),
+                    })
+                },
+            )
+            .optional()
+            .map_err(self.sql())
+    }
+
+    /// Stores the usage counted for response `key`.
+    pub fn put_response(
+        &self,
+        session: &str,
+        key: &str,
+        agent: &str,
+        model: &str,
+        usage: CountedUsage,
+    ) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "INSERT INTO responses (session, key, agent, model, input, output, cache_read, cache_write)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT (session, key) DO UPDATE SET
+                   input = ?5, output = ?6, cache_read = ?7, cache_write = ?8",
+                params![
+                    session,
+                    key,
+                    agent,
+                    model,
+                    to_i64(usage.input),
+                    to_i64(usage.output),
+                    to_i64(usage.cache_read),
+                    to_i64(usage.cache_write)
+                ],
+            )
+            .map_err(self.sql())?;
+        Ok(())
+    }
+
+    /// Remembers that `model` was used without a price in cost mode.
+    pub fn add_unpriced(&self, session: &str, model: &str) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "INSERT OR IGNORE INTO unpriced (session, model) VALUES (?1, ?2)",
+                params![session, model],
+            )
+            .map_err(self.sql())?;
+        Ok(())
+    }
+
+    /// A model used without a price in `session`, if any.
+    pub fn unpriced(&self, session: &str) -> Result<Option<String>, StoreError> {
+        self.tx
+            .query_row(
+                "SELECT model FROM unpriced WHERE session = ?1 ORDER BY model LIMIT 1",
+                [session],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.sql())
+    }
+
+    /// Appends to the ledger's own log.
+    pub fn log(
+        &self,
+        at_ms: u64,
+        session: &str,
+        action: &str,
+        detail: &str,
+    ) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "INSERT INTO log (at_ms, session, action, detail) VALUES (?1, ?2, ?3, ?4)",
+                params![to_i64(at_ms), session, action, detail],
+            )
+            .map_err(self.sql())?;
+        Ok(())
+    }
+}

@@ -1,0 +1,289 @@
+//! `budgetgate ledger list | show | reset`: the durable ledger, for a person
+//! (`docs/CLAUDE-CODE.md`).
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use budgetgate_core::budget::{Ledger, Limit};
+use serde_json::{json, Value};
+
+use crate::ledger::{state_dir, ListedLedger, Store};
+
+/// Where the ledger is.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StateArg {
+    /// Folder of the ledger (default: BUDGETGATE_STATE_DIR, else
+    /// $XDG_STATE_HOME/budgetgate, else ~/.local/state/budgetgate).
+    #[arg(long, value_name = "DIR")]
+    pub state: Option<PathBuf>,
+}
+
+/// The `ledger` subcommands (the flattened `state` fields are `--state`).
+#[derive(Debug, Clone, clap::Subcommand)]
+#[allow(missing_docs)]
+pub enum LedgerCommand {
+    /// Every session (and sub-agent) with its budgets, used / max per limit.
+    ///
+    /// With --json, one JSON object per line: {"session", "agent" (null for
+    /// the session itself), "updated_ms", "limits": {KEY: {"used", "max"
+    /// (null: no limit)}}, "caps": {TOOL: {"used", "max"}}, "error" (only
+    /// when the stored record does not decode)}; KEY is model_calls, tokens,
+    /// time_ms, cost_micro_usd, tool_calls.
+    #[command(after_help = "\
+Exit status: 0 listed; 2 the ledger cannot be opened; 1 a stored record does
+not decode (listed with its error).
+
+Examples:
+  budgetgate ledger list
+  budgetgate ledger list --json | jq .session")]
+    List {
+        #[command(flatten)]
+        state: StateArg,
+        /// One JSON object per ledger and line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One session: its ledgers and the ledger's log for it.
+    Show {
+        /// The session id (`session_id` of the hook events).
+        session: String,
+        #[command(flatten)]
+        state: StateArg,
+        /// JSON Lines, as `list --json`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget a session's usage: an operator's action, asked for
+    /// confirmation (or --yes) and written in the ledger's own log. The hook
+    /// never does this.
+    Reset {
+        /// The session id.
+        session: String,
+        #[command(flatten)]
+        state: StateArg,
+        /// Do not ask (for scripts).
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+fn bar(used: u64, max: Option<u64>) -> String {
+    const WIDTH: u64 = 20;
+    match max {
+        None => format!("{:<20}", ""),
+        Some(0) => "█".repeat(WIDTH as usize),
+        Some(max) => {
+            let filled = (used.min(max) * WIDTH).div_ceil(max).min(WIDTH);
+            format!(
+                "{}{}",
+                "█".repeat(filled as usize),
+                "░".repeat((WIDTH - filled) as usize)
+            )
+        }
+    }
+}
+
+fn figure(limit: Limit, value: u64) -> String {
+    match limit {
+        Limit::CostMicros => format!("${:.4}", value as f64 / 1e6),
+        Limit::Millis => format!("{:.1} s", value as f64 / 1e3),
+        _ => value.to_string(),
+    }
+}
+
+fn as_json(entry: &ListedLedger) -> Value {
+    let agent = if entry.agent.is_empty() {
+        Value::Null
+    } else {
+        Value::from(entry.agent.as_str())
+    };
+    match &entry.ledger {
+        Err(e) => json!({"session": entry.session, "agent": agent,
+            "updated_ms": entry.updated_ms, "error": e.to_string()}),
+        Ok(ledger) => {
+            let limits: serde_json::Map<String, Value> = Limit::ALL
+                .iter()
+                .map(|&l| {
+                    (
+                        l.key().to_owned(),
+                        json!({"used": ledger.used(l), "max": ledger.max(l)}),
+                    )
+                })
+                .collect();
+            let caps: serde_json::Map<String, Value> = ledger
+                .caps()
+                .iter()
+                .map(|c| {
+                    (
+                        c.name().to_owned(),
+                        json!({"used": c.used(), "max": c.max()}),
+                    )
+                })
+                .collect();
+            json!({"session": entry.session, "agent": agent, "updated_ms": entry.updated_ms,
+                   "limits": limits, "caps": caps})
+        }
+    }
+}
+
+fn table(out: &mut String, entry: &ListedLedger) {
+    use std::fmt::Write as _;
+    let safe = crate::term::terminal_safe;
+    let who = if entry.agent.is_empty() {
+        format!("session {}", safe(&entry.session))
+    } else {
+        format!(
+            "  sub-agent {} of {}",
+            safe(&entry.agent),
+            safe(&entry.session)
+        )
+    };
+    let _ = writeln!(out, "{who}");
+    let ledger: &Ledger = match &entry.ledger {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = writeln!(
+                out,
+                "    unreadable record: {e} (the hook refuses every call of this session)"
+            );
+            return;
+        }
+    };
+    for limit in Limit::ALL {
+        let (used, max) = (ledger.used(limit), ledger.max(limit));
+        if max.is_none() && used == 0 {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "    {:<15} {} {:>12} / {}",
+            limit.key(),
+            bar(used, max),
+            figure(limit, used),
+            max.map_or("no limit".into(), |m| figure(limit, m))
+        );
+    }
+    for cap in ledger.caps() {
+        let _ = writeln!(
+            out,
+            "    {:<15} {} {:>12} / {}",
+            format!("{} calls", safe(cap.name())),
+            bar(u64::from(cap.used()), Some(u64::from(cap.max()))),
+            cap.used(),
+            cap.max()
+        );
+    }
+}
+
+fn print(text: &str) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => fail(&format!("writing the output: {e}")),
+    }
+}
+
+fn fail(detail: &str) -> ExitCode {
+    eprintln!("budgetgate ledger: {}", crate::term::terminal_safe(detail));
+    ExitCode::from(2)
+}
+
+fn listing(entries: &[ListedLedger], json: bool) -> ExitCode {
+    let mut text = String::new();
+    for entry in entries {
+        if json {
+            text += &crate::term::to_safe_json(&as_json(entry)).unwrap_or_default();
+            text.push('\n');
+        } else {
+            table(&mut text, entry);
+        }
+    }
+    if !json && entries.is_empty() {
+        text += "no sessions in the ledger\n";
+    }
+    let code = print(&text);
+    if code == ExitCode::SUCCESS && entries.iter().any(|e| e.ledger.is_err()) {
+        return ExitCode::from(1);
+    }
+    code
+}
+
+/// Runs a `ledger` subcommand.
+pub fn command(command: &LedgerCommand) -> ExitCode {
+    let open =
+        |state: &StateArg| Store::open(&state_dir(state.state.as_deref()), Duration::from_secs(10));
+    match command {
+        LedgerCommand::List { state, json } => match open(state).and_then(|s| s.list()) {
+            Ok(entries) => listing(&entries, *json),
+            Err(e) => fail(&e.to_string()),
+        },
+        LedgerCommand::Show {
+            session,
+            state,
+            json,
+        } => {
+            let store = match open(state) {
+                Ok(s) => s,
+                Err(e) => return fail(&e.to_string()),
+            };
+            let entries: Vec<ListedLedger> = match store.list() {
+                Ok(all) => all.into_iter().filter(|e| &e.session == session).collect(),
+                Err(e) => return fail(&e.to_string()),
+            };
+            if entries.is_empty() {
+                return fail(&format!("no session {session:?} in {}", store.path()));
+            }
+            let code = listing(&entries, *json);
+            if !*json {
+                if let Ok(log) = store.log() {
+                    let mut text = String::from("    log:\n");
+                    for (at, _, action, detail) in log.iter().filter(|(_, s, _, _)| s == session) {
+                        text += &format!(
+                            "      {at} {} {}\n",
+                            crate::term::terminal_safe(action),
+                            crate::term::terminal_safe(detail)
+                        );
+                    }
+                    print(&text);
+                }
+            }
+            code
+        }
+        LedgerCommand::Reset {
+            session,
+            state,
+            yes,
+        } => {
+            let mut store = match open(state) {
+                Ok(s) => s,
+                Err(e) => return fail(&e.to_string()),
+            };
+            if !*yes {
+                if !std::io::stdin().is_terminal() {
+                    return fail("reset asks for confirmation on a terminal; give --yes to reset without asking");
+                }
+                eprint!(
+                    "Forget every use of session {session:?}? Type the session id to confirm: "
+                );
+                let mut answer = String::new();
+                let _ = std::io::stdin().lock().read_line(&mut answer);
+                if answer.trim() != session {
+                    return fail("not confirmed; nothing changed");
+                }
+            }
+            let who = std::env::var("USER").unwrap_or_else(|_| "an operator".into());
+            match store.reset(
+                session,
+                crate::hook::now_ms(),
+                &format!("{who} (budgetgate ledger reset)"),
+            ) {
+                Ok(0) => fail(&format!("no session {session:?} in {}", store.path())),
+                Ok(n) => print(&format!("session {session}: {n} ledger(s) reset; logged\n")),
+                Err(e) => fail(&e.to_string()),
+            }
+        }
+    }
+}
