@@ -515,6 +515,67 @@ mod tests {
     }
 
     #[test]
+    fn a_name_outside_the_grammar_is_never_executed() {
+        // Every other name runs (the rule for others), and `refund` needs
+        // approval: a look-alike of `refund` must neither run nor be asked.
+        let mut rules = rules();
+        rules.set_others(ToolRule::Run);
+        let mut g = TurnGate::<16, 8, 4>::new(
+            TurnLimits {
+                max_tool_calls: Some(10),
+                ..TurnLimits::DEFAULT
+            },
+            rules,
+            1_000,
+        );
+        assert!(matches!(g.begin_call(1_000), Ok(Admission::Proceed { .. })));
+        g.record(usage(1), StopReason::ToolUse).unwrap();
+        let long = "r".repeat(65);
+        let names = [
+            "refund ",
+            "",
+            "ref\0und",
+            "refund\u{200b}",
+            " refund",
+            "réfund",
+            long.as_str(),
+        ];
+        let mut asked = false;
+        let mut approver = |_: &ProposedCall<'_>| {
+            asked = true;
+            ApprovalAnswer::Approve
+        };
+        for (i, name) in names.iter().enumerate() {
+            let id = format!("n{i}");
+            assert_eq!(
+                g.propose_with(&call(&id, name, "{}"), &mut approver),
+                Ok(CallVerdict::Refused(RefusalReason::InvalidName)),
+                "{name:?}"
+            );
+            assert_eq!(
+                g.refusal_result(&id).map(|r| r.content),
+                Some(RefusalReason::InvalidName.message())
+            );
+        }
+        assert!(!asked, "the approver is never asked about an invalid name");
+        // Neither an attempt nor a repetition was counted.
+        assert_eq!(g.tool_attempts(), 0);
+        assert_eq!(
+            g.refusals().get(RefusalReason::InvalidName),
+            names.len() as u32
+        );
+        // The exact name still goes to its rule; 64 characters are allowed.
+        assert_eq!(
+            g.propose(&call("ok1", "refund", "{}")),
+            Ok(CallVerdict::NeedsApproval)
+        );
+        assert_eq!(
+            g.propose(&call("ok2", &"r".repeat(64), "{}")),
+            Ok(CallVerdict::Execute)
+        );
+    }
+
+    #[test]
     fn closing_after_exhaustion_leaves_no_call_unanswered() {
         let mut g = gate(TurnLimits {
             max_millis: 1_000,

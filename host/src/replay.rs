@@ -30,8 +30,8 @@ use std::process::ExitCode;
 
 use budgetgate_core::turn::{
     Admission, Approver, ArgsFingerprint, CallVerdict, FingerprintBuilder, ProposeError,
-    ProposedCall, RunStatus, StopReason, TokenMode, TokenUsage, ToolOutcome, ToolRule, ToolRules,
-    TurnEnd, TurnGate,
+    ProposedCall, RefusalReason, RunStatus, StopReason, TokenMode, TokenUsage, ToolOutcome,
+    ToolRule, ToolRules, TurnEnd, TurnGate,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -613,11 +613,18 @@ impl Report {
                     Some(reason) => format!("{} ({})", call.verdict, safe(reason)),
                     None => call.verdict.to_owned(),
                 };
+                // A name outside the grammar is shown quoted, so that
+                // `"Bash "` or `""` cannot pass for `Bash` in the table.
+                let name = if call.reason.as_deref() == Some(RefusalReason::InvalidName.as_str()) {
+                    format!("{:?}", call.name)
+                } else {
+                    call.name.clone()
+                };
                 let _ = writeln!(
                     out,
                     "        {:<34} {:<22} {:<28} recorded: {}",
                     safe(&call.id),
-                    safe(&call.name),
+                    safe(&name),
                     verdict,
                     call.recorded
                 );

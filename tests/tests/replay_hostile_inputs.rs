@@ -649,3 +649,53 @@ fn write_errors_exit_2_and_a_broken_pipe_ends_quietly_with_the_status() {
         }
     }
 }
+
+// ------------------------------------------- 12. Names outside the grammar
+
+#[test]
+fn a_name_outside_the_grammar_is_never_executed() {
+    // The trial's response: `Bash` needs approval; four look-alikes.
+    let names = ["Bash", "Bash ", "", "Ba\u{0}sh", "Bash\u{200b}"];
+    let blocks: Vec<Value> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| json!({"type":"tool_use","id":format!("t{i}"),"name":n,"input":{}}))
+        .collect();
+    let message = json!({"id":"m","type":"message","role":"assistant","content":blocks,
+        "stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}});
+    let text = jsonl(&[message]);
+    for approve in ["none", "all", "Bash"] {
+        let budget = parse_budget(&format!(
+            "[tools]\nneeds_approval = [\"Bash\"]\napprove = \"{approve}\""
+        ))
+        .unwrap();
+        let report = replay_text(&text, &budget).unwrap();
+        let calls = &report.per_turn[0].calls;
+        for call in &calls[1..] {
+            assert_eq!(
+                (call.verdict, call.reason.as_deref()),
+                ("refused", Some("invalid-name")),
+                "{:?}",
+                call.name
+            );
+        }
+        assert_eq!(report.refusals.get("invalid-name"), Some(&4));
+        let bash_ran = usize::from(approve != "none");
+        assert_eq!(report.executed, bash_ran, "approve = {approve}");
+        assert_eq!(report.approved, bash_ran);
+        // The table shows the names quoted and escaped: none passes for Bash.
+        let table = report.to_table("n.jsonl");
+        for shown in [r#""Bash ""#, r#""""#, r#""Ba\0sh""#, r#""Bash\u{200b}""#] {
+            assert!(table.contains(shown), "{shown} in {table}");
+        }
+        assert!(!table.contains('\u{200b}') && !table.contains('\0'));
+    }
+    // Also when the requests declare the tools: never matched to `Bash`.
+    let exchange = json!({"request":{"model":"m","max_tokens":10,"messages":[],
+        "tools":[{"name":"Bash","input_schema":{}}]},"response":{"id":"m","type":"message","role":"assistant",
+        "content":[{"type":"tool_use","id":"t1","name":"Bash ","input":{}}],
+        "stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}}});
+    let report = replay_text(&exchange.to_string(), &ReplayBudget::default()).unwrap();
+    assert_eq!(report.refusals.get("invalid-name"), Some(&1));
+    assert_eq!(report.executed, 0);
+}

@@ -10,7 +10,7 @@ use super::fingerprint::{ArgsFingerprint, CallFingerprint};
 use super::outcome::{
     ErrorResult, ExhaustReason, Exhaustion, RefusalCounts, RefusalReason, RunStatus, StopReason,
 };
-use super::rules::{CallId, NameError, ToolRule, ToolRules};
+use super::rules::{CallId, NameError, ToolName, ToolRule, ToolRules};
 use super::usage::TokenUsage;
 use crate::limits::{
     DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_REPEATS, DEFAULT_MAX_RUN_MILLIS, DEFAULT_MAX_RUN_TOKENS,
@@ -121,7 +121,8 @@ pub struct Recorded {
 pub struct ProposedCall<'a> {
     /// The `tool_use` block's `id`.
     pub call_id: &'a str,
-    /// The tool's name.
+    /// The tool's name, exactly as the model wrote it: a name outside
+    /// `[A-Za-z0-9_-]{1,64}` is refused `invalid-name` (`SPEC E`).
     pub name: &'a str,
     /// The fingerprint of the arguments ([`ArgsFingerprint::of_json`] and
     /// friends), or `None` when they could not be read (cut off, not JSON):
@@ -520,7 +521,8 @@ enum Phase {
 /// 2. [`record`](Self::record) counts the call and its usage and takes the
 ///    response's stop reason;
 /// 3. [`propose`](Self::propose) decides each `tool_use` block, in order:
-///    stop reason, arguments, repetition, tool-attempt budget, tool rule
+///    stop reason, tool name (`[A-Za-z0-9_-]{1,64}`, else `invalid-name`),
+///    arguments, repetition, tool-attempt budget, tool rule
 ///    (unknown / approval / run). Refused calls are answered on the spot;
 ///    [`approve`](Self::approve) takes approvals, [`report`](Self::report)
 ///    the outcome of each executed call;
@@ -750,6 +752,11 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize> TurnGate<CALLS, 
             // A cut-off call may have incomplete arguments: never run it.
             StopReason::MaxTokens => return CallVerdict::Refused(RefusalReason::CutOff),
             _ => return CallVerdict::Refused(RefusalReason::NotToolTurn),
+        }
+        // A name outside the grammar is never matched against a rule, never
+        // counted as a repeat or an attempt, and never runs (`SPEC E`).
+        if ToolName::new(call.name).is_err() {
+            return CallVerdict::Refused(RefusalReason::InvalidName);
         }
         let Some(arguments) = call.arguments else {
             return CallVerdict::Refused(RefusalReason::InvalidArguments);

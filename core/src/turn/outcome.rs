@@ -292,11 +292,16 @@ pub enum RefusalReason {
     RepeatCapacity,
     /// `budget-exhausted`: left unanswered when the run closed.
     BudgetExhausted,
+    /// `invalid-name`: the tool name is outside the grammar
+    /// `[A-Za-z0-9_-]{1,64}` (a space, an invisible character, a NUL, empty,
+    /// too long); never executed and never matched against a tool rule
+    /// (`SPEC E`).
+    InvalidName,
 }
 
 impl RefusalReason {
     /// Every reason, in the order reports list them (`SPEC C`).
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::Repeat,
         Self::ApprovalRefused,
         Self::UnknownTool,
@@ -307,6 +312,7 @@ impl RefusalReason {
         Self::TurnCapacity,
         Self::RepeatCapacity,
         Self::BudgetExhausted,
+        Self::InvalidName,
     ];
 
     /// The spelling used in reports (`SPEC C`).
@@ -322,6 +328,7 @@ impl RefusalReason {
             Self::TurnCapacity => "turn-capacity",
             Self::RepeatCapacity => "repeat-capacity",
             Self::BudgetExhausted => "budget-exhausted",
+            Self::InvalidName => "invalid-name",
         }
     }
 
@@ -339,6 +346,7 @@ impl RefusalReason {
             Self::TurnCapacity => "Too many tool calls in one reply; not executed. Make fewer calls at a time.",
             Self::RepeatCapacity => "Too many different tool calls in this run; not executed. Answer with what you have.",
             Self::BudgetExhausted => "Budget exhausted, not executed.",
+            Self::InvalidName => "Error: the tool name is not a valid tool name (letters, digits, _ and -, at most 64); not executed. Use only the tools you were given, spelled exactly.",
         }
     }
 
