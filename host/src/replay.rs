@@ -50,8 +50,9 @@ pub const MAX_SESSION_BYTES: u64 = 256 << 20;
 pub const MAX_BUDGET_BYTES: u64 = 1 << 20;
 
 /// The gate the host replays with: roomier than the device's defaults
-/// (256 calls per response, 4096 distinct calls, 256 named tools).
-pub type ReplayGate = TurnGate<256, 4096, 256>;
+/// (256 calls per response, 4096 distinct calls, 256 named tools, 24 576
+/// call ids per run: three quarters of 32 768 slots).
+pub type ReplayGate = TurnGate<256, 4096, 256, { 1 << 15 }>;
 
 /// Arguments of `budgetgate replay`.
 #[derive(Debug, Clone, clap::Args)]

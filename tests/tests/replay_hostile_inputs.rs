@@ -699,3 +699,72 @@ fn a_name_outside_the_grammar_is_never_executed() {
     assert_eq!(report.refusals.get("invalid-name"), Some(&1));
     assert_eq!(report.executed, 0);
 }
+
+// ------------------------------------------- 13. Call ids over the whole run
+
+#[test]
+fn a_call_id_used_again_in_a_later_response_is_refused() {
+    // The trial's recording, as a JSON file: `t1` in two responses.
+    let text = r#"[{"request":{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"hi"}]},"response":{"id":"r1","type":"message","role":"assistant","content":[{"type":"tool_use","id":"t1","name":"valve_open","input":{"x":1}}],"stop_reason":"tool_use","usage":{"input_tokens":10,"output_tokens":5}}},
+ {"request":{"model":"m","max_tokens":100,"messages":[]},"response":{"id":"r2","type":"message","role":"assistant","content":[{"type":"tool_use","id":"t1","name":"valve_open","input":{"x":2}}],"stop_reason":"tool_use","usage":{"input_tokens":10,"output_tokens":5}}}]"#;
+    let report = replay_text(text, &ReplayBudget::default()).unwrap();
+    let verdicts: Vec<(&str, Option<&str>)> = report
+        .per_turn
+        .iter()
+        .flat_map(|t| &t.calls)
+        .map(|c| (c.verdict, c.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        verdicts,
+        [("execute", None), ("refused", Some("duplicate-call-id"))]
+    );
+    assert_eq!(report.executed, 1);
+    assert_eq!(report.refusals.get("duplicate-call-id"), Some(&1));
+    let (status, out, _) = run(&args(temp_file("dup.json", text.as_bytes())));
+    assert_eq!(status, ExitCode::from(0));
+    assert!(out.contains("refused (duplicate-call-id)"), "{out}");
+    // Also across an end_turn (a new question on the same budget).
+    let message = |id: &str, stop: &str, call: &str| {
+        json!({"id":id,"type":"message","role":"assistant","content":[
+            {"type":"tool_use","id":call,"name":"Read","input":{}}],
+            "stop_reason":stop,"usage":{"input_tokens":1,"output_tokens":1}})
+    };
+    let text = jsonl(&[
+        message("r1", "tool_use", "t1"),
+        json!({"id":"r2","type":"message","role":"assistant","content":[],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}),
+        message("r3", "tool_use", "t1"),
+    ]);
+    let report = replay_text(&text, &ReplayBudget::default()).unwrap();
+    assert_eq!(
+        report.per_turn[2].calls[0].reason.as_deref(),
+        Some("duplicate-call-id")
+    );
+    assert_eq!(report.executed, 1);
+}
+
+#[test]
+fn a_claude_code_block_logged_again_is_one_call_not_a_reused_id() {
+    // One response over three lines; the second line repeats the first block.
+    let line = |uuid: &str, block: Value| {
+        json!({"type":"assistant","uuid":uuid,"requestId":"req_1","timestamp":"2026-01-05T10:00:01Z",
+            "message":{"id":"msg_1","role":"assistant","content":[block],"stop_reason":null,
+                "usage":{"input_tokens":10,"output_tokens":3}}})
+    };
+    let t1 = json!({"type":"tool_use","id":"t1","name":"Read","input":{"f":1}});
+    let t2 = json!({"type":"tool_use","id":"t2","name":"Read","input":{"f":2}});
+    let text = jsonl(&[line("a", t1.clone()), line("b", t1.clone()), line("c", t2)]);
+    let report = replay_text(&text, &ReplayBudget::default()).unwrap();
+    assert_eq!(
+        (report.turns, report.tool_calls, report.executed),
+        (1, 2, 2)
+    );
+    assert!(report.refusals.is_empty(), "{:?}", report.refusals);
+    assert!(report.notes.iter().any(|n| n.contains("logged again")));
+    // The same id with other input is not the same block: refused.
+    let mut forged = t1.clone();
+    forged["input"] = json!({"f": "/etc/shadow"});
+    let text = jsonl(&[line("a", t1), line("b", forged)]);
+    let report = replay_text(&text, &ReplayBudget::default()).unwrap();
+    assert_eq!(report.refusals.get("duplicate-call-id"), Some(&1));
+    assert_eq!(report.executed, 1);
+}

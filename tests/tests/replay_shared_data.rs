@@ -59,6 +59,11 @@ fn every_shared_transcript_replays_without_error() {
         )
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(report.turns > 0, "{}", path.display());
+        // Real recordings use each call id once and only valid tool names:
+        // the run-wide id rule and the name grammar refuse nothing in them.
+        for reason in ["duplicate-call-id", "invalid-name", "call-id-capacity"] {
+            assert_eq!(count(&report, reason), 0, "{}: {reason}", path.display());
+        }
         seen += 1;
     }
     assert!(

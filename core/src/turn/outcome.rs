@@ -297,11 +297,17 @@ pub enum RefusalReason {
     /// too long); never executed and never matched against a tool rule
     /// (`SPEC E`).
     InvalidName,
+    /// `duplicate-call-id`: the call id was used by a call of an earlier
+    /// response of this run (`SPEC E`, as `SPEC A2` step 3).
+    DuplicateCallId,
+    /// `call-id-capacity`: the table of call ids seen in this run is full;
+    /// a new id is refused rather than an old one forgotten (`SPEC E`).
+    CallIdCapacity,
 }
 
 impl RefusalReason {
     /// Every reason, in the order reports list them (`SPEC C`).
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 13] = [
         Self::Repeat,
         Self::ApprovalRefused,
         Self::UnknownTool,
@@ -313,6 +319,8 @@ impl RefusalReason {
         Self::RepeatCapacity,
         Self::BudgetExhausted,
         Self::InvalidName,
+        Self::DuplicateCallId,
+        Self::CallIdCapacity,
     ];
 
     /// The spelling used in reports (`SPEC C`).
@@ -329,6 +337,8 @@ impl RefusalReason {
             Self::RepeatCapacity => "repeat-capacity",
             Self::BudgetExhausted => "budget-exhausted",
             Self::InvalidName => "invalid-name",
+            Self::DuplicateCallId => "duplicate-call-id",
+            Self::CallIdCapacity => "call-id-capacity",
         }
     }
 
@@ -347,6 +357,8 @@ impl RefusalReason {
             Self::RepeatCapacity => "Too many different tool calls in this run; not executed. Answer with what you have.",
             Self::BudgetExhausted => "Budget exhausted, not executed.",
             Self::InvalidName => "Error: the tool name is not a valid tool name (letters, digits, _ and -, at most 64); not executed. Use only the tools you were given, spelled exactly.",
+            Self::DuplicateCallId => "Error: this tool call id was already used earlier in this conversation; not executed. Give every tool call a new id.",
+            Self::CallIdCapacity => "Too many tool calls in this run; not executed. Answer with what you have.",
         }
     }
 

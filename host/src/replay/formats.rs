@@ -283,6 +283,36 @@ fn only_results_of(message: Option<&Value>, calls: &[RecordedCall]) -> bool {
         })
 }
 
+/// `calls` without the blocks that are an earlier line's block logged again:
+/// the same call id, name and input in a response of the same `message.id`
+/// (Claude Code writes one response over several lines and may repeat a
+/// block). Such a repeat is one call, not a reuse of its id; a block that
+/// reuses an id with another name or input is kept, and the gate refuses it.
+/// Returns the calls kept and how many were dropped.
+fn drop_logged_again(
+    turns: &[RecordedTurn],
+    message_id: &str,
+    calls: Vec<RecordedCall>,
+) -> (Vec<RecordedCall>, usize) {
+    let earlier: Vec<&RecordedCall> = turns
+        .iter()
+        .filter(|t| t.message_id.as_deref() == Some(message_id))
+        .flat_map(|t| &t.calls)
+        .collect();
+    let mut kept: Vec<RecordedCall> = Vec::with_capacity(calls.len());
+    let mut dropped = 0;
+    for call in calls {
+        let same =
+            |c: &&RecordedCall| c.id == call.id && c.name == call.name && c.input == call.input;
+        if earlier.iter().any(same) || kept.iter().any(|c| same(&c)) {
+            dropped += 1;
+        } else {
+            kept.push(call);
+        }
+    }
+    (kept, dropped)
+}
+
 fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
     let mut turns: Vec<RecordedTurn> = Vec::new();
     let mut open: Option<OpenResponse> = None;
@@ -294,6 +324,7 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
     let mut synthetic = 0usize;
     let mut skipped = 0usize;
     let mut bad_times = 0usize;
+    let mut repeated_blocks = 0usize;
     let mut lines_read = 0usize;
     for (line_no, line) in &lines {
         lines_read += 1;
@@ -366,10 +397,19 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
                         if let Some(reason) = stop_reason_of(message).map_err(context)? {
                             turn.stop_reason = Some(reason);
                         }
+                        let before = turn.calls.len();
                         add_blocks(turn, message.get("content")).map_err(context)?;
+                        let added = turn.calls.split_off(before);
+                        let kept = drop_logged_again(&turns, id, added);
+                        repeated_blocks += kept.1;
+                        turns[index].calls.extend(kept.0);
                     }
                     None => {
                         let mut turn = turn_from_message(message).map_err(context)?;
+                        let calls = std::mem::take(&mut turn.calls);
+                        let kept = drop_logged_again(&turns, id, calls);
+                        repeated_blocks += kept.1;
+                        turn.calls = kept.0;
                         turn.usage = Some(usage);
                         turn.requested_at_ms =
                             last_time.zip(start).map(|(t, s)| t.saturating_sub(s));
@@ -429,6 +469,11 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
     if synthetic > 0 {
         notes.push(format!(
             "{synthetic} synthetic assistant lines (no model call) skipped"
+        ));
+    }
+    if repeated_blocks > 0 {
+        notes.push(format!(
+            "{repeated_blocks} tool_use block(s) logged again on a later line of the same message.id (same id, name and input): read once, not as a reused call id"
         ));
     }
     if skipped > 0 {
