@@ -1,12 +1,98 @@
 //! Strict reading of request documents on the std side: objects whose keys are
 //! unique, with every value kept as its raw JSON text so the core's own rules
-//! (integers vs floats, `-0`, huge literals) decide what it is.
+//! (integers vs floats, `-0`, huge literals) decide what it is; and
+//! [`value_from_str`], a `serde_json::Value` whose objects have unique keys
+//! at every depth (what `replay` reads recordings with).
 
 use std::fmt;
 
 use budgetgate_core::json::Number;
-use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// A JSON value whose objects, at every depth, have unique keys.
+struct UniqueKeys(Value);
+
+impl<'de> Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Value;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+                Ok(Value::Bool(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+                Ok(Value::from(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+                Ok(Value::from(v))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+                serde_json::Number::from_f64(v)
+                    .map(Value::Number)
+                    .ok_or_else(|| E::custom("a number that is not finite"))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+                Ok(Value::String(v.to_owned()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Value, E> {
+                Ok(Value::String(v))
+            }
+            fn visit_unit<E>(self) -> Result<Value, E> {
+                Ok(Value::Null)
+            }
+            fn visit_none<E>(self) -> Result<Value, E> {
+                Ok(Value::Null)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+                let mut items = Vec::new();
+                while let Some(UniqueKeys(item)) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(Value::Array(items))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+                let mut out = Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if out.contains_key(&key) {
+                        return Err(de::Error::custom(format_args!(
+                            "duplicate key {}",
+                            shown_key(&key)
+                        )));
+                    }
+                    let UniqueKeys(value) = map.next_value()?;
+                    out.insert(key, value);
+                }
+                Ok(Value::Object(out))
+            }
+        }
+        d.deserialize_any(V).map(UniqueKeys)
+    }
+}
+
+/// A key for an error message: in backquotes, cut to 64 characters.
+fn shown_key(key: &str) -> String {
+    if key.chars().count() <= 64 {
+        format!("`{key}`")
+    } else {
+        format!("`{}…`", key.chars().take(63).collect::<String>())
+    }
+}
+
+/// Reads one JSON document as serde_json would, except that an object
+/// holding the same key twice, at any depth, is refused (serde_json keeps the
+/// last value, which would let a recording say `"input_tokens": 1` and
+/// `"input_tokens": 999999` at once). Such an error is a data error
+/// ([`serde_json::Error::is_data`]) reading `duplicate key `KEY` at line L
+/// column C`; serde_json's own limits (nesting deeper than 128, syntax) are
+/// kept.
+pub fn value_from_str(text: &str) -> Result<Value, serde_json::Error> {
+    serde_json::from_str::<UniqueKeys>(text).map(|UniqueKeys(v)| v)
+}
 
 /// A JSON object with unique keys, values kept as raw text, in document order.
 #[derive(Debug, Default)]
@@ -36,7 +122,10 @@ impl<'de> Deserialize<'de> for StrictObject {
                 let mut out: Vec<(String, Box<RawValue>)> = Vec::new();
                 while let Some(key) = map.next_key::<String>()? {
                     if out.iter().any(|(k, _)| *k == key) {
-                        return Err(de::Error::custom(format_args!("duplicate key `{key}`")));
+                        return Err(de::Error::custom(format_args!(
+                            "duplicate key {}",
+                            shown_key(&key)
+                        )));
                     }
                     out.push((key, map.next_value()?));
                 }

@@ -768,3 +768,124 @@ fn a_claude_code_block_logged_again_is_one_call_not_a_reused_id() {
     assert_eq!(report.refusals.get("duplicate-call-id"), Some(&1));
     assert_eq!(report.executed, 1);
 }
+
+// --------------------------------------------------- 14. Duplicate JSON keys
+
+#[test]
+fn a_duplicate_key_anywhere_in_a_recording_is_refused_naming_line_and_key() {
+    let budget = ReplayBudget::default();
+    let message = r#"{"id":"m","type":"message","role":"assistant","content":[],"stop_reason":"end_turn","usage":{"input_tokens":1,"input_tokens":999999,"output_tokens":1}}"#;
+    // JSON Lines: the trial's usage, on the second line.
+    let ok = message.replace(r#""input_tokens":999999,"#, "");
+    let err = replay_text(&format!("{ok}\n{message}\n"), &budget).unwrap_err();
+    assert!(
+        err.starts_with("line 2: duplicate key `input_tokens`"),
+        "{err}"
+    );
+    // The first line, a one-line document.
+    let err = replay_text(message, &budget).unwrap_err();
+    assert!(
+        err.contains("duplicate key `input_tokens` at line 1"),
+        "{err}"
+    );
+    // Ids, names, inputs, stop reasons, message ids: anywhere at any depth.
+    for (dup, key) in [
+        (
+            r#""stop_reason":"tool_use","stop_reason":"end_turn""#,
+            "stop_reason",
+        ),
+        (r#""id":"m","id":"m2""#, "id"),
+        (
+            r#""content":[{"type":"tool_use","id":"t","name":"Read","name":"Bash","input":{}}]"#,
+            "name",
+        ),
+        (
+            r#""content":[{"type":"tool_use","id":"t","name":"Bash","input":{"c":"ls","c":"rm -rf /"}}]"#,
+            "c",
+        ),
+    ] {
+        let mut text =
+            format!(r#"{{"type":"message","role":"assistant","usage":{{"input_tokens":1}},{dup}"#);
+        for (k, v) in [("content", "[]"), ("stop_reason", r#""tool_use""#)] {
+            if !dup.contains(&format!("\"{k}\"")) {
+                text.push_str(&format!(r#","{k}":{v}"#));
+            }
+        }
+        text.push('}');
+        let err = replay_text(&text, &budget).unwrap_err();
+        assert!(
+            err.contains(&format!("duplicate key `{key}`")),
+            "{text}: {err}"
+        );
+    }
+    // A JSON file of several lines: the error gives the line.
+    let pretty = format!("[\n{{\"request\": {{\"messages\": []}},\n\"response\": {message}}}\n]");
+    let err = replay_text(&pretty, &budget).unwrap_err();
+    assert!(
+        err.contains("duplicate key `input_tokens` at line 3"),
+        "{err}"
+    );
+    // A Claude Code line.
+    let line = json!({"type":"assistant","uuid":"a","requestId":"r","message":{"id":"m1","role":"assistant",
+        "content":[],"stop_reason":null,"usage":{"input_tokens":1}}})
+    .to_string()
+    .replace(r#""input_tokens":1"#, r#""input_tokens":1,"input_tokens":2"#);
+    let err = replay_text(&line, &budget).unwrap_err();
+    assert!(err.contains("duplicate key `input_tokens`"), "{err}");
+    // A cassette's JSON body, in JSON and in YAML.
+    let cassette = json!({"interactions":[{"request":{"body":"{}"},
+        "response":{"status":{"code":200},"body":{"string":message}}}]})
+    .to_string();
+    let err = replay_text(&cassette, &budget).unwrap_err();
+    assert!(
+        err.starts_with("interaction 0: response body: duplicate key `input_tokens`"),
+        "{err}"
+    );
+    let yaml = format!(
+        "interactions:\n- request: {{body: '{{}}'}}\n  response:\n    status: {{code: 200}}\n    body: {{string: '{message}'}}\n"
+    );
+    let err = replay_text(&yaml, &budget).unwrap_err();
+    assert!(err.contains("duplicate key `input_tokens`"), "{err}");
+    // A YAML mapping with the key twice (or `1` and `"1"`, one JSON key).
+    for usage in [
+        "{input_tokens: 1, input_tokens: 999999}",
+        "{input_tokens: 1, '1': 2, 1: 3}",
+    ] {
+        let yaml = format!(
+            "interactions:\n- response:\n    status: {{code: 200}}\n    parsed_body: {{type: message, content: [], stop_reason: end_turn, usage: {usage}}}\n"
+        );
+        let err = replay_text(&yaml, &budget).unwrap_err();
+        assert!(err.contains("duplicate key"), "{usage}: {err}");
+    }
+    // A streamed body: an event, and the arguments the deltas build.
+    let start = r#"data: {"type":"message_start","message":{"id":"m1","type":"message","role":"assistant","content":[],"stop_reason":null,"usage":{"input_tokens":9,"output_tokens":1}}}"#;
+    for event in [
+        r#"data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5,"output_tokens":1}}"#,
+        concat!(
+            r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"f","input":{}}}"#,
+            "\n\n",
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\":1,\"a\":2}"}}"#
+        ),
+    ] {
+        let stream = format!("event: x\n{start}\n\n{event}\n\n");
+        let cassette = json!({"interactions":[{"request":{"body":"{}"},
+            "response":{"status":{"code":200},"body":{"string":stream}}}]});
+        let err = replay_text(&cassette.to_string(), &budget).unwrap_err();
+        assert!(
+            err.starts_with("interaction 0: streamed response: "),
+            "{err}"
+        );
+        assert!(err.contains("duplicate key"), "{err}");
+    }
+    // Through the command: exit 2, one line naming the file, line and key.
+    let (status, _, err) = run(&args(temp_file(
+        "dup-key.jsonl",
+        format!("{message}\n").as_bytes(),
+    )));
+    assert_eq!(status, ExitCode::from(2));
+    assert_eq!(err.lines().count(), 1);
+    assert!(
+        err.contains("dup-key.jsonl: ") && err.contains("`input_tokens`"),
+        "{err}"
+    );
+}

@@ -8,6 +8,7 @@ use super::session::{
     usage_from_value, Format, RecordedCall, RecordedTurn, Session, UsageGranularity,
 };
 use super::time::{parse_http_date_ms, parse_rfc3339_ms};
+use crate::strict::value_from_str;
 use budgetgate_core::turn::TokenUsage;
 
 /// Reads `text` (the whole file) in whatever supported format it is in.
@@ -17,8 +18,12 @@ pub fn read_session(text: &str) -> Result<Session, String> {
         return Err("the file is empty".into());
     }
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        if let Ok(value) = serde_json::from_str::<Value>(trimmed) {
-            return from_json_document(value);
+        match value_from_str(trimmed) {
+            Ok(value) => return from_json_document(value),
+            // A duplicate key is refused wherever it is (a JSON document, or
+            // the first line of JSON Lines), never read as its last value.
+            Err(e) if e.is_data() => return Err(e.to_string()),
+            Err(_) => {}
         }
         if trimmed.starts_with('{') {
             return from_json_lines(trimmed);
@@ -26,6 +31,14 @@ pub fn read_session(text: &str) -> Result<Session, String> {
     }
     check_yaml(trimmed)?;
     let yaml = yaml_rust2::YamlLoader::load_from_str(trimmed).map_err(|e| {
+        if e.info().contains("duplicated key") {
+            // A YAML mapping with the same key twice: refused, naming both.
+            let key = e.info().trim_end_matches(": duplicated key in mapping");
+            return format!(
+                "line {}: duplicate key in a YAML mapping: {key}",
+                e.marker().line()
+            );
+        }
         format!("not a recognised recording (not JSON, JSON Lines or YAML: {e}); expected a Claude Code session log, Anthropic Messages API exchanges, a VCR cassette or a SWE-agent .traj")
     })?;
     let [document] = yaml.as_slice() else {
@@ -83,8 +96,11 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str::<Value>(line) {
+        match value_from_str(line) {
             Ok(value) => values.push((index + 1, value)),
+            Err(e) if e.is_data() => {
+                return Err(format!("line {}: {}", index + 1, without_position(&e)))
+            }
             // A log whose writer was interrupted ends with a partial line:
             // only the last line, and only if the text merely stops early.
             Err(e) if index + 1 == lines.len() && !values.is_empty() && e.is_eof() => {
@@ -146,6 +162,26 @@ fn stop_reason_of(message: &Value) -> Result<Option<String>, String> {
             "stop_reason is {}, neither a string nor null",
             brief(other)
         )),
+    }
+}
+
+/// A serde_json error without its ` at line L column C` (for a text that is
+/// one line of the file, where the line is named by the caller), keeping the
+/// column.
+fn without_position(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rsplit_once(" at line ") {
+        Some((message, _)) => format!("{message} (column {})", e.column()),
+        None => text,
+    }
+}
+
+/// A text shown in an error, cut to 40 characters.
+fn brief_text(text: &str) -> String {
+    if text.chars().count() <= 40 {
+        text.to_owned()
+    } else {
+        text.chars().take(39).chain(['…']).collect()
     }
 }
 
@@ -683,8 +719,9 @@ fn vcr_body(part: &Value) -> Result<Option<Body>, String> {
     if raw.trim().is_empty() {
         return Ok(None);
     }
-    Ok(Some(match serde_json::from_str(&raw) {
+    Ok(Some(match value_from_str(&raw) {
         Ok(v) => Body::Json(v),
+        Err(e) if e.is_data() => return Err(e.to_string()),
         Err(_) => Body::Text(raw),
     }))
 }
@@ -708,8 +745,17 @@ fn message_from_sse(text: &str) -> Result<Value, String> {
         let Some(data) = line.strip_prefix("data:") else {
             continue;
         };
-        let Ok(event) = serde_json::from_str::<Value>(data.trim()) else {
-            continue;
+        let event = match value_from_str(data.trim()) {
+            Ok(event) => event,
+            Err(e) if e.is_data() => {
+                return Err(format!(
+                    "event {}: {}",
+                    brief_text(data.trim()),
+                    without_position(&e)
+                ))
+            }
+            // Not JSON (`[DONE]`, a comment): not an event of the Messages API.
+            Err(_) => continue,
         };
         match event.get("type").and_then(Value::as_str) {
             // The stream failed (`overloaded_error`, …): an error response,
@@ -779,8 +825,16 @@ fn message_from_sse(text: &str) -> Result<Value, String> {
             if let Some(json) = partial_inputs.get(&index) {
                 // A stream cut off mid-way leaves unreadable arguments: kept
                 // as a marker so the call is never taken as complete.
-                block["input"] = serde_json::from_str(json)
-                    .unwrap_or_else(|_| Value::String(format!("{UNREADABLE}{json}")));
+                block["input"] = match value_from_str(json) {
+                    Ok(input) => input,
+                    Err(e) if e.is_data() => {
+                        return Err(format!(
+                            "the streamed arguments of content block {index}: {}",
+                            without_position(&e)
+                        ))
+                    }
+                    Err(_) => Value::String(format!("{UNREADABLE}{json}")),
+                };
             }
         }
     }
@@ -1119,6 +1173,11 @@ fn yaml_to_json(yaml: &yaml_rust2::Yaml) -> Result<Value, String> {
                     Yaml::Null => "null".into(),
                     _ => return Err("a YAML mapping key is not a scalar".into()),
                 };
+                // `1:` and `"1":` are two YAML keys but one JSON key: refused,
+                // never read as the last value.
+                if object.contains_key(&key) {
+                    return Err(format!("duplicate key `{key}` in a YAML mapping"));
+                }
                 object.insert(key, yaml_to_json(v)?);
             }
             Value::Object(object)
