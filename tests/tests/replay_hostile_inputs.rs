@@ -889,3 +889,48 @@ fn a_duplicate_key_anywhere_in_a_recording_is_refused_naming_line_and_key() {
         "{err}"
     );
 }
+
+// ------------------------------------------------ 15. Overshoot is reported
+
+#[test]
+fn a_budget_overshot_by_one_response_is_reported_and_exits_1() {
+    let message = json!({"id":"m","type":"message","role":"assistant",
+        "content":[{"type":"text","text":"done"}],"stop_reason":"end_turn",
+        "usage":{"input_tokens":200_000,"output_tokens":1}});
+    let text = jsonl(&[message]);
+    let report = replay_text(&text, &ReplayBudget::default()).unwrap();
+    // The gate let the call happen (after the fact, as the reference does)...
+    assert_eq!((report.stopped.clone(), report.status), (None, "complete"));
+    // ...and says the budget was overshot, and by how much.
+    let json: Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
+    assert_eq!(
+        json["overshoot"],
+        json!({"limit":"tokens","used":200_001,"max":150_000,"by":50_001})
+    );
+    let table = report.to_table("big.jsonl");
+    assert!(
+        !table.contains("the budget would not have stopped this session"),
+        "{table}"
+    );
+    assert!(
+        table.contains("overshot: tokens budget by 50001 (200001 of 150000)"),
+        "{table}"
+    );
+    let (status, _, _) = run(&args(temp_file("big.jsonl", text.as_bytes())));
+    assert_eq!(status, ExitCode::from(1));
+    // At the limit exactly, or below it: no overshoot, exit 0.
+    for (total, limit) in [(150_000u64, 150_000u64), (10, 11)] {
+        let message = json!({"id":"m","type":"message","role":"assistant","content":[],
+            "stop_reason":"end_turn","usage":{"input_tokens":total}});
+        let budget = parse_budget(&format!("[budget]\nmax_tokens = {limit}")).unwrap();
+        let report = replay_text(&message.to_string(), &budget).unwrap();
+        assert_eq!(report.overshoot, None);
+        assert!(report.to_json().unwrap().contains(r#""overshoot":null"#));
+    }
+    // Reserve mode refuses the call instead: stopped, nothing overshot.
+    let reserve =
+        parse_budget("[budget]\ntoken_mode = \"reserve\"\nreserve_max_tokens = 100").unwrap();
+    let report = replay_text(&text, &reserve).unwrap();
+    assert_eq!(report.overshoot, None);
+    assert_eq!(report.stopped.unwrap().reason, "token-reserve");
+}

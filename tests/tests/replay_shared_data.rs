@@ -112,6 +112,12 @@ fn claude_code_log_counts_each_response_once() {
     assert_eq!((stopped.turn, stopped.reason.as_str()), (Some(6), "tokens"));
     assert_eq!(report.reached_turns, 6);
     assert!(report.refusals.is_empty());
+    // The sixth call ended past the limit: overshot by 21 781 before the stop.
+    let overshoot = report.overshoot.as_ref().expect("overshot after the fact");
+    assert_eq!(
+        (overshoot.used, overshoot.max, overshoot.by),
+        (171_781, 150_000, 21_781)
+    );
     // With room enough, all 25 calls run and the run completes.
     let roomy = parse_budget("[budget]\nmax_tokens = 1000000\nmax_seconds = 3600").unwrap();
     let report = run(&file(&dir, "02_"), &roomy);
