@@ -217,7 +217,8 @@ pub struct Report {
     /// call). Exit status 1 when set, even if `stopped` is `null`.
     pub overshoot: Option<Overshoot>,
     /// The gate's status after the replay: `running` (the recording ends
-    /// mid-run), `complete`, `incomplete` or `error`.
+    /// mid-run), `complete` (also a SWE-agent trajectory `submitted` whose
+    /// last step ran), `incomplete` or `error`.
     pub status: &'static str,
     /// Refused calls per reason (reasons with none are left out).
     pub refusals: BTreeMap<String, u32>,
@@ -487,6 +488,24 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
     }
     let recorded = session.recorded_usage();
     let mut status = gate.status().as_str();
+    if session.ends_complete && status == RunStatus::Running.as_str() {
+        // The recording says the agent finished with its last response (a
+        // trajectory `submitted`): complete, if the gate let that response
+        // and every call in it run as recorded.
+        let last_ran = per_turn.last().is_some_and(|row| {
+            row.reached
+                && row
+                    .calls
+                    .iter()
+                    .all(|c| matches!(c.verdict, "execute" | "approved"))
+        });
+        if last_ran {
+            status = RunStatus::Complete.as_str();
+            notes.push("the recording says the run finished after its last response (exit_status submitted): status complete".into());
+        } else {
+            notes.push("the recording says the run finished after its last response (exit_status submitted), but the gate refused a call of it: status running".into());
+        }
+    }
     if let UsageGranularity::RunTotal(total) = session.usage {
         if stopped.is_none() && total.total() >= limits.max_tokens {
             // The gate would have stopped the run somewhere: not running,

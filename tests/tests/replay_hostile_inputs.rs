@@ -934,3 +934,84 @@ fn a_budget_overshot_by_one_response_is_reported_and_exits_1() {
     assert_eq!(report.overshoot, None);
     assert_eq!(report.stopped.unwrap().reason, "token-reserve");
 }
+
+// ------------------------------------------ 16. SWE-agent submitted, approve
+
+#[test]
+fn a_submitted_swe_agent_trajectory_is_complete_not_running() {
+    let submitted = trajectory(Some(json!({"exit_status":"submitted",
+        "model_stats":{"tokens_sent":7,"tokens_received":1}})));
+    let report = replay_text(&submitted, &ReplayBudget::default()).unwrap();
+    assert_eq!((report.status, report.stopped.clone()), ("complete", None));
+    // SWE-agent's own limit (autosubmitted), or no status: the run did not
+    // finish on its own, so it is not complete.
+    for info in [
+        json!({"exit_status":"submitted (exit_cost)"}),
+        json!({"exit_status":"exit_context"}),
+        json!({}),
+    ] {
+        let report =
+            replay_text(&trajectory(Some(info.clone())), &ReplayBudget::default()).unwrap();
+        assert_eq!(report.status, "running", "{info}");
+    }
+    // Submitted, but the gate refuses the last step: not complete.
+    let one = parse_budget("[tools]\nneeds_approval = [\"cat\"]").unwrap();
+    let report = replay_text(&submitted, &one).unwrap();
+    assert_eq!(report.status, "running");
+    // An exit_status that is not a string is an error naming it.
+    let err = replay_text(
+        &trajectory(Some(json!({"exit_status":3}))),
+        &ReplayBudget::default(),
+    )
+    .unwrap_err();
+    assert!(err.contains("info.exit_status is 3"), "{err}");
+}
+
+#[test]
+fn all_or_none_cannot_be_combined_with_tool_names() {
+    for approve in ["all,Bash", "Bash,none"] {
+        let mut a = args(example("claude-code.jsonl"));
+        a.approve = Some(approve.into());
+        let (status, _, err) = run(&a);
+        assert_eq!(status, ExitCode::from(2), "{approve}");
+        assert!(err.starts_with("budgetgate replay: --approve: "), "{err}");
+        assert!(err.contains("cannot be combined with tool names"), "{err}");
+        assert!(!err.contains("did you mean"), "{err}");
+    }
+}
+
+#[test]
+fn replay_errors_name_the_line_or_interaction_and_the_key() {
+    let budget = ReplayBudget::default();
+    let message = |content: Value| {
+        json!({"id":"m","type":"message","role":"assistant","content":content,
+            "stop_reason":"tool_use","usage":{"input_tokens":1}})
+    };
+    let ok = message(json!([]));
+    for (content, expect) in [
+        (
+            json!([{"type":"text","text":"x"},{"type":"tool_use","id":7,"name":"Read","input":{}}]),
+            "line 2 (response 1): content block 1 (tool_use): `id` is 7, not a string",
+        ),
+        (
+            json!([{"type":"tool_use","id":"t","input":{}}]),
+            "line 2 (response 1): content block 0 (tool_use) has no `name`",
+        ),
+        (
+            json!({"type":"tool_use","id":"t","name":"Bash","input":{}}),
+            "line 2 (response 1): `content` is {",
+        ),
+    ] {
+        let err = replay_text(&jsonl(&[ok.clone(), message(content)]), &budget).unwrap_err();
+        assert!(err.starts_with(expect), "{err}");
+    }
+    let exchange = json!({"request":{"messages":[],"max_tokens":"lots"},"response":ok});
+    let err = replay_text(&exchange.to_string(), &budget).unwrap_err();
+    assert!(err.contains("`max_tokens` is \"lots\""), "{err}");
+    let yaml = "interactions:\n- response:\n    status: {code: 200}\n    parsed_body: {type: message, content: [], stop_reason: end_turn, usage: {input_tokens: .nan}}\n";
+    let err = replay_text(yaml, &budget).unwrap_err();
+    assert!(
+        err.starts_with("interactions[0].response.parsed_body.usage.input_tokens: YAML number"),
+        "{err}"
+    );
+}

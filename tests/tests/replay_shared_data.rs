@@ -195,6 +195,8 @@ fn swe_agent_trajectory() {
     assert_eq!(report.stopped, None);
     assert!(report.refusals.is_empty());
     assert_eq!(report.executed, 12);
+    // exit_status `submitted`: the agent finished with its last step.
+    assert_eq!(report.status, "complete");
     // With max_repeats = 1, step 7 (the second identical edit) and step 9
     // (`python reproduce_bug.py` again, first at step 2) are refused.
     let once = parse_budget("[budget]\nmax_repeats = 1").unwrap();

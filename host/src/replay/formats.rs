@@ -47,7 +47,7 @@ pub fn read_session(text: &str) -> Result<Session, String> {
             yaml.len()
         ));
     };
-    let value = yaml_to_json(document)?;
+    let value = yaml_to_json(document, &mut Vec::new())?;
     if value.get("interactions").is_some() {
         return read_vcr(&value);
     }
@@ -216,7 +216,7 @@ fn turn_from_message(message: &Value) -> Result<RecordedTurn, String> {
 fn add_blocks(turn: &mut RecordedTurn, content: Option<&Value>) -> Result<(), String> {
     match content {
         Some(Value::Array(blocks)) => {
-            for block in blocks {
+            for (at, block) in blocks.iter().enumerate() {
                 match block.get("type").and_then(Value::as_str) {
                     Some("text") => {
                         turn.text_chars += block
@@ -225,14 +225,15 @@ fn add_blocks(turn: &mut RecordedTurn, content: Option<&Value>) -> Result<(), St
                             .map_or(0, |t| t.chars().count())
                     }
                     Some("tool_use") => {
-                        let id = block
-                            .get("id")
-                            .and_then(Value::as_str)
-                            .ok_or("a tool_use block has no string `id`")?;
-                        let name = block
-                            .get("name")
-                            .and_then(Value::as_str)
-                            .ok_or("a tool_use block has no string `name`")?;
+                        let field = |key: &str| match block.get(key) {
+                            Some(Value::String(text)) => Ok(text),
+                            None => Err(format!("content block {at} (tool_use) has no `{key}`")),
+                            Some(other) => Err(format!(
+                                "content block {at} (tool_use): `{key}` is {}, not a string",
+                                brief(other)
+                            )),
+                        };
+                        let (id, name) = (field("id")?, field("name")?);
                         turn.calls.push(RecordedCall {
                             id: id.to_owned(),
                             name: name.to_owned(),
@@ -245,7 +246,14 @@ fn add_blocks(turn: &mut RecordedTurn, content: Option<&Value>) -> Result<(), St
             }
         }
         Some(Value::String(text)) => turn.text_chars += text.chars().count(),
-        _ => {}
+        None | Some(Value::Null) => {}
+        // Never taken for "no blocks": a tool call could hide in it.
+        Some(other) => {
+            return Err(format!(
+                "`content` is {}, neither a list of blocks nor a string",
+                brief(other)
+            ))
+        }
     }
     Ok(())
 }
@@ -530,6 +538,7 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
         turns,
         usage: UsageGranularity::PerTurn,
         declared_tools: None,
+        ends_complete: false,
         notes,
     })
 }
@@ -860,7 +869,16 @@ fn build_from_exchanges(
         let mut turn = turn_from_message(&exchange.response)
             .map_err(|e| format!("{} (response {index}): {e}", exchange.label))?;
         if let Some(request) = &exchange.request {
-            turn.max_tokens = request.get("max_tokens").and_then(Value::as_u64);
+            turn.max_tokens = match request.get("max_tokens") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(v.as_u64().ok_or_else(|| {
+                    format!(
+                        "{} (request {index}): `max_tokens` is {}, not a non-negative integer",
+                        exchange.label,
+                        brief(v)
+                    )
+                })?),
+            };
             if let Some(tools) = request.get("tools").and_then(Value::as_array) {
                 any_declared = true;
                 declared.extend(
@@ -924,6 +942,7 @@ fn build_from_exchanges(
         turns,
         usage: UsageGranularity::PerTurn,
         declared_tools: any_declared.then(|| declared.into_iter().collect()),
+        ends_complete: false,
         notes,
     })
 }
@@ -1036,10 +1055,17 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
             ));
         }
     }
-    if let Some(status) = info
-        .and_then(|i| i.get("exit_status"))
-        .and_then(Value::as_str)
-    {
+    let exit_status = match info.and_then(|i| i.get("exit_status")) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(status)) => Some(status.as_str()),
+        Some(other) => {
+            return Err(format!(
+                "info.exit_status is {}, not a string",
+                brief(other)
+            ))
+        }
+    };
+    if let Some(status) = exit_status {
         notes.push(format!("exit_status: {status}"));
     }
     Ok(Session {
@@ -1047,6 +1073,9 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
         turns,
         usage,
         declared_tools: None,
+        // Only a plain `submitted`: `submitted (exit_cost)` and the like
+        // were submitted by SWE-agent when its own limit stopped the agent.
+        ends_complete: exit_status == Some("submitted"),
         notes,
     })
 }
@@ -1140,8 +1169,18 @@ fn check_yaml(text: &str) -> Result<(), String> {
     }
 }
 
-fn yaml_to_json(yaml: &yaml_rust2::Yaml) -> Result<Value, String> {
+/// The YAML path of a node, for errors: `interactions[0].response.body`.
+fn yaml_path(path: &[String]) -> String {
+    if path.is_empty() {
+        "the document".into()
+    } else {
+        path.concat().trim_start_matches('.').to_owned()
+    }
+}
+
+fn yaml_to_json(yaml: &yaml_rust2::Yaml, path: &mut Vec<String>) -> Result<Value, String> {
     use yaml_rust2::Yaml;
+    let at = |path: &[String], what: String| format!("{}: {what}", yaml_path(path));
     Ok(match yaml {
         Yaml::Null => Value::Null,
         Yaml::Boolean(b) => Value::Bool(*b),
@@ -1152,15 +1191,21 @@ fn yaml_to_json(yaml: &yaml_rust2::Yaml) -> Result<Value, String> {
                 "-.inf" | "-.Inf" | "-.INF" => f64::NEG_INFINITY,
                 _ => text
                     .parse()
-                    .map_err(|_| format!("YAML number `{text}` cannot be read"))?,
+                    .map_err(|_| at(path, format!("YAML number `{text}` cannot be read")))?,
             };
             serde_json::Number::from_f64(x)
                 .map(Value::Number)
-                .ok_or_else(|| format!("YAML number `{text}` is not finite"))?
+                .ok_or_else(|| at(path, format!("YAML number `{text}` is not finite")))?
         }
         Yaml::String(s) => Value::String(s.clone()),
         Yaml::Array(items) => {
-            Value::Array(items.iter().map(yaml_to_json).collect::<Result<_, _>>()?)
+            let mut out = Vec::with_capacity(items.len());
+            for (index, item) in items.iter().enumerate() {
+                path.push(format!("[{index}]"));
+                out.push(yaml_to_json(item, path)?);
+                path.pop();
+            }
+            Value::Array(out)
         }
         Yaml::Hash(map) => {
             let mut object = Map::new();
@@ -1171,19 +1216,22 @@ fn yaml_to_json(yaml: &yaml_rust2::Yaml) -> Result<Value, String> {
                     Yaml::Boolean(b) => b.to_string(),
                     Yaml::Real(r) => r.clone(),
                     Yaml::Null => "null".into(),
-                    _ => return Err("a YAML mapping key is not a scalar".into()),
+                    _ => return Err(at(path, "a YAML mapping key is not a scalar".into())),
                 };
                 // `1:` and `"1":` are two YAML keys but one JSON key: refused,
                 // never read as the last value.
                 if object.contains_key(&key) {
-                    return Err(format!("duplicate key `{key}` in a YAML mapping"));
+                    return Err(at(path, format!("duplicate key `{key}` in a YAML mapping")));
                 }
-                object.insert(key, yaml_to_json(v)?);
+                path.push(format!(".{key}"));
+                let value = yaml_to_json(v, path)?;
+                path.pop();
+                object.insert(key, value);
             }
             Value::Object(object)
         }
-        Yaml::Alias(_) => return Err("YAML aliases are not supported".into()),
-        Yaml::BadValue => return Err("a YAML value cannot be read".into()),
+        Yaml::Alias(_) => return Err(at(path, "YAML aliases are not supported".into())),
+        Yaml::BadValue => return Err(at(path, "a YAML value cannot be read".into())),
     })
 }
 
