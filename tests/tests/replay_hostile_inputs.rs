@@ -1015,3 +1015,155 @@ fn replay_errors_name_the_line_or_interaction_and_the_key() {
         "{err}"
     );
 }
+
+// ------------------------------------------ 17. The trial's hostile inputs
+
+#[test]
+fn json_nested_100_000_deep_is_refused_without_overflowing_the_stack() {
+    let budget = ReplayBudget::default();
+    let deep_array = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let deep_object = format!("{}1{}", r#"{"a":"#.repeat(100_000), "}".repeat(100_000));
+    for (text, expect) in [
+        (deep_array, "the JSON nests deeper than 128 levels"),
+        (deep_object.clone(), "the JSON nests deeper than 128 levels"),
+        (
+            format!("{deep_object}\n{deep_object}\n"),
+            "the JSON nests deeper than 128 levels (at line 1",
+        ),
+    ] {
+        let started = Instant::now();
+        let err = replay_text(&text, &budget).unwrap_err();
+        assert!(err.starts_with(expect), "{}", &err[..err.len().min(200)]);
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+    // Deep arguments inside a valid message: refused the same way.
+    let message = format!(
+        r#"{{"id":"m","type":"message","role":"assistant","content":[{{"type":"tool_use","id":"t","name":"f","input":{}1{}}}],"stop_reason":"tool_use","usage":{{}}}}"#,
+        r#"{"a":"#.repeat(100_000),
+        "}".repeat(100_000)
+    );
+    assert!(replay_text(&message, &budget)
+        .unwrap_err()
+        .contains("deeper than 128"));
+}
+
+#[test]
+fn a_100_mb_line_is_read_in_bounded_time() {
+    // Below the 256 MiB limit: replayed, not refused, in a few seconds.
+    let text = "x".repeat(100_000_000);
+    let line = format!(
+        r#"{{"id":"m","type":"message","role":"assistant","content":[{{"type":"text","text":"{text}"}}],"stop_reason":"end_turn","usage":{{"input_tokens":1}}}}"#
+    );
+    drop(text);
+    let started = Instant::now();
+    let report = replay_text(&line, &ReplayBudget::default()).unwrap();
+    assert_eq!((report.turns, report.status), (1, "complete"));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // A 100 MB line that is not JSON: one short error line.
+    let garbage = format!("{{\"type\":{}", "!".repeat(100_000_000));
+    let err = replay_text(&garbage, &ReplayBudget::default()).unwrap_err();
+    assert!(err.len() < 400, "{}", err.len());
+}
+
+#[test]
+fn invalid_utf8_nul_bytes_and_a_bom_are_handled() {
+    let message = json!({"id":"m","type":"message","role":"assistant","content":[],
+        "stop_reason":"end_turn","usage":{"input_tokens":3}})
+    .to_string();
+    // Invalid UTF-8: exit 2, the offset named.
+    let mut bytes = message.clone().into_bytes();
+    bytes.insert(10, 0xff);
+    let (status, out, err) = run(&args(temp_file("bad-utf8.jsonl", &bytes)));
+    assert_eq!(status, ExitCode::from(2));
+    assert!(out.is_empty());
+    assert!(
+        err.contains("not UTF-8 text (an invalid byte at offset 10)"),
+        "{err}"
+    );
+    // A raw NUL byte, in a value or between lines: exit 2, one escaped line.
+    for text in [
+        message.replacen("\"m\"", "\"m\0\"", 1),
+        format!("{message}\n\0\n"),
+        message.replacen(':', ":\0", 1),
+    ] {
+        let (status, _, err) = run(&args(temp_file("nul.jsonl", text.as_bytes())));
+        assert_eq!(status, ExitCode::from(2), "{text:?}");
+        assert_eq!(err.lines().count(), 1, "{err:?}");
+        assert!(!err.contains('\0'), "{err:?}");
+    }
+    // A NUL escaped in a name is read, and refused by the name grammar.
+    let escaped = json!({"id":"m","type":"message","role":"assistant","content":[
+        {"type":"tool_use","id":"t","name":"Ba\u{0}sh","input":{}}],
+        "stop_reason":"tool_use","usage":{"input_tokens":3}});
+    let report = replay_text(&escaped.to_string(), &ReplayBudget::default()).unwrap();
+    assert_eq!(report.refusals.get("invalid-name"), Some(&1));
+    // A byte-order mark at the start is skipped: the same replay.
+    let plain = replay_text(&message, &ReplayBudget::default()).unwrap();
+    let with_bom = replay_text(&format!("\u{feff}{message}"), &ReplayBudget::default()).unwrap();
+    assert_eq!(plain, with_bom);
+    let (status, _, _) = run(&args(temp_file(
+        "bom.jsonl",
+        format!("\u{feff}{message}").as_bytes(),
+    )));
+    assert_eq!(status, ExitCode::from(0));
+    // Elsewhere it is not whitespace: an error naming the line.
+    let err = replay_text(
+        &format!("{message}\n\u{feff}{message}\n"),
+        &ReplayBudget::default(),
+    )
+    .unwrap_err();
+    assert!(err.starts_with("line 2: "), "{err}");
+}
+
+#[test]
+fn absurd_toml_budgets_are_refused_naming_line_and_column() {
+    for (toml, expect) in [
+        (
+            "[budget]\nmax_tokens = 99999999999999999999",
+            "line 2, column 14",
+        ),
+        ("[budget]\nmax_tokens = -1", "line 2, column 14"),
+        (
+            "[budget]\nmax_model_calls = 4294967296",
+            "line 2, column 19",
+        ),
+        ("[budget]\nmax_model_calls = 1e400", "line 2, column 19"),
+        ("[budget]\nmax_seconds = 1e400", "line 2"),
+        ("[budget]\nmax_tokens = \"lots\"", "line 2, column 14"),
+        ("[budget]\nmax_tool_calls = true", "line 2, column 18"),
+        ("[budget]\nmax_repeats = 1.5", "line 2, column 15"),
+        ("[budget]\ntoken_mode = 3", "line 2"),
+        ("[tools]\nneeds_approval = \"Bash\"", "line 2, column 18"),
+        ("budget = 3", "line 1"),
+        ("[budget]\n[budget]", "line 2"),
+        ("[budget]\nmax_tokens = 1\nmax_tokens = 2", "line 3"),
+    ] {
+        let err = parse_budget(toml).unwrap_err();
+        assert!(err.contains(expect), "{toml}: {err}");
+    }
+    // Deep nesting (arrays, inline tables, dotted keys): refused at the TOML
+    // reader's limit, fast, and the error does not quote the 200 KB line.
+    for deep in [
+        format!(
+            "[budget]\nmax_tokens = {}{}",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        ),
+        format!("a = {}1{}", "{b = ".repeat(100_000), "}".repeat(100_000)),
+        format!("{} = 1", vec!["a"; 100_000].join(".")),
+    ] {
+        let started = Instant::now();
+        let err = parse_budget(&deep).unwrap_err();
+        assert!(err.len() < 200, "{}", &err[..200]);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let mut a = args(example("claude-code.jsonl"));
+        a.budget = Some(temp_file("deep.toml", deep.as_bytes()));
+        let (status, _, err) = run(&a);
+        assert_eq!(status, ExitCode::from(2));
+        assert!(err.len() < 300, "{}", err.len());
+    }
+}

@@ -255,9 +255,25 @@ fn seconds_to_millis(s: f64) -> Result<u64, String> {
     Ok((s * 1000.0).round() as u64)
 }
 
+/// A TOML error as `line L, column C: message`, without the quoted source
+/// line the crate adds: a hostile budget's line can be 1 MiB long.
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let before = text.get(..span.start).unwrap_or(text);
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: {}", e.message())
+        }
+        None => e.message().to_owned(),
+    }
+}
+
 /// Reads a budget file; anything missing keeps the reference's default.
+/// Errors name the line and column (TOML syntax, wrong types, numbers out of
+/// range, nesting past the TOML reader's limit) or the key.
 pub fn parse_budget(text: &str) -> Result<ReplayBudget, String> {
-    let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
+    let file: File = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
     let d = TurnLimits::DEFAULT;
     let b = file.budget;
     let max_millis = match b.max_seconds {

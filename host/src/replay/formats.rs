@@ -23,6 +23,7 @@ pub fn read_session(text: &str) -> Result<Session, String> {
             // A duplicate key is refused wherever it is (a JSON document, or
             // the first line of JSON Lines), never read as its last value.
             Err(e) if e.is_data() => return Err(e.to_string()),
+            Err(e) if is_too_deep(&e) => return Err(too_deep(&e)),
             Err(_) => {}
         }
         if trimmed.starts_with('{') {
@@ -101,6 +102,9 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
             Err(e) if e.is_data() => {
                 return Err(format!("line {}: {}", index + 1, without_position(&e)))
             }
+            Err(e) if is_too_deep(&e) => {
+                return Err(format!("line {}: {}", index + 1, too_deep(&e)))
+            }
             // A log whose writer was interrupted ends with a partial line:
             // only the last line, and only if the text merely stops early.
             Err(e) if index + 1 == lines.len() && !values.is_empty() && e.is_eof() => {
@@ -163,6 +167,20 @@ fn stop_reason_of(message: &Value) -> Result<Option<String>, String> {
             brief(other)
         )),
     }
+}
+
+/// Whether serde_json stopped at its nesting limit (128 levels).
+fn is_too_deep(e: &serde_json::Error) -> bool {
+    e.to_string().starts_with("recursion limit exceeded")
+}
+
+/// The error for JSON nested past serde_json's limit, with its position.
+fn too_deep(e: &serde_json::Error) -> String {
+    format!(
+        "the JSON nests deeper than 128 levels (at line {} column {}); refused",
+        e.line(),
+        e.column()
+    )
 }
 
 /// A serde_json error without its ` at line L column C` (for a text that is
