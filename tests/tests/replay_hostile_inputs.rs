@@ -1167,3 +1167,17 @@ fn absurd_toml_budgets_are_refused_naming_line_and_column() {
         assert!(err.len() < 300, "{}", err.len());
     }
 }
+
+#[test]
+fn a_cassette_header_given_twice_is_refused() {
+    let body = r#"{"id":"m","type":"message","role":"assistant","content":[],"stop_reason":"end_turn","usage":{"input_tokens":1}}"#;
+    for headers in [
+        json!({"Date":["Mon, 05 Jan 2026 10:00:00 GMT"],"date":["Mon, 05 Jan 2026 11:00:00 GMT"]}),
+        json!({"date":["Mon, 05 Jan 2026 10:00:00 GMT","Mon, 05 Jan 2026 11:00:00 GMT"]}),
+    ] {
+        let cassette = json!({"interactions":[{"request":{"body":"{}"},
+            "response":{"status":{"code":200},"headers":headers,"body":{"string":body}}}]});
+        let err = replay_text(&cassette.to_string(), &ReplayBudget::default()).unwrap_err();
+        assert!(err.starts_with("interaction 0: response: header"), "{err}");
+    }
+}

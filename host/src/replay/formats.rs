@@ -701,7 +701,9 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
                 "{label}: the event stream ends without a stop reason (cut off?): inferred from the blocks"
             ));
         }
-        let time_ms = header(response, "date").and_then(|d| parse_http_date_ms(&d));
+        let time_ms = header(response, "date")
+            .map_err(|e| format!("{label}: response: {e}"))?
+            .and_then(|d| parse_http_date_ms(&d));
         exchanges.push(Exchange {
             label,
             request: request_body.and_then(|b| match b {
@@ -753,14 +755,28 @@ fn vcr_body(part: &Value) -> Result<Option<Body>, String> {
     }))
 }
 
-fn header(part: &Value, name: &str) -> Option<String> {
-    let headers = part.get("headers")?.as_object()?;
-    let (_, value) = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name))?;
-    match value {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(items) => items.first()?.as_str().map(str::to_owned),
-        _ => None,
+/// A header's value. Header names are case-insensitive, so `Date` and `date`
+/// are one header given twice, as is a list of several values: refused (the
+/// time limit is decided on it), never read as one of them.
+fn header(part: &Value, name: &str) -> Result<Option<String>, String> {
+    let Some(headers) = part.get("headers").and_then(Value::as_object) else {
+        return Ok(None);
+    };
+    let mut found = headers.iter().filter(|(k, _)| k.eq_ignore_ascii_case(name));
+    let Some((key, value)) = found.next() else {
+        return Ok(None);
+    };
+    if let Some((other, _)) = found.next() {
+        return Err(format!("header {name} given twice (`{key}` and `{other}`)"));
     }
+    Ok(match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(items) if items.len() > 1 => {
+            return Err(format!("header `{key}` has {} values", items.len()))
+        }
+        Value::Array(items) => items.first().and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    })
 }
 
 /// Rebuilds a message from a Messages API server-sent event stream.
@@ -1099,11 +1115,15 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
 }
 
 /// The first word of a command, restricted to `[A-Za-z0-9_-]`, or `command`.
+/// A path, quotes or a leading backslash name the same program (`/bin/rm`,
+/// `\rm`, `'rm'` are `rm`), so they are taken off first: otherwise
+/// `needs_approval = ["rm"]` would miss them (`/bin/rm` used to read `binrm`).
 fn command_name(action: &str) -> String {
-    let word: String = action
-        .split_whitespace()
-        .next()
-        .unwrap_or("")
+    let first = action.split_whitespace().next().unwrap_or("");
+    let unquoted = first.trim_matches(|c| c == '\'' || c == '"');
+    let program = unquoted.rsplit('/').next().unwrap_or(unquoted);
+    let word: String = program
+        .trim_start_matches('\\')
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
         .take(64)
@@ -1263,6 +1283,14 @@ mod tests {
         assert_eq!(command_name("edit 287:295\nfoo"), "edit");
         assert_eq!(command_name("   "), "command");
         assert_eq!(command_name("./run.sh"), "runsh");
+        for rm in [
+            "/bin/rm -rf /",
+            "\\rm -rf /",
+            "'rm' -rf",
+            "\"/usr/bin/rm\" x",
+        ] {
+            assert_eq!(command_name(rm), "rm", "{rm}");
+        }
     }
 
     #[test]
