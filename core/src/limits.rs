@@ -56,6 +56,10 @@ pub const DEFAULT_MAX_REPEATS: u32 = 2;
 pub const MAX_TURN_CALLS: usize = 16;
 /// Most distinct (tool, arguments) fingerprints one run remembers for the repetition rule (`SPEC C`).
 pub const MAX_DISTINCT_CALLS: usize = 64;
+/// Slots of the table of call ids one turn-gated run remembers (`SPEC E`: a call id seen
+/// earlier in the run is refused); three quarters of them (96) can be filled, then a new id
+/// is refused `call-id-capacity`, never forgotten.
+pub const MAX_RUN_CALL_IDS: usize = 128;
 /// Longest tool call id (a `tool_use` block's `id`), in ASCII characters (`SPEC C`).
 pub const MAX_CALL_ID_LEN: usize = 64;
 /// Longest tool name in the tool rules of the turn gate, in ASCII characters (`SPEC C`).

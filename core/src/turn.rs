@@ -58,6 +58,7 @@
 
 mod fingerprint;
 mod gate;
+mod ids;
 mod outcome;
 mod rules;
 mod usage;
@@ -512,6 +513,154 @@ mod tests {
             Ok(CallVerdict::Refused(RefusalReason::InvalidArguments))
         );
         assert_eq!(g.finish_turn(), Ok(TurnEnd::Continue));
+    }
+
+    #[test]
+    fn a_name_outside_the_grammar_is_never_executed() {
+        // Every other name runs (the rule for others), and `refund` needs
+        // approval: a look-alike of `refund` must neither run nor be asked.
+        let mut rules = rules();
+        rules.set_others(ToolRule::Run);
+        let mut g = TurnGate::<16, 8, 4>::new(
+            TurnLimits {
+                max_tool_calls: Some(10),
+                ..TurnLimits::DEFAULT
+            },
+            rules,
+            1_000,
+        );
+        assert!(matches!(g.begin_call(1_000), Ok(Admission::Proceed { .. })));
+        g.record(usage(1), StopReason::ToolUse).unwrap();
+        let long = "r".repeat(65);
+        let names = [
+            "refund ",
+            "",
+            "ref\0und",
+            "refund\u{200b}",
+            " refund",
+            "réfund",
+            long.as_str(),
+        ];
+        let mut asked = false;
+        let mut approver = |_: &ProposedCall<'_>| {
+            asked = true;
+            ApprovalAnswer::Approve
+        };
+        for (i, name) in names.iter().enumerate() {
+            let id = format!("n{i}");
+            assert_eq!(
+                g.propose_with(&call(&id, name, "{}"), &mut approver),
+                Ok(CallVerdict::Refused(RefusalReason::InvalidName)),
+                "{name:?}"
+            );
+            assert_eq!(
+                g.refusal_result(&id).map(|r| r.content),
+                Some(RefusalReason::InvalidName.message())
+            );
+        }
+        assert!(!asked, "the approver is never asked about an invalid name");
+        // Neither an attempt nor a repetition was counted.
+        assert_eq!(g.tool_attempts(), 0);
+        assert_eq!(
+            g.refusals().get(RefusalReason::InvalidName),
+            names.len() as u32
+        );
+        // The exact name still goes to its rule; 64 characters are allowed.
+        assert_eq!(
+            g.propose(&call("ok1", "refund", "{}")),
+            Ok(CallVerdict::NeedsApproval)
+        );
+        assert_eq!(
+            g.propose(&call("ok2", &"r".repeat(64), "{}")),
+            Ok(CallVerdict::Execute)
+        );
+    }
+
+    #[test]
+    fn a_call_id_of_an_earlier_response_is_refused_and_answered() {
+        let mut g = gate(TurnLimits::DEFAULT);
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("t1", "search", r#"{"x":1}"#)),
+            Ok(CallVerdict::Execute)
+        );
+        g.report("t1", ToolOutcome::Ok).unwrap();
+        // Refused ids are remembered too.
+        assert_eq!(
+            g.propose(&call("t2", "delete_all", "{}")),
+            Ok(CallVerdict::Refused(RefusalReason::UnknownTool))
+        );
+        g.finish_turn().unwrap();
+        tool_turn(&mut g, 1_000, 1);
+        for id in ["t1", "t2"] {
+            assert_eq!(
+                g.propose(&call(id, "search", r#"{"x":2}"#)),
+                Ok(CallVerdict::Refused(RefusalReason::DuplicateCallId)),
+                "{id}"
+            );
+            // Answered, with a text the model can act on; it never runs.
+            assert_eq!(
+                g.refusal_result(id).map(|r| r.content),
+                Some(RefusalReason::DuplicateCallId.message())
+            );
+            assert_eq!(
+                g.report(id, ToolOutcome::Ok),
+                Err(ReportError::AlreadyAnswered)
+            );
+        }
+        // Not an attempt, not a repetition: a fresh id with the same call runs.
+        assert_eq!(g.tool_attempts(), 2);
+        assert_eq!(
+            g.propose(&call("t3", "search", r#"{"x":2}"#)),
+            Ok(CallVerdict::Execute)
+        );
+        g.report("t3", ToolOutcome::Ok).unwrap();
+        assert_eq!(g.finish_turn(), Ok(TurnEnd::Continue));
+        assert_eq!(g.refusals().get(RefusalReason::DuplicateCallId), 2);
+        // Also across a new question on the same budget, and in a cut-off turn.
+        g.begin_call(1_000).unwrap();
+        g.record(usage(1), StopReason::EndTurn).unwrap();
+        g.finish_turn().unwrap();
+        g.resume().unwrap();
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("t3", "search", "{}")),
+            Ok(CallVerdict::Refused(RefusalReason::DuplicateCallId))
+        );
+    }
+
+    #[test]
+    fn a_full_call_id_table_refuses_new_ids_and_never_forgets_one() {
+        // 8 id slots: 6 ids fit, then every new id is refused.
+        let mut g = TurnGate::<16, 16, 4, 8>::new(TurnLimits::DEFAULT, rules(), 1_000);
+        assert!(matches!(g.begin_call(1_000), Ok(Admission::Proceed { .. })));
+        g.record(usage(1), StopReason::ToolUse).unwrap();
+        for i in 0..6 {
+            let id = format!("c{i}");
+            let args = format!(r#"{{"q":{i}}}"#);
+            assert_eq!(
+                g.propose(&call(&id, "search", &args)),
+                Ok(CallVerdict::Execute)
+            );
+            g.report(&id, ToolOutcome::Ok).unwrap();
+        }
+        assert_eq!(
+            g.propose(&call("c6", "search", r#"{"q":6}"#)),
+            Ok(CallVerdict::Refused(RefusalReason::CallIdCapacity))
+        );
+        g.finish_turn().unwrap();
+        assert!(matches!(g.begin_call(1_000), Ok(Admission::Proceed { .. })));
+        g.record(usage(1), StopReason::ToolUse).unwrap();
+        // Old ids stay refused as reused, new ones as over capacity.
+        assert_eq!(
+            g.propose(&call("c0", "search", "{}")),
+            Ok(CallVerdict::Refused(RefusalReason::DuplicateCallId))
+        );
+        assert_eq!(
+            g.propose(&call("c6", "search", "{}")),
+            Ok(CallVerdict::Refused(RefusalReason::CallIdCapacity))
+        );
+        assert_eq!(g.tool_attempts(), 6);
     }
 
     #[test]

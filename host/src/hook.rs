@@ -196,7 +196,8 @@ impl HookEvent {
     /// for `PreToolUse`, a missing `tool_name`, `tool_input` or
     /// `tool_use_id` is an error, as is a duplicate key.
     pub fn parse(text: &str) -> Result<Self, HookError> {
-        let value: Value = crate::strict::value_from_str(text).map_err(HookError::Event)?;
+        let value: Value =
+            crate::strict::value_from_str(text).map_err(|e| HookError::Event(e.to_string()))?;
         let Value::Object(object) = value else {
             return Err(HookError::Event("not a JSON object".into()));
         };
@@ -435,7 +436,7 @@ fn count_line(
         return Ok(());
     }
     let text = std::str::from_utf8(line).map_err(|_| "not UTF-8".to_string())?;
-    let value: Value = crate::strict::value_from_str(text.trim_end())?;
+    let value: Value = crate::strict::value_from_str(text.trim_end()).map_err(|e| e.to_string())?;
     if value.get("type").and_then(Value::as_str) != Some("assistant") {
         return Ok(());
     }
@@ -509,15 +510,23 @@ fn memchr_find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// The refusal text the model reads: which rule, the figures, what to do.
-fn deny(reason: &'static str, detail: String, advice: &str) -> Answer {
+/// The refusal text the model reads: the core's word for the rule, the
+/// figures, and the core's text of what to do.
+fn deny(reason: RefusalReason, detail: String) -> Answer {
+    let extra = if reason == RefusalReason::BudgetExhausted {
+        " Stop here and tell the user what you have done so far and what is left; do not retry."
+    } else {
+        ""
+    };
     Answer::Deny {
-        reason,
-        text: format!("budgetgate refused this call ({reason}): {detail}. {advice}"),
+        reason: reason.as_str(),
+        text: format!(
+            "budgetgate refused this call ({}): {detail}. {}{extra}",
+            reason.as_str(),
+            reason.message()
+        ),
     }
 }
-
-const EXHAUSTED_ADVICE: &str = "Budget exhausted, not executed. Stop here and tell the user what you have done so far and what is left; do not retry.";
 
 /// The first before-call limit reached among the session's ledger and the
 /// sub-agent's, or a model used without a price in cost mode.
@@ -598,28 +607,26 @@ fn decide_call(
     // 1. Names outside the grammar never run and never match a rule loosely.
     if ToolName::new(&call.name).is_err() {
         return Ok(deny(
-            "invalid-name",
+            RefusalReason::InvalidName,
             format!(
-                "the tool name {} is not a valid tool name ([A-Za-z0-9_-]{{1,64}})",
+                "the tool name {} is outside [A-Za-z0-9_-]{{1,64}}",
                 Value::from(call.name.as_str())
             ),
-            "Not executed. Use only the tools you were given, with their exact names.",
         ));
     }
     // 2. A call id seen earlier in the session, whatever was decided then.
     if !tx.insert_call_id(session, &call.id)? {
         return Ok(deny(
-            "duplicate-call-id",
+            RefusalReason::DuplicateCallId,
             format!(
                 "the tool_use_id {} was already used in this session",
                 Value::from(call.id.as_str())
             ),
-            "Not executed. Each tool call needs a new id.",
         ));
     }
     // 3. The next model call would be refused: nothing more may run.
     if let Some(detail) = exhausted(tx, event, ledgers)? {
-        return Ok(deny("budget-exhausted", detail, EXHAUSTED_ADVICE));
+        return Ok(deny(RefusalReason::BudgetExhausted, detail));
     }
     // 4. Repetitions: the count is raised first, then compared (SPEC C).
     let fingerprint = crate::replay::fingerprint_value(&call.input)
@@ -628,12 +635,11 @@ fn decide_call(
     let count = tx.raise_repeat(session, fingerprint)?;
     if count > u64::from(budget.limits.max_repeats) {
         return Ok(deny(
-            "repeat",
+            RefusalReason::Repeat,
             format!(
                 "the same {} call with the same input was made {count} times (max_repeats {})",
                 call.name, budget.limits.max_repeats
             ),
-            RefusalReason::Repeat.message(),
         ));
     }
     // 5. Tool attempts, the session's and the sub-agent's, then the tool's cap.
@@ -648,21 +654,19 @@ fn decide_call(
             let used = ledger.used(Limit::ToolCalls);
             if used >= max {
                 return Ok(deny(
-                    "tool-budget",
+                    RefusalReason::ToolBudget,
                     format!("{used} of {max} tool calls used"),
-                    RefusalReason::ToolBudget.message(),
                 ));
             }
         }
     }
     if let Some(cap) = owners[0].cap_reached(&call.name) {
         return Ok(deny(
-            "tool-cap",
+            RefusalReason::ToolCap,
             format!(
                 "{} may be called at most {} times in this session ({} used)",
                 call.name, cap.max, cap.used
             ),
-            "Not executed. Use another tool or answer with what you have.",
         ));
     }
     // 6. The attempt counts; approval is Claude Code's prompt.

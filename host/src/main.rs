@@ -141,11 +141,14 @@ Examples:
     ///
     /// With --json, prints one object with format, turns, tool_calls, usage
     /// {input_tokens, output_tokens, cache_read_input_tokens,
-    /// cache_creation_input_tokens, total}, stopped (null or {turn, reason})
-    /// and refusals {reason: count}.
+    /// cache_creation_input_tokens, total}, stopped (null or {turn, reason}),
+    /// overshoot (null or {limit, used, max, by}: the budget the gated run
+    /// passed, e.g. {"limit":"tokens","used":200001,"max":150000,"by":50001}
+    /// for one response of 200 001 tokens, since after-the-fact mode checks
+    /// before each call) and refusals {reason: count}.
     #[command(after_help = "\
-Exit status: 0 the gate would not have stopped the session, 1 it would have,
-2 the session or budget file cannot be read (or is over 256 MiB / 1 MiB), or
+Exit status: 0 the gate would not have stopped the session and its budget
+held, 1 it would have stopped it or the budget was overshot, 2 the session or budget file cannot be read (or is over 256 MiB / 1 MiB), or
 the report cannot be written. FILE `-` reads the session from stdin.
 
 Examples:

@@ -30,8 +30,8 @@ use std::process::ExitCode;
 
 use budgetgate_core::turn::{
     Admission, Approver, ArgsFingerprint, CallVerdict, FingerprintBuilder, ProposeError,
-    ProposedCall, RunStatus, StopReason, TokenMode, TokenUsage, ToolOutcome, ToolRule, ToolRules,
-    TurnEnd, TurnGate,
+    ProposedCall, RefusalReason, RunStatus, StopReason, TokenMode, TokenUsage, ToolOutcome,
+    ToolRule, ToolRules, TurnEnd, TurnGate,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -50,8 +50,9 @@ pub const MAX_SESSION_BYTES: u64 = 256 << 20;
 pub const MAX_BUDGET_BYTES: u64 = 1 << 20;
 
 /// The gate the host replays with: roomier than the device's defaults
-/// (256 calls per response, 4096 distinct calls, 256 named tools).
-pub type ReplayGate = TurnGate<256, 4096, 256>;
+/// (256 calls per response, 4096 distinct calls, 256 named tools, 24 576
+/// call ids per run: three quarters of 32 768 slots).
+pub type ReplayGate = TurnGate<256, 4096, 256, { 1 << 15 }>;
 
 /// Arguments of `budgetgate replay`.
 #[derive(Debug, Clone, clap::Args)]
@@ -92,6 +93,39 @@ pub struct Stopped {
     pub reason: String,
     /// The reason in words.
     pub detail: String,
+}
+
+/// A budget passed by the run the gate let happen (`SPEC C`, after-the-fact
+/// token mode): the gate checks tokens before each model call, so a call that
+/// starts below the limit may end above it. The run was not stopped, or was
+/// stopped only after the limit had already been passed; either way the
+/// budget was exceeded, and `replay` exits 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Overshoot {
+    /// Which limit: `tokens`.
+    pub limit: &'static str,
+    /// What the gate counted up to where it stopped (or to the end).
+    pub used: u64,
+    /// The limit.
+    pub max: u64,
+    /// `used - max`.
+    pub by: u64,
+}
+
+impl Overshoot {
+    /// The overshoot of the tokens the gate counted, if they passed the limit.
+    /// Only per-response usage can tell: with run totals the gate would have
+    /// stopped at a turn the recording cannot tell, with what it counted by
+    /// then unknown.
+    fn of_tokens(counted: TokenUsage, max: u64) -> Option<Self> {
+        let used = counted.total();
+        (used > max).then(|| Self {
+            limit: "tokens",
+            used,
+            max,
+            by: used - max,
+        })
+    }
 }
 
 /// The decision on one recorded tool call.
@@ -178,8 +212,13 @@ pub struct Report {
     pub usage_known: bool,
     /// Where the gate would have ended the run, or `null`.
     pub stopped: Option<Stopped>,
+    /// The budget the gated run passed, or `null`: e.g. one response of
+    /// 200 001 tokens against 150 000 (after-the-fact mode checks before each
+    /// call). Exit status 1 when set, even if `stopped` is `null`.
+    pub overshoot: Option<Overshoot>,
     /// The gate's status after the replay: `running` (the recording ends
-    /// mid-run), `complete`, `incomplete` or `error`.
+    /// mid-run), `complete` (also a SWE-agent trajectory `submitted` whose
+    /// last step ran), `incomplete` or `error`.
     pub status: &'static str,
     /// Refused calls per reason (reasons with none are left out).
     pub refusals: BTreeMap<String, u32>,
@@ -457,6 +496,24 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
     }
     let recorded = session.recorded_usage();
     let mut status = gate.status().as_str();
+    if session.ends_complete && status == RunStatus::Running.as_str() {
+        // The recording says the agent finished with its last response (a
+        // trajectory `submitted`): complete, if the gate let that response
+        // and every call in it run as recorded.
+        let last_ran = per_turn.last().is_some_and(|row| {
+            row.reached
+                && row
+                    .calls
+                    .iter()
+                    .all(|c| matches!(c.verdict, "execute" | "approved"))
+        });
+        if last_ran {
+            status = RunStatus::Complete.as_str();
+            notes.push("the recording says the run finished after its last response (exit_status submitted): status complete".into());
+        } else {
+            notes.push("the recording says the run finished after its last response (exit_status submitted), but the gate refused a call of it: status running".into());
+        }
+    }
     if let UsageGranularity::RunTotal(total) = session.usage {
         if stopped.is_none() && total.total() >= limits.max_tokens {
             // The gate would have stopped the run somewhere: not running,
@@ -490,6 +547,10 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
             }
         }
     }
+    let overshoot = match session.usage {
+        UsageGranularity::PerTurn => Overshoot::of_tokens(gate.usage(), limits.max_tokens),
+        UsageGranularity::RunTotal(_) | UsageGranularity::Unknown => None,
+    };
     let mut all_notes = session.notes.clone();
     all_notes.extend(notes);
     Ok(Report {
@@ -501,6 +562,7 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
         usage_per_turn: matches!(session.usage, UsageGranularity::PerTurn),
         usage_known: !matches!(session.usage, UsageGranularity::Unknown),
         stopped,
+        overshoot,
         status,
         refusals,
         executed,
@@ -621,11 +683,18 @@ impl Report {
                     Some(reason) => format!("{} ({})", call.verdict, safe(reason)),
                     None => call.verdict.to_owned(),
                 };
+                // A name outside the grammar is shown quoted, so that
+                // `"Bash "` or `""` cannot pass for `Bash` in the table.
+                let name = if call.reason.as_deref() == Some(RefusalReason::InvalidName.as_str()) {
+                    format!("{:?}", call.name)
+                } else {
+                    call.name.clone()
+                };
                 let _ = writeln!(
                     out,
                     "        {:<34} {:<22} {:<28} recorded: {}",
                     safe(&call.id),
-                    safe(&call.name),
+                    safe(&name),
                     verdict,
                     call.recorded
                 );
@@ -681,12 +750,34 @@ impl Report {
                     safe(&s.detail)
                 );
             }
+            None if self.overshoot.is_some() => {
+                let _ = writeln!(
+                    out,
+                    "stopped: no, the gate would not have stopped this session, but its budget was overshot"
+                );
+            }
             None => {
                 let _ = writeln!(
                     out,
                     "stopped: no, the budget would not have stopped this session"
                 );
             }
+        }
+        if let Some(o) = &self.overshoot {
+            let _ = writeln!(
+                out,
+                "overshot: {} budget by {} ({} of {}): {} mode checks the budget before each model call, and a call that starts below the limit can end above it{}",
+                o.limit,
+                o.by,
+                o.used,
+                o.max,
+                self.budget.token_mode,
+                if self.budget.token_mode == TokenMode::AfterTheFact.as_str() {
+                    "; token_mode = \"reserve\" refuses such a call"
+                } else {
+                    " when its declared worst case is wrong"
+                }
+            );
         }
         if self.refusals.is_empty() {
             let _ = writeln!(out, "refusals: none");
@@ -772,8 +863,9 @@ fn load(args: &ReplayArgs) -> Result<(ReplayBudget, String), (String, String)> {
 }
 
 /// Runs `budgetgate replay`, printing to standard output. Exit status: 0
-/// the gate would not have stopped the session, 1 it would have (budget
-/// exhausted, or a stop reason that ends the run), 2 the recording or the
+/// the gate would not have stopped the session and its budget held, 1 it
+/// would have (budget exhausted, or a stop reason that ends the run) or the
+/// budget was overshot ([`Report::overshoot`]), 2 the recording or the
 /// budget file cannot be read, or the report cannot be written (one line on
 /// stderr names the file and the problem).
 pub fn command(args: &ReplayArgs) -> ExitCode {
@@ -803,7 +895,10 @@ pub fn command_to(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -
         Ok(report) => report,
         Err(detail) => return fail(&file, &detail),
     };
-    let status = ExitCode::from(if report.stopped.is_some() { 1 } else { 0 });
+    // Exit 1 when the budget was exceeded, stopped or not: a CI job that
+    // asks "does this session fit the budget?" must not pass an overshoot.
+    let exceeded = report.stopped.is_some() || report.overshoot.is_some();
+    let status = ExitCode::from(u8::from(exceeded));
     let printed = if args.json {
         match report.to_json() {
             Ok(line) => line + "\n",

@@ -1,12 +1,98 @@
 //! Strict reading of request documents on the std side: objects whose keys are
 //! unique, with every value kept as its raw JSON text so the core's own rules
-//! (integers vs floats, `-0`, huge literals) decide what it is.
+//! (integers vs floats, `-0`, huge literals) decide what it is; and
+//! [`value_from_str`], a `serde_json::Value` whose objects have unique keys
+//! at every depth (what `replay` reads recordings with).
 
 use std::fmt;
 
 use budgetgate_core::json::Number;
-use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// A JSON value whose objects, at every depth, have unique keys.
+struct UniqueKeys(Value);
+
+impl<'de> Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Value;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+                Ok(Value::Bool(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+                Ok(Value::from(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+                Ok(Value::from(v))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+                serde_json::Number::from_f64(v)
+                    .map(Value::Number)
+                    .ok_or_else(|| E::custom("a number that is not finite"))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+                Ok(Value::String(v.to_owned()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Value, E> {
+                Ok(Value::String(v))
+            }
+            fn visit_unit<E>(self) -> Result<Value, E> {
+                Ok(Value::Null)
+            }
+            fn visit_none<E>(self) -> Result<Value, E> {
+                Ok(Value::Null)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+                let mut items = Vec::new();
+                while let Some(UniqueKeys(item)) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(Value::Array(items))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+                let mut out = Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if out.contains_key(&key) {
+                        return Err(de::Error::custom(format_args!(
+                            "duplicate key {}",
+                            shown_key(&key)
+                        )));
+                    }
+                    let UniqueKeys(value) = map.next_value()?;
+                    out.insert(key, value);
+                }
+                Ok(Value::Object(out))
+            }
+        }
+        d.deserialize_any(V).map(UniqueKeys)
+    }
+}
+
+/// A key for an error message: in backquotes, cut to 64 characters.
+fn shown_key(key: &str) -> String {
+    if key.chars().count() <= 64 {
+        format!("`{key}`")
+    } else {
+        format!("`{}…`", key.chars().take(63).collect::<String>())
+    }
+}
+
+/// Reads one JSON document as serde_json would, except that an object
+/// holding the same key twice, at any depth, is refused (serde_json keeps the
+/// last value, which would let a recording say `"input_tokens": 1` and
+/// `"input_tokens": 999999` at once). Such an error is a data error
+/// ([`serde_json::Error::is_data`]) reading `duplicate key `KEY` at line L
+/// column C`; serde_json's own limits (nesting deeper than 128, syntax) are
+/// kept.
+pub fn value_from_str(text: &str) -> Result<Value, serde_json::Error> {
+    serde_json::from_str::<UniqueKeys>(text).map(|UniqueKeys(v)| v)
+}
 
 /// A JSON object with unique keys, values kept as raw text, in document order.
 #[derive(Debug, Default)]
@@ -36,7 +122,10 @@ impl<'de> Deserialize<'de> for StrictObject {
                 let mut out: Vec<(String, Box<RawValue>)> = Vec::new();
                 while let Some(key) = map.next_key::<String>()? {
                     if out.iter().any(|(k, _)| *k == key) {
-                        return Err(de::Error::custom(format_args!("duplicate key `{key}`")));
+                        return Err(de::Error::custom(format_args!(
+                            "duplicate key {}",
+                            shown_key(&key)
+                        )));
                     }
                     out.push((key, map.next_value()?));
                 }
@@ -85,92 +174,5 @@ pub fn as_int(raw: &RawValue) -> Option<i64> {
     match shape(raw) {
         Ok(Shape::Number(Number::Int(v))) => Some(v),
         _ => None,
-    }
-}
-
-/// A whole JSON document as a [`serde_json::Value`], refusing a duplicate
-/// key in any object at any depth (serde_json alone keeps the last value, so
-/// `"input_tokens":1,"input_tokens":999999` would count either), with the
-/// key named. Nesting is bounded by serde_json's recursion limit (128).
-pub fn value_from_str(text: &str) -> Result<serde_json::Value, String> {
-    let mut reader = serde_json::Deserializer::from_str(text);
-    let value = UniqueKeys::deserialize(&mut reader).map_err(|e| e.to_string())?;
-    reader.end().map_err(|e| e.to_string())?;
-    Ok(value.0)
-}
-
-/// A JSON value whose objects have unique keys.
-struct UniqueKeys(serde_json::Value);
-
-impl<'de> Deserialize<'de> for UniqueKeys {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde_json::Value;
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = UniqueKeys;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<UniqueKeys, E> {
-                Ok(UniqueKeys(Value::Bool(v)))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<UniqueKeys, E> {
-                Ok(UniqueKeys(Value::from(v)))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<UniqueKeys, E> {
-                Ok(UniqueKeys(Value::from(v)))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<UniqueKeys, E> {
-                Ok(UniqueKeys(Value::from(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<UniqueKeys, E> {
-                Ok(UniqueKeys(Value::from(v)))
-            }
-            fn visit_string<E>(self, v: String) -> Result<UniqueKeys, E> {
-                Ok(UniqueKeys(Value::String(v)))
-            }
-            fn visit_unit<E>(self) -> Result<UniqueKeys, E> {
-                Ok(UniqueKeys(Value::Null))
-            }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<UniqueKeys, A::Error> {
-                let mut items = Vec::new();
-                while let Some(UniqueKeys(item)) = seq.next_element()? {
-                    items.push(item);
-                }
-                Ok(UniqueKeys(Value::Array(items)))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<UniqueKeys, A::Error> {
-                let mut object = serde_json::Map::new();
-                while let Some(key) = map.next_key::<String>()? {
-                    if object.contains_key(&key) {
-                        return Err(de::Error::custom(format_args!(
-                            "duplicate key {}",
-                            Value::from(key.as_str())
-                        )));
-                    }
-                    let UniqueKeys(value) = map.next_value()?;
-                    object.insert(key, value);
-                }
-                Ok(UniqueKeys(Value::Object(object)))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-#[cfg(test)]
-mod unique_key_tests {
-    use super::value_from_str;
-
-    #[test]
-    fn a_duplicate_key_at_any_depth_is_refused_and_named() {
-        let err =
-            value_from_str(r#"{"usage":{"input_tokens":1,"input_tokens":999999}}"#).unwrap_err();
-        assert!(err.contains("duplicate key \"input_tokens\""), "{err}");
-        let err = value_from_str(r#"[{"a":1},{"b":1,"b":2}]"#).unwrap_err();
-        assert!(err.contains("duplicate key \"b\""), "{err}");
-        let ok = value_from_str(r#"{"a":{"a":1},"b":[1,2.5,"x",null,true]}"#).unwrap();
-        assert_eq!(ok["b"][1], 2.5);
-        assert!(value_from_str("{} x").is_err());
     }
 }

@@ -202,7 +202,7 @@ fn missing_required_fields_are_refused_fail_closed() {
         .unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("duplicate key \"session_id\""));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("duplicate key `session_id`"));
 }
 
 #[test]

@@ -236,7 +236,8 @@ fn swe_agent_sample() {
         verdicts(&report, 4),
         [v("step-4", "refused", Some("repeat"))]
     );
-    assert_eq!(report.status, "running");
+    // exit_status `submitted`, and the last step (the submit) ran: complete.
+    assert_eq!(report.status, "complete");
     // Run totals only: a token limit below them stops at an unknown turn.
     let tight = parse_budget("[budget]\nmax_tokens = 5300").unwrap();
     let stopped = replay_text(&example("swe-agent.traj"), &tight)

@@ -649,3 +649,535 @@ fn write_errors_exit_2_and_a_broken_pipe_ends_quietly_with_the_status() {
         }
     }
 }
+
+// ------------------------------------------- 12. Names outside the grammar
+
+#[test]
+fn a_name_outside_the_grammar_is_never_executed() {
+    // The trial's response: `Bash` needs approval; four look-alikes.
+    let names = ["Bash", "Bash ", "", "Ba\u{0}sh", "Bash\u{200b}"];
+    let blocks: Vec<Value> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| json!({"type":"tool_use","id":format!("t{i}"),"name":n,"input":{}}))
+        .collect();
+    let message = json!({"id":"m","type":"message","role":"assistant","content":blocks,
+        "stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}});
+    let text = jsonl(&[message]);
+    for approve in ["none", "all", "Bash"] {
+        let budget = parse_budget(&format!(
+            "[tools]\nneeds_approval = [\"Bash\"]\napprove = \"{approve}\""
+        ))
+        .unwrap();
+        let report = replay_text(&text, &budget).unwrap();
+        let calls = &report.per_turn[0].calls;
+        for call in &calls[1..] {
+            assert_eq!(
+                (call.verdict, call.reason.as_deref()),
+                ("refused", Some("invalid-name")),
+                "{:?}",
+                call.name
+            );
+        }
+        assert_eq!(report.refusals.get("invalid-name"), Some(&4));
+        let bash_ran = usize::from(approve != "none");
+        assert_eq!(report.executed, bash_ran, "approve = {approve}");
+        assert_eq!(report.approved, bash_ran);
+        // The table shows the names quoted and escaped: none passes for Bash.
+        let table = report.to_table("n.jsonl");
+        for shown in [r#""Bash ""#, r#""""#, r#""Ba\0sh""#, r#""Bash\u{200b}""#] {
+            assert!(table.contains(shown), "{shown} in {table}");
+        }
+        assert!(!table.contains('\u{200b}') && !table.contains('\0'));
+    }
+    // Also when the requests declare the tools: never matched to `Bash`.
+    let exchange = json!({"request":{"model":"m","max_tokens":10,"messages":[],
+        "tools":[{"name":"Bash","input_schema":{}}]},"response":{"id":"m","type":"message","role":"assistant",
+        "content":[{"type":"tool_use","id":"t1","name":"Bash ","input":{}}],
+        "stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}}});
+    let report = replay_text(&exchange.to_string(), &ReplayBudget::default()).unwrap();
+    assert_eq!(report.refusals.get("invalid-name"), Some(&1));
+    assert_eq!(report.executed, 0);
+}
+
+// ------------------------------------------- 13. Call ids over the whole run
+
+#[test]
+fn a_call_id_used_again_in_a_later_response_is_refused() {
+    // The trial's recording, as a JSON file: `t1` in two responses.
+    let text = r#"[{"request":{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"hi"}]},"response":{"id":"r1","type":"message","role":"assistant","content":[{"type":"tool_use","id":"t1","name":"valve_open","input":{"x":1}}],"stop_reason":"tool_use","usage":{"input_tokens":10,"output_tokens":5}}},
+ {"request":{"model":"m","max_tokens":100,"messages":[]},"response":{"id":"r2","type":"message","role":"assistant","content":[{"type":"tool_use","id":"t1","name":"valve_open","input":{"x":2}}],"stop_reason":"tool_use","usage":{"input_tokens":10,"output_tokens":5}}}]"#;
+    let report = replay_text(text, &ReplayBudget::default()).unwrap();
+    let verdicts: Vec<(&str, Option<&str>)> = report
+        .per_turn
+        .iter()
+        .flat_map(|t| &t.calls)
+        .map(|c| (c.verdict, c.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        verdicts,
+        [("execute", None), ("refused", Some("duplicate-call-id"))]
+    );
+    assert_eq!(report.executed, 1);
+    assert_eq!(report.refusals.get("duplicate-call-id"), Some(&1));
+    let (status, out, _) = run(&args(temp_file("dup.json", text.as_bytes())));
+    assert_eq!(status, ExitCode::from(0));
+    assert!(out.contains("refused (duplicate-call-id)"), "{out}");
+    // Also across an end_turn (a new question on the same budget).
+    let message = |id: &str, stop: &str, call: &str| {
+        json!({"id":id,"type":"message","role":"assistant","content":[
+            {"type":"tool_use","id":call,"name":"Read","input":{}}],
+            "stop_reason":stop,"usage":{"input_tokens":1,"output_tokens":1}})
+    };
+    let text = jsonl(&[
+        message("r1", "tool_use", "t1"),
+        json!({"id":"r2","type":"message","role":"assistant","content":[],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}),
+        message("r3", "tool_use", "t1"),
+    ]);
+    let report = replay_text(&text, &ReplayBudget::default()).unwrap();
+    assert_eq!(
+        report.per_turn[2].calls[0].reason.as_deref(),
+        Some("duplicate-call-id")
+    );
+    assert_eq!(report.executed, 1);
+}
+
+#[test]
+fn a_claude_code_block_logged_again_is_one_call_not_a_reused_id() {
+    // One response over three lines; the second line repeats the first block.
+    let line = |uuid: &str, block: Value| {
+        json!({"type":"assistant","uuid":uuid,"requestId":"req_1","timestamp":"2026-01-05T10:00:01Z",
+            "message":{"id":"msg_1","role":"assistant","content":[block],"stop_reason":null,
+                "usage":{"input_tokens":10,"output_tokens":3}}})
+    };
+    let t1 = json!({"type":"tool_use","id":"t1","name":"Read","input":{"f":1}});
+    let t2 = json!({"type":"tool_use","id":"t2","name":"Read","input":{"f":2}});
+    let text = jsonl(&[line("a", t1.clone()), line("b", t1.clone()), line("c", t2)]);
+    let report = replay_text(&text, &ReplayBudget::default()).unwrap();
+    assert_eq!(
+        (report.turns, report.tool_calls, report.executed),
+        (1, 2, 2)
+    );
+    assert!(report.refusals.is_empty(), "{:?}", report.refusals);
+    assert!(report.notes.iter().any(|n| n.contains("logged again")));
+    // The same id with other input is not the same block: refused.
+    let mut forged = t1.clone();
+    forged["input"] = json!({"f": "/etc/shadow"});
+    let text = jsonl(&[line("a", t1), line("b", forged)]);
+    let report = replay_text(&text, &ReplayBudget::default()).unwrap();
+    assert_eq!(report.refusals.get("duplicate-call-id"), Some(&1));
+    assert_eq!(report.executed, 1);
+}
+
+// --------------------------------------------------- 14. Duplicate JSON keys
+
+#[test]
+fn a_duplicate_key_anywhere_in_a_recording_is_refused_naming_line_and_key() {
+    let budget = ReplayBudget::default();
+    let message = r#"{"id":"m","type":"message","role":"assistant","content":[],"stop_reason":"end_turn","usage":{"input_tokens":1,"input_tokens":999999,"output_tokens":1}}"#;
+    // JSON Lines: the trial's usage, on the second line.
+    let ok = message.replace(r#""input_tokens":999999,"#, "");
+    let err = replay_text(&format!("{ok}\n{message}\n"), &budget).unwrap_err();
+    assert!(
+        err.starts_with("line 2: duplicate key `input_tokens`"),
+        "{err}"
+    );
+    // The first line, a one-line document.
+    let err = replay_text(message, &budget).unwrap_err();
+    assert!(
+        err.contains("duplicate key `input_tokens` at line 1"),
+        "{err}"
+    );
+    // Ids, names, inputs, stop reasons, message ids: anywhere at any depth.
+    for (dup, key) in [
+        (
+            r#""stop_reason":"tool_use","stop_reason":"end_turn""#,
+            "stop_reason",
+        ),
+        (r#""id":"m","id":"m2""#, "id"),
+        (
+            r#""content":[{"type":"tool_use","id":"t","name":"Read","name":"Bash","input":{}}]"#,
+            "name",
+        ),
+        (
+            r#""content":[{"type":"tool_use","id":"t","name":"Bash","input":{"c":"ls","c":"rm -rf /"}}]"#,
+            "c",
+        ),
+    ] {
+        let mut text =
+            format!(r#"{{"type":"message","role":"assistant","usage":{{"input_tokens":1}},{dup}"#);
+        for (k, v) in [("content", "[]"), ("stop_reason", r#""tool_use""#)] {
+            if !dup.contains(&format!("\"{k}\"")) {
+                text.push_str(&format!(r#","{k}":{v}"#));
+            }
+        }
+        text.push('}');
+        let err = replay_text(&text, &budget).unwrap_err();
+        assert!(
+            err.contains(&format!("duplicate key `{key}`")),
+            "{text}: {err}"
+        );
+    }
+    // A JSON file of several lines: the error gives the line.
+    let pretty = format!("[\n{{\"request\": {{\"messages\": []}},\n\"response\": {message}}}\n]");
+    let err = replay_text(&pretty, &budget).unwrap_err();
+    assert!(
+        err.contains("duplicate key `input_tokens` at line 3"),
+        "{err}"
+    );
+    // A Claude Code line.
+    let line = json!({"type":"assistant","uuid":"a","requestId":"r","message":{"id":"m1","role":"assistant",
+        "content":[],"stop_reason":null,"usage":{"input_tokens":1}}})
+    .to_string()
+    .replace(r#""input_tokens":1"#, r#""input_tokens":1,"input_tokens":2"#);
+    let err = replay_text(&line, &budget).unwrap_err();
+    assert!(err.contains("duplicate key `input_tokens`"), "{err}");
+    // A cassette's JSON body, in JSON and in YAML.
+    let cassette = json!({"interactions":[{"request":{"body":"{}"},
+        "response":{"status":{"code":200},"body":{"string":message}}}]})
+    .to_string();
+    let err = replay_text(&cassette, &budget).unwrap_err();
+    assert!(
+        err.starts_with("interaction 0: response body: duplicate key `input_tokens`"),
+        "{err}"
+    );
+    let yaml = format!(
+        "interactions:\n- request: {{body: '{{}}'}}\n  response:\n    status: {{code: 200}}\n    body: {{string: '{message}'}}\n"
+    );
+    let err = replay_text(&yaml, &budget).unwrap_err();
+    assert!(err.contains("duplicate key `input_tokens`"), "{err}");
+    // A YAML mapping with the key twice (or `1` and `"1"`, one JSON key).
+    for usage in [
+        "{input_tokens: 1, input_tokens: 999999}",
+        "{input_tokens: 1, '1': 2, 1: 3}",
+    ] {
+        let yaml = format!(
+            "interactions:\n- response:\n    status: {{code: 200}}\n    parsed_body: {{type: message, content: [], stop_reason: end_turn, usage: {usage}}}\n"
+        );
+        let err = replay_text(&yaml, &budget).unwrap_err();
+        assert!(err.contains("duplicate key"), "{usage}: {err}");
+    }
+    // A streamed body: an event, and the arguments the deltas build.
+    let start = r#"data: {"type":"message_start","message":{"id":"m1","type":"message","role":"assistant","content":[],"stop_reason":null,"usage":{"input_tokens":9,"output_tokens":1}}}"#;
+    for event in [
+        r#"data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5,"output_tokens":1}}"#,
+        concat!(
+            r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"f","input":{}}}"#,
+            "\n\n",
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\":1,\"a\":2}"}}"#
+        ),
+    ] {
+        let stream = format!("event: x\n{start}\n\n{event}\n\n");
+        let cassette = json!({"interactions":[{"request":{"body":"{}"},
+            "response":{"status":{"code":200},"body":{"string":stream}}}]});
+        let err = replay_text(&cassette.to_string(), &budget).unwrap_err();
+        assert!(
+            err.starts_with("interaction 0: streamed response: "),
+            "{err}"
+        );
+        assert!(err.contains("duplicate key"), "{err}");
+    }
+    // Through the command: exit 2, one line naming the file, line and key.
+    let (status, _, err) = run(&args(temp_file(
+        "dup-key.jsonl",
+        format!("{message}\n").as_bytes(),
+    )));
+    assert_eq!(status, ExitCode::from(2));
+    assert_eq!(err.lines().count(), 1);
+    assert!(
+        err.contains("dup-key.jsonl: ") && err.contains("`input_tokens`"),
+        "{err}"
+    );
+}
+
+// ------------------------------------------------ 15. Overshoot is reported
+
+#[test]
+fn a_budget_overshot_by_one_response_is_reported_and_exits_1() {
+    let message = json!({"id":"m","type":"message","role":"assistant",
+        "content":[{"type":"text","text":"done"}],"stop_reason":"end_turn",
+        "usage":{"input_tokens":200_000,"output_tokens":1}});
+    let text = jsonl(&[message]);
+    let report = replay_text(&text, &ReplayBudget::default()).unwrap();
+    // The gate let the call happen (after the fact, as the reference does)...
+    assert_eq!((report.stopped.clone(), report.status), (None, "complete"));
+    // ...and says the budget was overshot, and by how much.
+    let json: Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
+    assert_eq!(
+        json["overshoot"],
+        json!({"limit":"tokens","used":200_001,"max":150_000,"by":50_001})
+    );
+    let table = report.to_table("big.jsonl");
+    assert!(
+        !table.contains("the budget would not have stopped this session"),
+        "{table}"
+    );
+    assert!(
+        table.contains("overshot: tokens budget by 50001 (200001 of 150000)"),
+        "{table}"
+    );
+    let (status, _, _) = run(&args(temp_file("big.jsonl", text.as_bytes())));
+    assert_eq!(status, ExitCode::from(1));
+    // At the limit exactly, or below it: no overshoot, exit 0.
+    for (total, limit) in [(150_000u64, 150_000u64), (10, 11)] {
+        let message = json!({"id":"m","type":"message","role":"assistant","content":[],
+            "stop_reason":"end_turn","usage":{"input_tokens":total}});
+        let budget = parse_budget(&format!("[budget]\nmax_tokens = {limit}")).unwrap();
+        let report = replay_text(&message.to_string(), &budget).unwrap();
+        assert_eq!(report.overshoot, None);
+        assert!(report.to_json().unwrap().contains(r#""overshoot":null"#));
+    }
+    // Reserve mode refuses the call instead: stopped, nothing overshot.
+    let reserve =
+        parse_budget("[budget]\ntoken_mode = \"reserve\"\nreserve_max_tokens = 100").unwrap();
+    let report = replay_text(&text, &reserve).unwrap();
+    assert_eq!(report.overshoot, None);
+    assert_eq!(report.stopped.unwrap().reason, "token-reserve");
+}
+
+// ------------------------------------------ 16. SWE-agent submitted, approve
+
+#[test]
+fn a_submitted_swe_agent_trajectory_is_complete_not_running() {
+    let submitted = trajectory(Some(json!({"exit_status":"submitted",
+        "model_stats":{"tokens_sent":7,"tokens_received":1}})));
+    let report = replay_text(&submitted, &ReplayBudget::default()).unwrap();
+    assert_eq!((report.status, report.stopped.clone()), ("complete", None));
+    // SWE-agent's own limit (autosubmitted), or no status: the run did not
+    // finish on its own, so it is not complete.
+    for info in [
+        json!({"exit_status":"submitted (exit_cost)"}),
+        json!({"exit_status":"exit_context"}),
+        json!({}),
+    ] {
+        let report =
+            replay_text(&trajectory(Some(info.clone())), &ReplayBudget::default()).unwrap();
+        assert_eq!(report.status, "running", "{info}");
+    }
+    // Submitted, but the gate refuses the last step: not complete.
+    let one = parse_budget("[tools]\nneeds_approval = [\"cat\"]").unwrap();
+    let report = replay_text(&submitted, &one).unwrap();
+    assert_eq!(report.status, "running");
+    // An exit_status that is not a string is an error naming it.
+    let err = replay_text(
+        &trajectory(Some(json!({"exit_status":3}))),
+        &ReplayBudget::default(),
+    )
+    .unwrap_err();
+    assert!(err.contains("info.exit_status is 3"), "{err}");
+}
+
+#[test]
+fn all_or_none_cannot_be_combined_with_tool_names() {
+    for approve in ["all,Bash", "Bash,none"] {
+        let mut a = args(example("claude-code.jsonl"));
+        a.approve = Some(approve.into());
+        let (status, _, err) = run(&a);
+        assert_eq!(status, ExitCode::from(2), "{approve}");
+        assert!(err.starts_with("budgetgate replay: --approve: "), "{err}");
+        assert!(err.contains("cannot be combined with tool names"), "{err}");
+        assert!(!err.contains("did you mean"), "{err}");
+    }
+}
+
+#[test]
+fn replay_errors_name_the_line_or_interaction_and_the_key() {
+    let budget = ReplayBudget::default();
+    let message = |content: Value| {
+        json!({"id":"m","type":"message","role":"assistant","content":content,
+            "stop_reason":"tool_use","usage":{"input_tokens":1}})
+    };
+    let ok = message(json!([]));
+    for (content, expect) in [
+        (
+            json!([{"type":"text","text":"x"},{"type":"tool_use","id":7,"name":"Read","input":{}}]),
+            "line 2 (response 1): content block 1 (tool_use): `id` is 7, not a string",
+        ),
+        (
+            json!([{"type":"tool_use","id":"t","input":{}}]),
+            "line 2 (response 1): content block 0 (tool_use) has no `name`",
+        ),
+        (
+            json!({"type":"tool_use","id":"t","name":"Bash","input":{}}),
+            "line 2 (response 1): `content` is {",
+        ),
+    ] {
+        let err = replay_text(&jsonl(&[ok.clone(), message(content)]), &budget).unwrap_err();
+        assert!(err.starts_with(expect), "{err}");
+    }
+    let exchange = json!({"request":{"messages":[],"max_tokens":"lots"},"response":ok});
+    let err = replay_text(&exchange.to_string(), &budget).unwrap_err();
+    assert!(err.contains("`max_tokens` is \"lots\""), "{err}");
+    let yaml = "interactions:\n- response:\n    status: {code: 200}\n    parsed_body: {type: message, content: [], stop_reason: end_turn, usage: {input_tokens: .nan}}\n";
+    let err = replay_text(yaml, &budget).unwrap_err();
+    assert!(
+        err.starts_with("interactions[0].response.parsed_body.usage.input_tokens: YAML number"),
+        "{err}"
+    );
+}
+
+// ------------------------------------------ 17. The trial's hostile inputs
+
+#[test]
+fn json_nested_100_000_deep_is_refused_without_overflowing_the_stack() {
+    let budget = ReplayBudget::default();
+    let deep_array = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let deep_object = format!("{}1{}", r#"{"a":"#.repeat(100_000), "}".repeat(100_000));
+    for (text, expect) in [
+        (deep_array, "the JSON nests deeper than 128 levels"),
+        (deep_object.clone(), "the JSON nests deeper than 128 levels"),
+        (
+            format!("{deep_object}\n{deep_object}\n"),
+            "the JSON nests deeper than 128 levels (at line 1",
+        ),
+    ] {
+        let started = Instant::now();
+        let err = replay_text(&text, &budget).unwrap_err();
+        assert!(err.starts_with(expect), "{}", &err[..err.len().min(200)]);
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+    // Deep arguments inside a valid message: refused the same way.
+    let message = format!(
+        r#"{{"id":"m","type":"message","role":"assistant","content":[{{"type":"tool_use","id":"t","name":"f","input":{}1{}}}],"stop_reason":"tool_use","usage":{{}}}}"#,
+        r#"{"a":"#.repeat(100_000),
+        "}".repeat(100_000)
+    );
+    assert!(replay_text(&message, &budget)
+        .unwrap_err()
+        .contains("deeper than 128"));
+}
+
+#[test]
+fn a_100_mb_line_is_read_in_bounded_time() {
+    // Below the 256 MiB limit: replayed, not refused, in a few seconds.
+    let text = "x".repeat(100_000_000);
+    let line = format!(
+        r#"{{"id":"m","type":"message","role":"assistant","content":[{{"type":"text","text":"{text}"}}],"stop_reason":"end_turn","usage":{{"input_tokens":1}}}}"#
+    );
+    drop(text);
+    let started = Instant::now();
+    let report = replay_text(&line, &ReplayBudget::default()).unwrap();
+    assert_eq!((report.turns, report.status), (1, "complete"));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // A 100 MB line that is not JSON: one short error line.
+    let garbage = format!("{{\"type\":{}", "!".repeat(100_000_000));
+    let err = replay_text(&garbage, &ReplayBudget::default()).unwrap_err();
+    assert!(err.len() < 400, "{}", err.len());
+}
+
+#[test]
+fn invalid_utf8_nul_bytes_and_a_bom_are_handled() {
+    let message = json!({"id":"m","type":"message","role":"assistant","content":[],
+        "stop_reason":"end_turn","usage":{"input_tokens":3}})
+    .to_string();
+    // Invalid UTF-8: exit 2, the offset named.
+    let mut bytes = message.clone().into_bytes();
+    bytes.insert(10, 0xff);
+    let (status, out, err) = run(&args(temp_file("bad-utf8.jsonl", &bytes)));
+    assert_eq!(status, ExitCode::from(2));
+    assert!(out.is_empty());
+    assert!(
+        err.contains("not UTF-8 text (an invalid byte at offset 10)"),
+        "{err}"
+    );
+    // A raw NUL byte, in a value or between lines: exit 2, one escaped line.
+    for text in [
+        message.replacen("\"m\"", "\"m\0\"", 1),
+        format!("{message}\n\0\n"),
+        message.replacen(':', ":\0", 1),
+    ] {
+        let (status, _, err) = run(&args(temp_file("nul.jsonl", text.as_bytes())));
+        assert_eq!(status, ExitCode::from(2), "{text:?}");
+        assert_eq!(err.lines().count(), 1, "{err:?}");
+        assert!(!err.contains('\0'), "{err:?}");
+    }
+    // A NUL escaped in a name is read, and refused by the name grammar.
+    let escaped = json!({"id":"m","type":"message","role":"assistant","content":[
+        {"type":"tool_use","id":"t","name":"Ba\u{0}sh","input":{}}],
+        "stop_reason":"tool_use","usage":{"input_tokens":3}});
+    let report = replay_text(&escaped.to_string(), &ReplayBudget::default()).unwrap();
+    assert_eq!(report.refusals.get("invalid-name"), Some(&1));
+    // A byte-order mark at the start is skipped: the same replay.
+    let plain = replay_text(&message, &ReplayBudget::default()).unwrap();
+    let with_bom = replay_text(&format!("\u{feff}{message}"), &ReplayBudget::default()).unwrap();
+    assert_eq!(plain, with_bom);
+    let (status, _, _) = run(&args(temp_file(
+        "bom.jsonl",
+        format!("\u{feff}{message}").as_bytes(),
+    )));
+    assert_eq!(status, ExitCode::from(0));
+    // Elsewhere it is not whitespace: an error naming the line.
+    let err = replay_text(
+        &format!("{message}\n\u{feff}{message}\n"),
+        &ReplayBudget::default(),
+    )
+    .unwrap_err();
+    assert!(err.starts_with("line 2: "), "{err}");
+}
+
+#[test]
+fn absurd_toml_budgets_are_refused_naming_line_and_column() {
+    for (toml, expect) in [
+        (
+            "[budget]\nmax_tokens = 99999999999999999999",
+            "line 2, column 14",
+        ),
+        ("[budget]\nmax_tokens = -1", "line 2, column 14"),
+        (
+            "[budget]\nmax_model_calls = 4294967296",
+            "line 2, column 19",
+        ),
+        ("[budget]\nmax_model_calls = 1e400", "line 2, column 19"),
+        ("[budget]\nmax_seconds = 1e400", "line 2"),
+        ("[budget]\nmax_tokens = \"lots\"", "line 2, column 14"),
+        ("[budget]\nmax_tool_calls = true", "line 2, column 18"),
+        ("[budget]\nmax_repeats = 1.5", "line 2, column 15"),
+        ("[budget]\ntoken_mode = 3", "line 2"),
+        ("[tools]\nneeds_approval = \"Bash\"", "line 2, column 18"),
+        ("budget = 3", "line 1"),
+        ("[budget]\n[budget]", "line 2"),
+        ("[budget]\nmax_tokens = 1\nmax_tokens = 2", "line 3"),
+    ] {
+        let err = parse_budget(toml).unwrap_err();
+        assert!(err.contains(expect), "{toml}: {err}");
+    }
+    // Deep nesting (arrays, inline tables, dotted keys): refused at the TOML
+    // reader's limit, fast, and the error does not quote the 200 KB line.
+    for deep in [
+        format!(
+            "[budget]\nmax_tokens = {}{}",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        ),
+        format!("a = {}1{}", "{b = ".repeat(100_000), "}".repeat(100_000)),
+        format!("{} = 1", vec!["a"; 100_000].join(".")),
+    ] {
+        let started = Instant::now();
+        let err = parse_budget(&deep).unwrap_err();
+        assert!(err.len() < 200, "{}", &err[..200]);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let mut a = args(example("claude-code.jsonl"));
+        a.budget = Some(temp_file("deep.toml", deep.as_bytes()));
+        let (status, _, err) = run(&a);
+        assert_eq!(status, ExitCode::from(2));
+        assert!(err.len() < 300, "{}", err.len());
+    }
+}
+
+#[test]
+fn a_cassette_header_given_twice_is_refused() {
+    let body = r#"{"id":"m","type":"message","role":"assistant","content":[],"stop_reason":"end_turn","usage":{"input_tokens":1}}"#;
+    for headers in [
+        json!({"Date":["Mon, 05 Jan 2026 10:00:00 GMT"],"date":["Mon, 05 Jan 2026 11:00:00 GMT"]}),
+        json!({"date":["Mon, 05 Jan 2026 10:00:00 GMT","Mon, 05 Jan 2026 11:00:00 GMT"]}),
+    ] {
+        let cassette = json!({"interactions":[{"request":{"body":"{}"},
+            "response":{"status":{"code":200},"headers":headers,"body":{"string":body}}}]});
+        let err = replay_text(&cassette.to_string(), &ReplayBudget::default()).unwrap_err();
+        assert!(err.starts_with("interaction 0: response: header"), "{err}");
+    }
+}

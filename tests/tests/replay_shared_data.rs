@@ -59,6 +59,11 @@ fn every_shared_transcript_replays_without_error() {
         )
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(report.turns > 0, "{}", path.display());
+        // Real recordings use each call id once and only valid tool names:
+        // the run-wide id rule and the name grammar refuse nothing in them.
+        for reason in ["duplicate-call-id", "invalid-name", "call-id-capacity"] {
+            assert_eq!(count(&report, reason), 0, "{}: {reason}", path.display());
+        }
         seen += 1;
     }
     assert!(
@@ -107,6 +112,12 @@ fn claude_code_log_counts_each_response_once() {
     assert_eq!((stopped.turn, stopped.reason.as_str()), (Some(6), "tokens"));
     assert_eq!(report.reached_turns, 6);
     assert!(report.refusals.is_empty());
+    // The sixth call ended past the limit: overshot by 21 781 before the stop.
+    let overshoot = report.overshoot.as_ref().expect("overshot after the fact");
+    assert_eq!(
+        (overshoot.used, overshoot.max, overshoot.by),
+        (171_781, 150_000, 21_781)
+    );
     // With room enough, all 25 calls run and the run completes.
     let roomy = parse_budget("[budget]\nmax_tokens = 1000000\nmax_seconds = 3600").unwrap();
     let report = run(&file(&dir, "02_"), &roomy);
@@ -184,6 +195,8 @@ fn swe_agent_trajectory() {
     assert_eq!(report.stopped, None);
     assert!(report.refusals.is_empty());
     assert_eq!(report.executed, 12);
+    // exit_status `submitted`: the agent finished with its last step.
+    assert_eq!(report.status, "complete");
     // With max_repeats = 1, step 7 (the second identical edit) and step 9
     // (`python reproduce_bug.py` again, first at step 2) are refused.
     let once = parse_budget("[budget]\nmax_repeats = 1").unwrap();

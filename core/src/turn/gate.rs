@@ -7,14 +7,15 @@ use heapless::Vec;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 
 use super::fingerprint::{ArgsFingerprint, CallFingerprint};
+use super::ids::{CallIds, Seen};
 use super::outcome::{
     ErrorResult, ExhaustReason, Exhaustion, RefusalCounts, RefusalReason, RunStatus, StopReason,
 };
-use super::rules::{CallId, NameError, ToolRule, ToolRules};
+use super::rules::{CallId, NameError, ToolName, ToolRule, ToolRules};
 use super::usage::TokenUsage;
 use crate::limits::{
     DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_REPEATS, DEFAULT_MAX_RUN_MILLIS, DEFAULT_MAX_RUN_TOKENS,
-    MAX_DISTINCT_CALLS, MAX_TOOLS, MAX_TURN_CALLS,
+    MAX_DISTINCT_CALLS, MAX_RUN_CALL_IDS, MAX_TOOLS, MAX_TURN_CALLS,
 };
 
 /// How the token budget is enforced (`SPEC C`).
@@ -121,7 +122,8 @@ pub struct Recorded {
 pub struct ProposedCall<'a> {
     /// The `tool_use` block's `id`.
     pub call_id: &'a str,
-    /// The tool's name.
+    /// The tool's name, exactly as the model wrote it: a name outside
+    /// `[A-Za-z0-9_-]{1,64}` is refused `invalid-name` (`SPEC E`).
     pub name: &'a str,
     /// The fingerprint of the arguments ([`ArgsFingerprint::of_json`] and
     /// friends), or `None` when they could not be read (cut off, not JSON):
@@ -277,7 +279,9 @@ pub enum ProposeError {
     NotInTurn(GatePhase),
     /// The call id is not `[A-Za-z0-9_-]{1,64}`.
     InvalidCallId(NameError),
-    /// The call id was already proposed in this response.
+    /// The call id was already proposed in this response (an id of an
+    /// earlier response is a verdict instead, refused
+    /// [`RefusalReason::DuplicateCallId`]).
     DuplicateCallId,
 }
 
@@ -520,7 +524,8 @@ enum Phase {
 /// 2. [`record`](Self::record) counts the call and its usage and takes the
 ///    response's stop reason;
 /// 3. [`propose`](Self::propose) decides each `tool_use` block, in order:
-///    stop reason, arguments, repetition, tool-attempt budget, tool rule
+///    stop reason, tool name (`[A-Za-z0-9_-]{1,64}`, else `invalid-name`),
+///    arguments, repetition, tool-attempt budget, tool rule
 ///    (unknown / approval / run). Refused calls are answered on the spot;
 ///    [`approve`](Self::approve) takes approvals, [`report`](Self::report)
 ///    the outcome of each executed call;
@@ -538,15 +543,26 @@ enum Phase {
 /// repetition count is raised for every call decided in a `tool_use`
 /// response, refused or not, as the reference's `repetida` does.
 ///
+/// **Call ids over the whole run** (`SPEC E`). Every id proposed is
+/// remembered for the rest of the run (as a 64-bit fingerprint): a call
+/// whose id an earlier response used is refused `duplicate-call-id` and
+/// answered, before any other check, so it never runs twice. The same id
+/// twice in one response is [`ProposeError::DuplicateCallId`] (the caller
+/// cannot answer both with one `tool_use_id`).
+///
 /// Capacities: `CALLS` calls tracked per response (16), `SEEN` distinct
-/// calls remembered for repetitions (64), `TOOLS` named tool rules (8). A
-/// call past `CALLS` is refused `turn-capacity`, a new distinct call past
-/// `SEEN` is refused `repeat-capacity`: refused, never dropped or forgotten.
+/// calls remembered for repetitions (64), `TOOLS` named tool rules (8),
+/// `IDS` slots for the run's call ids (128, of which three quarters, 96, can
+/// be filled). A call past `CALLS` is refused `turn-capacity`, a new
+/// distinct call past `SEEN` is refused `repeat-capacity`, a new id past the
+/// id table's capacity `call-id-capacity`: refused, never dropped or
+/// forgotten.
 #[derive(Debug, Clone)]
 pub struct TurnGate<
     const CALLS: usize = MAX_TURN_CALLS,
     const SEEN: usize = MAX_DISTINCT_CALLS,
     const TOOLS: usize = MAX_TOOLS,
+    const IDS: usize = MAX_RUN_CALL_IDS,
 > {
     limits: TurnLimits,
     rules: ToolRules<TOOLS>,
@@ -555,16 +571,19 @@ pub struct TurnGate<
     usage: TokenUsage,
     tool_attempts: u32,
     seen: Vec<(CallFingerprint, u32), SEEN>,
+    call_ids: CallIds<IDS>,
     calls: Vec<Tracked, CALLS>,
     refusals: RefusalCounts,
     tool_errors: u32,
     phase: Phase,
 }
 
-impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize> TurnGate<CALLS, SEEN, TOOLS> {
+impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize>
+    TurnGate<CALLS, SEEN, TOOLS, IDS>
+{
     const FITS: () = assert!(
-        CALLS >= 1 && CALLS <= u16::MAX as usize && SEEN >= 1,
-        "a turn gate tracks 1..=65535 calls per response and at least one distinct call"
+        CALLS >= 1 && CALLS <= u16::MAX as usize && SEEN >= 1 && IDS >= 1,
+        "a turn gate tracks 1..=65535 calls per response, at least one distinct call and one call id"
     );
 
     /// A run that began at `now_ms` (a monotonic instant in milliseconds)
@@ -580,6 +599,7 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize> TurnGate<CALLS, 
             usage: TokenUsage::ZERO,
             tool_attempts: 0,
             seen: Vec::new(),
+            call_ids: CallIds::new(),
             calls: Vec::new(),
             refusals: RefusalCounts::new(),
             tool_errors: 0,
@@ -716,7 +736,9 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize> TurnGate<CALLS, 
     /// order documented on [`TurnGate`].
     ///
     /// Errors leave nothing recorded: the id is invalid, or was already
-    /// proposed in this response, or no response is being handled.
+    /// proposed in this response, or no response is being handled. An id of
+    /// an earlier response is not an error but a refusal,
+    /// `duplicate-call-id`, answered like any other (`SPEC E`).
     pub fn propose(&mut self, call: &ProposedCall<'_>) -> Result<CallVerdict, ProposeError> {
         let Phase::InTurn { stop } = self.phase else {
             return Err(ProposeError::NotInTurn(self.phase()));
@@ -725,12 +747,19 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize> TurnGate<CALLS, 
         if self.calls.iter().any(|t| t.id == id) {
             return Err(ProposeError::DuplicateCallId);
         }
+        // Every id proposed is remembered for the whole run, refused or not
+        // (`SPEC E`), so none can come back in a later response.
+        let seen = self.call_ids.try_insert(id.as_str());
         if self.calls.is_full() {
             // Untracked but answered: the refusal is the call's result.
             self.refusals.add(RefusalReason::TurnCapacity);
             return Ok(CallVerdict::Refused(RefusalReason::TurnCapacity));
         }
-        let verdict = self.decide(stop, call);
+        let verdict = match seen {
+            Seen::Again => CallVerdict::Refused(RefusalReason::DuplicateCallId),
+            Seen::Full => CallVerdict::Refused(RefusalReason::CallIdCapacity),
+            Seen::New => self.decide(stop, call),
+        };
         let state = match verdict {
             CallVerdict::Execute => CallState::Executing,
             CallVerdict::NeedsApproval => CallState::AwaitingApproval,
@@ -750,6 +779,11 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize> TurnGate<CALLS, 
             // A cut-off call may have incomplete arguments: never run it.
             StopReason::MaxTokens => return CallVerdict::Refused(RefusalReason::CutOff),
             _ => return CallVerdict::Refused(RefusalReason::NotToolTurn),
+        }
+        // A name outside the grammar is never matched against a rule, never
+        // counted as a repeat or an attempt, and never runs (`SPEC E`).
+        if ToolName::new(call.name).is_err() {
+            return CallVerdict::Refused(RefusalReason::InvalidName);
         }
         let Some(arguments) = call.arguments else {
             return CallVerdict::Refused(RefusalReason::InvalidArguments);

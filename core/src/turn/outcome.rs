@@ -292,11 +292,25 @@ pub enum RefusalReason {
     RepeatCapacity,
     /// `budget-exhausted`: left unanswered when the run closed.
     BudgetExhausted,
+    /// `invalid-name`: the tool name is outside the grammar
+    /// `[A-Za-z0-9_-]{1,64}` (a space, an invisible character, a NUL, empty,
+    /// too long); never executed and never matched against a tool rule
+    /// (`SPEC E`).
+    InvalidName,
+    /// `duplicate-call-id`: the call id was used by a call of an earlier
+    /// response of this run (`SPEC E`, as `SPEC A2` step 3).
+    DuplicateCallId,
+    /// `call-id-capacity`: the table of call ids seen in this run is full;
+    /// a new id is refused rather than an old one forgotten (`SPEC E`).
+    CallIdCapacity,
+    /// `tool-cap`: the tool's own call cap (`[tools] max_calls`) is reached
+    /// (`SPEC E`).
+    ToolCap,
 }
 
 impl RefusalReason {
     /// Every reason, in the order reports list them (`SPEC C`).
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 14] = [
         Self::Repeat,
         Self::ApprovalRefused,
         Self::UnknownTool,
@@ -307,6 +321,10 @@ impl RefusalReason {
         Self::TurnCapacity,
         Self::RepeatCapacity,
         Self::BudgetExhausted,
+        Self::InvalidName,
+        Self::DuplicateCallId,
+        Self::CallIdCapacity,
+        Self::ToolCap,
     ];
 
     /// The spelling used in reports (`SPEC C`).
@@ -322,6 +340,10 @@ impl RefusalReason {
             Self::TurnCapacity => "turn-capacity",
             Self::RepeatCapacity => "repeat-capacity",
             Self::BudgetExhausted => "budget-exhausted",
+            Self::InvalidName => "invalid-name",
+            Self::DuplicateCallId => "duplicate-call-id",
+            Self::CallIdCapacity => "call-id-capacity",
+            Self::ToolCap => "tool-cap",
         }
     }
 
@@ -339,6 +361,10 @@ impl RefusalReason {
             Self::TurnCapacity => "Too many tool calls in one reply; not executed. Make fewer calls at a time.",
             Self::RepeatCapacity => "Too many different tool calls in this run; not executed. Answer with what you have.",
             Self::BudgetExhausted => "Budget exhausted, not executed.",
+            Self::InvalidName => "Error: the tool name is not a valid tool name (letters, digits, _ and -, at most 64); not executed. Use only the tools you were given, spelled exactly.",
+            Self::DuplicateCallId => "Error: this tool call id was already used earlier in this conversation; not executed. Give every tool call a new id.",
+            Self::CallIdCapacity => "Too many tool calls in this run; not executed. Answer with what you have.",
+            Self::ToolCap => "This tool's own call budget is exhausted, not executed. Use another tool or answer with what you have.",
         }
     }
 

@@ -133,9 +133,15 @@ impl<const N: usize> ToolRules<N> {
         self.others
     }
 
-    /// The rule for `name` (any text; a name that is not even valid is
-    /// never listed, so it gets the rule for others) (`SPEC C`).
+    /// The rule for `name` (any text) (`SPEC C`). A name outside the grammar
+    /// `[A-Za-z0-9_-]{1,64}` is never listed and never gets the rule for
+    /// others either: it is [`ToolRule::Unknown`], whatever
+    /// [`set_others`](Self::set_others) said (`SPEC E`: names outside the
+    /// grammar never run). Names are compared exactly, never loosely.
     pub fn rule(&self, name: &str) -> ToolRule {
+        if ToolName::new(name).is_err() {
+            return ToolRule::Unknown;
+        }
         self.named
             .iter()
             .find(|(n, _)| n.as_str() == name)
@@ -183,6 +189,9 @@ mod tests {
         assert_eq!(rules.rule("other"), ToolRule::Unknown);
         rules.set_others(ToolRule::Run);
         assert_eq!(rules.rule("other"), ToolRule::Run);
-        assert_eq!(rules.rule("not valid!"), ToolRule::Run);
+        // A name outside the grammar never takes the rule for others.
+        for name in ["not valid!", "", "search ", "sea\0rch", "search\u{200b}"] {
+            assert_eq!(rules.rule(name), ToolRule::Unknown, "{name:?}");
+        }
     }
 }

@@ -40,11 +40,14 @@ impl<R: BufRead, W: Write> PromptApprover<R, W> {
 
 impl<R: BufRead, W: Write> Approver for PromptApprover<R, W> {
     fn answer(&mut self, call: &ProposedCall<'_>) -> ApprovalAnswer {
+        // The name and arguments come from the model: escaped, so that they
+        // cannot move the cursor, reorder the line or hide a character.
         let arguments = String::from_utf8_lossy(call.input);
         let asked = writeln!(
             self.output,
-            "The agent wants to run {} with {arguments}",
-            call.name
+            "The agent wants to run {} with {}",
+            crate::term::terminal_safe(call.name),
+            crate::term::terminal_safe(&arguments)
         )
         .and_then(|()| write!(self.output, "Approve? [y/N] "))
         .and_then(|()| self.output.flush());
@@ -87,6 +90,22 @@ mod tests {
         let shown = String::from_utf8(out).unwrap();
         assert!(
             shown.starts_with("The agent wants to run refund with {\"order\":7}\nApprove? [y/N] ")
+        );
+    }
+
+    #[test]
+    fn the_prompt_shows_names_and_arguments_escaped() {
+        let mut out = Vec::new();
+        let mut prompt = PromptApprover::new(&b"n\n"[..], &mut out);
+        let call = ProposedCall {
+            input: b"{\"c\":\"\x1b[2J\"}",
+            ..call("Bash\u{200b}")
+        };
+        assert_eq!(prompt.answer(&call), ApprovalAnswer::Refuse);
+        let shown = String::from_utf8(out).unwrap();
+        assert!(
+            shown.contains("run Bash\\u{200b} with {\"c\":\"\\u{1b}[2J\"}"),
+            "{shown}"
         );
     }
 

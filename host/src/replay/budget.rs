@@ -118,6 +118,18 @@ impl ApprovePolicy {
             if needs_approval.iter().any(|n| n == name) {
                 continue;
             }
+            if name.eq_ignore_ascii_case("all") || name.eq_ignore_ascii_case("none") {
+                let word = name.to_ascii_lowercase();
+                return Err(if names.len() > 1 {
+                    format!(
+                        "{name:?} cannot be combined with tool names: {word} stands alone; write {word}, or only tool names separated by commas"
+                    )
+                } else {
+                    format!(
+                        "{name:?} in a list is taken for a tool name, and no tool named {name:?} needs approval; write {word} alone, not in a list"
+                    )
+                });
+            }
             if let Some(meant) = near_miss(name) {
                 return Err(format!(
                     "{name:?} is neither all nor none, and no tool named {name:?} needs approval; did you mean {meant}?"
@@ -324,9 +336,25 @@ fn seconds_to_millis(s: f64) -> Result<u64, String> {
     Ok((s * 1000.0).round() as u64)
 }
 
+/// A TOML error as `line L, column C: message`, without the quoted source
+/// line the crate adds: a hostile budget's line can be 1 MiB long.
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let before = text.get(..span.start).unwrap_or(text);
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: {}", e.message())
+        }
+        None => e.message().to_owned(),
+    }
+}
+
 /// Reads a budget file; anything missing keeps the reference's default.
+/// Errors name the line and column (TOML syntax, wrong types, numbers out of
+/// range, nesting past the TOML reader's limit) or the key.
 pub fn parse_budget(text: &str) -> Result<ReplayBudget, String> {
-    let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
+    let file: File = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
     let d = TurnLimits::DEFAULT;
     let b = file.budget;
     let max_millis = match b.max_seconds {
@@ -558,6 +586,26 @@ mod tests {
         assert_eq!(
             ApprovePolicy::parse(&format!("{long},0day")).unwrap(),
             ApprovePolicy::Tools(vec![long.into(), "0day".into()])
+        );
+    }
+
+    #[test]
+    fn all_or_none_combined_with_tool_names_is_refused_with_its_own_message() {
+        for text in ["all,Bash", "Bash, NONE", "None,all"] {
+            let err = ApprovePolicy::parse_for(text, &["Bash".into()]).unwrap_err();
+            assert!(
+                err.contains("cannot be combined with tool names"),
+                "{text}: {err}"
+            );
+            assert!(!err.contains("did you mean"), "{text}: {err}");
+        }
+        let err =
+            parse_budget("[tools]\nneeds_approval = [\"Bash\"]\napprove = [\"all\"]").unwrap_err();
+        assert!(err.contains("write all alone, not in a list"), "{err}");
+        // A tool really named `all` that needs approval is a name.
+        assert_eq!(
+            ApprovePolicy::parse_for("all,Bash", &["all".into(), "Bash".into()]).unwrap(),
+            ApprovePolicy::Tools(vec!["all".into(), "Bash".into()])
         );
     }
 

@@ -8,6 +8,7 @@ use super::session::{
     usage_from_value, Format, RecordedCall, RecordedTurn, Session, UsageGranularity,
 };
 use super::time::{parse_http_date_ms, parse_rfc3339_ms};
+use crate::strict::value_from_str;
 use budgetgate_core::turn::TokenUsage;
 
 /// Reads `text` (the whole file) in whatever supported format it is in.
@@ -17,8 +18,13 @@ pub fn read_session(text: &str) -> Result<Session, String> {
         return Err("the file is empty".into());
     }
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        if let Ok(value) = serde_json::from_str::<Value>(trimmed) {
-            return from_json_document(value);
+        match value_from_str(trimmed) {
+            Ok(value) => return from_json_document(value),
+            // A duplicate key is refused wherever it is (a JSON document, or
+            // the first line of JSON Lines), never read as its last value.
+            Err(e) if e.is_data() => return Err(e.to_string()),
+            Err(e) if is_too_deep(&e) => return Err(too_deep(&e)),
+            Err(_) => {}
         }
         if trimmed.starts_with('{') {
             return from_json_lines(trimmed);
@@ -26,6 +32,14 @@ pub fn read_session(text: &str) -> Result<Session, String> {
     }
     check_yaml(trimmed)?;
     let yaml = yaml_rust2::YamlLoader::load_from_str(trimmed).map_err(|e| {
+        if e.info().contains("duplicated key") {
+            // A YAML mapping with the same key twice: refused, naming both.
+            let key = e.info().trim_end_matches(": duplicated key in mapping");
+            return format!(
+                "line {}: duplicate key in a YAML mapping: {key}",
+                e.marker().line()
+            );
+        }
         format!("not a recognised recording (not JSON, JSON Lines or YAML: {e}); expected a Claude Code session log, Anthropic Messages API exchanges, a VCR cassette or a SWE-agent .traj")
     })?;
     let [document] = yaml.as_slice() else {
@@ -34,7 +48,7 @@ pub fn read_session(text: &str) -> Result<Session, String> {
             yaml.len()
         ));
     };
-    let value = yaml_to_json(document)?;
+    let value = yaml_to_json(document, &mut Vec::new())?;
     if value.get("interactions").is_some() {
         return read_vcr(&value);
     }
@@ -83,8 +97,14 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str::<Value>(line) {
+        match value_from_str(line) {
             Ok(value) => values.push((index + 1, value)),
+            Err(e) if e.is_data() => {
+                return Err(format!("line {}: {}", index + 1, without_position(&e)))
+            }
+            Err(e) if is_too_deep(&e) => {
+                return Err(format!("line {}: {}", index + 1, too_deep(&e)))
+            }
             // A log whose writer was interrupted ends with a partial line:
             // only the last line, and only if the text merely stops early.
             Err(e) if index + 1 == lines.len() && !values.is_empty() && e.is_eof() => {
@@ -149,6 +169,40 @@ fn stop_reason_of(message: &Value) -> Result<Option<String>, String> {
     }
 }
 
+/// Whether serde_json stopped at its nesting limit (128 levels).
+fn is_too_deep(e: &serde_json::Error) -> bool {
+    e.to_string().starts_with("recursion limit exceeded")
+}
+
+/// The error for JSON nested past serde_json's limit, with its position.
+fn too_deep(e: &serde_json::Error) -> String {
+    format!(
+        "the JSON nests deeper than 128 levels (at line {} column {}); refused",
+        e.line(),
+        e.column()
+    )
+}
+
+/// A serde_json error without its ` at line L column C` (for a text that is
+/// one line of the file, where the line is named by the caller), keeping the
+/// column.
+fn without_position(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rsplit_once(" at line ") {
+        Some((message, _)) => format!("{message} (column {})", e.column()),
+        None => text,
+    }
+}
+
+/// A text shown in an error, cut to 40 characters.
+fn brief_text(text: &str) -> String {
+    if text.chars().count() <= 40 {
+        text.to_owned()
+    } else {
+        text.chars().take(39).chain(['…']).collect()
+    }
+}
+
 /// A JSON value shown in an error, cut to 40 characters.
 fn brief(value: &Value) -> String {
     let text = value.to_string();
@@ -180,7 +234,7 @@ fn turn_from_message(message: &Value) -> Result<RecordedTurn, String> {
 fn add_blocks(turn: &mut RecordedTurn, content: Option<&Value>) -> Result<(), String> {
     match content {
         Some(Value::Array(blocks)) => {
-            for block in blocks {
+            for (at, block) in blocks.iter().enumerate() {
                 match block.get("type").and_then(Value::as_str) {
                     Some("text") => {
                         turn.text_chars += block
@@ -189,14 +243,15 @@ fn add_blocks(turn: &mut RecordedTurn, content: Option<&Value>) -> Result<(), St
                             .map_or(0, |t| t.chars().count())
                     }
                     Some("tool_use") => {
-                        let id = block
-                            .get("id")
-                            .and_then(Value::as_str)
-                            .ok_or("a tool_use block has no string `id`")?;
-                        let name = block
-                            .get("name")
-                            .and_then(Value::as_str)
-                            .ok_or("a tool_use block has no string `name`")?;
+                        let field = |key: &str| match block.get(key) {
+                            Some(Value::String(text)) => Ok(text),
+                            None => Err(format!("content block {at} (tool_use) has no `{key}`")),
+                            Some(other) => Err(format!(
+                                "content block {at} (tool_use): `{key}` is {}, not a string",
+                                brief(other)
+                            )),
+                        };
+                        let (id, name) = (field("id")?, field("name")?);
                         turn.calls.push(RecordedCall {
                             id: id.to_owned(),
                             name: name.to_owned(),
@@ -209,7 +264,14 @@ fn add_blocks(turn: &mut RecordedTurn, content: Option<&Value>) -> Result<(), St
             }
         }
         Some(Value::String(text)) => turn.text_chars += text.chars().count(),
-        _ => {}
+        None | Some(Value::Null) => {}
+        // Never taken for "no blocks": a tool call could hide in it.
+        Some(other) => {
+            return Err(format!(
+                "`content` is {}, neither a list of blocks nor a string",
+                brief(other)
+            ))
+        }
     }
     Ok(())
 }
@@ -283,6 +345,36 @@ fn only_results_of(message: Option<&Value>, calls: &[RecordedCall]) -> bool {
         })
 }
 
+/// `calls` without the blocks that are an earlier line's block logged again:
+/// the same call id, name and input in a response of the same `message.id`
+/// (Claude Code writes one response over several lines and may repeat a
+/// block). Such a repeat is one call, not a reuse of its id; a block that
+/// reuses an id with another name or input is kept, and the gate refuses it.
+/// Returns the calls kept and how many were dropped.
+fn drop_logged_again(
+    turns: &[RecordedTurn],
+    message_id: &str,
+    calls: Vec<RecordedCall>,
+) -> (Vec<RecordedCall>, usize) {
+    let earlier: Vec<&RecordedCall> = turns
+        .iter()
+        .filter(|t| t.message_id.as_deref() == Some(message_id))
+        .flat_map(|t| &t.calls)
+        .collect();
+    let mut kept: Vec<RecordedCall> = Vec::with_capacity(calls.len());
+    let mut dropped = 0;
+    for call in calls {
+        let same =
+            |c: &&RecordedCall| c.id == call.id && c.name == call.name && c.input == call.input;
+        if earlier.iter().any(same) || kept.iter().any(|c| same(&c)) {
+            dropped += 1;
+        } else {
+            kept.push(call);
+        }
+    }
+    (kept, dropped)
+}
+
 fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
     let mut turns: Vec<RecordedTurn> = Vec::new();
     let mut open: Option<OpenResponse> = None;
@@ -294,6 +386,7 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
     let mut synthetic = 0usize;
     let mut skipped = 0usize;
     let mut bad_times = 0usize;
+    let mut repeated_blocks = 0usize;
     let mut lines_read = 0usize;
     for (line_no, line) in &lines {
         lines_read += 1;
@@ -366,10 +459,19 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
                         if let Some(reason) = stop_reason_of(message).map_err(context)? {
                             turn.stop_reason = Some(reason);
                         }
+                        let before = turn.calls.len();
                         add_blocks(turn, message.get("content")).map_err(context)?;
+                        let added = turn.calls.split_off(before);
+                        let kept = drop_logged_again(&turns, id, added);
+                        repeated_blocks += kept.1;
+                        turns[index].calls.extend(kept.0);
                     }
                     None => {
                         let mut turn = turn_from_message(message).map_err(context)?;
+                        let calls = std::mem::take(&mut turn.calls);
+                        let kept = drop_logged_again(&turns, id, calls);
+                        repeated_blocks += kept.1;
+                        turn.calls = kept.0;
                         turn.usage = Some(usage);
                         turn.requested_at_ms =
                             last_time.zip(start).map(|(t, s)| t.saturating_sub(s));
@@ -431,6 +533,11 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
             "{synthetic} synthetic assistant lines (no model call) skipped"
         ));
     }
+    if repeated_blocks > 0 {
+        notes.push(format!(
+            "{repeated_blocks} tool_use block(s) logged again on a later line of the same message.id (same id, name and input): read once, not as a reused call id"
+        ));
+    }
     if skipped > 0 {
         notes.push(format!(
             "{skipped} assistant lines without a message skipped"
@@ -449,6 +556,7 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
         turns,
         usage: UsageGranularity::PerTurn,
         declared_tools: None,
+        ends_complete: false,
         notes,
     })
 }
@@ -593,7 +701,9 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
                 "{label}: the event stream ends without a stop reason (cut off?): inferred from the blocks"
             ));
         }
-        let time_ms = header(response, "date").and_then(|d| parse_http_date_ms(&d));
+        let time_ms = header(response, "date")
+            .map_err(|e| format!("{label}: response: {e}"))?
+            .and_then(|d| parse_http_date_ms(&d));
         exchanges.push(Exchange {
             label,
             request: request_body.and_then(|b| match b {
@@ -638,20 +748,35 @@ fn vcr_body(part: &Value) -> Result<Option<Body>, String> {
     if raw.trim().is_empty() {
         return Ok(None);
     }
-    Ok(Some(match serde_json::from_str(&raw) {
+    Ok(Some(match value_from_str(&raw) {
         Ok(v) => Body::Json(v),
+        Err(e) if e.is_data() => return Err(e.to_string()),
         Err(_) => Body::Text(raw),
     }))
 }
 
-fn header(part: &Value, name: &str) -> Option<String> {
-    let headers = part.get("headers")?.as_object()?;
-    let (_, value) = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name))?;
-    match value {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(items) => items.first()?.as_str().map(str::to_owned),
-        _ => None,
+/// A header's value. Header names are case-insensitive, so `Date` and `date`
+/// are one header given twice, as is a list of several values: refused (the
+/// time limit is decided on it), never read as one of them.
+fn header(part: &Value, name: &str) -> Result<Option<String>, String> {
+    let Some(headers) = part.get("headers").and_then(Value::as_object) else {
+        return Ok(None);
+    };
+    let mut found = headers.iter().filter(|(k, _)| k.eq_ignore_ascii_case(name));
+    let Some((key, value)) = found.next() else {
+        return Ok(None);
+    };
+    if let Some((other, _)) = found.next() {
+        return Err(format!("header {name} given twice (`{key}` and `{other}`)"));
     }
+    Ok(match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(items) if items.len() > 1 => {
+            return Err(format!("header `{key}` has {} values", items.len()))
+        }
+        Value::Array(items) => items.first().and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    })
 }
 
 /// Rebuilds a message from a Messages API server-sent event stream.
@@ -663,8 +788,17 @@ fn message_from_sse(text: &str) -> Result<Value, String> {
         let Some(data) = line.strip_prefix("data:") else {
             continue;
         };
-        let Ok(event) = serde_json::from_str::<Value>(data.trim()) else {
-            continue;
+        let event = match value_from_str(data.trim()) {
+            Ok(event) => event,
+            Err(e) if e.is_data() => {
+                return Err(format!(
+                    "event {}: {}",
+                    brief_text(data.trim()),
+                    without_position(&e)
+                ))
+            }
+            // Not JSON (`[DONE]`, a comment): not an event of the Messages API.
+            Err(_) => continue,
         };
         match event.get("type").and_then(Value::as_str) {
             // The stream failed (`overloaded_error`, …): an error response,
@@ -734,8 +868,16 @@ fn message_from_sse(text: &str) -> Result<Value, String> {
             if let Some(json) = partial_inputs.get(&index) {
                 // A stream cut off mid-way leaves unreadable arguments: kept
                 // as a marker so the call is never taken as complete.
-                block["input"] = serde_json::from_str(json)
-                    .unwrap_or_else(|_| Value::String(format!("{UNREADABLE}{json}")));
+                block["input"] = match value_from_str(json) {
+                    Ok(input) => input,
+                    Err(e) if e.is_data() => {
+                        return Err(format!(
+                            "the streamed arguments of content block {index}: {}",
+                            without_position(&e)
+                        ))
+                    }
+                    Err(_) => Value::String(format!("{UNREADABLE}{json}")),
+                };
             }
         }
     }
@@ -761,7 +903,16 @@ fn build_from_exchanges(
         let mut turn = turn_from_message(&exchange.response)
             .map_err(|e| format!("{} (response {index}): {e}", exchange.label))?;
         if let Some(request) = &exchange.request {
-            turn.max_tokens = request.get("max_tokens").and_then(Value::as_u64);
+            turn.max_tokens = match request.get("max_tokens") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(v.as_u64().ok_or_else(|| {
+                    format!(
+                        "{} (request {index}): `max_tokens` is {}, not a non-negative integer",
+                        exchange.label,
+                        brief(v)
+                    )
+                })?),
+            };
             if let Some(tools) = request.get("tools").and_then(Value::as_array) {
                 any_declared = true;
                 declared.extend(
@@ -825,6 +976,7 @@ fn build_from_exchanges(
         turns,
         usage: UsageGranularity::PerTurn,
         declared_tools: any_declared.then(|| declared.into_iter().collect()),
+        ends_complete: false,
         notes,
     })
 }
@@ -937,10 +1089,17 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
             ));
         }
     }
-    if let Some(status) = info
-        .and_then(|i| i.get("exit_status"))
-        .and_then(Value::as_str)
-    {
+    let exit_status = match info.and_then(|i| i.get("exit_status")) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(status)) => Some(status.as_str()),
+        Some(other) => {
+            return Err(format!(
+                "info.exit_status is {}, not a string",
+                brief(other)
+            ))
+        }
+    };
+    if let Some(status) = exit_status {
         notes.push(format!("exit_status: {status}"));
     }
     Ok(Session {
@@ -948,16 +1107,23 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
         turns,
         usage,
         declared_tools: None,
+        // Only a plain `submitted`: `submitted (exit_cost)` and the like
+        // were submitted by SWE-agent when its own limit stopped the agent.
+        ends_complete: exit_status == Some("submitted"),
         notes,
     })
 }
 
 /// The first word of a command, restricted to `[A-Za-z0-9_-]`, or `command`.
+/// A path, quotes or a leading backslash name the same program (`/bin/rm`,
+/// `\rm`, `'rm'` are `rm`), so they are taken off first: otherwise
+/// `needs_approval = ["rm"]` would miss them (`/bin/rm` used to read `binrm`).
 fn command_name(action: &str) -> String {
-    let word: String = action
-        .split_whitespace()
-        .next()
-        .unwrap_or("")
+    let first = action.split_whitespace().next().unwrap_or("");
+    let unquoted = first.trim_matches(|c| c == '\'' || c == '"');
+    let program = unquoted.rsplit('/').next().unwrap_or(unquoted);
+    let word: String = program
+        .trim_start_matches('\\')
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
         .take(64)
@@ -1041,8 +1207,18 @@ fn check_yaml(text: &str) -> Result<(), String> {
     }
 }
 
-fn yaml_to_json(yaml: &yaml_rust2::Yaml) -> Result<Value, String> {
+/// The YAML path of a node, for errors: `interactions[0].response.body`.
+fn yaml_path(path: &[String]) -> String {
+    if path.is_empty() {
+        "the document".into()
+    } else {
+        path.concat().trim_start_matches('.').to_owned()
+    }
+}
+
+fn yaml_to_json(yaml: &yaml_rust2::Yaml, path: &mut Vec<String>) -> Result<Value, String> {
     use yaml_rust2::Yaml;
+    let at = |path: &[String], what: String| format!("{}: {what}", yaml_path(path));
     Ok(match yaml {
         Yaml::Null => Value::Null,
         Yaml::Boolean(b) => Value::Bool(*b),
@@ -1053,15 +1229,21 @@ fn yaml_to_json(yaml: &yaml_rust2::Yaml) -> Result<Value, String> {
                 "-.inf" | "-.Inf" | "-.INF" => f64::NEG_INFINITY,
                 _ => text
                     .parse()
-                    .map_err(|_| format!("YAML number `{text}` cannot be read"))?,
+                    .map_err(|_| at(path, format!("YAML number `{text}` cannot be read")))?,
             };
             serde_json::Number::from_f64(x)
                 .map(Value::Number)
-                .ok_or_else(|| format!("YAML number `{text}` is not finite"))?
+                .ok_or_else(|| at(path, format!("YAML number `{text}` is not finite")))?
         }
         Yaml::String(s) => Value::String(s.clone()),
         Yaml::Array(items) => {
-            Value::Array(items.iter().map(yaml_to_json).collect::<Result<_, _>>()?)
+            let mut out = Vec::with_capacity(items.len());
+            for (index, item) in items.iter().enumerate() {
+                path.push(format!("[{index}]"));
+                out.push(yaml_to_json(item, path)?);
+                path.pop();
+            }
+            Value::Array(out)
         }
         Yaml::Hash(map) => {
             let mut object = Map::new();
@@ -1072,14 +1254,22 @@ fn yaml_to_json(yaml: &yaml_rust2::Yaml) -> Result<Value, String> {
                     Yaml::Boolean(b) => b.to_string(),
                     Yaml::Real(r) => r.clone(),
                     Yaml::Null => "null".into(),
-                    _ => return Err("a YAML mapping key is not a scalar".into()),
+                    _ => return Err(at(path, "a YAML mapping key is not a scalar".into())),
                 };
-                object.insert(key, yaml_to_json(v)?);
+                // `1:` and `"1":` are two YAML keys but one JSON key: refused,
+                // never read as the last value.
+                if object.contains_key(&key) {
+                    return Err(at(path, format!("duplicate key `{key}` in a YAML mapping")));
+                }
+                path.push(format!(".{key}"));
+                let value = yaml_to_json(v, path)?;
+                path.pop();
+                object.insert(key, value);
             }
             Value::Object(object)
         }
-        Yaml::Alias(_) => return Err("YAML aliases are not supported".into()),
-        Yaml::BadValue => return Err("a YAML value cannot be read".into()),
+        Yaml::Alias(_) => return Err(at(path, "YAML aliases are not supported".into())),
+        Yaml::BadValue => return Err(at(path, "a YAML value cannot be read".into())),
     })
 }
 
@@ -1093,6 +1283,14 @@ mod tests {
         assert_eq!(command_name("edit 287:295\nfoo"), "edit");
         assert_eq!(command_name("   "), "command");
         assert_eq!(command_name("./run.sh"), "runsh");
+        for rm in [
+            "/bin/rm -rf /",
+            "\\rm -rf /",
+            "'rm' -rf",
+            "\"/usr/bin/rm\" x",
+        ] {
+            assert_eq!(command_name(rm), "rm", "{rm}");
+        }
     }
 
     #[test]

@@ -114,6 +114,11 @@ pub struct Session {
     pub usage: UsageGranularity,
     /// Tool names the requests declared (`tools[].name`), if any request did.
     pub declared_tools: Option<Vec<String>>,
+    /// Whether the recording says the run finished after its last response
+    /// although no `end_turn` is recorded (a SWE-agent trajectory whose
+    /// `info.exit_status` is `submitted`: its last action submitted the
+    /// result).
+    pub ends_complete: bool,
     /// Facts about the reading worth showing (skipped lines, inferred values).
     pub notes: Vec<String>,
 }
