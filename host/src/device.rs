@@ -1170,7 +1170,7 @@ mod tests {
         vec![
             (
                 "HELLO",
-                vec![sealed(r#"{"type":"hello","protocol":1,"frame_max":1024}"#)],
+                vec![sealed(r#"{"type":"hello","protocol":2,"frame_max":1024}"#)],
             ),
             (
                 "STATUS",
@@ -1290,7 +1290,7 @@ mod tests {
         let exchanges = vec![
             (
                 "HELLO",
-                vec![sealed(r#"{"type":"hello","protocol":1,"frame_max":1024}"#)],
+                vec![sealed(r#"{"type":"hello","protocol":2,"frame_max":1024}"#)],
             ),
             (
                 "STATUS",
