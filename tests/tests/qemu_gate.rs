@@ -849,7 +849,7 @@ fn device_session_with_an_approving_operator() {
             "operator: started run 1: max_decisions=8 max_tool_calls=6 time_budget_ms=120000 \
              approval_timeout_ms=30000 tools={TOOLS}"
         ),
-        "run: running, 0/8 decisions, 0/6 tool attempts",
+        "run 1: running, 0/8 decisions, 0/6 tool attempts",
         r#"step 0  tool lamp-on HassTurnOn {"name":"lamp"} -> ok: {"name":"lamp","state":"on"}"#,
         r#"step 1  tool check-1 HassGetState {} -> ok: {"lamp":"on","valve":"closed","leds":1}"#,
         r#"step 2  tool dim HassLightSet {"name":"lamp","brightness":140} -> refused, not executed: invalid-arguments"#,
@@ -860,7 +860,7 @@ fn device_session_with_an_approving_operator() {
         "step 6  final Lamp on at 40 %; the garden valve was asked to open (see check-2). -> stopped: final",
         "run stopped: final (final, 7/8 decisions, 6/6 tool attempts)",
         // Every stop, final too, leaves the actuators in their safe state.
-        "actuators: lamp off, valve closed (leds=0)",
+        "actuators left: lamp off, valve closed (register 0: the safe state)",
     ];
     assert_eq!(report.lines().collect::<Vec<_>>(), expected, "{report}");
     assert_eq!(code, 0);
@@ -876,7 +876,7 @@ fn device_session_with_a_denying_operator() {
         r#"step 4  operator: approve? water HassValveOpen {"name":"valve"} [y/n] -> n"#,
         r#"step 4  tool water HassValveOpen {"name":"valve"} -> refused, not executed: approval-denied"#,
         r#"step 5  tool check-2 HassGetState {} -> ok: {"lamp":"on","valve":"closed","leds":1}"#,
-        "actuators: lamp off, valve closed (leds=0)",
+        "actuators left: lamp off, valve closed (register 0: the safe state)",
     ] {
         assert!(
             report.lines().any(|l| l == line),
