@@ -44,6 +44,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::input::{read_path, ReadError};
 use crate::term::{terminal_safe, unsafe_on_terminal};
 
 /// How long a connection attempt keeps retrying (the device, e.g. QEMU, may
@@ -65,6 +66,9 @@ pub const CONSOLE_LINE_MAX: usize = 1024;
 pub const CONSOLE_BACKLOG: usize = 64;
 /// Bytes read from a port at a time; the inbox never holds more.
 const READ_CHUNK: usize = 2048;
+/// Largest script file read (as the other commands' inputs): a script has a
+/// few dozen proposals of at most a frame each.
+pub const SCRIPT_MAX_BYTES: u64 = 16 << 20;
 /// The accepted `--baud` rates.
 pub const BAUD_RANGE: std::ops::RangeInclusive<i64> = 50..=4_000_000;
 /// The accepted `--reply-timeout` seconds.
@@ -1417,14 +1421,16 @@ pub fn connect(address: &str, what: &str) -> Result<TcpStream, DeviceError> {
     }
 }
 
+/// Reads the script file (`-`: standard input), at most
+/// [`SCRIPT_MAX_BYTES`]: a larger one (or `/dev/zero`) is refused without
+/// being read whole, as every other input of the command.
 fn read_text(path: &str) -> Result<String, DeviceError> {
-    let mut bytes = Vec::new();
-    let read = if path == "-" {
-        io::stdin().lock().read_to_end(&mut bytes).map(|_| ())
-    } else {
-        std::fs::read(path).map(|b| bytes = b)
-    };
-    read.map_err(|e| DeviceError::Usage(format!("{path}: cannot read: {e}")))?;
+    let bytes = read_path(std::path::Path::new(path), SCRIPT_MAX_BYTES).map_err(|e| match e {
+        ReadError::Io(e) => DeviceError::Usage(format!("{path}: cannot read: {e}")),
+        ReadError::TooLarge { limit } => {
+            DeviceError::Usage(format!("{path}: larger than {} MiB; refused", limit >> 20))
+        }
+    })?;
     String::from_utf8(bytes).map_err(|e| DeviceError::Usage(format!("{path}: not UTF-8: {e}")))
 }
 
@@ -2253,6 +2259,16 @@ mod tests {
             assert!(is_line_noise(word), "{word}");
         }
         assert!(!is_line_noise("frame-too-long"));
+    }
+
+    /// The same class of fault as the endless reply, on the script side:
+    /// the script was read whole, whatever its size.
+    #[test]
+    fn a_script_file_is_read_bounded() {
+        let began = Instant::now();
+        let e = read_text("/dev/zero").unwrap_err().to_string();
+        assert_eq!(e, "/dev/zero: larger than 16 MiB; refused");
+        assert!(began.elapsed() < Duration::from_secs(5));
     }
 
     #[derive(Debug, clap::Parser)]
