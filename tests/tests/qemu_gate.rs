@@ -813,13 +813,19 @@ fn panic_turns_actuators_off_and_exits_qemu_with_failure() {
 /// The host's `budgetgate device` session (library form) against the
 /// firmware, acting as the operator, with `examples/device-session.json`.
 fn device_session(operator: Operator) -> Option<(u8, String, String)> {
-    let mut qemu = Qemu::boot_gate()?;
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../examples/device-session.json"
     );
     let text = std::fs::read_to_string(path).expect("read the example");
-    let script = budgetgate::device::read_script("device-session.json", &text).expect("script");
+    host_session(operator, &text)
+}
+
+/// The host's session (library form) with the script `text`, as the
+/// operator: its exit status, its report, and `STATUS` afterwards.
+fn host_session(operator: Operator, text: &str) -> Option<(u8, String, String)> {
+    let mut qemu = Qemu::boot_gate()?;
+    let script = budgetgate::device::read_script("device-session.json", text).expect("script");
     let console = Console::new(qemu.console_stream(), operator, false).expect("console");
     let mut out = Vec::new();
     let end = Session::new(
@@ -865,6 +871,40 @@ fn device_session_with_an_approving_operator() {
     assert_eq!(report.lines().collect::<Vec<_>>(), expected, "{report}");
     assert_eq!(code, 0);
     assert_eq!(after, status(7, 8, 6, 6, "final"));
+}
+
+/// The host's report says what a stop left the actuators in: the valve
+/// was opened (approved), then the tool budget ran out, and the stop closed
+/// it (issue 10).
+#[test]
+fn device_session_reports_the_actuators_a_tool_budget_stop_left_safe() {
+    let script = r#"{"script": [
+        {"kind": "tool", "call_id": "on", "name": "HassTurnOn", "arguments": {"name": "lamp"}},
+        {"kind": "tool", "call_id": "water", "name": "HassValveOpen", "arguments": {"name": "valve"}},
+        {"kind": "tool", "call_id": "a", "name": "add", "arguments": {"a": 7, "b": 8}},
+        {"kind": "tool", "call_id": "b", "name": "add", "arguments": {"a": 7, "b": 8}},
+        {"kind": "final", "text": "never sent"}
+    ], "max_tool_calls": 3}"#;
+    let Some((code, report, after)) = host_session(Operator::Approve, script) else {
+        return;
+    };
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(
+        &lines[lines.len() - 4..],
+        [
+            r#"step 2  tool a add {"a":7,"b":8} -> ok: 15"#,
+            r#"step 3  tool b add {"a":7,"b":8} -> stopped: tool-budget"#,
+            "run stopped: tool-budget (tool-budget, 4/8 decisions, 3/3 tool attempts)",
+            "actuators left: lamp off, valve closed (register 0: the safe state)",
+        ],
+        "{report}"
+    );
+    assert!(
+        report.contains(r#"step 1  tool water HassValveOpen {"name":"valve"} -> ok: {"name":"valve","state":"open"}"#),
+        "{report}"
+    );
+    assert_eq!(code, 1);
+    assert_eq!(after, status(4, 8, 3, 3, "tool-budget"));
 }
 
 #[test]
