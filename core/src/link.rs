@@ -6,8 +6,8 @@
 //! `PAYLOAD` in upper-case hex. A `\r` before the `\n` is ignored, and so is an
 //! empty line. A frame longer than [`FRAME_MAX`] bytes is discarded up to the
 //! next line end and reported once as [`FrameError::TooLong`], so the link
-//! never loses sync. A frame whose checksum is missing or wrong is line noise,
-//! told apart from a bad proposal: it consumes no decision.
+//! never loses sync. A frame whose checksum is missing, malformed or wrong is
+//! line noise, told apart from a bad proposal: it consumes no decision.
 //!
 //! Requests from the agent (`PAYLOAD`):
 //! * `PROPOSE {action}` — a proposal, validated by [`crate::Action::parse`];
@@ -29,8 +29,10 @@ use crate::pyjson::{self, EncodeError};
 /// before it counts).
 pub const FRAME_MAX: usize = 1024;
 
-/// The protocol version carried in `HELLO` replies.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The protocol version carried in `HELLO` replies. Version 2 added the run
+/// number to every decision and status reply, the actuator register to
+/// `status`, and the `malformed-checksum` error (`docs/PROTOCOL.md`).
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Bytes a frame adds around its payload: `*`, eight hex digits.
 pub const CHECKSUM_LEN: usize = 9;
@@ -53,8 +55,13 @@ pub fn checksum(payload: &[u8]) -> u32 {
 pub enum FrameError {
     /// The line was longer than [`FRAME_MAX`] bytes; it was discarded.
     TooLong,
-    /// The line has no `*XXXXXXXX` checksum suffix.
+    /// The line has no `*XXXXXXXX` checksum suffix (too short, or no `*`
+    /// nine bytes before its end).
     MissingChecksum,
+    /// The line ends in `*` and eight bytes that are not eight upper-case
+    /// hex digits (lower-case hex is not the protocol's spelling; a damaged
+    /// digit looks the same).
+    MalformedChecksum,
     /// The checksum does not match the payload (line noise).
     BadChecksum,
 }
@@ -65,6 +72,7 @@ impl FrameError {
         match self {
             Self::TooLong => "frame-too-long",
             Self::MissingChecksum => "missing-checksum",
+            Self::MalformedChecksum => "malformed-checksum",
             Self::BadChecksum => "bad-checksum",
         }
     }
@@ -75,6 +83,7 @@ impl fmt::Display for FrameError {
         match self {
             Self::TooLong => write!(f, "frame longer than {FRAME_MAX} bytes"),
             Self::MissingChecksum => f.write_str("frame has no *CRC32 suffix"),
+            Self::MalformedChecksum => f.write_str("frame checksum is not 8 upper-case hex digits"),
             Self::BadChecksum => f.write_str("frame checksum does not match"),
         }
     }
@@ -154,7 +163,7 @@ pub fn verify(line: &[u8]) -> Result<&[u8], FrameError> {
         let digit = match h {
             b'0'..=b'9' => h - b'0',
             b'A'..=b'F' => h - b'A' + 10,
-            _ => return Err(FrameError::MissingChecksum),
+            _ => return Err(FrameError::MalformedChecksum),
         };
         sent = (sent << 4) | u32::from(digit);
     }
@@ -265,6 +274,8 @@ impl<'a> Request<'a> {
 pub enum Reply<'a, D: Serialize> {
     /// A tool round: what was observed (`SPEC A2` observation plus trace row).
     Observation {
+        /// The run this round belongs to (the console's run number, from 1).
+        run: u32,
         /// Round number from 0.
         step: u8,
         /// The call id.
@@ -281,6 +292,8 @@ pub enum Reply<'a, D: Serialize> {
     },
     /// The run stopped in this round with `status`.
     Stopped {
+        /// The run that stopped.
+        run: u32,
         /// Round number from 0.
         step: u8,
         /// `final`, `policy-error`, `duplicate-call`, `tool-budget`,
@@ -290,12 +303,14 @@ pub enum Reply<'a, D: Serialize> {
     /// A request that consumed no decision was refused.
     Error {
         /// What went wrong (`frame-too-long`, `bad-checksum`,
-        /// `missing-checksum`, `unknown-request`, `not-permitted`, `no-run`,
+        /// `missing-checksum`, `malformed-checksum`, `unknown-request`, `not-permitted`, `no-run`,
         /// `run-stopped`; `internal-error` only for a device bug).
         error: &'a str,
     },
     /// The run's counters.
     Status {
+        /// The current run's number (from 1), 0 before the first run.
+        run: u32,
         /// Decision rounds used.
         decisions: u8,
         /// Most decision rounds.
@@ -307,6 +322,10 @@ pub enum Reply<'a, D: Serialize> {
         /// `idle` (no run started yet), `running`, or the status the run
         /// stopped with (including `time-budget`).
         state: &'a str,
+        /// The actuators as read back from the hardware, one bit each; 0 is
+        /// every actuator in its safe state (the reference firmware: bit 0
+        /// the lamp on, bit 1 the valve open).
+        actuators: u32,
     },
     /// The protocol version and limits.
     Hello {
@@ -365,11 +384,25 @@ mod tests {
             vec![Err(FrameError::MissingChecksum)]
         );
         assert_eq!(feed(&mut d, b"\n\r\n"), vec![]);
-        // Lower-case hex is not the protocol's spelling.
+    }
+
+    #[test]
+    fn a_lower_case_checksum_is_reported_as_malformed_not_missing() {
+        let mut d = FrameDecoder::new();
+        // Lower-case hex is not the protocol's spelling; the reason says so.
         assert_eq!(
             feed(&mut d, b"STATUS*8bf8a29a\n"),
+            vec![Err(FrameError::MalformedChecksum)]
+        );
+        assert_eq!(
+            feed(&mut d, b"STATUS*8BF8A29G\n"),
+            vec![Err(FrameError::MalformedChecksum)]
+        );
+        assert_eq!(
+            feed(&mut d, b"STATUS+8BF8A29A\n"),
             vec![Err(FrameError::MissingChecksum)]
         );
+        assert_eq!(FrameError::MalformedChecksum.as_str(), "malformed-checksum");
     }
 
     #[test]
@@ -406,13 +439,14 @@ mod tests {
     fn replies_are_sealed_compact_json() {
         let mut buf = [0u8; 256];
         let reply: Reply<'_, ()> = Reply::Stopped {
+            run: 1,
             step: 2,
             status: "final",
         };
         let n = write_frame(&mut buf, &reply).unwrap();
         let text = core::str::from_utf8(&buf[..n]).unwrap();
         assert!(
-            text.starts_with("{\"type\":\"stopped\",\"step\":2,\"status\":\"final\"}*"),
+            text.starts_with("{\"type\":\"stopped\",\"run\":1,\"step\":2,\"status\":\"final\"}*"),
             "{text}"
         );
         assert!(text.ends_with('\n'));

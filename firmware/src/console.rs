@@ -8,8 +8,8 @@
 //! | `start D T` | the same with `max_decisions` D (1..=32) and `max_tool_calls` T (0..=16) |
 //! | `status` | `run N STATE decisions=d/D tool_attempts=t/T time_left_ms=… approval=ID|none`, or `idle: no run (type start)` |
 //! | `y`, `yes`, `approve` / `n`, `no`, `deny` | `approved ID` / `denied ID` (answers the pending prompt) |
-//! | `timeout MS` | `ok approval_timeout_ms=MS` (1..=3600000) |
-//! | `deadline MS` | `ok time_budget_ms=MS` (current run, from its start, and later runs) |
+//! | `timeout MS` | `ok approval_timeout_ms=MS` (1..=3600000; otherwise `error: timeout MS needs one whole number of milliseconds, 1..=3600000`) |
+//! | `deadline MS` | `ok time_budget_ms=MS` (current run, from its start, and later runs; same range; a run already stopped on time stays stopped) |
 //! | `leds` | `leds=<n>`: the LED register read back from hardware (bit 0 lamp, bit 1 valve) |
 //! | `tools` | the registered tools, `*` = needs approval |
 //! | `buttons` | `buttons=<n>` |
@@ -64,8 +64,10 @@ pub enum Command {
     Help,
     /// Panic on purpose (tests the fail-safe exit path).
     Panic,
-    /// A known command with a bad or missing number.
-    BadNumber,
+    /// `start` with numbers that are not two budgets.
+    BadStart,
+    /// `timeout` (`true`) or `deadline` without one number of ms in range.
+    BadMillis(bool),
     /// Not a command.
     Unknown,
 }
@@ -105,10 +107,10 @@ pub fn parse(line: &[u8]) -> Option<Command> {
         b"start" if none => Command::Start(None),
         b"start" => match (number(first), number(second), extra) {
             (Some(d), Some(t), None) => Command::Start(Some((d, t))),
-            _ => Command::BadNumber,
+            _ => Command::BadStart,
         },
-        b"timeout" => millis(first).map_or(Command::BadNumber, Command::Timeout),
-        b"deadline" => millis(first).map_or(Command::BadNumber, Command::Deadline),
+        b"timeout" => millis(first).map_or(Command::BadMillis(true), Command::Timeout),
+        b"deadline" => millis(first).map_or(Command::BadMillis(false), Command::Deadline),
         _ if !none => Command::Unknown,
         b"status" => Command::Status,
         v if is_any(v, &[b"y", b"yes", b"approve"]) => Command::Answer(true),
@@ -150,9 +152,7 @@ pub fn handle<W: Write>(
                 Some((d, t)) => RunLimits::new(d, t),
             };
             let Ok(limits) = limits else {
-                return out.write_all(
-                    b"error: start D T needs max_decisions 1..=32 and max_tool_calls 0..=16\n",
-                );
+                return out.write_all(START_USAGE);
             };
             match gate.start(limits, board::now_ms()) {
                 Ok(run) => started(out, gate, run, limits),
@@ -203,10 +203,26 @@ pub fn handle<W: Write>(
             b"commands: start [D T] status y n timeout MS deadline MS leds tools buttons uptime ticks stack help panic\n",
         ),
         Command::Panic => panic!("panic requested on the operator console"),
-        Command::BadNumber => out.write_all(b"error: bad number\n"),
+        Command::BadStart => out.write_all(START_USAGE),
+        Command::BadMillis(timeout) => {
+            out.write_all(if timeout {
+                b"error: timeout"
+            } else {
+                b"error: deadline"
+            })?;
+            reply_number(
+                out,
+                b" MS needs one whole number of milliseconds, 1..=",
+                u64::from(MAX_CONSOLE_MILLIS),
+            )
+        }
         Command::Unknown => out.write_all(b"error: unknown command\n"),
     }
 }
+
+/// The reply to a `start` whose budgets are not numbers within the contract.
+const START_USAGE: &[u8] =
+    b"error: start D T needs max_decisions 1..=32 and max_tool_calls 0..=16\n";
 
 /// The boot banner (one line).
 pub fn banner<W: Write>(out: &mut W) -> Result<(), W::Error> {

@@ -13,6 +13,11 @@
 //!
 //! While an approval is pending the main loop reads nothing from the agent
 //! link (its bytes wait in the UART) and polls the console and the clock.
+//!
+//! Every stop of a run (any status, `final` included, and the time budget
+//! as soon as it passes) drives every actuator to its safe state: once the
+//! run has stopped nothing on the agent link can move an actuator, so what
+//! is left must be safe without supervision (docs/FIRMWARE.md, "Stopping").
 #![forbid(unsafe_code)]
 
 use budgetgate_core::link::{self, FrameError, Reply, Request, PROTOCOL_VERSION};
@@ -86,7 +91,10 @@ enum Phase {
     Idle,
     /// A run exists; the core's [`Run::status`] tells whether it stopped.
     Running,
-    /// The gate stopped the run on its time budget.
+    /// The time budget passed while no proposal came: the actuators are
+    /// safe, and the next proposal is answered `stopped`/`time-budget`.
+    TimeUp,
+    /// The gate stopped the run on its time budget (and said so).
     TimeBudget,
 }
 
@@ -259,7 +267,7 @@ impl Gate {
     pub fn state(&self) -> &'static str {
         match self.phase {
             Phase::Idle => word::IDLE,
-            Phase::TimeBudget => word::TIME_BUDGET,
+            Phase::TimeUp | Phase::TimeBudget => word::TIME_BUDGET,
             Phase::Running => self.run.status().map_or(word::RUNNING, Status::as_str),
         }
     }
@@ -300,11 +308,13 @@ impl Gate {
             Ok(Request::Status) => {
                 let limits = self.run.limits();
                 let status = Frame::Status {
+                    run: self.runs,
                     decisions: self.step(),
                     max_decisions: limits.max_decisions(),
                     tool_attempts: self.run.tool_attempts(),
                     max_tool_calls: limits.max_tool_calls(),
                     state: self.state(),
+                    actuators: board::read_leds(),
                 };
                 self.send(agent, &status)
             }
@@ -329,12 +339,12 @@ impl Gate {
             Phase::Running if self.run.status().is_some() => {
                 return self.error(agent, word::RUN_STOPPED)
             }
-            Phase::Running => {}
+            Phase::Running | Phase::TimeUp => {}
         }
         let step = self.step();
         let run = self.runs;
         // SPEC C: the time budget is checked before each decision.
-        if self.out_of_time(now_ms) {
+        if self.time_up(now_ms) {
             self.phase = Phase::TimeBudget;
             defmt::info!("run {=u32} step {=u8}: stopped: time-budget", run, step);
             return self.stopped(agent, step, word::TIME_BUDGET);
@@ -428,6 +438,12 @@ impl Gate {
         now_ms.saturating_sub(self.started_ms) >= u64::from(self.time_budget_ms)
     }
 
+    /// Whether the run has stopped on time, or would now: a later `deadline`
+    /// never revives a run whose actuators were already made safe.
+    fn time_up(&self, now_ms: u64) -> bool {
+        self.phase == Phase::TimeUp || self.out_of_time(now_ms)
+    }
+
     /// The operator's answer to the pending prompt (or its timeout). Returns
     /// `false` when nothing was pending.
     pub fn answer<W: Write>(
@@ -469,7 +485,7 @@ impl Gate {
         // The time budget may have run out while the operator decided: an
         // approval that comes too late never moves the actuator (SPEC C: no
         // call runs past an exhausted budget), and the run stops on time.
-        if answer == Answer::Approve && self.out_of_time(now_ms) {
+        if answer == Answer::Approve && self.time_up(now_ms) {
             console.write_all(b"too late: the run's time budget ran out; not executed\n")?;
             defmt::info!(
                 "run {=u32} step {=u8}: approval after the time budget",
@@ -491,13 +507,20 @@ impl Gate {
         .map(|()| true)
     }
 
-    /// Refuses the pending call once its approval timeout has passed.
+    /// Refuses the pending call once its approval timeout has passed, and
+    /// stops the run when its time budget passes even if no proposal comes:
+    /// the actuators go to their safe state then, not at the next proposal.
     pub fn poll<W: Write>(
         &mut self,
         now_ms: u64,
         agent: &mut W,
         console: &mut W,
     ) -> Result<(), W::Error> {
+        if self.phase == Phase::Running && self.run.status().is_none() && self.out_of_time(now_ms) {
+            defmt::info!("run {=u32}: time budget passed; actuators safe", self.runs);
+            self.phase = Phase::TimeUp;
+            self.actuators.safe_state();
+        }
         match &self.pending {
             Some(p) if now_ms >= p.deadline_ms => self
                 .answer(Answer::Timeout, now_ms, agent, console)
@@ -612,6 +635,7 @@ impl Gate {
         data: Data,
     ) -> Result<(), W::Error> {
         let reply = Frame::Observation {
+            run: self.runs,
             step,
             call_id: call.call_id.as_str(),
             name: call.name.as_str(),
@@ -628,7 +652,14 @@ impl Gate {
         step: u8,
         status: &'static str,
     ) -> Result<(), W::Error> {
-        self.send(agent, &Frame::Stopped { step, status })
+        // Any stop: nothing on the agent link can move an actuator any more,
+        // so none is left where the agent put it (docs/FIRMWARE.md).
+        self.actuators.safe_state();
+        if self.phase == Phase::TimeUp {
+            self.phase = Phase::TimeBudget;
+        }
+        let run = self.runs;
+        self.send(agent, &Frame::Stopped { run, step, status })
     }
 
     fn error<W: Write>(&mut self, agent: &mut W, error: &'static str) -> Result<(), W::Error> {

@@ -46,7 +46,7 @@ fn model_line(raw: &[u8]) -> Option<Result<Vec<u8>, FrameError>> {
         .iter()
         .all(|h| h.is_ascii_digit() || (b'A'..=b'F').contains(h))
     {
-        return Some(Err(FrameError::MissingChecksum));
+        return Some(Err(FrameError::MalformedChecksum));
     }
     let sent = u32::from_str_radix(std::str::from_utf8(hex).expect("hex"), 16).expect("hex");
     if sent != crc32(payload) {

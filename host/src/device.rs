@@ -11,15 +11,28 @@
 //! * [`Session`]: the same, as a library, over any [`Port`] (used by the QEMU
 //!   end-to-end tests).
 //! * [`AgentLink`]: framed requests and verified replies; [`DeviceReply`]: a
-//!   reply read back into a Rust value; [`minify`]: a proposal made into one
-//!   line without changing a byte of its meaning.
+//!   reply read back into a Rust value; [`Expected`]: what a reply must be to
+//!   belong to its request; [`minify`]: a proposal made into one line without
+//!   changing a byte of its meaning.
+//!
+//! Whatever the peer sends, the host holds a few frames of memory at most: a
+//! reply line longer than [`FRAME_MAX`] is reported at once and discarded to
+//! its line end, and so is a console line longer than [`CONSOLE_LINE_MAX`].
+//! Every text printed from a script or a device goes through
+//! [`terminal_safe`] (or, for `--json`, [`json_terminal_safe`]).
+//!
+//! The host reads replies into its own [`DeviceReply`] (owned strings, serde
+//! `Deserialize`); the device writes them with the core's [`link::Reply`]
+//! (borrowed, `Serialize` only): borrowing cannot read a string with escapes.
+//! A test writes every core reply and reads it back here, so the two schemas
+//! cannot drift apart.
 
 use std::collections::VecDeque;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::time::{Duration, Instant};
 
 use budgetgate_core::limits::{DEFAULT_MAX_DECISIONS, DEFAULT_MAX_TOOL_CALLS};
@@ -31,16 +44,35 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::input::{read_path, ReadError};
+use crate::term::{terminal_safe, unsafe_on_terminal};
+
 /// How long a connection attempt keeps retrying (the device, e.g. QEMU, may
 /// still be starting).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a console command waits for its reply line.
 pub const CONSOLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many times a request is sent when the device reports line noise
-/// (`bad-checksum`, `missing-checksum`): such a frame used no decision.
+/// (`bad-checksum`, `missing-checksum`, `malformed-checksum`): such a frame
+/// used no decision.
 pub const SEND_ATTEMPTS: u32 = 3;
 /// Most payload bytes of one request frame (`FRAME_MAX` less the checksum).
 pub const PAYLOAD_MAX: usize = FRAME_MAX - CHECKSUM_LEN;
+/// Longest console line read, `\n` excluded (the device's longest line is
+/// under 200 bytes); a longer one is discarded to its line end and reported.
+pub const CONSOLE_LINE_MAX: usize = 1024;
+/// Console events that may wait for the session to read them; past that the
+/// console's reader waits (the device's console writes a few lines a run).
+pub const CONSOLE_BACKLOG: usize = 64;
+/// Bytes read from a port at a time; the inbox never holds more.
+const READ_CHUNK: usize = 2048;
+/// Largest script file read (as the other commands' inputs): a script has a
+/// few dozen proposals of at most a frame each.
+pub const SCRIPT_MAX_BYTES: u64 = 16 << 20;
+/// The accepted `--baud` rates.
+pub const BAUD_RANGE: std::ops::RangeInclusive<i64> = 50..=4_000_000;
+/// The accepted `--reply-timeout` seconds.
+pub const REPLY_TIMEOUT_RANGE: std::ops::RangeInclusive<u64> = 1..=3600;
 
 /// What the operator answers to every approval prompt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -73,8 +105,9 @@ pub struct DeviceArgs {
     #[arg(long, value_name = "PATH")]
     pub serial: Option<PathBuf>,
 
-    /// Baud rate of --serial.
-    #[arg(long, value_name = "N", default_value_t = 115_200, requires = "serial")]
+    /// Baud rate of --serial, 50..=4000000.
+    #[arg(long, value_name = "N", default_value_t = 115_200, requires = "serial",
+          value_parser = clap::value_parser!(u32).range(BAUD_RANGE))]
     pub baud: u32,
 
     /// The operator console over TCP: the command sends `start` there first
@@ -94,18 +127,22 @@ pub struct DeviceArgs {
     #[arg(value_name = "SCRIPT.json")]
     pub script: String,
 
-    /// Print each reply of the device as one JSON line (exactly the frame's
-    /// payload) instead of the readable report.
+    /// Print each reply of the device as one JSON line (the frame's payload;
+    /// characters a terminal would act on, such as ESC or bidi controls, are
+    /// written as JSON escapes) instead of the readable report.
     #[arg(long)]
     pub json: bool,
 
-    /// Print every raw frame and console line on standard error.
+    /// Print every raw frame and console line on standard error (escaped
+    /// for the terminal; a line over 1024 bytes is not printed).
     #[arg(long)]
     pub frames: bool,
 
-    /// Seconds to wait for each reply (a call that needs approval waits for
-    /// the operator, up to the device's approval timeout).
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    /// Seconds to wait for each reply, 1..=3600 (a call that needs approval
+    /// waits for the operator, up to the device's approval timeout: keep this
+    /// longer than that).
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(REPLY_TIMEOUT_RANGE))]
     pub reply_timeout: u64,
 }
 
@@ -161,6 +198,8 @@ impl Port for Box<dyn serialport::SerialPort> {
 pub enum DeviceReply {
     /// A tool round was decided.
     Observation {
+        /// The run it was decided in.
+        run: u32,
         /// Round number from 0.
         step: u8,
         /// The call id.
@@ -176,6 +215,8 @@ pub enum DeviceReply {
     },
     /// The run stopped in this round.
     Stopped {
+        /// The run that stopped.
+        run: u32,
         /// Round number from 0.
         step: u8,
         /// The stop status.
@@ -188,6 +229,8 @@ pub enum DeviceReply {
     },
     /// The run's counters.
     Status {
+        /// The run's number (0: no run yet).
+        run: u32,
         /// Decision rounds used.
         decisions: u8,
         /// Most decision rounds.
@@ -198,6 +241,8 @@ pub enum DeviceReply {
         max_tool_calls: u8,
         /// `idle`, `running` or the stop status.
         state: String,
+        /// The actuator register read back (0: all in the safe state).
+        actuators: u32,
     },
     /// The protocol version and frame limit.
     Hello {
@@ -252,11 +297,20 @@ pub fn request_frame(verb: &str, json: Option<&[u8]>) -> Result<Vec<u8>, DeviceE
 }
 
 /// The agent link: sealed requests out, verified replies in.
+///
+/// Holds at most one frame line (the core's decoder), one line's copy for
+/// `--frames`, and one read of [`READ_CHUNK`] bytes, whatever the device
+/// sends.
 pub struct AgentLink<P: Port> {
     port: P,
     decoder: FrameDecoder<FRAME_MAX>,
     inbox: VecDeque<u8>,
+    /// The line being received, for `--frames` (at most `FRAME_MAX` bytes).
     line: Vec<u8>,
+    /// Bytes of the line being received, its line end excluded.
+    line_len: usize,
+    /// An over-long line was reported; its bytes are dropped to its `\n`.
+    discarding: bool,
     frames: bool,
 }
 
@@ -266,8 +320,10 @@ impl<P: Port> AgentLink<P> {
         Self {
             port,
             decoder: FrameDecoder::new(),
-            inbox: VecDeque::new(),
+            inbox: VecDeque::with_capacity(READ_CHUNK),
             line: Vec::new(),
+            line_len: 0,
+            discarding: false,
             frames,
         }
     }
@@ -275,7 +331,10 @@ impl<P: Port> AgentLink<P> {
     /// Sends one request frame.
     pub fn send(&mut self, frame: &[u8]) -> Result<(), DeviceError> {
         if self.frames {
-            eprintln!("agent> {}", String::from_utf8_lossy(frame).trim_end());
+            eprintln!(
+                "agent> {}",
+                terminal_safe(String::from_utf8_lossy(frame).trim_end())
+            );
         }
         self.port
             .write_all(frame)
@@ -283,23 +342,60 @@ impl<P: Port> AgentLink<P> {
             .map_err(io_error("writing to the agent link"))
     }
 
-    /// The next frame line from the device, within `timeout`.
+    /// Takes one byte from the device; a completed line is returned.
+    fn take(&mut self, byte: u8) -> Option<Result<Received, DeviceError>> {
+        if byte == b'\n' {
+            let line = std::mem::take(&mut self.line);
+            self.line_len = 0;
+            // The decoder reports the over-long line again at its end: it
+            // was reported when it passed FRAME_MAX.
+            let decoded = self.decoder.push(byte);
+            if std::mem::take(&mut self.discarding) {
+                return None;
+            }
+            if self.frames && !line.is_empty() {
+                eprintln!(
+                    "agent< {}",
+                    terminal_safe(String::from_utf8_lossy(&line).trim_end())
+                );
+            }
+            return match decoded? {
+                Ok(payload) => Some(parse_reply(payload).map(Received::Reply)),
+                Err(e) => Some(Ok(Received::Bad(e))),
+            };
+        }
+        if self.discarding {
+            return None;
+        }
+        self.line_len += 1;
+        // The decoder keeps FRAME_MAX bytes and then only notes the
+        // overflow; this copy stops there too.
+        let _ = self.decoder.push(byte);
+        if self.line_len > FRAME_MAX {
+            // No reply is ever longer: say so now instead of waiting for a
+            // line end that may never come.
+            self.discarding = true;
+            self.line = Vec::new();
+            if self.frames {
+                eprintln!("agent< (a line longer than {FRAME_MAX} bytes; discarded)");
+            }
+            return Some(Ok(Received::Bad(FrameError::TooLong)));
+        }
+        if self.frames {
+            self.line.push(byte);
+        }
+        None
+    }
+
+    /// The next frame line from the device, within `timeout`. A line longer
+    /// than [`FRAME_MAX`] is [`Received::Bad`] as soon as it passes the
+    /// limit; the rest of it, up to its line end, is dropped as it arrives.
     pub fn receive(&mut self, timeout: Duration) -> Result<Received, DeviceError> {
         let deadline = Instant::now() + timeout;
         loop {
             while let Some(byte) = self.inbox.pop_front() {
-                if byte == b'\n' {
-                    let line = std::mem::take(&mut self.line);
-                    if self.frames && !line.is_empty() {
-                        eprintln!("agent< {}", String::from_utf8_lossy(&line).trim_end());
-                    }
-                } else {
-                    self.line.push(byte);
-                }
-                match self.decoder.push(byte) {
-                    None => {}
-                    Some(Ok(payload)) => return parse_reply(payload).map(Received::Reply),
-                    Some(Err(e)) => return Ok(Received::Bad(e)),
+                if let Some(received) = self.take(byte) {
+                    return received;
                 }
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -312,7 +408,7 @@ impl<P: Port> AgentLink<P> {
             self.port
                 .set_wait(left)
                 .map_err(io_error("setting the agent link's timeout"))?;
-            let mut chunk = [0u8; 2048];
+            let mut chunk = [0u8; READ_CHUNK];
             match self.port.read(&mut chunk) {
                 Ok(0) => {
                     return Err(DeviceError::Protocol(
@@ -332,6 +428,17 @@ impl<P: Port> AgentLink<P> {
         }
     }
 
+    /// The next reply; a line that is not a valid frame is an error (the
+    /// reply arrived damaged).
+    pub fn receive_reply(&mut self, timeout: Duration) -> Result<Reply, DeviceError> {
+        match self.receive(timeout)? {
+            Received::Reply(reply) => Ok(reply),
+            Received::Bad(e) => Err(DeviceError::Protocol(format!(
+                "the device's reply arrived damaged ({e})"
+            ))),
+        }
+    }
+
     /// Sends `frame` and returns the device's reply, resending (up to
     /// [`SEND_ATTEMPTS`] times) when the device reports line noise. A reply
     /// that itself arrives damaged is an error: for a proposal the device
@@ -339,29 +446,35 @@ impl<P: Port> AgentLink<P> {
     pub fn request(&mut self, frame: &[u8], timeout: Duration) -> Result<Reply, DeviceError> {
         for _ in 0..SEND_ATTEMPTS {
             self.send(frame)?;
-            match self.receive(timeout)? {
-                Received::Bad(e) => {
-                    return Err(DeviceError::Protocol(format!(
-                        "the device's reply arrived damaged ({e})"
-                    )))
-                }
-                Received::Reply(reply) => match &reply.reply {
-                    DeviceReply::Error { error }
-                        if error == FrameError::BadChecksum.as_str()
-                            || error == FrameError::MissingChecksum.as_str() =>
-                    {
-                        if self.frames {
-                            eprintln!("agent: the device saw line noise ({error}); sending again");
-                        }
+            let reply = self.receive_reply(timeout)?;
+            match &reply.reply {
+                DeviceReply::Error { error } if is_line_noise(error) => {
+                    if self.frames {
+                        eprintln!(
+                            "agent: the device saw line noise ({}); sending again",
+                            terminal_safe(error)
+                        );
                     }
-                    _ => return Ok(reply),
-                },
+                }
+                _ => return Ok(reply),
             }
         }
         Err(DeviceError::Protocol(format!(
             "the device reported line noise {SEND_ATTEMPTS} times in a row"
         )))
     }
+}
+
+/// Whether a device's error word says our frame arrived damaged (it used no
+/// decision, so the request may be sent again).
+fn is_line_noise(error: &str) -> bool {
+    [
+        FrameError::BadChecksum,
+        FrameError::MissingChecksum,
+        FrameError::MalformedChecksum,
+    ]
+    .iter()
+    .any(|e| e.as_str() == error)
 }
 
 /// Removes the whitespace between JSON tokens (outside strings), so a
@@ -475,6 +588,8 @@ pub enum ConsoleEvent {
     Outcome(String),
     /// Any other line (banner, a command's reply).
     Line(String),
+    /// A line longer than [`CONSOLE_LINE_MAX`] bytes; it was discarded.
+    TooLong,
 }
 
 /// Sorts one console line; prompts get `operator`'s answer.
@@ -491,6 +606,104 @@ pub fn console_event(line: &str, operator: Operator) -> ConsoleEvent {
     }
 }
 
+/// Splits a byte stream into lines of at most `max` bytes (`\n` and a `\r`
+/// before it excluded). A longer line is reported once, as soon as it
+/// passes `max`, and the rest of it is dropped as it arrives, up to its line
+/// end. Holds at most `max` bytes.
+#[derive(Debug)]
+pub struct LineReader {
+    line: Vec<u8>,
+    max: usize,
+    overflow: bool,
+}
+
+impl LineReader {
+    /// An empty reader for lines of up to `max` bytes.
+    pub fn new(max: usize) -> Self {
+        Self {
+            line: Vec::new(),
+            max,
+            overflow: false,
+        }
+    }
+
+    /// Feeds one byte: `Some(Some(line))` at a line end, `Some(None)` when
+    /// the line passes `max` bytes, otherwise `None`.
+    pub fn push(&mut self, byte: u8) -> Option<Option<String>> {
+        if byte != b'\n' {
+            if self.overflow {
+                return None;
+            }
+            if self.line.len() < self.max {
+                self.line.push(byte);
+                return None;
+            }
+            self.overflow = true;
+            self.line = Vec::new();
+            return Some(None);
+        }
+        let line = std::mem::take(&mut self.line);
+        if std::mem::take(&mut self.overflow) {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&line);
+        Some(Some(text.trim_end_matches('\r').to_owned()))
+    }
+}
+
+/// The console reader thread: bounded lines, prompts answered at once,
+/// every event passed on (waiting when the session has not read
+/// [`CONSOLE_BACKLOG`] of them yet).
+fn read_console(
+    mut reader: TcpStream,
+    mut answerer: TcpStream,
+    operator: Operator,
+    frames: bool,
+    tx: SyncSender<ConsoleEvent>,
+) {
+    let mut lines = LineReader::new(CONSOLE_LINE_MAX);
+    let mut chunk = [0u8; READ_CHUNK];
+    loop {
+        let n = match reader.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        for &byte in chunk.iter().take(n) {
+            let event = match lines.push(byte) {
+                None => continue,
+                Some(None) => {
+                    if frames {
+                        eprintln!(
+                            "console< (a line longer than {CONSOLE_LINE_MAX} bytes; discarded)"
+                        );
+                    }
+                    ConsoleEvent::TooLong
+                }
+                Some(Some(line)) => {
+                    if frames {
+                        eprintln!("console< {}", terminal_safe(&line));
+                    }
+                    console_event(&line, operator)
+                }
+            };
+            if let ConsoleEvent::Prompt { answer, .. } = &event {
+                if frames {
+                    eprintln!("console> {answer}");
+                }
+                if answerer
+                    .write_all(format!("{answer}\n").as_bytes())
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            if tx.send(event).is_err() {
+                return;
+            }
+        }
+    }
+}
+
 /// The operator console: a reader thread answers prompts at once and passes
 /// every line on; commands wait for their reply line.
 pub struct Console {
@@ -504,32 +717,9 @@ impl Console {
     /// Takes over `stream` and starts the reader thread.
     pub fn new(stream: TcpStream, operator: Operator, frames: bool) -> Result<Self, DeviceError> {
         let reader = stream.try_clone().map_err(io_error("the console"))?;
-        let mut answerer = stream.try_clone().map_err(io_error("the console"))?;
-        let (tx, events) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(reader).lines() {
-                let Ok(line) = line else { break };
-                let line = line.trim_end_matches('\r').to_owned();
-                if frames {
-                    eprintln!("console< {line}");
-                }
-                let event = console_event(&line, operator);
-                if let ConsoleEvent::Prompt { answer, .. } = &event {
-                    if frames {
-                        eprintln!("console> {answer}");
-                    }
-                    if answerer
-                        .write_all(format!("{answer}\n").as_bytes())
-                        .is_err()
-                    {
-                        break;
-                    }
-                }
-                if tx.send(event).is_err() {
-                    break;
-                }
-            }
-        });
+        let answerer = stream.try_clone().map_err(io_error("the console"))?;
+        let (tx, events) = mpsc::sync_channel(CONSOLE_BACKLOG);
+        std::thread::spawn(move || read_console(reader, answerer, operator, frames, tx));
         Ok(Self {
             writer: stream,
             events,
@@ -538,8 +728,22 @@ impl Console {
         })
     }
 
+    /// Keeps a prompt or an outcome for the report; past
+    /// [`CONSOLE_BACKLOG`] of them (a device would never write so many
+    /// between two replies) the console is misbehaving.
+    fn note(&mut self, note: ConsoleEvent) -> Result<(), DeviceError> {
+        if self.notes.len() >= CONSOLE_BACKLOG {
+            return Err(DeviceError::Protocol(format!(
+                "the console wrote more than {CONSOLE_BACKLOG} prompts and outcomes unasked"
+            )));
+        }
+        self.notes.push(note);
+        Ok(())
+    }
+
     /// Sends `command` and returns the first line that starts with one of
     /// `replies` (other lines, such as the boot banner, are passed over).
+    /// A console line longer than [`CONSOLE_LINE_MAX`] is an error.
     pub fn command(&mut self, command: &str, replies: &[&str]) -> Result<String, DeviceError> {
         if self.frames {
             eprintln!("console> {command}");
@@ -555,7 +759,13 @@ impl Console {
                     return Ok(line)
                 }
                 Ok(ConsoleEvent::Line(_)) => {}
-                Ok(note) => self.notes.push(note),
+                Ok(ConsoleEvent::TooLong) => {
+                    return Err(DeviceError::Protocol(format!(
+                        "the console sent a line longer than {CONSOLE_LINE_MAX} bytes \
+                         (waiting for the reply to `{command}`)"
+                    )))
+                }
+                Ok(note) => self.note(note)?,
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(DeviceError::Timeout(format!(
                         "no reply to `{command}` on the console within {}",
@@ -570,14 +780,24 @@ impl Console {
     }
 
     /// Prompts and outcomes seen so far, oldest first.
-    pub fn take_notes(&mut self) -> Vec<ConsoleEvent> {
-        let mut notes = std::mem::take(&mut self.notes);
-        while let Ok(event) = self.events.try_recv() {
-            if !matches!(event, ConsoleEvent::Line(_)) {
-                notes.push(event);
+    pub fn take_notes(&mut self) -> Result<Vec<ConsoleEvent>, DeviceError> {
+        // Bounded: a console that writes faster than this reads is cut off
+        // by the backlog, not followed for ever.
+        for _ in 0..CONSOLE_BACKLOG {
+            let Ok(event) = self.events.try_recv() else {
+                break;
+            };
+            match event {
+                ConsoleEvent::Line(_) => {}
+                ConsoleEvent::TooLong => {
+                    return Err(DeviceError::Protocol(format!(
+                        "the console sent a line longer than {CONSOLE_LINE_MAX} bytes"
+                    )))
+                }
+                note => self.note(note)?,
             }
         }
-        notes
+        Ok(std::mem::take(&mut self.notes))
     }
 }
 
@@ -672,6 +892,7 @@ pub fn verdict(reply: &DeviceReply) -> String {
             tool_attempts,
             max_tool_calls,
             state,
+            ..
         } => format!(
             "{state}, {decisions}/{max_decisions} decisions, {tool_attempts}/{max_tool_calls} tool attempts"
         ),
@@ -689,19 +910,240 @@ fn text_of(data: &Value) -> String {
     }
 }
 
-/// `leds=3` → `lamp on, valve open (leds=3)`.
-pub fn actuators(leds_line: &str) -> String {
-    match leds_line
-        .strip_prefix("leds=")
-        .and_then(|n| n.trim().parse::<u32>().ok())
-    {
-        Some(bits) => format!(
-            "lamp {}, valve {} ({leds_line})",
-            if bits & 1 != 0 { "on" } else { "off" },
-            if bits & 2 != 0 { "open" } else { "closed" }
-        ),
-        None => leds_line.to_owned(),
+/// The reference firmware's actuator register, as `status` reports it
+/// (bit 0 the lamp, bit 1 the valve): `3` → `lamp on, valve open (register
+/// 3)`; 0 is every actuator in its safe state.
+pub fn actuators(bits: u32) -> String {
+    format!(
+        "lamp {}, valve {} (register {bits}{})",
+        if bits & 1 != 0 { "on" } else { "off" },
+        if bits & 2 != 0 { "open" } else { "closed" },
+        if bits == 0 { ": the safe state" } else { "" }
+    )
+}
+
+/// `raw` (JSON text) with every character that must not reach a terminal
+/// raw ([`unsafe_on_terminal`]) written as a JSON escape inside strings, and
+/// as a space between tokens: the same JSON value, byte for byte the same
+/// text when there is nothing to escape (what `--json` prints).
+pub fn json_terminal_safe(raw: &str) -> std::borrow::Cow<'_, str> {
+    if !raw.chars().any(unsafe_on_terminal) {
+        return std::borrow::Cow::Borrowed(raw);
     }
+    let mut out = String::with_capacity(raw.len() + 16);
+    let (mut in_string, mut escaped) = (false, false);
+    for c in raw.chars() {
+        if unsafe_on_terminal(c) {
+            if in_string {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            } else {
+                out.push(' ');
+            }
+            escaped = false;
+            continue;
+        }
+        out.push(c);
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// What a proposal is, as far as its reply must match it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExpectedCall {
+    /// `kind: "tool"` with a string call id and name: an observation must
+    /// name both.
+    Tool {
+        /// The proposal's call id.
+        call_id: String,
+        /// The proposal's tool name.
+        name: String,
+    },
+    /// `kind: "final"`: only a stop can answer it.
+    Final,
+    /// Anything else: the device can only refuse it (`policy-error`).
+    Other,
+}
+
+/// What a reply must be to belong to the request it answers: the run it
+/// was sent in, the step it was to take, and, for a tool call, its call id
+/// and name (`docs/PROTOCOL.md`, "Replies"). A reply that does not match is
+/// a protocol error, never a verdict: a device (or anything between) that
+/// answers another call, another step or another run is not answering us.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    /// The run (`status`'s `run`).
+    pub run: u32,
+    /// The round this proposal is (`decisions` before it).
+    pub step: u8,
+    /// The proposal.
+    pub call: ExpectedCall,
+    /// Only this stop: the `decision-budget` stop that follows an
+    /// observation of the last decision.
+    pub decision_budget: bool,
+}
+
+impl Expected {
+    /// The reply `proposal` (one line of JSON) needs in `run` at `step`.
+    pub fn proposal(proposal: &str, run: u32, step: u8) -> Self {
+        let value: Option<Value> = serde_json::from_str(proposal).ok();
+        let text = |map: &serde_json::Map<String, Value>, key: &str| {
+            map.get(key).and_then(Value::as_str).map(str::to_owned)
+        };
+        let call = match &value {
+            Some(Value::Object(map)) => match map.get("kind").and_then(Value::as_str) {
+                Some("tool") => match (text(map, "call_id"), text(map, "name")) {
+                    (Some(call_id), Some(name)) => ExpectedCall::Tool { call_id, name },
+                    _ => ExpectedCall::Other,
+                },
+                Some("final") => ExpectedCall::Final,
+                _ => ExpectedCall::Other,
+            },
+            _ => ExpectedCall::Other,
+        };
+        Self {
+            run,
+            step,
+            call,
+            decision_budget: false,
+        }
+    }
+
+    /// The stop that must follow the observation of the last decision.
+    pub fn decision_budget_stop(run: u32, step: u8) -> Self {
+        Self {
+            run,
+            step,
+            call: ExpectedCall::Other,
+            decision_budget: true,
+        }
+    }
+
+    /// The stop statuses that can answer this request.
+    pub fn stops(&self) -> &'static [&'static str] {
+        if self.decision_budget {
+            return &["decision-budget"];
+        }
+        match self.call {
+            ExpectedCall::Tool { .. } => &[
+                "policy-error",
+                "duplicate-call",
+                "tool-budget",
+                "time-budget",
+            ],
+            ExpectedCall::Final => &["final", "policy-error", "time-budget"],
+            ExpectedCall::Other => &["policy-error", "time-budget"],
+        }
+    }
+
+    /// Whether `reply` answers this request; otherwise what was expected and
+    /// what came, both named. An `error` reply (no decision used) is
+    /// checked by the caller, not here.
+    pub fn check(&self, reply: &DeviceReply) -> Result<(), String> {
+        let (run, step) = match reply {
+            DeviceReply::Observation { run, step, .. } | DeviceReply::Stopped { run, step, .. } => {
+                (*run, *step)
+            }
+            other => {
+                return Err(format!(
+                    "expected an observation or a stop, got a {} reply",
+                    kind_of(other)
+                ))
+            }
+        };
+        if run != self.run {
+            return Err(format!("expected run {}, got run {run}", self.run));
+        }
+        if step != self.step {
+            return Err(format!("expected step {}, got step {step}", self.step));
+        }
+        match (reply, &self.call) {
+            (
+                DeviceReply::Observation {
+                    call_id,
+                    name,
+                    executed,
+                    ok,
+                    ..
+                },
+                ExpectedCall::Tool {
+                    call_id: want_id,
+                    name: want_name,
+                },
+            ) if !self.decision_budget => {
+                if call_id != want_id {
+                    Err(format!("expected call id {want_id:?}, got {call_id:?}"))
+                } else if name != want_name {
+                    Err(format!("expected tool {want_name:?}, got {name:?}"))
+                } else if *ok && !executed {
+                    Err("an observation that is ok but not executed".into())
+                } else {
+                    Ok(())
+                }
+            }
+            (DeviceReply::Observation { .. }, _) => Err(format!(
+                "expected a stop ({}), got an observation",
+                self.stops().join(", ")
+            )),
+            (DeviceReply::Stopped { status, .. }, _) => {
+                if self.stops().contains(&status.as_str()) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "expected {}, got the stop {status:?}",
+                        self.describe()
+                    ))
+                }
+            }
+            _ => Err("expected an observation or a stop".into()),
+        }
+    }
+
+    /// What this request accepts, in words.
+    pub fn describe(&self) -> String {
+        let stops = self.stops().join(", ");
+        match &self.call {
+            ExpectedCall::Tool { call_id, name } if !self.decision_budget => format!(
+                "an observation of {call_id} ({name}) or a stop ({stops}) at step {} of run {}",
+                self.step, self.run
+            ),
+            _ => format!("a stop ({stops}) at step {} of run {}", self.step, self.run),
+        }
+    }
+}
+
+fn kind_of(reply: &DeviceReply) -> &'static str {
+    match reply {
+        DeviceReply::Observation { .. } => "observation",
+        DeviceReply::Stopped { .. } => "stopped",
+        DeviceReply::Error { .. } => "error",
+        DeviceReply::Status { .. } => "status",
+        DeviceReply::Hello { .. } => "hello",
+    }
+}
+
+/// A `status` reply, read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RunStatus {
+    run: u32,
+    decisions: u8,
+    max_decisions: u8,
+    state: String,
+    actuators: u32,
+    text: String,
 }
 
 impl<'o, P: Port> Session<'o, P> {
@@ -723,16 +1165,20 @@ impl<'o, P: Port> Session<'o, P> {
         }
     }
 
+    /// One line of the report, made safe for a terminal: it holds text from
+    /// the script and from the device.
     fn say(&mut self, line: &str) -> Result<(), DeviceError> {
         if !self.json {
-            writeln!(self.out, "{line}").map_err(io_error("writing the report"))?;
+            writeln!(self.out, "{}", terminal_safe(line))
+                .map_err(io_error("writing the report"))?;
         }
         Ok(())
     }
 
     fn record(&mut self, reply: &Reply) -> Result<(), DeviceError> {
         if self.json {
-            writeln!(self.out, "{}", reply.raw).map_err(io_error("writing the report"))?;
+            writeln!(self.out, "{}", json_terminal_safe(&reply.raw))
+                .map_err(io_error("writing the report"))?;
         }
         Ok(())
     }
@@ -744,22 +1190,35 @@ impl<'o, P: Port> Session<'o, P> {
         Ok(reply)
     }
 
-    fn status(&mut self) -> Result<(DeviceReply, String), DeviceError> {
+    fn status(&mut self) -> Result<RunStatus, DeviceError> {
         let reply = self.ask("STATUS", None)?;
+        let text = verdict(&reply.reply);
         match reply.reply {
-            DeviceReply::Status { .. } => {
-                let text = verdict(&reply.reply);
-                Ok((reply.reply, text))
-            }
-            other => Err(DeviceError::Protocol(format!(
-                "STATUS was answered with {other:?}"
+            DeviceReply::Status {
+                run,
+                decisions,
+                max_decisions,
+                state,
+                actuators,
+                ..
+            } => Ok(RunStatus {
+                run,
+                decisions,
+                max_decisions,
+                state,
+                actuators,
+                text,
+            }),
+            _ => Err(DeviceError::Protocol(format!(
+                "STATUS was answered with {}",
+                reply.raw
             ))),
         }
     }
 
     fn print_notes(&mut self, step: Option<u8>) -> Result<(), DeviceError> {
         let notes = match &mut self.console {
-            Some(console) => console.take_notes(),
+            Some(console) => console.take_notes()?,
             None => return Ok(()),
         };
         for note in notes {
@@ -767,7 +1226,7 @@ impl<'o, P: Port> Session<'o, P> {
                 let at = step.map_or_else(String::new, |s| format!("step {s}  "));
                 let line = format!("{at}operator: {line} -> {answer}");
                 if self.json {
-                    eprintln!("{line}");
+                    eprintln!("{}", terminal_safe(&line));
                 } else {
                     self.say(&line)?;
                 }
@@ -778,7 +1237,8 @@ impl<'o, P: Port> Session<'o, P> {
 
     /// Greets the device, starts a run if this session is the operator
     /// (with the script's budgets, if it names any), sends every proposal in
-    /// turn and reports each verdict.
+    /// turn and reports each verdict, and what the actuators were left in.
+    /// Every reply must belong to its request ([`Expected`]).
     pub fn run(&mut self, script: &Script) -> Result<SessionEnd, DeviceError> {
         let proposals = &script.proposals;
         let hello = self.ask("HELLO", None)?;
@@ -789,13 +1249,15 @@ impl<'o, P: Port> Session<'o, P> {
                     "the device speaks protocol {protocol}; this host speaks {PROTOCOL_VERSION}"
                 )))
             }
-            other => {
+            _ => {
                 return Err(DeviceError::Protocol(format!(
-                    "HELLO was answered with {other:?}"
+                    "HELLO was answered with {}",
+                    hello.raw
                 )))
             }
         }
         self.say(&format!("device: {}", verdict(&hello.reply)))?;
+        let mut started_run = None;
         if let Some(console) = &mut self.console {
             let started = console.command(&script.start_command(), &["started run", "error:"])?;
             if started.starts_with("error:") {
@@ -803,19 +1265,15 @@ impl<'o, P: Port> Session<'o, P> {
                     "the console refused `start`: {started}"
                 )));
             }
+            started_run = started
+                .strip_prefix("started run ")
+                .and_then(|rest| rest.split(':').next())
+                .and_then(|n| n.parse::<u32>().ok());
             self.say(&format!("operator: {started}"))?;
         }
-        let (status, text) = self.status()?;
-        let DeviceReply::Status {
-            max_decisions,
-            state,
-            ..
-        } = status
-        else {
-            return Err(DeviceError::Protocol("STATUS".into()));
-        };
-        self.say(&format!("run: {text}"))?;
-        match state.as_str() {
+        let status = self.status()?;
+        self.say(&format!("run {}: {}", status.run, status.text))?;
+        match status.state.as_str() {
             "running" => {}
             "idle" => {
                 return Err(DeviceError::Usage(
@@ -830,45 +1288,56 @@ impl<'o, P: Port> Session<'o, P> {
                 )))
             }
         }
+        let run = status.run;
+        if let Some(started) = started_run.filter(|n| *n != run) {
+            return Err(DeviceError::Protocol(format!(
+                "the console started run {started}, but the agent link reports run {run}"
+            )));
+        }
 
         let mut end = None;
+        let mut step = status.decisions;
         for (index, proposal) in proposals.iter().enumerate() {
             let frame = request_frame("PROPOSE", Some(proposal.as_bytes()))?;
+            let expected = Expected::proposal(proposal, run, step);
             let reply = self.agent.request(&frame, self.reply_timeout)?;
-            let step = match &reply.reply {
-                DeviceReply::Observation { step, .. } | DeviceReply::Stopped { step, .. } => {
-                    Some(*step)
-                }
-                _ => None,
-            };
-            self.print_notes(step)?;
+            if !matches!(reply.reply, DeviceReply::Error { .. }) {
+                expected.check(&reply.reply).map_err(|why| {
+                    DeviceError::Protocol(format!(
+                        "proposal {index}: the reply does not belong to it: {why} \
+                         (reply {}; expected {})",
+                        reply.raw,
+                        expected.describe()
+                    ))
+                })?;
+            }
+            let at_step = (!matches!(reply.reply, DeviceReply::Error { .. })).then_some(step);
+            self.print_notes(at_step)?;
             self.record(&reply)?;
             let about = summary(proposal);
-            let at = step.map_or_else(|| format!("proposal {index}"), |s| format!("step {s}"));
+            let at = at_step.map_or_else(|| format!("proposal {index}"), |s| format!("step {s}"));
             self.say(&format!("{at}  {about} -> {}", verdict(&reply.reply)))?;
             match reply.reply {
-                DeviceReply::Observation { step, .. } => {
+                DeviceReply::Observation { .. } => {
                     // The round that uses the last decision is followed by
                     // its stop (PROTOCOL.md: decision-budget).
-                    if u16::from(step) + 1 >= u16::from(max_decisions) {
-                        let next = match self.agent.receive(self.reply_timeout)? {
-                            Received::Reply(next) => next,
-                            Received::Bad(e) => {
-                                return Err(DeviceError::Protocol(format!(
-                                    "the device's reply arrived damaged ({e})"
-                                )))
-                            }
-                        };
+                    if u16::from(step) + 1 >= u16::from(status.max_decisions) {
+                        let next = self.agent.receive_reply(self.reply_timeout)?;
+                        let want = Expected::decision_budget_stop(run, step);
+                        want.check(&next.reply).map_err(|why| {
+                            DeviceError::Protocol(format!(
+                                "proposal {index}: the reply after its observation does not \
+                                 follow it: {why} (reply {}; expected {})",
+                                next.raw,
+                                want.describe()
+                            ))
+                        })?;
                         self.record(&next)?;
                         self.say(&format!("step {step}  {}", verdict(&next.reply)))?;
                         if let DeviceReply::Stopped { status, .. } = next.reply {
                             end = Some(status);
-                            break;
                         }
-                        return Err(DeviceError::Protocol(format!(
-                            "expected the decision-budget stop, got {}",
-                            next.raw
-                        )));
+                        break;
                     }
                 }
                 DeviceReply::Stopped { status, .. } => {
@@ -877,7 +1346,7 @@ impl<'o, P: Port> Session<'o, P> {
                 }
                 DeviceReply::Error { error } => match error.as_str() {
                     "run-stopped" => {
-                        let (_, text) = self.status()?;
+                        let text = self.status()?.text;
                         self.say(&format!("run: {text}"))?;
                         return Err(DeviceError::Protocol(format!(
                             "proposal {index}: the run had already stopped"
@@ -889,24 +1358,30 @@ impl<'o, P: Port> Session<'o, P> {
                         )))
                     }
                 },
-                other => {
+                _ => {
                     return Err(DeviceError::Protocol(format!(
-                        "PROPOSE was answered with {other:?}"
+                        "PROPOSE was answered with {}",
+                        reply.raw
                     )))
                 }
             }
+            step = step.saturating_add(1);
         }
-        let (_, text) = self.status()?;
+        let after = self.status()?;
+        if after.run != run {
+            return Err(DeviceError::Protocol(format!(
+                "the device's run changed during the session: expected run {run}, got run {}",
+                after.run
+            )));
+        }
         match &end {
-            Some(status) => self.say(&format!("run stopped: {status} ({text})"))?,
+            Some(status) => self.say(&format!("run stopped: {status} ({})", after.text))?,
             None => self.say(&format!(
-                "the script ended with the run still open on the device ({text})"
+                "the script ended with the run still open on the device ({})",
+                after.text
             ))?,
         }
-        if let Some(console) = &mut self.console {
-            let leds = console.command("leds", &["leds="])?;
-            self.say(&format!("actuators: {}", actuators(&leds)))?;
-        }
+        self.say(&format!("actuators left: {}", actuators(after.actuators)))?;
         Ok(SessionEnd { status: end })
     }
 }
@@ -946,14 +1421,16 @@ pub fn connect(address: &str, what: &str) -> Result<TcpStream, DeviceError> {
     }
 }
 
+/// Reads the script file (`-`: standard input), at most
+/// [`SCRIPT_MAX_BYTES`]: a larger one (or `/dev/zero`) is refused without
+/// being read whole, as every other input of the command.
 fn read_text(path: &str) -> Result<String, DeviceError> {
-    let mut bytes = Vec::new();
-    let read = if path == "-" {
-        io::stdin().lock().read_to_end(&mut bytes).map(|_| ())
-    } else {
-        std::fs::read(path).map(|b| bytes = b)
-    };
-    read.map_err(|e| DeviceError::Usage(format!("{path}: cannot read: {e}")))?;
+    let bytes = read_path(std::path::Path::new(path), SCRIPT_MAX_BYTES).map_err(|e| match e {
+        ReadError::Io(e) => DeviceError::Usage(format!("{path}: cannot read: {e}")),
+        ReadError::TooLarge { limit } => {
+            DeviceError::Usage(format!("{path}: larger than {} MiB; refused", limit >> 20))
+        }
+    })?;
     String::from_utf8(bytes).map_err(|e| DeviceError::Usage(format!("{path}: not UTF-8: {e}")))
 }
 
@@ -976,7 +1453,7 @@ fn session<P: Port>(
         AgentLink::new(agent, args.frames),
         console,
         args.json,
-        Duration::from_secs(args.reply_timeout.max(1)),
+        Duration::from_secs(args.reply_timeout),
         &mut out,
     );
     session.run(script)
@@ -1008,14 +1485,20 @@ fn run(args: &DeviceArgs) -> Result<SessionEnd, DeviceError> {
     }
 }
 
+/// The one line `budgetgate device` prints on stderr for `e`, made safe for
+/// a terminal: the message may quote the device or the script.
+pub fn error_line(e: &DeviceError) -> String {
+    format!("budgetgate device: {}", terminal_safe(&e.to_string()))
+}
+
 /// Runs `budgetgate device`: exit status 0 when the run ended with `final`,
-/// 1 with any other stop status (or the script ended first), 2 on a usage
-/// or transport error (one line on stderr).
+/// 1 with any other stop status (or the script ended first), 2 on a usage,
+/// transport or protocol error (one line on stderr).
 pub fn command(args: &DeviceArgs) -> ExitCode {
     match run(args) {
         Ok(end) => ExitCode::from(end.exit_code()),
         Err(e) => {
-            eprintln!("budgetgate device: {e}");
+            eprintln!("{}", error_line(&e));
             ExitCode::from(2)
         }
     }
@@ -1024,6 +1507,7 @@ pub fn command(args: &DeviceArgs) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{BufRead, BufReader};
     use std::net::TcpListener;
 
     #[test]
@@ -1086,17 +1570,19 @@ mod tests {
 
     #[test]
     fn replies_are_read_and_unknown_fields_ignored() {
-        let r = parse_reply(br#"{"type":"observation","step":0,"call_id":"c1","name":"add","executed":true,"ok":true,"data":15}"#).unwrap();
+        let r = parse_reply(br#"{"type":"observation","run":1,"step":0,"call_id":"c1","name":"add","executed":true,"ok":true,"data":15}"#).unwrap();
         assert_eq!(verdict(&r.reply), "ok: 15");
-        let r = parse_reply(br#"{"type":"stopped","step":1,"status":"final","extra":1}"#).unwrap();
+        let r = parse_reply(br#"{"type":"stopped","run":1,"step":1,"status":"final","extra":1}"#)
+            .unwrap();
         assert_eq!(
             r.reply,
             DeviceReply::Stopped {
+                run: 1,
                 step: 1,
                 status: "final".into()
             }
         );
-        let r = parse_reply(br#"{"type":"observation","step":2,"call_id":"c","name":"HassValveOpen","executed":false,"ok":false,"data":"approval-denied"}"#).unwrap();
+        let r = parse_reply(br#"{"type":"observation","run":1,"step":2,"call_id":"c","name":"HassValveOpen","executed":false,"ok":false,"data":"approval-denied"}"#).unwrap();
         assert_eq!(verdict(&r.reply), "refused, not executed: approval-denied");
         assert!(parse_reply(br#"{"type":"mystery"}"#).is_err());
         assert!(parse_reply(b"\xff").is_err());
@@ -1120,8 +1606,11 @@ mod tests {
             console_event("leds=3", Operator::Approve),
             ConsoleEvent::Line("leds=3".into())
         );
-        assert_eq!(actuators("leds=3"), "lamp on, valve open (leds=3)");
-        assert_eq!(actuators("leds=0"), "lamp off, valve closed (leds=0)");
+        assert_eq!(actuators(3), "lamp on, valve open (register 3)");
+        assert_eq!(
+            actuators(0),
+            "lamp off, valve closed (register 0: the safe state)"
+        );
     }
 
     #[test]
@@ -1170,12 +1659,12 @@ mod tests {
         vec![
             (
                 "HELLO",
-                vec![sealed(r#"{"type":"hello","protocol":1,"frame_max":1024}"#)],
+                vec![sealed(r#"{"type":"hello","protocol":2,"frame_max":1024}"#)],
             ),
             (
                 "STATUS",
                 vec![sealed(&format!(
-                    r#"{{"type":"status","decisions":0,"max_decisions":{max_decisions},"tool_attempts":0,"max_tool_calls":4,"state":"running"}}"#
+                    r#"{{"type":"status","run":1,"decisions":0,"max_decisions":{max_decisions},"tool_attempts":0,"max_tool_calls":4,"state":"running","actuators":0}}"#
                 ))],
             ),
         ]
@@ -1185,7 +1674,7 @@ mod tests {
         (
             "STATUS",
             vec![sealed(&format!(
-                r#"{{"type":"status","decisions":2,"max_decisions":8,"tool_attempts":1,"max_tool_calls":4,"state":"{state}"}}"#
+                r#"{{"type":"status","run":1,"decisions":2,"max_decisions":8,"tool_attempts":1,"max_tool_calls":4,"state":"{state}","actuators":0}}"#
             ))],
         )
     }
@@ -1217,11 +1706,13 @@ mod tests {
         let mut exchanges = hello_and_status(8);
         exchanges.push((
             "PROPOSE {\"kind\":\"tool\"",
-            vec![sealed(r#"{"type":"observation","step":0,"call_id":"c1","name":"add","executed":true,"ok":true,"data":15}"#)],
+            vec![sealed(r#"{"type":"observation","run":1,"step":0,"call_id":"c1","name":"add","executed":true,"ok":true,"data":15}"#)],
         ));
         exchanges.push((
             "PROPOSE {\"kind\":\"final\"",
-            vec![sealed(r#"{"type":"stopped","step":1,"status":"final"}"#)],
+            vec![sealed(
+                r#"{"type":"stopped","run":1,"step":1,"status":"final"}"#,
+            )],
         ));
         exchanges.push(status_at_end("final"));
         let (result, out) = run_fake(
@@ -1250,14 +1741,19 @@ mod tests {
         ));
         exchanges.push((
             "PROPOSE",
-            vec![sealed(r#"{"type":"stopped","step":0,"status":"final"}"#)],
+            vec![sealed(
+                r#"{"type":"stopped","run":1,"step":0,"status":"final"}"#,
+            )],
         ));
         exchanges.push(status_at_end("final"));
         let (result, out) = run_fake(exchanges, &[r#"{"kind":"final","text":"x"}"#], true);
         assert_eq!(result.unwrap().exit_code(), 0);
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 4, "{out}");
-        assert_eq!(lines[2], r#"{"type":"stopped","step":0,"status":"final"}"#);
+        assert_eq!(
+            lines[2],
+            r#"{"type":"stopped","run":1,"step":0,"status":"final"}"#
+        );
     }
 
     #[test]
@@ -1266,8 +1762,8 @@ mod tests {
         exchanges.push((
             "PROPOSE",
             vec![
-                sealed(r#"{"type":"observation","step":0,"call_id":"c1","name":"add","executed":true,"ok":true,"data":15}"#),
-                sealed(r#"{"type":"stopped","step":0,"status":"decision-budget"}"#),
+                sealed(r#"{"type":"observation","run":1,"step":0,"call_id":"c1","name":"add","executed":true,"ok":true,"data":15}"#),
+                sealed(r#"{"type":"stopped","run":1,"step":0,"status":"decision-budget"}"#),
             ],
         ));
         exchanges.push(status_at_end("decision-budget"));
@@ -1290,12 +1786,12 @@ mod tests {
         let exchanges = vec![
             (
                 "HELLO",
-                vec![sealed(r#"{"type":"hello","protocol":1,"frame_max":1024}"#)],
+                vec![sealed(r#"{"type":"hello","protocol":2,"frame_max":1024}"#)],
             ),
             (
                 "STATUS",
                 vec![sealed(
-                    r#"{"type":"status","decisions":0,"max_decisions":8,"tool_attempts":0,"max_tool_calls":4,"state":"idle"}"#,
+                    r#"{"type":"status","run":0,"decisions":0,"max_decisions":8,"tool_attempts":0,"max_tool_calls":4,"state":"idle","actuators":0}"#,
                 )],
             ),
         ];
@@ -1308,7 +1804,7 @@ mod tests {
     #[test]
     fn a_damaged_reply_to_a_proposal_is_not_resent() {
         let mut exchanges = hello_and_status(8);
-        let mut damaged = sealed(r#"{"type":"stopped","step":0,"status":"final"}"#);
+        let mut damaged = sealed(r#"{"type":"stopped","run":1,"step":0,"status":"final"}"#);
         damaged[5] ^= 1;
         exchanges.push(("PROPOSE", vec![damaged]));
         let (result, _) = run_fake(exchanges, &[r#"{"kind":"final","text":"x"}"#], false);
@@ -1321,7 +1817,7 @@ mod tests {
         let mut exchanges = hello_and_status(8);
         exchanges.push((
             "PROPOSE",
-            vec![sealed(r#"{"type":"observation","step":0,"call_id":"c1","name":"x","executed":false,"ok":false,"data":"unknown-tool"}"#)],
+            vec![sealed(r#"{"type":"observation","run":1,"step":0,"call_id":"c1","name":"x","executed":false,"ok":false,"data":"unknown-tool"}"#)],
         ));
         exchanges.push(status_at_end("running"));
         let (result, out) = run_fake(
@@ -1333,5 +1829,469 @@ mod tests {
         assert_eq!((end.exit_code(), end.status), (1, None));
         assert!(out.contains("refused, not executed: unknown-tool"), "{out}");
         assert!(out.contains("still open"), "{out}");
+    }
+
+    /// A peer that sends `chunk` again and again, for at most `for_at_most`
+    /// (or until the connection is closed), after `first` if given.
+    fn endless_peer(first: Vec<u8>, chunk: &'static [u8], for_at_most: Duration) -> TcpStream {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let _ = stream.write_all(&first);
+            let until = Instant::now() + for_at_most;
+            while Instant::now() < until {
+                if stream.write_all(chunk).is_err() {
+                    break;
+                }
+            }
+        });
+        TcpStream::connect(address).unwrap()
+    }
+
+    /// Found by a hostile trial: a reply without a line end was buffered
+    /// without limit (1.1 GB in 3 s, then an abort). It is refused as soon
+    /// as it passes FRAME_MAX, and the link never holds more than a read
+    /// and a frame, however long the peer goes on.
+    #[test]
+    fn a_reply_without_a_line_end_is_bounded() {
+        let began = Instant::now();
+        let stream = endless_peer(Vec::new(), &[b'A'; 65536], Duration::from_secs(20));
+        let mut out = Vec::new();
+        let script = Script {
+            proposals: vec![r#"{"kind":"final","text":"x"}"#.into()],
+            budgets: None,
+        };
+        let e = Session::new(
+            AgentLink::new(stream.try_clone().unwrap(), false),
+            None,
+            false,
+            Duration::from_secs(5),
+            &mut out,
+        )
+        .run(&script)
+        .unwrap_err();
+        assert!(matches!(e, DeviceError::Protocol(_)), "{e}");
+        assert!(
+            e.to_string().contains("frame longer than 1024 bytes"),
+            "{e}"
+        );
+        assert!(
+            began.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            began.elapsed()
+        );
+
+        // The same link keeps dropping the endless line, in bounded memory.
+        let mut link = AgentLink::new(stream, true);
+        assert_eq!(
+            link.receive(Duration::from_secs(5)).unwrap(),
+            Received::Bad(FrameError::TooLong)
+        );
+        let e = link.receive(Duration::from_millis(500)).unwrap_err();
+        assert!(matches!(e, DeviceError::Timeout(_)), "{e}");
+        assert!(link.inbox.len() <= READ_CHUNK, "{}", link.inbox.len());
+        assert!(
+            link.line.capacity() <= FRAME_MAX,
+            "{}",
+            link.line.capacity()
+        );
+        assert!(link.discarding);
+    }
+
+    #[test]
+    fn an_over_long_reply_line_is_discarded_to_its_line_end() {
+        let mut first = vec![b'z'; 5000];
+        first.push(b'\n');
+        first.extend(sealed(r#"{"type":"hello","protocol":2,"frame_max":1024}"#));
+        let stream = endless_peer(first, b"", Duration::ZERO);
+        let mut link = AgentLink::new(stream, false);
+        assert_eq!(
+            link.receive(Duration::from_secs(5)).unwrap(),
+            Received::Bad(FrameError::TooLong)
+        );
+        let next = link.receive_reply(Duration::from_secs(5)).unwrap();
+        assert_eq!(
+            next.reply,
+            DeviceReply::Hello {
+                protocol: 2,
+                frame_max: 1024
+            }
+        );
+    }
+
+    /// The console side of the same trial: an endless console line is
+    /// refused once it passes CONSOLE_LINE_MAX, not buffered.
+    #[test]
+    fn a_console_line_without_a_line_end_is_bounded() {
+        let began = Instant::now();
+        let stream = endless_peer(Vec::new(), &[b'B'; 65536], Duration::from_secs(20));
+        let mut console = Console::new(stream, Operator::Deny, false).unwrap();
+        let e = console.command("start", &["started run"]).unwrap_err();
+        assert!(matches!(e, DeviceError::Protocol(_)), "{e}");
+        assert!(e.to_string().contains("longer than 1024 bytes"), "{e}");
+        assert!(
+            began.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            began.elapsed()
+        );
+
+        let mut lines = LineReader::new(4);
+        let fed: Vec<_> = b"abcdefgh\nok\r\n"
+            .iter()
+            .filter_map(|&b| lines.push(b))
+            .collect();
+        assert_eq!(fed, [None, Some("ok".to_owned())]);
+        assert!(lines.line.capacity() <= 8);
+    }
+
+    fn run_fake_budgets(
+        exchanges: Vec<(&'static str, Vec<Vec<u8>>)>,
+        proposals: &[&str],
+    ) -> (Result<SessionEnd, DeviceError>, String) {
+        run_fake(exchanges, proposals, false)
+    }
+
+    /// Found by a hostile trial: a device (or a man in the middle) that
+    /// answered with another call id, another step, or an observation to a
+    /// `final` was printed as `ok`. Every reply must match its request; a
+    /// mismatch names what was expected and what came.
+    #[test]
+    fn a_reply_that_does_not_belong_to_its_request_is_a_protocol_error() {
+        let add = r#"{"kind":"tool","call_id":"c1","name":"add","arguments":{"a":7,"b":8}}"#;
+        let fin = r#"{"kind":"final","text":"15"}"#;
+        let obs = |run: u32, step: u8, id: &str, name: &str| {
+            sealed(&format!(
+                r#"{{"type":"observation","run":{run},"step":{step},"call_id":"{id}","name":"{name}","executed":true,"ok":true,"data":15}}"#
+            ))
+        };
+        let stop = |run: u32, step: u8, status: &str| {
+            sealed(&format!(
+                r#"{{"type":"stopped","run":{run},"step":{step},"status":"{status}"}}"#
+            ))
+        };
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            (
+                add,
+                obs(1, 0, "OTHER", "add"),
+                r#"expected call id "c1", got "OTHER""#,
+            ),
+            (
+                add,
+                obs(1, 0, "c1", "HassValveOpen"),
+                r#"expected tool "add", got "HassValveOpen""#,
+            ),
+            (add, obs(1, 5, "c1", "add"), "expected step 0, got step 5"),
+            (add, obs(2, 0, "c1", "add"), "expected run 1, got run 2"),
+            (add, stop(1, 0, "final"), r#"got the stop "final""#),
+            (
+                fin,
+                obs(1, 0, "c1", "add"),
+                "expected a stop (final, policy-error, time-budget), got an observation",
+            ),
+            (fin, stop(3, 0, "final"), "expected run 1, got run 3"),
+            (
+                fin,
+                stop(1, 0, "tool-budget"),
+                r#"got the stop "tool-budget""#,
+            ),
+            (
+                fin,
+                sealed(r#"{"type":"hello","protocol":2,"frame_max":1024}"#),
+                "got a hello reply",
+            ),
+            (
+                add,
+                sealed(
+                    r#"{"type":"observation","run":1,"step":0,"call_id":"c1","name":"add","executed":false,"ok":true,"data":15}"#,
+                ),
+                "ok but not executed",
+            ),
+        ];
+        for (proposal, answer, why) in cases {
+            let mut exchanges = hello_and_status(8);
+            exchanges.push(("PROPOSE", vec![answer]));
+            let (result, out) = run_fake_budgets(exchanges, &[proposal]);
+            let e = result.unwrap_err();
+            assert!(matches!(e, DeviceError::Protocol(_)), "{e}");
+            let text = e.to_string();
+            assert!(text.contains(why), "{why:?} not in {text}");
+            assert!(text.contains("expected "), "{text}");
+            assert!(
+                !out.contains("-> ok"),
+                "a mismatch was reported as a verdict:\n{out}"
+            );
+        }
+
+        // The stop after the last decision must be that round's.
+        let mut exchanges = hello_and_status(1);
+        exchanges.push((
+            "PROPOSE",
+            vec![obs(1, 0, "c1", "add"), stop(1, 1, "decision-budget")],
+        ));
+        let (result, _) = run_fake_budgets(exchanges, &[add]);
+        let e = result.unwrap_err().to_string();
+        assert!(e.contains("expected step 0, got step 1"), "{e}");
+
+        // The run may not change under the session.
+        let mut exchanges = hello_and_status(8);
+        exchanges.push(("PROPOSE", vec![stop(1, 0, "final")]));
+        exchanges.push((
+            "STATUS",
+            vec![sealed(
+                r#"{"type":"status","run":2,"decisions":0,"max_decisions":8,"tool_attempts":0,"max_tool_calls":4,"state":"running","actuators":0}"#,
+            )],
+        ));
+        let (result, _) = run_fake_budgets(exchanges, &[fin]);
+        let e = result.unwrap_err().to_string();
+        assert!(e.contains("expected run 1, got run 2"), "{e}");
+    }
+
+    /// A session that joins a run already under way expects its steps to
+    /// go on from the run's decisions.
+    #[test]
+    fn steps_are_expected_from_the_runs_decisions() {
+        let exchanges = vec![
+            (
+                "HELLO",
+                vec![sealed(r#"{"type":"hello","protocol":2,"frame_max":1024}"#)],
+            ),
+            (
+                "STATUS",
+                vec![sealed(
+                    r#"{"type":"status","run":4,"decisions":3,"max_decisions":8,"tool_attempts":1,"max_tool_calls":4,"state":"running","actuators":1}"#,
+                )],
+            ),
+            (
+                "PROPOSE",
+                vec![sealed(
+                    r#"{"type":"stopped","run":4,"step":3,"status":"final"}"#,
+                )],
+            ),
+            (
+                "STATUS",
+                vec![sealed(
+                    r#"{"type":"status","run":4,"decisions":4,"max_decisions":8,"tool_attempts":1,"max_tool_calls":4,"state":"final","actuators":0}"#,
+                )],
+            ),
+        ];
+        let (result, out) = run_fake(exchanges, &[r#"{"kind":"final","text":"x"}"#], false);
+        assert_eq!(result.unwrap().exit_code(), 0);
+        assert!(out.contains("run 4: running, 3/8 decisions"), "{out}");
+        assert!(out.contains("step 3  final x -> stopped: final"), "{out}");
+        assert!(
+            out.contains("actuators left: lamp off, valve closed (register 0: the safe state)"),
+            "{out}"
+        );
+    }
+
+    /// Nothing but line ends that a terminal would act on.
+    fn clean(out: &str) -> bool {
+        out.chars().all(|c| c == '\n' || !unsafe_on_terminal(c))
+    }
+
+    /// Found by a hostile trial: `device` printed raw ESC and bidi
+    /// characters from the script and from the device.
+    #[test]
+    fn script_and_device_text_is_escaped_on_the_terminal() {
+        let proposal = "{\"kind\":\"final\",\"text\":\"t\\u001b[2J\u{202e}X\"}";
+        let mut exchanges = hello_and_status(8);
+        exchanges.push((
+            "PROPOSE",
+            vec![sealed(
+                "{\"type\":\"stopped\",\"run\":1,\"step\":0,\"status\":\"final\u{202e}\\u001b[31m\"}",
+            )],
+        ));
+        let (result, out) = run_fake(exchanges, &[proposal], false);
+        // Not a stop word of a final: refused, and the message, which
+        // quotes the reply, is escaped where it is printed.
+        let e = result.unwrap_err();
+        assert!(e.to_string().contains('\u{202e}'), "{e}");
+        let line = error_line(&e);
+        assert!(clean(&line) && line.contains(r"\u{202e}"), "{line}");
+        assert!(clean(&out), "{out:?}");
+
+        let mut exchanges = hello_and_status(8);
+        exchanges.push((
+            "PROPOSE",
+            vec![sealed(
+                "{\"type\":\"observation\",\"run\":1,\"step\":0,\"call_id\":\"c1\",\"name\":\"add\",\"executed\":false,\"ok\":false,\"data\":\"\\u001b]0;pwned\\u0007\u{202e}\"}",
+            )],
+        ));
+        exchanges.push(status_at_end("running"));
+        let tool = "{\"kind\":\"tool\",\"call_id\":\"c1\",\"name\":\"add\",\"arguments\":{\"a\":\"\\u001b[2J\u{202e}\"}}";
+        for json in [false, true] {
+            let (result, out) = run_fake(exchanges.clone(), &[proposal, tool][1..], json);
+            result.unwrap();
+            assert!(clean(&out), "{out:?}");
+            if json {
+                let line = out.lines().nth(2).unwrap();
+                let back: Value = serde_json::from_str(line).unwrap();
+                assert_eq!(back["data"], "\u{1b}]0;pwned\u{7}\u{202e}");
+            } else {
+                assert!(
+                    out.contains(r"refused, not executed: \u{1b}]0;pwned\u{7}\u{202e}"),
+                    "{out}"
+                );
+                assert!(out.contains(r#"{"a":"\u001b[2J\u{202e}"}"#), "{out}");
+            }
+        }
+        let (result, out) = run_fake(
+            vec![
+                (
+                    "HELLO",
+                    vec![sealed(r#"{"type":"hello","protocol":2,"frame_max":1024}"#)],
+                ),
+                (
+                    "STATUS",
+                    vec![sealed(
+                        r#"{"type":"status","run":1,"decisions":0,"max_decisions":8,"tool_attempts":0,"max_tool_calls":4,"state":"running","actuators":0}"#,
+                    )],
+                ),
+                (
+                    "PROPOSE",
+                    vec![sealed(
+                        r#"{"type":"stopped","run":1,"step":0,"status":"final"}"#,
+                    )],
+                ),
+                status_at_end("final"),
+            ],
+            &[proposal],
+            false,
+        );
+        result.unwrap();
+        assert!(
+            out.contains(r"final t\u{1b}[2J\u{202e}X -> stopped: final"),
+            "{out}"
+        );
+        assert_eq!(json_terminal_safe(r#"{"a":"ok"}"#), r#"{"a":"ok"}"#);
+        assert_eq!(
+            json_terminal_safe("{\"a\":\"\u{202e}\\\"\u{85}\"}"),
+            r#"{"a":"\u202e\"\u0085"}"#
+        );
+    }
+
+    /// The host reads every reply the core's codec writes (the device's
+    /// schema), field for field.
+    #[test]
+    fn every_reply_the_core_writes_is_read_by_the_host() {
+        let cases: Vec<(link::Reply<'_, i64>, DeviceReply)> = vec![
+            (
+                link::Reply::Observation {
+                    run: 3,
+                    step: 1,
+                    call_id: "c1",
+                    name: "add",
+                    executed: true,
+                    ok: true,
+                    data: 15,
+                },
+                DeviceReply::Observation {
+                    run: 3,
+                    step: 1,
+                    call_id: "c1".into(),
+                    name: "add".into(),
+                    executed: true,
+                    ok: true,
+                    data: Value::from(15),
+                },
+            ),
+            (
+                link::Reply::Stopped {
+                    run: 3,
+                    step: 2,
+                    status: "final",
+                },
+                DeviceReply::Stopped {
+                    run: 3,
+                    step: 2,
+                    status: "final".into(),
+                },
+            ),
+            (
+                link::Reply::Error { error: "no-run" },
+                DeviceReply::Error {
+                    error: "no-run".into(),
+                },
+            ),
+            (
+                link::Reply::Status {
+                    run: 3,
+                    decisions: 2,
+                    max_decisions: 8,
+                    tool_attempts: 1,
+                    max_tool_calls: 4,
+                    state: "running",
+                    actuators: 2,
+                },
+                DeviceReply::Status {
+                    run: 3,
+                    decisions: 2,
+                    max_decisions: 8,
+                    tool_attempts: 1,
+                    max_tool_calls: 4,
+                    state: "running".into(),
+                    actuators: 2,
+                },
+            ),
+            (
+                link::Reply::Hello {
+                    protocol: PROTOCOL_VERSION,
+                    frame_max: FRAME_MAX,
+                },
+                DeviceReply::Hello {
+                    protocol: PROTOCOL_VERSION,
+                    frame_max: FRAME_MAX,
+                },
+            ),
+        ];
+        for (written, read) in cases {
+            let mut buf = [0u8; FRAME_MAX + 1];
+            let n = link::write_frame(&mut buf, &written).unwrap();
+            let payload = link::verify(&buf[..n - 1]).unwrap();
+            assert_eq!(parse_reply(payload).unwrap().reply, read);
+        }
+    }
+
+    #[test]
+    fn a_malformed_checksum_is_line_noise_to_resend() {
+        for word in ["bad-checksum", "missing-checksum", "malformed-checksum"] {
+            assert!(is_line_noise(word), "{word}");
+        }
+        assert!(!is_line_noise("frame-too-long"));
+    }
+
+    /// The same class of fault as the endless reply, on the script side:
+    /// the script was read whole, whatever its size.
+    #[test]
+    fn a_script_file_is_read_bounded() {
+        let began = Instant::now();
+        let e = read_text("/dev/zero").unwrap_err().to_string();
+        assert_eq!(e, "/dev/zero: larger than 16 MiB; refused");
+        assert!(began.elapsed() < Duration::from_secs(5));
+    }
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        device: DeviceArgs,
+    }
+
+    /// Found by a hostile trial: `--baud 0` was accepted and
+    /// `--reply-timeout 0` silently waited 1 s.
+    #[test]
+    fn zero_baud_and_zero_reply_timeout_are_refused_with_their_range() {
+        use clap::Parser;
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["device", "--serial", "/dev/null", "s.json"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv).map_err(|e| e.to_string())
+        };
+        let e = parse(&["--baud", "0"]).unwrap_err();
+        assert!(e.contains("0 is not in 50..=4000000"), "{e}");
+        let e = parse(&["--reply-timeout", "0"]).unwrap_err();
+        assert!(e.contains("0 is not in 1..=3600"), "{e}");
+        let ok = parse(&["--baud", "9600", "--reply-timeout", "1"]).unwrap();
+        assert_eq!((ok.device.baud, ok.device.reply_timeout), (9600, 1));
     }
 }

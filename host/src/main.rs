@@ -170,7 +170,8 @@ Examples:
     /// and answers every approval prompt.
     #[command(after_help = "\
 Exit status: 0 the run ended with final, 1 it ended with any other status
-(or the script ended first), 2 a usage or transport error (one line on stderr).
+(or the script ended first), 2 a usage, transport or protocol error, such as a
+reply that does not belong to its request (one line on stderr).
 
 Examples:
   budgetgate device --tcp 127.0.0.1:4440 --console 127.0.0.1:4441 --operator approve examples/device-session.json

@@ -5,6 +5,7 @@
 //! notice) when `qemu-system-arm` is missing, unless
 //! `BUDGETGATE_REQUIRE_QEMU` is set, which makes that a failure.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use budgetgate::device::{AgentLink, Console, Operator, Session};
@@ -12,13 +13,37 @@ use budgetgate_core::link::{self, FRAME_MAX};
 use budgetgate_tests::qemu::{frame, Qemu, EXIT_PANIC};
 
 const BOOT_BANNER: &str =
-    "budgetgate-firmware 0.1.0 gate board=mps2-an386 protocol=1 frame_max=1024; no run yet: type start";
+    "budgetgate-firmware 0.1.0 gate board=mps2-an386 protocol=2 frame_max=1024; no run yet: type start";
 const TOOLS: &str = "add,HassTurnOn,HassTurnOff,HassLightSet,HassValveOpen*,HassGetState";
+
+thread_local! {
+    /// The run the console last started in this test (each test has its
+    /// own thread): every decision and status reply must carry it.
+    static RUN: Cell<u32> = const { Cell::new(0) };
+}
+
+fn run() -> u32 {
+    RUN.with(Cell::get)
+}
+
+/// Starts a run on the console and remembers its number (`started run N`)
+/// as the run every later reply must name.
+fn start(qemu: &mut Qemu, budgets: Option<(u32, u32)>) -> String {
+    let line = qemu.start(budgets);
+    let n = line
+        .strip_prefix("started run ")
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|n| n.parse().ok())
+        .expect(&line);
+    RUN.with(|r| r.set(n));
+    line
+}
 
 fn observation(step: u8, call_id: &str, name: &str, executed: bool, data: &str) -> String {
     let ok = !data.starts_with('"');
+    let run = run();
     format!(
-        r#"{{"type":"observation","step":{step},"call_id":"{call_id}","name":"{name}","executed":{executed},"ok":{ok},"data":{data}}}"#
+        r#"{{"type":"observation","run":{run},"step":{step},"call_id":"{call_id}","name":"{name}","executed":{executed},"ok":{ok},"data":{data}}}"#
     )
 }
 
@@ -33,16 +58,31 @@ fn refused(step: u8, call_id: &str, name: &str, word: &str) -> String {
 }
 
 fn stopped(step: u8, status: &str) -> String {
-    format!(r#"{{"type":"stopped","step":{step},"status":"{status}"}}"#)
+    let run = run();
+    format!(r#"{{"type":"stopped","run":{run},"step":{step},"status":"{status}"}}"#)
 }
 
 fn error(word: &str) -> String {
     format!(r#"{{"type":"error","error":"{word}"}}"#)
 }
 
+/// A `status` reply with every actuator in its safe state.
 fn status(decisions: u8, max_d: u8, attempts: u8, max_t: u8, state: &str) -> String {
+    status_with(decisions, max_d, attempts, max_t, state, 0)
+}
+
+/// A `status` reply with the actuator register read back as `actuators`.
+fn status_with(
+    decisions: u8,
+    max_d: u8,
+    attempts: u8,
+    max_t: u8,
+    state: &str,
+    actuators: u32,
+) -> String {
+    let run = run();
     format!(
-        r#"{{"type":"status","decisions":{decisions},"max_decisions":{max_d},"tool_attempts":{attempts},"max_tool_calls":{max_t},"state":"{state}"}}"#
+        r#"{{"type":"status","run":{run},"decisions":{decisions},"max_decisions":{max_d},"tool_attempts":{attempts},"max_tool_calls":{max_t},"state":"{state}","actuators":{actuators}}}"#
     )
 }
 
@@ -62,7 +102,7 @@ fn final_(text: &str) -> String {
 fn started() -> Option<Qemu> {
     let mut qemu = Qemu::boot_gate()?;
     assert_eq!(
-        qemu.start(None),
+        start(&mut qemu, None),
         format!(
             "started run 1: max_decisions=8 max_tool_calls=4 time_budget_ms=120000 \
              approval_timeout_ms=30000 tools={TOOLS}"
@@ -79,14 +119,14 @@ fn idle_until_the_operator_starts_a_run() {
     assert_eq!(qemu.try_read_line(Duration::from_millis(200)), None);
     assert_eq!(
         qemu.request("HELLO"),
-        r#"{"type":"hello","protocol":1,"frame_max":1024}"#
+        r#"{"type":"hello","protocol":2,"frame_max":1024}"#
     );
     assert_eq!(qemu.status(), status(0, 8, 0, 4, "idle"));
     assert_eq!(qemu.propose(&add("c1")), error("no-run"));
     assert_eq!(qemu.console_command("status"), "idle: no run (type start)");
     assert_eq!(qemu.leds(), 0, "actuators are in the safe state at boot");
 
-    qemu.start(None);
+    start(&mut qemu, None);
     assert_eq!(qemu.status(), status(0, 8, 0, 4, "running"));
     let line = qemu.console_command("status");
     assert!(
@@ -181,7 +221,7 @@ fn actuator_switched_and_read_back_from_the_register() {
     );
     assert_eq!(qemu.leds(), 0b01);
     // A new run drives the actuators to the safe state.
-    qemu.start(None);
+    start(&mut qemu, None);
     assert_eq!(qemu.leds(), 0);
     assert_eq!(qemu.status(), status(0, 8, 0, 4, "running"));
     assert_eq!(
@@ -356,14 +396,114 @@ fn tool_budget_stops_the_fifth_attempt() {
     assert_eq!(qemu.propose(&final_("15")), error("run-stopped"));
 }
 
+/// Found by a hostile trial: after `tool-budget` the valve stayed open, and
+/// nothing on the agent link could close it (even `HassTurnOff` is answered
+/// `run-stopped`). Every stop now drives every actuator to its safe state
+/// (lamp off, valve closed), and `STATUS` reads the register back.
+#[test]
+fn a_stopped_run_leaves_every_actuator_in_its_safe_state() {
+    let Some(mut qemu) = started() else { return };
+    let lamp = r#"{"name":"lamp"}"#;
+    let valve = r#"{"name":"valve"}"#;
+    assert_eq!(
+        qemu.propose(&tool("on", "HassTurnOn", lamp)),
+        ran(0, "on", "HassTurnOn", r#"{"name":"lamp","state":"on"}"#)
+    );
+    qemu.send_frame(&format!(
+        "PROPOSE {}",
+        tool("water", "HassValveOpen", valve)
+    ));
+    assert_eq!(qemu.read_console_line(), valve_prompt("water"));
+    assert_eq!(qemu.console_command("y"), "approved water");
+    assert_eq!(
+        qemu.read_frame(),
+        ran(
+            1,
+            "water",
+            "HassValveOpen",
+            r#"{"name":"valve","state":"open"}"#
+        )
+    );
+    assert_eq!(qemu.leds(), 0b11);
+    assert_eq!(qemu.status(), status_with(2, 8, 2, 4, "running", 0b11));
+    assert_eq!(qemu.propose(&add("a")), ran(2, "a", "add", "15"));
+    assert_eq!(qemu.propose(&add("b")), ran(3, "b", "add", "15"));
+    assert_eq!(qemu.propose(&add("c")), stopped(4, "tool-budget"));
+    assert_eq!(
+        qemu.leds(),
+        0,
+        "the stop closed the valve and turned the lamp off"
+    );
+    assert_eq!(qemu.status(), status(5, 8, 4, 4, "tool-budget"));
+    assert_eq!(
+        qemu.propose(&tool("off", "HassTurnOff", valve)),
+        error("run-stopped"),
+        "nothing is left for the agent to undo"
+    );
+
+    // The same for every other stop: final, duplicate call, policy error,
+    // and the decision budget that follows a tool round.
+    let stops = [
+        (final_("done"), "final"),
+        (tool("on", "HassGetState", "{}"), "duplicate-call"),
+        (r#"{"kind":"tool"}"#.to_owned(), "policy-error"),
+    ];
+    for (proposal, status_word) in stops {
+        start(&mut qemu, None);
+        assert_eq!(
+            qemu.propose(&tool("on", "HassTurnOn", lamp)),
+            ran(0, "on", "HassTurnOn", r#"{"name":"lamp","state":"on"}"#)
+        );
+        assert_eq!(qemu.leds(), 1);
+        assert_eq!(qemu.propose(&proposal), stopped(1, status_word));
+        assert_eq!(qemu.leds(), 0, "{status_word}");
+        assert_eq!(qemu.status(), status(2, 8, 1, 4, status_word));
+    }
+    start(&mut qemu, Some((1, 4)));
+    qemu.send_frame(&format!("PROPOSE {}", tool("on", "HassTurnOn", lamp)));
+    assert_eq!(
+        qemu.read_frame(),
+        ran(0, "on", "HassTurnOn", r#"{"name":"lamp","state":"on"}"#)
+    );
+    assert_eq!(qemu.read_frame(), stopped(0, "decision-budget"));
+    assert_eq!(qemu.leds(), 0, "decision-budget");
+}
+
+/// Kept from a hostile trial (they held): sealed frames whose payload is
+/// binary (NUL, ESC, invalid UTF-8) reach the request and proposal readers
+/// with a valid checksum; they are an unknown request (no decision) or an
+/// invalid proposal (`policy-error`), never a crash.
+#[test]
+fn sealed_binary_payloads_are_refused_without_a_crash() {
+    let Some(mut qemu) = started() else { return };
+    for payload in [&b"\x00"[..], b"\xff\xfe", b"\x1b[2J", b"PROPOSE\x00{}"] {
+        qemu.send_bytes(&frame(payload));
+        assert_eq!(qemu.read_frame(), error("unknown-request"), "{payload:?}");
+    }
+    assert_eq!(qemu.status(), status(0, 8, 0, 4, "running"));
+    let proposals: [&[u8]; 4] = [
+        b"PROPOSE {\"kind\":\"final\",\"text\":\"\xff\"}",
+        b"PROPOSE {\"kind\":\"final\",\"text\":\"a\x00b\"}",
+        b"PROPOSE {\"kind\":\"final\",\"text\":\"\xc0\xaf\"}",
+        b"PROPOSE \x00",
+    ];
+    for (i, payload) in proposals.into_iter().enumerate() {
+        if i > 0 {
+            start(&mut qemu, None);
+        }
+        qemu.send_bytes(&frame(payload));
+        assert_eq!(qemu.read_frame(), stopped(0, "policy-error"), "{payload:?}");
+    }
+    assert_eq!(qemu.leds(), 0);
+}
+
 #[test]
 fn decision_budget_and_the_contract_examples() {
     let Some(mut qemu) = Qemu::boot_gate() else {
         return;
     };
     // SPEC A2 third example: the first policy with max_decisions=1.
-    assert!(qemu
-        .start(Some((1, 4)))
+    assert!(start(&mut qemu, Some((1, 4)))
         .starts_with("started run 1: max_decisions=1 max_tool_calls=4 "));
     qemu.send_frame(&format!("PROPOSE {}", add("c1")));
     assert_eq!(qemu.read_frame(), ran(0, "c1", "add", "15"));
@@ -371,13 +511,13 @@ fn decision_budget_and_the_contract_examples() {
     assert_eq!(qemu.status(), status(1, 1, 1, 4, "decision-budget"));
 
     // SPEC A2 second example: fresh call ids, max_decisions=3, max_tool_calls=1.
-    assert!(qemu.start(Some((3, 1))).starts_with("started run 2: "));
+    assert!(start(&mut qemu, Some((3, 1))).starts_with("started run 2: "));
     assert_eq!(qemu.propose(&add("c0")), ran(0, "c0", "add", "15"));
     assert_eq!(qemu.propose(&add("c1")), stopped(1, "tool-budget"));
     assert_eq!(qemu.status(), status(2, 3, 1, 1, "tool-budget"));
 
     // Three decisions, all tool rounds: the third is followed by its stop.
-    qemu.start(Some((3, 4)));
+    start(&mut qemu, Some((3, 4)));
     assert_eq!(qemu.propose(&add("a")), ran(0, "a", "add", "15"));
     assert_eq!(
         qemu.propose(&tool("b", "nope", "{}")),
@@ -405,14 +545,14 @@ fn invalid_proposals_are_policy_errors() {
     );
     // Strings stay in the frame they came in: a valid text as long as a
     // frame allows is read whole, and a blank one is still refused.
-    qemu.start(None);
+    start(&mut qemu, None);
     assert_eq!(qemu.propose(&final_(&"x".repeat(900))), stopped(0, "final"));
-    qemu.start(None);
+    start(&mut qemu, None);
     assert_eq!(
         qemu.propose(&final_(" \\n\\u3000")),
         stopped(0, "policy-error")
     );
-    qemu.start(None);
+    start(&mut qemu, None);
     assert_eq!(
         qemu.propose(r#"{"kind":"final","text":"x","kind":"final"}"#),
         stopped(0, "policy-error"),
@@ -435,11 +575,12 @@ fn corrupted_frames_use_no_decision() {
     assert_eq!(qemu.read_frame(), error("bad-checksum"));
     qemu.send_line("STATUS");
     assert_eq!(qemu.read_frame(), error("missing-checksum"));
+    // Found by a hostile trial: reported as `missing-checksum` before.
     qemu.send_line("STATUS*8bf8a29a");
     assert_eq!(
         qemu.read_frame(),
-        error("missing-checksum"),
-        "lower-case hex"
+        error("malformed-checksum"),
+        "lower-case hex is a checksum in the wrong spelling, not a missing one"
     );
     assert_eq!(qemu.status(), status(0, 8, 0, 4, "running"));
     // The intact frame is decided normally; CRLF line ends are accepted.
@@ -550,17 +691,32 @@ fn time_budget_is_measured_on_the_device() {
         "ok time_budget_ms=500"
     );
     assert_eq!(qemu.propose(&add("c1")), ran(0, "c1", "add", "15"));
+    assert_eq!(
+        qemu.propose(&tool("on", "HassTurnOn", r#"{"name":"lamp"}"#)),
+        ran(1, "on", "HassTurnOn", r#"{"name":"lamp","state":"on"}"#)
+    );
+    assert_eq!(qemu.status(), status_with(2, 8, 2, 4, "running", 1));
     std::thread::sleep(Duration::from_millis(600));
+    // The run stops when its time passes, not at the next proposal: an
+    // agent that falls silent does not leave the lamp on.
+    assert_eq!(qemu.leds(), 0, "the time budget made every actuator safe");
     assert_eq!(
         qemu.status(),
-        status(1, 8, 1, 4, "running"),
+        status(2, 8, 2, 4, "time-budget"),
         "STATUS is no decision"
     );
-    assert_eq!(qemu.propose(&final_("15")), stopped(1, "time-budget"));
-    assert_eq!(qemu.status(), status(1, 8, 1, 4, "time-budget"));
+    // A later deadline does not revive a run that stopped on time.
+    assert_eq!(
+        qemu.console_command("deadline 60000"),
+        "ok time_budget_ms=60000"
+    );
+    // The first proposal after it is told why the run stopped, at the
+    // step it would have had.
+    assert_eq!(qemu.propose(&final_("15")), stopped(2, "time-budget"));
+    assert_eq!(qemu.status(), status(2, 8, 2, 4, "time-budget"));
     assert_eq!(qemu.propose(&final_("15")), error("run-stopped"));
     // A new run gets the (operator's) time budget afresh.
-    qemu.start(None);
+    start(&mut qemu, None);
     assert_eq!(qemu.propose(&final_("15")), stopped(0, "final"));
 }
 
@@ -581,15 +737,28 @@ fn console_commands() {
         "buttons=0",
         "QEMU models no buttons"
     );
-    for bad in [
-        "timeout 0",
-        "timeout x",
-        "timeout 5 5",
-        "deadline",
-        "deadline 3600001",
-        "start 8",
-    ] {
-        assert_eq!(qemu.console_command(bad), "error: bad number", "{bad:?}");
+    // Found by a hostile trial: these said only `bad number`; the reply
+    // now names the accepted range.
+    for bad in ["timeout 0", "timeout x", "timeout 5 5", "timeout 3600001"] {
+        assert_eq!(
+            qemu.console_command(bad),
+            "error: timeout MS needs one whole number of milliseconds, 1..=3600000",
+            "{bad:?}"
+        );
+    }
+    for bad in ["deadline", "deadline 0", "deadline 3600001"] {
+        assert_eq!(
+            qemu.console_command(bad),
+            "error: deadline MS needs one whole number of milliseconds, 1..=3600000",
+            "{bad:?}"
+        );
+    }
+    for bad in ["start 8", "start 8 x", "start 8 4 4", "start 33 4"] {
+        assert_eq!(
+            qemu.console_command(bad),
+            "error: start D T needs max_decisions 1..=32 and max_tool_calls 0..=16",
+            "{bad:?}"
+        );
     }
     assert_eq!(
         qemu.console_command("timeout 3600000"),
@@ -644,13 +813,19 @@ fn panic_turns_actuators_off_and_exits_qemu_with_failure() {
 /// The host's `budgetgate device` session (library form) against the
 /// firmware, acting as the operator, with `examples/device-session.json`.
 fn device_session(operator: Operator) -> Option<(u8, String, String)> {
-    let mut qemu = Qemu::boot_gate()?;
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../examples/device-session.json"
     );
     let text = std::fs::read_to_string(path).expect("read the example");
-    let script = budgetgate::device::read_script("device-session.json", &text).expect("script");
+    host_session(operator, &text)
+}
+
+/// The host's session (library form) with the script `text`, as the
+/// operator: its exit status, its report, and `STATUS` afterwards.
+fn host_session(operator: Operator, text: &str) -> Option<(u8, String, String)> {
+    let mut qemu = Qemu::boot_gate()?;
+    let script = budgetgate::device::read_script("device-session.json", text).expect("script");
     let console = Console::new(qemu.console_stream(), operator, false).expect("console");
     let mut out = Vec::new();
     let end = Session::new(
@@ -663,6 +838,8 @@ fn device_session(operator: Operator) -> Option<(u8, String, String)> {
     .run(&script)
     .expect("the session runs");
     let report = String::from_utf8(out).expect("UTF-8 report");
+    // The session's console started the device's first run.
+    RUN.with(|r| r.set(1));
     // The agent link is free again: the device agrees on how the run ended.
     Some((end.exit_code(), report, qemu.status()))
 }
@@ -673,12 +850,12 @@ fn device_session_with_an_approving_operator() {
         return;
     };
     let expected = [
-        "device: protocol 1, frame_max 1024",
+        "device: protocol 2, frame_max 1024",
         &format!(
             "operator: started run 1: max_decisions=8 max_tool_calls=6 time_budget_ms=120000 \
              approval_timeout_ms=30000 tools={TOOLS}"
         ),
-        "run: running, 0/8 decisions, 0/6 tool attempts",
+        "run 1: running, 0/8 decisions, 0/6 tool attempts",
         r#"step 0  tool lamp-on HassTurnOn {"name":"lamp"} -> ok: {"name":"lamp","state":"on"}"#,
         r#"step 1  tool check-1 HassGetState {} -> ok: {"lamp":"on","valve":"closed","leds":1}"#,
         r#"step 2  tool dim HassLightSet {"name":"lamp","brightness":140} -> refused, not executed: invalid-arguments"#,
@@ -688,11 +865,46 @@ fn device_session_with_an_approving_operator() {
         r#"step 5  tool check-2 HassGetState {} -> ok: {"lamp":"on","valve":"open","leds":3}"#,
         "step 6  final Lamp on at 40 %; the garden valve was asked to open (see check-2). -> stopped: final",
         "run stopped: final (final, 7/8 decisions, 6/6 tool attempts)",
-        "actuators: lamp on, valve open (leds=3)",
+        // Every stop, final too, leaves the actuators in their safe state.
+        "actuators left: lamp off, valve closed (register 0: the safe state)",
     ];
     assert_eq!(report.lines().collect::<Vec<_>>(), expected, "{report}");
     assert_eq!(code, 0);
     assert_eq!(after, status(7, 8, 6, 6, "final"));
+}
+
+/// The host's report says what a stop left the actuators in: the valve
+/// was opened (approved), then the tool budget ran out, and the stop closed
+/// it (issue 10).
+#[test]
+fn device_session_reports_the_actuators_a_tool_budget_stop_left_safe() {
+    let script = r#"{"script": [
+        {"kind": "tool", "call_id": "on", "name": "HassTurnOn", "arguments": {"name": "lamp"}},
+        {"kind": "tool", "call_id": "water", "name": "HassValveOpen", "arguments": {"name": "valve"}},
+        {"kind": "tool", "call_id": "a", "name": "add", "arguments": {"a": 7, "b": 8}},
+        {"kind": "tool", "call_id": "b", "name": "add", "arguments": {"a": 7, "b": 8}},
+        {"kind": "final", "text": "never sent"}
+    ], "max_tool_calls": 3}"#;
+    let Some((code, report, after)) = host_session(Operator::Approve, script) else {
+        return;
+    };
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(
+        &lines[lines.len() - 4..],
+        [
+            r#"step 2  tool a add {"a":7,"b":8} -> ok: 15"#,
+            r#"step 3  tool b add {"a":7,"b":8} -> stopped: tool-budget"#,
+            "run stopped: tool-budget (tool-budget, 4/8 decisions, 3/3 tool attempts)",
+            "actuators left: lamp off, valve closed (register 0: the safe state)",
+        ],
+        "{report}"
+    );
+    assert!(
+        report.contains(r#"step 1  tool water HassValveOpen {"name":"valve"} -> ok: {"name":"valve","state":"open"}"#),
+        "{report}"
+    );
+    assert_eq!(code, 1);
+    assert_eq!(after, status(4, 8, 3, 3, "tool-budget"));
 }
 
 #[test]
@@ -704,7 +916,7 @@ fn device_session_with_a_denying_operator() {
         r#"step 4  operator: approve? water HassValveOpen {"name":"valve"} [y/n] -> n"#,
         r#"step 4  tool water HassValveOpen {"name":"valve"} -> refused, not executed: approval-denied"#,
         r#"step 5  tool check-2 HassGetState {} -> ok: {"lamp":"on","valve":"closed","leds":1}"#,
-        "actuators: lamp on, valve closed (leds=1)",
+        "actuators left: lamp off, valve closed (register 0: the safe state)",
     ] {
         assert!(
             report.lines().any(|l| l == line),
@@ -731,7 +943,7 @@ fn instructions_per_gated_action() {
         return;
     };
     assert_eq!(qemu.read_console_line(), BOOT_BANNER);
-    qemu.start(Some((8, 8)));
+    start(&mut qemu, Some((8, 8)));
     // The deepest paths first, for the stack measurement at the end.
     qemu.propose(&tool("f", "add", r#"{"a":2.5,"b":1e-5}"#));
     qemu.send_frame(&format!(
@@ -812,7 +1024,7 @@ fn an_approval_after_the_time_budget_moves_nothing() {
         "ok time_budget_ms=300"
     );
     // The deadline applies from the next start.
-    qemu.start(None);
+    start(&mut qemu, None);
     qemu.send_frame(&format!(
         "PROPOSE {}",
         tool("water", "HassValveOpen", r#"{"name":"valve"}"#)
