@@ -54,7 +54,8 @@
 //! ```
 
 use budgetgate_core::{
-    Action, ActionError, Arguments, Limits, LimitsError, Plan, PlanError, Scalar,
+    Action, ActionError, Arguments, ArgumentsRef, Limits, LimitsError, Plan, PlanError, Scalar,
+    ScalarRef,
 };
 use serde_json::{Map, Number, Value};
 
@@ -120,6 +121,28 @@ pub fn value_from_arguments<const S: usize>(arguments: &Arguments<S>) -> Value {
         arguments
             .iter()
             .map(|(key, scalar)| (key.to_string(), value_from_scalar(scalar)))
+            .collect(),
+    )
+}
+
+/// One borrowed argument value as JSON (`SPEC A1`); see [`value_from_scalar`].
+pub fn value_from_scalar_ref(scalar: &ScalarRef<'_>) -> Value {
+    match scalar {
+        ScalarRef::Null => Value::Null,
+        ScalarRef::Bool(b) => Value::Bool(*b),
+        ScalarRef::Int(i) => Value::from(*i),
+        ScalarRef::Float(f) => Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        ScalarRef::Str(s) => Value::String(s.chars().collect()),
+    }
+}
+
+/// The borrowed arguments of a tool call as a JSON object, in the order the
+/// proposal gave them (`SPEC A1`).
+pub fn value_from_arguments_ref(arguments: &ArgumentsRef<'_>) -> Value {
+    Value::Object(
+        arguments
+            .iter()
+            .map(|(key, scalar)| (key.to_string(), value_from_scalar_ref(&scalar)))
             .collect(),
     )
 }

@@ -3,20 +3,20 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use budgetgate_core::limits::MAX_TEXT_BYTES;
 use budgetgate_core::{
-    Action, Arguments, ObservationData, Run, RunLimits, Status, ToolSet, ToolSetError, TraceRow,
-    Verdict,
+    ActionRef, ArgumentsRef, ObservationData, Run, RunLimits, Status, ToolSet, ToolSetError,
+    TraceRow, Verdict,
 };
 use serde::Serialize;
 use serde_json::Value;
 
-/// The arguments a tool receives: validated scalars (`SPEC A1`).
-pub type Args = Arguments<MAX_TEXT_BYTES>;
+/// The arguments a tool receives: validated scalars (`SPEC A1`), borrowed
+/// from the proposal's text (no copy of the 64 KiB owned form).
+pub type Args<'a> = ArgumentsRef<'a>;
 
 /// A registered tool: takes the validated arguments, returns a JSON value or
 /// fails. A panic inside it is caught and counts as a failure.
-pub type Tool<'t> = Box<dyn FnMut(&Args) -> Result<Value, String> + 't>;
+pub type Tool<'t> = Box<dyn for<'a> FnMut(&Args<'a>) -> Result<Value, String> + 't>;
 
 /// What the host really got back from one tool attempt (`SPEC A2`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -83,9 +83,10 @@ pub fn run_bounded_agent<'t>(
     while run.status().is_none() {
         let proposal = catch_unwind(AssertUnwindSafe(|| policy(&observations)))
             .unwrap_or_else(|_| Err("policy panicked".into()));
-        let action = proposal
-            .ok()
-            .and_then(|text| Action::<MAX_TEXT_BYTES>::parse(text.as_bytes()).ok());
+        let text = proposal.ok();
+        let action = text
+            .as_deref()
+            .and_then(|text| ActionRef::parse(text.as_bytes()).ok());
         let Ok(verdict) = run.decide(action.as_ref()) else {
             break;
         };
@@ -96,11 +97,11 @@ pub fn run_bounded_agent<'t>(
             data,
         };
         match (verdict, &action) {
-            (Verdict::Stop(Status::Final), Some(Action::Final { text })) => {
-                answer = Some(text.to_string())
+            (Verdict::Stop(Status::Final), Some(ActionRef::Final { text })) => {
+                answer = Some(text.chars().collect())
             }
             (Verdict::Stop(_), _) => {}
-            (Verdict::UnknownTool { .. }, Some(Action::Tool(call))) => {
+            (Verdict::UnknownTool { .. }, Some(ActionRef::Tool(call))) => {
                 observations.push(observe(
                     &call.call_id,
                     &call.name,
@@ -108,7 +109,7 @@ pub fn run_bounded_agent<'t>(
                     Value::from("unknown-tool"),
                 ));
             }
-            (Verdict::Execute { tool }, Some(Action::Tool(call))) => {
+            (Verdict::Execute { tool }, Some(ActionRef::Tool(call))) => {
                 let outcome = match callables.get_mut(tool) {
                     Some(f) => catch_unwind(AssertUnwindSafe(|| f(&call.arguments)))
                         .unwrap_or_else(|_| Err("tool panicked".into())),

@@ -7,10 +7,9 @@
 //! Values are handed to the core as their raw JSON text, so integers and
 //! floats stay distinct (`15` vs `15.0`) and `-0` is the integer 0.
 
-use budgetgate_core::limits::MAX_TEXT_BYTES;
-use budgetgate_core::{trace_work, Action, Limits, Plan, RunLimits, WorkRow};
+use budgetgate_core::{trace_work, ActionRef, Limits, Plan, RunLimits, WorkRow};
+use serde_json::json;
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
 
 use crate::driver::{run_bounded_agent, RunResult};
 use crate::strict::{as_int, shape, Shape, StrictObject};
@@ -44,12 +43,34 @@ fn bad(detail: impl std::fmt::Display) -> EvalError {
 
 /// Answers one request line with one response line (no trailing newline).
 pub fn answer_line(line: &[u8]) -> String {
-    let response = match handle(line) {
-        Ok(value) => json!({ "ok": value }),
-        Err(EvalError::InvalidInput(detail)) => json!({"error": "invalid-input", "detail": detail}),
-        Err(EvalError::BadRequest(detail)) => json!({"error": "bad-request", "detail": detail}),
-    };
-    response.to_string()
+    let mut out = Vec::with_capacity(256);
+    write_answer(line, &mut out);
+    // serde_json writes valid UTF-8.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Writes the answer to one request line into `out` (no trailing newline):
+/// the result is serialized straight from the core's types, with no JSON
+/// value tree in between.
+pub fn write_answer(line: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(b"{\"ok\":");
+    match handle_into(line, out) {
+        Ok(()) => out.push(b'}'),
+        Err(e) => {
+            out.truncate(start);
+            let (kind, detail) = match e {
+                EvalError::InvalidInput(d) => ("invalid-input", d),
+                EvalError::BadRequest(d) => ("bad-request", d),
+            };
+            let _ = serde_json::to_writer(&mut *out, &json!({"error": kind, "detail": detail}));
+        }
+    }
+}
+
+/// Serializes `value` onto `out`.
+fn put<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), EvalError> {
+    serde_json::to_writer(out, value).map_err(invalid)
 }
 
 /// The arguments of one request, checked for exactly the expected keys.
@@ -82,8 +103,18 @@ impl<'a> ArgsOf<'a> {
     }
 }
 
-/// Answers one request: `Ok(result)` or the error to report.
-pub fn handle(line: &[u8]) -> Result<Value, EvalError> {
+/// Answers one request: `Ok(result)` as a JSON value, or the error to report.
+/// (`budgetgate eval` itself writes the result straight out with
+/// [`write_answer`]; this form is for programs and tests that want the value.)
+pub fn handle(line: &[u8]) -> Result<serde_json::Value, EvalError> {
+    let mut out = Vec::new();
+    handle_into(line, &mut out)?;
+    serde_json::from_slice(&out).map_err(invalid)
+}
+
+/// Answers one request: its result written onto `out`, or the error to
+/// report (then `out` may hold part of a result, which the caller drops).
+fn handle_into(line: &[u8], out: &mut Vec<u8>) -> Result<(), EvalError> {
     let text = std::str::from_utf8(line).map_err(|e| bad(format!("line is not UTF-8: {e}")))?;
     let request: StrictObject =
         serde_json::from_str(text).map_err(|e| bad(format!("not a JSON object: {e}")))?;
@@ -103,22 +134,21 @@ pub fn handle(line: &[u8]) -> Result<Value, EvalError> {
     match name.as_str() {
         "validate_agent_action" => {
             let args = ArgsOf::new(&args, &["value"], &[])?;
-            let action = Action::<MAX_TEXT_BYTES>::parse(args.get("value")?.get().as_bytes())
-                .map_err(invalid)?;
-            serde_json::to_value(&action).map_err(invalid)
+            let action = ActionRef::parse(args.get("value")?.get().as_bytes()).map_err(invalid)?;
+            put(out, &action)
         }
-        "run_bounded_agent" => run(&args),
-        "trace_work" => work(&args),
+        "run_bounded_agent" => put(out, &RunArgs::from_args(&args)?.run()?),
+        "trace_work" => put(out, &work(&args)?),
         "aggregate_usage" => {
             let args = ArgsOf::new(&args, &["plan"], &[])?;
             let plan: Plan = Plan::parse(args.get("plan")?.get().as_bytes()).map_err(invalid)?;
-            serde_json::to_value(plan.usage()).map_err(invalid)
+            put(out, &plan.usage())
         }
         "bounded_workflow" => {
             let args = ArgsOf::new(&args, &["plan", "limits"], &[])?;
             let plan: Plan = Plan::parse(args.get("plan")?.get().as_bytes()).map_err(invalid)?;
             let limits = Limits::parse(args.get("limits")?.get().as_bytes()).map_err(invalid)?;
-            serde_json::to_value(plan.report(&plan.bounded_workflow(&limits))).map_err(invalid)
+            put(out, &plan.report(&plan.bounded_workflow(&limits)))
         }
         other => Err(bad(format!(
             "unknown fn `{other}`; expected one of {}",
@@ -135,11 +165,6 @@ fn budget(args: &StrictObject, key: &str, default: u32) -> Result<u32, EvalError
             .and_then(|v| u32::try_from(v).ok())
             .ok_or_else(|| invalid(format!("`{key}` must be an integer"))),
     }
-}
-
-fn run(args: &StrictObject) -> Result<Value, EvalError> {
-    let result = RunArgs::from_args(args)?.run()?;
-    serde_json::to_value(result).map_err(invalid)
 }
 
 /// The arguments of `run_bounded_agent` (`SPEC A2`), checked: what `eval`
@@ -254,7 +279,7 @@ impl RunArgs {
     }
 }
 
-fn work(args: &StrictObject) -> Result<Value, EvalError> {
+fn work(args: &StrictObject) -> Result<budgetgate_core::Work, EvalError> {
     let a = ArgsOf::new(args, &["trace", "decision_units", "tool_units"], &[])?;
     let rows = match shape(a.get("trace")?) {
         Ok(Shape::Array(items)) => items,
@@ -337,7 +362,7 @@ fn work(args: &StrictObject) -> Result<Value, EvalError> {
         };
         parsed.push((step, row));
     }
-    let work = trace_work(
+    trace_work(
         parsed.iter().map(|(step, row)| {
             let row = match row {
                 Row::Tool(name, executed) => WorkRow::Tool {
@@ -352,6 +377,5 @@ fn work(args: &StrictObject) -> Result<Value, EvalError> {
         decision_units,
         &costs,
     )
-    .map_err(invalid)?;
-    serde_json::to_value(work).map_err(invalid)
+    .map_err(invalid)
 }

@@ -1,9 +1,9 @@
 //! The built-in demo tools that `budgetgate eval`, `run` and the examples use.
 
-use budgetgate_core::Scalar;
+use budgetgate_core::ScalarRef;
 use serde_json::{json, Number, Value};
 
-use crate::convert::value_from_arguments;
+use crate::convert::value_from_arguments_ref;
 use crate::driver::{Args, Tool};
 
 /// The kinds of demo tool, under the names a request gives them.
@@ -42,7 +42,7 @@ impl DemoKind {
     pub const NAMES: [&'static str; 5] = ["add", "echo", "fail", "repeat", "nested"];
 
     /// Calls the tool.
-    pub fn call(self, args: &Args) -> Result<Value, String> {
+    pub fn call(self, args: &Args<'_>) -> Result<Value, String> {
         let exact =
             |keys: &[&str]| args.len() == keys.len() && keys.iter().all(|k| args.get(k).is_some());
         match self {
@@ -51,9 +51,9 @@ impl DemoKind {
                     return Err("add takes exactly a and b".into());
                 }
                 match (args.get("a"), args.get("b")) {
-                    (Some(Scalar::Int(a)), Some(Scalar::Int(b))) => Ok(Value::from(a + b)),
+                    (Some(ScalarRef::Int(a)), Some(ScalarRef::Int(b))) => Ok(Value::from(a + b)),
                     (Some(a), Some(b)) => {
-                        let (a, b) = (float(a)?, float(b)?);
+                        let (a, b) = (float(&a)?, float(&b)?);
                         Number::from_f64(a + b)
                             .map(Value::Number)
                             .ok_or_else(|| "not finite".into())
@@ -61,11 +61,14 @@ impl DemoKind {
                     _ => Err("add takes exactly a and b".into()),
                 }
             }
-            Self::Echo => Ok(value_from_arguments(args)),
+            Self::Echo => Ok(value_from_arguments_ref(args)),
             Self::Fail => Err("this tool always fails".into()),
             Self::Repeat => match (exact(&["s", "n"]), args.get("s"), args.get("n")) {
-                (true, Some(Scalar::Str(s)), Some(Scalar::Int(n))) if (0..=10_000).contains(n) => {
-                    let n = usize::try_from(*n).map_err(|e| e.to_string())?;
+                (true, Some(ScalarRef::Str(s)), Some(ScalarRef::Int(n)))
+                    if (0..=10_000).contains(&n) =>
+                {
+                    let s: String = s.chars().collect();
+                    let n = usize::try_from(n).map_err(|e| e.to_string())?;
                     if s.len().saturating_mul(n) > REPEAT_BUILD_LIMIT {
                         return Err("result too large to build".into());
                     }
@@ -88,10 +91,10 @@ impl DemoKind {
     }
 }
 
-fn float(v: &Scalar) -> Result<f64, String> {
+fn float(v: &ScalarRef<'_>) -> Result<f64, String> {
     match v {
-        Scalar::Int(i) => Ok(*i as f64),
-        Scalar::Float(f) => Ok(*f),
+        ScalarRef::Int(i) => Ok(*i as f64),
+        ScalarRef::Float(f) => Ok(*f),
         _ => Err("not a number".into()),
     }
 }

@@ -18,7 +18,7 @@ use std::rc::Rc;
 
 use budgetgate::driver::{run_bounded_agent, Args, Observation, Proposal, Tool};
 use budgetgate_core::{
-    run_trace_work, Action, ObservationData, Progress, Run, RunError, RunLimits, Scalar, Status,
+    run_trace_work, Action, ObservationData, Progress, Run, RunError, RunLimits, ScalarRef, Status,
     ToolSet, Verdict,
 };
 use prop_common::*;
@@ -371,10 +371,10 @@ fn check_host(case: &Case) -> Result<(), TestCaseError> {
         .map(|t| {
             let outcomes = Rc::clone(&outcomes);
             let tool: Tool = Box::new(move |args: &Args| {
-                let Some(Scalar::Int(i)) = args.get("i") else {
+                let Some(ScalarRef::Int(i)) = args.get("i") else {
                     return Err("no index".into());
                 };
-                match outcomes.get(*i as usize) {
+                match outcomes.get(i as usize) {
                     Some(Step::Tool { outcome, .. }) => {
                         outcome.value().ok_or_else(|| "failed".into())
                     }

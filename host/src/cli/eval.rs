@@ -59,29 +59,52 @@ fn next_line(input: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Li
 /// stdin cannot be read or stdout cannot be written (a full disk); a bad
 /// request line is answered, never fatal.
 pub fn main() -> Outcome {
-    let stdin = std::io::stdin();
-    let mut input = stdin.lock();
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut input = std::io::BufReader::with_capacity(1 << 16, std::io::stdin().lock());
+    // Answers are buffered and written when no more input is waiting: a
+    // program that sends one line and waits gets its answer at once, and a
+    // stream of lines costs one write per buffer, not one per line.
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let mut line = Vec::new();
+    let mut answer = Vec::with_capacity(1 << 10);
     loop {
-        let answer = match next_line(&mut input, &mut line) {
-            Ok(Line::End) => return Outcome::Complete,
+        answer.clear();
+        match next_line(&mut input, &mut line) {
+            Ok(Line::End) => {
+                return match out.flush() {
+                    Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                        eprintln!("budgetgate eval: writing the answers to stdout: {e}");
+                        Outcome::Invalid
+                    }
+                    _ => Outcome::Complete,
+                };
+            }
             Ok(Line::Kept) => {
                 let body = line.strip_suffix(b"\r").unwrap_or(&line);
-                budgetgate::eval::answer_line(body)
+                budgetgate::eval::write_answer(body, &mut answer);
             }
-            Ok(Line::TooLong) => serde_json::json!({
-                "error": "bad-request",
-                "detail": format!("line longer than {} MiB", MAX_LINE_BYTES >> 20),
-            })
-            .to_string(),
+            Ok(Line::TooLong) => {
+                let _ = serde_json::to_writer(
+                    &mut answer,
+                    &serde_json::json!({
+                        "error": "bad-request",
+                        "detail": format!("line longer than {} MiB", MAX_LINE_BYTES >> 20),
+                    }),
+                );
+            }
             Err(e) => {
                 eprintln!("budgetgate eval: reading stdin: {e}");
                 return Outcome::Invalid;
             }
         };
-        match writeln!(out, "{answer}").and_then(|()| out.flush()) {
+        answer.push(b'\n');
+        let written = out.write_all(&answer).and_then(|()| {
+            if input.buffer().is_empty() {
+                out.flush()
+            } else {
+                Ok(())
+            }
+        });
+        match written {
             Ok(()) => {}
             // The reader stopped reading (`| head`): no one is left to answer,
             // which is an end of the stream as `replay`, `plan` and `run` treat it.
