@@ -5,8 +5,8 @@
 
 use core::fmt;
 
+use crate::json::Event;
 use heapless::Vec;
-use picojson::Event;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 
 use crate::ident::{IdentifierError, PlanId};

@@ -32,8 +32,8 @@
 use core::fmt;
 use core::hash::Hasher as _;
 
+use crate::json::Event;
 use heapless::Vec;
-use picojson::Event;
 use siphasher::sip128::{Hasher128 as _, SipHasher13};
 
 use crate::action::{Arguments, Scalar};
@@ -157,7 +157,6 @@ impl ArgsFingerprint {
                 },
                 Event::Bool(b) => builder.bool(b)?,
                 Event::Null => builder.null()?,
-                _ => return Err(FingerprintError::Json(JsonError::Syntax)),
             }
             if builder.is_complete() {
                 break;

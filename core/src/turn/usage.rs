@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use picojson::Event;
+use crate::json::Event;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use crate::json::{JsonError, Number, Reader};
