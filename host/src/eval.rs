@@ -7,6 +7,7 @@
 //! Values are handed to the core as their raw JSON text, so integers and
 //! floats stay distinct (`15` vs `15.0`) and `-0` is the integer 0.
 
+use budgetgate_core::limits::MAX_STEPS;
 use budgetgate_core::{trace_work, ActionRef, Limits, Plan, RunLimits, WorkRow};
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -115,6 +116,9 @@ pub fn handle(line: &[u8]) -> Result<serde_json::Value, EvalError> {
 /// Answers one request: its result written onto `out`, or the error to
 /// report (then `out` may hold part of a result, which the caller drops).
 fn handle_into(line: &[u8], out: &mut Vec<u8>) -> Result<(), EvalError> {
+    if fast_path(line, out) {
+        return Ok(());
+    }
     let text = std::str::from_utf8(line).map_err(|e| bad(format!("line is not UTF-8: {e}")))?;
     let request: StrictObject =
         serde_json::from_str(text).map_err(|e| bad(format!("not a JSON object: {e}")))?;
@@ -155,6 +159,66 @@ fn handle_into(line: &[u8], out: &mut Vec<u8>) -> Result<(), EvalError> {
             FUNCTIONS.join(", ")
         ))),
     }
+}
+
+/// The three commonest requests in their compact spelling, answered without
+/// reading the envelope as JSON three times: `{"fn":"validate_agent_action",
+/// "args":{"value":V}}`, `{"fn":"bounded_workflow","args":{"plan":P,
+/// "limits":L}}` and `{"fn":"run_bounded_agent","args":A}` with no
+/// whitespace around the envelope's keys. Only a success is answered here: when
+/// the inner documents parse as a valid action (or plan and limits), each is
+/// one complete JSON value, so the line is exactly that envelope and the
+/// answer is the one the general path gives. Anything else (another spelling,
+/// an invalid value, a duplicate key) goes the general way, which finds the
+/// right error.
+fn fast_path(line: &[u8], out: &mut Vec<u8>) -> bool {
+    let line = line.trim_ascii_end();
+    let mark = out.len();
+    if let Some(value) = line
+        .strip_prefix(br#"{"fn":"validate_agent_action","args":{"value":"#)
+        .and_then(|rest| rest.strip_suffix(b"}}"))
+    {
+        if let Ok(action) = ActionRef::parse(value) {
+            if serde_json::to_writer(&mut *out, &action).is_ok() {
+                return true;
+            }
+        }
+    } else if let Some(args) = line
+        .strip_prefix(br#"{"fn":"bounded_workflow","args":{"plan":"#)
+        .and_then(|rest| rest.strip_suffix(b"}}"))
+    {
+        const LIMITS: &[u8] = br#","limits":"#;
+        let split = args.windows(LIMITS.len()).rposition(|w| w == LIMITS);
+        if let Some(at) = split {
+            let (plan, limits) = (&args[..at], &args[at + LIMITS.len()..]);
+            if let (Ok(plan), Ok(limits)) = (Plan::<MAX_STEPS>::parse(plan), Limits::parse(limits))
+            {
+                if serde_json::to_writer(&mut *out, &plan.report(&plan.bounded_workflow(&limits)))
+                    .is_ok()
+                {
+                    return true;
+                }
+            }
+        }
+    } else if let Some(args) = line
+        .strip_prefix(br#"{"fn":"run_bounded_agent","args":"#)
+        .and_then(|rest| rest.strip_suffix(b"}"))
+    {
+        // A complete object here makes the line exactly that envelope.
+        let args = std::str::from_utf8(args)
+            .ok()
+            .and_then(|text| serde_json::from_str::<StrictObject>(text).ok());
+        if let Some(args) = args {
+            let result = RunArgs::from_args(&args).and_then(|run| run.run());
+            if let Ok(result) = result {
+                if serde_json::to_writer(&mut *out, &result).is_ok() {
+                    return true;
+                }
+            }
+        }
+    }
+    out.truncate(mark);
+    false
 }
 
 /// A budget argument: absent gives the default; present must be an integer.
@@ -378,4 +442,45 @@ fn work(args: &StrictObject) -> Result<budgetgate_core::Work, EvalError> {
         &costs,
     )
     .map_err(invalid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The compact fast path answers exactly as the general path does, on
+    /// every request of the reference vectors (valid and invalid): the same
+    /// line with a space after its first `{` takes the general path.
+    #[test]
+    fn the_fast_path_answers_as_the_general_path() {
+        #[derive(serde::Deserialize)]
+        struct Case<'a> {
+            #[serde(borrow)]
+            request: &'a RawValue,
+        }
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors");
+        let mut fast = 0;
+        for file in [
+            "validate.jsonl",
+            "run.jsonl",
+            "plan.jsonl",
+            "trace_work.jsonl",
+            "number_overflow.jsonl",
+        ] {
+            let text = std::fs::read_to_string(dir.join(file)).unwrap();
+            for line in text.lines() {
+                let case: Case = serde_json::from_str(line).unwrap();
+                let compact = case.request.get();
+                let spaced = format!("{{ {}", &compact[1..]);
+                let (a, b) = (
+                    answer_line(compact.as_bytes()),
+                    answer_line(spaced.as_bytes()),
+                );
+                assert_eq!(a, b, "{compact}");
+                let mut out = Vec::new();
+                fast += usize::from(fast_path(compact.as_bytes(), &mut out));
+            }
+        }
+        assert!(fast > 300, "the fast path answered only {fast} requests");
+    }
 }
