@@ -48,6 +48,15 @@
 //!   validated types, and anything else is refused.
 //! * No `alloc`: every buffer has a capacity fixed at compile time; a value
 //!   that does not fit is refused, never truncated.
+//! * No `serde-json-core`, though the design names it: as a reader it takes
+//!   `null` for a float (NaN), leaves escapes undecoded in borrowed strings
+//!   and lets a lone surrogate escape through; as a writer it spells floats
+//!   unlike Python's `json.dumps`, whose bytes the 4096-byte result rule
+//!   counts (`0.00001` for `1e-05`, `1e16` for `1e+16`), and writes NaN as
+//!   `null` where the reference refuses it. `tests::why_not_serde_json_core`
+//!   shows each on the version in use (a dev-dependency only), so a release
+//!   that changes one is noticed. The core reads with its own strict scanner
+//!   and pull reader and writes with [`pyjson`].
 #![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -94,6 +103,46 @@ pub use work::{run_trace_work, trace_work, TraceWorkError, Work, WorkRow};
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Why serde-json-core reads and writes nothing in the core (see the
+    /// crate docs): each assertion is a difference from the contract, on the
+    /// version in use, so a release that changes one is noticed.
+    #[test]
+    fn why_not_serde_json_core() {
+        #[derive(serde::Deserialize, Debug)]
+        struct F {
+            x: f64,
+        }
+        #[derive(serde::Deserialize, Debug)]
+        struct S<'a> {
+            s: &'a str,
+        }
+        // `null` is read as a float (NaN): the contract's numbers are finite.
+        let null = serde_json_core::from_str::<F>(r#"{"x":null}"#).map(|(f, _)| f.x.is_nan());
+        assert_eq!(null, Ok(true));
+        // Escapes are not decoded, and a lone surrogate escape passes.
+        let text = serde_json_core::from_str::<S>(r#"{"s":"\ud800"}"#).map(|(v, _)| v.s);
+        assert_eq!(text, Ok(r"\ud800"));
+        // Floats are not spelled as Python's json.dumps spells them, whose
+        // bytes the 4096-byte result rule counts; NaN becomes null.
+        let spell = |v: f64| {
+            let mut buf = [0u8; 32];
+            let n = serde_json_core::to_slice(&v, &mut buf).unwrap();
+            std::string::String::from_utf8(buf[..n].to_vec()).unwrap()
+        };
+        let python = |v: f64| {
+            let mut buf = [0u8; 32];
+            let n = pyjson::encode(&v, &mut buf).unwrap();
+            std::string::String::from_utf8(buf[..n].to_vec()).unwrap()
+        };
+        assert_eq!(
+            (spell(1e-5), python(1e-5)),
+            ("0.00001".into(), "1e-05".into())
+        );
+        assert_eq!((spell(1e16), python(1e16)), ("1e16".into(), "1e+16".into()));
+        assert_eq!(spell(f64::NAN), "null");
+        assert!(pyjson::encode(&f64::NAN, &mut [0u8; 8]).is_err());
+    }
 
     /// Sizes of the main state types with default capacities, so a device
     /// maker knows what a `static` costs. Printed with `--nocapture`.
