@@ -200,6 +200,7 @@ mod tests {
             block_on(s.save(&ledger(step))).unwrap();
             flash = s.into_flash();
         }
+        std::println!("{cuts} power cuts over 12 saves");
         assert!(cuts > 12 * RECORD_LEN, "only {cuts} cut positions tried");
     }
 
