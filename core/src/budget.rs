@@ -413,6 +413,203 @@ impl<const TOOLS: usize> Ledger<TOOLS> {
     }
 }
 
+// ------------------------------------------------------------ duty windows
+
+/// An actuator's duty window: at most `max_on_ms` of on-time in any window
+/// of `window_ms` (a valve open at most 30 s in any 10 min), the budget an
+/// actuator governor keeps (issue 15). Sans-IO: the caller says when the
+/// actuator goes on and off and asks, at every tick, whether it must go off.
+///
+/// On-time is counted over the half-open window `(now - window_ms, now]`.
+/// The last `N` on-spans are kept; when more must be kept, the two oldest
+/// are merged into one span covering both, which can only count more
+/// on-time, never less (the governor errs towards off).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DutyWindow<const N: usize = 8> {
+    window_ms: u64,
+    max_on_ms: u64,
+    /// Closed spans `[start, end)`, oldest first, not overlapping.
+    spans: Vec<(u64, u64), N>,
+    on_since: Option<u64>,
+}
+
+/// A switch-on refused by a duty window: the on-time in the window and its
+/// maximum, and when it may go on again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct DutyExceeded {
+    /// On-time in the window now, in ms.
+    pub on_ms: u64,
+    /// The window's maximum, in ms.
+    pub max_on_ms: u64,
+    /// The first instant at which switching on is allowed again.
+    pub retry_at_ms: u64,
+}
+
+impl<const N: usize> DutyWindow<N> {
+    /// A window of `window_ms` allowing `max_on_ms` of on-time, with the
+    /// actuator off.
+    pub const fn new(window_ms: u64, max_on_ms: u64) -> Self {
+        Self {
+            window_ms,
+            max_on_ms,
+            spans: Vec::new(),
+            on_since: None,
+        }
+    }
+
+    /// Whether the actuator is on.
+    pub const fn is_on(&self) -> bool {
+        self.on_since.is_some()
+    }
+
+    /// On-time within `(now - window, now]`, the open span included.
+    pub fn on_time(&self, now_ms: u64) -> u64 {
+        let from = now_ms.saturating_sub(self.window_ms);
+        let overlap = |start: u64, end: u64| end.min(now_ms).saturating_sub(start.max(from));
+        let closed: u64 = self.spans.iter().map(|&(s, e)| overlap(s, e)).sum();
+        closed + self.on_since.map_or(0, |s| overlap(s, now_ms))
+    }
+
+    /// Switches the actuator on at `now`, if the window has on-time left
+    /// (already on: nothing changes).
+    pub fn try_switch_on(&mut self, now_ms: u64) -> Result<(), DutyExceeded> {
+        if self.on_since.is_some() {
+            return Ok(());
+        }
+        let on_ms = self.on_time(now_ms);
+        if on_ms >= self.max_on_ms {
+            return Err(DutyExceeded {
+                on_ms,
+                max_on_ms: self.max_on_ms,
+                retry_at_ms: self.first_time_below_max(now_ms),
+            });
+        }
+        self.on_since = Some(now_ms);
+        Ok(())
+    }
+
+    /// Switches the actuator off at `now` (already off: nothing changes).
+    pub fn switch_off(&mut self, now_ms: u64) {
+        let Some(start) = self.on_since.take() else {
+            return;
+        };
+        let end = now_ms.max(start);
+        // Spans wholly before any future window are no longer needed.
+        let from = now_ms.saturating_sub(self.window_ms);
+        self.spans.retain(|&(_, e)| e > from);
+        if self.spans.is_full() {
+            if let [(s0, _), (_, e1), ..] = self.spans[..] {
+                self.spans.remove(0);
+                if let Some(first) = self.spans.first_mut() {
+                    *first = (s0, e1);
+                }
+            }
+        }
+        let _ = self.spans.push((start, end));
+    }
+
+    /// While on: the instant by which the actuator must be off, the first at
+    /// which the window's on-time reaches its maximum. `None` while off, or
+    /// when it may stay on for good (a maximum above the window's length).
+    pub fn must_stop_at(&self, now_ms: u64) -> Option<u64> {
+        self.on_since?;
+        if self.max_on_ms > self.window_ms {
+            return None;
+        }
+        // With the actuator on, on-time grows by 1 per ms, less what leaves
+        // the window: it never decreases, so the first instant reaching the
+        // maximum is found by bisection.
+        let (mut lo, mut hi) = (now_ms, now_ms.saturating_add(self.max_on_ms));
+        if self.on_time(lo) >= self.max_on_ms {
+            return Some(now_ms);
+        }
+        while lo + 1 < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.on_time(mid) >= self.max_on_ms {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        Some(hi)
+    }
+
+    /// Whether the actuator is on and must go off now; the caller then
+    /// drives it off and calls [`Self::switch_off`].
+    pub fn must_stop(&self, now_ms: u64) -> bool {
+        self.must_stop_at(now_ms).is_some_and(|at| at <= now_ms)
+    }
+
+    /// While off: the first instant at or after `now` at which the on-time
+    /// is below the maximum (old spans leaving the window).
+    fn first_time_below_max(&self, now_ms: u64) -> u64 {
+        if self.max_on_ms == 0 {
+            return u64::MAX;
+        }
+        // Off, on-time never increases: bisection again.
+        let (mut lo, mut hi) = (now_ms, now_ms.saturating_add(self.window_ms));
+        if self.on_time(lo) < self.max_on_ms {
+            return now_ms;
+        }
+        while lo + 1 < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.on_time(mid) < self.max_on_ms {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        hi
+    }
+}
+
+/// The dead-man's switch of a link: when no valid frame has come for
+/// `timeout_ms` while an actuator is out of its safe state, the device drives
+/// it safe and latches the fault (issue 15). Sans-IO: feed it at every valid
+/// frame, ask it at every tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Watchdog {
+    timeout_ms: u64,
+    last_ms: u64,
+    tripped: bool,
+}
+
+impl Watchdog {
+    /// A watchdog fed at `now_ms`.
+    pub const fn new(timeout_ms: u64, now_ms: u64) -> Self {
+        Self {
+            timeout_ms,
+            last_ms: now_ms,
+            tripped: false,
+        }
+    }
+
+    /// A valid frame arrived. A tripped watchdog stays tripped (latched):
+    /// only [`Self::reset`], an operator's action, clears it.
+    pub fn feed(&mut self, now_ms: u64) {
+        if !self.tripped {
+            self.last_ms = self.last_ms.max(now_ms);
+        }
+    }
+
+    /// Whether the link has been silent for the timeout or longer; once
+    /// true it stays true until [`Self::reset`].
+    pub fn check(&mut self, now_ms: u64) -> bool {
+        if now_ms.saturating_sub(self.last_ms) >= self.timeout_ms {
+            self.tripped = true;
+        }
+        self.tripped
+    }
+
+    /// Clears a tripped watchdog (the operator's action), fed at `now_ms`.
+    pub fn reset(&mut self, now_ms: u64) {
+        self.tripped = false;
+        self.last_ms = now_ms;
+    }
+}
+
 // ------------------------------------------------------------------ record
 
 /// The record's version; a record of another version is refused.
@@ -764,6 +961,168 @@ mod tests {
         assert_eq!(l.used(Limit::Millis), 500);
         l.observe_time(50);
         assert_eq!(l.used(Limit::Millis), 500);
+    }
+
+    #[test]
+    fn a_duty_window_allows_exactly_its_on_time_in_any_window() {
+        // At most 30 s on in any 10 min.
+        let mut d: DutyWindow<4> = DutyWindow::new(600_000, 30_000);
+        d.try_switch_on(0).unwrap();
+        assert_eq!(d.must_stop_at(0), Some(30_000));
+        assert!(!d.must_stop(29_999));
+        assert!(d.must_stop(30_000));
+        d.switch_off(30_000);
+        assert_eq!(d.on_time(100_000), 30_000);
+        // The whole 30 s are still in the window until 600 000.
+        let refused = d.try_switch_on(100_000).unwrap_err();
+        assert_eq!(
+            refused,
+            DutyExceeded {
+                on_ms: 30_000,
+                max_on_ms: 30_000,
+                retry_at_ms: 600_001
+            }
+        );
+        assert!(d.try_switch_on(600_000).is_err());
+        // One ms of it has left the window: on again, and off by the time the
+        // window holds 30 s again (the old span leaves as fast as the new
+        // one grows, so not before it has left entirely).
+        d.try_switch_on(600_001).unwrap();
+        assert_eq!(d.on_time(600_001), 29_999);
+        assert_eq!(d.must_stop_at(600_001), Some(630_001));
+        assert_eq!(d.on_time(630_000), 29_999);
+        assert_eq!(d.on_time(630_001), 30_000);
+    }
+
+    #[test]
+    fn a_zero_duty_never_switches_on_and_a_long_one_never_forces_off() {
+        let mut never: DutyWindow = DutyWindow::new(1_000, 0);
+        assert_eq!(never.try_switch_on(5).unwrap_err().retry_at_ms, u64::MAX);
+        let mut always: DutyWindow = DutyWindow::new(1_000, 2_000);
+        always.try_switch_on(0).unwrap();
+        assert_eq!(always.must_stop_at(0), None);
+        assert!(!always.must_stop(1_000_000));
+    }
+
+    #[test]
+    fn short_bursts_add_up_in_the_window() {
+        let mut d: DutyWindow<4> = DutyWindow::new(1_000, 300);
+        for start in [0, 200, 400] {
+            d.try_switch_on(start).unwrap();
+            d.switch_off(start + 100);
+        }
+        assert_eq!(d.on_time(600), 300);
+        assert!(d.try_switch_on(600).is_err());
+        // From 1 001 the first burst has begun to leave.
+        assert_eq!(d.try_switch_on(600).unwrap_err().retry_at_ms, 1_001);
+        d.try_switch_on(1_050).unwrap();
+        // 250 ms in the window at 1 050 (50 of the first burst); the first
+        // burst leaves as the new span grows, then 50 ms more reach 300.
+        assert_eq!(d.on_time(1_050), 250);
+        assert_eq!(d.must_stop_at(1_050), Some(1_150));
+        assert_eq!(d.on_time(1_149), 299);
+    }
+
+    /// Against a timeline of every millisecond: on-time, refusals and the
+    /// instant a span must end agree exactly over random switching.
+    #[test]
+    fn a_duty_window_agrees_with_a_millisecond_timeline() {
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..200 {
+            let (window, max) = (1 + next() % 300, 1 + next() % 120);
+            let mut d: DutyWindow<64> = DutyWindow::new(window, max);
+            // on[t]: the actuator was on during millisecond [t, t+1).
+            let mut on = std::vec![false; 4_000];
+            let brute = |on: &[bool], t: u64| -> u64 {
+                (t.saturating_sub(window)..t)
+                    .filter(|&m| on[m as usize])
+                    .count() as u64
+            };
+            let mut t = 0u64;
+            while t < 2_500 {
+                if d.is_on() {
+                    let Some(stop) = d.must_stop_at(t) else {
+                        assert!(max > window, "window {window} max {max} at {t}");
+                        let end = t + next() % 80;
+                        for m in t..end {
+                            on[m as usize] = true;
+                        }
+                        t = end;
+                        d.switch_off(t);
+                        continue;
+                    };
+                    let mut first = t;
+                    while brute(
+                        &{
+                            let mut o = on.clone();
+                            for m in t..first {
+                                o[m as usize] = true;
+                            }
+                            o
+                        },
+                        first,
+                    ) < max
+                    {
+                        first += 1;
+                    }
+                    assert_eq!(stop, first, "window {window} max {max} at {t}");
+                    let end = (t + next() % 80).min(stop);
+                    for m in t..end {
+                        on[m as usize] = true;
+                    }
+                    t = end;
+                    d.switch_off(t);
+                } else {
+                    assert_eq!(
+                        d.on_time(t),
+                        brute(&on, t),
+                        "window {window} max {max} at {t}"
+                    );
+                    match d.try_switch_on(t) {
+                        Ok(()) => assert!(brute(&on, t) < max),
+                        Err(e) => {
+                            assert!(brute(&on, t) >= max);
+                            assert!(brute(&on, e.retry_at_ms) < max);
+                            assert!(brute(&on, e.retry_at_ms - 1) >= max);
+                        }
+                    }
+                    if !d.is_on() {
+                        t += 1 + next() % 60;
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_span_table_merges_and_only_counts_more() {
+        let mut d: DutyWindow<2> = DutyWindow::new(10_000, 10_000);
+        for start in [0, 100, 200, 300] {
+            d.try_switch_on(start).unwrap();
+            d.switch_off(start + 10);
+        }
+        // 40 ms really on; merged spans may count more, never less.
+        assert!(d.on_time(1_000) >= 40);
+        assert!(d.on_time(1_000) <= 310);
+    }
+
+    #[test]
+    fn the_watchdog_trips_after_silence_and_stays_tripped() {
+        let mut w = Watchdog::new(5_000, 0);
+        w.feed(3_000);
+        assert!(!w.check(7_999));
+        assert!(w.check(8_000));
+        w.feed(8_001);
+        assert!(w.check(8_002), "a trip is latched");
+        w.reset(9_000);
+        assert!(!w.check(13_999));
+        assert!(w.check(14_000));
     }
 
     #[test]
