@@ -53,7 +53,12 @@ use crate::replay::budget::{price_of, ReplayBudget};
 
 /// Longest transcript line read (a longer one is an error: the gate cannot
 /// count what it cannot read).
-pub const MAX_TRANSCRIPT_LINE: usize = 64 << 20;
+pub const MAX_TRANSCRIPT_LINE: usize = 32 << 20;
+
+/// Most transcript bytes one event reads (about 0.3 s): a longer backlog (a
+/// hook installed into a long session) is read over several events, each
+/// committing its progress, and tool calls are denied until it is caught up.
+pub const MAX_READ_PER_EVENT: u64 = 2 * MAX_TRANSCRIPT_LINE as u64;
 
 /// Largest hook event read from stdin.
 pub const MAX_EVENT_BYTES: u64 = 16 << 20;
@@ -359,16 +364,19 @@ fn billed_usage(usage: &Value) -> Result<TokenUsage, String> {
 /// Reads the lines of `path` after what was already read and counts every
 /// model response in them into the ledgers (new responses as model calls,
 /// token growth of a response seen before as tokens, the cost of both).
-/// Only complete lines are read; the offset is stored with the decision.
+/// Only complete lines are read, at most [`MAX_READ_PER_EVENT`] bytes in all;
+/// the offsets are stored with the decision. Returns the bytes left unread.
 fn absorb(
     tx: &Tx<'_>,
     event: &HookEvent,
     budget: &ReplayBudget,
     ledgers: &mut Ledgers,
     now: u64,
-) -> Result<(), HookError> {
+) -> Result<u64, HookError> {
     let session = &event.session_id;
     let main = Path::new(&event.transcript_path);
+    let mut allowance = MAX_READ_PER_EVENT;
+    let mut left = 0u64;
     for (path, agent) in transcripts(main) {
         let shown = path.display().to_string();
         let fail = |detail: String| HookError::Transcript {
@@ -391,9 +399,11 @@ fn absorb(
         if len == offset {
             continue;
         }
+        let chunk = (len - offset).min(allowance);
+        allowance -= chunk;
         file.seek(SeekFrom::Start(offset))
             .map_err(|e| fail(e.to_string()))?;
-        let mut reader = BufReader::with_capacity(1 << 16, file.take(len - offset));
+        let mut reader = BufReader::with_capacity(1 << 16, file.take(chunk));
         let mut at = offset;
         let mut line = Vec::new();
         loop {
@@ -417,8 +427,13 @@ fn absorb(
             at += n as u64;
         }
         tx.set_offset(session, &shown, at)?;
+        // What is left beyond this event's allowance (not a line still being
+        // written at the end of the file).
+        if chunk < len - offset {
+            left += len - at;
+        }
     }
-    Ok(())
+    Ok(left)
 }
 
 /// Counts one transcript line, if it is a model response.
@@ -571,12 +586,21 @@ pub fn decide(
     if let Some(agent) = &event.agent_id {
         ledgers.agent(tx, session, agent, budget, now)?;
     }
-    absorb(tx, event, budget, &mut ledgers, now)?;
+    let backlog = absorb(tx, event, budget, &mut ledgers, now)?;
     ledgers.session.observe_time(now);
     for (_, ledger) in &mut ledgers.agents {
         ledger.observe_time(now);
     }
     let answer = match (&event.call, event.name.as_str()) {
+        // Not counted up to date: the gate cannot decide yet (fail closed),
+        // but the progress made is kept, so a later call can be decided.
+        (Some(_), _) if backlog > 0 => Answer::Deny {
+            reason: "transcript-backlog",
+            text: format!(
+                "budgetgate refused this call (transcript-backlog): the session's transcript still has {:.1} MB to count before a call can be decided; not executed. Retry the call.",
+                backlog as f64 / 1e6
+            ),
+        },
         (Some(call), _) => decide_call(tx, event, call, budget, &mut ledgers)?,
         (None, "UserPromptSubmit" | "Stop" | "SubagentStop") => {
             match exhausted(tx, event, &ledgers)? {

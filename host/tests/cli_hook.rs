@@ -709,3 +709,40 @@ fn a_real_session_log_is_stopped_where_replay_stops_it() {
         report["stopped"]
     );
 }
+
+/// A transcript longer than one event may read (a hook installed into a
+/// long session) is counted over several events: the first calls are
+/// denied while the backlog is read, its progress is kept, and once caught
+/// up the count is exact.
+#[test]
+fn a_long_transcript_backlog_is_counted_over_several_events() {
+    let s = Setup::new(BUDGET);
+    let t = s.transcript();
+    {
+        let mut f = std::fs::File::create(&t).unwrap();
+        let filler =
+            json!({"type": "user", "message": {"role": "user", "content": "x".repeat(1 << 20)}})
+                .to_string();
+        for _ in 0..70 {
+            writeln!(f, "{filler}").unwrap();
+        }
+    }
+    append(
+        &t,
+        &assistant_line(
+            "m1",
+            "r1",
+            json!({"input_tokens": 7, "output_tokens": 3}),
+            json!([]),
+        ),
+    );
+    let first = decision(&s.run(&s.pre("Read", json!({}), "b1")));
+    assert!(first.contains("(transcript-backlog)"), "{first}");
+    assert_eq!(s.used("tokens"), 0);
+    assert_eq!(
+        decision(&s.run(&s.pre("Read", json!({"n": 2}), "b2"))),
+        "none"
+    );
+    assert_eq!(s.used("tokens"), 10);
+    assert_eq!(s.used("model_calls"), 1);
+}
