@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 seconds="${FUZZ_SECONDS:-20}"
-targets=(action_json plan_json run_events link_frames)
+targets=(action_json plan_json run_events link_frames ledger_record usage_json duty_window)
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
     rustup toolchain install nightly --profile minimal
@@ -27,7 +27,7 @@ for target in "${targets[@]}"; do
     log="logs/$target.log"
     echo "== $target: ${seconds}s"
     extra=()
-    if [ "$target" = action_json ] || [ "$target" = plan_json ]; then
+    if [ "$target" = action_json ] || [ "$target" = plan_json ] || [ "$target" = usage_json ]; then
         extra=(-dict=json.dict)
     fi
     if cargo +nightly fuzz run -O "$target" "corpus/$target" -- \

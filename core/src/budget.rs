@@ -180,6 +180,10 @@ pub enum LedgerError {
     CapsFull,
     /// A cap for this tool is already in the table.
     DuplicateCap,
+    /// The amounts reserved against this limit would pass `u64::MAX` (only
+    /// reachable with no maximum set); refused rather than saturated, since a
+    /// saturated sum would give budget back when one of them is released.
+    Overflow(Limit),
 }
 
 impl fmt::Display for LedgerError {
@@ -194,6 +198,7 @@ impl fmt::Display for LedgerError {
             ),
             Self::CapsFull => write!(f, "at most {MAX_TOOLS} per-tool caps"),
             Self::DuplicateCap => f.write_str("a cap for this tool is given twice"),
+            Self::Overflow(limit) => write!(f, "reservations against {limit} overflow"),
         }
     }
 }
@@ -338,8 +343,12 @@ impl<const TOOLS: usize> Ledger<TOOLS> {
                 }));
             }
         }
+        let reserved = self
+            .reserved(limit)
+            .checked_add(amount)
+            .ok_or(LedgerError::Overflow(limit))?;
         if let Some(r) = self.reserved.get_mut(limit.index()) {
-            *r = r.saturating_add(amount);
+            *r = reserved;
         }
         Ok(Reservation { limit, amount })
     }
@@ -922,6 +931,21 @@ mod tests {
         assert_eq!(l.commit(a, 1), Err(LedgerError::NotReserved(a)));
         assert_eq!(l.roll_back(a), Err(LedgerError::NotReserved(a)));
         assert_eq!(l, before);
+    }
+
+    /// Found by the `ledger_record` fuzz target: reservations that saturated
+    /// (no maximum set) gave budget back when one was released.
+    #[test]
+    fn reservations_that_would_overflow_are_refused_not_saturated() {
+        let mut l: Ledger = Ledger::new(0);
+        let a = l.try_reserve(Limit::Tokens, u64::MAX - 1).unwrap();
+        assert_eq!(
+            l.try_reserve(Limit::Tokens, 2),
+            Err(LedgerError::Overflow(Limit::Tokens))
+        );
+        assert_eq!(l.reserved(Limit::Tokens), u64::MAX - 1);
+        l.roll_back(a).unwrap();
+        assert_eq!(l.reserved(Limit::Tokens), 0);
     }
 
     #[test]
