@@ -49,6 +49,8 @@ use budgetgate_core::TokenUsage;
 use serde_json::{json, Value};
 
 use crate::ledger::{state_dir, CountedUsage, Store, StoreError, Tx};
+
+mod transcript;
 use crate::replay::budget::{price_of, ReplayBudget};
 
 /// Longest transcript line read (a longer one is an error: the gate cannot
@@ -349,12 +351,16 @@ fn transcripts(main: &Path) -> Vec<(PathBuf, Option<String>)> {
 }
 
 /// The usage of a transcript's assistant line billed in full: the top level
-/// plus every entry of `usage.iterations` (compaction and other
-/// sub-inferences are billed there).
+/// plus every entry of `usage.iterations` that is not the message's own
+/// sampling pass (`"type": "message"`, which the top level already is):
+/// compaction and other sub-inferences are billed there and nowhere else.
 fn billed_usage(usage: &Value) -> Result<TokenUsage, String> {
     let mut total = crate::replay::session::usage_from_value(usage)?;
     if let Some(Value::Array(iterations)) = usage.get("iterations") {
         for it in iterations {
+            if it.get("type").and_then(Value::as_str) == Some("message") {
+                continue;
+            }
             total = total.saturating_add(crate::replay::session::usage_from_value(it)?);
         }
     }
@@ -450,26 +456,29 @@ fn count_line(
     if memchr_find(line, b"\"assistant\"").is_none() {
         return Ok(());
     }
-    let text = std::str::from_utf8(line).map_err(|_| "not UTF-8".to_string())?;
-    let value: Value = crate::strict::value_from_str(text.trim_end()).map_err(|e| e.to_string())?;
-    if value.get("type").and_then(Value::as_str) != Some("assistant") {
+    let fields = transcript::fields(line.trim_ascii_end())?;
+    if fields.kind.as_deref() != Some("assistant") {
         return Ok(());
     }
-    let Some(message) = value.get("message") else {
-        return Ok(());
-    };
-    let model = message.get("model").and_then(Value::as_str).unwrap_or("");
+    let model = fields.model.as_deref().unwrap_or("");
     if model == "<synthetic>" {
         return Ok(());
     }
-    let Some(id) = message.get("id").and_then(Value::as_str) else {
+    let Some(id) = fields.message_id.as_deref() else {
         return Err("an assistant message without `message.id`".into());
     };
-    let request = value.get("requestId").and_then(Value::as_str).unwrap_or("");
+    let request = fields.request_id.as_deref().unwrap_or("");
     let key = format!("{id}/{request}");
-    let usage = match message.get("usage") {
-        None | Some(Value::Null) => TokenUsage::ZERO,
-        Some(u) => billed_usage(u)?,
+    let usage = match fields.usage.as_deref() {
+        None => TokenUsage::ZERO,
+        Some(raw) => {
+            let value = crate::strict::value_from_str(raw).map_err(|e| format!("usage: {e}"))?;
+            if value.is_null() {
+                TokenUsage::ZERO
+            } else {
+                billed_usage(&value)?
+            }
+        }
     };
     let session = &event.session_id;
     let old = tx.response(session, &key).map_err(|e| e.to_string())?;

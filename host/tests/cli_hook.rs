@@ -746,3 +746,45 @@ fn a_long_transcript_backlog_is_counted_over_several_events() {
     assert_eq!(s.used("tokens"), 10);
     assert_eq!(s.used("model_calls"), 1);
 }
+
+/// What the model or a tool wrote into a transcript line (nesting deeper
+/// than any strict reader allows, a lone surrogate escape, which
+/// `JSON.stringify` writes) never stops the count: only the counted fields
+/// are read strictly. Found by the hostile trial (the session used to be
+/// refused for good).
+#[test]
+fn a_deep_or_lone_surrogate_tool_input_in_the_transcript_is_counted() {
+    let s = Setup::new(BUDGET);
+    let deep = "[".repeat(5_000) + &"]".repeat(5_000);
+    let line = format!(
+        r#"{{"type":"assistant","requestId":"r1","message":{{"id":"m1","model":"claude-sonnet-4-5","content":[{{"type":"tool_use","id":"toolu_x","name":"Bash","input":{{"command":"echo \ud83d","x":{deep}}}}}],"usage":{{"input_tokens":5,"output_tokens":5}}}}}}"#
+    );
+    append(&s.transcript(), &line);
+    assert_eq!(decision(&s.run(&s.pre("Read", json!({}), "u1"))), "none");
+    assert_eq!(s.used("tokens"), 10);
+    // The counted figures stay strict: a usage field given twice refuses.
+    append(
+        &s.transcript(),
+        r#"{"type":"assistant","requestId":"r2","message":{"id":"m2","usage":{"input_tokens":1,"input_tokens":999999}}}"#,
+    );
+    let out = s.run(&s.pre("Read", json!({"a": 1}), "u2"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("duplicate key `input_tokens`"));
+}
+
+/// `usage.iterations` lists every sampling pass of a request, the message's
+/// own included: the compaction pass is added to the top level, the
+/// message pass (which the top level already is) is not.
+#[test]
+fn a_compaction_iteration_is_billed_once() {
+    let s = Setup::new(BUDGET);
+    let usage = json!({"input_tokens": 23, "output_tokens": 1, "iterations": [
+        {"type": "compaction", "input_tokens": 180, "output_tokens": 3},
+        {"type": "message", "input_tokens": 23, "output_tokens": 1}]});
+    append(
+        &s.transcript(),
+        &assistant_line("m1", "r1", usage, json!([])),
+    );
+    assert_eq!(decision(&s.run(&s.pre("Read", json!({}), "u1"))), "none");
+    assert_eq!(s.used("tokens"), 23 + 1 + 180 + 3);
+}
