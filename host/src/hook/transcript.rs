@@ -183,9 +183,10 @@ pub fn fields(line: &[u8]) -> Result<Fields, String> {
                 set(&mut out.request_id, text_of(line, span)?, "requestId")?
             }
             b"\"message\"" => {
-                if message.replace(span).is_some() {
-                    return Err("`message` is given twice".into());
-                }
+                return match message.replace(span) {
+                    Some(_) => Err("`message` is given twice".into()),
+                    None => Ok(()),
+                };
             }
             _ => {}
         }
