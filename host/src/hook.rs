@@ -121,9 +121,12 @@ pub enum Answer {
     /// `permissionDecision: "deny"` with this reason (`PreToolUse`).
     Deny {
         /// The contract's reason word.
-        reason: &'static str,
+        reason: String,
         /// The text the model reads.
         text: String,
+        /// Also `continue: false`: the budget is spent, so the agent loop
+        /// stops here instead of calling the model again.
+        stop: bool,
     },
     /// `permissionDecision: "ask"` with this reason (`PreToolUse`).
     Ask(String),
@@ -136,14 +139,56 @@ impl Answer {
     pub fn to_json(&self, event: &str) -> Option<Value> {
         match self {
             Self::Pass => None,
-            Self::Deny { text, .. } => Some(json!({"hookSpecificOutput": {
-                "hookEventName": event, "permissionDecision": "deny",
-                "permissionDecisionReason": text}})),
+            Self::Deny { text, stop, .. } => {
+                let mut answer = json!({"hookSpecificOutput": {
+                    "hookEventName": event, "permissionDecision": "deny",
+                    "permissionDecisionReason": text}});
+                if *stop {
+                    answer["continue"] = Value::Bool(false);
+                    answer["stopReason"] = Value::from(text.as_str());
+                }
+                Some(answer)
+            }
             Self::Ask(text) => Some(json!({"hookSpecificOutput": {
                 "hookEventName": event, "permissionDecision": "ask",
                 "permissionDecisionReason": text}})),
             Self::Stop(text) => Some(json!({"continue": false, "stopReason": text})),
         }
+    }
+
+    /// The answer as stored with its call id, so the same call seen again
+    /// (a second copy of the hook, a retry) gets the same answer.
+    fn stored(&self) -> String {
+        match self {
+            Self::Pass => json!({"pass": true}),
+            Self::Deny { reason, text, stop } => {
+                json!({"deny": reason, "text": text, "stop": stop})
+            }
+            Self::Ask(text) => json!({"ask": text}),
+            Self::Stop(text) => json!({"stop": text}),
+        }
+        .to_string()
+    }
+
+    fn from_stored(text: &str) -> Result<Self, HookError> {
+        let bad = || HookError::Store(StoreError::Answer(text.chars().take(80).collect()));
+        let v: Value = serde_json::from_str(text).map_err(|_| bad())?;
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+        Ok(if v.get("pass").is_some() {
+            Self::Pass
+        } else if let Some(reason) = s("deny") {
+            Self::Deny {
+                reason,
+                text: s("text").ok_or_else(bad)?,
+                stop: v.get("stop").and_then(Value::as_bool).ok_or_else(bad)?,
+            }
+        } else if let Some(text) = s("ask") {
+            Self::Ask(text)
+        } else if let Some(text) = s("stop") {
+            Self::Stop(text)
+        } else {
+            return Err(bad());
+        })
     }
 }
 
@@ -287,7 +332,15 @@ impl Ledgers {
         budget: &ReplayBudget,
         now: u64,
     ) -> Result<Self, HookError> {
-        let mut ledger = tx.ledger(session, "")?.unwrap_or_else(|| Ledger::new(now));
+        let mut ledger = match tx.ledger(session, "")? {
+            Some(ledger) => ledger,
+            // A session with state but no ledger lost it (deleted by hand,
+            // or by a tool): refusing is the only safe answer.
+            None if tx.has_traces(session)? => {
+                return Err(HookError::Store(StoreError::LostLedger(session.to_owned())))
+            }
+            None => Ledger::new(now),
+        };
         apply_budget(&mut ledger, budget)?;
         Ok(Self {
             session: ledger,
@@ -543,25 +596,28 @@ fn deny(reason: RefusalReason, detail: String) -> Answer {
         ""
     };
     Answer::Deny {
-        reason: reason.as_str(),
+        reason: reason.as_str().to_owned(),
         text: format!(
             "budgetgate refused this call ({}): {detail}. {}{extra}",
             reason.as_str(),
             reason.message()
         ),
+        stop: reason == RefusalReason::BudgetExhausted,
     }
 }
 
-/// The first before-call limit reached among the session's ledger and the
-/// sub-agent's, or a model used without a price in cost mode.
+/// The first before-call limit reached among the session's ledger and, with
+/// `with_agent`, the event's sub-agent's, or a model used without a price in
+/// cost mode.
 fn exhausted(
     tx: &Tx<'_>,
     event: &HookEvent,
     ledgers: &Ledgers,
+    with_agent: bool,
 ) -> Result<Option<String>, HookError> {
     let mut found: Option<Exceeded> = ledgers.session.first_exhausted(Limit::before_model_call);
     let mut whose = "session";
-    if found.is_none() {
+    if found.is_none() && with_agent {
         if let Some((_, ledger)) = ledgers
             .agents
             .iter()
@@ -604,15 +660,18 @@ pub fn decide(
         // Not counted up to date: the gate cannot decide yet (fail closed),
         // but the progress made is kept, so a later call can be decided.
         (Some(_), _) if backlog > 0 => Answer::Deny {
-            reason: "transcript-backlog",
+            reason: "transcript-backlog".to_owned(),
+            stop: false,
             text: format!(
                 "budgetgate refused this call (transcript-backlog): the session's transcript still has {:.1} MB to count before a call can be decided; not executed. Retry the call.",
                 backlog as f64 / 1e6
             ),
         },
         (Some(call), _) => decide_call(tx, event, call, budget, &mut ledgers)?,
+        // Only the session's own budget ends the session: a sub-agent over
+        // its own limit has its calls denied, and its stop is its own.
         (None, "UserPromptSubmit" | "Stop" | "SubagentStop") => {
-            match exhausted(tx, event, &ledgers)? {
+            match exhausted(tx, event, &ledgers, false)? {
                 Some(detail) => Answer::Stop(format!(
                     "budgetgate: {detail}; the session's budget is spent (see `budgetgate ledger show {session}`)"
                 )),
@@ -647,24 +706,50 @@ fn decide_call(
             ),
         ));
     }
-    // 2. A call id seen earlier in the session, whatever was decided then.
-    if !tx.insert_call_id(session, &call.id)? {
+    let fingerprint = crate::replay::fingerprint_value(&call.input)
+        .map(|f| f.with_name(&call.name).as_u128())
+        .ok_or_else(|| HookError::Event("`tool_input` is nested too deeply to compare".into()))?;
+    // 2. A call id seen earlier in the session: the same call again (a
+    // second copy of the hook, a retry) gets the answer it got; another call
+    // under that id is refused.
+    if let Some((seen, answer)) = tx.call(session, &call.id)? {
+        if seen == fingerprint {
+            return Answer::from_stored(&answer);
+        }
         return Ok(deny(
             RefusalReason::DuplicateCallId,
             format!(
-                "the tool_use_id {} was already used in this session",
+                "the tool_use_id {} was already used in this session for another call",
                 Value::from(call.id.as_str())
             ),
         ));
     }
+    let answer = decide_new_call(tx, event, call, fingerprint, budget, ledgers)?;
+    tx.put_call(session, &call.id, fingerprint, &answer.stored())?;
+    Ok(answer)
+}
+
+/// Steps 3 to 6 of a call whose id is new.
+fn decide_new_call(
+    tx: &mut Tx<'_>,
+    event: &HookEvent,
+    call: &ToolUse,
+    fingerprint: u128,
+    budget: &ReplayBudget,
+    ledgers: &mut Ledgers,
+) -> Result<Answer, HookError> {
+    let session = &event.session_id;
     // 3. The next model call would be refused: nothing more may run.
-    if let Some(detail) = exhausted(tx, event, ledgers)? {
-        return Ok(deny(RefusalReason::BudgetExhausted, detail));
+    if let Some(detail) = exhausted(tx, event, ledgers, true)? {
+        let own = detail.starts_with("sub-agent");
+        let mut answer = deny(RefusalReason::BudgetExhausted, detail);
+        // A sub-agent's own limit ends its calls, not the session's loop.
+        if let Answer::Deny { stop, .. } = &mut answer {
+            *stop = !own;
+        }
+        return Ok(answer);
     }
     // 4. Repetitions: the count is raised first, then compared (SPEC C).
-    let fingerprint = crate::replay::fingerprint_value(&call.input)
-        .map(|f| f.with_name(&call.name).as_u128())
-        .ok_or_else(|| HookError::Event("`tool_input` is nested too deeply to compare".into()))?;
     let count = tx.raise_repeat(session, fingerprint)?;
     if count > u64::from(budget.limits.max_repeats) {
         return Ok(deny(

@@ -62,6 +62,13 @@ pub enum StoreError {
         /// The version found.
         found: i64,
     },
+    /// A session has transcript offsets, counted responses or call ids but
+    /// no ledger: its ledger was removed, which is corruption.
+    #[error("session {0:?} has lost its ledger record (its other state is still there); refusing until an operator runs `budgetgate ledger reset`")]
+    LostLedger(String),
+    /// A stored answer of a call does not read back.
+    #[error("a stored answer does not read back: {0}")]
+    Answer(String),
     /// The state folder could not be made.
     #[error("state folder {path}: {source}")]
     Folder {
@@ -156,6 +163,7 @@ impl Store {
                         PRIMARY KEY (session, agent));
                      CREATE TABLE call_ids (
                         session TEXT NOT NULL, call_id TEXT NOT NULL,
+                        fingerprint BLOB NOT NULL, answer TEXT NOT NULL,
                         PRIMARY KEY (session, call_id));
                      CREATE TABLE repeats (
                         session TEXT NOT NULL, fingerprint BLOB NOT NULL, count INTEGER NOT NULL,
@@ -248,38 +256,45 @@ impl Store {
         Ok(out)
     }
 
-    /// Removes every trace of `session` (an operator's reset) and logs it in
-    /// the ledger's own log. Returns how many ledgers were removed.
+    /// Forgives what `session` has used (an operator's reset): every ledger
+    /// of the session (its own and its sub-agents') starts again from zero
+    /// at `now_ms`, and the repetition counts are cleared; what was already
+    /// read of its transcripts stays read, so it is not counted again, and
+    /// its call ids stay seen. Logged in the ledger's own log. Returns how
+    /// many ledgers were reset (0: no such session).
     pub fn reset(&mut self, session: &str, now_ms: u64, who: &str) -> Result<usize, StoreError> {
         self.decide(|tx: &mut Tx<'_>| {
             let sql = tx.sql();
-            let mut removed = 0;
-            for table in [
-                "ledgers",
-                "call_ids",
-                "repeats",
-                "transcripts",
-                "responses",
-                "unpriced",
-            ] {
-                let n = tx
-                    .tx
+            let fresh: Ledger = Ledger::new(now_ms);
+            let mut n = tx
+                .tx
+                .execute(
+                    "UPDATE ledgers SET record = ?2, updated_ms = ?3 WHERE session = ?1",
+                    params![session, fresh.to_record().as_bytes(), to_i64(now_ms)],
+                )
+                .map_err(&sql)?;
+            // A session that lost its ledger gets a fresh one.
+            if n == 0 && tx.has_traces(session)? {
+                tx.put_ledger(session, "", &fresh, now_ms)?;
+                n = 1;
+            }
+            for table in ["repeats", "unpriced"] {
+                tx.tx
                     .execute(
                         &format!("DELETE FROM {table} WHERE session = ?1"),
                         [session],
                     )
                     .map_err(&sql)?;
-                if table == "ledgers" {
-                    removed = n;
-                }
             }
-            tx.log(
-                now_ms,
-                session,
-                "reset",
-                &format!("{removed} ledger(s) removed by {who}"),
-            )?;
-            Ok::<_, StoreError>(removed)
+            if n > 0 {
+                tx.log(
+                    now_ms,
+                    session,
+                    "reset",
+                    &format!("{n} ledger(s) reset to zero by {who}"),
+                )?;
+            }
+            Ok::<_, StoreError>(n)
         })
     }
 
@@ -398,16 +413,60 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Remembers `call_id` for `session`; `false` if it was seen before.
-    pub fn insert_call_id(&self, session: &str, call_id: &str) -> Result<bool, StoreError> {
-        let n = self
-            .tx
-            .execute(
-                "INSERT OR IGNORE INTO call_ids (session, call_id) VALUES (?1, ?2)",
+    /// The fingerprint and the stored answer of `call_id` in `session`, if
+    /// it was decided before.
+    pub fn call(&self, session: &str, call_id: &str) -> Result<Option<(u128, String)>, StoreError> {
+        self.tx
+            .query_row(
+                "SELECT fingerprint, answer FROM call_ids WHERE session = ?1 AND call_id = ?2",
                 params![session, call_id],
+                |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, String>(1)?)),
+            )
+            .optional()
+            .map_err(self.sql())
+            .map(|found| {
+                found.map(|(fp, answer)| {
+                    let mut bytes = [0u8; 16];
+                    if let Some(src) = fp.get(..16) {
+                        bytes.copy_from_slice(src);
+                    }
+                    (u128::from_le_bytes(bytes), answer)
+                })
+            })
+    }
+
+    /// Remembers `call_id` for `session` with the call's fingerprint and the
+    /// answer given (so the same call seen again gets the same answer).
+    pub fn put_call(
+        &self,
+        session: &str,
+        call_id: &str,
+        fingerprint: u128,
+        answer: &str,
+    ) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "INSERT INTO call_ids (session, call_id, fingerprint, answer) VALUES (?1, ?2, ?3, ?4)",
+                params![session, call_id, &fingerprint.to_le_bytes()[..], answer],
             )
             .map_err(self.sql())?;
-        Ok(n == 1)
+        Ok(())
+    }
+
+    /// Whether `session` has any state beside its ledger (transcript
+    /// offsets, counted responses, call ids): a session with such state
+    /// but no ledger has lost its ledger, which is corruption, not a new
+    /// session.
+    pub fn has_traces(&self, session: &str) -> Result<bool, StoreError> {
+        self.tx
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM transcripts WHERE session = ?1)
+                     OR EXISTS (SELECT 1 FROM responses WHERE session = ?1)
+                     OR EXISTS (SELECT 1 FROM call_ids WHERE session = ?1)",
+                [session],
+                |r| r.get(0),
+            )
+            .map_err(self.sql())
     }
 
     /// Raises the count of `fingerprint` in `session` by one and returns it.

@@ -106,13 +106,21 @@ fn decision(out: &Output) -> String {
         return "none".into();
     }
     let value: Value = serde_json::from_str(text.trim()).expect("one JSON answer");
-    if value["continue"] == false {
+    let d = &value["hookSpecificOutput"];
+    if d.is_null() {
+        assert_eq!(value["continue"], false, "{value}");
         return "stop".into();
     }
-    let d = &value["hookSpecificOutput"];
     assert_eq!(d["hookEventName"], "PreToolUse");
+    let stop = if value["continue"] == false {
+        // A spent budget also ends the agent loop, with the same reason.
+        assert_eq!(value["stopReason"], d["permissionDecisionReason"]);
+        " [continue: false]"
+    } else {
+        ""
+    };
     format!(
-        "{}: {}",
+        "{}: {}{stop}",
         d["permissionDecision"].as_str().expect("decision"),
         d["permissionDecisionReason"].as_str().expect("reason")
     )
@@ -628,7 +636,9 @@ fn the_installed_command_line_runs_and_uninstall_restores_the_settings() {
             .next(),
         Some("ask")
     );
-    assert!(decision(&run(&s.pre("Write", json!({"p": 1}), "w1"))).contains("(duplicate-call-id)"));
+    // The same call again gets the same answer; another call under its id is refused.
+    assert!(decision(&run(&s.pre("Write", json!({"p": 1}), "w1"))).starts_with("ask"));
+    assert!(decision(&run(&s.pre("Write", json!({"p": 2}), "w1"))).contains("(duplicate-call-id)"));
     let out = Command::new(bin())
         .args(["hook", "uninstall", "--settings"])
         .arg(&settings)
@@ -736,11 +746,29 @@ fn a_long_transcript_backlog_is_counted_over_several_events() {
             json!([]),
         ),
     );
-    let first = decision(&s.run(&s.pre("Read", json!({}), "b1")));
+    // A deadline roomy enough for a debug build on a busy machine.
+    let run = |event: &Value| {
+        let mut child = s
+            .command()
+            .args(["--deadline-ms", "30000"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(event.to_string().as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let first = decision(&run(&s.pre("Read", json!({}), "b1")));
     assert!(first.contains("(transcript-backlog)"), "{first}");
     assert_eq!(s.used("tokens"), 0);
     assert_eq!(
-        decision(&s.run(&s.pre("Read", json!({"n": 2}), "b2"))),
+        decision(&run(&s.pre("Read", json!({"n": 2}), "b2"))),
         "none"
     );
     assert_eq!(s.used("tokens"), 10);
@@ -787,4 +815,107 @@ fn a_compaction_iteration_is_billed_once() {
     );
     assert_eq!(decision(&s.run(&s.pre("Read", json!({}), "u1"))), "none");
     assert_eq!(s.used("tokens"), 23 + 1 + 180 + 3);
+}
+
+/// The same call seen twice (the hook installed at user and project level,
+/// or a retry) gets the answer it got the first time and is counted once;
+/// another call under its id is refused. Found by the hostile trial.
+#[test]
+fn the_same_call_seen_twice_gets_one_answer_and_counts_once() {
+    let s = Setup::new(BUDGET);
+    decision(&s.run(&s.event("SessionStart", json!({}))));
+    let event = s.pre("Read", json!({"file_path": "/x"}), "toolu_same");
+    let (a, b) = (s.spawn(&event), s.spawn(&event));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert_eq!(decision(&a), "none");
+    assert_eq!(decision(&b), "none");
+    assert_eq!(s.used("tool_calls"), 1);
+    let other = decision(&s.run(&s.pre("Read", json!({"file_path": "/y"}), "toolu_same")));
+    assert!(other.contains("(duplicate-call-id)"), "{other}");
+}
+
+/// A spent budget denies the call and also ends the agent loop
+/// (`continue: false`), so a model that keeps proposing tools cannot keep
+/// spending. Found by the hostile trial.
+#[test]
+fn a_spent_budget_also_stops_the_agent_loop() {
+    let s = Setup::new(BUDGET);
+    append(
+        &s.transcript(),
+        &assistant_line("m1", "r1", json!({"input_tokens": 1000}), json!([])),
+    );
+    let d = decision(&s.run(&s.pre("Read", json!({}), "u1")));
+    assert!(
+        d.contains("(budget-exhausted)") && d.ends_with("[continue: false]"),
+        "{d}"
+    );
+    // Other refusals leave the loop running: the model can answer.
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 0\n");
+    let d = decision(&s.run(&s.pre("Read", json!({}), "u1")));
+    assert!(
+        d.contains("(tool-budget)") && !d.ends_with("[continue: false]"),
+        "{d}"
+    );
+}
+
+/// `ledger reset` forgives what was used without counting the transcript
+/// again; a ledger removed by hand (or by a tool) while the session's other
+/// state stays is refused until an operator resets it.
+#[test]
+fn reset_forgives_usage_and_a_removed_ledger_is_refused() {
+    let s = Setup::new(BUDGET);
+    append(
+        &s.transcript(),
+        &assistant_line("m1", "r1", json!({"input_tokens": 1000}), json!([])),
+    );
+    assert!(decision(&s.run(&s.pre("Read", json!({}), "u1"))).contains("(budget-exhausted)"));
+    let reset = |s: &Setup| {
+        Command::new(bin())
+            .args(["ledger", "reset", "s1", "--yes", "--state"])
+            .arg(s.path("state"))
+            .output()
+            .unwrap()
+    };
+    assert_eq!(reset(&s).status.code(), Some(0));
+    assert_eq!(decision(&s.run(&s.pre("Read", json!({}), "u2"))), "none");
+    assert_eq!(s.used("tokens"), 0, "the transcript was counted again");
+    // The ledger row removed behind the gate's back: refused, not a fresh budget.
+    let db = rusqlite::Connection::open(s.path("state").join("ledger.sqlite3")).unwrap();
+    db.execute("DELETE FROM ledgers WHERE session = 's1'", [])
+        .unwrap();
+    drop(db);
+    let out = s.run(&s.pre("Read", json!({"a": 1}), "u3"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("lost its ledger"),
+        "{out:?}"
+    );
+    assert_eq!(reset(&s).status.code(), Some(0));
+    assert_eq!(
+        decision(&s.run(&s.pre("Read", json!({"a": 1}), "u3"))),
+        "none"
+    );
+}
+
+/// A sub-agent over its own limit has its calls denied but does not end the
+/// session. Found by the hostile trial.
+#[test]
+fn a_subagent_over_its_own_limit_does_not_stop_the_session() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n[subagent]\nmax_tokens = 100\n");
+    let dir = s.path("session").join("subagents");
+    std::fs::create_dir_all(&dir).unwrap();
+    append(
+        &dir.join("agent-B.jsonl").display().to_string(),
+        &assistant_line("m9", "r9", json!({"input_tokens": 150}), json!([])),
+    );
+    let mut call = s.pre("Read", json!({}), "y1");
+    call["agent_id"] = json!("B");
+    let d = decision(&s.run(&call));
+    assert!(
+        d.contains("sub-agent tokens budget exhausted") && !d.ends_with("[continue: false]"),
+        "{d}"
+    );
+    let mut stop = s.event("SubagentStop", json!({"stop_hook_active": false}));
+    stop["agent_id"] = json!("B");
+    assert_eq!(decision(&s.run(&stop)), "none");
 }
