@@ -281,6 +281,12 @@ impl<const TOOLS: usize> Ledger<TOOLS> {
         }
     }
 
+    /// Keeps only the caps of the tools `keep` names (a budget file whose
+    /// caps changed between decisions); the calls counted for those stay.
+    pub fn retain_caps(&mut self, keep: impl Fn(&str) -> bool) {
+        self.caps.retain(|cap| keep(cap.name.as_str()));
+    }
+
     /// When the run began.
     pub const fn started_ms(&self) -> u64 {
         self.started_ms

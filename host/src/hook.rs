@@ -40,6 +40,7 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -302,6 +303,9 @@ fn apply_budget(ledger: &mut Ledger, budget: &ReplayBudget) -> Result<(), HookEr
     ledger.set_max(Limit::Millis, Some(l.max_millis));
     ledger.set_max(Limit::CostMicros, budget.max_cost_micros);
     ledger.set_max(Limit::ToolCalls, l.max_tool_calls.map(u64::from));
+    // The caps are the budget file's as it is now: a cap removed from it is
+    // lifted, the calls counted under a cap that stays are kept.
+    ledger.retain_caps(|name| budget.tool_caps.iter().any(|(n, _)| n == name));
     for (name, max) in &budget.tool_caps {
         let name = ToolName::new(name).map_err(|e| HookError::Budget(e.to_string()))?;
         ledger
@@ -403,6 +407,22 @@ fn transcripts(main: &Path) -> Vec<(PathBuf, Option<String>)> {
     out
 }
 
+/// Opens `path` for reading without blocking on a FIFO (which a tool could
+/// put where a transcript is expected): the caller then refuses anything
+/// that is not a regular file.
+fn open_regular(path: &Path) -> std::io::Result<File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // O_NONBLOCK on Linux (every architecture Rust's std supports there
+        // but alpha, mips and sparc, which we do not build for).
+        options.custom_flags(0o4000);
+    }
+    options.open(path)
+}
+
 /// The usage of a transcript's assistant line billed in full: the top level
 /// plus every entry of `usage.iterations` that is not the message's own
 /// sampling pass (`"type": "message"`, which the top level already is):
@@ -443,13 +463,17 @@ fn absorb(
             detail,
         };
         let offset = tx.offset(session, &shown)?;
-        let mut file = match File::open(&path) {
+        let mut file = match open_regular(&path) {
             Ok(file) => file,
             // Not written yet (a session's first event): nothing to count.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && offset == 0 => continue,
             Err(e) => return Err(fail(e.to_string())),
         };
-        let len = file.metadata().map_err(|e| fail(e.to_string()))?.len();
+        let meta = file.metadata().map_err(|e| fail(e.to_string()))?;
+        if !meta.is_file() {
+            return Err(fail("is not a regular file".into()));
+        }
+        let len = meta.len();
         if len < offset {
             return Err(fail(format!(
                 "is {len} bytes, shorter than the {offset} already counted (replaced or truncated?)"
@@ -825,49 +849,40 @@ impl Once {
     }
 }
 
-fn refuse(event_name: &str, detail: &str) -> u8 {
+fn refuse(detail: &str) {
     let _ = writeln!(
         std::io::stderr(),
         "budgetgate hook: {}; refused (fail closed)",
         crate::term::terminal_safe(detail)
     );
-    if blocks(event_name) {
-        2
-    } else {
-        1
-    }
 }
 
 /// `budgetgate hook claude-code`: one event on stdin, the answer on stdout.
 /// Exit 0 with the decision (or none) on stdout; on any error, exit 2 for
 /// `PreToolUse` and `UserPromptSubmit` (Claude Code blocks and shows the
-/// reason), exit 1 for other events.
+/// reason) and for an event that cannot be read at all, exit 1 for other
+/// events.
 pub fn command(args: &ClaudeCodeArgs) -> std::process::ExitCode {
     let started = Instant::now();
     let once = Arc::new(Once {
         done: Mutex::new(false),
     });
-    let mut input = String::new();
-    let read = std::io::stdin()
-        .take(MAX_EVENT_BYTES + 1)
-        .read_to_string(&mut input);
-    // Until the event is read its name is unknown: blocking is the safe side.
-    let event_name = event_name_of(&input).unwrap_or_else(|| "PreToolUse".into());
+    // The exit status of a refusal: blocking (2) until the event is read and
+    // known to be one where blocking would make Claude keep working.
+    let refusal = Arc::new(AtomicU8::new(2));
     {
-        let once = Arc::clone(&once);
-        let name = event_name.clone();
+        let (once, refusal) = (Arc::clone(&once), Arc::clone(&refusal));
         let deadline = Duration::from_millis(args.deadline_ms);
+        // Started before stdin is read: a peer that never closes stdin is
+        // refused at the deadline too.
         std::thread::spawn(move || {
             std::thread::sleep(deadline.saturating_sub(started.elapsed()));
-            let mut code = 0;
+            let code = refusal.load(Ordering::SeqCst);
             if once.answer(|| {
-                code = refuse(
-                    &name,
-                    &format!(
-                        "no decision within the deadline of {} ms",
-                        deadline.as_millis()
-                    ),
-                );
+                refuse(&format!(
+                    "no decision within the deadline of {} ms",
+                    deadline.as_millis()
+                ))
             }) {
                 // The open transaction is rolled back by SQLite.
                 std::process::exit(i32::from(code));
@@ -875,7 +890,11 @@ pub fn command(args: &ClaudeCodeArgs) -> std::process::ExitCode {
         });
     }
     let outcome = (|| -> Result<(String, Answer), HookError> {
-        read.map_err(|e| HookError::Event(format!("reading stdin: {e}")))?;
+        let mut input = String::new();
+        std::io::stdin()
+            .take(MAX_EVENT_BYTES + 1)
+            .read_to_string(&mut input)
+            .map_err(|e| HookError::Event(format!("reading stdin: {e}")))?;
         if input.len() as u64 > MAX_EVENT_BYTES {
             return Err(HookError::Event(format!(
                 "longer than {} MiB",
@@ -883,18 +902,11 @@ pub fn command(args: &ClaudeCodeArgs) -> std::process::ExitCode {
             )));
         }
         let event = HookEvent::parse(&input)?;
+        refusal.store(if blocks(&event.name) { 2 } else { 1 }, Ordering::SeqCst);
         let budget = match &args.budget {
             None => ReplayBudget::default(),
             Some(path) => {
-                let text = crate::replay::read_limited(
-                    File::open(path)
-                        .map_err(|e| HookError::Budget(format!("{}: {e}", path.display())))?,
-                    1 << 20,
-                    "budget file",
-                )
-                .map_err(|e| HookError::Budget(format!("{}: {e}", path.display())))?;
-                crate::replay::budget::parse_budget(&text)
-                    .map_err(|e| HookError::Budget(format!("{}: {e}", path.display())))?
+                crate::replay::budget::read_budget_file(path).map_err(HookError::Budget)?
             }
         };
         let wait = Duration::from_millis(args.deadline_ms).saturating_sub(started.elapsed());
@@ -911,13 +923,10 @@ pub fn command(args: &ClaudeCodeArgs) -> std::process::ExitCode {
                 let _ = out.flush();
             }
         }
-        Err(e) => code = refuse(&event_name, &e.to_string()),
+        Err(e) => {
+            refuse(&e.to_string());
+            code = refusal.load(Ordering::SeqCst);
+        }
     });
     std::process::ExitCode::from(code)
-}
-
-/// The `hook_event_name` of a document, if it is readable as JSON at all.
-fn event_name_of(text: &str) -> Option<String> {
-    let value: Value = serde_json::from_str(text).ok()?;
-    value.get("hook_event_name")?.as_str().map(str::to_owned)
 }

@@ -120,18 +120,26 @@ pub fn hook_command(program: &Path, budget: Option<&Path>, state: Option<&Path>)
     command
 }
 
-/// Whether a hook command is one that install wrote: it runs a program
-/// named `budgetgate` with `hook claude-code`.
+/// Whether a hook command is one that install wrote: the whole command is
+/// a program named `budgetgate` (quoted or not) followed by `hook
+/// claude-code` and its options — never a compound command that merely
+/// contains one (`./audit.sh && budgetgate hook claude-code`).
 pub fn is_ours(command: &str) -> bool {
-    let Some(rest) = command.split(" hook claude-code").next() else {
+    let command = command.trim();
+    let (program, rest) = match command.strip_prefix('\'') {
+        Some(quoted) => match quoted.split_once('\'') {
+            Some((program, rest)) => (program, rest),
+            None => return false,
+        },
+        None => command.split_once(' ').unwrap_or((command, "")),
+    };
+    let Some(options) = rest.trim_start().strip_prefix("hook claude-code") else {
         return false;
     };
-    command.contains(" hook claude-code")
-        && rest
-            .trim_matches('\'')
-            .rsplit('/')
-            .next()
-            .is_some_and(|name| name == "budgetgate")
+    program.rsplit('/').next() == Some("budgetgate")
+        && (options.is_empty() || options.starts_with(' '))
+        && !options.contains(['&', '|', ';', '`', '\n'])
+        && !options.contains("$(")
 }
 
 /// `settings` without budgetgate's entries: each matcher group loses them,
@@ -231,15 +239,32 @@ fn diff(path: &Path, old: &str, new: &str) -> String {
         .to_string()
 }
 
-/// Writes `text` to `path` atomically, after keeping the old file as
-/// `<path>.budgetgate-backup`.
+/// Writes `text` to `path` atomically, keeping the file's permissions, and
+/// writing through a symlink to the file it names (a settings file kept in
+/// a dotfiles folder stays there). The first time, the file as it was is
+/// kept as `<path>.budgetgate-backup`; a backup already there is the state
+/// before budgetgate first touched the file and is never overwritten.
 fn write_atomically(path: &Path, text: &str, had: bool) -> Result<(), String> {
     use std::io::Write as _;
+    let path = &if had {
+        std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?
+    } else {
+        path.to_owned()
+    };
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let permissions = if had {
+        Some(
+            std::fs::metadata(path)
+                .map_err(|e| format!("{}: {e}", path.display()))?
+                .permissions(),
+        )
+    } else {
+        None
+    };
     if had {
         let backup = path.with_file_name(format!(
             "{}.budgetgate-backup",
@@ -247,13 +272,20 @@ fn write_atomically(path: &Path, text: &str, had: bool) -> Result<(), String> {
                 .map(|n| n.to_string_lossy())
                 .unwrap_or_default()
         ));
-        std::fs::copy(path, &backup).map_err(|e| format!("{}: {e}", backup.display()))?;
+        if !backup.exists() {
+            std::fs::copy(path, &backup).map_err(|e| format!("{}: {e}", backup.display()))?;
+        }
     }
     let mut tmp =
         tempfile::NamedTempFile::new_in(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     tmp.write_all(text.as_bytes())
         .and_then(|()| tmp.as_file().sync_all())
         .map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some(permissions) = permissions {
+        tmp.as_file()
+            .set_permissions(permissions)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     tmp.persist(path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(())
@@ -301,13 +333,16 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         let budget = match &args.budget {
             Some(b) => {
                 let b = absolute(b)?;
-                let text =
-                    std::fs::read_to_string(&b).map_err(|e| format!("{}: {e}", b.display()))?;
-                crate::replay::budget::parse_budget(&text)
-                    .map_err(|e| format!("{}: {e}", b.display()))?;
+                // Read exactly as the hook will read it.
+                crate::replay::budget::read_budget_file(&b)?;
                 Some(b)
             }
-            None => None,
+            None => {
+                eprintln!(
+                    "budgetgate hook install: no --budget: the reference's defaults apply (15 model calls, 150 000 tokens, 120 s per session), meant for one short run; see examples/claude-code-budget.toml"
+                );
+                None
+            }
         };
         let state = args.state.as_deref().map(absolute).transpose()?;
         let command = hook_command(&program, budget.as_deref(), state.as_deref());
@@ -379,6 +414,11 @@ mod tests {
         assert!(!is_ours("/bin/other hook claude-code"));
         assert!(!is_ours("budgetgate replay x"));
         assert!(!is_ours("echo budgetgate"));
+        assert!(!is_ours("./audit.sh && /opt/x/budgetgate hook claude-code"));
+        assert!(!is_ours("/opt/x/budgetgate hook claude-code && rm -rf /"));
+        assert!(is_ours(
+            "/opt/x/budgetgate hook claude-code --budget '/a b/c.toml'"
+        ));
     }
 
     #[test]

@@ -187,13 +187,20 @@ fn missing_required_fields_are_refused_fail_closed() {
         assert!(stderr.contains("refused (fail closed)"), "{stderr}");
         assert!(out.stdout.is_empty());
     }
-    // Not JSON, or a duplicate key: refused; on Stop, exit 1 (exit 2 would
-    // make Claude keep working).
+    // Not JSON, a duplicate key, a field missing: an event that cannot be
+    // read is refused blocking (exit 2), whatever its name claims (a
+    // duplicate `hook_event_name` must not pick the lenient answer).
     let out = s.command().stdin(Stdio::null()).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let mut stop = s.event("Stop", json!({}));
     stop.as_object_mut().unwrap().remove("cwd");
-    assert_eq!(s.run(&stop).status.code(), Some(1));
+    assert_eq!(s.run(&stop).status.code(), Some(2));
+    // A readable event other than PreToolUse and UserPromptSubmit that
+    // cannot be decided exits 1 (exit 2 on Stop would make Claude keep working).
+    std::fs::write(s.path("budget.toml"), "[budget]\nmax_stepz = 1\n").unwrap();
+    let out = s.run(&s.event("Stop", json!({})));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    std::fs::write(s.path("budget.toml"), BUDGET).unwrap();
     let dup = r#"{"session_id":"s1","session_id":"s2","transcript_path":"/t","cwd":"/","hook_event_name":"PreToolUse","tool_name":"Read","tool_input":{},"tool_use_id":"x"}"#;
     let mut child = s
         .command()
@@ -370,7 +377,6 @@ fn a_lock_not_had_before_the_deadline_is_refused() {
     assert_eq!(decision(&s.run(&s.pre("Read", json!({}), "t1"))), "none");
     let db = rusqlite::Connection::open(s.path("state").join("ledger.sqlite3")).unwrap();
     db.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let started = std::time::Instant::now();
     let mut child = s
         .command()
         .args(["--deadline-ms", "300"])
@@ -391,7 +397,10 @@ fn a_lock_not_had_before_the_deadline_is_refused() {
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("fail closed"), "{stderr}");
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        stderr.contains("locked") || stderr.contains("deadline"),
+        "{stderr}"
+    );
     assert_eq!(s.used("tool_calls"), 1);
 }
 
@@ -918,4 +927,44 @@ fn a_subagent_over_its_own_limit_does_not_stop_the_session() {
     let mut stop = s.event("SubagentStop", json!({"stop_hook_active": false}));
     stop["agent_id"] = json!("B");
     assert_eq!(decision(&s.run(&stop)), "none");
+}
+
+/// The caps are the budget file's as it is now: a cap removed is lifted,
+/// and replacing every cap never overflows the ledger's table. Found by the
+/// hostile trial.
+#[test]
+fn caps_follow_the_budget_file_when_it_changes() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n[tools]\nmax_calls = { Bash = 1 }\n");
+    assert_eq!(
+        decision(&s.run(&s.pre("Bash", json!({"c": 1}), "c1"))),
+        "none"
+    );
+    assert!(decision(&s.run(&s.pre("Bash", json!({"c": 2}), "c2"))).contains("(tool-cap)"));
+    let eight = "[budget]\nmax_seconds = 3600\n[tools]\nmax_calls = { a = 1, b = 1, c = 1, d = 1, e = 1, f = 1, g = 1, h = 1 }\n";
+    std::fs::write(s.path("budget.toml"), eight).unwrap();
+    assert_eq!(
+        decision(&s.run(&s.pre("Bash", json!({"c": 3}), "c3"))),
+        "none"
+    );
+    assert_eq!(decision(&s.run(&s.pre("a", json!({}), "c4"))), "none");
+    assert!(decision(&s.run(&s.pre("a", json!({"x": 1}), "c5"))).contains("(tool-cap)"));
+}
+
+/// A FIFO where the transcript should be (a tool can make one) is refused
+/// at once, never waited on while the ledger's lock is held. Found by the
+/// hostile trial.
+#[test]
+fn a_fifo_as_transcript_is_refused_without_waiting() {
+    let s = Setup::new(BUDGET);
+    let made = Command::new("mkfifo").arg(s.transcript()).status();
+    if !made.is_ok_and(|st| st.success()) {
+        eprintln!("no mkfifo here: skipped");
+        return;
+    }
+    let out = s.run(&s.pre("Read", json!({}), "f1"));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a regular file"),
+        "{out:?}"
+    );
 }

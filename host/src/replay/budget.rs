@@ -350,6 +350,22 @@ fn toml_error(text: &str, e: &toml::de::Error) -> String {
     }
 }
 
+/// Reads the budget file at `path`: a regular file (not a FIFO or a device,
+/// which could block or never end) of at most 1 MiB, parsed by
+/// [`parse_budget`]. The error names the file. Every command that takes
+/// `--budget` reads it this way.
+pub fn read_budget_file(path: &std::path::Path) -> Result<ReplayBudget, String> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{shown}: not a regular file"));
+    }
+    let file = std::fs::File::open(path).map_err(|e| format!("{shown}: {e}"))?;
+    let text = crate::replay::read_limited(file, crate::replay::MAX_BUDGET_BYTES, "budget file")
+        .map_err(|e| format!("{shown}: {e}"))?;
+    parse_budget(&text).map_err(|e| format!("{shown}: {e}"))
+}
+
 /// Reads a budget file; anything missing keeps the reference's default.
 /// Errors name the line and column (TOML syntax, wrong types, numbers out of
 /// range, nesting past the TOML reader's limit) or the key.
