@@ -46,6 +46,13 @@ Examples:
         json: bool,
     },
     /// One session: its ledgers and the ledger's log for it.
+    #[command(after_help = "\
+Exit status: 0 shown; 1 a stored record does not decode; 2 no such session
+or no ledger.
+
+Examples:
+  budgetgate ledger show 0f5c3a9e-5d1c-4a8e-9a43-6c1f0e1d2b7a
+  budgetgate ledger show my-session --json")]
     Show {
         /// The session id (`session_id` of the hook events).
         session: String,
@@ -57,7 +64,14 @@ Examples:
     },
     /// Forget a session's usage: an operator's action, asked for
     /// confirmation (or --yes) and written in the ledger's own log. The hook
-    /// never does this.
+    /// never does this. What was read of the session's transcripts stays
+    /// read (not counted again), and its call ids stay seen.
+    #[command(after_help = "\
+Exit status: 0 reset; 2 not confirmed, no such session, or no ledger.
+
+Examples:
+  budgetgate ledger reset my-session          # asks you to type the id
+  budgetgate ledger reset my-session --yes    # for scripts")]
     Reset {
         /// The session id.
         session: String,
@@ -67,6 +81,16 @@ Examples:
         #[arg(long)]
         yes: bool,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn log_times_are_shown_as_utc_dates() {
+        assert_eq!(super::utc(&0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(super::utc(&1_796_122_800_123), "2026-12-01 11:00:00 UTC");
+        assert_eq!(super::utc(&951_782_400_000), "2000-02-29 00:00:00 UTC");
+    }
 }
 
 fn bar(used: u64, max: Option<u64>) -> String {
@@ -177,6 +201,28 @@ fn table(out: &mut String, entry: &ListedLedger) {
     }
 }
 
+/// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS UTC`.
+fn utc(ms: &u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Days to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 fn print(text: &str) -> ExitCode {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
@@ -213,8 +259,21 @@ fn listing(entries: &[ListedLedger], json: bool) -> ExitCode {
 
 /// Runs a `ledger` subcommand.
 pub fn command(command: &LedgerCommand) -> ExitCode {
-    let open =
-        |state: &StateArg| Store::open(&state_dir(state.state.as_deref()), Duration::from_secs(10));
+    // Looking never creates: a mistyped --state is an error, not an empty ledger.
+    let open = |state: &StateArg| {
+        let dir = state_dir(state.state.as_deref());
+        let file = dir.join(crate::ledger::FILE_NAME);
+        if !file.is_file() {
+            return Err(crate::ledger::StoreError::Folder {
+                path: file.display().to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "no ledger here (no hook has run with this state folder)",
+                ),
+            });
+        }
+        Store::open(&dir, Duration::from_secs(10))
+    };
     match command {
         LedgerCommand::List { state, json } => match open(state).and_then(|s| s.list()) {
             Ok(entries) => listing(&entries, *json),
@@ -242,7 +301,8 @@ pub fn command(command: &LedgerCommand) -> ExitCode {
                     let mut text = String::from("    log:\n");
                     for (at, _, action, detail) in log.iter().filter(|(_, s, _, _)| s == session) {
                         text += &format!(
-                            "      {at} {} {}\n",
+                            "      {} {} {}\n",
+                            utc(at),
                             crate::term::terminal_safe(action),
                             crate::term::terminal_safe(detail)
                         );
