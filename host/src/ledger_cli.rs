@@ -83,16 +83,6 @@ Examples:
     },
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn log_times_are_shown_as_utc_dates() {
-        assert_eq!(super::utc(&0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(super::utc(&1_796_122_800_123), "2026-12-01 11:00:00 UTC");
-        assert_eq!(super::utc(&951_782_400_000), "2000-02-29 00:00:00 UTC");
-    }
-}
-
 fn bar(used: u64, max: Option<u64>) -> String {
     const WIDTH: u64 = 20;
     match max {
@@ -345,5 +335,15 @@ pub fn command(command: &LedgerCommand) -> ExitCode {
                 Err(e) => fail(&e.to_string()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn log_times_are_shown_as_utc_dates() {
+        assert_eq!(super::utc(&0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(super::utc(&1_796_122_800_123), "2026-12-01 11:00:00 UTC");
+        assert_eq!(super::utc(&951_782_400_000), "2000-02-29 00:00:00 UTC");
     }
 }
