@@ -985,6 +985,65 @@ mod tests {
     }
 
     #[test]
+    fn a_cap_set_again_keeps_its_calls_and_a_new_one_is_added() {
+        let mut l = ledger();
+        l.try_count_tool("Bash").unwrap();
+        l.set_cap(ToolName::new("Bash").unwrap(), 3).unwrap();
+        l.set_cap(ToolName::new("Read").unwrap(), 2).unwrap();
+        let caps: std::vec::Vec<_> = l
+            .caps()
+            .iter()
+            .map(|c| (c.name(), c.used(), c.max()))
+            .collect();
+        assert_eq!(caps, [("Bash", 1, 3), ("Read", 0, 2)]);
+        l.retain_caps(|name| name == "Read");
+        assert_eq!(l.caps().len(), 1);
+        assert_eq!(l.started_ms(), 100);
+    }
+
+    #[test]
+    fn limits_and_errors_are_worded_for_a_person() {
+        assert_eq!(Limit::CostMicros.to_string(), "cost_micro_usd");
+        let keys: std::vec::Vec<_> = Limit::ALL.iter().map(|l| l.key()).collect();
+        assert_eq!(
+            keys,
+            [
+                "model_calls",
+                "tokens",
+                "time_ms",
+                "cost_micro_usd",
+                "tool_calls"
+            ]
+        );
+        let r = Reservation {
+            limit: Limit::Tokens,
+            amount: 5,
+        };
+        assert_eq!(
+            LedgerError::NotReserved(r).to_string(),
+            "no reservation of 5 tokens is held (committed or rolled back already?)"
+        );
+        assert_eq!(LedgerError::CapsFull.to_string(), "at most 8 per-tool caps");
+        assert_eq!(
+            LedgerError::Overflow(Limit::Tokens).to_string(),
+            "reservations against tokens overflow"
+        );
+        assert_eq!(
+            LedgerError::Exceeded(Exceeded {
+                limit: Limit::ToolCalls,
+                used: 2,
+                max: 2
+            })
+            .to_string(),
+            "tool_calls budget exhausted (2 of 2 tool calls)"
+        );
+        assert_eq!(
+            RecordError::Version(9).to_string(),
+            "ledger record version 9; this build reads version 1"
+        );
+    }
+
+    #[test]
     fn time_used_never_goes_back() {
         let mut l = ledger();
         l.observe_time(600);
