@@ -142,22 +142,15 @@ impl Store {
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
-        let path = self.path.clone();
-        let sql = |source| StoreError::Sqlite {
-            path: path.clone(),
-            source,
-        };
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql)?;
-        let found: i64 = tx
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(sql)?;
-        match found {
-            0 => {
-                tx.execute_batch(
-                    "CREATE TABLE ledgers (
+        self.decide(|t: &mut Tx<'_>| {
+            let sql = t.sql();
+            let found: i64 =
+                t.tx.query_row("PRAGMA user_version", [], |r| r.get(0))
+                    .map_err(&sql)?;
+            match found {
+                0 => {
+                    t.tx.execute_batch(
+                        "CREATE TABLE ledgers (
                         session TEXT NOT NULL, agent TEXT NOT NULL,
                         record BLOB NOT NULL, updated_ms INTEGER NOT NULL,
                         PRIMARY KEY (session, agent));
@@ -184,18 +177,16 @@ impl Store {
                         at_ms INTEGER NOT NULL, session TEXT NOT NULL,
                         action TEXT NOT NULL, detail TEXT NOT NULL);
                      PRAGMA user_version = 1;",
-                )
-                .map_err(sql)?;
-            }
-            SCHEMA_VERSION => {}
-            other => {
-                return Err(StoreError::Schema {
-                    path: self.path.clone(),
+                    )
+                    .map_err(&sql)
+                }
+                SCHEMA_VERSION => Ok(()),
+                other => Err(StoreError::Schema {
+                    path: t.path.clone(),
                     found: other,
-                })
+                }),
             }
-        }
-        tx.commit().map_err(sql)
+        })
     }
 
     /// Runs `decide` in one `BEGIN IMMEDIATE` transaction: committed when it

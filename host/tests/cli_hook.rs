@@ -60,8 +60,13 @@ impl Setup {
         cmd
     }
     fn spawn(&self, event: &Value) -> Child {
+        self.spawn_with(&[], event)
+    }
+    /// The hook with extra options (`--deadline-ms`).
+    fn spawn_with(&self, options: &[&str], event: &Value) -> Child {
         let mut child = self
             .command()
+            .args(options)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -75,6 +80,11 @@ impl Setup {
     }
     fn run(&self, event: &Value) -> Output {
         self.spawn(event).wait_with_output().expect("hook ends")
+    }
+    fn run_with(&self, options: &[&str], event: &Value) -> Output {
+        self.spawn_with(options, event)
+            .wait_with_output()
+            .expect("hook ends")
     }
     fn ledger(&self) -> Vec<Value> {
         let out = Command::new(bin())
@@ -377,21 +387,10 @@ fn a_lock_not_had_before_the_deadline_is_refused() {
     assert_eq!(decision(&s.run(&s.pre("Read", json!({}), "t1"))), "none");
     let db = rusqlite::Connection::open(s.path("state").join("ledger.sqlite3")).unwrap();
     db.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let mut child = s
-        .command()
-        .args(["--deadline-ms", "300"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(s.pre("Read", json!({"y": 1}), "t2").to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = s.run_with(
+        &["--deadline-ms", "300"],
+        &s.pre("Read", json!({"y": 1}), "t2"),
+    );
     db.execute_batch("ROLLBACK").unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(out.stdout.is_empty());
@@ -756,23 +755,7 @@ fn a_long_transcript_backlog_is_counted_over_several_events() {
         ),
     );
     // A deadline roomy enough for a debug build on a busy machine.
-    let run = |event: &Value| {
-        let mut child = s
-            .command()
-            .args(["--deadline-ms", "30000"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(event.to_string().as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
-    };
+    let run = |event: &Value| s.run_with(&["--deadline-ms", "30000"], event);
     let first = decision(&run(&s.pre("Read", json!({}), "b1")));
     assert!(first.contains("(transcript-backlog)"), "{first}");
     assert_eq!(s.used("tokens"), 0);
