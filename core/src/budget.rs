@@ -1134,7 +1134,10 @@ mod tests {
                     .count() as u64
             };
             let mut t = 0u64;
+            let mut rounds = 0;
             while t < 2_500 {
+                rounds += 1;
+                assert!(rounds < 20_000, "the timeline makes no progress at {t}");
                 if d.is_on() {
                     let Some(stop) = d.must_stop_at(t) else {
                         assert!(max > window, "window {window} max {max} at {t}");
@@ -1159,6 +1162,7 @@ mod tests {
                     ) < max
                     {
                         first += 1;
+                        assert!(first <= t + max, "the timeline never reaches its maximum");
                     }
                     assert_eq!(stop, first, "window {window} max {max} at {t}");
                     let end = (t + next() % 80).min(stop);
