@@ -20,6 +20,10 @@
 //! * [`budget::Ledger`]: used and maximum per limit, reserve → commit →
 //!   roll back, per-tool caps, and a fixed-size checksummed record that
 //!   front-ends store between decisions (`SPEC E`);
+//! * [`device::DeviceGate`]: the device gate, sans-IO — agent frames in,
+//!   replies and actuator commands out, time passed in: the time budget,
+//!   operator approval with its timeout, the safe state on every stop
+//!   (`SPEC C` on a co-processor);
 //! * [`link`]: the framed serial protocol between an agent's host and the
 //!   gating co-processor, and [`registry`]: typed, range-checked tool
 //!   signatures for a device.
@@ -72,6 +76,7 @@
 
 pub mod action;
 pub mod budget;
+pub mod device;
 pub mod ident;
 pub mod json;
 pub mod limits;
