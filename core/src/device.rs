@@ -325,8 +325,9 @@ impl<const TOOLS: usize> ToolTable<TOOLS> {
 /// `SPEC A2`). About 6 KiB with the defaults (two 1 KiB frame buffers and
 /// a [`Run`] of 32 steps), so a board keeps it in a `static`.
 pub struct DeviceGate<A: Actuators, const TOOLS: usize = MAX_TOOLS> {
+    /// The run; its [`ToolSet`] is the tool table's names.
     run: Run<MAX_STEPS, TOOLS>,
-    tools: ToolTable<TOOLS>,
+    specs: &'static [ToolSpec],
     phase: Phase,
     runs: u32,
     started_ms: u64,
@@ -343,8 +344,8 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     pub fn new(mut actuators: A, tools: ToolTable<TOOLS>, timing: Timing) -> Self {
         actuators.safe_state();
         Self {
-            run: Run::new(RunLimits::DEFAULT, tools.names.clone()),
-            tools,
+            run: Run::new(RunLimits::DEFAULT, tools.names),
+            specs: tools.specs,
             phase: Phase::Idle,
             runs: 0,
             started_ms: 0,
@@ -363,7 +364,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         if self.pending.is_some() {
             return Err(StartError::ApprovalPending);
         }
-        self.run = Run::new(limits, self.tools.names.clone());
+        self.run = Run::new(limits, self.run.tools().clone());
         self.phase = Phase::Running;
         self.runs = self.runs.wrapping_add(1);
         self.started_ms = now_ms;
@@ -397,7 +398,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
 
     /// The registered tools, in index order.
     pub fn specs(&self) -> &'static [ToolSpec] {
-        self.tools.specs
+        self.specs
     }
 
     /// The actuators.
@@ -584,7 +585,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             (Verdict::Execute { tool }, Ok(ActionRef::Tool(call))) => (tool, call),
             (_, _) => return self.internal(agent, RunError::NoPendingCall),
         };
-        let Some(spec) = self.tools.specs.get(tool) else {
+        let Some(spec) = self.specs.get(tool) else {
             return self.internal(agent, RunError::NoPendingCall);
         };
         let checked = spec.check(&call.arguments);
