@@ -31,6 +31,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use budgetgate_core::device::{DeviceGate, ToolTable};
 use budgetgate_core::link::FrameDecoder;
+use budgetgate_core::ToolSetError;
 use cortex_m_rt::entry;
 use defmt_semihosting as _; // the global defmt logger
 
@@ -83,14 +84,13 @@ fn main() -> ! {
     } = board;
     defmt::info!("budgetgate-firmware {=str} up", env!("CARGO_PKG_VERSION"));
 
-    let tools = match ToolTable::new(&SPECS) {
-        Ok(tools) => tools,
+    let gate = match install(GATE, Home::new(led0, led1)) {
+        Ok(gate) => gate,
         Err(e) => {
             defmt::error!("tool registry: {}", e);
             board::exit(board::EXIT_FAULT)
         }
     };
-    let gate = install(GATE, Home::new(led0, led1), tools);
     let _ = console::banner(&mut console);
 
     loop {
@@ -106,15 +106,17 @@ fn main() -> ! {
     }
 }
 
-/// Builds the gate in its static. Not inlined: the gate's temporary then
-/// lives in this short-lived frame, not in `main`'s, which lasts forever.
+/// Builds the tool table and the gate in its static; fails only if a tool
+/// name in [`SPECS`] is invalid or repeated. Not inlined: the table (and
+/// any temporary) then lives in this short-lived frame, not in `main`'s,
+/// which lasts forever.
 #[inline(never)]
 fn install(
     slot: &'static mut MaybeUninit<Gate>,
     home: Home,
-    tools: ToolTable<TOOL_CAPACITY>,
-) -> &'static mut Gate {
-    slot.write(Gate::new(home, tools, TIMING))
+) -> Result<&'static mut Gate, ToolSetError> {
+    let tools: ToolTable<TOOL_CAPACITY> = ToolTable::new(&SPECS)?;
+    Ok(slot.write(Gate::new(home, tools, TIMING)))
 }
 
 /// Moves up to [`BURST`] bytes from the agent UART into the frame decoder,
