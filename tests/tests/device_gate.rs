@@ -1,9 +1,10 @@
 //! The core's device gate (`budgetgate_core::device`) on the host, with the
 //! cases of the QEMU end-to-end tests (`qemu_gate.rs`) and the same bytes on
-//! the wire: the gate is sans-IO, so the clock is a number this test moves,
-//! the agent link and the console are byte buffers, and the actuators are
-//! two booleans behind the firmware's tool table (copied here from
-//! `firmware/src/tools.rs`: the firmware is its own workspace).
+//! the wire: the bounded run (SPEC A2) with approval and a time budget
+//! (SPEC C) on a co-processor. The gate is sans-IO, so the clock is a number
+//! this test moves, the agent link and the console are byte buffers, and the
+//! actuators are two booleans behind the firmware's tool table (copied here
+//! from `firmware/src/tools.rs`: the firmware is its own workspace).
 
 use std::collections::VecDeque;
 
