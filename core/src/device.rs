@@ -248,6 +248,40 @@ impl fmt::Display for StartError {
 
 impl core::error::Error for StartError {}
 
+/// A write to the agent link (`A`, its writer's error) or to the operator
+/// console (`C`) failed. The gate's state is whole either way: the decision
+/// was made and recorded, and a console that fails never keeps a call from
+/// its reply (the reply is written first or regardless).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum IoError<A, C> {
+    /// The agent link: a reply is lost (or cut), and the agent will time out.
+    Agent(A),
+    /// The console: a prompt or an answer line is lost.
+    Console(C),
+}
+
+impl<E> IoError<E, E> {
+    /// The error, when the agent link and the console are the same kind of
+    /// writer (two UARTs).
+    pub fn into_inner(self) -> E {
+        match self {
+            Self::Agent(e) | Self::Console(e) => e,
+        }
+    }
+}
+
+impl<A: fmt::Debug, C: fmt::Debug> fmt::Display for IoError<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Agent(e) => write!(f, "agent link write failed: {e:?}"),
+            Self::Console(e) => write!(f, "console write failed: {e:?}"),
+        }
+    }
+}
+
+impl<A: fmt::Debug, C: fmt::Debug> core::error::Error for IoError<A, C> {}
+
 /// The run as the console reports it ([`DeviceGate::snapshot`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot<'a> {
@@ -458,22 +492,23 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     /// Answers one agent frame (or transport error) per `docs/PROTOCOL.md`,
     /// at `now_ms`. A call that needs approval writes its prompt to
     /// `console` and returns without a reply; [`DeviceGate::on_answer`] or
-    /// [`DeviceGate::poll`] replies later. Errors are the writers' only.
-    pub fn on_frame<W: Write>(
+    /// [`DeviceGate::poll`] replies later. Errors are the writers' only;
+    /// the decision is made and recorded either way.
+    pub fn on_frame<W: Write, C: Write>(
         &mut self,
         frame: Result<&[u8], FrameError>,
         now_ms: u64,
         agent: &mut W,
-        console: &mut W,
-    ) -> Result<(), W::Error> {
+        console: &mut C,
+    ) -> Result<(), IoError<W::Error, C::Error>> {
         let payload = match frame {
             Ok(payload) => payload,
             Err(e) => {
                 log!(warn, "agent link: {} (no decision used)", e);
-                return self.error(agent, e.as_str());
+                return self.error(agent, e.as_str()).map_err(IoError::Agent);
             }
         };
-        match Request::parse(payload) {
+        let replied = match Request::parse(payload) {
             Err(_) => {
                 log!(warn, "agent link: unknown request (no decision used)");
                 self.error(agent, word::UNKNOWN_REQUEST)
@@ -505,16 +540,34 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                 );
                 self.error(agent, word::NOT_PERMITTED)
             }
-            Ok(Request::Propose(json)) => self.propose(json, now_ms, agent, console),
-        }
+            Ok(Request::Propose(json)) => return self.propose(json, now_ms, agent, console),
+        };
+        replied.map_err(IoError::Agent)
     }
 
-    fn propose<W: Write>(
+    fn propose<W: Write, C: Write>(
         &mut self,
         json: &[u8],
         now_ms: u64,
         agent: &mut W,
-        console: &mut W,
+        console: &mut C,
+    ) -> Result<(), IoError<W::Error, C::Error>> {
+        let mut prompted = Ok(());
+        self.decide(json, now_ms, agent, console, &mut prompted)
+            .map_err(IoError::Agent)?;
+        prompted.map_err(IoError::Console)
+    }
+
+    /// Decides a proposal and replies, or keeps it for approval and writes
+    /// its prompt (whose outcome goes to `prompted`: the reply and the
+    /// prompt fail apart).
+    fn decide<W: Write, C: Write>(
+        &mut self,
+        json: &[u8],
+        now_ms: u64,
+        agent: &mut W,
+        console: &mut C,
+        prompted: &mut Result<(), C::Error>,
     ) -> Result<(), W::Error> {
         match self.phase {
             Phase::Idle => return self.error(agent, word::NO_RUN),
@@ -624,7 +677,8 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             });
             // Pending first: even if the console cannot be written, the
             // timeout still settles the call and the run goes on.
-            return prompt(console, spec, call);
+            *prompted = prompt(console, spec, call);
+            return Ok(());
         }
         self.execute(agent, step, call, tool)
     }
@@ -646,34 +700,43 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     /// the time budget ran out moves nothing: the call is refused with
     /// `time-budget` and the run stops on time. Returns `false` when nothing
     /// was pending.
-    pub fn on_answer<W: Write>(
+    pub fn on_answer<W: Write, C: Write>(
         &mut self,
         answer: Answer,
         now_ms: u64,
         agent: &mut W,
-        console: &mut W,
-    ) -> Result<bool, W::Error> {
+        console: &mut C,
+    ) -> Result<bool, IoError<W::Error, C::Error>> {
         let Some(pending) = self.pending.take() else {
             return Ok(false);
         };
-        let call_id = pending.call_id.as_str();
         log!(
             info,
             "run {=u32} step {=u8}: {=str}: operator {}",
             self.runs,
             pending.step,
-            call_id,
+            pending.call_id.as_str(),
             answer
         );
-        match answer {
-            Answer::Approve => console.write_all(b"approved ")?,
-            Answer::Deny | Answer::Timeout => console.write_all(b"denied ")?,
-        }
-        console.write_all(call_id.as_bytes())?;
-        if answer == Answer::Timeout {
-            console.write_all(b" (timeout)")?;
-        }
-        console.write_all(b"\n")?;
+        // The console line and the reply fail apart: a console that cannot
+        // be written never leaves the call without its answer.
+        let mut shown = answered(console, answer, pending.call_id.as_str());
+        self.settle(&pending, answer, now_ms, agent, console, &mut shown)
+            .map_err(IoError::Agent)?;
+        shown.map_err(IoError::Console).map(|()| true)
+    }
+
+    /// Settles the call that waited for `answer`: runs it or refuses it,
+    /// and replies.
+    fn settle<W: Write, C: Write>(
+        &mut self,
+        pending: &Pending,
+        answer: Answer,
+        now_ms: u64,
+        agent: &mut W,
+        console: &mut C,
+        shown: &mut Result<(), C::Error>,
+    ) -> Result<(), W::Error> {
         // The same bytes parse to the same call they did before the prompt.
         // The call borrows them while the gate changes, so they move out of
         // the gate first (the buffer is free again: nothing is pending).
@@ -681,13 +744,16 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         let json = kept.get(..pending.len).unwrap_or_default();
         let action = ActionRef::parse(json);
         let Ok(ActionRef::Tool(call)) = &action else {
-            return self.internal(agent, RunError::NoPendingCall).map(|()| true);
+            return self.internal(agent, RunError::NoPendingCall);
         };
         // The time budget may have run out while the operator decided: an
         // approval that comes too late never moves the actuator (SPEC C: no
         // call runs past an exhausted budget), and the run stops on time.
         if answer == Answer::Approve && self.time_up(now_ms) {
-            console.write_all(b"too late: the run's time budget ran out; not executed\n")?;
+            if shown.is_ok() {
+                *shown =
+                    console.write_all(b"too late: the run's time budget ran out; not executed\n");
+            }
             log!(
                 info,
                 "run {=u32} step {=u8}: approval after the time budget",
@@ -699,26 +765,25 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                 self.phase = Phase::TimeBudget;
                 self.stopped(agent, pending.step, word::TIME_BUDGET)?;
             }
-            return Ok(true);
+            return Ok(());
         }
         if answer == Answer::Approve {
             self.execute(agent, pending.step, call, pending.tool)
         } else {
             self.refuse(agent, pending.step, call, word::APPROVAL_DENIED)
         }
-        .map(|()| true)
     }
 
     /// The clock, at `now_ms`: refuses the pending call once its approval
     /// timeout has passed (as [`Answer::Timeout`]), and stops the run when
     /// its time budget passes even if no proposal comes: the actuators go
     /// to their safe state then, not at the next proposal.
-    pub fn poll<W: Write>(
+    pub fn poll<W: Write, C: Write>(
         &mut self,
         now_ms: u64,
         agent: &mut W,
-        console: &mut W,
-    ) -> Result<(), W::Error> {
+        console: &mut C,
+    ) -> Result<(), IoError<W::Error, C::Error>> {
         if self.phase == Phase::Running && self.run.status().is_none() && self.out_of_time(now_ms) {
             log!(
                 info,
@@ -871,12 +936,25 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     }
 }
 
+/// `approved ID`, `denied ID` or `denied ID (timeout)` on the console.
+fn answered<C: Write>(console: &mut C, answer: Answer, call_id: &str) -> Result<(), C::Error> {
+    match answer {
+        Answer::Approve => console.write_all(b"approved ")?,
+        Answer::Deny | Answer::Timeout => console.write_all(b"denied ")?,
+    }
+    console.write_all(call_id.as_bytes())?;
+    if answer == Answer::Timeout {
+        console.write_all(b" (timeout)")?;
+    }
+    console.write_all(b"\n")
+}
+
 /// `approve? c3 HassValveOpen {"name":"valve"} [y/n]` on the console.
-fn prompt<W: Write>(
-    console: &mut W,
+fn prompt<C: Write>(
+    console: &mut C,
     spec: &ToolSpec,
     call: &ToolCallRef<'_>,
-) -> Result<(), W::Error> {
+) -> Result<(), C::Error> {
     let mut args = [0u8; 128];
     console.write_all(b"approve? ")?;
     console.write_all(call.call_id.as_bytes())?;

@@ -171,10 +171,10 @@ pub fn handle<W: Write>(
             } else {
                 Answer::Deny
             };
-            if gate.on_answer(answer, board::now_ms(), agent, out)? {
-                Ok(())
-            } else {
-                out.write_all(b"error: no approval pending\n")
+            match gate.on_answer(answer, board::now_ms(), agent, out) {
+                Ok(true) => Ok(()),
+                Ok(false) => out.write_all(b"error: no approval pending\n"),
+                Err(e) => Err(e.into_inner()),
             }
         }
         Command::Timeout(ms) => {

@@ -876,3 +876,48 @@ fn the_trace_says_what_ran() {
         .collect();
     assert_eq!(executed, [true, false, false]);
 }
+
+/// A console that cannot be written (a full buffer here, a broken serial
+/// line on a board) loses its lines, never a call's answer: the refusal is
+/// still written to the agent link and the run goes on. (Before the gate
+/// moved into the core, a failed `denied` line returned early with the call
+/// taken off the prompt but never settled, and every later proposal was an
+/// `internal-error`.)
+#[test]
+fn a_console_that_cannot_be_written_never_leaves_a_call_unanswered() {
+    use budgetgate_core::device::IoError;
+    let mut d = Device::started();
+    let mut full: [u8; 0] = [];
+    let payload = frame(format!("PROPOSE {}", valve("water")).as_bytes());
+    let mut result = Ok(());
+    for &byte in &payload {
+        if let Some(line) = d.rx.push(byte) {
+            result = d.gate.on_frame(line, 0, &mut d.agent, &mut &mut full[..]);
+        }
+    }
+    assert!(matches!(result, Err(IoError::Console(_))), "{result:?}");
+    assert!(d.gate.awaiting_approval(), "the call waits all the same");
+    let answered = d
+        .gate
+        .on_answer(Answer::Deny, 10, &mut d.agent, &mut &mut full[..]);
+    assert!(matches!(answered, Err(IoError::Console(_))), "{answered:?}");
+    assert_eq!(
+        d.read_frame(),
+        d.refused(0, "water", "HassValveOpen", "approval-denied")
+    );
+    assert_eq!(d.status(), d.status_is(1, 8, 1, 4, "running"));
+    assert_eq!(d.propose(&add("c1")), d.ran(1, "c1", "add", "15"));
+    // The approval timeout settles a call whose prompt was lost too.
+    for &byte in &frame(format!("PROPOSE {}", valve("w2")).as_bytes()) {
+        if let Some(line) = d.rx.push(byte) {
+            let _ = d.gate.on_frame(line, 20, &mut d.agent, &mut &mut full[..]);
+        }
+    }
+    let polled = d.gate.poll(20 + 30_000, &mut d.agent, &mut &mut full[..]);
+    assert!(matches!(polled, Err(IoError::Console(_))), "{polled:?}");
+    assert_eq!(
+        d.read_frame(),
+        d.refused(2, "w2", "HassValveOpen", "approval-denied")
+    );
+    assert_eq!(d.leds(), 0);
+}
