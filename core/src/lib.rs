@@ -29,7 +29,9 @@
 //!   signatures for a device.
 //!
 //! Sizes with the default capacities (x86_64, checked by the `state_sizes`
-//! test): [`Run`] 3736 bytes, [`Plan`] 1800 bytes, [`TurnGate`] 4208 bytes,
+//! test): [`Run`] 3736 bytes, [`device::DeviceGate`] 5912 bytes (its two
+//! 1 KiB frame buffers and a run, with actuators of no size), [`Plan`] 1800
+//! bytes, [`TurnGate`] 4208 bytes,
 //! [`ActionRef`] 120 bytes whatever the action holds; an owned [`Action`]
 //! 64560 bytes (its strings hold 2000 characters of 4-byte UTF-8 each; a
 //! smaller capacity such as `Action<256>` refuses longer strings).
@@ -149,6 +151,20 @@ mod tests {
         assert!(pyjson::encode(&f64::NAN, &mut [0u8; 8]).is_err());
     }
 
+    /// An actuator of no size, to size the device gate alone.
+    struct Lamp;
+
+    impl device::Actuators for Lamp {
+        type Result = ();
+        fn execute(&mut self, _: usize, _: &ArgumentsRef<'_>) -> Result<(), device::ToolFailure> {
+            Ok(())
+        }
+        fn safe_state(&mut self) {}
+        fn read_back(&mut self) -> u32 {
+            0
+        }
+    }
+
     /// Sizes of the main state types with default capacities, so a device
     /// maker knows what a `static` costs. Printed with `--nocapture`.
     #[test]
@@ -158,6 +174,9 @@ mod tests {
         let view = core::mem::size_of::<ActionRef>();
         let plan = core::mem::size_of::<Plan>();
         let gate = core::mem::size_of::<TurnGate>();
+        let device = core::mem::size_of::<device::DeviceGate<Lamp>>();
+        println!("DeviceGate = {device} B");
+        assert!(device <= 8192, "DeviceGate grew to {device} bytes");
         println!(
             "Run = {run} B, ActionRef = {view} B, Action = {action} B, Plan = {plan} B, TurnGate = {gate} B"
         );

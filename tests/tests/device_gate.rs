@@ -921,3 +921,21 @@ fn a_console_that_cannot_be_written_never_leaves_a_call_unanswered() {
     );
     assert_eq!(d.leds(), 0);
 }
+
+/// The tool table refuses what a run could not register, before any gate
+/// exists: more specs than its capacity, a repeated name.
+#[test]
+fn the_tool_table_is_checked_before_the_gate() {
+    use budgetgate_core::ToolSetError;
+    assert_eq!(
+        ToolTable::<2>::new(&SPECS).map(|_| ()),
+        Err(ToolSetError::Full)
+    );
+    static TWICE: [ToolSpec; 2] = [SPECS[0], SPECS[0]];
+    assert_eq!(
+        ToolTable::<8>::new(&TWICE).map(|_| ()),
+        Err(ToolSetError::Duplicate)
+    );
+    let table = ToolTable::<7>::new(&SPECS).expect("seven fit seven");
+    assert_eq!(table.specs().len(), 7);
+}
