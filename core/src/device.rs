@@ -159,6 +159,10 @@ impl core::error::Error for ToolFailure {}
 pub trait Actuators {
     /// A tool's result: compact JSON on the wire, measured by the run
     /// (`SPEC A2`: at most 4096 bytes, or the observation is `tool-error`).
+    /// Its observation must also fit one reply frame ([`FRAME_MAX`] bytes
+    /// with the observation's other fields and the checksum: keep results
+    /// under about 800 bytes); one that does not is answered
+    /// `internal-error`, though the run counted it.
     type Result: Serialize;
 
     /// Runs tool number `tool` (its index in the gate's [`ToolSpec`] list)
