@@ -159,10 +159,10 @@ impl core::error::Error for ToolFailure {}
 pub trait Actuators {
     /// A tool's result: compact JSON on the wire, measured by the run
     /// (`SPEC A2`: at most 4096 bytes, or the observation is `tool-error`).
-    /// Its observation must also fit one reply frame ([`FRAME_MAX`] bytes
-    /// with the observation's other fields and the checksum: keep results
-    /// under about 800 bytes); one that does not is answered
-    /// `internal-error`, though the run counted it.
+    /// Stricter on a device: its observation must also fit one reply frame
+    /// ([`FRAME_MAX`] bytes with the observation's other fields and the
+    /// checksum; keep results under about 800 bytes), or it is a
+    /// `tool-error` too, in the run's trace as on the wire.
     type Result: Serialize;
 
     /// Runs tool number `tool` (its index in the gate's [`ToolSpec`] list)
@@ -332,7 +332,26 @@ struct Pending {
     deadline_ms: u64,
 }
 
-type Frame<'a, R> = Reply<'a, Data<R>>;
+type Frame<'a, R> = Reply<'a, Data<&'a R>>;
+
+/// The observation reply of `call`, round `step` of run `run`.
+fn observation<'a, R: Serialize>(
+    run: u32,
+    step: u8,
+    call: &'a ToolCallRef<'_>,
+    executed: bool,
+    data: Data<&'a R>,
+) -> Frame<'a, R> {
+    Frame::Observation {
+        run,
+        step,
+        call_id: call.call_id.as_str(),
+        name: call.name.as_str(),
+        executed,
+        ok: matches!(data, Data::Result(_)),
+        data,
+    }
+}
 
 /// A device's tools: their [`ToolSpec`]s (tool index `i` is `specs[i]`)
 /// and their names as the run looks them up. Built once, before the gate.
@@ -814,14 +833,22 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         tool: usize,
     ) -> Result<(), W::Error> {
         let result = self.actuators.execute(tool, &call.arguments).ok();
-        let done = match self.run.complete(result.as_ref()) {
+        // Sealed before the run measures it: a result the contract allows
+        // (4096 bytes) that one reply frame cannot carry is a `tool-error`
+        // here, in the run as on the wire, never an `ok` the agent cannot
+        // read. The frame is written once either way.
+        let sealed = result.as_ref().and_then(|result| {
+            let reply = observation(self.runs, step, call, true, Data::Result(result));
+            link::write_frame(&mut self.frame, &reply).ok()
+        });
+        let done = match self
+            .run
+            .complete(result.as_ref().filter(|_| sealed.is_some()))
+        {
             Ok(done) => done,
             Err(e) => return self.internal(agent, e),
         };
-        let data = match (done.data, result) {
-            (ObservationData::Result { .. }, Some(result)) => Data::Result(result),
-            _ => Data::Word(word::TOOL_ERROR),
-        };
+        let sealed = sealed.filter(|_| matches!(done.data, ObservationData::Result { .. }));
         log!(
             info,
             "run {=u32} step {=u8}: {=str} {=str}: executed, ok={=bool}",
@@ -829,9 +856,12 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             step,
             call.call_id.as_str(),
             call.name.as_str(),
-            matches!(data, Data::Result(_))
+            sealed.is_some()
         );
-        self.observation(agent, step, call, true, data)?;
+        match sealed {
+            Some(n) => agent.write_all(self.frame.get(..n).unwrap_or_default())?,
+            None => self.observation(agent, step, call, true, Data::Word(word::TOOL_ERROR))?,
+        }
         self.after(agent, step, done.progress)
     }
 
@@ -880,17 +910,9 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         step: u8,
         call: &ToolCallRef<'_>,
         executed: bool,
-        data: Data<A::Result>,
+        data: Data<&A::Result>,
     ) -> Result<(), W::Error> {
-        let reply = Frame::Observation {
-            run: self.runs,
-            step,
-            call_id: call.call_id.as_str(),
-            name: call.name.as_str(),
-            executed,
-            ok: matches!(data, Data::Result(_)),
-            data,
-        };
+        let reply = observation(self.runs, step, call, executed, data);
         self.send(agent, &reply)
     }
 
@@ -924,11 +946,13 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         agent: &mut W,
         reply: &Frame<'_, A::Result>,
     ) -> Result<(), W::Error> {
+        // Every reply but an observation with a result is a few dozen
+        // bytes, and that one is sealed (and refused if too large) in
+        // `execute`: the fallback below is for a bug.
         match link::write_frame(&mut self.frame, reply) {
             Ok(n) => agent.write_all(self.frame.get(..n).unwrap_or_default()),
             Err(_e) => {
-                // A reply over a frame: a result near 1 KiB. Answered so the
-                // link stays in step; the run has already counted the round.
+                // Answered so the link stays in step.
                 log!(error, "reply does not fit a frame: {}", _e);
                 let fallback: Frame<'_, A::Result> = Frame::Error {
                     error: word::INTERNAL_ERROR,

@@ -41,7 +41,7 @@ const NUMBER: Param = Param {
     required: true,
 };
 
-static SPECS: [ToolSpec; 7] = [
+static SPECS: [ToolSpec; 8] = [
     ToolSpec {
         name: "add",
         description: "a + b",
@@ -92,11 +92,23 @@ static SPECS: [ToolSpec; 7] = [
         params: &[],
         needs_approval: false,
     },
+    // Not in the firmware: a result of `len` bytes (quotes included).
+    ToolSpec {
+        name: "Big",
+        description: "a long string",
+        params: &[Param {
+            key: "len",
+            kind: ParamKind::Int { min: 2, max: 4096 },
+            required: true,
+        }],
+        needs_approval: false,
+    },
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(untagged)]
 enum ToolResult {
+    Text(&'static str),
     Int(i64),
     Float(f64),
     Switch {
@@ -207,6 +219,10 @@ impl Actuators for Home {
                 valve: self.valve_state(),
                 leds: self.leds(),
             },
+            7 => {
+                let len = ToolSpec::int(args, "len").ok_or(ToolFailure)? as usize;
+                ToolResult::Text("x".repeat(len - 2).leak())
+            }
             _ => return Err(ToolFailure),
         })
     }
@@ -936,6 +952,36 @@ fn the_tool_table_is_checked_before_the_gate() {
         ToolTable::<8>::new(&TWICE).map(|_| ()),
         Err(ToolSetError::Duplicate)
     );
-    let table = ToolTable::<7>::new(&SPECS).expect("seven fit seven");
-    assert_eq!(table.specs().len(), 7);
+    let table = ToolTable::<8>::new(&SPECS).expect("eight fit eight");
+    assert_eq!(table.specs().len(), 8);
+}
+
+/// A result the contract allows (at most 4096 bytes) that one reply frame
+/// cannot carry is a `tool-error` on the device, in the run's trace as on
+/// the wire: before, the run counted it `ok` and the agent got an
+/// `internal-error` instead of its observation.
+#[test]
+fn a_result_too_large_for_a_frame_is_a_tool_error_in_the_trace_too() {
+    use budgetgate_core::TraceRow;
+    let mut d = Device::started();
+    let fits = d.propose(&tool("s", "Big", r#"{"len":800}"#));
+    // (The helper takes a quoted value for an error word; this one is a result.)
+    let text = "x".repeat(798);
+    assert_eq!(
+        fits,
+        d.observation(0, "s", "Big", true, &format!("\"{text}\""))
+            .replace(r#""ok":false"#, r#""ok":true"#)
+    );
+    assert_eq!(
+        d.propose(&tool("l", "Big", r#"{"len":2000}"#)),
+        d.observation(1, "l", "Big", true, r#""tool-error""#)
+    );
+    let ok: Vec<bool> = d
+        .gate
+        .trace()
+        .iter()
+        .map(|row| matches!(row, TraceRow::Tool { ok: true, .. }))
+        .collect();
+    assert_eq!(ok, [true, false]);
+    assert_eq!(d.status(), d.status_is(2, 8, 2, 4, "running"));
 }
