@@ -311,10 +311,16 @@ pub struct Snapshot<'a> {
 enum Phase {
     /// No run since boot: the operator has not started one.
     Idle,
-    /// A run exists; the core's [`Run::status`] tells whether it stopped.
-    Running,
+    /// A run that started at `started_ms` and whose time budget had not
+    /// passed when last looked at; the core's [`Run::status`] tells whether
+    /// it stopped on another budget.
+    Running {
+        /// The clock at the operator's start, ms.
+        started_ms: u64,
+    },
     /// The time budget passed while no proposal came: the actuators are
-    /// safe, and the next proposal is answered `stopped`/`time-budget`.
+    /// safe, and the next proposal is answered `stopped`/`time-budget`. No
+    /// clock is kept: no later time budget revives the run.
     TimeUp,
     /// The gate stopped the run on its time budget (and said so).
     TimeBudget,
@@ -387,7 +393,6 @@ pub struct DeviceGate<A: Actuators, const TOOLS: usize = MAX_TOOLS> {
     specs: &'static [ToolSpec],
     phase: Phase,
     runs: u32,
-    started_ms: u64,
     timing: Timing,
     pending: Option<Pending>,
     pending_json: [u8; FRAME_MAX],
@@ -405,7 +410,6 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             specs: tools.specs,
             phase: Phase::Idle,
             runs: 0,
-            started_ms: 0,
             timing,
             pending: None,
             pending_json: [0; FRAME_MAX],
@@ -422,9 +426,8 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             return Err(StartError::ApprovalPending);
         }
         self.run = Run::new(limits, self.run.tools().clone());
-        self.phase = Phase::Running;
+        self.phase = Phase::Running { started_ms: now_ms };
         self.runs = self.runs.wrapping_add(1);
-        self.started_ms = now_ms;
         self.actuators.safe_state();
         log!(
             info,
@@ -480,17 +483,19 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         match self.phase {
             Phase::Idle => word::IDLE,
             Phase::TimeUp | Phase::TimeBudget => word::TIME_BUDGET,
-            Phase::Running => self.run.status().map_or(word::RUNNING, Status::as_str),
+            Phase::Running { .. } => self.run.status().map_or(word::RUNNING, Status::as_str),
         }
     }
 
     /// The run's counters at `now_ms`; `None` before the first run.
     pub fn snapshot(&self, now_ms: u64) -> Option<Snapshot<'_>> {
-        if self.phase == Phase::Idle {
-            return None;
-        }
+        let time_left_ms = match self.phase {
+            Phase::Idle => return None,
+            Phase::Running { started_ms } => u64::from(self.timing.time_budget_ms)
+                .saturating_sub(now_ms.saturating_sub(started_ms)),
+            Phase::TimeUp | Phase::TimeBudget => 0,
+        };
         let limits = self.run.limits();
-        let elapsed = now_ms.saturating_sub(self.started_ms);
         Some(Snapshot {
             run: self.runs,
             state: self.state(),
@@ -498,7 +503,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             max_decisions: limits.max_decisions(),
             tool_attempts: self.run.tool_attempts(),
             max_tool_calls: limits.max_tool_calls(),
-            time_left_ms: u64::from(self.timing.time_budget_ms).saturating_sub(elapsed),
+            time_left_ms,
             approval: self.pending.as_ref().map(|p| p.call_id.as_str()),
         })
     }
@@ -595,10 +600,10 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         match self.phase {
             Phase::Idle => return self.error(agent, word::NO_RUN),
             Phase::TimeBudget => return self.error(agent, word::RUN_STOPPED),
-            Phase::Running if self.run.status().is_some() => {
+            Phase::Running { .. } if self.run.status().is_some() => {
                 return self.error(agent, word::RUN_STOPPED)
             }
-            Phase::Running | Phase::TimeUp => {}
+            Phase::Running { .. } | Phase::TimeUp => {}
         }
         let step = self.step();
         let run = self.runs;
@@ -706,15 +711,19 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         self.execute(agent, step, call, tool)
     }
 
-    /// Whether the run's time budget has run out at `now_ms`.
-    fn out_of_time(&self, now_ms: u64) -> bool {
-        now_ms.saturating_sub(self.started_ms) >= u64::from(self.timing.time_budget_ms)
+    /// Whether a run started at `started_ms` is out of time at `now_ms`.
+    fn out_of_time(&self, started_ms: u64, now_ms: u64) -> bool {
+        now_ms.saturating_sub(started_ms) >= u64::from(self.timing.time_budget_ms)
     }
 
     /// Whether the run has stopped on time, or would now: a later time
     /// budget never revives a run whose actuators were already made safe.
     fn time_up(&self, now_ms: u64) -> bool {
-        self.phase == Phase::TimeUp || self.out_of_time(now_ms)
+        match self.phase {
+            Phase::Running { started_ms } => self.out_of_time(started_ms, now_ms),
+            Phase::TimeUp | Phase::TimeBudget => true,
+            Phase::Idle => false,
+        }
     }
 
     /// The operator's answer to the pending prompt (or its timeout), at
@@ -807,7 +816,11 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         agent: &mut W,
         console: &mut C,
     ) -> Result<(), IoError<W::Error, C::Error>> {
-        if self.phase == Phase::Running && self.run.status().is_none() && self.out_of_time(now_ms) {
+        let passed = match self.phase {
+            Phase::Running { started_ms } => self.out_of_time(started_ms, now_ms),
+            _ => false,
+        };
+        if passed && self.run.status().is_none() {
             log!(
                 info,
                 "run {=u32}: time budget passed; actuators safe",

@@ -681,8 +681,9 @@ fn time_budget_stops_the_run_when_it_passes() {
     // The run stops when its time passes, not at the next proposal.
     assert_eq!(d.leds(), 0, "the time budget made every actuator safe");
     assert_eq!(d.status(), d.status_is(2, 8, 2, 4, "time-budget"));
-    // A later deadline does not revive it.
+    // A later deadline does not revive it, nor gives it time left.
     d.gate.set_time_budget(60_000);
+    assert_eq!(d.gate.snapshot(d.now_ms).map(|s| s.time_left_ms), Some(0));
     assert_eq!(d.propose(&final_("15")), d.stopped(2, "time-budget"));
     assert_eq!(d.status(), d.status_is(2, 8, 2, 4, "time-budget"));
     assert_eq!(d.propose(&final_("15")), error("run-stopped"));
