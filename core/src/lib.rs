@@ -20,12 +20,18 @@
 //! * [`budget::Ledger`]: used and maximum per limit, reserve → commit →
 //!   roll back, per-tool caps, and a fixed-size checksummed record that
 //!   front-ends store between decisions (`SPEC E`);
+//! * [`device::DeviceGate`]: the device gate, sans-IO — agent frames in,
+//!   replies and actuator commands out, time passed in: the time budget,
+//!   operator approval with its timeout, the safe state on every stop
+//!   (`SPEC C` on a co-processor);
 //! * [`link`]: the framed serial protocol between an agent's host and the
 //!   gating co-processor, and [`registry`]: typed, range-checked tool
 //!   signatures for a device.
 //!
 //! Sizes with the default capacities (x86_64, checked by the `state_sizes`
-//! test): [`Run`] 3736 bytes, [`Plan`] 1800 bytes, [`TurnGate`] 4208 bytes,
+//! test): [`Run`] 3736 bytes, [`device::DeviceGate`] 5912 bytes (its two
+//! 1 KiB frame buffers and a run, with actuators of no size), [`Plan`] 1800
+//! bytes, [`TurnGate`] 4208 bytes,
 //! [`ActionRef`] 120 bytes whatever the action holds; an owned [`Action`]
 //! 64560 bytes (its strings hold 2000 characters of 4-byte UTF-8 each; a
 //! smaller capacity such as `Action<256>` refuses longer strings).
@@ -72,6 +78,7 @@
 
 pub mod action;
 pub mod budget;
+pub mod device;
 pub mod ident;
 pub mod json;
 pub mod limits;
@@ -144,6 +151,20 @@ mod tests {
         assert!(pyjson::encode(&f64::NAN, &mut [0u8; 8]).is_err());
     }
 
+    /// An actuator of no size, to size the device gate alone.
+    struct Lamp;
+
+    impl device::Actuators for Lamp {
+        type Result = ();
+        fn execute(&mut self, _: usize, _: &ArgumentsRef<'_>) -> Result<(), device::ToolFailure> {
+            Ok(())
+        }
+        fn safe_state(&mut self) {}
+        fn read_back(&mut self) -> u32 {
+            0
+        }
+    }
+
     /// Sizes of the main state types with default capacities, so a device
     /// maker knows what a `static` costs. Printed with `--nocapture`.
     #[test]
@@ -153,6 +174,9 @@ mod tests {
         let view = core::mem::size_of::<ActionRef>();
         let plan = core::mem::size_of::<Plan>();
         let gate = core::mem::size_of::<TurnGate>();
+        let device = core::mem::size_of::<device::DeviceGate<Lamp>>();
+        println!("DeviceGate = {device} B");
+        assert!(device <= 8192, "DeviceGate grew to {device} bytes");
         println!(
             "Run = {run} B, ActionRef = {view} B, Action = {action} B, Plan = {plan} B, TurnGate = {gate} B"
         );

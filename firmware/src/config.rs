@@ -6,10 +6,12 @@
 //! console's to change too (`deadline MS`, `timeout MS`).
 #![forbid(unsafe_code)]
 
+use budgetgate_core::device::Timing;
 use budgetgate_core::limits::{
     DEFAULT_MAX_DECISIONS, DEFAULT_MAX_RUN_MILLIS, DEFAULT_MAX_TOOL_CALLS, MAX_TOOLS,
 };
 use budgetgate_core::link;
+use budgetgate_core::RunLimits;
 
 /// Most decision rounds of a run started with a bare `start` (`SPEC A2`: 8).
 pub const MAX_DECISIONS: u32 = DEFAULT_MAX_DECISIONS;
@@ -25,6 +27,18 @@ pub const RUN_TIME_BUDGET_MS: u32 = DEFAULT_MAX_RUN_MILLIS as u32;
 /// How long the operator has to answer an approval prompt, in milliseconds.
 /// No answer in time is a refusal (`approval-denied`).
 pub const APPROVAL_TIMEOUT_MS: u32 = 30_000;
+
+/// The budgets of a bare `start`: [`MAX_DECISIONS`], [`MAX_TOOL_CALLS`].
+pub const DEFAULT_LIMITS: RunLimits = match RunLimits::new(MAX_DECISIONS, MAX_TOOL_CALLS) {
+    Ok(limits) => limits,
+    Err(_) => RunLimits::DEFAULT,
+};
+
+/// The gate's clocks at boot: [`RUN_TIME_BUDGET_MS`], [`APPROVAL_TIMEOUT_MS`].
+pub const TIMING: Timing = Timing {
+    time_budget_ms: RUN_TIME_BUDGET_MS,
+    approval_timeout_ms: APPROVAL_TIMEOUT_MS,
+};
 
 /// Largest value the console accepts for `timeout` and `deadline`, in
 /// milliseconds (one hour).

@@ -26,14 +26,15 @@
 //! ignored; anything else answers `error: …`.
 #![forbid(unsafe_code)]
 
+use budgetgate_core::device::Answer;
 use budgetgate_core::RunLimits;
 use embedded_io::Write;
 
 use crate::board;
-use crate::config::{FRAME_MAX, MAX_CONSOLE_MILLIS};
-use crate::gate::{Answer, Gate, StartError};
+use crate::config::{DEFAULT_LIMITS, FRAME_MAX, MAX_CONSOLE_MILLIS};
 use crate::line::LineEvent;
 use crate::tools::SPECS;
+use crate::{Gate, Meter};
 
 /// A parsed console command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
@@ -132,6 +133,7 @@ pub fn parse(line: &[u8]) -> Option<Command> {
 pub fn handle<W: Write>(
     event: LineEvent<'_>,
     gate: &mut Gate,
+    meter: &Meter,
     agent: &mut W,
     console: &mut W,
 ) -> Result<(), W::Error> {
@@ -148,7 +150,7 @@ pub fn handle<W: Write>(
     match command {
         Command::Start(budgets) => {
             let limits = match budgets {
-                None => Ok(Gate::default_limits()),
+                None => Ok(DEFAULT_LIMITS),
                 Some((d, t)) => RunLimits::new(d, t),
             };
             let Ok(limits) = limits else {
@@ -156,22 +158,23 @@ pub fn handle<W: Write>(
             };
             match gate.start(limits, board::now_ms()) {
                 Ok(run) => started(out, gate, run, limits),
-                Err(StartError::ApprovalPending) => {
+                // `StartError::ApprovalPending`, the only reason there is.
+                Err(_) => {
                     out.write_all(b"error: answer the pending approval first (y or n)\n")
                 }
             }
         }
-        Command::Status => gate.write_status(board::now_ms(), out),
+        Command::Status => write_status(gate, board::now_ms(), out),
         Command::Answer(approve) => {
             let answer = if approve {
                 Answer::Approve
             } else {
                 Answer::Deny
             };
-            if gate.answer(answer, board::now_ms(), agent, out)? {
-                Ok(())
-            } else {
-                out.write_all(b"error: no approval pending\n")
+            match gate.on_answer(answer, board::now_ms(), agent, out) {
+                Ok(true) => Ok(()),
+                Ok(false) => out.write_all(b"error: no approval pending\n"),
+                Err(e) => Err(e.into_inner()),
             }
         }
         Command::Timeout(ms) => {
@@ -192,8 +195,8 @@ pub fn handle<W: Write>(
         Command::Uptime => reply_number(out, b"uptime_ms=", board::now_ms()),
         Command::Ticks => {
             out.write_all(b"last_frame_ticks=")?;
-            write_decimal(out, gate.last_frame_ticks())?;
-            reply_number(out, b" verdict_ticks=", gate.verdict_ticks())
+            write_decimal(out, meter.last_frame_ticks)?;
+            reply_number(out, b" verdict_ticks=", meter.verdict_ticks)
         }
         Command::Stack => match board::stack_high_water() {
             Some(bytes) => reply_number(out, b"stack_peak_bytes=", u64::from(bytes)),
@@ -248,11 +251,37 @@ fn started<W: Write>(
     out.write_all(b" max_tool_calls=")?;
     write_decimal(out, u64::from(limits.max_tool_calls()))?;
     out.write_all(b" time_budget_ms=")?;
-    write_decimal(out, u64::from(gate.time_budget_ms()))?;
+    let timing = gate.timing();
+    write_decimal(out, u64::from(timing.time_budget_ms))?;
     out.write_all(b" approval_timeout_ms=")?;
-    write_decimal(out, u64::from(gate.approval_timeout_ms()))?;
+    write_decimal(out, u64::from(timing.approval_timeout_ms))?;
     out.write_all(b" tools=")?;
     write_tools(out)?;
+    out.write_all(b"\n")
+}
+
+/// One line about the run:
+/// `run 1 running decisions=2/8 tool_attempts=1/4 time_left_ms=118000 approval=none`.
+fn write_status<W: Write>(gate: &Gate, now_ms: u64, out: &mut W) -> Result<(), W::Error> {
+    let Some(run) = gate.snapshot(now_ms) else {
+        return out.write_all(b"idle: no run (type start)\n");
+    };
+    out.write_all(b"run ")?;
+    write_decimal(out, u64::from(run.run))?;
+    out.write_all(b" ")?;
+    out.write_all(run.state.as_bytes())?;
+    out.write_all(b" decisions=")?;
+    write_decimal(out, u64::from(run.decisions))?;
+    out.write_all(b"/")?;
+    write_decimal(out, u64::from(run.max_decisions))?;
+    out.write_all(b" tool_attempts=")?;
+    write_decimal(out, u64::from(run.tool_attempts))?;
+    out.write_all(b"/")?;
+    write_decimal(out, u64::from(run.max_tool_calls))?;
+    out.write_all(b" time_left_ms=")?;
+    write_decimal(out, run.time_left_ms)?;
+    out.write_all(b" approval=")?;
+    out.write_all(run.approval.unwrap_or("none").as_bytes())?;
     out.write_all(b"\n")
 }
 

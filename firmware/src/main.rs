@@ -2,9 +2,12 @@
 //! may command, on QEMU `mps2-an386` (Cortex-M4).
 //!
 //! * UART0, the agent link: sealed frames (`docs/PROTOCOL.md`), split by the
-//!   core's [`FrameDecoder`] and answered by the [`gate::Gate`]: one bounded
-//!   run of the same `no_std` core as the desktop (`SPEC A2`), the device's
-//!   tool registry ([`tools`]) and the actuators (LED0 lamp, LED1 valve).
+//!   core's [`FrameDecoder`] and answered by the core's device gate
+//!   ([`Gate`], `budgetgate_core::device::DeviceGate`): one bounded run of
+//!   the same `no_std` core as the desktop (`SPEC A2`), with approval and a
+//!   time budget, over the device's tools and actuators ([`tools`]: LED0
+//!   lamp, LED1 valve). This crate keeps only the board, the tools and the
+//!   main loop.
 //! * UART1, the operator console: the trusted side. It starts runs, answers
 //!   approval prompts and reads the actuators back (see [`console`]).
 //! * Log: `defmt` over semihosting, one info line per decision; panics and
@@ -20,31 +23,51 @@
 mod board;
 mod config;
 mod console;
-mod gate;
 mod line;
 mod tools;
 
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, Ordering};
 
+use budgetgate_core::device::{DeviceGate, ToolTable};
 use budgetgate_core::link::FrameDecoder;
-use budgetgate_core::ToolSet;
+use budgetgate_core::ToolSetError;
 use cortex_m_rt::entry;
 use defmt_semihosting as _; // the global defmt logger
 
 use crate::board::{Board, Uart};
-use crate::config::{BURST, CONSOLE_LINE_MAX, FRAME_MAX};
-use crate::gate::Gate;
+use crate::config::{BURST, CONSOLE_LINE_MAX, FRAME_MAX, TIMING, TOOL_CAPACITY};
 use crate::line::LineBuffer;
-use crate::tools::Actuators;
+use crate::tools::{Home, SPECS};
+
+/// The gate as this board runs it: the core's device gate over the home
+/// tools and their actuators.
+pub type Gate = DeviceGate<Home, TOOL_CAPACITY>;
+
+/// Clock ticks of the last agent frame (console `ticks`).
+#[derive(Debug, Default)]
+pub struct Meter {
+    /// Line end to the last reply byte (a frame that waited for approval
+    /// includes the wait).
+    pub last_frame_ticks: u64,
+    /// Line end to the gate's verdict on its proposal: checksum, request,
+    /// validation, the run's decision and the argument check; what the
+    /// gate adds before an actuator may move. 0 if the frame was not a
+    /// proposal.
+    pub verdict_ticks: u64,
+}
 
 #[entry]
 fn main() -> ! {
     // cortex-m-rt turns these into `&'static mut` (taken once, here), so the
     // state is in `.bss`, where `size` counts it. The gate is built at run
     // time (it owns the board's LEDs) straight into its static: no copy of
-    // its 8 KiB on the stack, no initializer image in flash.
+    // its 6 KiB on the stack, no initializer image in flash.
     static mut GATE: MaybeUninit<Gate> = MaybeUninit::uninit();
+    static mut METER: Meter = Meter {
+        last_frame_ticks: 0,
+        verdict_ticks: 0,
+    };
     static mut AGENT_RX: FrameDecoder<FRAME_MAX> = FrameDecoder::new();
     static mut CONSOLE_RX: LineBuffer<CONSOLE_LINE_MAX> = LineBuffer::new();
 
@@ -61,21 +84,20 @@ fn main() -> ! {
     } = board;
     defmt::info!("budgetgate-firmware {=str} up", env!("CARGO_PKG_VERSION"));
 
-    let tools = match Gate::tools() {
-        Ok(tools) => tools,
+    let gate = match install(GATE, Home::new(led0, led1)) {
+        Ok(gate) => gate,
         Err(e) => {
             defmt::error!("tool registry: {}", e);
             board::exit(board::EXIT_FAULT)
         }
     };
-    let gate = install(GATE, Actuators::new(led0, led1), tools);
     let _ = console::banner(&mut console);
 
     loop {
         if !gate.awaiting_approval() {
-            pump_agent(&mut agent, &mut console, AGENT_RX, gate);
+            pump_agent(&mut agent, &mut console, AGENT_RX, gate, METER);
         }
-        pump_console(&mut console, &mut agent, CONSOLE_RX, gate);
+        pump_console(&mut console, &mut agent, CONSOLE_RX, gate, METER);
         if let Err(e) = gate.poll(board::now_ms(), &mut agent, &mut console) {
             defmt::warn!("approval timeout reply: {}", e);
         }
@@ -84,15 +106,17 @@ fn main() -> ! {
     }
 }
 
-/// Builds the gate in its static. Not inlined: the gate's temporary then
-/// lives in this short-lived frame, not in `main`'s, which lasts forever.
+/// Builds the tool table and the gate in its static; fails only if a tool
+/// name in [`SPECS`] is invalid or repeated. Not inlined: the table (and
+/// any temporary) then lives in this short-lived frame, not in `main`'s,
+/// which lasts forever.
 #[inline(never)]
 fn install(
     slot: &'static mut MaybeUninit<Gate>,
-    actuators: Actuators,
-    tools: ToolSet<{ config::TOOL_CAPACITY }>,
-) -> &'static mut Gate {
-    slot.write(Gate::new(actuators, tools))
+    home: Home,
+) -> Result<&'static mut Gate, ToolSetError> {
+    let tools: ToolTable<TOOL_CAPACITY> = ToolTable::new(&SPECS)?;
+    Ok(slot.write(Gate::new(home, tools, TIMING)))
 }
 
 /// Moves up to [`BURST`] bytes from the agent UART into the frame decoder,
@@ -103,6 +127,7 @@ fn pump_agent(
     console: &mut Uart,
     rx: &mut FrameDecoder<FRAME_MAX>,
     gate: &mut Gate,
+    meter: &mut Meter,
 ) {
     for _ in 0..BURST {
         if gate.awaiting_approval() {
@@ -121,12 +146,16 @@ fn pump_agent(
         // A line end completes a frame: from here to the last reply byte
         // (checksum, parse, decision, tool, reply) is one gated action.
         let start = board::clock_ticks();
-        gate.note_frame_start(start);
         if let Some(frame) = rx.push(byte) {
-            if let Err(e) = gate.on_agent_frame(frame, board::now_ms(), agent, console) {
+            gate.actuators_mut().clear_verdict();
+            if let Err(e) = gate.on_frame(frame, board::now_ms(), agent, console) {
                 defmt::warn!("agent reply: {}", e);
             }
-            gate.note_frame_ticks(board::clock_ticks().saturating_sub(start));
+            meter.last_frame_ticks = board::clock_ticks().saturating_sub(start);
+            meter.verdict_ticks = gate
+                .actuators()
+                .verdict_at()
+                .map_or(0, |at| at.saturating_sub(start));
         }
     }
 }
@@ -138,6 +167,7 @@ fn pump_console(
     agent: &mut Uart,
     rx: &mut LineBuffer<CONSOLE_LINE_MAX>,
     gate: &mut Gate,
+    meter: &Meter,
 ) {
     for _ in 0..BURST {
         let byte = match console.try_read_byte() {
@@ -150,7 +180,7 @@ fn pump_console(
             }
         };
         if let Some(event) = rx.push(byte) {
-            if let Err(e) = console::handle(event, gate, agent, console) {
+            if let Err(e) = console::handle(event, gate, meter, agent, console) {
                 defmt::warn!("console reply: {}", e);
             }
         }

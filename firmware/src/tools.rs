@@ -26,6 +26,7 @@
 //! level, which the hardware cannot read back.
 #![forbid(unsafe_code)]
 
+use budgetgate_core::device::{self, Actuators as _, ToolFailure};
 use budgetgate_core::registry::{Param, ParamKind, ToolSpec};
 use budgetgate_core::{ArgumentsRef, ScalarRef};
 use embedded_hal::digital::{OutputPin, StatefulOutputPin};
@@ -177,24 +178,36 @@ pub enum ToolResult {
     },
 }
 
-/// The two actuators: LED0 (lamp) and LED1 (valve).
-pub struct Actuators {
+/// The two actuators, LED0 (lamp) and LED1 (valve), as the core's device
+/// gate drives them (`device::Actuators`).
+pub struct Home {
     lamp: Led,
     valve: Led,
+    /// Clock ticks at the last proposal's verdict, 0 if none since
+    /// [`Home::clear_verdict`] (the console's `ticks`).
+    verdict_at: u64,
 }
 
-impl Actuators {
+impl Home {
     /// Takes the LEDs and drives them to the safe state (lamp off, valve closed).
     pub fn new(lamp: Led, valve: Led) -> Self {
-        let mut actuators = Self { lamp, valve };
-        actuators.safe_state();
-        actuators
+        let mut home = Self {
+            lamp,
+            valve,
+            verdict_at: 0,
+        };
+        home.safe_state();
+        home
     }
 
-    /// Lamp off, valve closed.
-    pub fn safe_state(&mut self) {
-        let _ = self.lamp.set_low();
-        let _ = self.valve.set_low();
+    /// Forgets the last verdict's clock reading (at a frame's line end).
+    pub fn clear_verdict(&mut self) {
+        self.verdict_at = 0;
+    }
+
+    /// Clock ticks at the last verdict since [`Home::clear_verdict`], if any.
+    pub fn verdict_at(&self) -> Option<u64> {
+        (self.verdict_at != 0).then_some(self.verdict_at)
     }
 
     fn lamp_state(&mut self) -> &'static str {
@@ -222,6 +235,30 @@ impl Actuators {
     }
 }
 
+impl device::Actuators for Home {
+    type Result = ToolResult;
+
+    fn execute(&mut self, tool: usize, args: &ArgumentsRef<'_>) -> Result<ToolResult, ToolFailure> {
+        let kind = KINDS.get(tool).copied().ok_or(ToolFailure)?;
+        execute(kind, args, self).ok_or(ToolFailure)
+    }
+
+    /// Lamp off, valve closed.
+    fn safe_state(&mut self) {
+        let _ = self.lamp.set_low();
+        let _ = self.valve.set_low();
+    }
+
+    /// The LED register: bit 0 the lamp, bit 1 the valve.
+    fn read_back(&mut self) -> u32 {
+        board::read_leds()
+    }
+
+    fn on_verdict(&mut self) {
+        self.verdict_at = board::clock_ticks().max(1);
+    }
+}
+
 fn name_of(args: &ArgumentsRef<'_>) -> Option<&'static str> {
     let name = ToolSpec::text(args, "name")?;
     [LAMP, VALVE].into_iter().find(|known| name == *known)
@@ -230,11 +267,7 @@ fn name_of(args: &ArgumentsRef<'_>) -> Option<&'static str> {
 /// Runs tool `kind` with arguments that passed its [`ToolSpec::check`].
 /// `None` is a failed tool (`tool-error`); it cannot happen for checked
 /// arguments, but a tool never trusts that.
-pub fn execute(
-    kind: Kind,
-    args: &ArgumentsRef<'_>,
-    actuators: &mut Actuators,
-) -> Option<ToolResult> {
+fn execute(kind: Kind, args: &ArgumentsRef<'_>, actuators: &mut Home) -> Option<ToolResult> {
     Some(match kind {
         Kind::Add => match (args.get("a")?, args.get("b")?) {
             (ScalarRef::Int(a), ScalarRef::Int(b)) => ToolResult::Int(a.checked_add(b)?),

@@ -299,7 +299,7 @@ pub fn request_frame(verb: &str, json: Option<&[u8]>) -> Result<Vec<u8>, DeviceE
 /// The agent link: sealed requests out, verified replies in.
 ///
 /// Holds at most one frame line (the core's decoder), one line's copy for
-/// `--frames`, and one read of [`READ_CHUNK`] bytes, whatever the device
+/// `--frames`, and one read of `READ_CHUNK` (2048) bytes, whatever the device
 /// sends.
 pub struct AgentLink<P: Port> {
     port: P,

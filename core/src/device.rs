@@ -1,0 +1,1012 @@
+//! The device gate, sans-IO: one bounded run (`SPEC A2`) between an agent
+//! link and a device's actuators, with operator approval and a time budget
+//! (`SPEC C`), speaking the framed protocol of [`link`] (`docs/PROTOCOL.md`,
+//! protocol version [`PROTOCOL_VERSION`]).
+//!
+//! Frames in, replies and actuator commands out, time passed in: the gate
+//! never reads a clock or a port. The device maker implements [`Actuators`]
+//! (a tool index and its checked arguments in, a result out; the safe
+//! state; the actuators read back) and lists its tools as [`ToolSpec`]s; the
+//! board's main loop feeds [`DeviceGate::on_frame`] every frame the
+//! [`link::FrameDecoder`] completes, [`DeviceGate::on_answer`] every operator
+//! answer and [`DeviceGate::poll`] the clock. Replies are sealed frames
+//! written to the agent link; approval prompts and their outcomes are lines
+//! written to the operator console. Both are [`embedded_io::Write`]rs.
+//!
+//! Per agent frame: a transport error or a request that is not a proposal
+//! uses no decision; `PROPOSE {json}` is validated by [`ActionRef::parse`]
+//! (one pass, strings left in the frame) and decided by [`Run::decide`]. An
+//! accepted call of a registered tool has its arguments checked against its
+//! [`ToolSpec`]; a tool that needs approval waits for the operator; then the
+//! tool runs and its result is measured by [`Run::complete`].
+//!
+//! Every stop of a run (any status, `final` included, and the time budget as
+//! soon as [`DeviceGate::poll`] sees it pass) drives every actuator to its
+//! safe state: once the run has stopped nothing on the agent link can move an
+//! actuator, so what is left must be safe without supervision
+//! (`docs/FIRMWARE.md`, "Stopping").
+//!
+//! ```
+//! use budgetgate_core::device::{Actuators, DeviceGate, Timing, ToolFailure, ToolTable};
+//! use budgetgate_core::link::{self, FrameDecoder};
+//! use budgetgate_core::registry::{Param, ParamKind, ToolSpec};
+//! use budgetgate_core::{ArgumentsRef, RunLimits};
+//!
+//! /// One lamp; its safe state is off.
+//! struct Lamp(bool);
+//!
+//! const TOOLS: [ToolSpec; 1] = [ToolSpec {
+//!     name: "HassTurnOn",
+//!     description: "turn the lamp on",
+//!     params: &[Param { key: "name", kind: ParamKind::Choice(&["lamp"]), required: true }],
+//!     needs_approval: false,
+//! }];
+//!
+//! impl Actuators for Lamp {
+//!     type Result = &'static str;
+//!     fn execute(&mut self, tool: usize, _args: &ArgumentsRef<'_>) -> Result<&'static str, ToolFailure> {
+//!         match tool {
+//!             0 => { self.0 = true; Ok("on") }
+//!             _ => Err(ToolFailure),
+//!         }
+//!     }
+//!     fn safe_state(&mut self) { self.0 = false; }
+//!     fn read_back(&mut self) -> u32 { u32::from(self.0) }
+//! }
+//!
+//! // The agent link and the console; a board passes its UARTs.
+//! let (mut agent, mut console) = ([0u8; 256], [0u8; 64]);
+//! let tools = ToolTable::new(&TOOLS)?;
+//! let mut gate: DeviceGate<Lamp, 1> = DeviceGate::new(Lamp(false), tools, Timing::DEFAULT);
+//! gate.start(RunLimits::DEFAULT, 0)?;
+//!
+//! let mut frame = [0u8; 128];
+//! let json = br#"{"kind":"tool","call_id":"c1","name":"HassTurnOn","arguments":{"name":"lamp"}}"#;
+//! let n = link::write_request(&mut frame, "PROPOSE", Some(json))?;
+//! let mut rx: FrameDecoder = FrameDecoder::new();
+//! let (mut replies, mut prompts) = (&mut agent[..], &mut console[..]);
+//! for &byte in &frame[..n] {
+//!     if let Some(line) = rx.push(byte) {
+//!         gate.on_frame(line, 10, &mut replies, &mut prompts)?;
+//!     }
+//! }
+//! assert!(gate.actuators().0, "the lamp is on");
+//! let written = 256 - replies.len();
+//! assert!(agent[..written].starts_with(
+//!     br#"{"type":"observation","run":1,"step":0,"call_id":"c1","name":"HassTurnOn","executed":true,"ok":true,"data":"on"}*"#
+//! ));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Non-features
+//! * No clock, no UART, no pins: time is an argument in milliseconds from
+//!   any monotonic origin, and the actuators are the device maker's.
+//! * No console command parser: the board reads its operator's lines and
+//!   calls [`DeviceGate::start`], [`DeviceGate::on_answer`] and the setters.
+
+use core::fmt;
+
+pub use embedded_io;
+use embedded_io::Write;
+use serde::Serialize;
+
+use crate::action::{ActionRef, ArgumentsRef, ToolCallRef};
+use crate::ident::Identifier;
+use crate::limits::{DEFAULT_MAX_RUN_MILLIS, MAX_STEPS, MAX_TOOLS};
+use crate::link::{self, FrameError, Reply, Request, FRAME_MAX, PROTOCOL_VERSION};
+use crate::registry::{tool_set, ToolSpec};
+use crate::run::{ObservationData, Progress, Run, RunError, RunLimits, Status, ToolSet, Verdict};
+use crate::run::{ToolSetError, TraceRow};
+
+/// `defmt::info!` with the `defmt` feature, nothing (the arguments only
+/// borrowed) without it: the core never needs a global logger.
+macro_rules! log {
+    ($level:ident, $fmt:literal $(, $arg:expr)* $(,)?) => {{
+        #[cfg(feature = "defmt")]
+        defmt::$level!($fmt $(, $arg)*);
+        #[cfg(not(feature = "defmt"))]
+        let _ = ($(&$arg,)*);
+    }};
+}
+
+/// The words of the protocol (`docs/PROTOCOL.md`) the device gate spells.
+pub mod word {
+    /// Observation data: the tool name is not registered.
+    pub const UNKNOWN_TOOL: &str = "unknown-tool";
+    /// Observation data: the tool failed or its result was over 4096 bytes.
+    pub const TOOL_ERROR: &str = "tool-error";
+    /// Observation data: the arguments do not fit the tool's signature.
+    pub const INVALID_ARGUMENTS: &str = "invalid-arguments";
+    /// Observation data: the operator refused, or did not answer in time.
+    pub const APPROVAL_DENIED: &str = "approval-denied";
+    /// Stop status (and observation data of a late approval): the run's
+    /// time budget had passed.
+    pub const TIME_BUDGET: &str = "time-budget";
+    /// Error: the verified payload is not a known request.
+    pub const UNKNOWN_REQUEST: &str = "unknown-request";
+    /// Error: `RESET` on the agent link.
+    pub const NOT_PERMITTED: &str = "not-permitted";
+    /// Error: a proposal after the run stopped.
+    pub const RUN_STOPPED: &str = "run-stopped";
+    /// Error: a proposal before the operator started a run.
+    pub const NO_RUN: &str = "no-run";
+    /// Error: the gate broke its own invariant (a bug; never expected).
+    pub const INTERNAL_ERROR: &str = "internal-error";
+    /// Status state: no run started since boot.
+    pub const IDLE: &str = "idle";
+    /// Status state: the run takes proposals.
+    pub const RUNNING: &str = "running";
+}
+
+/// A tool that could not do what it was asked: its observation is
+/// `tool-error` (`SPEC A2` step 5). The tool was executed all the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ToolFailure;
+
+impl fmt::Display for ToolFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the tool failed")
+    }
+}
+
+impl core::error::Error for ToolFailure {}
+
+/// What a device maker implements: the device's tools acting on its
+/// actuators. The gate calls [`Actuators::execute`] only for a call that
+/// the run accepted, whose arguments passed its [`ToolSpec::check`], and
+/// that the operator approved if its spec says so.
+pub trait Actuators {
+    /// A tool's result: compact JSON on the wire, measured by the run
+    /// (`SPEC A2`: at most 4096 bytes, or the observation is `tool-error`).
+    /// Stricter on a device: its observation must also fit one reply frame
+    /// ([`FRAME_MAX`] bytes with the observation's other fields and the
+    /// checksum; keep results under about 800 bytes), or it is a
+    /// `tool-error` too, in the run's trace as on the wire.
+    type Result: Serialize;
+
+    /// Runs tool number `tool` (its index in the gate's [`ToolSpec`] list)
+    /// with checked arguments. A failure is the observation `tool-error`.
+    fn execute(
+        &mut self,
+        tool: usize,
+        args: &ArgumentsRef<'_>,
+    ) -> Result<Self::Result, ToolFailure>;
+
+    /// Drives every actuator to its safe state (the state at boot). Called
+    /// on every start and every stop of a run.
+    fn safe_state(&mut self);
+
+    /// The actuators as read back from the hardware, one bit each; 0 means
+    /// every actuator is in its safe state (`STATUS`'s `actuators`).
+    fn read_back(&mut self) -> u32;
+
+    /// Called once per proposal when the gate has reached its verdict
+    /// (checksum, request, validation, the run's decision and the argument
+    /// check), before any actuator may move: a board can read its cycle
+    /// counter here to measure the gate's work. Does nothing by default.
+    fn on_verdict(&mut self) {}
+}
+
+/// An observation's `data` on the wire: a tool's result or an error word.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Data<R> {
+    /// `ok: false`: why there is no result.
+    Word(&'static str),
+    /// `ok: true`: the tool's result.
+    Result(R),
+}
+
+/// The run's two clocks, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Timing {
+    /// Wall time a run may take from its start (`SPEC C`: 120 s by
+    /// default); checked before each decision and by [`DeviceGate::poll`].
+    pub time_budget_ms: u32,
+    /// How long an approval prompt waits; no answer in time is a refusal.
+    pub approval_timeout_ms: u32,
+}
+
+impl Timing {
+    /// 120 s for the run (`SPEC C`), 30 s for an approval.
+    pub const DEFAULT: Self = Self {
+        time_budget_ms: DEFAULT_MAX_RUN_MILLIS as u32,
+        approval_timeout_ms: 30_000,
+    };
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// How an approval prompt was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Answer {
+    /// The operator approved the call.
+    Approve,
+    /// The operator refused it.
+    Deny,
+    /// No answer within the approval timeout: a refusal.
+    Timeout,
+}
+
+/// Why [`DeviceGate::start`] cannot start a run now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum StartError {
+    /// An approval prompt is waiting for its answer.
+    ApprovalPending,
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an approval prompt is waiting for its answer")
+    }
+}
+
+impl core::error::Error for StartError {}
+
+/// A write to the agent link (`A`, its writer's error) or to the operator
+/// console (`C`) failed. The gate's state is whole either way: the decision
+/// was made and recorded, and a console that fails never keeps a call from
+/// its reply (the reply is written first or regardless).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum IoError<A, C> {
+    /// The agent link: a reply is lost (or cut), and the agent will time out.
+    Agent(A),
+    /// The console: a prompt or an answer line is lost.
+    Console(C),
+}
+
+impl<E> IoError<E, E> {
+    /// The error, when the agent link and the console are the same kind of
+    /// writer (two UARTs).
+    pub fn into_inner(self) -> E {
+        match self {
+            Self::Agent(e) | Self::Console(e) => e,
+        }
+    }
+}
+
+impl<A: fmt::Debug, C: fmt::Debug> fmt::Display for IoError<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Agent(e) => write!(f, "agent link write failed: {e:?}"),
+            Self::Console(e) => write!(f, "console write failed: {e:?}"),
+        }
+    }
+}
+
+impl<A: fmt::Debug, C: fmt::Debug> core::error::Error for IoError<A, C> {}
+
+/// The run as the console reports it ([`DeviceGate::snapshot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot<'a> {
+    /// The run's number, from 1.
+    pub run: u32,
+    /// `running`, or the status the run stopped with (`time-budget` too).
+    pub state: &'static str,
+    /// Decision rounds used.
+    pub decisions: u8,
+    /// Most decision rounds.
+    pub max_decisions: u8,
+    /// Tool attempts used.
+    pub tool_attempts: u8,
+    /// Most tool attempts.
+    pub max_tool_calls: u8,
+    /// What is left of the time budget, ms.
+    pub time_left_ms: u64,
+    /// The call id waiting for approval, if any.
+    pub approval: Option<&'a str>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No run since boot: the operator has not started one.
+    Idle,
+    /// A run that started at `started_ms` and whose time budget had not
+    /// passed when last looked at; the core's [`Run::status`] tells whether
+    /// it stopped on another budget.
+    Running {
+        /// The clock at the operator's start, ms.
+        started_ms: u64,
+    },
+    /// The time budget passed while no proposal came: the actuators are
+    /// safe, and the next proposal is answered `stopped`/`time-budget`. No
+    /// clock is kept: no later time budget revives the run.
+    TimeUp,
+    /// The gate stopped the run on its time budget (and said so).
+    TimeBudget,
+}
+
+/// A call waiting for the operator's answer. The proposal itself is kept as
+/// its bytes (in the gate's `pending_json`) and read again on the answer:
+/// 1 KiB of buffer instead of a parsed call, and no copy of one on the stack.
+#[derive(Debug)]
+struct Pending {
+    len: usize,
+    call_id: Identifier,
+    tool: usize,
+    step: u8,
+    deadline_ms: u64,
+}
+
+type Frame<'a, R> = Reply<'a, Data<&'a R>>;
+
+/// The observation reply of `call`, round `step` of run `run`.
+fn observation<'a, R: Serialize>(
+    run: u32,
+    step: u8,
+    call: &'a ToolCallRef<'_>,
+    executed: bool,
+    data: Data<&'a R>,
+) -> Frame<'a, R> {
+    Frame::Observation {
+        run,
+        step,
+        call_id: call.call_id.as_str(),
+        name: call.name.as_str(),
+        executed,
+        ok: matches!(data, Data::Result(_)),
+        data,
+    }
+}
+
+/// A device's tools: their [`ToolSpec`]s (tool index `i` is `specs[i]`)
+/// and their names as the run looks them up. Built once, before the gate.
+#[derive(Debug, Clone)]
+pub struct ToolTable<const TOOLS: usize = MAX_TOOLS> {
+    specs: &'static [ToolSpec],
+    names: ToolSet<TOOLS>,
+}
+
+impl<const TOOLS: usize> ToolTable<TOOLS> {
+    /// Registers `specs` in order. Fails as [`ToolSet::try_add`] does: an
+    /// invalid or repeated name, or more than `TOOLS` specs.
+    pub fn new(specs: &'static [ToolSpec]) -> Result<Self, ToolSetError> {
+        Ok(Self {
+            specs,
+            names: tool_set(specs)?,
+        })
+    }
+
+    /// The specs, in index order.
+    pub fn specs(&self) -> &'static [ToolSpec] {
+        self.specs
+    }
+}
+
+/// The device gate: the run, the tool registry, the actuators, the approval
+/// state and the time budget. `TOOLS` is the tool capacity (at most 8,
+/// `SPEC A2`). About 6 KiB with the defaults (two 1 KiB frame buffers and
+/// a [`Run`] of 32 steps), so a board keeps it in a `static`.
+pub struct DeviceGate<A: Actuators, const TOOLS: usize = MAX_TOOLS> {
+    /// The run; its [`ToolSet`] is the tool table's names.
+    run: Run<MAX_STEPS, TOOLS>,
+    specs: &'static [ToolSpec],
+    phase: Phase,
+    runs: u32,
+    timing: Timing,
+    pending: Option<Pending>,
+    pending_json: [u8; FRAME_MAX],
+    actuators: A,
+    frame: [u8; FRAME_MAX + 1],
+}
+
+impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
+    /// A gate with no run (the operator starts one) over `tools` and
+    /// `actuators`, which are driven to their safe state.
+    pub fn new(mut actuators: A, tools: ToolTable<TOOLS>, timing: Timing) -> Self {
+        actuators.safe_state();
+        Self {
+            run: Run::new(RunLimits::DEFAULT, tools.names),
+            specs: tools.specs,
+            phase: Phase::Idle,
+            runs: 0,
+            timing,
+            pending: None,
+            pending_json: [0; FRAME_MAX],
+            actuators,
+            frame: [0; FRAME_MAX + 1],
+        }
+    }
+
+    /// Starts run number `n` (returned, from 1): fresh budgets, the time
+    /// budget counted from `now_ms`, actuators driven to the safe state.
+    /// Only the operator starts a run (the agent's `RESET` is refused).
+    pub fn start(&mut self, limits: RunLimits, now_ms: u64) -> Result<u32, StartError> {
+        if self.pending.is_some() {
+            return Err(StartError::ApprovalPending);
+        }
+        self.run = Run::new(limits, self.run.tools().clone());
+        self.phase = Phase::Running { started_ms: now_ms };
+        self.runs = self.runs.wrapping_add(1);
+        self.actuators.safe_state();
+        log!(
+            info,
+            "run {=u32} started: max_decisions={=u8} max_tool_calls={=u8} time_budget_ms={=u32}",
+            self.runs,
+            limits.max_decisions(),
+            limits.max_tool_calls(),
+            self.timing.time_budget_ms
+        );
+        Ok(self.runs)
+    }
+
+    /// Sets the approval timeout of later prompts.
+    pub fn set_approval_timeout(&mut self, ms: u32) {
+        self.timing.approval_timeout_ms = ms;
+    }
+
+    /// Sets the time budget of the current run (counted from its start) and
+    /// of later runs. A run that already stopped on time stays stopped.
+    pub fn set_time_budget(&mut self, ms: u32) {
+        self.timing.time_budget_ms = ms;
+    }
+
+    /// The two clocks' settings.
+    pub fn timing(&self) -> Timing {
+        self.timing
+    }
+
+    /// The registered tools, in index order.
+    pub fn specs(&self) -> &'static [ToolSpec] {
+        self.specs
+    }
+
+    /// The actuators.
+    pub fn actuators(&self) -> &A {
+        &self.actuators
+    }
+
+    /// The actuators, to read a measurement a board keeps there; a tool call
+    /// never reaches them but through the gate.
+    pub fn actuators_mut(&mut self) -> &mut A {
+        &mut self.actuators
+    }
+
+    /// Whether a call waits for the operator. The board should read nothing
+    /// from the agent link then: its bytes wait, and are answered in order.
+    pub fn awaiting_approval(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// `idle`, `running`, or the status the run stopped with.
+    pub fn state(&self) -> &'static str {
+        match self.phase {
+            Phase::Idle => word::IDLE,
+            Phase::TimeUp | Phase::TimeBudget => word::TIME_BUDGET,
+            Phase::Running { .. } => self.run.status().map_or(word::RUNNING, Status::as_str),
+        }
+    }
+
+    /// The run's counters at `now_ms`; `None` before the first run.
+    pub fn snapshot(&self, now_ms: u64) -> Option<Snapshot<'_>> {
+        let time_left_ms = match self.phase {
+            Phase::Idle => return None,
+            Phase::Running { started_ms } => u64::from(self.timing.time_budget_ms)
+                .saturating_sub(now_ms.saturating_sub(started_ms)),
+            Phase::TimeUp | Phase::TimeBudget => 0,
+        };
+        let limits = self.run.limits();
+        Some(Snapshot {
+            run: self.runs,
+            state: self.state(),
+            decisions: self.step(),
+            max_decisions: limits.max_decisions(),
+            tool_attempts: self.run.tool_attempts(),
+            max_tool_calls: limits.max_tool_calls(),
+            time_left_ms,
+            approval: self.pending.as_ref().map(|p| p.call_id.as_str()),
+        })
+    }
+
+    /// The run's trace so far (`SPEC A2`).
+    pub fn trace(&self) -> &[TraceRow] {
+        self.run.trace()
+    }
+
+    fn step(&self) -> u8 {
+        u8::try_from(self.run.trace().len()).unwrap_or(u8::MAX)
+    }
+
+    /// Answers one agent frame (or transport error) per `docs/PROTOCOL.md`,
+    /// at `now_ms`. A call that needs approval writes its prompt to
+    /// `console` and returns without a reply; [`DeviceGate::on_answer`] or
+    /// [`DeviceGate::poll`] replies later. Errors are the writers' only;
+    /// the decision is made and recorded either way.
+    pub fn on_frame<W: Write, C: Write>(
+        &mut self,
+        frame: Result<&[u8], FrameError>,
+        now_ms: u64,
+        agent: &mut W,
+        console: &mut C,
+    ) -> Result<(), IoError<W::Error, C::Error>> {
+        let payload = match frame {
+            Ok(payload) => payload,
+            Err(e) => {
+                log!(warn, "agent link: {} (no decision used)", e);
+                return self.error(agent, e.as_str()).map_err(IoError::Agent);
+            }
+        };
+        let replied = match Request::parse(payload) {
+            Err(_) => {
+                log!(warn, "agent link: unknown request (no decision used)");
+                self.error(agent, word::UNKNOWN_REQUEST)
+            }
+            Ok(Request::Hello) => self.send(
+                agent,
+                &Frame::Hello {
+                    protocol: PROTOCOL_VERSION,
+                    frame_max: FRAME_MAX,
+                },
+            ),
+            Ok(Request::Status) => {
+                let limits = self.run.limits();
+                let status = Frame::Status {
+                    run: self.runs,
+                    decisions: self.step(),
+                    max_decisions: limits.max_decisions(),
+                    tool_attempts: self.run.tool_attempts(),
+                    max_tool_calls: limits.max_tool_calls(),
+                    state: self.state(),
+                    actuators: self.actuators.read_back(),
+                };
+                self.send(agent, &status)
+            }
+            Ok(Request::Reset) => {
+                log!(
+                    warn,
+                    "agent link: RESET refused (only the console starts a run)"
+                );
+                self.error(agent, word::NOT_PERMITTED)
+            }
+            Ok(Request::Propose(json)) => return self.propose(json, now_ms, agent, console),
+        };
+        replied.map_err(IoError::Agent)
+    }
+
+    fn propose<W: Write, C: Write>(
+        &mut self,
+        json: &[u8],
+        now_ms: u64,
+        agent: &mut W,
+        console: &mut C,
+    ) -> Result<(), IoError<W::Error, C::Error>> {
+        let mut prompted = Ok(());
+        self.decide(json, now_ms, agent, console, &mut prompted)
+            .map_err(IoError::Agent)?;
+        prompted.map_err(IoError::Console)
+    }
+
+    /// Decides a proposal and replies, or keeps it for approval and writes
+    /// its prompt (whose outcome goes to `prompted`: the reply and the
+    /// prompt fail apart).
+    fn decide<W: Write, C: Write>(
+        &mut self,
+        json: &[u8],
+        now_ms: u64,
+        agent: &mut W,
+        console: &mut C,
+        prompted: &mut Result<(), C::Error>,
+    ) -> Result<(), W::Error> {
+        match self.phase {
+            Phase::Idle => return self.error(agent, word::NO_RUN),
+            Phase::TimeBudget => return self.error(agent, word::RUN_STOPPED),
+            Phase::Running { .. } if self.run.status().is_some() => {
+                return self.error(agent, word::RUN_STOPPED)
+            }
+            Phase::Running { .. } | Phase::TimeUp => {}
+        }
+        let step = self.step();
+        let run = self.runs;
+        // SPEC C: the time budget is checked before each decision.
+        if self.time_up(now_ms) {
+            self.phase = Phase::TimeBudget;
+            self.actuators.on_verdict();
+            log!(
+                info,
+                "run {=u32} step {=u8}: stopped: time-budget",
+                run,
+                step
+            );
+            return self.stopped(agent, step, word::TIME_BUDGET);
+        }
+        let action = ActionRef::parse(json);
+        if let Err(e) = &action {
+            log!(
+                info,
+                "run {=u32} step {=u8}: invalid proposal: {}",
+                run,
+                step,
+                e
+            );
+        }
+        let verdict = match self.run.decide(action.as_ref().ok()) {
+            Ok(verdict) => verdict,
+            Err(RunError::Stopped(_)) => return self.error(agent, word::RUN_STOPPED),
+            Err(e) => return self.internal(agent, e),
+        };
+        // A call to run is decided once its arguments are checked; every
+        // other verdict is final here.
+        if !matches!(verdict, Verdict::Execute { .. }) {
+            self.actuators.on_verdict();
+        }
+        // The proposal stays where it was parsed; everything below borrows it.
+        let (tool, call) = match (verdict, &action) {
+            (Verdict::Stop(status), _) => {
+                log!(
+                    info,
+                    "run {=u32} step {=u8}: stopped: {=str}",
+                    run,
+                    step,
+                    status.as_str()
+                );
+                return self.stopped(agent, step, status.as_str());
+            }
+            (Verdict::UnknownTool { progress }, Ok(ActionRef::Tool(call))) => {
+                log!(
+                    info,
+                    "run {=u32} step {=u8}: {=str} {=str}: unknown tool",
+                    run,
+                    step,
+                    call.call_id.as_str(),
+                    call.name.as_str()
+                );
+                self.observation(agent, step, call, false, Data::Word(word::UNKNOWN_TOOL))?;
+                return self.after(agent, step, progress);
+            }
+            (Verdict::Execute { tool }, Ok(ActionRef::Tool(call))) => (tool, call),
+            (_, _) => return self.internal(agent, RunError::NoPendingCall),
+        };
+        let Some(spec) = self.specs.get(tool) else {
+            return self.internal(agent, RunError::NoPendingCall);
+        };
+        let checked = spec.check(&call.arguments);
+        self.actuators.on_verdict();
+        if let Err(e) = checked {
+            log!(
+                info,
+                "run {=u32} step {=u8}: {=str} {=str}: invalid arguments: {}",
+                run,
+                step,
+                call.call_id.as_str(),
+                call.name.as_str(),
+                e
+            );
+            return self.refuse(agent, step, call, word::INVALID_ARGUMENTS);
+        }
+        if spec.needs_approval {
+            log!(
+                info,
+                "run {=u32} step {=u8}: {=str} {=str}: asking the operator",
+                run,
+                step,
+                call.call_id.as_str(),
+                call.name.as_str()
+            );
+            let len = json.len().min(FRAME_MAX);
+            if let (Some(keep), Some(bytes)) = (self.pending_json.get_mut(..len), json.get(..len)) {
+                keep.copy_from_slice(bytes);
+            }
+            self.pending = Some(Pending {
+                len,
+                call_id: call.call_id.clone(),
+                tool,
+                step,
+                deadline_ms: now_ms.saturating_add(u64::from(self.timing.approval_timeout_ms)),
+            });
+            // Pending first: even if the console cannot be written, the
+            // timeout still settles the call and the run goes on.
+            *prompted = prompt(console, spec, call);
+            return Ok(());
+        }
+        self.execute(agent, step, call, tool)
+    }
+
+    /// Whether a run started at `started_ms` is out of time at `now_ms`.
+    fn out_of_time(&self, started_ms: u64, now_ms: u64) -> bool {
+        now_ms.saturating_sub(started_ms) >= u64::from(self.timing.time_budget_ms)
+    }
+
+    /// Whether the run has stopped on time, or would now: a later time
+    /// budget never revives a run whose actuators were already made safe.
+    fn time_up(&self, now_ms: u64) -> bool {
+        match self.phase {
+            Phase::Running { started_ms } => self.out_of_time(started_ms, now_ms),
+            Phase::TimeUp | Phase::TimeBudget => true,
+            Phase::Idle => false,
+        }
+    }
+
+    /// The operator's answer to the pending prompt (or its timeout), at
+    /// `now_ms`: writes `approved ID`, `denied ID` or `denied ID (timeout)`
+    /// to `console` and the call's observation to `agent`. An approval after
+    /// the time budget ran out moves nothing: the call is refused with
+    /// `time-budget` and the run stops on time. Returns `false` when nothing
+    /// was pending.
+    pub fn on_answer<W: Write, C: Write>(
+        &mut self,
+        answer: Answer,
+        now_ms: u64,
+        agent: &mut W,
+        console: &mut C,
+    ) -> Result<bool, IoError<W::Error, C::Error>> {
+        let Some(pending) = self.pending.take() else {
+            return Ok(false);
+        };
+        log!(
+            info,
+            "run {=u32} step {=u8}: {=str}: operator {}",
+            self.runs,
+            pending.step,
+            pending.call_id.as_str(),
+            answer
+        );
+        // The console line and the reply fail apart: a console that cannot
+        // be written never leaves the call without its answer.
+        let mut shown = answered(console, answer, pending.call_id.as_str());
+        self.settle(&pending, answer, now_ms, agent, console, &mut shown)
+            .map_err(IoError::Agent)?;
+        shown.map_err(IoError::Console).map(|()| true)
+    }
+
+    /// Settles the call that waited for `answer`: runs it or refuses it,
+    /// and replies.
+    fn settle<W: Write, C: Write>(
+        &mut self,
+        pending: &Pending,
+        answer: Answer,
+        now_ms: u64,
+        agent: &mut W,
+        console: &mut C,
+        shown: &mut Result<(), C::Error>,
+    ) -> Result<(), W::Error> {
+        // The same bytes parse to the same call they did before the prompt.
+        // The call borrows them while the gate changes, so they move out of
+        // the gate first (the buffer is free again: nothing is pending).
+        let kept = core::mem::replace(&mut self.pending_json, [0; FRAME_MAX]);
+        let json = kept.get(..pending.len).unwrap_or_default();
+        let action = ActionRef::parse(json);
+        let Ok(ActionRef::Tool(call)) = &action else {
+            return self.internal(agent, RunError::NoPendingCall);
+        };
+        // The time budget may have run out while the operator decided: an
+        // approval that comes too late never moves the actuator (SPEC C: no
+        // call runs past an exhausted budget), and the run stops on time.
+        if answer == Answer::Approve && self.time_up(now_ms) {
+            if shown.is_ok() {
+                *shown =
+                    console.write_all(b"too late: the run's time budget ran out; not executed\n");
+            }
+            log!(
+                info,
+                "run {=u32} step {=u8}: approval after the time budget",
+                self.runs,
+                pending.step
+            );
+            self.refuse(agent, pending.step, call, word::TIME_BUDGET)?;
+            if self.run.status().is_none() {
+                self.phase = Phase::TimeBudget;
+                self.stopped(agent, pending.step, word::TIME_BUDGET)?;
+            }
+            return Ok(());
+        }
+        if answer == Answer::Approve {
+            self.execute(agent, pending.step, call, pending.tool)
+        } else {
+            self.refuse(agent, pending.step, call, word::APPROVAL_DENIED)
+        }
+    }
+
+    /// The clock, at `now_ms`: refuses the pending call once its approval
+    /// timeout has passed (as [`Answer::Timeout`]), and stops the run when
+    /// its time budget passes even if no proposal comes: the actuators go
+    /// to their safe state then, not at the next proposal.
+    pub fn poll<W: Write, C: Write>(
+        &mut self,
+        now_ms: u64,
+        agent: &mut W,
+        console: &mut C,
+    ) -> Result<(), IoError<W::Error, C::Error>> {
+        let passed = match self.phase {
+            Phase::Running { started_ms } => self.out_of_time(started_ms, now_ms),
+            _ => false,
+        };
+        if passed && self.run.status().is_none() {
+            log!(
+                info,
+                "run {=u32}: time budget passed; actuators safe",
+                self.runs
+            );
+            self.phase = Phase::TimeUp;
+            self.actuators.safe_state();
+        }
+        match &self.pending {
+            Some(p) if now_ms >= p.deadline_ms => self
+                .on_answer(Answer::Timeout, now_ms, agent, console)
+                .map(|_| ()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs an accepted, checked (and, if needed, approved) call and replies.
+    fn execute<W: Write>(
+        &mut self,
+        agent: &mut W,
+        step: u8,
+        call: &ToolCallRef<'_>,
+        tool: usize,
+    ) -> Result<(), W::Error> {
+        let result = self.actuators.execute(tool, &call.arguments).ok();
+        // Sealed before the run measures it: a result the contract allows
+        // (4096 bytes) that one reply frame cannot carry is a `tool-error`
+        // here, in the run as on the wire, never an `ok` the agent cannot
+        // read. The frame is written once either way.
+        let sealed = result.as_ref().and_then(|result| {
+            let reply = observation(self.runs, step, call, true, Data::Result(result));
+            link::write_frame(&mut self.frame, &reply).ok()
+        });
+        let done = match self
+            .run
+            .complete(result.as_ref().filter(|_| sealed.is_some()))
+        {
+            Ok(done) => done,
+            Err(e) => return self.internal(agent, e),
+        };
+        let sealed = sealed.filter(|_| matches!(done.data, ObservationData::Result { .. }));
+        log!(
+            info,
+            "run {=u32} step {=u8}: {=str} {=str}: executed, ok={=bool}",
+            self.runs,
+            step,
+            call.call_id.as_str(),
+            call.name.as_str(),
+            sealed.is_some()
+        );
+        match sealed {
+            Some(n) => agent.write_all(self.frame.get(..n).unwrap_or_default())?,
+            None => self.observation(agent, step, call, true, Data::Word(word::TOOL_ERROR))?,
+        }
+        self.after(agent, step, done.progress)
+    }
+
+    /// Ends a counted attempt whose tool did not run (invalid arguments,
+    /// approval refused, too late): the core records it as not executed
+    /// (`Run::refuse`), and so does the wire, with the reason.
+    fn refuse<W: Write>(
+        &mut self,
+        agent: &mut W,
+        step: u8,
+        call: &ToolCallRef<'_>,
+        why: &'static str,
+    ) -> Result<(), W::Error> {
+        let progress = match self.run.refuse() {
+            Ok(progress) => progress,
+            Err(e) => return self.internal(agent, e),
+        };
+        self.observation(agent, step, call, false, Data::Word(why))?;
+        self.after(agent, step, progress)
+    }
+
+    fn after<W: Write>(
+        &mut self,
+        agent: &mut W,
+        step: u8,
+        progress: Progress,
+    ) -> Result<(), W::Error> {
+        match progress {
+            Progress::Continue => Ok(()),
+            Progress::Stopped(status) => {
+                log!(
+                    info,
+                    "run {=u32} step {=u8}: stopped: {=str}",
+                    self.runs,
+                    step,
+                    status.as_str()
+                );
+                self.stopped(agent, step, status.as_str())
+            }
+        }
+    }
+
+    fn observation<W: Write>(
+        &mut self,
+        agent: &mut W,
+        step: u8,
+        call: &ToolCallRef<'_>,
+        executed: bool,
+        data: Data<&A::Result>,
+    ) -> Result<(), W::Error> {
+        let reply = observation(self.runs, step, call, executed, data);
+        self.send(agent, &reply)
+    }
+
+    fn stopped<W: Write>(
+        &mut self,
+        agent: &mut W,
+        step: u8,
+        status: &'static str,
+    ) -> Result<(), W::Error> {
+        // Any stop: nothing on the agent link can move an actuator any more,
+        // so none is left where the agent put it (docs/FIRMWARE.md).
+        self.actuators.safe_state();
+        if self.phase == Phase::TimeUp {
+            self.phase = Phase::TimeBudget;
+        }
+        let run = self.runs;
+        self.send(agent, &Frame::Stopped { run, step, status })
+    }
+
+    fn error<W: Write>(&mut self, agent: &mut W, error: &'static str) -> Result<(), W::Error> {
+        self.send(agent, &Frame::Error { error })
+    }
+
+    fn internal<W: Write>(&mut self, agent: &mut W, e: RunError) -> Result<(), W::Error> {
+        log!(error, "gate invariant broken: {}", e);
+        self.error(agent, word::INTERNAL_ERROR)
+    }
+
+    fn send<W: Write>(
+        &mut self,
+        agent: &mut W,
+        reply: &Frame<'_, A::Result>,
+    ) -> Result<(), W::Error> {
+        // Every reply but an observation with a result is a few dozen
+        // bytes, and that one is sealed (and refused if too large) in
+        // `execute`: the fallback below is for a bug.
+        match link::write_frame(&mut self.frame, reply) {
+            Ok(n) => agent.write_all(self.frame.get(..n).unwrap_or_default()),
+            Err(_e) => {
+                // Answered so the link stays in step.
+                log!(error, "reply does not fit a frame: {}", _e);
+                let fallback: Frame<'_, A::Result> = Frame::Error {
+                    error: word::INTERNAL_ERROR,
+                };
+                let n = link::write_frame(&mut self.frame, &fallback).unwrap_or(0);
+                agent.write_all(self.frame.get(..n).unwrap_or_default())
+            }
+        }
+    }
+}
+
+/// `approved ID`, `denied ID` or `denied ID (timeout)` on the console.
+fn answered<C: Write>(console: &mut C, answer: Answer, call_id: &str) -> Result<(), C::Error> {
+    match answer {
+        Answer::Approve => console.write_all(b"approved ")?,
+        Answer::Deny | Answer::Timeout => console.write_all(b"denied ")?,
+    }
+    console.write_all(call_id.as_bytes())?;
+    if answer == Answer::Timeout {
+        console.write_all(b" (timeout)")?;
+    }
+    console.write_all(b"\n")
+}
+
+/// `approve? c3 HassValveOpen {"name":"valve"} [y/n]` on the console.
+fn prompt<C: Write>(
+    console: &mut C,
+    spec: &ToolSpec,
+    call: &ToolCallRef<'_>,
+) -> Result<(), C::Error> {
+    let mut args = [0u8; 128];
+    console.write_all(b"approve? ")?;
+    console.write_all(call.call_id.as_bytes())?;
+    console.write_all(b" ")?;
+    console.write_all(spec.name.as_bytes())?;
+    console.write_all(b" ")?;
+    // Checked arguments of an approval tool are short; a longer encoding
+    // is elided rather than cut.
+    match crate::pyjson::encode(&call.arguments, &mut args) {
+        Ok(n) => console.write_all(args.get(..n).unwrap_or_default())?,
+        Err(_) => console.write_all(b"{...}")?,
+    }
+    console.write_all(b" [y/n]\n")
+}
