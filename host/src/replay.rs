@@ -40,7 +40,11 @@ pub use crate::term::terminal_safe;
 pub use approval::{PolicyApprover, PromptApprover};
 pub use budget::{parse_budget, ApprovePolicy, ReplayBudget};
 pub use formats::{read_session, MAX_YAML_ALIAS_WEIGHT, MAX_YAML_DEPTH};
-pub use session::{Format, RecordedCall, RecordedTurn, Session, UsageGranularity};
+pub use session::{Format, RecordedCall, RecordedTurn, Session, UsageGranularity, UsageIteration};
+
+/// The version of the `--json` report's schema (`schema_version`), raised
+/// whenever a key changes meaning or goes away (new keys keep it).
+pub const REPORT_SCHEMA_VERSION: u32 = 2;
 
 /// Largest recording `replay` reads (bytes); a larger one is refused
 /// before it is read whole.
@@ -166,6 +170,21 @@ pub struct TurnReport {
     pub outcome: String,
     /// The tool calls, in order.
     pub calls: Vec<CallReport>,
+    /// The entries of `usage.iterations` (compaction, advisor
+    /// sub-inferences), each counted in `usage`: the billed total is the top
+    /// level plus every iteration. Empty when the response has none.
+    pub usage_iterations: Vec<UsageIteration>,
+    /// Server tool uses (`server_tool_use` blocks: web search, code
+    /// execution), by name: run by the API, counted toward `max_tool_calls`
+    /// when `budget.count_server_tools` is `true`.
+    pub server_tool_calls: Vec<String>,
+    /// Why the reply is cut off although its recorded stop reason does not
+    /// say so (a stream without `message_stop`): its calls never run, as for
+    /// `max_tokens`. `null` otherwise.
+    pub cut_off: Option<String>,
+    /// The sub-agent that made this call (Claude Code
+    /// `subagents/agent-ID.jsonl`), or `null` for the main agent.
+    pub agent: Option<String>,
 }
 
 /// The limits a replay ran with.
@@ -189,11 +208,15 @@ pub struct BudgetReport {
     pub approve: String,
     /// Which tools are known: `listed`, `declared by the recording`, or `any`.
     pub known_tools: String,
+    /// Whether server tool uses count toward `max_tool_calls`.
+    pub count_server_tools: bool,
 }
 
 /// The result of a replay; `--json` prints it as one object.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
+    /// The version of this schema ([`REPORT_SCHEMA_VERSION`]).
+    pub schema_version: u32,
     /// The format detected.
     pub format: &'static str,
     /// The format in words.
@@ -202,6 +225,9 @@ pub struct Report {
     pub turns: usize,
     /// Tool calls in all responses.
     pub tool_calls: usize,
+    /// Server tool uses in all responses (run by the API; not in
+    /// `tool_calls`).
+    pub server_tool_calls: usize,
     /// What the whole recording really cost.
     pub usage: TokenUsage,
     /// Whether usage is recorded per response (`false`: run totals only,
@@ -356,6 +382,10 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
             reached: false,
             outcome: "not reached".into(),
             calls: Vec::new(),
+            usage_iterations: turn.iterations.clone(),
+            server_tool_calls: turn.server_calls.clone(),
+            cut_off: turn.cut_off.clone(),
+            agent: turn.agent.clone(),
         };
         if stopped.is_none() {
             if gate.status() == RunStatus::Complete {
@@ -390,6 +420,13 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                         .map_err(|e| format!("turn {index}: stop reason {stop_text:?}: {e}"))?;
                     gate.record(turn.usage.unwrap_or(TokenUsage::ZERO), stop)
                         .map_err(|e| format!("internal: turn {index}: {e}"))?;
+                    if budget.count_server_tools && !turn.server_calls.is_empty() {
+                        // Run by the API while it answered: they take tool
+                        // attempts before the client calls are decided.
+                        let n = u32::try_from(turn.server_calls.len()).unwrap_or(u32::MAX);
+                        gate.count_server_calls(n)
+                            .map_err(|e| format!("internal: turn {index}: {e}"))?;
+                    }
                     for call in &turn.calls {
                         let proposed = ProposedCall {
                             call_id: &call.id,
@@ -464,9 +501,14 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                             stopped = Some(Stopped {
                                 turn: Some(index),
                                 reason: reason.as_str().to_owned(),
-                                detail: format!(
-                                    "the response stopped with {reason}: the run ends with status error"
-                                ),
+                                detail: match &turn.cut_off {
+                                    Some(why) => format!(
+                                        "{why}: the reply is cut off, its calls never run, and the run ends with status error as for max_tokens"
+                                    ),
+                                    None => format!(
+                                        "the response stopped with {reason}: the run ends with status error"
+                                    ),
+                                },
                             });
                             format!("error: {reason}")
                         }
@@ -489,6 +531,7 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
         }
         per_turn.push(row);
     }
+    end_of_recording(session, &gate, &mut stopped, &per_turn);
     if new_questions > 0 {
         notes.push(format!(
             "{new_questions} response(s) follow an end_turn: each starts a new question on the same budget"
@@ -496,6 +539,12 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
     }
     let recorded = session.recorded_usage();
     let mut status = gate.status().as_str();
+    if stopped
+        .as_ref()
+        .is_some_and(|s| s.turn == Some(session.turns.len()))
+    {
+        status = "incomplete";
+    }
     if session.ends_complete && status == RunStatus::Running.as_str() {
         // The recording says the agent finished with its last response (a
         // trajectory `submitted`): complete, if the gate let that response
@@ -554,10 +603,12 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
     let mut all_notes = session.notes.clone();
     all_notes.extend(notes);
     Ok(Report {
+        schema_version: REPORT_SCHEMA_VERSION,
         format: session.format.as_str(),
         format_description: session.format.description(),
         turns: session.turns.len(),
         tool_calls: session.tool_calls(),
+        server_tool_calls: session.turns.iter().map(|t| t.server_calls.len()).sum(),
         usage: recorded,
         usage_per_turn: matches!(session.usage, UsageGranularity::PerTurn),
         usage_known: !matches!(session.usage, UsageGranularity::Unknown),
@@ -579,10 +630,45 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
             needs_approval: budget.needs_approval.clone(),
             approve: budget.approve.describe(),
             known_tools: known_tools.clone(),
+            count_server_tools: budget.count_server_tools,
         },
         notes: all_notes,
         per_turn,
     })
+}
+
+/// A recording that ends while the run goes on (after a `tool_use` or
+/// `pause_turn` response) ends where the agent must call the model again —
+/// to send the tool results back — and the gate checks the budget before
+/// that call, as the reference's loop does (`SPEC C`, `SPEC E` "End of a
+/// recording"). If the budget is spent there, the run stops before the call
+/// one past the last response: `incomplete` with the reason. Time is taken
+/// at the last response's request (the earliest the next call could leave).
+fn end_of_recording(
+    session: &Session,
+    gate: &ReplayGate,
+    stopped: &mut Option<Stopped>,
+    per_turn: &[TurnReport],
+) {
+    let last_reached = per_turn.last().is_some_and(|row| row.reached);
+    if stopped.is_some() || !last_reached || gate.status() != RunStatus::Running {
+        return;
+    }
+    let now = session
+        .turns
+        .iter()
+        .rev()
+        .find_map(|t| t.requested_at_ms)
+        .unwrap_or(0);
+    if let Some(e) = gate.check(now) {
+        *stopped = Some(Stopped {
+            turn: Some(session.turns.len()),
+            reason: e.reason.as_str().to_owned(),
+            detail: format!(
+                "{e}: the recording ends after a tool turn, and the next model call, which must send the tool results back, would be refused"
+            ),
+        });
+    }
 }
 
 fn recorded_word(call: &RecordedCall) -> &'static str {
@@ -699,10 +785,47 @@ impl Report {
                     call.recorded
                 );
             }
+            if !row.server_tool_calls.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "        server tools: {} ({} run by the API; {} max_tool_calls)",
+                    safe(&row.server_tool_calls.join(", ")),
+                    row.server_tool_calls.len(),
+                    if self.budget.count_server_tools {
+                        "counted toward"
+                    } else {
+                        "not counted toward"
+                    }
+                );
+            }
+            if !row.usage_iterations.is_empty() {
+                let parts: Vec<String> = row
+                    .usage_iterations
+                    .iter()
+                    .map(|i| format!("{} {}", safe(&i.kind), i.usage.total()))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "        usage billed: top level + {} iteration(s): {}",
+                    row.usage_iterations.len(),
+                    parts.join(", ")
+                );
+            }
+            if let Some(why) = &row.cut_off {
+                let _ = writeln!(out, "        cut off: {} (its calls never run)", safe(why));
+            }
+            if let Some(agent) = &row.agent {
+                let _ = writeln!(out, "        sub-agent: {}", safe(agent));
+            }
             if let Some(stop) = &self.stopped {
                 if stop.turn == Some(row.turn) && row.reached {
                     stop_line(&mut out, stop);
                 }
+            }
+        }
+        if let Some(stop) = &self.stopped {
+            if stop.turn == Some(self.per_turn.len()) {
+                stop_line(&mut out, stop);
             }
         }
         if self.per_turn.iter().any(|r| r.stop_reason_inferred) {
@@ -712,9 +835,14 @@ impl Report {
         let u = &self.usage;
         let _ = writeln!(
             out,
-            "recorded cost: {} responses, {} tool calls; tokens input {}, output {}, cache_read {}, cache_write {}, total {}{}",
+            "recorded cost: {} responses, {} tool calls{}; tokens input {}, output {}, cache_read {}, cache_write {}, total {}{}",
             self.turns,
             self.tool_calls,
+            if self.server_tool_calls > 0 {
+                format!(" (and {} server tool uses)", self.server_tool_calls)
+            } else {
+                String::new()
+            },
             u.input_tokens,
             u.output_tokens,
             u.cache_read_input_tokens,
@@ -740,9 +868,13 @@ impl Report {
         );
         match &self.stopped {
             Some(s) => {
-                let at = s
-                    .turn
-                    .map_or("at an unknown turn".to_owned(), |t| format!("at turn {t}"));
+                let at = match s.turn {
+                    None => "at an unknown turn".to_owned(),
+                    Some(t) if t == self.per_turn.len() => {
+                        format!("before turn {t}, the call after the last response")
+                    }
+                    Some(t) => format!("at turn {t}"),
+                };
                 let _ = writeln!(
                     out,
                     "stopped: {at}: {} ({})",

@@ -4,9 +4,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use super::session::{
-    usage_from_value, Format, RecordedCall, RecordedTurn, Session, UsageGranularity,
-};
+use super::session::{billed_usage, Format, RecordedCall, RecordedTurn, Session, UsageGranularity};
 use super::time::{parse_http_date_ms, parse_rfc3339_ms};
 use crate::strict::value_from_str;
 use budgetgate_core::turn::TokenUsage;
@@ -215,17 +213,16 @@ fn brief(value: &Value) -> String {
 
 /// The content blocks of a message turned into a turn (usage and times filled by the caller).
 fn turn_from_message(message: &Value) -> Result<RecordedTurn, String> {
+    let (usage, iterations) = match message.get("usage") {
+        None | Some(Value::Null) => (TokenUsage::ZERO, Vec::new()),
+        Some(u) => billed_usage(u)?,
+    };
     let mut turn = RecordedTurn {
         message_id: message.get("id").and_then(Value::as_str).map(str::to_owned),
         stop_reason: stop_reason_of(message)?,
-        usage: match message.get("usage") {
-            None | Some(Value::Null) => Some(TokenUsage::ZERO),
-            Some(u) => Some(usage_from_value(u)?),
-        },
-        calls: Vec::new(),
-        text_chars: 0,
-        requested_at_ms: None,
-        max_tokens: None,
+        usage: Some(usage),
+        iterations,
+        ..RecordedTurn::default()
     };
     add_blocks(&mut turn, message.get("content"))?;
     Ok(turn)
@@ -259,6 +256,15 @@ fn add_blocks(turn: &mut RecordedTurn, content: Option<&Value>) -> Result<(), St
                             recorded_error: None,
                         });
                     }
+                    // Run by the API (web search, code execution): not the
+                    // agent's to decide, but counted on their own line.
+                    Some("server_tool_use") => turn.server_calls.push(
+                        block
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("server_tool_use")
+                            .to_owned(),
+                    ),
                     _ => {}
                 }
             }
@@ -430,9 +436,9 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
                         ))
                     }
                 };
-                let usage = match message.get("usage") {
-                    None | Some(Value::Null) => TokenUsage::ZERO,
-                    Some(u) => usage_from_value(u).map_err(|e| format!("line {line_no}: {e}"))?,
+                let (usage, iterations) = match message.get("usage") {
+                    None | Some(Value::Null) => (TokenUsage::ZERO, Vec::new()),
+                    Some(u) => billed_usage(u).map_err(|e| format!("line {line_no}: {e}"))?,
                 };
                 let continued = open
                     .as_ref()
@@ -456,6 +462,9 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
                                 .cache_creation_input_tokens
                                 .max(usage.cache_creation_input_tokens),
                         });
+                        if turn.iterations.len() < iterations.len() {
+                            turn.iterations = iterations;
+                        }
                         if let Some(reason) = stop_reason_of(message).map_err(context)? {
                             turn.stop_reason = Some(reason);
                         }
@@ -473,8 +482,10 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
                         repeated_blocks += kept.1;
                         turn.calls = kept.0;
                         turn.usage = Some(usage);
-                        turn.requested_at_ms =
-                            last_time.zip(start).map(|(t, s)| t.saturating_sub(s));
+                        turn.iterations = iterations;
+                        // Absolute for now; counted from the first model
+                        // call once every response is read.
+                        turn.requested_at_ms = last_time;
                         if !seen_ids.insert(id.to_owned()) {
                             split_ids.push(id.to_owned());
                         }
@@ -508,6 +519,13 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
     }
     if turns.is_empty() {
         return Err("a Claude Code log with no assistant responses".into());
+    }
+    // The clock starts at the first model call, not at the first
+    // timestamped line (a startup hook, copied context, a summary).
+    if let Some(origin) = turns.iter().find_map(|t| t.requested_at_ms) {
+        for turn in &mut turns {
+            turn.requested_at_ms = turn.requested_at_ms.map(|t| t.saturating_sub(origin));
+        }
     }
     apply_results(&mut turns, &results);
     let mut notes = vec![format!(
@@ -571,6 +589,8 @@ struct Exchange {
     request: Option<Value>,
     response: Value,
     time_ms: Option<u64>,
+    /// Why the reply is cut off (a stream without `message_stop`).
+    cut_off: Option<String>,
 }
 
 /// An API error object (`{"type": "error", "error": {…}}`): no model turn.
@@ -627,6 +647,12 @@ fn read_exchanges(values: Vec<(String, Value)>) -> Result<Session, String> {
                 continue;
             }
             Some(r) if is_message(r) => {}
+            _ if is_token_count(&response) => {
+                notes.push(format!(
+                    "{label}: a token count (count_tokens), not a model call: skipped"
+                ));
+                continue;
+            }
             _ => {
                 return Err(format!(
                     "{label}: the response is not an Anthropic Messages API message (no type \"message\", nor content and stop_reason)"
@@ -638,9 +664,55 @@ fn read_exchanges(values: Vec<(String, Value)>) -> Result<Session, String> {
             request,
             response,
             time_ms: None,
+            cut_off: None,
         });
     }
     build_from_exchanges(Format::AnthropicExchanges, exchanges, notes)
+}
+
+/// What a request's URI says the exchange is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    /// A model call: Messages API (`…/messages`), OpenAI Chat Completions
+    /// (`…/chat/completions`), OpenAI Responses (`…/responses`).
+    Model,
+    /// Anything else: token counting (`/v1/messages/count_tokens`), the
+    /// Files API, model lists, image downloads, other services.
+    Other,
+    /// No URI recorded: the bodies decide.
+    Unknown,
+}
+
+/// The endpoint a VCR request names (`uri`, or `url`), with the URI shown
+/// in notes.
+fn endpoint_of(request: Option<&Value>) -> (Endpoint, String) {
+    let Some(uri) = request
+        .and_then(|r| r.get("uri").or_else(|| r.get("url")))
+        .and_then(Value::as_str)
+    else {
+        return (Endpoint::Unknown, String::new());
+    };
+    let method = request
+        .and_then(|r| r.get("method"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let path = uri
+        .split(['?', '#'])
+        .next()
+        .unwrap_or(uri)
+        .trim_end_matches('/');
+    let model = path.ends_with("/messages")
+        || path.ends_with("/chat/completions")
+        || path.ends_with("/responses");
+    let shown = format!("{method} {}", brief_text(uri)).trim().to_owned();
+    (
+        if model {
+            Endpoint::Model
+        } else {
+            Endpoint::Other
+        },
+        shown,
+    )
 }
 
 fn read_vcr(cassette: &Value) -> Result<Session, String> {
@@ -650,36 +722,68 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
         .ok_or("`interactions` is not a list")?;
     let mut exchanges = Vec::new();
     let mut notes = Vec::new();
+    let mut not_model: Vec<String> = Vec::new();
     for (index, interaction) in interactions.iter().enumerate() {
+        let label = format!("interaction {index}");
         let request = interaction.get("request");
         let response = interaction
             .get("response")
-            .ok_or_else(|| format!("interaction {index}: no `response`"))?;
+            .ok_or_else(|| format!("{label}: no `response`"))?;
+        let (endpoint, uri) = endpoint_of(request);
+        // Not a model call, by its URI or by what came back: skipped with a
+        // note. A body that reads as a model reply is counted wherever it
+        // came from (a proxy, another path): never counted less than billed.
+        let mut skip = |why: &str| {
+            not_model.push(format!(
+                "{index} ({}{why})",
+                if uri.is_empty() {
+                    "no URI".to_owned()
+                } else {
+                    uri.clone()
+                }
+            ));
+        };
         let status = response
             .get("status")
             .and_then(|s| s.get("code"))
             .and_then(Value::as_u64);
-        let body =
-            vcr_body(response).map_err(|e| format!("interaction {index}: response body: {e}"))?;
-        let request_body = match request {
-            Some(r) => {
-                vcr_body(r).map_err(|e| format!("interaction {index}: request body: {e}"))?
+        let body = match vcr_body(response) {
+            Ok(body) => body,
+            Err(_) if endpoint == Endpoint::Other => {
+                skip(", a body that is not text");
+                continue;
             }
+            Err(e) => return Err(format!("{label}: response body: {e}")),
+        };
+        let request_body = match request {
+            Some(r) => match vcr_body(r) {
+                Ok(body) => body,
+                Err(_) if endpoint == Endpoint::Other => None,
+                Err(e) => return Err(format!("{label}: request body: {e}")),
+            },
             None => None,
         };
         let Some(body) = body else {
-            notes.push(format!("interaction {index}: no response body, skipped"));
+            notes.push(format!("{label}: no response body, skipped"));
             continue;
         };
-        let label = format!("interaction {index}");
-        let (body, streamed) = match body {
-            Body::Json(v) => (v, false),
+        let (body, streamed, cut_off) = match body {
+            Body::Json(v) => (v, false, None),
             Body::Text(text)
                 if text.contains("event: message_start") || text.contains("data: {") =>
             {
-                let body = message_from_sse(&text)
-                    .map_err(|e| format!("{label}: streamed response: {e}"))?;
-                (body, true)
+                match message_from_sse(&text) {
+                    Ok((body, cut_off)) => (body, true, cut_off),
+                    Err(_) if endpoint == Endpoint::Other => {
+                        skip(", an event stream of another kind");
+                        continue;
+                    }
+                    Err(e) => return Err(format!("{label}: streamed response: {e}")),
+                }
+            }
+            Body::Text(_) if endpoint == Endpoint::Other => {
+                skip(", a body that is not JSON");
+                continue;
             }
             Body::Text(_) => {
                 return Err(format!(
@@ -692,14 +796,13 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
             continue;
         }
         if !body.as_object().is_some_and(is_message) {
-            return Err(format!(
-                "{label}: the response is not an Anthropic Messages API message"
-            ));
-        }
-        if streamed && body.get("stop_reason").is_none_or(Value::is_null) {
-            notes.push(format!(
-                "{label}: the event stream ends without a stop reason (cut off?): inferred from the blocks"
-            ));
+            if endpoint == Endpoint::Model && !is_token_count(&body) {
+                return Err(format!(
+                    "{label}: the response is not an Anthropic Messages API message"
+                ));
+            }
+            skip("");
+            continue;
         }
         let time_ms = header(response, "date")
             .map_err(|e| format!("{label}: response: {e}"))?
@@ -712,9 +815,28 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
             }),
             response: body,
             time_ms,
+            cut_off,
         });
     }
+    if !not_model.is_empty() {
+        notes.push(format!(
+            "{} interaction(s) are not model calls (token counting, files, downloads, other services), skipped: {}",
+            not_model.len(),
+            not_model.join(", ")
+        ));
+    }
     build_from_exchanges(Format::VcrCassette, exchanges, notes)
+}
+
+/// A token-counting reply (`/v1/messages/count_tokens`: `{"input_tokens":
+/// N}` and nothing a message has): no model call, nothing generated.
+fn is_token_count(body: &Value) -> bool {
+    body.as_object().is_some_and(|o| {
+        o.contains_key("input_tokens")
+            && !o.contains_key("content")
+            && !o.contains_key("usage")
+            && !o.contains_key("choices")
+    })
 }
 
 enum Body {
@@ -779,9 +901,13 @@ fn header(part: &Value, name: &str) -> Result<Option<String>, String> {
     })
 }
 
-/// Rebuilds a message from a Messages API server-sent event stream.
-fn message_from_sse(text: &str) -> Result<Value, String> {
+/// Rebuilds a message from a Messages API server-sent event stream, with
+/// why it is cut off if the stream never reached `message_stop` (a dropped
+/// connection: whatever its last blocks say, the reply did not end).
+fn message_from_sse(text: &str) -> Result<(Value, Option<String>), String> {
     let mut message: Option<Value> = None;
+    let mut stopped = false;
+    let mut delta = false;
     let mut partial_inputs: HashMap<usize, String> = HashMap::new();
     let mut blocks: Vec<Value> = Vec::new();
     for line in text.lines() {
@@ -803,7 +929,8 @@ fn message_from_sse(text: &str) -> Result<Value, String> {
         match event.get("type").and_then(Value::as_str) {
             // The stream failed (`overloaded_error`, …): an error response,
             // whatever came before it.
-            Some("error") => return Ok(event),
+            Some("error") => return Ok((event, None)),
+            Some("message_stop") => stopped = true,
             Some("message_start") => message = event.get("message").cloned(),
             Some("content_block_start") => {
                 let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
@@ -845,6 +972,7 @@ fn message_from_sse(text: &str) -> Result<Value, String> {
                 }
             }
             Some("message_delta") => {
+                delta = true;
                 let message = message
                     .as_mut()
                     .ok_or("message_delta before message_start")?;
@@ -882,7 +1010,14 @@ fn message_from_sse(text: &str) -> Result<Value, String> {
         }
     }
     message["content"] = Value::Array(blocks);
-    Ok(message)
+    let cut_off = (!stopped).then(|| {
+        if delta {
+            "the event stream ends without message_stop".to_owned()
+        } else {
+            "the event stream ends without message_delta or message_stop".to_owned()
+        }
+    });
+    Ok((message, cut_off))
 }
 
 /// Prefix marking arguments that could not be read (streams cut off).
@@ -936,6 +1071,13 @@ fn build_from_exchanges(
         };
         if exchange.time_ms.is_some() {
             previous_time = exchange.time_ms;
+        }
+        if let Some(why) = &exchange.cut_off {
+            notes.push(format!(
+                "{}: {why}: cut off, its calls are never executed (as for max_tokens)",
+                exchange.label
+            ));
+            turn.cut_off = Some(why.clone());
         }
         for call in &mut turn.calls {
             if let Some(Value::String(s)) = &call.input {
@@ -1013,8 +1155,7 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
                 .and_then(Value::as_str)
                 .map_or(0, |t| t.chars().count()),
             calls,
-            requested_at_ms: None,
-            max_tokens: None,
+            ..RecordedTurn::default()
         });
     }
     if turns.is_empty() {
@@ -1299,7 +1440,8 @@ mod tests {
 event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"f\",\"input\":{}}}\n\n\
 event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\\\": 1\"}}\n\n\
 event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"output_tokens\":5}}\n\n";
-        let message = message_from_sse(stream).unwrap();
+        let (message, cut_off) = message_from_sse(stream).unwrap();
+        assert!(cut_off.is_some(), "no message_stop");
         assert_eq!(message["stop_reason"], "max_tokens");
         assert_eq!(message["usage"]["output_tokens"], 5);
         let input = message["content"][0]["input"].as_str().unwrap();

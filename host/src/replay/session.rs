@@ -70,8 +70,19 @@ pub enum UsageGranularity {
     Unknown,
 }
 
+/// One entry of a response's `usage.iterations` (compaction, advisor and
+/// other sub-inferences billed within one request).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UsageIteration {
+    /// The iteration's `type` (`compaction`, `message`, …), or `unknown`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Its usage, the four counted fields.
+    pub usage: TokenUsage,
+}
+
 /// One model response, counted once.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct RecordedTurn {
     /// The response's message id, when recorded.
     pub message_id: Option<String>,
@@ -89,12 +100,30 @@ pub struct RecordedTurn {
     pub requested_at_ms: Option<u64>,
     /// The request's `max_tokens`, when recorded.
     pub max_tokens: Option<u64>,
+    /// The entries of `usage.iterations`, each already counted in `usage`
+    /// (billed: top level plus every iteration); empty when there are none.
+    pub iterations: Vec<UsageIteration>,
+    /// Why the reply is cut off although its stop reason does not say so (a
+    /// stream that ended without `message_stop`): its calls never run, as
+    /// for `max_tokens`.
+    pub cut_off: Option<String>,
+    /// Server tool uses in the response (`server_tool_use` blocks: web
+    /// search, code execution, …), by tool name, in block order: run by the
+    /// API, not by the agent.
+    pub server_calls: Vec<String>,
+    /// The sub-agent whose call this is (Claude Code `subagents/*.jsonl`), or
+    /// `None` for the main agent.
+    pub agent: Option<String>,
 }
 
 impl RecordedTurn {
     /// The stop reason the gate uses: the recorded one, or, when null, the
     /// reliable sign: a `tool_use` block makes a tool turn, else `end_turn`.
     pub fn effective_stop_reason(&self) -> (String, bool) {
+        if self.cut_off.is_some() {
+            // Cut off whatever it says: its calls may be incomplete.
+            return ("max_tokens".to_owned(), true);
+        }
         match &self.stop_reason {
             Some(reason) => (reason.clone(), false),
             None if self.calls.is_empty() => ("end_turn".to_owned(), true),
@@ -142,6 +171,36 @@ impl Session {
                 .fold(TokenUsage::ZERO, TokenUsage::saturating_add),
         }
     }
+}
+
+/// The usage billed for one response: the top level plus every entry of
+/// `usage.iterations` (compaction and advisor sub-inferences are billed
+/// there), the rule `budgetgate hook` counts by. Returns the total and the
+/// iterations. An `iterations` that is neither a list nor null, or an entry
+/// that is not a usage object, is an error naming it.
+pub fn billed_usage(value: &Value) -> Result<(TokenUsage, Vec<UsageIteration>), String> {
+    let mut total = usage_from_value(value)?;
+    let mut iterations = Vec::new();
+    match value.get("iterations") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) => {
+            for (at, item) in items.iter().enumerate() {
+                let usage =
+                    usage_from_value(item).map_err(|e| format!("usage.iterations[{at}]: {e}"))?;
+                total = total.saturating_add(usage);
+                iterations.push(UsageIteration {
+                    kind: item
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .unwrap_or("unknown")
+                        .to_owned(),
+                    usage,
+                });
+            }
+        }
+        Some(_) => return Err("usage `iterations` is neither a list nor null".into()),
+    }
+    Ok((total, iterations))
 }
 
 /// Reads a usage object leniently from a JSON value: the four counted
