@@ -434,3 +434,64 @@ fn server_tool_uses_are_counted_on_their_own_line_and_bound_by_max_tool_calls() 
         .to_table("s")
         .contains("not counted toward max_tool_calls"));
 }
+
+// ------------------------------------------- 5. SWE-agent 1.x function calls
+
+/// A SWE-agent 1.x trajectory with function calling, in the shape of
+/// SWE-agent's own `trajectories/demonstrations/…function_calling…/*.traj`
+/// and `tests/test_data/trajectories/…/6e44b9__sweagenttestrepo-1c2844.traj`
+/// (SWE-agent/SWE-agent at 3ea751c): the history's assistant messages carry
+/// the `action` and `tool_calls[].function` of each step; a step without
+/// such a message (the last, here) keeps the action's first word.
+fn function_calling_trajectory() -> String {
+    let step = |action: &str| json!({"action": action, "observation": "", "response": "", "thought": "", "state": {}});
+    let assistant = |action: &str, name: &str, arguments: &str, id: &str| {
+        json!({"role": "assistant", "content": "thinking", "action": action, "agent": "main",
+               "message_type": "action",
+               "tool_calls": [{"type": "function", "id": id, "function": {"name": name, "arguments": arguments}}]})
+    };
+    json!({
+        "trajectory": [step("rm -rf build"), step("pip install -e ."), step("ls -F"), step("submit")],
+        "history": [
+            {"role": "system", "content": "You are a helpful assistant", "agent": "main"},
+            assistant("rm -rf build", "bash", r#"{"command": "rm -rf build"}"#, "call_1"),
+            {"role": "tool", "content": "", "agent": "main", "tool_call_ids": ["call_1"]},
+            assistant("pip install -e .", "bash", r#"{"command": "pip install -e ."}"#, "call_2"),
+            assistant("ls -F", "bash", r#"{"command": "ls -F"}"#, "call_3"),
+        ],
+        "info": {"exit_status": "submitted", "model_stats": {"tokens_sent": 900, "tokens_received": 60, "api_calls": 4}}
+    })
+    .to_string()
+}
+
+#[test]
+fn swe_agent_function_calls_are_named_by_the_recorded_function() {
+    let report = run(
+        &function_calling_trajectory(),
+        "[tools]\nknown = [\"bash\", \"submit\"]\nneeds_approval = [\"bash\"]",
+    );
+    let names: Vec<&str> = report
+        .per_turn
+        .iter()
+        .flat_map(|t| &t.calls)
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(names, ["bash", "bash", "bash", "submit"]);
+    // Every bash call needs approval and none is given: refused, never
+    // executed as `rm` or `pip` would have been.
+    assert_eq!(report.refusals.get("approval-refused"), Some(&3));
+    assert_eq!(report.refusals.get("unknown-tool"), None);
+    assert_eq!(verdicts(&report, 3), [("step-3".into(), "execute", None)]);
+    assert!(report
+        .notes
+        .iter()
+        .any(|n| n.contains("3 of 4 steps named by the function call")));
+    // The arguments are the function's: two different bash commands are two
+    // different calls, the same one three times is a repeat.
+    let again = function_calling_trajectory().replace("pip install -e .", "rm -rf build");
+    let report = run(&again, "[budget]\nmax_repeats = 1");
+    assert_eq!(
+        verdicts(&report, 1),
+        [("step-1".into(), "refused", Some("repeat".into()))]
+    );
+}

@@ -1131,13 +1131,41 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
         .and_then(Value::as_array)
         .ok_or("`trajectory` is not a list")?;
     let mut turns = Vec::new();
+    let function_calls = history_function_calls(traj);
+    let mut next_call = 0;
+    let mut named = 0usize;
     for (index, step) in steps.iter().enumerate() {
         let action = step
             .get("action")
             .and_then(Value::as_str)
             .ok_or_else(|| format!("step {index}: `action` is not a string"))?;
-        let calls = if action.trim().is_empty() {
+        // SWE-agent 1.x with function calling: the history's assistant
+        // message of this step (the same action, in order) names the tool.
+        let function = function_calls[next_call..]
+            .iter()
+            .position(|f| f.action == action)
+            .map(|at| {
+                let found = &function_calls[next_call + at];
+                next_call += at + 1;
+                found
+            });
+        let calls = if action.trim().is_empty() && function.is_none() {
             Vec::new()
+        } else if let Some(f) = function {
+            named += 1;
+            vec![RecordedCall {
+                // `step-N` as for any step: SWE-agent runs one action per
+                // step and never matches results by id (its demonstrations
+                // reuse ids), so the recorded id decides nothing.
+                id: format!("step-{index}"),
+                name: f.name.clone(),
+                input: Some(
+                    f.arguments
+                        .clone()
+                        .unwrap_or_else(|| serde_json::json!({ "command": action })),
+                ),
+                recorded_error: Some(false),
+            }]
         } else {
             vec![RecordedCall {
                 id: format!("step-{index}"),
@@ -1198,7 +1226,15 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
                 turns.len()
             )
         },
-        "each step's action is one tool call named by its first word, with the whole action as {\"command\": …}; no stop reasons recorded (a step with an action is a tool turn)".into(),
+        if named == 0 {
+            "each step's action is one tool call named by its first word, with the whole action as {\"command\": …}; no stop reasons recorded (a step with an action is a tool turn)".into()
+        } else {
+            format!(
+                "{named} of {} steps named by the function call the history records (history[].tool_calls[].function.name, with its arguments){}; no stop reasons recorded (a step with an action is a tool turn)",
+                turns.len(),
+                if named < turns.len() { ", the others by the action's first word" } else { "" }
+            )
+        },
         "no timestamps: the time limit is not checked".into(),
     ];
     let usage = match (sent, received) {
@@ -1253,6 +1289,44 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
         ends_complete: exit_status == Some("submitted"),
         notes,
     })
+}
+
+/// A function call of a SWE-agent 1.x history message.
+struct FunctionCall {
+    /// The assistant message's `action`, which the trajectory step repeats.
+    action: String,
+    /// `tool_calls[0].function.name`.
+    name: String,
+    /// `tool_calls[0].function.arguments`, parsed (`None`: not JSON).
+    arguments: Option<Value>,
+}
+
+/// The function calls of a trajectory's history, in order: each assistant
+/// message with an `action` and a `tool_calls[0].function.name`.
+fn history_function_calls(traj: &Value) -> Vec<FunctionCall> {
+    let Some(history) = traj.get("history").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    history
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+        .filter_map(|m| {
+            let action = m.get("action").and_then(Value::as_str)?;
+            let call = m.get("tool_calls")?.as_array()?.first()?;
+            let function = call.get("function")?;
+            let name = function.get("name").and_then(Value::as_str)?;
+            let arguments = match function.get("arguments") {
+                Some(Value::String(text)) => value_from_str(text).ok(),
+                Some(object @ Value::Object(_)) => Some(object.clone()),
+                _ => None,
+            };
+            Some(FunctionCall {
+                action: action.to_owned(),
+                name: name.to_owned(),
+                arguments,
+            })
+        })
+        .collect()
 }
 
 /// The first word of a command, restricted to `[A-Za-z0-9_-]`, or `command`.
