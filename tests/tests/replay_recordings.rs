@@ -495,3 +495,114 @@ fn swe_agent_function_calls_are_named_by_the_recorded_function() {
         [("step-1".into(), "refused", Some("repeat".into()))]
     );
 }
+
+// ------------------------------------------- 3. Claude Code stream-json output
+
+/// `claude -p --output-format stream-json --verbose` output in the shape
+/// seen in public captures (e.g. webedt's `docs` raw session captures of
+/// Claude Code 2.0.59, and the Agent SDK's `sdk.d.ts` message types): a
+/// `system`/`init` line, one content block per `assistant` line with the
+/// same `message.id` and usage, `session_id` and `uuid` on every line, no
+/// `requestId`, the first call's result arriving between the response's
+/// lines, sub-agent lines marked by `parent_tool_use_id`, and a closing
+/// `result` line.
+fn stream_json_session() -> String {
+    let usage = json!({"input_tokens": 10, "cache_creation_input_tokens": 17396,
+                       "cache_read_input_tokens": 0, "output_tokens": 3});
+    let assistant = |uuid: &str, id: &str, block: Value, parent: Value, usage: &Value| {
+        json!({"type": "assistant", "message": {"id": id, "type": "message", "role": "assistant",
+               "model": "claude-example-1", "content": [block], "stop_reason": null,
+               "stop_sequence": null, "usage": usage},
+               "parent_tool_use_id": parent, "session_id": "s1", "uuid": uuid})
+    };
+    let result = |uuid: &str, id: &str, parent: Value| {
+        json!({"type": "user", "message": {"role": "user", "content": [
+                 {"type": "tool_result", "tool_use_id": id, "content": "ok"}]},
+               "parent_tool_use_id": parent, "session_id": "s1", "uuid": uuid})
+    };
+    let sub_usage = json!({"input_tokens": 50, "output_tokens": 7});
+    jsonl(&[
+        json!({"type": "system", "subtype": "init", "session_id": "s1", "uuid": "i0",
+               "tools": ["Read", "Task"], "model": "claude-example-1"}),
+        json!({"type": "user", "message": {"role": "user", "content": "Explore"}, "parent_tool_use_id": null,
+               "session_id": "s1", "uuid": "u0", "isReplay": true}),
+        assistant(
+            "a1",
+            "msg_1",
+            json!({"type": "text", "text": "Reading."}),
+            Value::Null,
+            &usage,
+        ),
+        assistant(
+            "a2",
+            "msg_1",
+            tool_use("toolu_1", "Read", json!({"file_path": "a"})),
+            Value::Null,
+            &usage,
+        ),
+        result("u1", "toolu_1", Value::Null),
+        assistant(
+            "a3",
+            "msg_1",
+            tool_use("toolu_2", "Task", json!({"prompt": "look"})),
+            Value::Null,
+            &usage,
+        ),
+        // The sub-agent's lines (its own message ids), then the Task result.
+        assistant(
+            "s1",
+            "msg_sub",
+            tool_use("toolu_s1", "Read", json!({"file_path": "b"})),
+            json!("toolu_2"),
+            &sub_usage,
+        ),
+        result("su1", "toolu_s1", json!("toolu_2")),
+        assistant(
+            "s2",
+            "msg_sub2",
+            json!({"type": "text", "text": "found"}),
+            json!("toolu_2"),
+            &sub_usage,
+        ),
+        result("u2", "toolu_2", Value::Null),
+        assistant(
+            "a4",
+            "msg_2",
+            json!({"type": "text", "text": "Done."}),
+            Value::Null,
+            &json!({"input_tokens": 20, "cache_read_input_tokens": 17396, "output_tokens": 9}),
+        ),
+        json!({"type": "result", "subtype": "success", "is_error": false, "num_turns": 2,
+               "total_cost_usd": 0.07, "session_id": "s1", "uuid": "r0",
+               "usage": {"input_tokens": 30, "output_tokens": 12}}),
+    ])
+}
+
+#[test]
+fn stream_json_output_is_its_own_format_merging_a_response_by_message_id() {
+    let report = run(&stream_json_session(), "");
+    assert_eq!(report.format, "claude-code-stream-json");
+    // msg_1 once (its first result between its lines does not split it),
+    // the sub-agent's two calls, msg_2.
+    let ids: Vec<&str> = report
+        .per_turn
+        .iter()
+        .map(|t| t.message_id.as_deref().unwrap())
+        .collect();
+    assert_eq!(ids, ["msg_1", "msg_sub", "msg_sub2", "msg_2"]);
+    assert_eq!(report.per_turn[0].calls.len(), 2);
+    assert_eq!(report.per_turn[0].usage.unwrap().total(), 17_409);
+    assert_eq!(report.usage.total(), 17_409 + 57 + 57 + 17_425);
+    assert_eq!(report.per_turn[1].agent.as_deref(), Some("Task toolu_2"));
+    assert_eq!(report.per_turn[0].agent, None);
+    assert!(report
+        .notes
+        .iter()
+        .any(|n| n.contains("result line (num_turns 2, total_cost_usd 0.07)")));
+    assert_eq!(report.status, "complete");
+    // Read as a Claude Code session log it would have been split in three.
+    let as_log = stream_json_session().replace("\"session_id\"", "\"sessionId\"");
+    let split = run(&as_log, "");
+    assert_eq!(split.format, "claude-code-jsonl");
+    assert!(split.turns > report.turns);
+}

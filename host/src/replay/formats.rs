@@ -64,8 +64,11 @@ fn from_json_document(value: Value) -> Result<Session, String> {
         Value::Object(o) if is_exchange(o) || is_message(o) || is_api_error(o) => {
             read_exchanges(vec![("the document".into(), value)])
         }
+        Value::Object(o) if o.contains_key("type") && o.contains_key("session_id") => {
+            read_claude_code(vec![(1, value)], Format::ClaudeCodeStreamJson)
+        }
         Value::Object(o) if o.contains_key("type") && o.contains_key("uuid") => {
-            read_claude_code(vec![(1, value)])
+            read_claude_code(vec![(1, value)], Format::ClaudeCode)
         }
         Value::Array(items)
             if !items.is_empty()
@@ -120,8 +123,16 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
     let claude_code = values.iter().any(|(_, v)| {
         v.get("type").is_some() && (v.get("sessionId").is_some() || v.get("uuid").is_some())
     });
-    let mut session = if claude_code {
-        read_claude_code(values)?
+    // `claude -p --output-format stream-json --verbose` (the Agent SDK's
+    // transport): snake_case `session_id`, never the log's `sessionId`.
+    let stream_json = values
+        .iter()
+        .any(|(_, v)| v.get("type").is_some() && v.get("session_id").is_some())
+        && !values.iter().any(|(_, v)| v.get("sessionId").is_some());
+    let mut session = if stream_json {
+        read_claude_code(values, Format::ClaudeCodeStreamJson)?
+    } else if claude_code {
+        read_claude_code(values, Format::ClaudeCode)?
     } else if is_exchange(first) || is_message(first) || is_request(first) {
         read_exchanges(
             values
@@ -319,6 +330,9 @@ struct OpenResponse {
     user_since: bool,
     /// A user line came that is not only results of its calls.
     broken: bool,
+    /// Stream-json output: no `requestId`, so a user line of only this
+    /// response's results between its lines does not end it.
+    stream_json: bool,
 }
 
 impl OpenResponse {
@@ -332,7 +346,7 @@ impl OpenResponse {
         self.message_id == message_id
             && self.request_id.as_deref() == request_id
             && !self.broken
-            && (request_id.is_some() || !self.user_since)
+            && (request_id.is_some() || self.stream_json || !self.user_since)
     }
 }
 
@@ -381,9 +395,15 @@ fn drop_logged_again(
     (kept, dropped)
 }
 
-fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
+fn read_claude_code(lines: Vec<(usize, Value)>, format: Format) -> Result<Session, String> {
+    let stream_json = format == Format::ClaudeCodeStreamJson;
     let mut turns: Vec<RecordedTurn> = Vec::new();
-    let mut open: Option<OpenResponse> = None;
+    // The response each thread may continue: the main agent (`None`) and,
+    // in stream-json output, each sub-agent by its `parent_tool_use_id`
+    // (parallel sub-agents' lines interleave).
+    let mut opens: HashMap<Option<String>, OpenResponse> = HashMap::new();
+    let mut result_notes = Vec::new();
+
     let mut seen_ids: HashSet<String> = HashSet::new();
     let mut split_ids: Vec<String> = Vec::new();
     let mut results = HashMap::new();
@@ -411,6 +431,13 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
         }
         let kind = line.get("type").and_then(Value::as_str).unwrap_or("");
         let message = line.get("message");
+        let thread: Option<String> = if stream_json {
+            line.get("parent_tool_use_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        } else {
+            None
+        };
         match kind {
             "assistant" => {
                 let Some(message) = message else {
@@ -426,12 +453,17 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
                         "line {line_no}: an assistant message without `message.id`"
                     ));
                 };
-                let request_id = match line.get("requestId") {
+                let request_key = if stream_json {
+                    "request_id"
+                } else {
+                    "requestId"
+                };
+                let request_id = match line.get(request_key) {
                     None | Some(Value::Null) => None,
                     Some(Value::String(r)) => Some(r.as_str()),
                     Some(other) => {
                         return Err(format!(
-                            "line {line_no}: requestId is {}, not a string",
+                            "line {line_no}: {request_key} is {}, not a string",
                             brief(other)
                         ))
                     }
@@ -440,8 +472,8 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
                     None | Some(Value::Null) => (TokenUsage::ZERO, Vec::new()),
                     Some(u) => billed_usage(u).map_err(|e| format!("line {line_no}: {e}"))?,
                 };
-                let continued = open
-                    .as_ref()
+                let continued = opens
+                    .get(&thread)
                     .filter(|o| o.continued_by(id, request_id))
                     .map(|o| o.turn);
                 let response = continued.unwrap_or(turns.len());
@@ -489,13 +521,18 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
                         if !seen_ids.insert(id.to_owned()) {
                             split_ids.push(id.to_owned());
                         }
-                        open = Some(OpenResponse {
-                            turn: turns.len(),
-                            message_id: id.to_owned(),
-                            request_id: request_id.map(str::to_owned),
-                            user_since: false,
-                            broken: false,
-                        });
+                        turn.agent = thread.as_ref().map(|t| format!("Task {t}"));
+                        opens.insert(
+                            thread.clone(),
+                            OpenResponse {
+                                turn: turns.len(),
+                                message_id: id.to_owned(),
+                                request_id: request_id.map(str::to_owned),
+                                user_since: false,
+                                broken: false,
+                                stream_json,
+                            },
+                        );
                         turns.push(turn);
                     }
                 }
@@ -504,12 +541,23 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
                 if let Some(message) = message {
                     collect_results(message.get("content"), &mut results);
                 }
-                if let Some(o) = open.as_mut() {
+                if let Some(o) = opens.get_mut(&thread) {
                     o.user_since = true;
                     if !only_results_of(message, &turns[o.turn].calls) {
                         o.broken = true;
                     }
                 }
+            }
+            "result" if stream_json => {
+                // The run's own summary: shown, not counted (the responses
+                // are counted one by one).
+                let turns_said = line.get("num_turns").and_then(Value::as_u64);
+                let cost = line.get("total_cost_usd").and_then(Value::as_f64);
+                result_notes.push(format!(
+                    "line {line_no}: result line ({}{}): a summary, not counted",
+                    turns_said.map_or("num_turns not given".into(), |n| format!("num_turns {n}")),
+                    cost.map_or(String::new(), |c| format!(", total_cost_usd {c}"))
+                ));
             }
             _ => {}
         }
@@ -528,10 +576,24 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
         }
     }
     apply_results(&mut turns, &results);
-    let mut notes = vec![format!(
-        "{lines_read} lines; {} responses (lines of one response, sharing message.id and requestId, counted once)",
-        turns.len()
-    )];
+    let mut notes = vec![if stream_json {
+        format!(
+            "{lines_read} lines; {} responses (lines of one response share message.id, with its tool results between them; counted once)",
+            turns.len()
+        )
+    } else {
+        format!(
+            "{lines_read} lines; {} responses (lines of one response, sharing message.id and requestId, counted once)",
+            turns.len()
+        )
+    }];
+    notes.extend(result_notes);
+    let agents = turns.iter().filter(|t| t.agent.is_some()).count();
+    if agents > 0 {
+        notes.push(format!(
+            "{agents} responses are sub-agents' (parent_tool_use_id set): counted in the total"
+        ));
+    }
     if !split_ids.is_empty() {
         notes.push(format!(
             "{} response(s) reuse the message.id of an earlier response (another requestId, or a user message between them), e.g. {}: each counted as its own model call",
@@ -570,7 +632,7 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
         notes.push("no timestamps: the time limit is not checked".into());
     }
     Ok(Session {
-        format: Format::ClaudeCode,
+        format,
         turns,
         usage: UsageGranularity::PerTurn,
         declared_tools: None,

@@ -10,6 +10,11 @@ pub enum Format {
     /// Claude Code session log: JSON Lines, one content block per line,
     /// lines of one response sharing `message.id`.
     ClaudeCode,
+    /// Claude Code `stream-json` output (`claude -p --output-format
+    /// stream-json --verbose`, the Agent SDK's transport): JSON Lines with
+    /// `session_id`, one content block per line, no `requestId`; lines of one
+    /// response share `message.id` even with its results between them.
+    ClaudeCodeStreamJson,
     /// Anthropic Messages API exchanges: `{request, response}` objects (one
     /// JSON document, an array, or JSON Lines), or bare response messages.
     AnthropicExchanges,
@@ -26,6 +31,7 @@ impl Format {
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::ClaudeCode => "claude-code-jsonl",
+            Self::ClaudeCodeStreamJson => "claude-code-stream-json",
             Self::AnthropicExchanges => "anthropic-messages",
             Self::VcrCassette => "vcr-cassette",
             Self::SweAgentTraj => "swe-agent-traj",
@@ -36,6 +42,9 @@ impl Format {
     pub const fn description(self) -> &'static str {
         match self {
             Self::ClaudeCode => "Claude Code session log (JSON Lines)",
+            Self::ClaudeCodeStreamJson => {
+                "Claude Code stream-json output (claude -p --output-format stream-json)"
+            }
             Self::AnthropicExchanges => "Anthropic Messages API exchanges (JSON)",
             Self::VcrCassette => "VCR cassette of Anthropic Messages API calls",
             Self::SweAgentTraj => "SWE-agent trajectory (.traj)",
