@@ -951,6 +951,20 @@ fn read_input(path: &Path, limit: u64, what: &str) -> Result<String, String> {
     text_of(crate::input::read_path(path, limit), what)
 }
 
+/// A gzip-compressed recording (a whole cassette as `.yaml.gz`, as
+/// langchain keeps them; `1f 8b` at the start) decompressed, at most
+/// [`MAX_SESSION_BYTES`] of it (a larger one is refused, so a gzip bomb is
+/// never inflated whole); anything else as it is.
+pub fn gunzipped(bytes: Vec<u8>) -> Result<Vec<u8>, crate::input::ReadError> {
+    if !bytes.starts_with(&[0x1f, 0x8b]) {
+        return Ok(bytes);
+    }
+    crate::input::read_bounded(
+        flate2::read::MultiGzDecoder::new(bytes.as_slice()),
+        MAX_SESSION_BYTES,
+    )
+}
+
 /// The read bytes as UTF-8 text, or the one-line reason they are not.
 fn text_of(read: Result<Vec<u8>, crate::input::ReadError>, what: &str) -> Result<String, String> {
     let bytes = read.map_err(|e| match e {
@@ -990,7 +1004,8 @@ fn load(args: &ReplayArgs) -> Result<(ReplayBudget, String), (String, String)> {
         budget.approve = ApprovePolicy::parse_for(approve, &budget.needs_approval)
             .map_err(|e| ("--approve".to_owned(), e))?;
     }
-    let text = read_input(&args.file, MAX_SESSION_BYTES, "a recording").map_err(|e| (file, e))?;
+    let bytes = crate::input::read_path(&args.file, MAX_SESSION_BYTES);
+    let text = text_of(bytes.and_then(gunzipped), "a recording").map_err(|e| (file, e))?;
     Ok((budget, text))
 }
 
