@@ -187,6 +187,21 @@ pub struct TurnReport {
     pub agent: Option<String>,
 }
 
+/// What one agent of the session made and cost (the main agent and each
+/// sub-agent), when the recording has sub-agents.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentReport {
+    /// The sub-agent (`agent-ID` of its log, or `Task ID` in stream-json
+    /// output), or `null` for the main agent.
+    pub agent: Option<String>,
+    /// Its model responses.
+    pub turns: usize,
+    /// Its tool calls.
+    pub tool_calls: usize,
+    /// What its responses cost (part of the report's `usage`).
+    pub usage: TokenUsage,
+}
+
 /// The limits a replay ran with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BudgetReport {
@@ -260,6 +275,9 @@ pub struct Report {
     pub budget: BudgetReport,
     /// Facts about how the recording was read.
     pub notes: Vec<String>,
+    /// Per agent (main first, then each sub-agent in order of its first
+    /// response), when the recording has sub-agents; empty otherwise.
+    pub agents: Vec<AgentReport>,
     /// One entry per response.
     pub per_turn: Vec<TurnReport>,
 }
@@ -633,8 +651,95 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
             count_server_tools: budget.count_server_tools,
         },
         notes: all_notes,
+        agents: agent_reports(session),
         per_turn,
     })
+}
+
+/// The per-agent summary, when any response is a sub-agent's.
+fn agent_reports(session: &Session) -> Vec<AgentReport> {
+    if session.turns.iter().all(|t| t.agent.is_none()) {
+        return Vec::new();
+    }
+    let mut out = vec![AgentReport {
+        agent: None,
+        turns: 0,
+        tool_calls: 0,
+        usage: TokenUsage::ZERO,
+    }];
+    for turn in &session.turns {
+        let at = match out.iter().position(|a| a.agent == turn.agent) {
+            Some(at) => at,
+            None => {
+                out.push(AgentReport {
+                    agent: turn.agent.clone(),
+                    turns: 0,
+                    tool_calls: 0,
+                    usage: TokenUsage::ZERO,
+                });
+                out.len() - 1
+            }
+        };
+        let agent = &mut out[at];
+        agent.turns += 1;
+        agent.tool_calls += turn.calls.len();
+        agent.usage = agent
+            .usage
+            .saturating_add(turn.usage.unwrap_or(TokenUsage::ZERO));
+    }
+    out
+}
+
+/// The sub-agent logs Claude Code keeps beside a session log `S.jsonl`:
+/// `S/subagents/agent-ID.jsonl`, by name, as `(agent-ID, path)`. Empty for
+/// standard input or when there are none.
+pub fn subagent_logs(main: &Path) -> Vec<(String, PathBuf)> {
+    if main == Path::new("-") {
+        return Vec::new();
+    }
+    let dir = main.with_extension("").join("subagents");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(String, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let agent = name.strip_suffix(".jsonl")?;
+            agent
+                .starts_with("agent-")
+                .then(|| (agent.to_owned(), e.path()))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Reads a Claude Code session log's sub-agent logs ([`subagent_logs`])
+/// into `session`; an unreadable one is an error naming its file.
+fn add_subagents(main: &Path, session: &mut Session) -> Result<(), (String, String)> {
+    if session.format != Format::ClaudeCode {
+        return Ok(());
+    }
+    let mut subs = Vec::new();
+    for (agent, path) in subagent_logs(main) {
+        let name = input_name(&path);
+        let bytes = crate::input::read_path(&path, MAX_SESSION_BYTES);
+        let text = text_of(bytes, "a recording").map_err(|e| (name.clone(), e))?;
+        let sub = read_session(&text).map_err(|e| (name.clone(), e))?;
+        if sub.format != Format::ClaudeCode {
+            return Err((
+                name,
+                format!(
+                    "a sub-agent log read as {}, not a Claude Code session log",
+                    sub.format.as_str()
+                ),
+            ));
+        }
+        subs.push((agent, sub));
+    }
+    session.merge_subagents(subs);
+    Ok(())
 }
 
 /// A recording that ends while the run goes on (after a `tool_use` or
@@ -856,6 +961,18 @@ impl Report {
                 " (run totals only)"
             }
         );
+        for a in &self.agents {
+            let _ = writeln!(
+                out,
+                "  {}: {} responses, {} tool calls, {} tokens",
+                a.agent
+                    .as_deref()
+                    .map_or("main agent".into(), |n| format!("sub-agent {}", safe(n))),
+                a.turns,
+                a.tool_calls,
+                a.usage.total()
+            );
+        }
         let _ = writeln!(
             out,
             "gate: {} of {} responses allowed, {} calls executed ({} after approval), {} tokens counted; status {}",
@@ -1038,7 +1155,14 @@ pub fn command_to(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -
         Ok(loaded) => loaded,
         Err((source, detail)) => return fail(&source, &detail),
     };
-    let report = match replay_text(&text, &budget) {
+    let mut session = match read_session(&text) {
+        Ok(session) => session,
+        Err(detail) => return fail(&file, &detail),
+    };
+    if let Err((source, detail)) = add_subagents(&args.file, &mut session) {
+        return fail(&source, &detail);
+    }
+    let report = match replay(&session, &budget) {
         Ok(report) => report,
         Err(detail) => return fail(&file, &detail),
     };

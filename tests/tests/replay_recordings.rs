@@ -761,3 +761,162 @@ fn crc32(bytes: &[u8]) -> u32 {
     }
     !crc
 }
+
+// --------------------------------------------------------- 11. Sub-agents
+
+/// A Claude Code session log and one sub-agent log beside it, as Claude
+/// Code 2.1 keeps them (`<session>/subagents/agent-ID.jsonl`, lines with
+/// `isSidechain: true` and `agentId`; the shared transcript `02_…` is such
+/// a sub-agent log, from marot/spotter's fixtures).
+fn write_session_with_subagent(dir: &std::path::Path) -> std::path::PathBuf {
+    let line = |kind: &str, uuid: &str, at: &str, message: Value, side: bool| {
+        json!({"type": kind, "uuid": uuid, "sessionId": "s", "timestamp": at, "isSidechain": side,
+               "requestId": format!("req_{uuid}"), "message": message})
+    };
+    let assistant = |id: &str, content: Value, tokens: u64| {
+        json!({"id": id, "model": "claude-example-1", "content": content, "stop_reason": null,
+               "usage": {"input_tokens": tokens, "output_tokens": 10}})
+    };
+    let main = jsonl(&[
+        line(
+            "user",
+            "u1",
+            "2026-01-05T10:00:00.000Z",
+            json!({"role": "user", "content": "explore"}),
+            false,
+        ),
+        line(
+            "assistant",
+            "a1",
+            "2026-01-05T10:00:01.000Z",
+            assistant(
+                "m1",
+                json!([tool_use("toolu_task", "Task", json!({"prompt": "look"}))]),
+                1000,
+            ),
+            false,
+        ),
+        line(
+            "user",
+            "u2",
+            "2026-01-05T10:00:30.000Z",
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_task", "content": "found"}]}),
+            false,
+        ),
+        line(
+            "assistant",
+            "a2",
+            "2026-01-05T10:00:31.000Z",
+            assistant("m2", json!([{"type": "text", "text": "done"}]), 2000),
+            false,
+        ),
+    ]);
+    let sub = jsonl(&[
+        line(
+            "user",
+            "s0",
+            "2026-01-05T10:00:02.000Z",
+            json!({"role": "user", "content": "look"}),
+            true,
+        ),
+        line(
+            "assistant",
+            "s1",
+            "2026-01-05T10:00:03.000Z",
+            assistant(
+                "sm1",
+                json!([tool_use("toolu_s1", "Read", json!({"file_path": "a"}))]),
+                500,
+            ),
+            true,
+        ),
+        line(
+            "user",
+            "s2",
+            "2026-01-05T10:00:04.000Z",
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_s1", "content": "ok"}]}),
+            true,
+        ),
+        line(
+            "assistant",
+            "s3",
+            "2026-01-05T10:00:05.000Z",
+            assistant("sm2", json!([{"type": "text", "text": "found"}]), 600),
+            true,
+        ),
+    ]);
+    std::fs::create_dir_all(dir.join("session/subagents")).unwrap();
+    std::fs::write(dir.join("session/subagents/agent-a1b2c3.jsonl"), sub).unwrap();
+    let path = dir.join("session.jsonl");
+    std::fs::write(&path, main).unwrap();
+    path
+}
+
+fn replay_file(path: std::path::PathBuf, budget: Option<std::path::PathBuf>) -> (u8, Value) {
+    let args = budgetgate::replay::ReplayArgs {
+        file: path,
+        budget,
+        approve: None,
+        json: true,
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let status = budgetgate::replay::command_to(&args, &mut out, &mut err);
+    let code = if status == std::process::ExitCode::from(0) {
+        0
+    } else if status == std::process::ExitCode::from(1) {
+        1
+    } else {
+        2
+    };
+    assert_ne!(code, 2, "{}", String::from_utf8_lossy(&err));
+    (code, serde_json::from_slice(&out).unwrap())
+}
+
+#[test]
+fn a_claude_code_session_is_replayed_with_its_subagents() {
+    let dir = std::env::temp_dir().join(format!("budgetgate-sub-{}", std::process::id()));
+    let path = write_session_with_subagent(&dir);
+    let (code, json) = replay_file(path.clone(), None);
+    assert_eq!(code, 0);
+    assert_eq!(json["turns"], 4);
+    // In the order the calls were made: the sub-agent's run inside the Task.
+    let order: Vec<&str> = json["per_turn"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["message_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, ["m1", "sm1", "sm2", "m2"]);
+    assert_eq!(json["per_turn"][1]["agent"], "agent-a1b2c3");
+    assert_eq!(json["usage"]["total"], 1010 + 510 + 610 + 2010);
+    let agents = json["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 2);
+    assert_eq!(
+        (
+            agents[0]["agent"].clone(),
+            agents[0]["usage"]["total"].clone()
+        ),
+        (Value::Null, json!(3020))
+    );
+    assert_eq!(
+        (
+            agents[1]["agent"].clone(),
+            agents[1]["turns"].clone(),
+            agents[1]["usage"]["total"].clone()
+        ),
+        (json!("agent-a1b2c3"), json!(2), json!(1120))
+    );
+    // The sub-agent's spend counts toward the session's budget: 2 130
+    // tokens before the last call.
+    let budget = dir.join("budget.toml");
+    std::fs::write(&budget, "[budget]\nmax_tokens = 2130\n").unwrap();
+    let (code, json) = replay_file(path, Some(budget));
+    assert_eq!(code, 1);
+    assert_eq!(
+        (
+            json["stopped"]["turn"].clone(),
+            json["stopped"]["reason"].clone()
+        ),
+        (json!(3), json!("tokens"))
+    );
+}

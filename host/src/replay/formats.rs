@@ -570,7 +570,8 @@ fn read_claude_code(lines: Vec<(usize, Value)>, format: Format) -> Result<Sessio
     }
     // The clock starts at the first model call, not at the first
     // timestamped line (a startup hook, copied context, a summary).
-    if let Some(origin) = turns.iter().find_map(|t| t.requested_at_ms) {
+    let origin = turns.iter().find_map(|t| t.requested_at_ms);
+    if let Some(origin) = origin {
         for turn in &mut turns {
             turn.requested_at_ms = turn.requested_at_ms.map(|t| t.saturating_sub(origin));
         }
@@ -638,6 +639,7 @@ fn read_claude_code(lines: Vec<(usize, Value)>, format: Format) -> Result<Sessio
         declared_tools: None,
         ends_complete: false,
         notes,
+        time_origin_ms: origin,
     })
 }
 
@@ -1300,6 +1302,7 @@ fn build_from_exchanges(
         declared_tools: any_declared.then(|| declared.into_iter().collect()),
         ends_complete: false,
         notes,
+        time_origin_ms: None,
     })
 }
 
@@ -1468,6 +1471,7 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
         // were submitted by SWE-agent when its own limit stopped the agent.
         ends_complete: exit_status == Some("submitted"),
         notes,
+        time_origin_ms: None,
     })
 }
 

@@ -159,9 +159,72 @@ pub struct Session {
     pub ends_complete: bool,
     /// Facts about the reading worth showing (skipped lines, inferred values).
     pub notes: Vec<String>,
+    /// The instant (ms since the Unix epoch) the turns' `requested_at_ms`
+    /// count from, when the recording has wall-clock times: lets the
+    /// sub-agents' logs be put in order with the session's.
+    pub time_origin_ms: Option<u64>,
 }
 
 impl Session {
+    /// Adds the responses of sub-agents (`(name, their own session)`, as
+    /// Claude Code keeps them in `<session>/subagents/agent-ID.jsonl`) to
+    /// this session, each marked with its agent: by wall-clock time when
+    /// every log has times (the budget is shared, so the order is the one
+    /// the calls were made in), else after the session's own, with a note.
+    /// Their notes are kept, prefixed with the agent's name.
+    pub fn merge_subagents(&mut self, subagents: Vec<(String, Session)>) {
+        if subagents.is_empty() {
+            return;
+        }
+        let absolute = |turn: &RecordedTurn, origin: Option<u64>| {
+            turn.requested_at_ms
+                .zip(origin)
+                .map(|(t, o)| t.saturating_add(o))
+        };
+        let mut all: Vec<(Option<u64>, RecordedTurn)> = self
+            .turns
+            .drain(..)
+            .map(|t| (absolute(&t, self.time_origin_ms), t))
+            .collect();
+        let mut names = Vec::new();
+        for (name, sub) in subagents {
+            for note in &sub.notes {
+                self.notes.push(format!("sub-agent {name}: {note}"));
+            }
+            let calls = sub.tool_calls();
+            names.push(format!(
+                "{name} ({} responses, {calls} tool calls)",
+                sub.turns.len()
+            ));
+            for mut turn in sub.turns {
+                let at = absolute(&turn, sub.time_origin_ms);
+                turn.agent = Some(name.clone());
+                all.push((at, turn));
+            }
+        }
+        let timed = all.iter().all(|(at, _)| at.is_some());
+        if timed {
+            // Stable: lines of one log keep their order at equal times.
+            all.sort_by_key(|(at, _)| *at);
+            let origin = all.first().and_then(|(at, _)| *at);
+            for (at, turn) in &mut all {
+                turn.requested_at_ms = at.zip(origin).map(|(t, o)| t.saturating_sub(o));
+            }
+            self.time_origin_ms = origin;
+        }
+        self.turns = all.into_iter().map(|(_, t)| t).collect();
+        self.notes.push(format!(
+            "{} sub-agent log(s) replayed with the session, {}: {}",
+            names.len(),
+            if timed {
+                "in the order of their timestamps, on the session's budget"
+            } else {
+                "after the session's own responses (not every response has a time), on the session's budget"
+            },
+            names.join(", ")
+        ));
+    }
+
     /// Tool calls in all responses.
     pub fn tool_calls(&self) -> usize {
         self.turns.iter().map(|t| t.calls.len()).sum()
