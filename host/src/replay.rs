@@ -19,6 +19,7 @@
 mod approval;
 pub(crate) mod budget;
 mod formats;
+mod openai;
 pub(crate) mod session;
 mod time;
 

@@ -920,3 +920,192 @@ fn a_claude_code_session_is_replayed_with_its_subagents() {
         (json!(3), json!("tokens"))
     );
 }
+
+// ------------------------------------- 8. OpenAI Chat Completions, Responses
+
+/// A cassette of OpenAI Chat Completions calls in the shape pydantic-ai
+/// records them (`tests/models/cassettes/test_openai/test_openai_tool_output.yaml`:
+/// `parsed_body` with `choices[].message.tool_calls`, `finish_reason`,
+/// `usage.prompt_tokens_details.cached_tokens`;
+/// `test_openai_moderation_stream.yaml`: `chat.completion.chunk` events and
+/// a usage chunk; `test_compatible_api_with_tool_calls_without_id.yaml`: a
+/// tool call without an id): two parallel calls, then a streamed reply
+/// whose call is cut off by `length`.
+fn openai_chat_cassette(last_finish: &str) -> String {
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "chatcmpl-2", "object": "chat.completion.chunk", "model": "gpt-example",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], "usage": null})
+    };
+    let mut events = vec![
+        chunk(
+            json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": "call_c", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": \"Ly"}}]}),
+            Value::Null,
+        ),
+    ];
+    if !last_finish.is_empty() {
+        events.push(chunk(json!({}), json!(last_finish)));
+        events.push(json!({"id": "chatcmpl-2", "object": "chat.completion.chunk", "choices": [],
+                           "usage": {"prompt_tokens": 300, "completion_tokens": 16, "total_tokens": 316,
+                                     "prompt_tokens_details": {"cached_tokens": 256}}}));
+    }
+    let mut stream: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+    if !last_finish.is_empty() {
+        stream.push_str("data: [DONE]\n\n");
+    }
+    json!({"interactions": [
+        {"request": {"method": "POST", "uri": "https://api.openai.com/v1/chat/completions",
+                     "parsed_body": {"model": "gpt-example", "max_completion_tokens": 100, "tools": tools,
+                                     "messages": [{"role": "user", "content": "weather?"}]}},
+         "response": {"status": {"code": 200, "message": "OK"}, "parsed_body": {
+             "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-example",
+             "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
+                 "tool_calls": [
+                     {"id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+                     {"id": "call_b", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}}],
+             "usage": {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150,
+                       "prompt_tokens_details": {"cached_tokens": 100},
+                       "completion_tokens_details": {"reasoning_tokens": 10}}}}},
+        {"request": {"method": "POST", "uri": "https://api.openai.com/v1/chat/completions",
+                     "parsed_body": {"model": "gpt-example", "stream": true, "tools": tools, "messages": [
+                         {"role": "user", "content": "weather?"},
+                         {"role": "tool", "tool_call_id": "call_a", "content": "sunny"},
+                         {"role": "tool", "tool_call_id": "call_b", "content": "noon"}]}},
+         "response": {"status": {"code": 200, "message": "OK"},
+                      "headers": {"content-type": ["text/event-stream; charset=utf-8"]},
+                      "body": {"string": stream}}}
+    ]})
+    .to_string()
+}
+
+#[test]
+fn openai_chat_completions_map_to_the_turn_gate() {
+    let report = run(&openai_chat_cassette("length"), "");
+    assert_eq!(report.format, "vcr-cassette");
+    assert_eq!((report.turns, report.tool_calls), (2, 3));
+    // Cached prompt tokens are cache reads; the total is what was billed.
+    let first = report.per_turn[0].usage.unwrap();
+    assert_eq!(
+        (
+            first.input_tokens,
+            first.cache_read_input_tokens,
+            first.output_tokens,
+            first.total()
+        ),
+        (20, 100, 30, 150)
+    );
+    assert_eq!(report.per_turn[0].stop_reason, "tool_use");
+    // Parallel calls in order; get_time is not declared: unknown.
+    assert_eq!(
+        verdicts(&report, 0),
+        [
+            ("call_a".into(), "execute", None),
+            ("call_b".into(), "refused", Some("unknown-tool".into()))
+        ]
+    );
+    assert_eq!(report.per_turn[0].calls[0].recorded, "ok");
+    // `length` is max_tokens: the half-written call never runs.
+    assert_eq!(report.per_turn[1].stop_reason, "max_tokens");
+    assert_eq!(
+        verdicts(&report, 1),
+        [("call_c".into(), "refused", Some("cut-off".into()))]
+    );
+    assert_eq!(report.per_turn[1].usage.unwrap().total(), 316);
+    assert_eq!(report.status, "error");
+    // A stream with no finish_reason is cut off the same way, and its
+    // missing usage is said.
+    let report = run(&openai_chat_cassette(""), "");
+    assert_eq!(
+        verdicts(&report, 1),
+        [("call_c".into(), "refused", Some("cut-off".into()))]
+    );
+    assert!(report.per_turn[1]
+        .cut_off
+        .as_deref()
+        .unwrap()
+        .contains("finish_reason"));
+    assert!(report.notes.iter().any(|n| n.contains("records no usage")));
+}
+
+/// A cassette of OpenAI Responses API calls in the shape of pydantic-ai's
+/// `tests/models/cassettes/test_openai_responses/` (`output[]` items of type
+/// `function_call` with `call_id`, `web_search_call`, `usage.input_tokens_details.cached_tokens`,
+/// `status` / `incomplete_details`; the background-mode cassettes fetch one
+/// response again by `GET /v1/responses/ID`).
+fn openai_responses_cassette() -> String {
+    let response = |id: &str, status: &str, output: Value, usage: Value| {
+        json!({"id": id, "object": "response", "status": status, "output": output, "usage": usage,
+               "incomplete_details": if status == "incomplete" { json!({"reason": "max_output_tokens"}) } else { Value::Null }})
+    };
+    let usage = |input: u64, cached: u64, output: u64| {
+        json!({"input_tokens": input, "input_tokens_details": {"cached_tokens": cached},
+               "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": input + output})
+    };
+    let exchange = |method: &str, uri: &str, body: Value| {
+        json!({"request": {"method": method, "uri": uri,
+                           "parsed_body": {"model": "gpt-example", "tools": [{"type": "function", "name": "lookup"}, {"type": "web_search"}],
+                                           "input": [{"type": "function_call_output", "call_id": "call_r1", "output": "ok"}]}},
+               "response": {"status": {"code": 200, "message": "OK"}, "parsed_body": body}})
+    };
+    json!({"interactions": [
+        exchange("POST", "https://api.openai.com/v1/responses", response("resp_1", "completed", json!([
+            {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+            {"type": "function_call", "id": "fc_1", "call_id": "call_r1", "name": "lookup", "arguments": "{\"q\": 1}"}]),
+            usage(500, 400, 50))),
+        exchange("POST", "https://api.openai.com/v1/responses", response("resp_2", "queued", json!([]), Value::Null)),
+        exchange("GET", "https://api.openai.com/v1/responses/resp_2", response("resp_2", "incomplete", json!([
+            {"type": "function_call", "id": "fc_2", "call_id": "call_r2", "name": "lookup", "arguments": "{\"q\": "}]),
+            usage(600, 0, 100))),
+    ]})
+    .to_string()
+}
+
+#[test]
+fn openai_responses_map_to_the_turn_gate() {
+    let report = run(&openai_responses_cassette(), "");
+    // resp_2 polled twice is one model call.
+    assert_eq!(report.turns, 2);
+    let first = report.per_turn[0].usage.unwrap();
+    assert_eq!(
+        (
+            first.input_tokens,
+            first.cache_read_input_tokens,
+            first.total()
+        ),
+        (100, 400, 550)
+    );
+    assert_eq!(report.per_turn[0].server_tool_calls, ["web_search"]);
+    assert_eq!(verdicts(&report, 0), [("call_r1".into(), "execute", None)]);
+    assert_eq!(report.per_turn[0].calls[0].recorded, "ok");
+    // incomplete at max_output_tokens: cut off.
+    assert_eq!(report.per_turn[1].stop_reason, "max_tokens");
+    assert_eq!(
+        verdicts(&report, 1),
+        [("call_r2".into(), "refused", Some("cut-off".into()))]
+    );
+    assert_eq!(report.usage.total(), 550 + 700);
+    assert!(report
+        .notes
+        .iter()
+        .any(|n| n.contains("response resp_2 again")));
+}
+
+#[test]
+fn a_model_call_of_a_format_not_read_is_refused_naming_it() {
+    let cassette = json!({"interactions": [{
+        "request": {"method": "POST", "uri": "https://generativelanguage.googleapis.com/v1beta/models/gemini-x:generateContent",
+                    "parsed_body": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}},
+        "response": {"status": {"code": 200, "message": "OK"},
+                     "parsed_body": {"candidates": [{"content": {"parts": [{"text": "hello"}]}, "finishReason": "STOP"}],
+                                     "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2}}}}]})
+    .to_string();
+    let err = replay_text(&cassette, &ReplayBudget::default()).unwrap_err();
+    assert!(
+        err.contains("Google Gemini generateContent") && err.contains("refused"),
+        "{err}"
+    );
+}

@@ -4,6 +4,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
+use super::openai;
 use super::session::{billed_usage, Format, RecordedCall, RecordedTurn, Session, UsageGranularity};
 use super::time::{parse_http_date_ms, parse_rfc3339_ms};
 use crate::strict::value_from_str;
@@ -838,7 +839,7 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
         .get("interactions")
         .and_then(Value::as_array)
         .ok_or("`interactions` is not a list")?;
-    let mut exchanges = Vec::new();
+    let mut exchanges: Vec<Exchange> = Vec::new();
     let mut notes = Vec::new();
     let mut not_model: Vec<String> = Vec::new();
     for (index, interaction) in interactions.iter().enumerate() {
@@ -890,7 +891,15 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
             Body::Text(text)
                 if text.contains("event: message_start") || text.contains("data: {") =>
             {
-                match message_from_sse(&text) {
+                let rebuilt = if text.contains("chat.completion.chunk") {
+                    openai::chat_from_sse(&text)
+                } else if text.contains("\"response.created\"") || text.contains("event: response.")
+                {
+                    openai::responses_from_sse(&text)
+                } else {
+                    message_from_sse(&text)
+                };
+                match rebuilt {
                     Ok((body, cut_off)) => (body, true, cut_off),
                     Err(_) if endpoint == Endpoint::Other => {
                         skip(", an event stream of another kind");
@@ -909,10 +918,49 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
                 ))
             }
         };
-        if body.as_object().is_some_and(is_api_error) || status.is_some_and(|c| c >= 400) {
+        let openai_error = (openai::is_chat_completion(&body) || openai::is_response(&body))
+            && (body.get("status").and_then(Value::as_str) == Some("failed"))
+            || (body.get("error").is_some_and(Value::is_object) && !is_message_value(&body));
+        if body.as_object().is_some_and(is_api_error)
+            || openai_error
+            || status.is_some_and(|c| c >= 400)
+        {
             notes.push(api_error_note(&label, status, &body, streamed));
             continue;
         }
+        // A Responses API reply fetched again (background mode polls
+        // `GET /v1/responses/ID`, a stream resumed with `starting_after`) is
+        // the same model call: its latest state replaces the earlier one.
+        let same_response = openai::is_response(&body)
+            .then(|| body.get("id").and_then(Value::as_str).map(str::to_owned))
+            .flatten();
+        let mut cut_off = cut_off;
+        if let Some(status @ ("queued" | "in_progress")) =
+            body.get("status").and_then(Value::as_str)
+        {
+            if cut_off.is_none() && openai::is_response(&body) {
+                cut_off = Some(format!("the response is still {status}, not finished"));
+            }
+        }
+        let body = if openai::is_chat_completion(&body) {
+            let message = openai::chat_message(&body, &label, &mut notes)
+                .map_err(|e| format!("{label}: OpenAI chat completion: {e}"))?;
+            if message["usage"].is_null() {
+                notes.push(format!("{label}: the reply records no usage (a stream without stream_options.include_usage?): counted as 0 tokens"));
+            }
+            message
+        } else if openai::is_response(&body) {
+            let message = openai::responses_message(&body)
+                .map_err(|e| format!("{label}: OpenAI response: {e}"))?;
+            if message["usage"].is_null() {
+                notes.push(format!(
+                    "{label}: the reply records no usage: counted as 0 tokens"
+                ));
+            }
+            message
+        } else {
+            body
+        };
         if !body.as_object().is_some_and(is_message) {
             match endpoint {
                 _ if is_token_count(&body) => {}
@@ -938,6 +986,21 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
         let time_ms = header(response, "date")
             .map_err(|e| format!("{label}: response: {e}"))?
             .and_then(|d| parse_http_date_ms(&d));
+        if let Some(id) = &same_response {
+            if let Some(earlier) = exchanges
+                .iter_mut()
+                .find(|e| e.response.get("id").and_then(Value::as_str) == Some(id.as_str()))
+            {
+                notes.push(format!(
+                    "{label}: response {id} again (fetched or resumed): one model call, its latest state kept (from {})",
+                    earlier.label
+                ));
+                earlier.response = body;
+                earlier.cut_off = cut_off;
+                earlier.time_ms = time_ms.or(earlier.time_ms);
+                continue;
+            }
+        }
         exchanges.push(Exchange {
             label,
             request: request_body.and_then(|b| match b {
@@ -957,6 +1020,10 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
         ));
     }
     build_from_exchanges(Format::VcrCassette, exchanges, notes)
+}
+
+fn is_message_value(body: &Value) -> bool {
+    body.as_object().is_some_and(is_message)
 }
 
 /// A token-counting reply (`/v1/messages/count_tokens`: `{"input_tokens":
@@ -1220,7 +1287,10 @@ fn build_from_exchanges(
         let mut turn = turn_from_message(&exchange.response)
             .map_err(|e| format!("{} (response {index}): {e}", exchange.label))?;
         if let Some(request) = &exchange.request {
-            turn.max_tokens = match request.get("max_tokens") {
+            let cap = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+                .into_iter()
+                .find_map(|k| request.get(k).filter(|v| !v.is_null()));
+            turn.max_tokens = match cap {
                 None | Some(Value::Null) => None,
                 Some(v) => Some(v.as_u64().ok_or_else(|| {
                     format!(
@@ -1235,7 +1305,11 @@ fn build_from_exchanges(
                 declared.extend(
                     tools
                         .iter()
-                        .filter_map(|t| t.get("name").and_then(Value::as_str))
+                        .filter_map(|t| {
+                            t.get("name")
+                                .or_else(|| t.get("function").and_then(|f| f.get("name")))
+                                .and_then(Value::as_str)
+                        })
                         .map(str::to_owned),
                 );
             }
@@ -1244,6 +1318,7 @@ fn build_from_exchanges(
                     collect_results(m.get("content"), &mut results);
                 }
             }
+            openai::request_results(request, &mut results);
         }
         // The request left after the previous response arrived.
         turn.requested_at_ms = match (start, previous_time) {

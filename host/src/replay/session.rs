@@ -46,7 +46,7 @@ impl Format {
                 "Claude Code stream-json output (claude -p --output-format stream-json)"
             }
             Self::AnthropicExchanges => "Anthropic Messages API exchanges (JSON)",
-            Self::VcrCassette => "VCR cassette of Anthropic Messages API calls",
+            Self::VcrCassette => "VCR cassette of model API calls (Anthropic Messages, OpenAI Chat Completions or Responses)",
             Self::SweAgentTraj => "SWE-agent trajectory (.traj)",
         }
     }
