@@ -1109,3 +1109,73 @@ fn a_model_call_of_a_format_not_read_is_refused_naming_it() {
         "{err}"
     );
 }
+
+/// A claude-trace log in the shape of `RawPair` in badlogic's claude-trace
+/// (`apps/claude-trace/src/types.ts`, as mirrored in saksofonists/lemmy):
+/// `{request: {timestamp, method, url, headers, body}, response:
+/// {timestamp, status_code, headers, body | body_raw} | null, logged_at}`.
+fn claude_trace_log() -> String {
+    let pair = |at: f64, url: &str, body: Value, response: Value| {
+        json!({"request": {"timestamp": at, "method": "POST", "url": url, "headers": {}, "body": body},
+               "response": response, "logged_at": "2026-01-05T10:00:00.000Z"})
+    };
+    let request = json!({"model": "claude-example-1", "max_tokens": 32000, "stream": true,
+                         "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+                         "messages": [{"role": "user", "content": "list files"}]});
+    let stream = sse(&[
+        json!({"type": "message_start", "message": {"id": "msg_t1", "type": "message", "role": "assistant", "content": [],
+               "stop_reason": null, "usage": {"input_tokens": 4, "cache_creation_input_tokens": 9000, "cache_read_input_tokens": 0, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_t1", "name": "Bash", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"command\": \"ls\"}"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 40}}),
+        json!({"type": "message_stop"}),
+    ]);
+    jsonl(&[
+        pair(
+            1_767_607_200.0,
+            "https://api.anthropic.com/v1/messages/count_tokens?beta=true",
+            json!({"model": "claude-example-1", "messages": []}),
+            json!({"timestamp": 1_767_607_200.2, "status_code": 200, "headers": {}, "body": {"input_tokens": 9004}}),
+        ),
+        pair(
+            1_767_607_201.0,
+            "https://api.anthropic.com/v1/messages?beta=true",
+            json!({"model": "claude-haiku-example", "max_tokens": 512, "messages": [{"role": "user", "content": "title?"}]}),
+            json!({"timestamp": 1_767_607_201.5, "status_code": 200, "headers": {},
+                    "body": {"id": "msg_h1", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "Listing"}],
+                             "stop_reason": "end_turn", "usage": {"input_tokens": 20, "output_tokens": 3}}}),
+        ),
+        pair(
+            1_767_607_202.0,
+            "https://api.anthropic.com/v1/messages?beta=true",
+            request.clone(),
+            json!({"timestamp": 1_767_607_205.0, "status_code": 200, "headers": {"content-type": "text/event-stream"}, "body_raw": stream}),
+        ),
+        pair(
+            1_767_607_300.0,
+            "https://api.anthropic.com/v1/messages?beta=true",
+            request,
+            Value::Null,
+        ),
+    ])
+}
+
+#[test]
+fn claude_trace_logs_are_read_with_their_streams_and_extra_calls() {
+    let report = run(&claude_trace_log(), "");
+    assert_eq!(report.format, "claude-trace");
+    assert_eq!(report.turns, 2);
+    assert_eq!(report.per_turn[1].usage.unwrap().total(), 9_044);
+    assert_eq!(verdicts(&report, 1), [("toolu_t1".into(), "execute", None)]);
+    assert!(report
+        .notes
+        .iter()
+        .any(|n| n.contains("not model calls") && n.contains("count_tokens")));
+    assert!(report.notes.iter().any(|n| n.contains("orphaned")));
+    // Times from the requests, from the first model call (the title call
+    // at +1 s): the main call leaves 1 s later.
+    let report = run(&claude_trace_log(), "[budget]\nmax_seconds = 1");
+    let stopped = report.stopped.unwrap();
+    assert_eq!((stopped.turn, stopped.reason.as_str()), (Some(1), "time"));
+}

@@ -130,7 +130,10 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
         .iter()
         .any(|(_, v)| v.get("type").is_some() && v.get("session_id").is_some())
         && !values.iter().any(|(_, v)| v.get("sessionId").is_some());
-    let mut session = if stream_json {
+    let trace = values.iter().all(|(_, v)| is_trace_pair(v));
+    let mut session = if trace {
+        read_claude_trace(values)?
+    } else if stream_json {
         read_claude_code(values, Format::ClaudeCodeStreamJson)?
     } else if claude_code {
         read_claude_code(values, Format::ClaudeCode)?
@@ -654,6 +657,8 @@ struct Exchange {
     request: Option<Value>,
     response: Value,
     time_ms: Option<u64>,
+    /// When the request was sent, where the recording says (claude-trace).
+    request_ms: Option<u64>,
     /// Why the reply is cut off (a stream without `message_stop`).
     cut_off: Option<String>,
 }
@@ -729,6 +734,7 @@ fn read_exchanges(values: Vec<(String, Value)>) -> Result<Session, String> {
             request,
             response,
             time_ms: None,
+            request_ms: None,
             cut_off: None,
         });
     }
@@ -832,6 +838,109 @@ impl ModelApi {
             Self::Gemini => "a Google Gemini generateContent call",
         }
     }
+}
+
+/// Whether a JSON Lines value is a claude-trace pair: `{request: {url, …},
+/// response: {status_code, …} | null, logged_at}`.
+fn is_trace_pair(value: &Value) -> bool {
+    value
+        .get("request")
+        .is_some_and(|r| r.get("url").is_some() && r.get("body").is_some())
+        && value
+            .get("response")
+            .is_some_and(|r| r.is_null() || r.get("status_code").is_some())
+}
+
+/// A claude-trace timestamp (Unix seconds, fractional) in milliseconds.
+fn trace_ms(part: Option<&Value>) -> Option<u64> {
+    let seconds = part?.get("timestamp")?.as_f64()?;
+    (seconds.is_finite() && seconds >= 0.0).then(|| (seconds * 1000.0).round() as u64)
+}
+
+/// claude-trace logs (`.claude-trace/log-*.jsonl`, the usual capture of
+/// Claude Code's own API traffic): one request/response pair per line, the
+/// response body as JSON (`body`) or as the raw event stream (`body_raw`).
+/// Calls that are not model calls (token counting, `--include-all-requests`
+/// extras) are skipped with a note; a request without a response (orphaned:
+/// the log ended first) is noted and not counted.
+fn read_claude_trace(lines: Vec<(usize, Value)>) -> Result<Session, String> {
+    let mut exchanges: Vec<Exchange> = Vec::new();
+    let mut notes = Vec::new();
+    let mut not_model = Vec::new();
+    for (line_no, pair) in lines {
+        let label = format!("line {line_no}");
+        if !is_trace_pair(&pair) {
+            return Err(format!("{label}: not a claude-trace request/response pair"));
+        }
+        let request = &pair["request"];
+        let (endpoint, uri) = endpoint_of(Some(request));
+        let response = &pair["response"];
+        if response.is_null() {
+            notes.push(format!(
+                "{label}: {uri}: no response recorded (orphaned request): not counted"
+            ));
+            continue;
+        }
+        let status = response.get("status_code").and_then(Value::as_u64);
+        let (body, streamed, cut_off) = match (response.get("body"), response.get("body_raw")) {
+            (Some(body), _) if body.is_object() => (body.clone(), false, None),
+            (_, Some(Value::String(raw))) if raw.contains("data:") => match message_from_sse(raw) {
+                Ok((body, cut_off)) => (body, true, cut_off),
+                Err(e) if endpoint == Endpoint::Other => {
+                    not_model.push(format!("{line_no} ({uri}, {e})"));
+                    continue;
+                }
+                Err(e) => return Err(format!("{label}: streamed response: {e}")),
+            },
+            (_, Some(Value::String(raw))) => match value_from_str(raw) {
+                Ok(body) => (body, false, None),
+                Err(e) if e.is_data() => return Err(format!("{label}: {e}")),
+                Err(_) if endpoint == Endpoint::Other => {
+                    not_model.push(format!("{line_no} ({uri})"));
+                    continue;
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "{label}: the response body is neither JSON nor a Messages API event stream"
+                    ))
+                }
+            },
+            _ if endpoint == Endpoint::Other => {
+                not_model.push(format!("{line_no} ({uri})"));
+                continue;
+            }
+            _ => return Err(format!("{label}: the response has no body")),
+        };
+        if body.as_object().is_some_and(is_api_error) || status.is_some_and(|c| c >= 400) {
+            notes.push(api_error_note(&label, status, &body, streamed));
+            continue;
+        }
+        if !is_message_value(&body) {
+            if matches!(endpoint, Endpoint::Model(_)) && !is_token_count(&body) {
+                return Err(format!(
+                    "{label}: {uri}: the response is not an Anthropic Messages API message"
+                ));
+            }
+            not_model.push(format!("{line_no} ({uri})"));
+            continue;
+        }
+        exchanges.push(Exchange {
+            label,
+            request: request.get("body").filter(|b| b.is_object()).cloned(),
+            response: body,
+            time_ms: trace_ms(Some(response)),
+            request_ms: trace_ms(Some(request)),
+            cut_off,
+        });
+    }
+    if !not_model.is_empty() {
+        notes.push(format!(
+            "{} request(s) are not model calls (token counting, other endpoints), skipped: lines {}",
+            not_model.len(),
+            not_model.join(", ")
+        ));
+    }
+    build_from_exchanges(Format::ClaudeTrace, exchanges, notes)
 }
 
 fn read_vcr(cassette: &Value) -> Result<Session, String> {
@@ -1009,6 +1118,7 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
             }),
             response: body,
             time_ms,
+            request_ms: None,
             cut_off,
         });
     }
@@ -1282,6 +1392,7 @@ fn build_from_exchanges(
     let mut declared: BTreeSet<String> = BTreeSet::new();
     let mut any_declared = false;
     let start = exchanges.iter().find_map(|e| e.time_ms);
+    let request_start = exchanges.iter().find_map(|e| e.request_ms);
     let mut previous_time: Option<u64> = None;
     for (index, exchange) in exchanges.iter().enumerate() {
         let mut turn = turn_from_message(&exchange.response)
@@ -1320,10 +1431,12 @@ fn build_from_exchanges(
             }
             openai::request_results(request, &mut results);
         }
-        // The request left after the previous response arrived.
-        turn.requested_at_ms = match (start, previous_time) {
-            (Some(s), Some(p)) => Some(p.saturating_sub(s)),
-            (Some(_), None) => Some(0),
+        // The request left when the recording says (counted from the
+        // first model call), else after the previous response arrived.
+        turn.requested_at_ms = match (request_start, exchange.request_ms, start, previous_time) {
+            (Some(first), Some(at), _, _) => Some(at.saturating_sub(first)),
+            (_, _, Some(s), Some(p)) => Some(p.saturating_sub(s)),
+            (_, _, Some(_), None) => Some(0),
             _ => None,
         };
         if exchange.time_ms.is_some() {
@@ -1365,7 +1478,9 @@ fn build_from_exchanges(
             "{unanswered} tool calls have no tool_result in a later request"
         ));
     }
-    if start.is_some() {
+    if request_start.is_some() {
+        notes.push("times from the requests' timestamps, counted from the first model call".into());
+    } else if start.is_some() {
         notes.push("times from the responses' Date headers (1 s resolution): a request is taken to leave when the previous response arrived".into());
     } else {
         notes.push("no timestamps: the time limit is not checked".into());

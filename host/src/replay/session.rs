@@ -21,6 +21,10 @@ pub enum Format {
     /// VCR cassette (vcrpy / pytest-recording), YAML or JSON:
     /// `interactions[].request` / `.response`.
     VcrCassette,
+    /// claude-trace log (`.claude-trace/log-*.jsonl`): one
+    /// `{request: {url, body}, response: {status_code, body | body_raw}}`
+    /// pair per line, Claude Code's own API traffic.
+    ClaudeTrace,
     /// SWE-agent trajectory (`.traj`): actions and observations per step,
     /// usage only as run totals.
     SweAgentTraj,
@@ -34,6 +38,7 @@ impl Format {
             Self::ClaudeCodeStreamJson => "claude-code-stream-json",
             Self::AnthropicExchanges => "anthropic-messages",
             Self::VcrCassette => "vcr-cassette",
+            Self::ClaudeTrace => "claude-trace",
             Self::SweAgentTraj => "swe-agent-traj",
         }
     }
@@ -47,6 +52,7 @@ impl Format {
             }
             Self::AnthropicExchanges => "Anthropic Messages API exchanges (JSON)",
             Self::VcrCassette => "VCR cassette of model API calls (Anthropic Messages, OpenAI Chat Completions or Responses)",
+            Self::ClaudeTrace => "claude-trace log of Claude Code's API traffic (JSON Lines)",
             Self::SweAgentTraj => "SWE-agent trajectory (.traj)",
         }
     }
