@@ -62,10 +62,12 @@ pub type ReplayGate = TurnGate<256, 4096, 256, { 1 << 15 }>;
 /// Arguments of `budgetgate replay`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
-    /// The recorded session: a Claude Code session log (.jsonl), Anthropic
-    /// Messages API exchanges (.json/.jsonl), a VCR cassette (.yaml/.json) or
-    /// a SWE-agent trajectory (.traj). The format is detected from the content.
-    /// "-" reads standard input. At most 256 MiB.
+    /// The recorded session: a Claude Code session log (.jsonl, with its
+    /// subagents/agent-*.jsonl beside it), Claude Code stream-json output, a
+    /// claude-trace log, Anthropic Messages API exchanges (.json/.jsonl), a
+    /// VCR cassette (.yaml/.json, or gzipped .yaml.gz) of Anthropic or OpenAI
+    /// calls, or a SWE-agent trajectory (.traj). The format is detected from
+    /// the content. "-" reads standard input. At most 256 MiB.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
 
@@ -81,7 +83,18 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "all|none|TOOL,...")]
     pub approve: Option<String>,
 
-    /// Print one JSON object instead of the table.
+    /// Print one JSON object instead of the table (schema in
+    /// docs/TURN-GATE.md). Keys: schema_version (2), format,
+    /// format_description, turns, tool_calls, server_tool_calls, usage
+    /// {input_tokens, output_tokens, cache_read_input_tokens,
+    /// cache_creation_input_tokens, total}, usage_per_turn, usage_known,
+    /// stopped {turn, reason, detail} or null, overshoot {limit, used, max,
+    /// by} or null, status, refusals {reason: count}, executed, approved,
+    /// reached_turns, gate_usage, budget, notes, agents [{agent, turns,
+    /// tool_calls, usage}], per_turn [{turn, message_id, stop_reason,
+    /// stop_reason_inferred, usage, running_total, reached, outcome, calls
+    /// [{id, name, verdict, reason, recorded}], usage_iterations,
+    /// server_tool_calls, cut_off, agent}].
     #[arg(long)]
     pub json: bool,
 }
@@ -1251,6 +1264,44 @@ mod tests {
         .unwrap();
         assert_eq!(run(&bad_approve.replay), ExitCode::from(2));
         assert!(Cli::try_parse_from(["replay"]).is_err());
+    }
+
+    /// Every key `--json` writes (top level, per turn, per call, budget,
+    /// agents) is named in `--help` (top level and per turn) and in
+    /// docs/TURN-GATE.md.
+    #[test]
+    fn every_json_key_is_in_the_help_and_the_docs() {
+        use clap::CommandFactory;
+        let text = std::fs::read_to_string(example("replay/claude-code.jsonl")).unwrap();
+        let mut session = read_session(&text).unwrap();
+        session.turns[0].agent = Some("agent-x".into());
+        let report = replay(&session, &ReplayBudget::default()).unwrap();
+        let json = serde_json::to_value(&report).unwrap();
+        let help = Cli::command().render_long_help().to_string();
+        let help: String = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        let docs = std::fs::read_to_string(format!(
+            "{}/../docs/TURN-GATE.md",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let keys = |v: &Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
+        let per_turn = &json["per_turn"][0];
+        let mut in_help = keys(&json);
+        in_help.extend(keys(per_turn));
+        in_help.extend(keys(&per_turn["calls"][0]));
+        in_help.extend(keys(&json["agents"][0]));
+        for key in &in_help {
+            assert!(help.contains(key.as_str()), "--help does not name `{key}`");
+        }
+        let mut in_docs = in_help.clone();
+        in_docs.extend(keys(&json["budget"]));
+        for key in &in_docs {
+            assert!(
+                docs.contains(&format!("`{key}`")),
+                "docs/TURN-GATE.md does not name `{key}`"
+            );
+        }
+        assert_eq!(json["schema_version"], REPORT_SCHEMA_VERSION);
     }
 
     #[test]

@@ -55,7 +55,7 @@ pub fn read_session(text: &str) -> Result<Session, String> {
 }
 
 fn unrecognised() -> String {
-    "not a recognised recording: expected a Claude Code session log (JSON Lines), Anthropic Messages API exchanges ({request, response} JSON or JSON Lines), a VCR cassette (interactions[]) or a SWE-agent .traj (trajectory[])".into()
+    "not a recognised recording: expected a Claude Code session log or stream-json output (JSON Lines), a claude-trace log, Anthropic Messages API exchanges ({request, response} JSON or JSON Lines), a VCR cassette (interactions[], of Anthropic or OpenAI calls) or a SWE-agent .traj (trajectory[])".into()
 }
 
 fn from_json_document(value: Value) -> Result<Session, String> {
