@@ -20,6 +20,7 @@ mod approval;
 pub(crate) mod budget;
 mod formats;
 mod openai;
+mod providers;
 pub(crate) mod session;
 mod time;
 

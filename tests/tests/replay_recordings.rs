@@ -1094,18 +1094,118 @@ fn openai_responses_map_to_the_turn_gate() {
         .any(|n| n.contains("response resp_2 again")));
 }
 
+/// Amazon Bedrock Converse, in the shape of pydantic-ai's
+/// `tests/models/bedrock/cassettes/test_cache/test_bedrock_single_tool_choice_preserves_cache[anthropic].yaml`
+/// (`output.message.content[].toolUse`, `stopReason`, `usage.inputTokens`
+/// beside `cacheReadInputTokens`, `totalTokens` their sum; `!!binary`
+/// request headers), and Gemini `generateContent` in the shape of its
+/// `tests/models/cassettes/test_google/*.yaml` (`candidates[].content.parts[].functionCall`
+/// without an id, `finishReason: STOP`, `usageMetadata`), streamed as
+/// `data:` chunks.
+fn converse_and_gemini_cassette(finish: &str) -> String {
+    let converse = |content: Value, stop: &str, usage: Value| {
+        json!({"metrics": {"latencyMs": 900}, "output": {"message": {"role": "assistant", "content": content}},
+               "stopReason": stop, "usage": usage})
+    };
+    let gemini_stream: String = [
+        json!({"candidates": [{"content": {"role": "model", "parts": [{"functionCall": {"name": "get_capital", "args": {"country": "France"}}}]}}],
+               "usageMetadata": {"promptTokenCount": 50, "candidatesTokenCount": 5}}),
+        json!({"candidates": [{"content": {"role": "model", "parts": [{"functionCall": {"name": "get_capital", "args": {"country": "Peru"}}}]}, "finishReason": finish}],
+               "usageMetadata": {"promptTokenCount": 50, "cachedContentTokenCount": 20, "candidatesTokenCount": 9, "thoughtsTokenCount": 30, "totalTokenCount": 89}}),
+    ]
+    .iter()
+    .map(|c| format!("data: {c}\r\n\r\n"))
+    .collect();
+    json!({"interactions": [
+        {"request": {"method": "POST", "uri": "https://bedrock-runtime.us-east-1.amazonaws.com/model/us.anthropic.claude-example-v1%3A0/converse",
+                     "headers": {"content-type": ["YXBwbGljYXRpb24vanNvbg=="]},
+                     "body": json!({"messages": [{"role": "user", "content": [{"text": "look it up"}]}],
+                                     "inferenceConfig": {"maxTokens": 1024},
+                                     "toolConfig": {"tools": [{"toolSpec": {"name": "catalog_lookup", "inputSchema": {"json": {"type": "object"}}}}]}}).to_string()},
+         "response": {"status": {"code": 200, "message": "OK"}, "parsed_body": converse(
+             json!([{"toolUse": {"toolUseId": "tooluse_1", "name": "catalog_lookup", "input": {"sku": 7}}}]), "tool_use",
+             json!({"inputTokens": 433, "outputTokens": 16, "cacheReadInputTokens": 2752, "cacheWriteInputTokens": 0, "totalTokens": 3201}))}},
+        {"request": {"method": "POST", "uri": "https://bedrock-runtime.us-east-1.amazonaws.com/model/us.anthropic.claude-example-v1%3A0/converse",
+                     "parsed_body": {"messages": [{"role": "user", "content": [{"toolResult": {"toolUseId": "tooluse_1", "status": "error", "content": [{"text": "no such sku"}]}}]}],
+                                     "toolConfig": {"tools": [{"toolSpec": {"name": "catalog_lookup"}}]}}},
+         "response": {"status": {"code": 200, "message": "OK"}, "parsed_body": converse(
+             json!([{"text": "Not found."}]), "end_turn",
+             json!({"inputTokens": 386, "outputTokens": 4, "cacheReadInputTokens": 2752, "cacheWriteInputTokens": 0, "totalTokens": 3142}))}},
+        {"request": {"method": "POST", "uri": "https://generativelanguage.googleapis.com/v1beta/models/gemini-x:streamGenerateContent?alt=sse",
+                     "parsed_body": {"contents": [{"role": "user", "parts": [{"text": "capitals?"}]}],
+                                     "tools": [{"functionDeclarations": [{"name": "get_capital"}]}],
+                                     "generationConfig": {"maxOutputTokens": 256}}},
+         "response": {"status": {"code": 200, "message": "OK"}, "headers": {"content-type": ["text/event-stream"]},
+                      "body": {"string": gemini_stream}}},
+    ]})
+    .to_string()
+}
+
+#[test]
+fn bedrock_converse_and_gemini_map_to_the_turn_gate() {
+    let report = run(&converse_and_gemini_cassette("STOP"), "");
+    assert_eq!((report.turns, report.tool_calls), (3, 3));
+    let first = report.per_turn[0].usage.unwrap();
+    assert_eq!(
+        (
+            first.input_tokens,
+            first.cache_read_input_tokens,
+            first.total()
+        ),
+        (433, 2_752, 3_201)
+    );
+    assert_eq!(
+        verdicts(&report, 0),
+        [("tooluse_1".into(), "execute", None)]
+    );
+    // The toolResult with status error is the recorded outcome.
+    assert_eq!(report.per_turn[0].calls[0].recorded, "error");
+    // Gemini: STOP with function calls is a tool turn; ids made unique; the
+    // usage's cached and thought tokens counted to totalTokenCount.
+    assert_eq!(report.per_turn[2].stop_reason, "tool_use");
+    assert_eq!(
+        verdicts(&report, 2),
+        [
+            ("interaction-2-call-0".into(), "execute", None),
+            ("interaction-2-call-1".into(), "execute", None)
+        ]
+    );
+    let gemini = report.per_turn[2].usage.unwrap();
+    assert_eq!(
+        (
+            gemini.input_tokens,
+            gemini.cache_read_input_tokens,
+            gemini.output_tokens,
+            gemini.total()
+        ),
+        (30, 20, 39, 89)
+    );
+    // MAX_TOKENS never executes.
+    let cut = converse_and_gemini_cassette("MAX_TOKENS");
+    let report = run(&cut, "");
+    assert_eq!(report.per_turn[2].stop_reason, "max_tokens");
+    assert_eq!(report.refusals.get("cut-off"), Some(&2));
+}
+
 #[test]
 fn a_model_call_of_a_format_not_read_is_refused_naming_it() {
-    let cassette = json!({"interactions": [{
-        "request": {"method": "POST", "uri": "https://generativelanguage.googleapis.com/v1beta/models/gemini-x:generateContent",
-                    "parsed_body": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}},
-        "response": {"status": {"code": 200, "message": "OK"},
-                     "parsed_body": {"candidates": [{"content": {"parts": [{"text": "hello"}]}, "finishReason": "STOP"}],
-                                     "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2}}}}]})
-    .to_string();
-    let err = replay_text(&cassette, &ReplayBudget::default()).unwrap_err();
+    // Bedrock ConverseStream is a binary event stream (not text).
+    let cassette = r#"interactions:
+- request:
+    method: POST
+    uri: https://bedrock-runtime.us-east-1.amazonaws.com/model/us.anthropic.claude-example-v1%3A0/converse-stream
+    body: '{"messages": [{"role": "user", "content": [{"text": "hi"}]}]}'
+  response:
+    status: {code: 200, message: OK}
+    headers: {Content-Type: [application/vnd.amazon.eventstream]}
+    body:
+      string: !!binary |
+        AAAAnwAAAFLYs2u/CzpldmVudC10eXBlBwAMbWVzc2FnZVN0YXJ0DTpjb250ZW50LXR5cGUHABBhcHBsaWNhdGlvbi9qc29u
+version: 1
+"#;
+    let err = replay_text(cassette, &ReplayBudget::default()).unwrap_err();
     assert!(
-        err.contains("Google Gemini generateContent") && err.contains("refused"),
+        err.contains("Amazon Bedrock Converse call") && err.contains("not text"),
         "{err}"
     );
 }

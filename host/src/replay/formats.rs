@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use serde_json::{Map, Value};
 
 use super::openai;
+use super::providers;
 use super::session::{billed_usage, Format, RecordedCall, RecordedTurn, Session, UsageGranularity};
 use super::time::{parse_http_date_ms, parse_rfc3339_ms};
 use crate::strict::value_from_str;
@@ -981,7 +982,14 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
                 skip(", a body that is not text");
                 continue;
             }
-            Err(e) => return Err(format!("{label}: response body: {e}")),
+            Err(e) => {
+                return Err(match endpoint {
+                    Endpoint::Model(api) => {
+                        format!("{label}: {} ({uri}): response body: {e}", api.description())
+                    }
+                    _ => format!("{label}: response body: {e}"),
+                })
+            }
         };
         let request_body = match request {
             Some(r) => match vcr_body(r) {
@@ -1005,6 +1013,15 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
                 } else if text.contains("\"response.created\"") || text.contains("event: response.")
                 {
                     openai::responses_from_sse(&text)
+                } else if endpoint == Endpoint::Model(ModelApi::Gemini)
+                    || (!text.contains("message_start") && text.contains("\"candidates\""))
+                {
+                    providers::gemini_from_sse(&text).and_then(|(chunks, cut_off)| {
+                        Ok((
+                            providers::gemini_message(&chunks, &label.replace(' ', "-"))?,
+                            cut_off,
+                        ))
+                    })
                 } else {
                     message_from_sse(&text)
                 };
@@ -1058,6 +1075,16 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
                 notes.push(format!("{label}: the reply records no usage (a stream without stream_options.include_usage?): counted as 0 tokens"));
             }
             message
+        } else if providers::is_converse(&body) {
+            providers::converse_message(&body)
+                .map_err(|e| format!("{label}: Bedrock Converse reply: {e}"))?
+        } else if providers::is_gemini(&body) {
+            let chunks = match &body {
+                Value::Array(items) => items.clone(),
+                one => vec![one.clone()],
+            };
+            providers::gemini_message(&chunks, &label.replace(' ', "-"))
+                .map_err(|e| format!("{label}: Gemini reply: {e}"))?
         } else if openai::is_response(&body) {
             let message = openai::responses_message(&body)
                 .map_err(|e| format!("{label}: OpenAI response: {e}"))?;
@@ -1083,7 +1110,7 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
                 // skipped (skipping would count less than was billed).
                 Endpoint::Model(api) => {
                     return Err(format!(
-                        "{label}: {} ({uri}), a recording format not read yet; refused rather than counted as nothing",
+                        "{label}: {} ({uri}) whose reply is not in a shape this version reads; refused rather than counted as nothing",
                         api.description()
                     ))
                 }
@@ -1400,7 +1427,18 @@ fn build_from_exchanges(
         if let Some(request) = &exchange.request {
             let cap = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
                 .into_iter()
-                .find_map(|k| request.get(k).filter(|v| !v.is_null()));
+                .find_map(|k| request.get(k).filter(|v| !v.is_null()))
+                .or_else(|| {
+                    request
+                        .get("inferenceConfig")
+                        .and_then(|c| c.get("maxTokens"))
+                        .or_else(|| {
+                            request
+                                .get("generationConfig")
+                                .and_then(|c| c.get("maxOutputTokens"))
+                        })
+                        .filter(|v| !v.is_null())
+                });
             turn.max_tokens = match cap {
                 None | Some(Value::Null) => None,
                 Some(v) => Some(v.as_u64().ok_or_else(|| {
@@ -1430,6 +1468,11 @@ fn build_from_exchanges(
                 }
             }
             openai::request_results(request, &mut results);
+            let mut names = Vec::new();
+            if providers::request_facts(request, &mut names, &mut results) {
+                any_declared = true;
+            }
+            declared.extend(names);
         }
         // The request left when the recording says (counted from the
         // first model call), else after the previous response arrived.

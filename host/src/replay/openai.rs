@@ -135,7 +135,8 @@ pub(super) fn chat_message(
     label: &str,
     notes: &mut Vec<String>,
 ) -> Result<Value, String> {
-    let id = body.get("id").and_then(Value::as_str).unwrap_or("chatcmpl");
+    let fallback = label.replace(' ', "-");
+    let id = body.get("id").and_then(Value::as_str).unwrap_or(&fallback);
     let choices = body
         .get("choices")
         .and_then(Value::as_array)

@@ -51,7 +51,7 @@ impl Format {
                 "Claude Code stream-json output (claude -p --output-format stream-json)"
             }
             Self::AnthropicExchanges => "Anthropic Messages API exchanges (JSON)",
-            Self::VcrCassette => "VCR cassette of model API calls (Anthropic Messages, OpenAI Chat Completions or Responses)",
+            Self::VcrCassette => "VCR cassette of model API calls (Anthropic Messages, OpenAI Chat Completions or Responses, Bedrock Converse, Gemini)",
             Self::ClaudeTrace => "claude-trace log of Claude Code's API traffic (JSON Lines)",
             Self::SweAgentTraj => "SWE-agent trajectory (.traj)",
         }
