@@ -771,7 +771,13 @@ fn end_of_recording(
     per_turn: &[TurnReport],
 ) {
     let last_reached = per_turn.last().is_some_and(|row| row.reached);
-    if stopped.is_some() || !last_reached || gate.status() != RunStatus::Running {
+    // A trajectory that says its last step finished the run (`submitted`)
+    // needs no further call.
+    if stopped.is_some()
+        || !last_reached
+        || gate.status() != RunStatus::Running
+        || session.ends_complete
+    {
         return;
     }
     let now = session

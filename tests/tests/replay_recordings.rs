@@ -488,6 +488,13 @@ fn swe_agent_function_calls_are_named_by_the_recorded_function() {
         .any(|n| n.contains("3 of 4 steps named by the function call")));
     // The arguments are the function's: two different bash commands are two
     // different calls, the same one three times is a repeat.
+    // The last step submitted: no further call is needed, so a budget spent
+    // exactly there does not stop it.
+    let report = run(
+        &function_calling_trajectory(),
+        "[budget]\nmax_model_calls = 4",
+    );
+    assert_eq!((report.status, report.stopped.clone()), ("complete", None));
     let again = function_calling_trajectory().replace("pip install -e .", "rm -rf build");
     let report = run(&again, "[budget]\nmax_repeats = 1");
     assert_eq!(
