@@ -1230,7 +1230,7 @@ fn decode_binary(raw: &str) -> Result<Option<String>, String> {
     use base64::Engine as _;
     let compact: String = raw.chars().filter(|c| !c.is_ascii_whitespace()).collect();
     let is_base64 = !compact.is_empty()
-        && compact.len() % 4 == 0
+        && compact.len().is_multiple_of(4)
         && compact
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
