@@ -17,6 +17,7 @@
 //! question on the same budget ([`TurnGate::resume`]).
 
 mod approval;
+mod batch;
 pub(crate) mod budget;
 mod formats;
 mod openai;
@@ -68,9 +69,19 @@ pub struct ReplayArgs {
     /// claude-trace log, Anthropic Messages API exchanges (.json/.jsonl), a
     /// VCR cassette (.yaml/.json, or gzipped .yaml.gz) of Anthropic or OpenAI
     /// calls, or a SWE-agent trajectory (.traj). The format is detected from
-    /// the content. "-" reads standard input. At most 256 MiB.
-    #[arg(value_name = "FILE")]
+    /// the content. "-" reads standard input. At most 256 MiB. A directory
+    /// (e.g. ~/.claude/projects) replays every recording below it.
+    #[arg(value_name = "FILE|DIR")]
     pub file: PathBuf,
+
+    /// More recordings or directories. With several, or a directory, each
+    /// recording is replayed on its own with the same budget, in parallel,
+    /// and summed up in one table, worst first (--json: one object per line,
+    /// with its `file`, and `error` instead of the report when it cannot be
+    /// read); exit 2 if any cannot be read, else 1 if any was stopped or
+    /// overshot.
+    #[arg(value_name = "MORE")]
+    pub more: Vec<PathBuf>,
 
     /// Budget file (TOML, see docs/TURN-GATE.md); without it, the reference's
     /// defaults: 15 model calls, 150000 tokens, 120 s, 2 repeats. "-" reads
@@ -1129,6 +1140,14 @@ fn load(args: &ReplayArgs) -> Result<(ReplayBudget, String), (String, String)> {
             "the recording and the budget cannot both come from standard input".to_owned(),
         ));
     }
+    let budget = load_budget(args)?;
+    let bytes = crate::input::read_path(&args.file, MAX_SESSION_BYTES);
+    let text = text_of(bytes.and_then(gunzipped), "a recording").map_err(|e| (file, e))?;
+    Ok((budget, text))
+}
+
+/// The budget file (or the defaults) with `--approve` applied.
+fn load_budget(args: &ReplayArgs) -> Result<ReplayBudget, (String, String)> {
     let mut budget = match &args.budget {
         Some(path) => {
             let name = input_name(path);
@@ -1142,9 +1161,44 @@ fn load(args: &ReplayArgs) -> Result<(ReplayBudget, String), (String, String)> {
         budget.approve = ApprovePolicy::parse_for(approve, &budget.needs_approval)
             .map_err(|e| ("--approve".to_owned(), e))?;
     }
-    let bytes = crate::input::read_path(&args.file, MAX_SESSION_BYTES);
-    let text = text_of(bytes.and_then(gunzipped), "a recording").map_err(|e| (file, e))?;
-    Ok((budget, text))
+    Ok(budget)
+}
+
+/// `replay DIR` or several files: see [`ReplayArgs::more`].
+fn command_batch(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    let mut fail = |source: &str, detail: &str| {
+        let _ = writeln!(
+            err,
+            "budgetgate replay: {}: {}",
+            terminal_safe(source),
+            terminal_safe(&one_line(detail))
+        );
+        ExitCode::from(2)
+    };
+    let mut paths = vec![args.file.clone()];
+    paths.extend(args.more.iter().cloned());
+    if paths.iter().any(|p| p == Path::new("-")) {
+        return fail("-", "standard input cannot be one of several recordings");
+    }
+    let budget = match load_budget(args) {
+        Ok(budget) => budget,
+        Err((source, detail)) => return fail(&source, &detail),
+    };
+    let files = match batch::collect(&paths) {
+        Ok(files) if files.is_empty() => {
+            return fail(&input_name(&args.file), "no recordings found")
+        }
+        Ok(files) => files,
+        Err((source, detail)) => return fail(&source, &detail),
+    };
+    match batch::run(&files, &budget, args.json, out).and_then(|status| {
+        out.flush()?;
+        Ok(status)
+    }) {
+        Ok(status) => ExitCode::from(status),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::from(0),
+        Err(e) => fail("<stdout>", &format!("cannot write the report: {e}")),
+    }
 }
 
 /// Runs `budgetgate replay`, printing to standard output. Exit status: 0
@@ -1162,6 +1216,9 @@ pub fn command(args: &ReplayArgs) -> ExitCode {
 /// pipe (`replay … | head`), which ends quietly with the status the replay
 /// had.
 pub fn command_to(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    if !args.more.is_empty() || args.file.is_dir() {
+        return command_batch(args, out, err);
+    }
     let file = input_name(&args.file);
     let mut fail = |source: &str, detail: &str| {
         let _ = writeln!(

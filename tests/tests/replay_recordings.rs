@@ -734,6 +734,7 @@ fn a_whole_cassette_gzipped_is_read() {
         .unwrap();
     let args = budgetgate::replay::ReplayArgs {
         file: path,
+        more: Vec::new(),
         budget: None,
         approve: None,
         json: true,
@@ -862,6 +863,7 @@ fn write_session_with_subagent(dir: &std::path::Path) -> std::path::PathBuf {
 fn replay_file(path: std::path::PathBuf, budget: Option<std::path::PathBuf>) -> (u8, Value) {
     let args = budgetgate::replay::ReplayArgs {
         file: path,
+        more: Vec::new(),
         budget,
         approve: None,
         json: true,
@@ -1285,4 +1287,71 @@ fn claude_trace_logs_are_read_with_their_streams_and_extra_calls() {
     let report = run(&claude_trace_log(), "[budget]\nmax_seconds = 1");
     let stopped = report.stopped.unwrap();
     assert_eq!((stopped.turn, stopped.reason.as_str()), (Some(1), "time"));
+}
+
+// ------------------------------------------------------ replay DIR, at scale
+
+#[test]
+fn a_directory_is_replayed_recording_by_recording_worst_first() {
+    let dir = std::env::temp_dir().join(format!("budgetgate-dir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let project = dir.join("projects/-home-user-shop");
+    std::fs::create_dir_all(&project).unwrap();
+    write_session_with_subagent(&project);
+    std::fs::write(project.join("cassette.yaml"), MIXED_CASSETTE).unwrap();
+    std::fs::write(project.join("one-tool-turn.jsonl"), one_tool_turn()).unwrap();
+    std::fs::write(project.join("notes.md"), "not a recording").unwrap();
+    let args = |budget: Option<std::path::PathBuf>| budgetgate::replay::ReplayArgs {
+        file: dir.join("projects"),
+        more: Vec::new(),
+        budget,
+        approve: None,
+        json: true,
+    };
+    let run_args = |args: &budgetgate::replay::ReplayArgs| {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let status = budgetgate::replay::command_to(args, &mut out, &mut err);
+        let lines: Vec<Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (status, lines, String::from_utf8(err).unwrap())
+    };
+    let budget = dir.join("budget.toml");
+    std::fs::write(&budget, "[budget]\nmax_model_calls = 1\n").unwrap();
+    let (status, lines, err) = run_args(&args(Some(budget.clone())));
+    assert_eq!(status, std::process::ExitCode::from(1), "{err}");
+    // Three recordings (the sub-agent log is replayed with its session, the
+    // .md is no recording), all stopped by one model call, worst first:
+    // most tokens first.
+    let files: Vec<&str> = lines
+        .iter()
+        .map(|l| l["file"].as_str().unwrap().rsplit('/').next().unwrap())
+        .collect();
+    assert_eq!(
+        files,
+        ["session.jsonl", "cassette.yaml", "one-tool-turn.jsonl"]
+    );
+    assert_eq!(lines[0]["turns"], 4);
+    assert!(lines.iter().all(|l| l["schema_version"] == 2));
+    // An unreadable one comes first and makes the exit status 2.
+    std::fs::write(project.join("broken.json"), "{\"hello\": 1}").unwrap();
+    let (status, lines, _) = run_args(&args(None));
+    assert_eq!(status, std::process::ExitCode::from(2));
+    assert!(lines[0]["file"].as_str().unwrap().ends_with("broken.json"));
+    assert!(lines[0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("not a recognised recording"));
+    // The table names each and sums them up.
+    let mut table_args = args(None);
+    table_args.json = false;
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    budgetgate::replay::command_to(&table_args, &mut out, &mut err);
+    let table = String::from_utf8(out).unwrap();
+    assert!(
+        table.contains("4 recordings: 0 stopped or overshot, 1 unreadable"),
+        "{table}"
+    );
 }
