@@ -1355,3 +1355,18 @@ fn a_directory_is_replayed_recording_by_recording_worst_first() {
         "{table}"
     );
 }
+
+#[test]
+fn a_model_call_recorded_without_its_reply_is_refused_not_skipped() {
+    let cassette = MIXED_CASSETTE.replacen(
+        "    parsed_body:\n      id: msg_m2\n",
+        "    body: {string: ''}\n    unused:\n      id: msg_m2\n",
+        1,
+    );
+    assert_ne!(cassette, MIXED_CASSETTE);
+    let err = replay_text(&cassette, &ReplayBudget::default()).unwrap_err();
+    assert!(
+        err.contains("interaction 5") && err.contains("no response body"),
+        "{err}"
+    );
+}

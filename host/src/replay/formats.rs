@@ -1000,7 +1000,18 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
             None => None,
         };
         let Some(body) = body else {
-            notes.push(format!("{label}: no response body, skipped"));
+            match endpoint {
+                // A model call whose reply was not recorded: refused, never
+                // counted as nothing.
+                Endpoint::Model(api) => {
+                    return Err(format!(
+                        "{label}: {} ({uri}) with no response body",
+                        api.description()
+                    ))
+                }
+                Endpoint::Other => skip(", no body"),
+                Endpoint::Unknown => notes.push(format!("{label}: no response body, skipped")),
+            }
             continue;
         };
         let (body, streamed, cut_off) = match body {
@@ -1038,11 +1049,15 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
                 skip(", a body that is not JSON");
                 continue;
             }
-            Body::Text(_) => {
-                return Err(format!(
+            Body::Text(_) => return Err(match endpoint {
+                Endpoint::Model(api) => format!(
+                    "{label}: {} ({uri}): the response body is neither JSON nor an event stream",
+                    api.description()
+                ),
+                _ => format!(
                     "{label}: the response body is neither JSON nor a Messages API event stream"
-                ))
-            }
+                ),
+            }),
         };
         let openai_error = (openai::is_chat_completion(&body) || openai::is_response(&body))
             && (body.get("status").and_then(Value::as_str) == Some("failed"))

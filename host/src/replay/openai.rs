@@ -371,7 +371,7 @@ pub(super) fn responses_message(body: &Value) -> Result<Value, String> {
         (Some("incomplete"), Some("content_filter")) => json!("refusal"),
         (Some("incomplete"), other) => json!(format!("incomplete: {}", other.unwrap_or("unknown"))),
         _ if calls > 0 => json!("tool_use"),
-        (Some("completed") | None, _) => json!("end_turn"),
+        (Some("completed" | "complete") | None, _) => json!("end_turn"),
         (Some(other), _) => json!(other),
     };
     Ok(json!({
