@@ -1,26 +1,57 @@
 //! `budgetgate replay` on the shapes real agents record (issue 14): each
 //! test is named after the behaviour it protects and runs on a fixture
 //! written here in the shape of public recordings. The fixtures are our
-//! own; the public samples each shape was checked against (locally, never
-//! copied into the repository) are:
+//! own; the public samples each shape was checked against (locally, with
+//! the search tool's snapshots, never copied into the repository) are:
 //!
-//! * VCR cassettes mixing model calls with other exchanges, compaction and
-//!   advisor `usage.iterations`, server tool uses (web search, web fetch,
-//!   advisor): pydantic/pydantic-ai at 4fda389,
-//!   `tests/models/cassettes/test_anthropic/` — `test_anthropic_cache_count_tokens.yaml`
-//!   (a `/v1/messages/count_tokens` call before the model call),
-//!   `test_anthropic_compaction_usage_with_cache.yaml` and `…_streaming.yaml`
-//!   (a compaction iteration of 55 096 cache-write tokens beside a top level
-//!   of 234), `test_anthropic_advisor_tool.yaml` and `…_stream.yaml`
-//!   (`advisor_message` iterations), `test_anthropic_model_web_search_tool_stream.yaml`,
-//!   `test_anthropic_web_fetch_tool.yaml` (`server_tool_use` blocks).
-//!   In each of them the top-level usage equals the sum of the `message`
-//!   iterations: the replay counts top level + every iteration, the rule
-//!   `budgetgate hook` counts by, which over-counts those by the `message`
+//! * **VCR cassettes** — pydantic/pydantic-ai at 4fda389: all 362 readable
+//!   cassettes of `tests/models/cassettes/test_anthropic/`, `test_openai/`,
+//!   `test_openai_responses/`, `test_google/` and `tests/models/bedrock/`
+//!   replayed with `replay DIR`: 344 read; the 18 others hold no model reply
+//!   (token counting only, API errors only, a Bedrock ConverseStream binary
+//!   stream, an echo server) and are refused naming why. In particular
+//!   `test_anthropic_cache_count_tokens.yaml` (a `/v1/messages/count_tokens`
+//!   call before the model call), `test_anthropic_compaction_usage_with_cache.yaml`
+//!   and `…_streaming.yaml` (a compaction iteration of 55 096 cache-write
+//!   tokens beside a top level of 234), `test_anthropic_advisor_tool.yaml` and
+//!   `…_stream.yaml` (`advisor_message` iterations),
+//!   `test_anthropic_model_web_search_tool_stream.yaml` and
+//!   `test_anthropic_web_fetch_tool.yaml` (`server_tool_use`),
+//!   `test_openai/test_openai_tool_output.yaml`, `test_openai_moderation_stream.yaml`,
+//!   `test_compatible_api_with_tool_calls_without_id.yaml` (Chat Completions,
+//!   plain, streamed, a call without an id), `test_openai_responses/test_background_mode_*`
+//!   (a response polled again), the Bedrock `test_cache/*converse*` cassettes
+//!   (`!!binary` headers, Converse usage) and `test_google/test_google_model_iter_stream.yaml`,
+//!   `test_google_instructions_only_with_tool_calls.yaml` (Gemini calls
+//!   without ids). vcrpy `string: !!binary | H4sI…` gzip bodies with
+//!   `Content-Encoding: gzip`: cassettes of JSON APIs found with the search
+//!   tool's `find_string`.
+//! * **usage.iterations** — the cassettes above and the Anthropic compaction
+//!   guide (as mirrored in JokerRun/claude-docs-sitemap,
+//!   `content/claude-docs/platform.claude.com/docs/en/build-with-claude/compaction.md`):
+//!   the top level leaves out compaction iterations; in every sample it equals
+//!   the `message` iterations. The replay counts top level + every iteration,
+//!   the rule `budgetgate hook` counts by, which over-counts by the `message`
 //!   iterations (never under-counts).
-//! * The Anthropic compaction guide (as mirrored in
-//!   JokerRun/claude-docs-sitemap, `…/en/build-with-claude/compaction.md`):
-//!   the top level does not include compaction iterations.
+//! * **Claude Code session logs with sub-agents** — marot/spotter at
+//!   8cc42b0, `test/fixtures/transcripts/*.jsonl` with their
+//!   `<session>/subagents/agent-*.jsonl` (including `agent-acompact-*`):
+//!   turns and tokens per session equal an independent count over the main
+//!   log and its sub-agent logs (e.g. `fa812bfe-…`: 178 responses, 16 574 416
+//!   tokens, 21 of them in three sub-agents).
+//! * **Claude Code stream-json** — raw captures of `claude -p
+//!   --output-format stream-json --verbose` quoted in public docs and tests
+//!   found with the search tool (Claude Code 2.0.59 session captures; Agent
+//!   SDK message types): `system`/`init`, `session_id` and `uuid` on every
+//!   line, one block per `assistant` line, `parent_tool_use_id`, a closing
+//!   `result` line.
+//! * **SWE-agent 1.x** — SWE-agent/SWE-agent at 3ea751c,
+//!   `trajectories/demonstrations/*function_calling*/*.traj` and
+//!   `tests/test_data/trajectories/…/6e44b9__sweagenttestrepo-1c2844.traj`.
+//! * **claude-trace** — badlogic's claude-trace `RawPair`
+//!   (`apps/claude-trace/src/types.ts` and `interceptor.ts`, as mirrored in
+//!   saksofonists/lemmy): `body` for JSON replies, `body_raw` for event
+//!   streams, `response: null` for orphaned requests.
 
 use budgetgate::replay::{parse_budget, replay_text, ReplayBudget, Report};
 use serde_json::{json, Value};
