@@ -1401,3 +1401,37 @@ fn a_model_call_recorded_without_its_reply_is_refused_not_skipped() {
         "{err}"
     );
 }
+
+#[test]
+fn openai_compaction_and_unread_spend_are_never_hidden() {
+    // `POST /v1/responses/compact` (pydantic-ai's
+    // `test_openai_responses_compact_messages.yaml`) is a billed model call
+    // that answers nothing: a turn that continues, counted.
+    let exchange = |uri: &str, body: Value| {
+        json!({"request": {"method": "POST", "uri": uri, "parsed_body": {"model": "gpt-example"}},
+               "response": {"status": {"code": 200, "message": "OK"}, "parsed_body": body}})
+    };
+    let cassette = json!({"interactions": [
+        exchange("https://api.openai.com/v1/responses/compact", json!({"id": "resp_c", "object": "response.compaction",
+            "output": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "2+2?"}]}],
+            "usage": {"input_tokens": 156, "output_tokens": 190, "total_tokens": 346}})),
+        exchange("https://api.openai.com/v1/embeddings", json!({"object": "list", "data": [],
+            "usage": {"prompt_tokens": 8, "total_tokens": 8}})),
+        exchange("https://api.openai.com/v1/responses", json!({"id": "resp_1", "object": "response", "status": "completed",
+            "output": [{"type": "message", "content": [{"type": "output_text", "text": "4"}]}],
+            "usage": {"input_tokens": 298, "output_tokens": 8}})),
+    ]})
+    .to_string();
+    let report = run(&cassette, "");
+    assert_eq!(report.turns, 2);
+    assert_eq!(report.per_turn[0].stop_reason, "pause_turn");
+    assert_eq!(report.usage.total(), 346 + 306);
+    assert_eq!(report.status, "complete");
+    // The embeddings call is no model call, but the tokens its reply reports
+    // are said.
+    assert!(
+        report.notes.iter().any(|n| n.contains("1 (POST /v1/embeddings, its reply reports 8 tokens, not counted)")),
+        "{:?}",
+        report.notes
+    );
+}

@@ -1049,15 +1049,17 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
                 skip(", a body that is not JSON");
                 continue;
             }
-            Body::Text(_) => return Err(match endpoint {
-                Endpoint::Model(api) => format!(
+            Body::Text(_) => {
+                return Err(match endpoint {
+                    Endpoint::Model(api) => format!(
                     "{label}: {} ({uri}): the response body is neither JSON nor an event stream",
                     api.description()
                 ),
-                _ => format!(
+                    _ => format!(
                     "{label}: the response body is neither JSON nor a Messages API event stream"
                 ),
-            }),
+                })
+            }
         };
         let openai_error = (openai::is_chat_completion(&body) || openai::is_response(&body))
             && (body.get("status").and_then(Value::as_str) == Some("failed"))
@@ -1131,7 +1133,14 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
                 }
                 Endpoint::Other | Endpoint::Unknown => {}
             }
-            skip("");
+            // Said, so that spend outside the model calls read (embeddings,
+            // a provider this version does not read) is never hidden.
+            match reported_tokens(&body) {
+                Some(n) if !is_token_count(&body) => {
+                    skip(&format!(", its reply reports {n} tokens, not counted"))
+                }
+                _ => skip(""),
+            }
             continue;
         }
         let time_ms = header(response, "date")
@@ -1172,6 +1181,25 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
         ));
     }
     build_from_exchanges(Format::VcrCassette, exchanges, notes)
+}
+
+/// The tokens a reply that is not read says it used: the numeric fields of
+/// its `usage` (or Gemini's `usageMetadata`) whose name holds `token`, totals
+/// left out, or Ollama's `prompt_eval_count + eval_count`. `None` when it
+/// says none.
+fn reported_tokens(body: &Value) -> Option<u64> {
+    let usage = body.get("usage").or_else(|| body.get("usageMetadata"));
+    let from_usage = usage.and_then(Value::as_object).map(|u| {
+        u.iter()
+            .filter(|(k, _)| k.contains("oken") && !k.contains("total"))
+            .filter_map(|(_, v)| v.as_u64())
+            .fold(0, u64::saturating_add)
+    });
+    let ollama = body
+        .get("prompt_eval_count")
+        .and_then(Value::as_u64)
+        .map(|p| p.saturating_add(body.get("eval_count").and_then(Value::as_u64).unwrap_or(0)));
+    from_usage.or(ollama).filter(|&n| n > 0)
 }
 
 fn is_message_value(body: &Value) -> bool {

@@ -26,9 +26,13 @@ pub(super) fn is_chat_completion(body: &Value) -> bool {
             && (body.get("usage").is_some() || body.get("model").is_some()))
 }
 
-/// Whether a body is a Responses API reply (`object: response`).
+/// Whether a body is a Responses API reply (`object: response`, or
+/// `response.compaction` from `POST /v1/responses/compact`).
 pub(super) fn is_response(body: &Value) -> bool {
-    body.get("object").and_then(Value::as_str) == Some("response")
+    matches!(
+        body.get("object").and_then(Value::as_str),
+        Some("response" | "response.compaction")
+    )
 }
 
 /// The usage of a Chat reply in the four counted fields.
@@ -310,6 +314,18 @@ pub(super) fn chat_from_sse(text: &str) -> Result<(Value, Option<String>), Strin
 /// other statuses as written.
 pub(super) fn responses_message(body: &Value) -> Result<Value, String> {
     let id = body.get("id").and_then(Value::as_str).unwrap_or("resp");
+    if body.get("object").and_then(Value::as_str) == Some("response.compaction") {
+        // A compaction (`/v1/responses/compact`) is a billed model call that
+        // answers nothing: the run goes on, as after `pause_turn`. Its
+        // output echoes the compacted input, so no call in it is read.
+        return Ok(json!({
+            "id": id,
+            "type": "message",
+            "content": [],
+            "stop_reason": "pause_turn",
+            "usage": responses_usage(body.get("usage"))?,
+        }));
+    }
     let output = match body.get("output") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) => items.clone(),
