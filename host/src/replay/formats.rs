@@ -101,7 +101,10 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
             continue;
         }
         match value_from_str(line) {
-            Ok(value) => values.push((index + 1, value)),
+            Ok(mut value) => {
+                prune_claude_code_line(&mut value);
+                values.push((index + 1, value));
+            }
             Err(e) if e.is_data() => {
                 return Err(format!("line {}: {}", index + 1, without_position(&e)))
             }
@@ -155,6 +158,69 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
         ));
     }
     Ok(session)
+}
+
+/// The keys of a Claude Code line (session log or stream-json) the readers
+/// use; the others are dropped as each line is read.
+const CLAUDE_CODE_KEYS: [&str; 13] = [
+    "type",
+    "uuid",
+    "sessionId",
+    "session_id",
+    "timestamp",
+    "requestId",
+    "request_id",
+    "parent_tool_use_id",
+    "message",
+    "subtype",
+    "num_turns",
+    "total_cost_usd",
+    "isSidechain",
+];
+
+/// Drops from a Claude Code line what no reader looks at — tool results'
+/// contents (`toolUseResult`, `tool_result.content`: whole files), thinking
+/// text, progress lines' nested messages — so a long log is held in a
+/// fraction of the memory its parsed lines would take. What decides
+/// anything (ids, names, inputs, usage, stop reasons, result ids and
+/// `is_error`, times) is kept; a line that is not a Claude Code line is left
+/// as it is.
+fn prune_claude_code_line(value: &mut Value) {
+    let Value::Object(line) = value else {
+        return;
+    };
+    let claude_code = line.contains_key("type")
+        && (line.contains_key("uuid")
+            || line.contains_key("sessionId")
+            || line.contains_key("session_id"));
+    if !claude_code {
+        return;
+    }
+    line.retain(|k, _| CLAUDE_CODE_KEYS.contains(&k.as_str()));
+    let kind = line.get("type").and_then(Value::as_str).unwrap_or("");
+    if !matches!(kind, "assistant" | "user") {
+        line.remove("message");
+        return;
+    }
+    let Some(Value::Array(blocks)) = line.get_mut("message").and_then(|m| m.get_mut("content"))
+    else {
+        return;
+    };
+    for block in blocks {
+        if let Value::Object(block) = block {
+            match block.get("type").and_then(Value::as_str) {
+                Some("tool_result") => {
+                    block.remove("content");
+                }
+                Some("thinking" | "redacted_thinking") => {
+                    block.remove("thinking");
+                    block.remove("signature");
+                    block.remove("data");
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 fn is_exchange(o: &Map<String, Value>) -> bool {
