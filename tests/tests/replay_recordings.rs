@@ -1435,3 +1435,37 @@ fn openai_compaction_and_unread_spend_are_never_hidden() {
         report.notes
     );
 }
+
+#[test]
+fn malformed_streams_are_errors_never_crashes() {
+    let start = json!({"type": "message_start", "message": {"id": "m1", "type": "message", "content": [],
+                       "stop_reason": null, "usage": 7}});
+    for events in [
+        vec![json!({"type": "message_start", "message": "not an object"})],
+        vec![
+            start.clone(),
+            json!({"type": "content_block_start", "index": 1_000_000_000_000u64,
+                                   "content_block": {"type": "text", "text": ""}}),
+        ],
+    ] {
+        let err =
+            replay_text(&streamed_cassette(&sse(&events)), &ReplayBudget::default()).unwrap_err();
+        assert!(err.contains("interaction 0"), "{err}");
+    }
+    // A usage that is not an object is replaced by the delta's.
+    let events = [
+        start,
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}}),
+        json!({"type": "message_stop"}),
+    ];
+    let report = run(&streamed_cassette(&sse(&events)), "");
+    assert_eq!(report.usage.total(), 5);
+    // A Responses stream whose response is not an object.
+    let stream =
+        "event: response.created\ndata: {\"type\":\"response.created\",\"response\":\"x\"}\n\n";
+    let cassette = json!({"interactions": [{
+        "request": {"method": "POST", "uri": "https://api.openai.com/v1/responses", "parsed_body": {"model": "m"}},
+        "response": {"status": {"code": 200, "message": "OK"}, "body": {"string": stream}}}]})
+    .to_string();
+    assert!(replay_text(&cassette, &ReplayBudget::default()).is_err());
+}

@@ -1426,9 +1426,12 @@ fn message_from_sse(text: &str) -> Result<(Value, Option<String>), String> {
             // whatever came before it.
             Some("error") => return Ok((event, None)),
             Some("message_stop") => stopped = true,
-            Some("message_start") => message = event.get("message").cloned(),
+            Some("message_start") => match event.get("message") {
+                Some(m @ Value::Object(_)) => message = Some(m.clone()),
+                _ => return Err("message_start without a message object".into()),
+            },
             Some("content_block_start") => {
-                let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                let index = block_index(&event)?;
                 let block = event.get("content_block").cloned().unwrap_or(Value::Null);
                 if blocks.len() <= index {
                     blocks.resize(index + 1, Value::Null);
@@ -1436,7 +1439,7 @@ fn message_from_sse(text: &str) -> Result<(Value, Option<String>), String> {
                 blocks[index] = block;
             }
             Some("content_block_delta") => {
-                let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                let index = block_index(&event)?;
                 let delta = event.get("delta");
                 match delta.and_then(|d| d.get("type")).and_then(Value::as_str) {
                     Some("text_delta") => {
@@ -1475,6 +1478,9 @@ fn message_from_sse(text: &str) -> Result<(Value, Option<String>), String> {
                     message["stop_reason"] = reason.clone();
                 }
                 if let Some(Value::Object(usage)) = event.get("usage") {
+                    if !message.get("usage").is_some_and(Value::is_object) {
+                        message["usage"] = Value::Object(Map::new());
+                    }
                     for (k, v) in usage {
                         if !v.is_null() {
                             message["usage"][k] = v.clone();
@@ -1513,6 +1519,22 @@ fn message_from_sse(text: &str) -> Result<(Value, Option<String>), String> {
         }
     });
     Ok((message, cut_off))
+}
+
+/// Most content blocks one streamed message may index.
+const MAX_STREAM_BLOCKS: u64 = 4096;
+
+/// A stream event's block `index` (0 when absent), at most
+/// [`MAX_STREAM_BLOCKS`]: a huge index would otherwise allocate that many
+/// blocks.
+fn block_index(event: &Value) -> Result<usize, String> {
+    let index = event.get("index").and_then(Value::as_u64).unwrap_or(0);
+    if index >= MAX_STREAM_BLOCKS {
+        return Err(format!(
+            "content block index {index} in the stream; at most {MAX_STREAM_BLOCKS} blocks are read"
+        ));
+    }
+    Ok(index as usize)
 }
 
 /// Prefix marking arguments that could not be read (streams cut off).

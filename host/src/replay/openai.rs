@@ -431,7 +431,9 @@ pub(super) fn responses_from_sse(text: &str) -> Result<(Value, Option<String>), 
             _ => {}
         }
     }
-    let mut response = last.ok_or("no response.created event in the stream")?;
+    let mut response = last
+        .filter(Value::is_object)
+        .ok_or("no response.created event with a response object in the stream")?;
     response["output"] = Value::Array(items);
     Ok((
         response,
