@@ -442,14 +442,16 @@ fn only_results_of(message: Option<&Value>, calls: &[RecordedCall]) -> bool {
 /// block). Such a repeat is one call, not a reuse of its id; a block that
 /// reuses an id with another name or input is kept, and the gate refuses it.
 /// Returns the calls kept and how many were dropped.
+/// `same_id` holds the indices of the turns of that `message.id` (kept by
+/// the reader, so that a long log is not scanned once per line).
 fn drop_logged_again(
     turns: &[RecordedTurn],
-    message_id: &str,
+    same_id: &[usize],
     calls: Vec<RecordedCall>,
 ) -> (Vec<RecordedCall>, usize) {
-    let earlier: Vec<&RecordedCall> = turns
+    let earlier: Vec<&RecordedCall> = same_id
         .iter()
-        .filter(|t| t.message_id.as_deref() == Some(message_id))
+        .filter_map(|&at| turns.get(at))
         .flat_map(|t| &t.calls)
         .collect();
     let mut kept: Vec<RecordedCall> = Vec::with_capacity(calls.len());
@@ -474,6 +476,7 @@ fn read_claude_code(lines: Vec<(usize, Value)>, format: Format) -> Result<Sessio
     // (parallel sub-agents' lines interleave).
     let mut opens: HashMap<Option<String>, OpenResponse> = HashMap::new();
     let mut result_notes = Vec::new();
+    let mut by_message: HashMap<String, Vec<usize>> = HashMap::new();
 
     let mut seen_ids: HashSet<String> = HashSet::new();
     let mut split_ids: Vec<String> = Vec::new();
@@ -574,14 +577,16 @@ fn read_claude_code(lines: Vec<(usize, Value)>, format: Format) -> Result<Sessio
                         let before = turn.calls.len();
                         add_blocks(turn, message.get("content")).map_err(context)?;
                         let added = turn.calls.split_off(before);
-                        let kept = drop_logged_again(&turns, id, added);
+                        let same_id = by_message.get(id).map_or(&[][..], Vec::as_slice);
+                        let kept = drop_logged_again(&turns, same_id, added);
                         repeated_blocks += kept.1;
                         turns[index].calls.extend(kept.0);
                     }
                     None => {
                         let mut turn = turn_from_message(message).map_err(context)?;
                         let calls = std::mem::take(&mut turn.calls);
-                        let kept = drop_logged_again(&turns, id, calls);
+                        let same_id = by_message.get(id).map_or(&[][..], Vec::as_slice);
+                        let kept = drop_logged_again(&turns, same_id, calls);
                         repeated_blocks += kept.1;
                         turn.calls = kept.0;
                         turn.usage = Some(usage);
@@ -592,6 +597,7 @@ fn read_claude_code(lines: Vec<(usize, Value)>, format: Format) -> Result<Sessio
                         if !seen_ids.insert(id.to_owned()) {
                             split_ids.push(id.to_owned());
                         }
+                        by_message.entry(id.to_owned()).or_default().push(turns.len());
                         turn.agent = thread.as_ref().map(|t| format!("Task {t}"));
                         opens.insert(
                             thread.clone(),
