@@ -67,10 +67,10 @@ fn from_json_document(value: Value) -> Result<Session, String> {
             read_exchanges(vec![("the document".into(), value)])
         }
         Value::Object(o) if o.contains_key("type") && o.contains_key("session_id") => {
-            read_claude_code(vec![(1, value)], Format::ClaudeCodeStreamJson)
+            read_claude_code([Ok((1, value))], Format::ClaudeCodeStreamJson)
         }
         Value::Object(o) if o.contains_key("type") && o.contains_key("uuid") => {
-            read_claude_code(vec![(1, value)], Format::ClaudeCode)
+            read_claude_code([Ok((1, value))], Format::ClaudeCode)
         }
         Value::Array(items)
             if !items.is_empty()
@@ -92,9 +92,94 @@ fn from_json_document(value: Value) -> Result<Session, String> {
     }
 }
 
+/// The top-level keys of one JSON Lines line that decide the format, read
+/// without building the line (`None`: not a JSON object, or not JSON).
+#[derive(Default, Clone, Copy)]
+struct LineKeys {
+    kind: bool,
+    uuid: bool,
+    session_id_camel: bool,
+    session_id_snake: bool,
+    request_and_response: bool,
+}
+
+fn line_keys(line: &str) -> Option<LineKeys> {
+    use std::borrow::Cow;
+    let keys: HashMap<Cow<'_, str>, serde::de::IgnoredAny> = serde_json::from_str(line).ok()?;
+    Some(LineKeys {
+        kind: keys.contains_key("type"),
+        uuid: keys.contains_key("uuid"),
+        session_id_camel: keys.contains_key("sessionId"),
+        session_id_snake: keys.contains_key("session_id"),
+        request_and_response: keys.contains_key("request") && keys.contains_key("response"),
+    })
+}
+
+/// The lines of a Claude Code log or stream-json output, each parsed (and
+/// pruned) only when the reader takes it, so that the parsed lines are
+/// never all held at once. Errors as [`from_json_lines`] words them; a
+/// last line that merely stops early sets `truncated`.
+fn stream_lines<'a>(
+    lines: &'a [&'a str],
+    truncated: &'a std::cell::Cell<bool>,
+) -> impl Iterator<Item = Result<(usize, Value), String>> + 'a {
+    let mut yielded = 0usize;
+    lines.iter().enumerate().filter_map(move |(index, line)| {
+        if line.trim().is_empty() {
+            return None;
+        }
+        Some(match value_from_str(line) {
+            Ok(mut value) => {
+                prune_claude_code_line(&mut value);
+                yielded += 1;
+                Ok((index + 1, value))
+            }
+            Err(e) if e.is_data() => Err(format!("line {}: {}", index + 1, without_position(&e))),
+            Err(e) if is_too_deep(&e) => Err(format!("line {}: {}", index + 1, too_deep(&e))),
+            Err(e) if index + 1 == lines.len() && yielded > 0 && e.is_eof() => {
+                truncated.set(true);
+                return None;
+            }
+            Err(e) => Err(format!("line {}: not JSON: {e}", index + 1)),
+        })
+    })
+}
+
 fn from_json_lines(text: &str) -> Result<Session, String> {
-    let mut values = Vec::new();
     let lines: Vec<&str> = text.lines().collect();
+    // The format from the lines' top-level keys (a cheap pass that builds
+    // nothing): a Claude Code log or stream-json output is then read line by
+    // line; the other formats take their lines whole.
+    let probes: Vec<Option<LineKeys>> = lines
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| line_keys(l))
+        .collect();
+    let probed = || probes.iter().flatten();
+    let first_is_object = probes.first().is_some_and(Option::is_some);
+    let all_pairs = probes
+        .iter()
+        .all(|p| p.is_some_and(|k| k.request_and_response));
+    let probe_claude_code = probed().any(|k| k.kind && (k.session_id_camel || k.uuid));
+    let probe_stream_json =
+        probed().any(|k| k.kind && k.session_id_snake) && !probed().any(|k| k.session_id_camel);
+    if first_is_object && !all_pairs && (probe_claude_code || probe_stream_json) {
+        let format = if probe_stream_json {
+            Format::ClaudeCodeStreamJson
+        } else {
+            Format::ClaudeCode
+        };
+        let truncated = std::cell::Cell::new(false);
+        let mut session = read_claude_code(stream_lines(&lines, &truncated), format)?;
+        if truncated.get() {
+            session.notes.push(format!(
+                "line {}, the last, is not complete JSON (an interrupted write): skipped",
+                lines.len()
+            ));
+        }
+        return Ok(session);
+    }
+    let mut values = Vec::new();
     let mut truncated_last = false;
     for (index, line) in lines.iter().enumerate() {
         if line.trim().is_empty() {
@@ -138,9 +223,9 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
     let mut session = if trace {
         read_claude_trace(values)?
     } else if stream_json {
-        read_claude_code(values, Format::ClaudeCodeStreamJson)?
+        read_claude_code(values.into_iter().map(Ok), Format::ClaudeCodeStreamJson)?
     } else if claude_code {
-        read_claude_code(values, Format::ClaudeCode)?
+        read_claude_code(values.into_iter().map(Ok), Format::ClaudeCode)?
     } else if is_exchange(first) || is_message(first) || is_request(first) {
         read_exchanges(
             values
@@ -468,7 +553,10 @@ fn drop_logged_again(
     (kept, dropped)
 }
 
-fn read_claude_code(lines: Vec<(usize, Value)>, format: Format) -> Result<Session, String> {
+fn read_claude_code(
+    lines: impl IntoIterator<Item = Result<(usize, Value), String>>,
+    format: Format,
+) -> Result<Session, String> {
     let stream_json = format == Format::ClaudeCodeStreamJson;
     let mut turns: Vec<RecordedTurn> = Vec::new();
     // The response each thread may continue: the main agent (`None`) and,
@@ -488,7 +576,9 @@ fn read_claude_code(lines: Vec<(usize, Value)>, format: Format) -> Result<Sessio
     let mut bad_times = 0usize;
     let mut repeated_blocks = 0usize;
     let mut lines_read = 0usize;
-    for (line_no, line) in &lines {
+    for item in lines {
+        let (line_no, line) = item?;
+        let (line_no, line) = (&line_no, &line);
         lines_read += 1;
         let time = match line.get("timestamp") {
             None | Some(Value::Null) => None,
@@ -597,7 +687,10 @@ fn read_claude_code(lines: Vec<(usize, Value)>, format: Format) -> Result<Sessio
                         if !seen_ids.insert(id.to_owned()) {
                             split_ids.push(id.to_owned());
                         }
-                        by_message.entry(id.to_owned()).or_default().push(turns.len());
+                        by_message
+                            .entry(id.to_owned())
+                            .or_default()
+                            .push(turns.len());
                         turn.agent = thread.as_ref().map(|t| format!("Task {t}"));
                         opens.insert(
                             thread.clone(),
