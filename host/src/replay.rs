@@ -42,7 +42,7 @@ use serde_json::Value;
 pub use crate::term::terminal_safe;
 pub use approval::{PolicyApprover, PromptApprover};
 pub use budget::{parse_budget, ApprovePolicy, ReplayBudget};
-pub use formats::{read_session, MAX_YAML_ALIAS_WEIGHT, MAX_YAML_DEPTH};
+pub use formats::{read_large_claude_code, read_session, MAX_YAML_ALIAS_WEIGHT, MAX_YAML_DEPTH};
 pub use session::{Format, RecordedCall, RecordedTurn, Session, UsageGranularity, UsageIteration};
 
 /// The version of the `--json` report's schema (`schema_version`), raised
@@ -69,7 +69,8 @@ pub struct ReplayArgs {
     /// claude-trace log, Anthropic Messages API exchanges (.json/.jsonl), a
     /// VCR cassette (.yaml/.json, or gzipped .yaml.gz) of Anthropic or OpenAI
     /// calls, or a SWE-agent trajectory (.traj). The format is detected from
-    /// the content. "-" reads standard input. At most 256 MiB. A directory
+    /// the content. "-" reads standard input. At most 256 MiB (a Claude Code
+    /// log of 16 MiB or more is read line by line, with no limit). A directory
     /// (e.g. ~/.claude/projects) replays every recording below it.
     #[arg(value_name = "FILE|DIR")]
     pub file: PathBuf,
@@ -1131,7 +1132,7 @@ fn text_of(read: Result<Vec<u8>, crate::input::ReadError>, what: &str) -> Result
     })
 }
 
-fn load(args: &ReplayArgs) -> Result<(ReplayBudget, String), (String, String)> {
+fn load(args: &ReplayArgs) -> Result<(ReplayBudget, Session), (String, String)> {
     let file = input_name(&args.file);
     let stdin = Path::new("-");
     if args.file == stdin && args.budget.as_deref() == Some(stdin) {
@@ -1141,9 +1142,31 @@ fn load(args: &ReplayArgs) -> Result<(ReplayBudget, String), (String, String)> {
         ));
     }
     let budget = load_budget(args)?;
-    let bytes = crate::input::read_path(&args.file, MAX_SESSION_BYTES);
-    let text = text_of(bytes.and_then(gunzipped), "a recording").map_err(|e| (file, e))?;
-    Ok((budget, text))
+    let session = load_session(&args.file).map_err(|e| (file, e))?;
+    Ok((budget, session))
+}
+
+/// Regular files of at least this many bytes that are Claude Code logs (or
+/// stream-json output) are read line by line, never whole: the memory a
+/// replay takes is then the responses it keeps, whatever the file's size.
+pub const STREAM_FROM_BYTES: u64 = 16 << 20;
+
+/// Reads the recording at `path` (`-`: standard input): whole, at most
+/// [`MAX_SESSION_BYTES`] (a gzip-compressed one decompressed first), or, for
+/// a regular file of [`STREAM_FROM_BYTES`] or more that is a Claude Code
+/// log or stream-json output, line by line without holding it whole (no
+/// size limit then).
+fn load_session(path: &Path) -> Result<Session, String> {
+    let large = path != Path::new("-")
+        && std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() >= STREAM_FROM_BYTES);
+    if large {
+        if let Some(session) = formats::read_large_claude_code(path)? {
+            return Ok(session);
+        }
+    }
+    let bytes = crate::input::read_path(path, MAX_SESSION_BYTES);
+    let text = text_of(bytes.and_then(gunzipped), "a recording")?;
+    read_session(&text)
 }
 
 /// The budget file (or the defaults) with `--approve` applied.
@@ -1229,13 +1252,9 @@ pub fn command_to(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -
         );
         ExitCode::from(2)
     };
-    let (budget, text) = match load(args) {
+    let (budget, mut session) = match load(args) {
         Ok(loaded) => loaded,
         Err((source, detail)) => return fail(&source, &detail),
-    };
-    let mut session = match read_session(&text) {
-        Ok(session) => session,
-        Err(detail) => return fail(&file, &detail),
     };
     if let Err((source, detail)) = add_subagents(&args.file, &mut session) {
         return fail(&source, &detail);

@@ -1469,3 +1469,55 @@ fn malformed_streams_are_errors_never_crashes() {
     .to_string();
     assert!(replay_text(&cassette, &ReplayBudget::default()).is_err());
 }
+
+#[test]
+fn a_claude_code_log_read_line_by_line_is_the_log_read_whole() {
+    // What `replay` does with a Claude Code log of 16 MiB or more: the same
+    // session, read from the file line by line.
+    let dir = std::env::temp_dir().join(format!("budgetgate-large-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sample = std::fs::read_to_string(format!(
+        "{}/../examples/replay/claude-code.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let cut = format!("{sample}{{\"type\":\"user\",\"uuid\":\"x\",\"sessi");
+    for (name, text) in [
+        ("log.jsonl", sample.clone()),
+        ("stream.jsonl", stream_json_session()),
+        ("cut.jsonl", cut),
+        ("bom.jsonl", format!("\u{feff}{sample}")),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, &text).unwrap();
+        let whole = budgetgate::replay::read_session(&text).unwrap();
+        let mut by_line = budgetgate::replay::read_large_claude_code(&path)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name}: read line by line"));
+        assert_eq!(
+            by_line.notes.pop().as_deref(),
+            Some("a large Claude Code log: read line by line, never held whole")
+        );
+        assert_eq!(by_line, whole, "{name}");
+    }
+    // Not a Claude Code log, or gzip: not read this way.
+    let other = dir.join("exchanges.jsonl");
+    std::fs::write(&other, one_tool_turn()).unwrap();
+    assert_eq!(
+        budgetgate::replay::read_large_claude_code(&other).unwrap(),
+        None
+    );
+    let gz = dir.join("log.jsonl.gz");
+    std::fs::write(&gz, [0x1f, 0x8b, 8, 0]).unwrap();
+    assert_eq!(
+        budgetgate::replay::read_large_claude_code(&gz).unwrap(),
+        None
+    );
+    // A broken line is named, as when read whole.
+    let broken = dir.join("broken.jsonl");
+    let mut lines: Vec<String> = sample.lines().map(str::to_owned).collect();
+    lines[1] = lines[1].replacen("{\"parentUuid\"", "{oops", 1);
+    std::fs::write(&broken, lines.join("\n")).unwrap();
+    let err = budgetgate::replay::read_large_claude_code(&broken).unwrap_err();
+    assert!(err.starts_with("line 2: not JSON"), "{err}");
+}

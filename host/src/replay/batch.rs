@@ -9,10 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use rayon::prelude::*;
 use serde_json::{Map, Value};
 
-use super::{
-    add_subagents, gunzipped, read_session, replay, text_of, ReplayBudget, Report,
-    MAX_SESSION_BYTES,
-};
+use super::{add_subagents, load_session, replay, ReplayBudget, Report};
 use crate::term::terminal_safe;
 
 /// File names a directory walk takes for recordings.
@@ -73,9 +70,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), (String, String)> {
 
 /// One recording replayed: its report, or why it cannot be read.
 pub fn replay_path(path: &Path, budget: &ReplayBudget) -> Result<Report, String> {
-    let bytes = crate::input::read_path(path, MAX_SESSION_BYTES);
-    let text = text_of(bytes.and_then(gunzipped), "a recording")?;
-    let mut session = read_session(&text)?;
+    let mut session = load_session(path)?;
     add_subagents(path, &mut session).map_err(|(source, e)| format!("{source}: {e}"))?;
     replay(&session, budget)
 }

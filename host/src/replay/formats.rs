@@ -145,6 +145,125 @@ fn stream_lines<'a>(
     })
 }
 
+/// Reads a Claude Code log or stream-json output from `path` line by line,
+/// never holding the whole file (for large files: the memory is then the
+/// responses kept, whatever the file's size). A
+/// first pass over the lines tells the format from their top-level keys; if
+/// it is not one of those two, or gzip, `Ok(None)` (the caller reads it
+/// whole, within its limit). Lines must be UTF-8; errors name the line as
+/// [`read_session`] does.
+pub fn read_large_claude_code(path: &std::path::Path) -> Result<Option<Session>, String> {
+    use std::io::BufRead;
+    let open = || {
+        std::fs::File::open(path)
+            .map(std::io::BufReader::new)
+            .map_err(|e| format!("cannot read: {e}"))
+    };
+    let line_of = |index: usize, bytes: Vec<u8>| {
+        String::from_utf8(bytes)
+            .map_err(|e| {
+                format!(
+                    "line {}: not UTF-8 text (an invalid byte at column {})",
+                    index + 1,
+                    e.utf8_error().valid_up_to() + 1
+                )
+            })
+            .map(|mut l| {
+                if l.ends_with('\n') {
+                    l.pop();
+                }
+                if l.ends_with('\r') {
+                    l.pop();
+                }
+                l
+            })
+    };
+    // A gzip file is not read this way (it is refused as too large).
+    let mut magic = [0u8; 2];
+    if std::io::Read::read_exact(&mut open()?, &mut magic).is_ok() && magic == [0x1f, 0x8b] {
+        return Ok(None);
+    }
+    let (mut first_is_object, mut seen_first) = (false, false);
+    let (mut all_pairs, mut claude_code, mut snake, mut camel) = (true, false, false, false);
+    let mut count = 0usize;
+    for (index, bytes) in open()?.split(b'\n').enumerate() {
+        let bytes = bytes.map_err(|e| format!("cannot read: {e}"))?;
+        count = index + 1;
+        let line = line_of(index, bytes)?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let keys = line_keys(line.trim_start_matches('\u{feff}'));
+        if !seen_first {
+            seen_first = true;
+            first_is_object = keys.is_some();
+        }
+        all_pairs &= keys.is_some_and(|k| k.request_and_response);
+        if let Some(k) = keys {
+            claude_code |= k.kind && (k.session_id_camel || k.uuid);
+            snake |= k.kind && k.session_id_snake;
+            camel |= k.session_id_camel;
+        }
+    }
+    let stream_json = snake && !camel;
+    if !first_is_object || all_pairs || !(claude_code || stream_json) {
+        return Ok(None);
+    }
+    let format = if stream_json {
+        Format::ClaudeCodeStreamJson
+    } else {
+        Format::ClaudeCode
+    };
+    let mut yielded = 0usize;
+    let mut truncated = false;
+    let lines = open()?
+        .split(b'\n')
+        .enumerate()
+        .filter_map(|(index, bytes)| {
+            let line = match bytes.map_err(|e| format!("cannot read: {e}")) {
+                Ok(bytes) => match line_of(index, bytes) {
+                    Ok(line) => line,
+                    Err(e) => return Some(Err(e)),
+                },
+                Err(e) => return Some(Err(e)),
+            };
+            let text = if index == 0 {
+                line.trim_start_matches('\u{feff}')
+            } else {
+                line.as_str()
+            };
+            if text.trim().is_empty() {
+                return None;
+            }
+            Some(match value_from_str(text) {
+                Ok(mut value) => {
+                    prune_claude_code_line(&mut value);
+                    yielded += 1;
+                    Ok((index + 1, value))
+                }
+                Err(e) if e.is_data() => {
+                    Err(format!("line {}: {}", index + 1, without_position(&e)))
+                }
+                Err(e) if is_too_deep(&e) => Err(format!("line {}: {}", index + 1, too_deep(&e))),
+                Err(e) if index + 1 == count && yielded > 0 && e.is_eof() => {
+                    truncated = true;
+                    return None;
+                }
+                Err(e) => Err(format!("line {}: not JSON: {e}", index + 1)),
+            })
+        });
+    let mut session = read_claude_code(lines, format)?;
+    if truncated {
+        session.notes.push(format!(
+            "line {count}, the last, is not complete JSON (an interrupted write): skipped"
+        ));
+    }
+    session
+        .notes
+        .push("a large Claude Code log: read line by line, never held whole".into());
+    Ok(Some(session))
+}
+
 fn from_json_lines(text: &str) -> Result<Session, String> {
     let lines: Vec<&str> = text.lines().collect();
     // The format from the lines' top-level keys (a cheap pass that builds
