@@ -751,9 +751,7 @@ fn add_subagents(main: &Path, session: &mut Session) -> Result<(), (String, Stri
     let mut subs = Vec::new();
     for (agent, path) in subagent_logs(main) {
         let name = input_name(&path);
-        let bytes = crate::input::read_path(&path, MAX_SESSION_BYTES);
-        let text = text_of(bytes, "a recording").map_err(|e| (name.clone(), e))?;
-        let sub = read_session(&text).map_err(|e| (name.clone(), e))?;
+        let sub = load_session(&path).map_err(|e| (name.clone(), e))?;
         if sub.format != Format::ClaudeCode {
             return Err((
                 name,
