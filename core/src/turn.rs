@@ -455,6 +455,31 @@ mod tests {
     }
 
     #[test]
+    fn server_tool_uses_take_tool_attempts_only_when_counted() {
+        let mut g = gate(TurnLimits {
+            max_tool_calls: Some(2),
+            ..TurnLimits::DEFAULT
+        });
+        // Outside a turn: a typed error, nothing counted.
+        assert!(g.count_server_calls(1).is_err());
+        assert_eq!(g.tool_attempts(), 0);
+        tool_turn(&mut g, 1_000, 1);
+        g.count_server_calls(1).unwrap();
+        assert_eq!(
+            g.propose(&call("a", "search", r#"{"q":1}"#)),
+            Ok(CallVerdict::Execute)
+        );
+        // Two attempts used (one server, one client): the next is refused.
+        assert_eq!(
+            g.propose(&call("b", "search", r#"{"q":2}"#)),
+            Ok(CallVerdict::Refused(RefusalReason::ToolBudget))
+        );
+        g.report("a", ToolOutcome::Ok).unwrap();
+        assert_eq!(g.finish_turn(), Ok(TurnEnd::Continue));
+        assert!(g.count_server_calls(1).is_err());
+    }
+
+    #[test]
     fn results_for_unknown_or_answered_ids_are_rejected() {
         let mut g = gate(TurnLimits::DEFAULT);
         tool_turn(&mut g, 1_000, 1);

@@ -223,6 +223,33 @@ fn result_edge(c: &mut Criterion) {
     g.finish();
 }
 
+/// `budgetgate replay` on a Claude Code session log of about 8 MB: the
+/// sample log `examples/replay/claude-code.jsonl` repeated, each copy with
+/// its own message, request and call ids (so every response is a response of
+/// its own), read and decided from the text (`replay_text`).
+fn replay_claude_code(c: &mut Criterion) {
+    let sample = include_str!("../../examples/replay/claude-code.jsonl");
+    let mut text = String::new();
+    let mut copy = 0;
+    while text.len() < 8 << 20 {
+        let tagged = sample
+            .replace("msg_ex_", &format!("msg_{copy}_"))
+            .replace("req_ex_", &format!("req_{copy}_"))
+            .replace("toolu_ex_", &format!("toolu_{copy}_"));
+        text.push_str(&tagged);
+        copy += 1;
+    }
+    let budget = budgetgate::replay::ReplayBudget::default();
+    assert!(budgetgate::replay::replay_text(&text, &budget).is_ok());
+    let mut g = c.benchmark_group("replay");
+    g.throughput(Throughput::Bytes(text.len() as u64));
+    g.sample_size(10);
+    g.bench_function("claude_code_8MB", |b| {
+        b.iter(|| budgetgate::replay::replay_text(black_box(&text), &budget))
+    });
+    g.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -233,6 +260,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = validate, full_run, plan, result_edge
+    targets = validate, full_run, plan, result_edge, replay_claude_code
 }
 criterion_main!(benches);

@@ -17,8 +17,11 @@
 //! question on the same budget ([`TurnGate::resume`]).
 
 mod approval;
+mod batch;
 pub(crate) mod budget;
 mod formats;
+mod openai;
+mod providers;
 pub(crate) mod session;
 mod time;
 
@@ -39,8 +42,12 @@ use serde_json::Value;
 pub use crate::term::terminal_safe;
 pub use approval::{PolicyApprover, PromptApprover};
 pub use budget::{parse_budget, ApprovePolicy, ReplayBudget};
-pub use formats::{read_session, MAX_YAML_ALIAS_WEIGHT, MAX_YAML_DEPTH};
-pub use session::{Format, RecordedCall, RecordedTurn, Session, UsageGranularity};
+pub use formats::{read_large_claude_code, read_session, MAX_YAML_ALIAS_WEIGHT, MAX_YAML_DEPTH};
+pub use session::{Format, RecordedCall, RecordedTurn, Session, UsageGranularity, UsageIteration};
+
+/// The version of the `--json` report's schema (`schema_version`), raised
+/// whenever a key changes meaning or goes away (new keys keep it).
+pub const REPORT_SCHEMA_VERSION: u32 = 2;
 
 /// Largest recording `replay` reads (bytes); a larger one is refused
 /// before it is read whole.
@@ -57,12 +64,25 @@ pub type ReplayGate = TurnGate<256, 4096, 256, { 1 << 15 }>;
 /// Arguments of `budgetgate replay`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
-    /// The recorded session: a Claude Code session log (.jsonl), Anthropic
-    /// Messages API exchanges (.json/.jsonl), a VCR cassette (.yaml/.json) or
-    /// a SWE-agent trajectory (.traj). The format is detected from the content.
-    /// "-" reads standard input. At most 256 MiB.
-    #[arg(value_name = "FILE")]
+    /// The recorded session: a Claude Code session log (.jsonl, with its
+    /// subagents/agent-*.jsonl beside it), Claude Code stream-json output, a
+    /// claude-trace log, Anthropic Messages API exchanges (.json/.jsonl), a
+    /// VCR cassette (.yaml/.json, or gzipped .yaml.gz) of Anthropic or OpenAI
+    /// calls, or a SWE-agent trajectory (.traj). The format is detected from
+    /// the content. "-" reads standard input. At most 256 MiB (a Claude Code
+    /// log of 16 MiB or more is read line by line, with no limit). A directory
+    /// (e.g. ~/.claude/projects) replays every recording below it.
+    #[arg(value_name = "FILE|DIR")]
     pub file: PathBuf,
+
+    /// More recordings or directories. With several, or a directory, each
+    /// recording is replayed on its own with the same budget, in parallel,
+    /// and summed up in one table, worst first (--json: one object per line,
+    /// with its `file`, and `error` instead of the report when it cannot be
+    /// read); exit 2 if any cannot be read, else 1 if any was stopped or
+    /// overshot.
+    #[arg(value_name = "MORE")]
+    pub more: Vec<PathBuf>,
 
     /// Budget file (TOML, see docs/TURN-GATE.md); without it, the reference's
     /// defaults: 15 model calls, 150000 tokens, 120 s, 2 repeats. "-" reads
@@ -76,7 +96,18 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "all|none|TOOL,...")]
     pub approve: Option<String>,
 
-    /// Print one JSON object instead of the table.
+    /// Print one JSON object instead of the table (schema in
+    /// docs/TURN-GATE.md). Keys: schema_version (2), format,
+    /// format_description, turns, tool_calls, server_tool_calls, usage
+    /// {input_tokens, output_tokens, cache_read_input_tokens,
+    /// cache_creation_input_tokens, total}, usage_per_turn, usage_known,
+    /// stopped {turn, reason, detail} or null, overshoot {limit, used, max,
+    /// by} or null, status, refusals {reason: count}, executed, approved,
+    /// reached_turns, gate_usage, budget, notes, agents [{agent, turns,
+    /// tool_calls, usage}], per_turn [{turn, message_id, stop_reason,
+    /// stop_reason_inferred, usage, running_total, reached, outcome, calls
+    /// [{id, name, verdict, reason, recorded}], usage_iterations,
+    /// server_tool_calls, cut_off, agent}].
     #[arg(long)]
     pub json: bool,
 }
@@ -166,6 +197,36 @@ pub struct TurnReport {
     pub outcome: String,
     /// The tool calls, in order.
     pub calls: Vec<CallReport>,
+    /// The entries of `usage.iterations` (compaction, advisor
+    /// sub-inferences), each counted in `usage`: the billed total is the top
+    /// level plus every iteration. Empty when the response has none.
+    pub usage_iterations: Vec<UsageIteration>,
+    /// Server tool uses (`server_tool_use` blocks: web search, code
+    /// execution), by name: run by the API, counted toward `max_tool_calls`
+    /// when `budget.count_server_tools` is `true`.
+    pub server_tool_calls: Vec<String>,
+    /// Why the reply is cut off although its recorded stop reason does not
+    /// say so (a stream without `message_stop`): its calls never run, as for
+    /// `max_tokens`. `null` otherwise.
+    pub cut_off: Option<String>,
+    /// The sub-agent that made this call (Claude Code
+    /// `subagents/agent-ID.jsonl`), or `null` for the main agent.
+    pub agent: Option<String>,
+}
+
+/// What one agent of the session made and cost (the main agent and each
+/// sub-agent), when the recording has sub-agents.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentReport {
+    /// The sub-agent (`agent-ID` of its log, or `Task ID` in stream-json
+    /// output), or `null` for the main agent.
+    pub agent: Option<String>,
+    /// Its model responses.
+    pub turns: usize,
+    /// Its tool calls.
+    pub tool_calls: usize,
+    /// What its responses cost (part of the report's `usage`).
+    pub usage: TokenUsage,
 }
 
 /// The limits a replay ran with.
@@ -189,11 +250,15 @@ pub struct BudgetReport {
     pub approve: String,
     /// Which tools are known: `listed`, `declared by the recording`, or `any`.
     pub known_tools: String,
+    /// Whether server tool uses count toward `max_tool_calls`.
+    pub count_server_tools: bool,
 }
 
 /// The result of a replay; `--json` prints it as one object.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
+    /// The version of this schema ([`REPORT_SCHEMA_VERSION`]).
+    pub schema_version: u32,
     /// The format detected.
     pub format: &'static str,
     /// The format in words.
@@ -202,6 +267,9 @@ pub struct Report {
     pub turns: usize,
     /// Tool calls in all responses.
     pub tool_calls: usize,
+    /// Server tool uses in all responses (run by the API; not in
+    /// `tool_calls`).
+    pub server_tool_calls: usize,
     /// What the whole recording really cost.
     pub usage: TokenUsage,
     /// Whether usage is recorded per response (`false`: run totals only,
@@ -234,6 +302,9 @@ pub struct Report {
     pub budget: BudgetReport,
     /// Facts about how the recording was read.
     pub notes: Vec<String>,
+    /// Per agent (main first, then each sub-agent in order of its first
+    /// response), when the recording has sub-agents; empty otherwise.
+    pub agents: Vec<AgentReport>,
     /// One entry per response.
     pub per_turn: Vec<TurnReport>,
 }
@@ -356,6 +427,10 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
             reached: false,
             outcome: "not reached".into(),
             calls: Vec::new(),
+            usage_iterations: turn.iterations.clone(),
+            server_tool_calls: turn.server_calls.clone(),
+            cut_off: turn.cut_off.clone(),
+            agent: turn.agent.clone(),
         };
         if stopped.is_none() {
             if gate.status() == RunStatus::Complete {
@@ -390,6 +465,13 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                         .map_err(|e| format!("turn {index}: stop reason {stop_text:?}: {e}"))?;
                     gate.record(turn.usage.unwrap_or(TokenUsage::ZERO), stop)
                         .map_err(|e| format!("internal: turn {index}: {e}"))?;
+                    if budget.count_server_tools && !turn.server_calls.is_empty() {
+                        // Run by the API while it answered: they take tool
+                        // attempts before the client calls are decided.
+                        let n = u32::try_from(turn.server_calls.len()).unwrap_or(u32::MAX);
+                        gate.count_server_calls(n)
+                            .map_err(|e| format!("internal: turn {index}: {e}"))?;
+                    }
                     for call in &turn.calls {
                         let proposed = ProposedCall {
                             call_id: &call.id,
@@ -464,9 +546,14 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                             stopped = Some(Stopped {
                                 turn: Some(index),
                                 reason: reason.as_str().to_owned(),
-                                detail: format!(
-                                    "the response stopped with {reason}: the run ends with status error"
-                                ),
+                                detail: match &turn.cut_off {
+                                    Some(why) => format!(
+                                        "{why}: the reply is cut off, its calls never run, and the run ends with status error as for max_tokens"
+                                    ),
+                                    None => format!(
+                                        "the response stopped with {reason}: the run ends with status error"
+                                    ),
+                                },
                             });
                             format!("error: {reason}")
                         }
@@ -489,6 +576,7 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
         }
         per_turn.push(row);
     }
+    end_of_recording(session, &gate, &mut stopped, &per_turn);
     if new_questions > 0 {
         notes.push(format!(
             "{new_questions} response(s) follow an end_turn: each starts a new question on the same budget"
@@ -496,6 +584,12 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
     }
     let recorded = session.recorded_usage();
     let mut status = gate.status().as_str();
+    if stopped
+        .as_ref()
+        .is_some_and(|s| s.turn == Some(session.turns.len()))
+    {
+        status = "incomplete";
+    }
     if session.ends_complete && status == RunStatus::Running.as_str() {
         // The recording says the agent finished with its last response (a
         // trajectory `submitted`): complete, if the gate let that response
@@ -554,10 +648,12 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
     let mut all_notes = session.notes.clone();
     all_notes.extend(notes);
     Ok(Report {
+        schema_version: REPORT_SCHEMA_VERSION,
         format: session.format.as_str(),
         format_description: session.format.description(),
         turns: session.turns.len(),
         tool_calls: session.tool_calls(),
+        server_tool_calls: session.turns.iter().map(|t| t.server_calls.len()).sum(),
         usage: recorded,
         usage_per_turn: matches!(session.usage, UsageGranularity::PerTurn),
         usage_known: !matches!(session.usage, UsageGranularity::Unknown),
@@ -579,10 +675,136 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
             needs_approval: budget.needs_approval.clone(),
             approve: budget.approve.describe(),
             known_tools: known_tools.clone(),
+            count_server_tools: budget.count_server_tools,
         },
         notes: all_notes,
+        agents: agent_reports(session),
         per_turn,
     })
+}
+
+/// The per-agent summary, when any response is a sub-agent's.
+fn agent_reports(session: &Session) -> Vec<AgentReport> {
+    if session.turns.iter().all(|t| t.agent.is_none()) {
+        return Vec::new();
+    }
+    let mut out = vec![AgentReport {
+        agent: None,
+        turns: 0,
+        tool_calls: 0,
+        usage: TokenUsage::ZERO,
+    }];
+    for turn in &session.turns {
+        let at = match out.iter().position(|a| a.agent == turn.agent) {
+            Some(at) => at,
+            None => {
+                out.push(AgentReport {
+                    agent: turn.agent.clone(),
+                    turns: 0,
+                    tool_calls: 0,
+                    usage: TokenUsage::ZERO,
+                });
+                out.len() - 1
+            }
+        };
+        let agent = &mut out[at];
+        agent.turns += 1;
+        agent.tool_calls += turn.calls.len();
+        agent.usage = agent
+            .usage
+            .saturating_add(turn.usage.unwrap_or(TokenUsage::ZERO));
+    }
+    out
+}
+
+/// The sub-agent logs Claude Code keeps beside a session log `S.jsonl`:
+/// `S/subagents/agent-ID.jsonl`, by name, as `(agent-ID, path)`. Empty for
+/// standard input or when there are none.
+pub fn subagent_logs(main: &Path) -> Vec<(String, PathBuf)> {
+    if main == Path::new("-") {
+        return Vec::new();
+    }
+    let dir = main.with_extension("").join("subagents");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(String, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let agent = name.strip_suffix(".jsonl")?;
+            agent
+                .starts_with("agent-")
+                .then(|| (agent.to_owned(), e.path()))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Reads a Claude Code session log's sub-agent logs ([`subagent_logs`])
+/// into `session`; an unreadable one is an error naming its file.
+fn add_subagents(main: &Path, session: &mut Session) -> Result<(), (String, String)> {
+    if session.format != Format::ClaudeCode {
+        return Ok(());
+    }
+    let mut subs = Vec::new();
+    for (agent, path) in subagent_logs(main) {
+        let name = input_name(&path);
+        let sub = load_session(&path).map_err(|e| (name.clone(), e))?;
+        if sub.format != Format::ClaudeCode {
+            return Err((
+                name,
+                format!(
+                    "a sub-agent log read as {}, not a Claude Code session log",
+                    sub.format.as_str()
+                ),
+            ));
+        }
+        subs.push((agent, sub));
+    }
+    session.merge_subagents(subs);
+    Ok(())
+}
+
+/// A recording that ends while the run goes on (after a `tool_use` or
+/// `pause_turn` response) ends where the agent must call the model again —
+/// to send the tool results back — and the gate checks the budget before
+/// that call, as the reference's loop does (`SPEC C`, `SPEC E` "End of a
+/// recording"). If the budget is spent there, the run stops before the call
+/// one past the last response: `incomplete` with the reason. Time is taken
+/// at the last response's request (the earliest the next call could leave).
+fn end_of_recording(
+    session: &Session,
+    gate: &ReplayGate,
+    stopped: &mut Option<Stopped>,
+    per_turn: &[TurnReport],
+) {
+    let last_reached = per_turn.last().is_some_and(|row| row.reached);
+    // A trajectory that says its last step finished the run (`submitted`)
+    // needs no further call.
+    if stopped.is_some()
+        || !last_reached
+        || gate.status() != RunStatus::Running
+        || session.ends_complete
+    {
+        return;
+    }
+    let now = session
+        .turns
+        .iter()
+        .rev()
+        .find_map(|t| t.requested_at_ms)
+        .unwrap_or(0);
+    if let Some(e) = gate.check(now) {
+        *stopped = Some(Stopped {
+            turn: Some(session.turns.len()),
+            reason: e.reason.as_str().to_owned(),
+            detail: format!(
+                "{e}: the recording ends after a tool turn, and the next model call, which must send the tool results back, would be refused"
+            ),
+        });
+    }
 }
 
 fn recorded_word(call: &RecordedCall) -> &'static str {
@@ -699,10 +921,47 @@ impl Report {
                     call.recorded
                 );
             }
+            if !row.server_tool_calls.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "        server tools: {} ({} run by the API; {} max_tool_calls)",
+                    safe(&row.server_tool_calls.join(", ")),
+                    row.server_tool_calls.len(),
+                    if self.budget.count_server_tools {
+                        "counted toward"
+                    } else {
+                        "not counted toward"
+                    }
+                );
+            }
+            if !row.usage_iterations.is_empty() {
+                let parts: Vec<String> = row
+                    .usage_iterations
+                    .iter()
+                    .map(|i| format!("{} {}", safe(&i.kind), i.usage.total()))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "        usage billed: top level + {} iteration(s): {}",
+                    row.usage_iterations.len(),
+                    parts.join(", ")
+                );
+            }
+            if let Some(why) = &row.cut_off {
+                let _ = writeln!(out, "        cut off: {} (its calls never run)", safe(why));
+            }
+            if let Some(agent) = &row.agent {
+                let _ = writeln!(out, "        sub-agent: {}", safe(agent));
+            }
             if let Some(stop) = &self.stopped {
                 if stop.turn == Some(row.turn) && row.reached {
                     stop_line(&mut out, stop);
                 }
+            }
+        }
+        if let Some(stop) = &self.stopped {
+            if stop.turn == Some(self.per_turn.len()) {
+                stop_line(&mut out, stop);
             }
         }
         if self.per_turn.iter().any(|r| r.stop_reason_inferred) {
@@ -712,9 +971,14 @@ impl Report {
         let u = &self.usage;
         let _ = writeln!(
             out,
-            "recorded cost: {} responses, {} tool calls; tokens input {}, output {}, cache_read {}, cache_write {}, total {}{}",
+            "recorded cost: {} responses, {} tool calls{}; tokens input {}, output {}, cache_read {}, cache_write {}, total {}{}",
             self.turns,
             self.tool_calls,
+            if self.server_tool_calls > 0 {
+                format!(" (and {} server tool uses)", self.server_tool_calls)
+            } else {
+                String::new()
+            },
             u.input_tokens,
             u.output_tokens,
             u.cache_read_input_tokens,
@@ -728,6 +992,18 @@ impl Report {
                 " (run totals only)"
             }
         );
+        for a in &self.agents {
+            let _ = writeln!(
+                out,
+                "  {}: {} responses, {} tool calls, {} tokens",
+                a.agent
+                    .as_deref()
+                    .map_or("main agent".into(), |n| format!("sub-agent {}", safe(n))),
+                a.turns,
+                a.tool_calls,
+                a.usage.total()
+            );
+        }
         let _ = writeln!(
             out,
             "gate: {} of {} responses allowed, {} calls executed ({} after approval), {} tokens counted; status {}",
@@ -740,9 +1016,13 @@ impl Report {
         );
         match &self.stopped {
             Some(s) => {
-                let at = s
-                    .turn
-                    .map_or("at an unknown turn".to_owned(), |t| format!("at turn {t}"));
+                let at = match s.turn {
+                    None => "at an unknown turn".to_owned(),
+                    Some(t) if t == self.per_turn.len() => {
+                        format!("before turn {t}, the call after the last response")
+                    }
+                    Some(t) => format!("at turn {t}"),
+                };
                 let _ = writeln!(
                     out,
                     "stopped: {at}: {} ({})",
@@ -819,6 +1099,20 @@ fn read_input(path: &Path, limit: u64, what: &str) -> Result<String, String> {
     text_of(crate::input::read_path(path, limit), what)
 }
 
+/// A gzip-compressed recording (a whole cassette as `.yaml.gz`, as
+/// langchain keeps them; `1f 8b` at the start) decompressed, at most
+/// [`MAX_SESSION_BYTES`] of it (a larger one is refused, so a gzip bomb is
+/// never inflated whole); anything else as it is.
+pub fn gunzipped(bytes: Vec<u8>) -> Result<Vec<u8>, crate::input::ReadError> {
+    if !bytes.starts_with(&[0x1f, 0x8b]) {
+        return Ok(bytes);
+    }
+    crate::input::read_bounded(
+        flate2::read::MultiGzDecoder::new(bytes.as_slice()),
+        MAX_SESSION_BYTES,
+    )
+}
+
 /// The read bytes as UTF-8 text, or the one-line reason they are not.
 fn text_of(read: Result<Vec<u8>, crate::input::ReadError>, what: &str) -> Result<String, String> {
     let bytes = read.map_err(|e| match e {
@@ -836,7 +1130,7 @@ fn text_of(read: Result<Vec<u8>, crate::input::ReadError>, what: &str) -> Result
     })
 }
 
-fn load(args: &ReplayArgs) -> Result<(ReplayBudget, String), (String, String)> {
+fn load(args: &ReplayArgs) -> Result<(ReplayBudget, Session), (String, String)> {
     let file = input_name(&args.file);
     let stdin = Path::new("-");
     if args.file == stdin && args.budget.as_deref() == Some(stdin) {
@@ -845,6 +1139,36 @@ fn load(args: &ReplayArgs) -> Result<(ReplayBudget, String), (String, String)> {
             "the recording and the budget cannot both come from standard input".to_owned(),
         ));
     }
+    let budget = load_budget(args)?;
+    let session = load_session(&args.file).map_err(|e| (file, e))?;
+    Ok((budget, session))
+}
+
+/// Regular files of at least this many bytes that are Claude Code logs (or
+/// stream-json output) are read line by line, never whole: the memory a
+/// replay takes is then the responses it keeps, whatever the file's size.
+pub const STREAM_FROM_BYTES: u64 = 16 << 20;
+
+/// Reads the recording at `path` (`-`: standard input): whole, at most
+/// [`MAX_SESSION_BYTES`] (a gzip-compressed one decompressed first), or, for
+/// a regular file of [`STREAM_FROM_BYTES`] or more that is a Claude Code
+/// log or stream-json output, line by line without holding it whole (no
+/// size limit then).
+fn load_session(path: &Path) -> Result<Session, String> {
+    let large = path != Path::new("-")
+        && std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() >= STREAM_FROM_BYTES);
+    if large {
+        if let Some(session) = formats::read_large_claude_code(path)? {
+            return Ok(session);
+        }
+    }
+    let bytes = crate::input::read_path(path, MAX_SESSION_BYTES);
+    let text = text_of(bytes.and_then(gunzipped), "a recording")?;
+    read_session(&text)
+}
+
+/// The budget file (or the defaults) with `--approve` applied.
+fn load_budget(args: &ReplayArgs) -> Result<ReplayBudget, (String, String)> {
     let mut budget = match &args.budget {
         Some(path) => {
             let name = input_name(path);
@@ -858,8 +1182,44 @@ fn load(args: &ReplayArgs) -> Result<(ReplayBudget, String), (String, String)> {
         budget.approve = ApprovePolicy::parse_for(approve, &budget.needs_approval)
             .map_err(|e| ("--approve".to_owned(), e))?;
     }
-    let text = read_input(&args.file, MAX_SESSION_BYTES, "a recording").map_err(|e| (file, e))?;
-    Ok((budget, text))
+    Ok(budget)
+}
+
+/// `replay DIR` or several files: see [`ReplayArgs::more`].
+fn command_batch(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    let mut fail = |source: &str, detail: &str| {
+        let _ = writeln!(
+            err,
+            "budgetgate replay: {}: {}",
+            terminal_safe(source),
+            terminal_safe(&one_line(detail))
+        );
+        ExitCode::from(2)
+    };
+    let mut paths = vec![args.file.clone()];
+    paths.extend(args.more.iter().cloned());
+    if paths.iter().any(|p| p == Path::new("-")) {
+        return fail("-", "standard input cannot be one of several recordings");
+    }
+    let budget = match load_budget(args) {
+        Ok(budget) => budget,
+        Err((source, detail)) => return fail(&source, &detail),
+    };
+    let files = match batch::collect(&paths) {
+        Ok(files) if files.is_empty() => {
+            return fail(&input_name(&args.file), "no recordings found")
+        }
+        Ok(files) => files,
+        Err((source, detail)) => return fail(&source, &detail),
+    };
+    match batch::run(&files, &budget, args.json, out).and_then(|status| {
+        out.flush()?;
+        Ok(status)
+    }) {
+        Ok(status) => ExitCode::from(status),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::from(0),
+        Err(e) => fail("<stdout>", &format!("cannot write the report: {e}")),
+    }
 }
 
 /// Runs `budgetgate replay`, printing to standard output. Exit status: 0
@@ -877,6 +1237,9 @@ pub fn command(args: &ReplayArgs) -> ExitCode {
 /// pipe (`replay … | head`), which ends quietly with the status the replay
 /// had.
 pub fn command_to(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    if !args.more.is_empty() || args.file.is_dir() {
+        return command_batch(args, out, err);
+    }
     let file = input_name(&args.file);
     let mut fail = |source: &str, detail: &str| {
         let _ = writeln!(
@@ -887,11 +1250,14 @@ pub fn command_to(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -
         );
         ExitCode::from(2)
     };
-    let (budget, text) = match load(args) {
+    let (budget, mut session) = match load(args) {
         Ok(loaded) => loaded,
         Err((source, detail)) => return fail(&source, &detail),
     };
-    let report = match replay_text(&text, &budget) {
+    if let Err((source, detail)) = add_subagents(&args.file, &mut session) {
+        return fail(&source, &detail);
+    }
+    let report = match replay(&session, &budget) {
         Ok(report) => report,
         Err(detail) => return fail(&file, &detail),
     };
@@ -979,6 +1345,44 @@ mod tests {
         .unwrap();
         assert_eq!(run(&bad_approve.replay), ExitCode::from(2));
         assert!(Cli::try_parse_from(["replay"]).is_err());
+    }
+
+    /// Every key `--json` writes (top level, per turn, per call, budget,
+    /// agents) is named in `--help` (top level and per turn) and in
+    /// docs/TURN-GATE.md.
+    #[test]
+    fn every_json_key_is_in_the_help_and_the_docs() {
+        use clap::CommandFactory;
+        let text = std::fs::read_to_string(example("replay/claude-code.jsonl")).unwrap();
+        let mut session = read_session(&text).unwrap();
+        session.turns[0].agent = Some("agent-x".into());
+        let report = replay(&session, &ReplayBudget::default()).unwrap();
+        let json = serde_json::to_value(&report).unwrap();
+        let help = Cli::command().render_long_help().to_string();
+        let help: String = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        let docs = std::fs::read_to_string(format!(
+            "{}/../docs/TURN-GATE.md",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let keys = |v: &Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
+        let per_turn = &json["per_turn"][0];
+        let mut in_help = keys(&json);
+        in_help.extend(keys(per_turn));
+        in_help.extend(keys(&per_turn["calls"][0]));
+        in_help.extend(keys(&json["agents"][0]));
+        for key in &in_help {
+            assert!(help.contains(key.as_str()), "--help does not name `{key}`");
+        }
+        let mut in_docs = in_help.clone();
+        in_docs.extend(keys(&json["budget"]));
+        for key in &in_docs {
+            assert!(
+                docs.contains(&format!("`{key}`")),
+                "docs/TURN-GATE.md does not name `{key}`"
+            );
+        }
+        assert_eq!(json["schema_version"], REPORT_SCHEMA_VERSION);
     }
 
     #[test]

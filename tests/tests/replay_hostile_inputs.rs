@@ -23,6 +23,7 @@ fn example(name: &str) -> PathBuf {
 fn args(file: PathBuf) -> ReplayArgs {
     ReplayArgs {
         file,
+        more: Vec::new(),
         budget: None,
         approve: None,
         json: false,

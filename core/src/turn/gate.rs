@@ -732,6 +732,24 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         })
     }
 
+    /// Counts `n` server tool uses of the current response (web search,
+    /// code execution: run by the API while it answered, so not the
+    /// gate's to refuse) as tool attempts, so that `max_tool_calls` bounds
+    /// them too: client calls after them find that many fewer attempts left
+    /// (`tool-budget`). Saturates; a caller whose budget says server tools do
+    /// not count simply does not call it.
+    ///
+    /// Only between [`record`](Self::record) and
+    /// [`finish_turn`](Self::finish_turn); otherwise
+    /// `ProposeError::NotInTurn` and nothing is counted.
+    pub fn count_server_calls(&mut self, n: u32) -> Result<(), ProposeError> {
+        let Phase::InTurn { .. } = self.phase else {
+            return Err(ProposeError::NotInTurn(self.phase()));
+        };
+        self.tool_attempts = self.tool_attempts.saturating_add(n);
+        Ok(())
+    }
+
     /// Decides one tool call of the current response (`SPEC C`), in the
     /// order documented on [`TurnGate`].
     ///

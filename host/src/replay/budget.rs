@@ -182,6 +182,10 @@ pub struct ReplayBudget {
     /// Limits each sub-agent has on its own (`[subagent]`), inside the
     /// session's budget.
     pub subagent: SubagentLimits,
+    /// Whether server tool uses (`server_tool_use`: web search, code
+    /// execution, run by the API) count toward `max_tool_calls`
+    /// (`[budget] count_server_tools`, default `true`).
+    pub count_server_tools: bool,
 }
 
 /// A model's prices, in US dollars per million tokens (`[prices.MODEL]`).
@@ -257,6 +261,7 @@ impl Default for ReplayBudget {
             prices: Vec::new(),
             tool_caps: Vec::new(),
             subagent: SubagentLimits::default(),
+            count_server_tools: true,
         }
     }
 }
@@ -285,6 +290,7 @@ struct BudgetSection {
     token_mode: Option<String>,
     reserve_max_tokens: Option<u64>,
     max_cost_usd: Option<f64>,
+    count_server_tools: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -454,6 +460,7 @@ pub fn parse_budget(text: &str) -> Result<ReplayBudget, String> {
         prices,
         tool_caps,
         subagent: file.subagent,
+        count_server_tools: b.count_server_tools.unwrap_or(true),
         limits: TurnLimits {
             max_model_calls: b.max_model_calls.unwrap_or(d.max_model_calls),
             max_tokens: b.max_tokens.unwrap_or(d.max_tokens),

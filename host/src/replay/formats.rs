@@ -4,9 +4,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use super::session::{
-    usage_from_value, Format, RecordedCall, RecordedTurn, Session, UsageGranularity,
-};
+use super::openai;
+use super::providers;
+use super::session::{billed_usage, Format, RecordedCall, RecordedTurn, Session, UsageGranularity};
 use super::time::{parse_http_date_ms, parse_rfc3339_ms};
 use crate::strict::value_from_str;
 use budgetgate_core::turn::TokenUsage;
@@ -56,7 +56,7 @@ pub fn read_session(text: &str) -> Result<Session, String> {
 }
 
 fn unrecognised() -> String {
-    "not a recognised recording: expected a Claude Code session log (JSON Lines), Anthropic Messages API exchanges ({request, response} JSON or JSON Lines), a VCR cassette (interactions[]) or a SWE-agent .traj (trajectory[])".into()
+    "not a recognised recording: expected a Claude Code session log or stream-json output (JSON Lines), a claude-trace log, Anthropic Messages API exchanges ({request, response} JSON or JSON Lines), a VCR cassette (interactions[], of Anthropic or OpenAI calls) or a SWE-agent .traj (trajectory[])".into()
 }
 
 fn from_json_document(value: Value) -> Result<Session, String> {
@@ -66,8 +66,11 @@ fn from_json_document(value: Value) -> Result<Session, String> {
         Value::Object(o) if is_exchange(o) || is_message(o) || is_api_error(o) => {
             read_exchanges(vec![("the document".into(), value)])
         }
+        Value::Object(o) if o.contains_key("type") && o.contains_key("session_id") => {
+            read_claude_code([Ok((1, value))], Format::ClaudeCodeStreamJson)
+        }
         Value::Object(o) if o.contains_key("type") && o.contains_key("uuid") => {
-            read_claude_code(vec![(1, value)])
+            read_claude_code([Ok((1, value))], Format::ClaudeCode)
         }
         Value::Array(items)
             if !items.is_empty()
@@ -89,16 +92,223 @@ fn from_json_document(value: Value) -> Result<Session, String> {
     }
 }
 
+/// The top-level keys of one JSON Lines line that decide the format, read
+/// without building the line (`None`: not a JSON object, or not JSON).
+#[derive(Default, Clone, Copy)]
+struct LineKeys {
+    kind: bool,
+    uuid: bool,
+    session_id_camel: bool,
+    session_id_snake: bool,
+    request_and_response: bool,
+}
+
+fn line_keys(line: &str) -> Option<LineKeys> {
+    use std::borrow::Cow;
+    let keys: HashMap<Cow<'_, str>, serde::de::IgnoredAny> = serde_json::from_str(line).ok()?;
+    Some(LineKeys {
+        kind: keys.contains_key("type"),
+        uuid: keys.contains_key("uuid"),
+        session_id_camel: keys.contains_key("sessionId"),
+        session_id_snake: keys.contains_key("session_id"),
+        request_and_response: keys.contains_key("request") && keys.contains_key("response"),
+    })
+}
+
+/// The lines of a Claude Code log or stream-json output, each parsed (and
+/// pruned) only when the reader takes it, so that the parsed lines are
+/// never all held at once. Errors as [`from_json_lines`] words them; a
+/// last line that merely stops early sets `truncated`.
+fn stream_lines<'a>(
+    lines: &'a [&'a str],
+    truncated: &'a std::cell::Cell<bool>,
+) -> impl Iterator<Item = Result<(usize, Value), String>> + 'a {
+    let mut yielded = 0usize;
+    lines.iter().enumerate().filter_map(move |(index, line)| {
+        if line.trim().is_empty() {
+            return None;
+        }
+        Some(match value_from_str(line) {
+            Ok(mut value) => {
+                prune_claude_code_line(&mut value);
+                yielded += 1;
+                Ok((index + 1, value))
+            }
+            Err(e) if e.is_data() => Err(format!("line {}: {}", index + 1, without_position(&e))),
+            Err(e) if is_too_deep(&e) => Err(format!("line {}: {}", index + 1, too_deep(&e))),
+            Err(e) if index + 1 == lines.len() && yielded > 0 && e.is_eof() => {
+                truncated.set(true);
+                return None;
+            }
+            Err(e) => Err(format!("line {}: not JSON: {e}", index + 1)),
+        })
+    })
+}
+
+/// Reads a Claude Code log or stream-json output from `path` line by line,
+/// never holding the whole file (for large files: the memory is then the
+/// responses kept, whatever the file's size). A
+/// first pass over the lines tells the format from their top-level keys; if
+/// it is not one of those two, or gzip, `Ok(None)` (the caller reads it
+/// whole, within its limit). Lines must be UTF-8; errors name the line as
+/// [`read_session`] does.
+pub fn read_large_claude_code(path: &std::path::Path) -> Result<Option<Session>, String> {
+    use std::io::BufRead;
+    let open = || {
+        std::fs::File::open(path)
+            .map(std::io::BufReader::new)
+            .map_err(|e| format!("cannot read: {e}"))
+    };
+    let line_of = |index: usize, bytes: Vec<u8>| {
+        String::from_utf8(bytes)
+            .map_err(|e| {
+                format!(
+                    "line {}: not UTF-8 text (an invalid byte at column {})",
+                    index + 1,
+                    e.utf8_error().valid_up_to() + 1
+                )
+            })
+            .map(|mut l| {
+                if l.ends_with('\n') {
+                    l.pop();
+                }
+                if l.ends_with('\r') {
+                    l.pop();
+                }
+                l
+            })
+    };
+    // A gzip file is not read this way (it is refused as too large).
+    let mut magic = [0u8; 2];
+    if std::io::Read::read_exact(&mut open()?, &mut magic).is_ok() && magic == [0x1f, 0x8b] {
+        return Ok(None);
+    }
+    let (mut first_is_object, mut seen_first) = (false, false);
+    let (mut all_pairs, mut claude_code, mut snake, mut camel) = (true, false, false, false);
+    let mut count = 0usize;
+    for (index, bytes) in open()?.split(b'\n').enumerate() {
+        let bytes = bytes.map_err(|e| format!("cannot read: {e}"))?;
+        count = index + 1;
+        let line = line_of(index, bytes)?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let keys = line_keys(line.trim_start_matches('\u{feff}'));
+        if !seen_first {
+            seen_first = true;
+            first_is_object = keys.is_some();
+        }
+        all_pairs &= keys.is_some_and(|k| k.request_and_response);
+        if let Some(k) = keys {
+            claude_code |= k.kind && (k.session_id_camel || k.uuid);
+            snake |= k.kind && k.session_id_snake;
+            camel |= k.session_id_camel;
+        }
+    }
+    let stream_json = snake && !camel;
+    if !first_is_object || all_pairs || !(claude_code || stream_json) {
+        return Ok(None);
+    }
+    let format = if stream_json {
+        Format::ClaudeCodeStreamJson
+    } else {
+        Format::ClaudeCode
+    };
+    let mut yielded = 0usize;
+    let mut truncated = false;
+    let lines = open()?
+        .split(b'\n')
+        .enumerate()
+        .filter_map(|(index, bytes)| {
+            let line = match bytes.map_err(|e| format!("cannot read: {e}")) {
+                Ok(bytes) => match line_of(index, bytes) {
+                    Ok(line) => line,
+                    Err(e) => return Some(Err(e)),
+                },
+                Err(e) => return Some(Err(e)),
+            };
+            let text = if index == 0 {
+                line.trim_start_matches('\u{feff}')
+            } else {
+                line.as_str()
+            };
+            if text.trim().is_empty() {
+                return None;
+            }
+            Some(match value_from_str(text) {
+                Ok(mut value) => {
+                    prune_claude_code_line(&mut value);
+                    yielded += 1;
+                    Ok((index + 1, value))
+                }
+                Err(e) if e.is_data() => {
+                    Err(format!("line {}: {}", index + 1, without_position(&e)))
+                }
+                Err(e) if is_too_deep(&e) => Err(format!("line {}: {}", index + 1, too_deep(&e))),
+                Err(e) if index + 1 == count && yielded > 0 && e.is_eof() => {
+                    truncated = true;
+                    return None;
+                }
+                Err(e) => Err(format!("line {}: not JSON: {e}", index + 1)),
+            })
+        });
+    let mut session = read_claude_code(lines, format)?;
+    if truncated {
+        session.notes.push(format!(
+            "line {count}, the last, is not complete JSON (an interrupted write): skipped"
+        ));
+    }
+    session
+        .notes
+        .push("a large Claude Code log: read line by line, never held whole".into());
+    Ok(Some(session))
+}
+
 fn from_json_lines(text: &str) -> Result<Session, String> {
-    let mut values = Vec::new();
     let lines: Vec<&str> = text.lines().collect();
+    // The format from the lines' top-level keys (a cheap pass that builds
+    // nothing): a Claude Code log or stream-json output is then read line by
+    // line; the other formats take their lines whole.
+    let probes: Vec<Option<LineKeys>> = lines
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| line_keys(l))
+        .collect();
+    let probed = || probes.iter().flatten();
+    let first_is_object = probes.first().is_some_and(Option::is_some);
+    let all_pairs = probes
+        .iter()
+        .all(|p| p.is_some_and(|k| k.request_and_response));
+    let probe_claude_code = probed().any(|k| k.kind && (k.session_id_camel || k.uuid));
+    let probe_stream_json =
+        probed().any(|k| k.kind && k.session_id_snake) && !probed().any(|k| k.session_id_camel);
+    if first_is_object && !all_pairs && (probe_claude_code || probe_stream_json) {
+        let format = if probe_stream_json {
+            Format::ClaudeCodeStreamJson
+        } else {
+            Format::ClaudeCode
+        };
+        let truncated = std::cell::Cell::new(false);
+        let mut session = read_claude_code(stream_lines(&lines, &truncated), format)?;
+        if truncated.get() {
+            session.notes.push(format!(
+                "line {}, the last, is not complete JSON (an interrupted write): skipped",
+                lines.len()
+            ));
+        }
+        return Ok(session);
+    }
+    let mut values = Vec::new();
     let mut truncated_last = false;
     for (index, line) in lines.iter().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         match value_from_str(line) {
-            Ok(value) => values.push((index + 1, value)),
+            Ok(mut value) => {
+                prune_claude_code_line(&mut value);
+                values.push((index + 1, value));
+            }
             Err(e) if e.is_data() => {
                 return Err(format!("line {}: {}", index + 1, without_position(&e)))
             }
@@ -122,8 +332,19 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
     let claude_code = values.iter().any(|(_, v)| {
         v.get("type").is_some() && (v.get("sessionId").is_some() || v.get("uuid").is_some())
     });
-    let mut session = if claude_code {
-        read_claude_code(values)?
+    // `claude -p --output-format stream-json --verbose` (the Agent SDK's
+    // transport): snake_case `session_id`, never the log's `sessionId`.
+    let stream_json = values
+        .iter()
+        .any(|(_, v)| v.get("type").is_some() && v.get("session_id").is_some())
+        && !values.iter().any(|(_, v)| v.get("sessionId").is_some());
+    let trace = values.iter().all(|(_, v)| is_trace_pair(v));
+    let mut session = if trace {
+        read_claude_trace(values)?
+    } else if stream_json {
+        read_claude_code(values.into_iter().map(Ok), Format::ClaudeCodeStreamJson)?
+    } else if claude_code {
+        read_claude_code(values.into_iter().map(Ok), Format::ClaudeCode)?
     } else if is_exchange(first) || is_message(first) || is_request(first) {
         read_exchanges(
             values
@@ -141,6 +362,69 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
         ));
     }
     Ok(session)
+}
+
+/// The keys of a Claude Code line (session log or stream-json) the readers
+/// use; the others are dropped as each line is read.
+const CLAUDE_CODE_KEYS: [&str; 13] = [
+    "type",
+    "uuid",
+    "sessionId",
+    "session_id",
+    "timestamp",
+    "requestId",
+    "request_id",
+    "parent_tool_use_id",
+    "message",
+    "subtype",
+    "num_turns",
+    "total_cost_usd",
+    "isSidechain",
+];
+
+/// Drops from a Claude Code line what no reader looks at — tool results'
+/// contents (`toolUseResult`, `tool_result.content`: whole files), thinking
+/// text, progress lines' nested messages — so a long log is held in a
+/// fraction of the memory its parsed lines would take. What decides
+/// anything (ids, names, inputs, usage, stop reasons, result ids and
+/// `is_error`, times) is kept; a line that is not a Claude Code line is left
+/// as it is.
+fn prune_claude_code_line(value: &mut Value) {
+    let Value::Object(line) = value else {
+        return;
+    };
+    let claude_code = line.contains_key("type")
+        && (line.contains_key("uuid")
+            || line.contains_key("sessionId")
+            || line.contains_key("session_id"));
+    if !claude_code {
+        return;
+    }
+    line.retain(|k, _| CLAUDE_CODE_KEYS.contains(&k.as_str()));
+    let kind = line.get("type").and_then(Value::as_str).unwrap_or("");
+    if !matches!(kind, "assistant" | "user") {
+        line.remove("message");
+        return;
+    }
+    let Some(Value::Array(blocks)) = line.get_mut("message").and_then(|m| m.get_mut("content"))
+    else {
+        return;
+    };
+    for block in blocks {
+        if let Value::Object(block) = block {
+            match block.get("type").and_then(Value::as_str) {
+                Some("tool_result") => {
+                    block.remove("content");
+                }
+                Some("thinking" | "redacted_thinking") => {
+                    block.remove("thinking");
+                    block.remove("signature");
+                    block.remove("data");
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 fn is_exchange(o: &Map<String, Value>) -> bool {
@@ -215,17 +499,16 @@ fn brief(value: &Value) -> String {
 
 /// The content blocks of a message turned into a turn (usage and times filled by the caller).
 fn turn_from_message(message: &Value) -> Result<RecordedTurn, String> {
+    let (usage, iterations) = match message.get("usage") {
+        None | Some(Value::Null) => (TokenUsage::ZERO, Vec::new()),
+        Some(u) => billed_usage(u)?,
+    };
     let mut turn = RecordedTurn {
         message_id: message.get("id").and_then(Value::as_str).map(str::to_owned),
         stop_reason: stop_reason_of(message)?,
-        usage: match message.get("usage") {
-            None | Some(Value::Null) => Some(TokenUsage::ZERO),
-            Some(u) => Some(usage_from_value(u)?),
-        },
-        calls: Vec::new(),
-        text_chars: 0,
-        requested_at_ms: None,
-        max_tokens: None,
+        usage: Some(usage),
+        iterations,
+        ..RecordedTurn::default()
     };
     add_blocks(&mut turn, message.get("content"))?;
     Ok(turn)
@@ -259,6 +542,15 @@ fn add_blocks(turn: &mut RecordedTurn, content: Option<&Value>) -> Result<(), St
                             recorded_error: None,
                         });
                     }
+                    // Run by the API (web search, code execution): not the
+                    // agent's to decide, but counted on their own line.
+                    Some("server_tool_use") => turn.server_calls.push(
+                        block
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("server_tool_use")
+                            .to_owned(),
+                    ),
                     _ => {}
                 }
             }
@@ -313,6 +605,9 @@ struct OpenResponse {
     user_since: bool,
     /// A user line came that is not only results of its calls.
     broken: bool,
+    /// Stream-json output: no `requestId`, so a user line of only this
+    /// response's results between its lines does not end it.
+    stream_json: bool,
 }
 
 impl OpenResponse {
@@ -326,7 +621,7 @@ impl OpenResponse {
         self.message_id == message_id
             && self.request_id.as_deref() == request_id
             && !self.broken
-            && (request_id.is_some() || !self.user_since)
+            && (request_id.is_some() || self.stream_json || !self.user_since)
     }
 }
 
@@ -351,14 +646,16 @@ fn only_results_of(message: Option<&Value>, calls: &[RecordedCall]) -> bool {
 /// block). Such a repeat is one call, not a reuse of its id; a block that
 /// reuses an id with another name or input is kept, and the gate refuses it.
 /// Returns the calls kept and how many were dropped.
+/// `same_id` holds the indices of the turns of that `message.id` (kept by
+/// the reader, so that a long log is not scanned once per line).
 fn drop_logged_again(
     turns: &[RecordedTurn],
-    message_id: &str,
+    same_id: &[usize],
     calls: Vec<RecordedCall>,
 ) -> (Vec<RecordedCall>, usize) {
-    let earlier: Vec<&RecordedCall> = turns
+    let earlier: Vec<&RecordedCall> = same_id
         .iter()
-        .filter(|t| t.message_id.as_deref() == Some(message_id))
+        .filter_map(|&at| turns.get(at))
         .flat_map(|t| &t.calls)
         .collect();
     let mut kept: Vec<RecordedCall> = Vec::with_capacity(calls.len());
@@ -375,9 +672,19 @@ fn drop_logged_again(
     (kept, dropped)
 }
 
-fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
+fn read_claude_code(
+    lines: impl IntoIterator<Item = Result<(usize, Value), String>>,
+    format: Format,
+) -> Result<Session, String> {
+    let stream_json = format == Format::ClaudeCodeStreamJson;
     let mut turns: Vec<RecordedTurn> = Vec::new();
-    let mut open: Option<OpenResponse> = None;
+    // The response each thread may continue: the main agent (`None`) and,
+    // in stream-json output, each sub-agent by its `parent_tool_use_id`
+    // (parallel sub-agents' lines interleave).
+    let mut opens: HashMap<Option<String>, OpenResponse> = HashMap::new();
+    let mut result_notes = Vec::new();
+    let mut by_message: HashMap<String, Vec<usize>> = HashMap::new();
+
     let mut seen_ids: HashSet<String> = HashSet::new();
     let mut split_ids: Vec<String> = Vec::new();
     let mut results = HashMap::new();
@@ -388,7 +695,9 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
     let mut bad_times = 0usize;
     let mut repeated_blocks = 0usize;
     let mut lines_read = 0usize;
-    for (line_no, line) in &lines {
+    for item in lines {
+        let (line_no, line) = item?;
+        let (line_no, line) = (&line_no, &line);
         lines_read += 1;
         let time = match line.get("timestamp") {
             None | Some(Value::Null) => None,
@@ -405,6 +714,13 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
         }
         let kind = line.get("type").and_then(Value::as_str).unwrap_or("");
         let message = line.get("message");
+        let thread: Option<String> = if stream_json {
+            line.get("parent_tool_use_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        } else {
+            None
+        };
         match kind {
             "assistant" => {
                 let Some(message) = message else {
@@ -420,22 +736,27 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
                         "line {line_no}: an assistant message without `message.id`"
                     ));
                 };
-                let request_id = match line.get("requestId") {
+                let request_key = if stream_json {
+                    "request_id"
+                } else {
+                    "requestId"
+                };
+                let request_id = match line.get(request_key) {
                     None | Some(Value::Null) => None,
                     Some(Value::String(r)) => Some(r.as_str()),
                     Some(other) => {
                         return Err(format!(
-                            "line {line_no}: requestId is {}, not a string",
+                            "line {line_no}: {request_key} is {}, not a string",
                             brief(other)
                         ))
                     }
                 };
-                let usage = match message.get("usage") {
-                    None | Some(Value::Null) => TokenUsage::ZERO,
-                    Some(u) => usage_from_value(u).map_err(|e| format!("line {line_no}: {e}"))?,
+                let (usage, iterations) = match message.get("usage") {
+                    None | Some(Value::Null) => (TokenUsage::ZERO, Vec::new()),
+                    Some(u) => billed_usage(u).map_err(|e| format!("line {line_no}: {e}"))?,
                 };
-                let continued = open
-                    .as_ref()
+                let continued = opens
+                    .get(&thread)
                     .filter(|o| o.continued_by(id, request_id))
                     .map(|o| o.turn);
                 let response = continued.unwrap_or(turns.len());
@@ -456,35 +777,51 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
                                 .cache_creation_input_tokens
                                 .max(usage.cache_creation_input_tokens),
                         });
+                        if turn.iterations.len() < iterations.len() {
+                            turn.iterations = iterations;
+                        }
                         if let Some(reason) = stop_reason_of(message).map_err(context)? {
                             turn.stop_reason = Some(reason);
                         }
                         let before = turn.calls.len();
                         add_blocks(turn, message.get("content")).map_err(context)?;
                         let added = turn.calls.split_off(before);
-                        let kept = drop_logged_again(&turns, id, added);
+                        let same_id = by_message.get(id).map_or(&[][..], Vec::as_slice);
+                        let kept = drop_logged_again(&turns, same_id, added);
                         repeated_blocks += kept.1;
                         turns[index].calls.extend(kept.0);
                     }
                     None => {
                         let mut turn = turn_from_message(message).map_err(context)?;
                         let calls = std::mem::take(&mut turn.calls);
-                        let kept = drop_logged_again(&turns, id, calls);
+                        let same_id = by_message.get(id).map_or(&[][..], Vec::as_slice);
+                        let kept = drop_logged_again(&turns, same_id, calls);
                         repeated_blocks += kept.1;
                         turn.calls = kept.0;
                         turn.usage = Some(usage);
-                        turn.requested_at_ms =
-                            last_time.zip(start).map(|(t, s)| t.saturating_sub(s));
+                        turn.iterations = iterations;
+                        // Absolute for now; counted from the first model
+                        // call once every response is read.
+                        turn.requested_at_ms = last_time;
                         if !seen_ids.insert(id.to_owned()) {
                             split_ids.push(id.to_owned());
                         }
-                        open = Some(OpenResponse {
-                            turn: turns.len(),
-                            message_id: id.to_owned(),
-                            request_id: request_id.map(str::to_owned),
-                            user_since: false,
-                            broken: false,
-                        });
+                        by_message
+                            .entry(id.to_owned())
+                            .or_default()
+                            .push(turns.len());
+                        turn.agent = thread.as_ref().map(|t| format!("Task {t}"));
+                        opens.insert(
+                            thread.clone(),
+                            OpenResponse {
+                                turn: turns.len(),
+                                message_id: id.to_owned(),
+                                request_id: request_id.map(str::to_owned),
+                                user_since: false,
+                                broken: false,
+                                stream_json,
+                            },
+                        );
                         turns.push(turn);
                     }
                 }
@@ -493,12 +830,23 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
                 if let Some(message) = message {
                     collect_results(message.get("content"), &mut results);
                 }
-                if let Some(o) = open.as_mut() {
+                if let Some(o) = opens.get_mut(&thread) {
                     o.user_since = true;
                     if !only_results_of(message, &turns[o.turn].calls) {
                         o.broken = true;
                     }
                 }
+            }
+            "result" if stream_json => {
+                // The run's own summary: shown, not counted (the responses
+                // are counted one by one).
+                let turns_said = line.get("num_turns").and_then(Value::as_u64);
+                let cost = line.get("total_cost_usd").and_then(Value::as_f64);
+                result_notes.push(format!(
+                    "line {line_no}: result line ({}{}): a summary, not counted",
+                    turns_said.map_or("num_turns not given".into(), |n| format!("num_turns {n}")),
+                    cost.map_or(String::new(), |c| format!(", total_cost_usd {c}"))
+                ));
             }
             _ => {}
         }
@@ -509,11 +857,33 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
     if turns.is_empty() {
         return Err("a Claude Code log with no assistant responses".into());
     }
+    // The clock starts at the first model call, not at the first
+    // timestamped line (a startup hook, copied context, a summary).
+    let origin = turns.iter().find_map(|t| t.requested_at_ms);
+    if let Some(origin) = origin {
+        for turn in &mut turns {
+            turn.requested_at_ms = turn.requested_at_ms.map(|t| t.saturating_sub(origin));
+        }
+    }
     apply_results(&mut turns, &results);
-    let mut notes = vec![format!(
-        "{lines_read} lines; {} responses (lines of one response, sharing message.id and requestId, counted once)",
-        turns.len()
-    )];
+    let mut notes = vec![if stream_json {
+        format!(
+            "{lines_read} lines; {} responses (lines of one response share message.id, with its tool results between them; counted once)",
+            turns.len()
+        )
+    } else {
+        format!(
+            "{lines_read} lines; {} responses (lines of one response, sharing message.id and requestId, counted once)",
+            turns.len()
+        )
+    }];
+    notes.extend(result_notes);
+    let agents = turns.iter().filter(|t| t.agent.is_some()).count();
+    if agents > 0 {
+        notes.push(format!(
+            "{agents} responses are sub-agents' (parent_tool_use_id set): counted in the total"
+        ));
+    }
     if !split_ids.is_empty() {
         notes.push(format!(
             "{} response(s) reuse the message.id of an earlier response (another requestId, or a user message between them), e.g. {}: each counted as its own model call",
@@ -552,12 +922,13 @@ fn read_claude_code(lines: Vec<(usize, Value)>) -> Result<Session, String> {
         notes.push("no timestamps: the time limit is not checked".into());
     }
     Ok(Session {
-        format: Format::ClaudeCode,
+        format,
         turns,
         usage: UsageGranularity::PerTurn,
         declared_tools: None,
         ends_complete: false,
         notes,
+        time_origin_ms: origin,
     })
 }
 
@@ -571,6 +942,10 @@ struct Exchange {
     request: Option<Value>,
     response: Value,
     time_ms: Option<u64>,
+    /// When the request was sent, where the recording says (claude-trace).
+    request_ms: Option<u64>,
+    /// Why the reply is cut off (a stream without `message_stop`).
+    cut_off: Option<String>,
 }
 
 /// An API error object (`{"type": "error", "error": {…}}`): no model turn.
@@ -627,6 +1002,12 @@ fn read_exchanges(values: Vec<(String, Value)>) -> Result<Session, String> {
                 continue;
             }
             Some(r) if is_message(r) => {}
+            _ if is_token_count(&response) => {
+                notes.push(format!(
+                    "{label}: a token count (count_tokens), not a model call: skipped"
+                ));
+                continue;
+            }
             _ => {
                 return Err(format!(
                     "{label}: the response is not an Anthropic Messages API message (no type \"message\", nor content and stop_reason)"
@@ -638,9 +1019,213 @@ fn read_exchanges(values: Vec<(String, Value)>) -> Result<Session, String> {
             request,
             response,
             time_ms: None,
+            request_ms: None,
+            cut_off: None,
         });
     }
     build_from_exchanges(Format::AnthropicExchanges, exchanges, notes)
+}
+
+/// What a request's URI says the exchange is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    /// A model call, by the API's own path.
+    Model(ModelApi),
+    /// Anything else: token counting (`/v1/messages/count_tokens`), the
+    /// Files API, model lists, image downloads, other services.
+    Other,
+    /// No URI recorded: the bodies decide.
+    Unknown,
+}
+
+/// The endpoint a VCR request names (`uri`, or `url`), with the URI shown
+/// in notes.
+fn endpoint_of(request: Option<&Value>) -> (Endpoint, String) {
+    let Some(uri) = request
+        .and_then(|r| r.get("uri").or_else(|| r.get("url")))
+        .and_then(Value::as_str)
+    else {
+        return (Endpoint::Unknown, String::new());
+    };
+    let method = request
+        .and_then(|r| r.get("method"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let path = uri
+        .split(['?', '#'])
+        .next()
+        .unwrap_or(uri)
+        .trim_end_matches('/');
+    // The path without the host, which says what the call was.
+    let local = path.split_once("://").map_or(path, |(_, rest)| {
+        rest.find('/').map_or("/", |at| &rest[at..])
+    });
+    let local: String = if local.chars().count() > 60 {
+        local.chars().take(59).chain(['…']).collect()
+    } else {
+        local.to_owned()
+    };
+    let shown = format!("{method} {local}").trim().to_owned();
+    (
+        ModelApi::of_path(path).map_or(Endpoint::Other, Endpoint::Model),
+        shown,
+    )
+}
+
+/// The model APIs a recorded URI can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ModelApi {
+    /// Anthropic Messages (`…/v1/messages`).
+    AnthropicMessages,
+    /// OpenAI Chat Completions (`…/chat/completions`).
+    OpenAiChat,
+    /// OpenAI Responses (`…/responses`).
+    OpenAiResponses,
+    /// Amazon Bedrock Converse (`…/model/ID/converse`, `converse-stream`).
+    BedrockConverse,
+    /// Amazon Bedrock InvokeModel (`…/model/ID/invoke`): the provider's own
+    /// body (an Anthropic model answers with a Messages API message).
+    BedrockInvoke,
+    /// Google Gemini `generateContent` / `streamGenerateContent`.
+    Gemini,
+}
+
+impl ModelApi {
+    fn of_path(path: &str) -> Option<Self> {
+        let last = path.rsplit('/').next().unwrap_or(path);
+        Some(if path.ends_with("/messages") {
+            Self::AnthropicMessages
+        } else if path.ends_with("/chat/completions") {
+            Self::OpenAiChat
+        } else if path.ends_with("/responses") {
+            Self::OpenAiResponses
+        } else if path.contains("/model/") && (last == "converse" || last == "converse-stream") {
+            Self::BedrockConverse
+        } else if path.contains("/model/")
+            && (last == "invoke" || last == "invoke-with-response-stream")
+        {
+            Self::BedrockInvoke
+        } else if last.ends_with(":generateContent") || last.ends_with(":streamGenerateContent") {
+            Self::Gemini
+        } else {
+            return None;
+        })
+    }
+
+    /// The API in words, for refusals.
+    const fn description(self) -> &'static str {
+        match self {
+            Self::AnthropicMessages => "an Anthropic Messages API call",
+            Self::OpenAiChat => "an OpenAI Chat Completions call",
+            Self::OpenAiResponses => "an OpenAI Responses API call",
+            Self::BedrockConverse => "an Amazon Bedrock Converse call",
+            Self::BedrockInvoke => "an Amazon Bedrock InvokeModel call",
+            Self::Gemini => "a Google Gemini generateContent call",
+        }
+    }
+}
+
+/// Whether a JSON Lines value is a claude-trace pair: `{request: {url, …},
+/// response: {status_code, …} | null, logged_at}`.
+fn is_trace_pair(value: &Value) -> bool {
+    value
+        .get("request")
+        .is_some_and(|r| r.get("url").is_some() && r.get("body").is_some())
+        && value
+            .get("response")
+            .is_some_and(|r| r.is_null() || r.get("status_code").is_some())
+}
+
+/// A claude-trace timestamp (Unix seconds, fractional) in milliseconds.
+fn trace_ms(part: Option<&Value>) -> Option<u64> {
+    let seconds = part?.get("timestamp")?.as_f64()?;
+    (seconds.is_finite() && seconds >= 0.0).then(|| (seconds * 1000.0).round() as u64)
+}
+
+/// claude-trace logs (`.claude-trace/log-*.jsonl`, the usual capture of
+/// Claude Code's own API traffic): one request/response pair per line, the
+/// response body as JSON (`body`) or as the raw event stream (`body_raw`).
+/// Calls that are not model calls (token counting, `--include-all-requests`
+/// extras) are skipped with a note; a request without a response (orphaned:
+/// the log ended first) is noted and not counted.
+fn read_claude_trace(lines: Vec<(usize, Value)>) -> Result<Session, String> {
+    let mut exchanges: Vec<Exchange> = Vec::new();
+    let mut notes = Vec::new();
+    let mut not_model = Vec::new();
+    for (line_no, pair) in lines {
+        let label = format!("line {line_no}");
+        if !is_trace_pair(&pair) {
+            return Err(format!("{label}: not a claude-trace request/response pair"));
+        }
+        let request = &pair["request"];
+        let (endpoint, uri) = endpoint_of(Some(request));
+        let response = &pair["response"];
+        if response.is_null() {
+            notes.push(format!(
+                "{label}: {uri}: no response recorded (orphaned request): not counted"
+            ));
+            continue;
+        }
+        let status = response.get("status_code").and_then(Value::as_u64);
+        let (body, streamed, cut_off) = match (response.get("body"), response.get("body_raw")) {
+            (Some(body), _) if body.is_object() => (body.clone(), false, None),
+            (_, Some(Value::String(raw))) if raw.contains("data:") => match message_from_sse(raw) {
+                Ok((body, cut_off)) => (body, true, cut_off),
+                Err(e) if endpoint == Endpoint::Other => {
+                    not_model.push(format!("{line_no} ({uri}, {e})"));
+                    continue;
+                }
+                Err(e) => return Err(format!("{label}: streamed response: {e}")),
+            },
+            (_, Some(Value::String(raw))) => match value_from_str(raw) {
+                Ok(body) => (body, false, None),
+                Err(e) if e.is_data() => return Err(format!("{label}: {e}")),
+                Err(_) if endpoint == Endpoint::Other => {
+                    not_model.push(format!("{line_no} ({uri})"));
+                    continue;
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "{label}: the response body is neither JSON nor a Messages API event stream"
+                    ))
+                }
+            },
+            _ if endpoint == Endpoint::Other => {
+                not_model.push(format!("{line_no} ({uri})"));
+                continue;
+            }
+            _ => return Err(format!("{label}: the response has no body")),
+        };
+        if body.as_object().is_some_and(is_api_error) || status.is_some_and(|c| c >= 400) {
+            notes.push(api_error_note(&label, status, &body, streamed));
+            continue;
+        }
+        if !is_message_value(&body) {
+            if matches!(endpoint, Endpoint::Model(_)) && !is_token_count(&body) {
+                return Err(format!(
+                    "{label}: {uri}: the response is not an Anthropic Messages API message"
+                ));
+            }
+            not_model.push(format!("{line_no} ({uri})"));
+            continue;
+        }
+        exchanges.push(Exchange {
+            label,
+            request: request.get("body").filter(|b| b.is_object()).cloned(),
+            response: body,
+            time_ms: trace_ms(Some(response)),
+            request_ms: trace_ms(Some(request)),
+            cut_off,
+        });
+    }
+    if !not_model.is_empty() {
+        notes.push(format!(
+            "{} request(s) are not model calls (token counting, other endpoints), skipped: lines {}",
+            not_model.len(),
+            not_model.join(", ")
+        ));
+    }
+    build_from_exchanges(Format::ClaudeTrace, exchanges, notes)
 }
 
 fn read_vcr(cassette: &Value) -> Result<Session, String> {
@@ -648,62 +1233,218 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
         .get("interactions")
         .and_then(Value::as_array)
         .ok_or("`interactions` is not a list")?;
-    let mut exchanges = Vec::new();
+    let mut exchanges: Vec<Exchange> = Vec::new();
     let mut notes = Vec::new();
+    let mut not_model: Vec<String> = Vec::new();
     for (index, interaction) in interactions.iter().enumerate() {
+        let label = format!("interaction {index}");
         let request = interaction.get("request");
         let response = interaction
             .get("response")
-            .ok_or_else(|| format!("interaction {index}: no `response`"))?;
+            .ok_or_else(|| format!("{label}: no `response`"))?;
+        let (endpoint, uri) = endpoint_of(request);
+        // Not a model call, by its URI or by what came back: skipped with a
+        // note. A body that reads as a model reply is counted wherever it
+        // came from (a proxy, another path): never counted less than billed.
+        let mut skip = |why: &str| {
+            not_model.push(format!(
+                "{index} ({}{why})",
+                if uri.is_empty() {
+                    "no URI".to_owned()
+                } else {
+                    uri.clone()
+                }
+            ));
+        };
         let status = response
             .get("status")
             .and_then(|s| s.get("code"))
             .and_then(Value::as_u64);
-        let body =
-            vcr_body(response).map_err(|e| format!("interaction {index}: response body: {e}"))?;
-        let request_body = match request {
-            Some(r) => {
-                vcr_body(r).map_err(|e| format!("interaction {index}: request body: {e}"))?
+        let body = match vcr_body(response) {
+            Ok(body) => body,
+            Err(_) if endpoint == Endpoint::Other => {
+                skip(", a body that is not text");
+                continue;
             }
+            Err(e) => {
+                return Err(match endpoint {
+                    Endpoint::Model(api) => {
+                        format!("{label}: {} ({uri}): response body: {e}", api.description())
+                    }
+                    _ => format!("{label}: response body: {e}"),
+                })
+            }
+        };
+        let request_body = match request {
+            Some(r) => match vcr_body(r) {
+                Ok(body) => body,
+                Err(_) if endpoint == Endpoint::Other => None,
+                Err(e) => return Err(format!("{label}: request body: {e}")),
+            },
             None => None,
         };
         let Some(body) = body else {
-            notes.push(format!("interaction {index}: no response body, skipped"));
+            match endpoint {
+                // A model call whose reply was not recorded: refused, never
+                // counted as nothing.
+                Endpoint::Model(api) => {
+                    return Err(format!(
+                        "{label}: {} ({uri}) with no response body",
+                        api.description()
+                    ))
+                }
+                Endpoint::Other => skip(", no body"),
+                Endpoint::Unknown => notes.push(format!("{label}: no response body, skipped")),
+            }
             continue;
         };
-        let label = format!("interaction {index}");
-        let (body, streamed) = match body {
-            Body::Json(v) => (v, false),
+        let (body, streamed, cut_off) = match body {
+            Body::Json(v) => (v, false, None),
             Body::Text(text)
                 if text.contains("event: message_start") || text.contains("data: {") =>
             {
-                let body = message_from_sse(&text)
-                    .map_err(|e| format!("{label}: streamed response: {e}"))?;
-                (body, true)
+                let rebuilt = if text.contains("chat.completion.chunk") {
+                    openai::chat_from_sse(&text)
+                } else if text.contains("\"response.created\"") || text.contains("event: response.")
+                {
+                    openai::responses_from_sse(&text)
+                } else if endpoint == Endpoint::Model(ModelApi::Gemini)
+                    || (!text.contains("message_start") && text.contains("\"candidates\""))
+                {
+                    providers::gemini_from_sse(&text).and_then(|(chunks, cut_off)| {
+                        Ok((
+                            providers::gemini_message(&chunks, &label.replace(' ', "-"))?,
+                            cut_off,
+                        ))
+                    })
+                } else {
+                    message_from_sse(&text)
+                };
+                match rebuilt {
+                    Ok((body, cut_off)) => (body, true, cut_off),
+                    Err(_) if endpoint == Endpoint::Other => {
+                        skip(", an event stream of another kind");
+                        continue;
+                    }
+                    Err(e) => return Err(format!("{label}: streamed response: {e}")),
+                }
+            }
+            Body::Text(_) if endpoint == Endpoint::Other => {
+                skip(", a body that is not JSON");
+                continue;
             }
             Body::Text(_) => {
-                return Err(format!(
+                return Err(match endpoint {
+                    Endpoint::Model(api) => format!(
+                    "{label}: {} ({uri}): the response body is neither JSON nor an event stream",
+                    api.description()
+                ),
+                    _ => format!(
                     "{label}: the response body is neither JSON nor a Messages API event stream"
-                ))
+                ),
+                })
             }
         };
-        if body.as_object().is_some_and(is_api_error) || status.is_some_and(|c| c >= 400) {
+        let openai_error = (openai::is_chat_completion(&body) || openai::is_response(&body))
+            && (body.get("status").and_then(Value::as_str) == Some("failed"))
+            || (body.get("error").is_some_and(Value::is_object) && !is_message_value(&body));
+        if body.as_object().is_some_and(is_api_error)
+            || openai_error
+            || status.is_some_and(|c| c >= 400)
+        {
             notes.push(api_error_note(&label, status, &body, streamed));
             continue;
         }
-        if !body.as_object().is_some_and(is_message) {
-            return Err(format!(
-                "{label}: the response is not an Anthropic Messages API message"
-            ));
+        // A Responses API reply fetched again (background mode polls
+        // `GET /v1/responses/ID`, a stream resumed with `starting_after`) is
+        // the same model call: its latest state replaces the earlier one.
+        let same_response = openai::is_response(&body)
+            .then(|| body.get("id").and_then(Value::as_str).map(str::to_owned))
+            .flatten();
+        let mut cut_off = cut_off;
+        if let Some(status @ ("queued" | "in_progress")) =
+            body.get("status").and_then(Value::as_str)
+        {
+            if cut_off.is_none() && openai::is_response(&body) {
+                cut_off = Some(format!("the response is still {status}, not finished"));
+            }
         }
-        if streamed && body.get("stop_reason").is_none_or(Value::is_null) {
-            notes.push(format!(
-                "{label}: the event stream ends without a stop reason (cut off?): inferred from the blocks"
-            ));
+        let body = if openai::is_chat_completion(&body) {
+            let message = openai::chat_message(&body, &label, &mut notes)
+                .map_err(|e| format!("{label}: OpenAI chat completion: {e}"))?;
+            if message["usage"].is_null() {
+                notes.push(format!("{label}: the reply records no usage (a stream without stream_options.include_usage?): counted as 0 tokens"));
+            }
+            message
+        } else if providers::is_converse(&body) {
+            providers::converse_message(&body)
+                .map_err(|e| format!("{label}: Bedrock Converse reply: {e}"))?
+        } else if providers::is_gemini(&body) {
+            let chunks = match &body {
+                Value::Array(items) => items.clone(),
+                one => vec![one.clone()],
+            };
+            providers::gemini_message(&chunks, &label.replace(' ', "-"))
+                .map_err(|e| format!("{label}: Gemini reply: {e}"))?
+        } else if openai::is_response(&body) {
+            let message = openai::responses_message(&body)
+                .map_err(|e| format!("{label}: OpenAI response: {e}"))?;
+            if message["usage"].is_null() {
+                notes.push(format!(
+                    "{label}: the reply records no usage: counted as 0 tokens"
+                ));
+            }
+            message
+        } else {
+            body
+        };
+        if !body.as_object().is_some_and(is_message) {
+            match endpoint {
+                _ if is_token_count(&body) => {}
+                Endpoint::Model(api @ ModelApi::AnthropicMessages) => {
+                    return Err(format!(
+                        "{label}: {} whose response is not an Anthropic Messages API message",
+                        api.description()
+                    ))
+                }
+                // A model call this version cannot read: refused, never
+                // skipped (skipping would count less than was billed).
+                Endpoint::Model(api) => {
+                    return Err(format!(
+                        "{label}: {} ({uri}) whose reply is not in a shape this version reads; refused rather than counted as nothing",
+                        api.description()
+                    ))
+                }
+                Endpoint::Other | Endpoint::Unknown => {}
+            }
+            // Said, so that spend outside the model calls read (embeddings,
+            // a provider this version does not read) is never hidden.
+            match reported_tokens(&body) {
+                Some(n) if !is_token_count(&body) => {
+                    skip(&format!(", its reply reports {n} tokens, not counted"))
+                }
+                _ => skip(""),
+            }
+            continue;
         }
         let time_ms = header(response, "date")
             .map_err(|e| format!("{label}: response: {e}"))?
             .and_then(|d| parse_http_date_ms(&d));
+        if let Some(id) = &same_response {
+            if let Some(earlier) = exchanges
+                .iter_mut()
+                .find(|e| e.response.get("id").and_then(Value::as_str) == Some(id.as_str()))
+            {
+                notes.push(format!(
+                    "{label}: response {id} again (fetched or resumed): one model call, its latest state kept (from {})",
+                    earlier.label
+                ));
+                earlier.response = body;
+                earlier.cut_off = cut_off;
+                earlier.time_ms = time_ms.or(earlier.time_ms);
+                continue;
+            }
+        }
         exchanges.push(Exchange {
             label,
             request: request_body.and_then(|b| match b {
@@ -712,9 +1453,52 @@ fn read_vcr(cassette: &Value) -> Result<Session, String> {
             }),
             response: body,
             time_ms,
+            request_ms: None,
+            cut_off,
         });
     }
+    if !not_model.is_empty() {
+        notes.push(format!(
+            "{} interaction(s) are not model calls (token counting, files, downloads, other services), skipped: {}",
+            not_model.len(),
+            not_model.join(", ")
+        ));
+    }
     build_from_exchanges(Format::VcrCassette, exchanges, notes)
+}
+
+/// The tokens a reply that is not read says it used: the numeric fields of
+/// its `usage` (or Gemini's `usageMetadata`) whose name holds `token`, totals
+/// left out, or Ollama's `prompt_eval_count + eval_count`. `None` when it
+/// says none.
+fn reported_tokens(body: &Value) -> Option<u64> {
+    let usage = body.get("usage").or_else(|| body.get("usageMetadata"));
+    let from_usage = usage.and_then(Value::as_object).map(|u| {
+        u.iter()
+            .filter(|(k, _)| k.contains("oken") && !k.contains("total"))
+            .filter_map(|(_, v)| v.as_u64())
+            .fold(0, u64::saturating_add)
+    });
+    let ollama = body
+        .get("prompt_eval_count")
+        .and_then(Value::as_u64)
+        .map(|p| p.saturating_add(body.get("eval_count").and_then(Value::as_u64).unwrap_or(0)));
+    from_usage.or(ollama).filter(|&n| n > 0)
+}
+
+fn is_message_value(body: &Value) -> bool {
+    body.as_object().is_some_and(is_message)
+}
+
+/// A token-counting reply (`/v1/messages/count_tokens`: `{"input_tokens":
+/// N}` and nothing a message has): no model call, nothing generated.
+fn is_token_count(body: &Value) -> bool {
+    body.as_object().is_some_and(|o| {
+        o.contains_key("input_tokens")
+            && !o.contains_key("content")
+            && !o.contains_key("usage")
+            && !o.contains_key("choices")
+    })
 }
 
 enum Body {
@@ -736,23 +1520,74 @@ fn vcr_body(part: &Value) -> Result<Option<Body>, String> {
         Some(Value::Object(o)) => match o.get("string") {
             Some(Value::String(s)) => s.clone(),
             None | Some(Value::Null) => return Ok(None),
-            Some(_) => {
-                return Err(
-                    "`body.string` is not text (binary or compressed bodies are not supported)"
-                        .into(),
-                )
-            }
+            Some(_) => return Err("`body.string` is not text".into()),
         },
         Some(other) => return Ok(Some(Body::Json(other.clone()))),
     };
     if raw.trim().is_empty() {
         return Ok(None);
     }
+    // vcrpy writes a body that is not UTF-8 text as `!!binary` (base64),
+    // gzip-compressed when the server sent `Content-Encoding: gzip`; the
+    // YAML reader keeps the base64 text. Decoded only when the text is not
+    // already JSON or an event stream, so a readable body is never changed.
+    let raw = match value_from_str(&raw) {
+        Ok(v) => return Ok(Some(Body::Json(v))),
+        Err(e) if e.is_data() => return Err(e.to_string()),
+        Err(_) if raw.contains("data:") => raw,
+        Err(_) => match decode_binary(&raw)? {
+            Some(text) => text,
+            None => raw,
+        },
+    };
     Ok(Some(match value_from_str(&raw) {
         Ok(v) => Body::Json(v),
         Err(e) if e.is_data() => return Err(e.to_string()),
         Err(_) => Body::Text(raw),
     }))
+}
+
+/// Most bytes a compressed body may decompress to.
+const MAX_BODY_BYTES: u64 = 64 << 20;
+
+/// A `!!binary` body's text: base64, then gunzipped if it is gzip. `None`
+/// when `raw` is not base64 (plain text, kept as it is); an error when the
+/// bytes are not UTF-8 text (an image, a zip) or decompress past 64 MiB.
+fn decode_binary(raw: &str) -> Result<Option<String>, String> {
+    use base64::Engine as _;
+    let compact: String = raw.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    let is_base64 = !compact.is_empty()
+        && compact.len().is_multiple_of(4)
+        && compact
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
+    if !is_base64 {
+        return Ok(None);
+    }
+    let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&compact) else {
+        return Ok(None);
+    };
+    let bytes = if bytes.starts_with(&[0x1f, 0x8b]) {
+        crate::input::read_bounded(
+            flate2::read::MultiGzDecoder::new(bytes.as_slice()),
+            MAX_BODY_BYTES,
+        )
+        .map_err(|e| match e {
+            crate::input::ReadError::TooLarge { .. } => format!(
+                "a gzip body decompresses past {} MiB; refused",
+                MAX_BODY_BYTES >> 20
+            ),
+            crate::input::ReadError::Io(e) => format!("a gzip body cannot be decompressed: {e}"),
+        })?
+    } else {
+        bytes
+    };
+    String::from_utf8(bytes).map(Some).map_err(|e| {
+        format!(
+            "a binary body of {} bytes that is not text (not JSON nor an event stream)",
+            e.as_bytes().len()
+        )
+    })
 }
 
 /// A header's value. Header names are case-insensitive, so `Date` and `date`
@@ -779,9 +1614,13 @@ fn header(part: &Value, name: &str) -> Result<Option<String>, String> {
     })
 }
 
-/// Rebuilds a message from a Messages API server-sent event stream.
-fn message_from_sse(text: &str) -> Result<Value, String> {
+/// Rebuilds a message from a Messages API server-sent event stream, with
+/// why it is cut off if the stream never reached `message_stop` (a dropped
+/// connection: whatever its last blocks say, the reply did not end).
+fn message_from_sse(text: &str) -> Result<(Value, Option<String>), String> {
     let mut message: Option<Value> = None;
+    let mut stopped = false;
+    let mut delta = false;
     let mut partial_inputs: HashMap<usize, String> = HashMap::new();
     let mut blocks: Vec<Value> = Vec::new();
     for line in text.lines() {
@@ -803,10 +1642,14 @@ fn message_from_sse(text: &str) -> Result<Value, String> {
         match event.get("type").and_then(Value::as_str) {
             // The stream failed (`overloaded_error`, …): an error response,
             // whatever came before it.
-            Some("error") => return Ok(event),
-            Some("message_start") => message = event.get("message").cloned(),
+            Some("error") => return Ok((event, None)),
+            Some("message_stop") => stopped = true,
+            Some("message_start") => match event.get("message") {
+                Some(m @ Value::Object(_)) => message = Some(m.clone()),
+                _ => return Err("message_start without a message object".into()),
+            },
             Some("content_block_start") => {
-                let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                let index = block_index(&event)?;
                 let block = event.get("content_block").cloned().unwrap_or(Value::Null);
                 if blocks.len() <= index {
                     blocks.resize(index + 1, Value::Null);
@@ -814,7 +1657,7 @@ fn message_from_sse(text: &str) -> Result<Value, String> {
                 blocks[index] = block;
             }
             Some("content_block_delta") => {
-                let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                let index = block_index(&event)?;
                 let delta = event.get("delta");
                 match delta.and_then(|d| d.get("type")).and_then(Value::as_str) {
                     Some("text_delta") => {
@@ -845,6 +1688,7 @@ fn message_from_sse(text: &str) -> Result<Value, String> {
                 }
             }
             Some("message_delta") => {
+                delta = true;
                 let message = message
                     .as_mut()
                     .ok_or("message_delta before message_start")?;
@@ -852,6 +1696,9 @@ fn message_from_sse(text: &str) -> Result<Value, String> {
                     message["stop_reason"] = reason.clone();
                 }
                 if let Some(Value::Object(usage)) = event.get("usage") {
+                    if !message.get("usage").is_some_and(Value::is_object) {
+                        message["usage"] = Value::Object(Map::new());
+                    }
                     for (k, v) in usage {
                         if !v.is_null() {
                             message["usage"][k] = v.clone();
@@ -882,7 +1729,30 @@ fn message_from_sse(text: &str) -> Result<Value, String> {
         }
     }
     message["content"] = Value::Array(blocks);
-    Ok(message)
+    let cut_off = (!stopped).then(|| {
+        if delta {
+            "the event stream ends without message_stop".to_owned()
+        } else {
+            "the event stream ends without message_delta or message_stop".to_owned()
+        }
+    });
+    Ok((message, cut_off))
+}
+
+/// Most content blocks one streamed message may index.
+const MAX_STREAM_BLOCKS: u64 = 4096;
+
+/// A stream event's block `index` (0 when absent), at most
+/// [`MAX_STREAM_BLOCKS`]: a huge index would otherwise allocate that many
+/// blocks.
+fn block_index(event: &Value) -> Result<usize, String> {
+    let index = event.get("index").and_then(Value::as_u64).unwrap_or(0);
+    if index >= MAX_STREAM_BLOCKS {
+        return Err(format!(
+            "content block index {index} in the stream; at most {MAX_STREAM_BLOCKS} blocks are read"
+        ));
+    }
+    Ok(index as usize)
 }
 
 /// Prefix marking arguments that could not be read (streams cut off).
@@ -898,12 +1768,27 @@ fn build_from_exchanges(
     let mut declared: BTreeSet<String> = BTreeSet::new();
     let mut any_declared = false;
     let start = exchanges.iter().find_map(|e| e.time_ms);
+    let request_start = exchanges.iter().find_map(|e| e.request_ms);
     let mut previous_time: Option<u64> = None;
     for (index, exchange) in exchanges.iter().enumerate() {
         let mut turn = turn_from_message(&exchange.response)
             .map_err(|e| format!("{} (response {index}): {e}", exchange.label))?;
         if let Some(request) = &exchange.request {
-            turn.max_tokens = match request.get("max_tokens") {
+            let cap = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+                .into_iter()
+                .find_map(|k| request.get(k).filter(|v| !v.is_null()))
+                .or_else(|| {
+                    request
+                        .get("inferenceConfig")
+                        .and_then(|c| c.get("maxTokens"))
+                        .or_else(|| {
+                            request
+                                .get("generationConfig")
+                                .and_then(|c| c.get("maxOutputTokens"))
+                        })
+                        .filter(|v| !v.is_null())
+                });
+            turn.max_tokens = match cap {
                 None | Some(Value::Null) => None,
                 Some(v) => Some(v.as_u64().ok_or_else(|| {
                     format!(
@@ -918,7 +1803,11 @@ fn build_from_exchanges(
                 declared.extend(
                     tools
                         .iter()
-                        .filter_map(|t| t.get("name").and_then(Value::as_str))
+                        .filter_map(|t| {
+                            t.get("name")
+                                .or_else(|| t.get("function").and_then(|f| f.get("name")))
+                                .and_then(Value::as_str)
+                        })
                         .map(str::to_owned),
                 );
             }
@@ -927,15 +1816,30 @@ fn build_from_exchanges(
                     collect_results(m.get("content"), &mut results);
                 }
             }
+            openai::request_results(request, &mut results);
+            let mut names = Vec::new();
+            if providers::request_facts(request, &mut names, &mut results) {
+                any_declared = true;
+            }
+            declared.extend(names);
         }
-        // The request left after the previous response arrived.
-        turn.requested_at_ms = match (start, previous_time) {
-            (Some(s), Some(p)) => Some(p.saturating_sub(s)),
-            (Some(_), None) => Some(0),
+        // The request left when the recording says (counted from the
+        // first model call), else after the previous response arrived.
+        turn.requested_at_ms = match (request_start, exchange.request_ms, start, previous_time) {
+            (Some(first), Some(at), _, _) => Some(at.saturating_sub(first)),
+            (_, _, Some(s), Some(p)) => Some(p.saturating_sub(s)),
+            (_, _, Some(_), None) => Some(0),
             _ => None,
         };
         if exchange.time_ms.is_some() {
             previous_time = exchange.time_ms;
+        }
+        if let Some(why) = &exchange.cut_off {
+            notes.push(format!(
+                "{}: {why}: cut off, its calls are never executed (as for max_tokens)",
+                exchange.label
+            ));
+            turn.cut_off = Some(why.clone());
         }
         for call in &mut turn.calls {
             if let Some(Value::String(s)) = &call.input {
@@ -966,7 +1870,9 @@ fn build_from_exchanges(
             "{unanswered} tool calls have no tool_result in a later request"
         ));
     }
-    if start.is_some() {
+    if request_start.is_some() {
+        notes.push("times from the requests' timestamps, counted from the first model call".into());
+    } else if start.is_some() {
         notes.push("times from the responses' Date headers (1 s resolution): a request is taken to leave when the previous response arrived".into());
     } else {
         notes.push("no timestamps: the time limit is not checked".into());
@@ -978,6 +1884,7 @@ fn build_from_exchanges(
         declared_tools: any_declared.then(|| declared.into_iter().collect()),
         ends_complete: false,
         notes,
+        time_origin_ms: None,
     })
 }
 
@@ -989,13 +1896,41 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
         .and_then(Value::as_array)
         .ok_or("`trajectory` is not a list")?;
     let mut turns = Vec::new();
+    let function_calls = history_function_calls(traj);
+    let mut next_call = 0;
+    let mut named = 0usize;
     for (index, step) in steps.iter().enumerate() {
         let action = step
             .get("action")
             .and_then(Value::as_str)
             .ok_or_else(|| format!("step {index}: `action` is not a string"))?;
-        let calls = if action.trim().is_empty() {
+        // SWE-agent 1.x with function calling: the history's assistant
+        // message of this step (the same action, in order) names the tool.
+        let function = function_calls[next_call..]
+            .iter()
+            .position(|f| f.action == action)
+            .map(|at| {
+                let found = &function_calls[next_call + at];
+                next_call += at + 1;
+                found
+            });
+        let calls = if action.trim().is_empty() && function.is_none() {
             Vec::new()
+        } else if let Some(f) = function {
+            named += 1;
+            vec![RecordedCall {
+                // `step-N` as for any step: SWE-agent runs one action per
+                // step and never matches results by id (its demonstrations
+                // reuse ids), so the recorded id decides nothing.
+                id: format!("step-{index}"),
+                name: f.name.clone(),
+                input: Some(
+                    f.arguments
+                        .clone()
+                        .unwrap_or_else(|| serde_json::json!({ "command": action })),
+                ),
+                recorded_error: Some(false),
+            }]
         } else {
             vec![RecordedCall {
                 id: format!("step-{index}"),
@@ -1013,8 +1948,7 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
                 .and_then(Value::as_str)
                 .map_or(0, |t| t.chars().count()),
             calls,
-            requested_at_ms: None,
-            max_tokens: None,
+            ..RecordedTurn::default()
         });
     }
     if turns.is_empty() {
@@ -1057,7 +1991,15 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
                 turns.len()
             )
         },
-        "each step's action is one tool call named by its first word, with the whole action as {\"command\": …}; no stop reasons recorded (a step with an action is a tool turn)".into(),
+        if named == 0 {
+            "each step's action is one tool call named by its first word, with the whole action as {\"command\": …}; no stop reasons recorded (a step with an action is a tool turn)".into()
+        } else {
+            format!(
+                "{named} of {} steps named by the function call the history records (history[].tool_calls[].function.name, with its arguments){}; no stop reasons recorded (a step with an action is a tool turn)",
+                turns.len(),
+                if named < turns.len() { ", the others by the action's first word" } else { "" }
+            )
+        },
         "no timestamps: the time limit is not checked".into(),
     ];
     let usage = match (sent, received) {
@@ -1111,7 +2053,46 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
         // were submitted by SWE-agent when its own limit stopped the agent.
         ends_complete: exit_status == Some("submitted"),
         notes,
+        time_origin_ms: None,
     })
+}
+
+/// A function call of a SWE-agent 1.x history message.
+struct FunctionCall {
+    /// The assistant message's `action`, which the trajectory step repeats.
+    action: String,
+    /// `tool_calls[0].function.name`.
+    name: String,
+    /// `tool_calls[0].function.arguments`, parsed (`None`: not JSON).
+    arguments: Option<Value>,
+}
+
+/// The function calls of a trajectory's history, in order: each assistant
+/// message with an `action` and a `tool_calls[0].function.name`.
+fn history_function_calls(traj: &Value) -> Vec<FunctionCall> {
+    let Some(history) = traj.get("history").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    history
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+        .filter_map(|m| {
+            let action = m.get("action").and_then(Value::as_str)?;
+            let call = m.get("tool_calls")?.as_array()?.first()?;
+            let function = call.get("function")?;
+            let name = function.get("name").and_then(Value::as_str)?;
+            let arguments = match function.get("arguments") {
+                Some(Value::String(text)) => value_from_str(text).ok(),
+                Some(object @ Value::Object(_)) => Some(object.clone()),
+                _ => None,
+            };
+            Some(FunctionCall {
+                action: action.to_owned(),
+                name: name.to_owned(),
+                arguments,
+            })
+        })
+        .collect()
 }
 
 /// The first word of a command, restricted to `[A-Za-z0-9_-]`, or `command`.
@@ -1299,7 +2280,8 @@ mod tests {
 event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"f\",\"input\":{}}}\n\n\
 event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\\\": 1\"}}\n\n\
 event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"output_tokens\":5}}\n\n";
-        let message = message_from_sse(stream).unwrap();
+        let (message, cut_off) = message_from_sse(stream).unwrap();
+        assert!(cut_off.is_some(), "no message_stop");
         assert_eq!(message["stop_reason"], "max_tokens");
         assert_eq!(message["usage"]["output_tokens"], 5);
         let input = message["content"][0]["input"].as_str().unwrap();

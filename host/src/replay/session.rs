@@ -10,12 +10,21 @@ pub enum Format {
     /// Claude Code session log: JSON Lines, one content block per line,
     /// lines of one response sharing `message.id`.
     ClaudeCode,
+    /// Claude Code `stream-json` output (`claude -p --output-format
+    /// stream-json --verbose`, the Agent SDK's transport): JSON Lines with
+    /// `session_id`, one content block per line, no `requestId`; lines of one
+    /// response share `message.id` even with its results between them.
+    ClaudeCodeStreamJson,
     /// Anthropic Messages API exchanges: `{request, response}` objects (one
     /// JSON document, an array, or JSON Lines), or bare response messages.
     AnthropicExchanges,
     /// VCR cassette (vcrpy / pytest-recording), YAML or JSON:
     /// `interactions[].request` / `.response`.
     VcrCassette,
+    /// claude-trace log (`.claude-trace/log-*.jsonl`): one
+    /// `{request: {url, body}, response: {status_code, body | body_raw}}`
+    /// pair per line, Claude Code's own API traffic.
+    ClaudeTrace,
     /// SWE-agent trajectory (`.traj`): actions and observations per step,
     /// usage only as run totals.
     SweAgentTraj,
@@ -26,8 +35,10 @@ impl Format {
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::ClaudeCode => "claude-code-jsonl",
+            Self::ClaudeCodeStreamJson => "claude-code-stream-json",
             Self::AnthropicExchanges => "anthropic-messages",
             Self::VcrCassette => "vcr-cassette",
+            Self::ClaudeTrace => "claude-trace",
             Self::SweAgentTraj => "swe-agent-traj",
         }
     }
@@ -36,8 +47,12 @@ impl Format {
     pub const fn description(self) -> &'static str {
         match self {
             Self::ClaudeCode => "Claude Code session log (JSON Lines)",
+            Self::ClaudeCodeStreamJson => {
+                "Claude Code stream-json output (claude -p --output-format stream-json)"
+            }
             Self::AnthropicExchanges => "Anthropic Messages API exchanges (JSON)",
-            Self::VcrCassette => "VCR cassette of Anthropic Messages API calls",
+            Self::VcrCassette => "VCR cassette of model API calls (Anthropic Messages, OpenAI Chat Completions or Responses, Bedrock Converse, Gemini)",
+            Self::ClaudeTrace => "claude-trace log of Claude Code's API traffic (JSON Lines)",
             Self::SweAgentTraj => "SWE-agent trajectory (.traj)",
         }
     }
@@ -70,8 +85,19 @@ pub enum UsageGranularity {
     Unknown,
 }
 
+/// One entry of a response's `usage.iterations` (compaction, advisor and
+/// other sub-inferences billed within one request).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UsageIteration {
+    /// The iteration's `type` (`compaction`, `message`, …), or `unknown`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Its usage, the four counted fields.
+    pub usage: TokenUsage,
+}
+
 /// One model response, counted once.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct RecordedTurn {
     /// The response's message id, when recorded.
     pub message_id: Option<String>,
@@ -89,12 +115,30 @@ pub struct RecordedTurn {
     pub requested_at_ms: Option<u64>,
     /// The request's `max_tokens`, when recorded.
     pub max_tokens: Option<u64>,
+    /// The entries of `usage.iterations`, each already counted in `usage`
+    /// (billed: top level plus every iteration); empty when there are none.
+    pub iterations: Vec<UsageIteration>,
+    /// Why the reply is cut off although its stop reason does not say so (a
+    /// stream that ended without `message_stop`): its calls never run, as
+    /// for `max_tokens`.
+    pub cut_off: Option<String>,
+    /// Server tool uses in the response (`server_tool_use` blocks: web
+    /// search, code execution, …), by tool name, in block order: run by the
+    /// API, not by the agent.
+    pub server_calls: Vec<String>,
+    /// The sub-agent whose call this is (Claude Code `subagents/*.jsonl`), or
+    /// `None` for the main agent.
+    pub agent: Option<String>,
 }
 
 impl RecordedTurn {
     /// The stop reason the gate uses: the recorded one, or, when null, the
     /// reliable sign: a `tool_use` block makes a tool turn, else `end_turn`.
     pub fn effective_stop_reason(&self) -> (String, bool) {
+        if self.cut_off.is_some() {
+            // Cut off whatever it says: its calls may be incomplete.
+            return ("max_tokens".to_owned(), true);
+        }
         match &self.stop_reason {
             Some(reason) => (reason.clone(), false),
             None if self.calls.is_empty() => ("end_turn".to_owned(), true),
@@ -121,9 +165,72 @@ pub struct Session {
     pub ends_complete: bool,
     /// Facts about the reading worth showing (skipped lines, inferred values).
     pub notes: Vec<String>,
+    /// The instant (ms since the Unix epoch) the turns' `requested_at_ms`
+    /// count from, when the recording has wall-clock times: lets the
+    /// sub-agents' logs be put in order with the session's.
+    pub time_origin_ms: Option<u64>,
 }
 
 impl Session {
+    /// Adds the responses of sub-agents (`(name, their own session)`, as
+    /// Claude Code keeps them in `<session>/subagents/agent-ID.jsonl`) to
+    /// this session, each marked with its agent: by wall-clock time when
+    /// every log has times (the budget is shared, so the order is the one
+    /// the calls were made in), else after the session's own, with a note.
+    /// Their notes are kept, prefixed with the agent's name.
+    pub fn merge_subagents(&mut self, subagents: Vec<(String, Session)>) {
+        if subagents.is_empty() {
+            return;
+        }
+        let absolute = |turn: &RecordedTurn, origin: Option<u64>| {
+            turn.requested_at_ms
+                .zip(origin)
+                .map(|(t, o)| t.saturating_add(o))
+        };
+        let mut all: Vec<(Option<u64>, RecordedTurn)> = self
+            .turns
+            .drain(..)
+            .map(|t| (absolute(&t, self.time_origin_ms), t))
+            .collect();
+        let mut names = Vec::new();
+        for (name, sub) in subagents {
+            for note in &sub.notes {
+                self.notes.push(format!("sub-agent {name}: {note}"));
+            }
+            let calls = sub.tool_calls();
+            names.push(format!(
+                "{name} ({} responses, {calls} tool calls)",
+                sub.turns.len()
+            ));
+            for mut turn in sub.turns {
+                let at = absolute(&turn, sub.time_origin_ms);
+                turn.agent = Some(name.clone());
+                all.push((at, turn));
+            }
+        }
+        let timed = all.iter().all(|(at, _)| at.is_some());
+        if timed {
+            // Stable: lines of one log keep their order at equal times.
+            all.sort_by_key(|(at, _)| *at);
+            let origin = all.first().and_then(|(at, _)| *at);
+            for (at, turn) in &mut all {
+                turn.requested_at_ms = at.zip(origin).map(|(t, o)| t.saturating_sub(o));
+            }
+            self.time_origin_ms = origin;
+        }
+        self.turns = all.into_iter().map(|(_, t)| t).collect();
+        self.notes.push(format!(
+            "{} sub-agent log(s) replayed with the session, {}: {}",
+            names.len(),
+            if timed {
+                "in the order of their timestamps, on the session's budget"
+            } else {
+                "after the session's own responses (not every response has a time), on the session's budget"
+            },
+            names.join(", ")
+        ));
+    }
+
     /// Tool calls in all responses.
     pub fn tool_calls(&self) -> usize {
         self.turns.iter().map(|t| t.calls.len()).sum()
@@ -142,6 +249,36 @@ impl Session {
                 .fold(TokenUsage::ZERO, TokenUsage::saturating_add),
         }
     }
+}
+
+/// The usage billed for one response: the top level plus every entry of
+/// `usage.iterations` (compaction and advisor sub-inferences are billed
+/// there), the rule `budgetgate hook` counts by. Returns the total and the
+/// iterations. An `iterations` that is neither a list nor null, or an entry
+/// that is not a usage object, is an error naming it.
+pub fn billed_usage(value: &Value) -> Result<(TokenUsage, Vec<UsageIteration>), String> {
+    let mut total = usage_from_value(value)?;
+    let mut iterations = Vec::new();
+    match value.get("iterations") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) => {
+            for (at, item) in items.iter().enumerate() {
+                let usage =
+                    usage_from_value(item).map_err(|e| format!("usage.iterations[{at}]: {e}"))?;
+                total = total.saturating_add(usage);
+                iterations.push(UsageIteration {
+                    kind: item
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .unwrap_or("unknown")
+                        .to_owned(),
+                    usage,
+                });
+            }
+        }
+        Some(_) => return Err("usage `iterations` is neither a list nor null".into()),
+    }
+    Ok((total, iterations))
 }
 
 /// Reads a usage object leniently from a JSON value: the four counted

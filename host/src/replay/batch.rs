@@ -1,0 +1,197 @@
+//! `budgetgate replay DIR` and several files: every recording below is
+//! replayed on its own with the same budget, in parallel (rayon), and
+//! summed up in one table, worst first (`--json`: one object per line).
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rayon::prelude::*;
+use serde_json::{Map, Value};
+
+use super::{add_subagents, load_session, replay, ReplayBudget, Report};
+use crate::term::terminal_safe;
+
+/// File names a directory walk takes for recordings.
+const EXTENSIONS: [&str; 7] = ["jsonl", "json", "yaml", "yml", "traj", "gz", "ndjson"];
+
+/// Most files one batch replays (a directory walk stops with an error past
+/// it rather than growing without bound).
+pub const MAX_BATCH_FILES: usize = 100_000;
+
+/// The recordings named: files as given, directories walked (sorted, in
+/// depth), taking files whose name ends in one of [`EXTENSIONS`]. A
+/// `S/subagents/` directory beside a session log `S.jsonl` is left out: its
+/// logs are replayed with that session.
+pub fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>, (String, String)> {
+    let mut out = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            walk(path, &mut out)?;
+        } else {
+            out.push(path.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), (String, String)> {
+    let shown = || dir.display().to_string();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| (shown(), format!("cannot read the directory: {e}")))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            let merged = path.file_name().is_some_and(|n| n == "subagents")
+                && path
+                    .parent()
+                    .is_some_and(|session| session.with_extension("jsonl").is_file());
+            if !merged {
+                walk(&path, out)?;
+            }
+        } else if path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| EXTENSIONS.contains(&e))
+        {
+            if out.len() >= MAX_BATCH_FILES {
+                return Err((
+                    shown(),
+                    format!("more than {MAX_BATCH_FILES} recordings; replay fewer at a time"),
+                ));
+            }
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// One recording replayed: its report, or why it cannot be read.
+pub fn replay_path(path: &Path, budget: &ReplayBudget) -> Result<Report, String> {
+    let mut session = load_session(path)?;
+    add_subagents(path, &mut session).map_err(|(source, e)| format!("{source}: {e}"))?;
+    replay(&session, budget)
+}
+
+/// How bad a result is, for sorting worst first: unreadable, stopped or
+/// overshot, then by tokens.
+fn severity(result: &Result<Report, String>) -> (u8, u64) {
+    match result {
+        Err(_) => (3, 0),
+        Ok(r) if r.stopped.is_some() || r.overshoot.is_some() => (2, r.usage.total()),
+        Ok(r) => (1, r.usage.total()),
+    }
+}
+
+/// Replays `files` in parallel and writes the summary (or JSON Lines) to
+/// `out`; a progress line goes to the terminal when standard error is one.
+/// Returns the exit status: 2 if any recording cannot be read, else 1 if
+/// any was stopped or overshot, else 0.
+pub fn run(
+    files: &[PathBuf],
+    budget: &ReplayBudget,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<u8, std::io::Error> {
+    let done = AtomicUsize::new(0);
+    let progress = std::io::stderr().is_terminal() && files.len() > 1;
+    let mut results: Vec<(String, Result<Report, String>)> = files
+        .par_iter()
+        .map(|path| {
+            let result = replay_path(path, budget);
+            if progress {
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                eprint!("\rreplayed {n}/{}", files.len());
+            }
+            (crate::input::display_name(path).into_owned(), result)
+        })
+        .collect();
+    if progress {
+        eprintln!();
+    }
+    results.sort_by(|(a_name, a), (b_name, b)| {
+        severity(b)
+            .cmp(&severity(a))
+            .then_with(|| a_name.cmp(b_name))
+    });
+    let status = results.iter().map(|(_, r)| match r {
+        Err(_) => 2,
+        Ok(r) if r.stopped.is_some() || r.overshoot.is_some() => 1,
+        Ok(_) => 0,
+    });
+    let status = status.max().unwrap_or(0);
+    if json {
+        for (name, result) in &results {
+            let mut line = Map::new();
+            line.insert("file".into(), Value::String(name.clone()));
+            match result {
+                Ok(report) => {
+                    if let Value::Object(fields) = serde_json::to_value(report)? {
+                        line.extend(fields);
+                    }
+                }
+                Err(e) => {
+                    line.insert("error".into(), Value::String(e.clone()));
+                }
+            }
+            let text =
+                crate::term::to_safe_json(&Value::Object(line)).map_err(std::io::Error::other)?;
+            writeln!(out, "{text}")?;
+        }
+    } else {
+        writeln!(
+            out,
+            "{:<48} {:<24} {:>6} {:>7} {:>11}  {:<11} stops / refusals",
+            "recording", "format", "turns", "calls", "tokens", "status"
+        )?;
+        for (name, result) in &results {
+            let name = terminal_safe(name);
+            match result {
+                Err(e) => writeln!(out, "{name:<48} unreadable: {}", terminal_safe(e))?,
+                Ok(r) => {
+                    let stop = match (&r.stopped, &r.overshoot) {
+                        (Some(s), _) => format!(
+                            "stopped {}: {}",
+                            s.turn.map_or("at an unknown turn".into(), |t| format!(
+                                "before turn {t}"
+                            )),
+                            terminal_safe(&s.reason)
+                        ),
+                        (None, Some(o)) => format!("overshot {} by {}", o.limit, o.by),
+                        (None, None) => "-".into(),
+                    };
+                    let refused: u32 = r.refusals.values().sum();
+                    writeln!(
+                        out,
+                        "{name:<48} {:<24} {:>6} {:>7} {:>11}  {:<11} {stop}; {refused} refused",
+                        r.format,
+                        r.turns,
+                        r.tool_calls,
+                        r.usage.total(),
+                        r.status
+                    )?;
+                }
+            }
+        }
+        let (bad, stopped) = results
+            .iter()
+            .fold((0, 0), |(bad, stopped), (_, r)| match r {
+                Err(_) => (bad + 1, stopped),
+                Ok(r) if r.stopped.is_some() || r.overshoot.is_some() => (bad, stopped + 1),
+                Ok(_) => (bad, stopped),
+            });
+        let tokens: u64 = results
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().ok())
+            .map(|r| r.usage.total())
+            .fold(0, u64::saturating_add);
+        writeln!(
+            out,
+            "{} recordings: {stopped} stopped or overshot, {bad} unreadable; {tokens} tokens recorded in all",
+            results.len()
+        )?;
+    }
+    Ok(status)
+}
