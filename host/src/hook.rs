@@ -423,23 +423,6 @@ fn open_regular(path: &Path) -> std::io::Result<File> {
     options.open(path)
 }
 
-/// The usage of a transcript's assistant line billed in full: the top level
-/// plus every entry of `usage.iterations` that is not the message's own
-/// sampling pass (`"type": "message"`, which the top level already is):
-/// compaction and other sub-inferences are billed there and nowhere else.
-fn billed_usage(usage: &Value) -> Result<TokenUsage, String> {
-    let mut total = crate::replay::session::usage_from_value(usage)?;
-    if let Some(Value::Array(iterations)) = usage.get("iterations") {
-        for it in iterations {
-            if it.get("type").and_then(Value::as_str) == Some("message") {
-                continue;
-            }
-            total = total.saturating_add(crate::replay::session::usage_from_value(it)?);
-        }
-    }
-    Ok(total)
-}
-
 /// Reads the lines of `path` after what was already read and counts every
 /// model response in them into the ledgers (new responses as model calls,
 /// token growth of a response seen before as tokens, the cost of both).
@@ -553,7 +536,7 @@ fn count_line(
             if value.is_null() {
                 TokenUsage::ZERO
             } else {
-                billed_usage(&value)?
+                crate::replay::session::billed_usage(&value)?.0
             }
         }
     };

@@ -30,9 +30,9 @@
 //!   guide (as mirrored in JokerRun/claude-docs-sitemap,
 //!   `content/claude-docs/platform.claude.com/docs/en/build-with-claude/compaction.md`):
 //!   the top level leaves out compaction iterations; in every sample it equals
-//!   the `message` iterations. The replay counts top level + every iteration,
-//!   the rule `budgetgate hook` counts by, which over-counts by the `message`
-//!   iterations (never under-counts).
+//!   the `message` iterations. The replay counts the top level plus every
+//!   iteration that is not a `message` one, the rule `budgetgate hook`
+//!   counts by too.
 //! * **Claude Code session logs with sub-agents** — marot/spotter at
 //!   8cc42b0, `test/fixtures/transcripts/*.jsonl` with their
 //!   `<session>/subagents/agent-*.jsonl` (including `agent-acompact-*`):
@@ -228,9 +228,10 @@ fn tokens_billed_under_usage_iterations_are_counted() {
             json!([{"type": "text", "text": "done"}]), json!({"input_tokens": 300, "output_tokens": 9}))}),
     ]);
     let report = run(&text, "");
-    // Top level 234 + compaction 55 327 + message 234.
+    // Top level 234 + compaction 55 327; the message iteration is the top
+    // level itself and is not counted twice.
     let first = report.per_turn[0].usage.unwrap();
-    assert_eq!(first.total(), 234 + 55_327 + 234);
+    assert_eq!(first.total(), 234 + 55_327);
     assert_eq!(first.cache_creation_input_tokens, 55_096);
     let kinds: Vec<&str> = report.per_turn[0]
         .usage_iterations
@@ -239,7 +240,7 @@ fn tokens_billed_under_usage_iterations_are_counted() {
         .collect();
     assert_eq!(kinds, ["compaction", "message"]);
     assert!(report.per_turn[1].usage_iterations.is_empty());
-    assert_eq!(report.usage.total(), 55_795 + 309);
+    assert_eq!(report.usage.total(), 55_561 + 309);
     // The gate stops on them: 50 000 tokens are spent after the first call.
     let report = run(&text, "[budget]\nmax_tokens = 50000");
     let stopped = report.stopped.clone().unwrap();

@@ -252,9 +252,12 @@ impl Session {
 }
 
 /// The usage billed for one response: the top level plus every entry of
-/// `usage.iterations` (compaction and advisor sub-inferences are billed
-/// there), the rule `budgetgate hook` counts by. Returns the total and the
-/// iterations. An `iterations` that is neither a list nor null, or an entry
+/// `usage.iterations` but the message's own sampling passes (`"type":
+/// "message"`), which the top level already is — compaction and advisor
+/// sub-inferences are billed there and nowhere else (Anthropic's compaction
+/// guide; in recorded cassettes the top level equals the sum of the
+/// `message` iterations). The one rule replay and `budgetgate hook` count
+/// by. Returns the total and every iteration. An `iterations` that is neither a list nor null, or an entry
 /// that is not a usage object, is an error naming it.
 pub fn billed_usage(value: &Value) -> Result<(TokenUsage, Vec<UsageIteration>), String> {
     let mut total = usage_from_value(value)?;
@@ -265,13 +268,15 @@ pub fn billed_usage(value: &Value) -> Result<(TokenUsage, Vec<UsageIteration>), 
             for (at, item) in items.iter().enumerate() {
                 let usage =
                     usage_from_value(item).map_err(|e| format!("usage.iterations[{at}]: {e}"))?;
-                total = total.saturating_add(usage);
+                let kind = item
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown");
+                if kind != "message" {
+                    total = total.saturating_add(usage);
+                }
                 iterations.push(UsageIteration {
-                    kind: item
-                        .get("type")
-                        .and_then(Value::as_str)
-                        .unwrap_or("unknown")
-                        .to_owned(),
+                    kind: kind.to_owned(),
                     usage,
                 });
             }
