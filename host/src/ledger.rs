@@ -187,6 +187,20 @@ impl Store {
                 })
             }
         }
+        // Added beside version 1 without changing it (a build without them
+        // reads the file unchanged): tool calls in flight with their expiry
+        // (the MCP gateway's reservations), and the instants of the calls let
+        // through, for the `[rate]` windows.
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS reservations (
+                session TEXT NOT NULL, key TEXT NOT NULL, tool TEXT NOT NULL,
+                expires_ms INTEGER NOT NULL,
+                PRIMARY KEY (session, key));
+             CREATE TABLE IF NOT EXISTS rate_calls (
+                session TEXT NOT NULL, at_ms INTEGER NOT NULL);
+             CREATE INDEX IF NOT EXISTS rate_calls_at ON rate_calls (session, at_ms);",
+        )
+        .map_err(sql)?;
         tx.commit().map_err(sql)
     }
 
@@ -261,6 +275,8 @@ impl Store {
                 "transcripts",
                 "responses",
                 "unpriced",
+                "reservations",
+                "rate_calls",
             ] {
                 let n = tx
                     .tx
@@ -528,6 +544,95 @@ impl Tx<'_> {
             )
             .optional()
             .map_err(self.sql())
+    }
+
+    /// Stores a reservation of one call of `tool` in `session`, named `key`
+    /// (unique in the session), that expires at `expires_ms`.
+    pub fn put_reservation(
+        &self,
+        session: &str,
+        key: &str,
+        tool: &str,
+        expires_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "INSERT INTO reservations (session, key, tool, expires_ms) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (session, key) DO UPDATE SET tool = ?3, expires_ms = ?4",
+                params![session, key, tool, to_i64(expires_ms)],
+            )
+            .map_err(self.sql())?;
+        Ok(())
+    }
+
+    /// Removes the reservation `key` of `session` and returns its tool, if it
+    /// is still held (`None`: ended already, or expired and rolled back).
+    pub fn take_reservation(&self, session: &str, key: &str) -> Result<Option<String>, StoreError> {
+        let tool: Option<String> = self
+            .tx
+            .query_row(
+                "DELETE FROM reservations WHERE session = ?1 AND key = ?2 RETURNING tool",
+                params![session, key],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.sql())?;
+        Ok(tool)
+    }
+
+    /// Removes every reservation of `session` that expired at or before
+    /// `now_ms` and returns their tools (the caller rolls them back).
+    pub fn take_expired_reservations(
+        &self,
+        session: &str,
+        now_ms: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self
+            .tx
+            .prepare(
+                "DELETE FROM reservations WHERE session = ?1 AND expires_ms <= ?2 RETURNING tool",
+            )
+            .map_err(self.sql())?;
+        let rows = stmt
+            .query_map(params![session, to_i64(now_ms)], |r| r.get(0))
+            .map_err(self.sql())?;
+        rows.collect::<Result<_, _>>().map_err(self.sql())
+    }
+
+    /// Remembers that a call of `session` was let through at `at_ms`, and
+    /// forgets those older than `keep_ms` before it.
+    pub fn add_rate_call(&self, session: &str, at_ms: u64, keep_ms: u64) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "DELETE FROM rate_calls WHERE session = ?1 AND at_ms < ?2",
+                params![session, to_i64(at_ms.saturating_sub(keep_ms))],
+            )
+            .map_err(self.sql())?;
+        self.tx
+            .execute(
+                "INSERT INTO rate_calls (session, at_ms) VALUES (?1, ?2)",
+                params![session, to_i64(at_ms)],
+            )
+            .map_err(self.sql())?;
+        Ok(())
+    }
+
+    /// How many calls of `session` were let through after `since_ms`, and
+    /// the instant of the oldest of them.
+    pub fn rate_calls_after(
+        &self,
+        session: &str,
+        since_ms: u64,
+    ) -> Result<(u64, Option<u64>), StoreError> {
+        let (count, oldest): (i64, Option<i64>) = self
+            .tx
+            .query_row(
+                "SELECT COUNT(*), MIN(at_ms) FROM rate_calls WHERE session = ?1 AND at_ms > ?2",
+                params![session, to_i64(since_ms)],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(self.sql())?;
+        Ok((to_u64(count), oldest.map(to_u64)))
     }
 
     /// Appends to the ledger's own log.

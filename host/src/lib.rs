@@ -10,6 +10,7 @@ pub mod convert;
 pub mod device;
 pub mod driver;
 pub mod eval;
+pub mod gate;
 pub mod hook;
 pub mod hook_install;
 pub mod input;

@@ -182,6 +182,45 @@ pub struct ReplayBudget {
     /// Limits each sub-agent has on its own (`[subagent]`), inside the
     /// session's budget.
     pub subagent: SubagentLimits,
+    /// Rate windows (`[rate]`): tool calls let through per minute, hour, day.
+    pub rate: RateLimits,
+    /// Largest tool result passed on, in bytes of its compact JSON
+    /// (`[budget] max_result_bytes`, default [`DEFAULT_MAX_RESULT_BYTES`]).
+    pub max_result_bytes: u64,
+}
+
+/// The contract's result bound (`SPEC A2`): 4096 bytes of compact JSON.
+pub const DEFAULT_MAX_RESULT_BYTES: u64 = 4096;
+
+/// Tool calls let through per sliding window (`[rate]`); `None`: no limit.
+/// Checked by the hook and the MCP gateway after the per-tool cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimits {
+    /// Calls in any 60 s.
+    pub per_minute: Option<u32>,
+    /// Calls in any 3600 s.
+    pub per_hour: Option<u32>,
+    /// Calls in any 86 400 s.
+    pub per_day: Option<u32>,
+}
+
+impl RateLimits {
+    /// The windows, shortest first: (key, window in ms, maximum).
+    pub fn windows(&self) -> impl Iterator<Item = (&'static str, u64, u32)> {
+        [
+            ("per_minute", 60_000, self.per_minute),
+            ("per_hour", 3_600_000, self.per_hour),
+            ("per_day", 86_400_000, self.per_day),
+        ]
+        .into_iter()
+        .filter_map(|(key, window, max)| max.map(|m| (key, window, m)))
+    }
+
+    /// Whether any window is set.
+    pub fn any(&self) -> bool {
+        self.windows().next().is_some()
+    }
 }
 
 /// A model's prices, in US dollars per million tokens (`[prices.MODEL]`).
@@ -257,6 +296,8 @@ impl Default for ReplayBudget {
             prices: Vec::new(),
             tool_caps: Vec::new(),
             subagent: SubagentLimits::default(),
+            rate: RateLimits::default(),
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
         }
     }
 }
@@ -272,6 +313,8 @@ struct File {
     prices: std::collections::BTreeMap<String, ModelPrice>,
     #[serde(default)]
     subagent: SubagentLimits,
+    #[serde(default)]
+    rate: RateLimits,
 }
 
 #[derive(Deserialize, Default)]
@@ -285,6 +328,7 @@ struct BudgetSection {
     token_mode: Option<String>,
     reserve_max_tokens: Option<u64>,
     max_cost_usd: Option<f64>,
+    max_result_bytes: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -438,6 +482,8 @@ pub fn parse_budget(text: &str) -> Result<ReplayBudget, String> {
         prices,
         tool_caps,
         subagent: file.subagent,
+        rate: file.rate,
+        max_result_bytes: b.max_result_bytes.unwrap_or(DEFAULT_MAX_RESULT_BYTES),
         limits: TurnLimits {
             max_model_calls: b.max_model_calls.unwrap_or(d.max_model_calls),
             max_tokens: b.max_tokens.unwrap_or(d.max_tokens),
@@ -535,6 +581,24 @@ mod tests {
         assert!(parse_budget("[prices.m]\ninput = -1.0\noutput = 1.0").is_err());
         assert!(parse_budget("[prices.m]\ninput = 1.0").is_err());
         assert!(parse_budget("[tools]\nmax_calls = { \"a b\" = 1 }").is_err());
+    }
+
+    #[test]
+    fn rate_windows_and_the_result_bound() {
+        let b = parse_budget(
+            "[budget]\nmax_result_bytes = 100\n[rate]\nper_minute = 30\nper_day = 1000",
+        )
+        .unwrap();
+        assert_eq!(b.max_result_bytes, 100);
+        assert_eq!(
+            b.rate.windows().collect::<Vec<_>>(),
+            [("per_minute", 60_000, 30), ("per_day", 86_400_000, 1000)]
+        );
+        assert!(b.rate.any());
+        assert!(!ReplayBudget::default().rate.any());
+        assert_eq!(ReplayBudget::default().max_result_bytes, 4096);
+        assert!(parse_budget("[rate]\nper_second = 1").is_err());
+        assert!(parse_budget("[rate]\nper_minute = -1").is_err());
     }
 
     #[test]
