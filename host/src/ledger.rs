@@ -103,13 +103,18 @@ impl Store {
             path: dir.display().to_string(),
             source,
         })?;
-        let file = dir.join(FILE_NAME);
+        Self::open_file(&dir.join(FILE_NAME), wait)
+    }
+
+    /// Opens (creating if needed) the ledger file `file` itself (its folder
+    /// must exist); waits at most `wait` for another process's lock.
+    pub fn open_file(file: &Path, wait: Duration) -> Result<Self, StoreError> {
         let path = file.display().to_string();
         let sql = |source| StoreError::Sqlite {
             path: path.clone(),
             source,
         };
-        let conn = Connection::open(&file).map_err(sql)?;
+        let conn = Connection::open(file).map_err(sql)?;
         conn.busy_timeout(wait).map_err(sql)?;
         // WAL: readers never block the writer; FULL: a committed decision
         // survives a power cut, not only a crash.
