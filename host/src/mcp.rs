@@ -450,7 +450,9 @@ impl<G: CallGate> Proxy<G> {
                 } else {
                     (PARSE_ERROR, "Parse error")
                 };
-                let id = serde_json::from_str::<Value>(text)
+                // The id, when the line is a JSON object without a
+                // duplicate member (which id would be meant?).
+                let id = crate::strict::value_from_str(text)
                     .ok()
                     .and_then(|v| v.get("id").filter(|id| id.is_string() || id.is_number()).map(Value::to_string))
                     .unwrap_or_else(|| "null".into());
@@ -1256,5 +1258,361 @@ pub fn command(args: &McpArgs) -> ExitCode {
             eprintln!("budgetgate mcp: the MCP server {why}; the gateway ends (exit {EXIT_SERVER_GONE})");
             ExitCode::from(EXIT_SERVER_GONE)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Setup {
+        dir: tempfile::TempDir,
+    }
+
+    impl Setup {
+        fn new() -> Self {
+            Self {
+                dir: tempfile::tempdir().expect("temp dir"),
+            }
+        }
+        fn gate(&self, budget: &str, ttl_ms: u64) -> LedgerGate {
+            let store = Store::open(self.dir.path(), Duration::from_secs(5)).expect("ledger");
+            let budget = crate::replay::budget::parse_budget(budget).expect("budget");
+            LedgerGate::new(store, budget, "s".into(), ttl_ms)
+        }
+        fn proxy(&self, budget: &str) -> Proxy<LedgerGate> {
+            let gate = self.gate(budget, 60_000);
+            let max = gate.budget.max_result_bytes;
+            Proxy::new(gate, "c1".into(), max, 1_000)
+        }
+        fn used(&self) -> (u64, u64) {
+            let store = Store::open(self.dir.path(), Duration::from_secs(5)).expect("ledger");
+            let l = store.list().expect("list");
+            let ledger = l[0].ledger.as_ref().expect("record");
+            (
+                ledger.used(budgetgate_core::budget::Limit::ToolCalls),
+                ledger.reserved(budgetgate_core::budget::Limit::ToolCalls),
+            )
+        }
+    }
+
+    const T0: u64 = 1_000_000;
+    const BUDGET: &str = "[budget]\nmax_seconds = 3600\nmax_tool_calls = 2\n";
+
+    fn call(id: u64, tool: &str, args: Value) -> Vec<u8> {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": tool, "arguments": args}})
+        .to_string()
+        .into_bytes()
+    }
+
+    fn answer(id: u64, result: Value) -> Vec<u8> {
+        json!({"jsonrpc": "2.0", "id": id, "result": result})
+            .to_string()
+            .into_bytes()
+    }
+
+    fn client(outs: &[Out]) -> Vec<Value> {
+        outs.iter()
+            .filter_map(|o| match o {
+                Out::Client(l) => Some(serde_json::from_str(l).expect("JSON")),
+                Out::Server(_) => None,
+            })
+            .collect()
+    }
+
+    fn server(outs: &[Out]) -> Vec<&str> {
+        outs.iter()
+            .filter_map(|o| match o {
+                Out::Server(l) => Some(l.as_str()),
+                Out::Client(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn what_is_not_gated_passes_through_unchanged_both_ways() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        for line in [
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc": "2.0", "id": "p", "method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{"uri":"x:/é"}}"#,
+            r#"{"jsonrpc":"2.0","id":10,"method":"no/such/method","extra":[1,2.50]}"#,
+            r#"{"jsonrpc":"2.0","id":"srv-1","result":{"action":"accept"}}"#,
+            r#"[{"jsonrpc":"2.0","id":11,"method":"ping"},{"jsonrpc":"2.0","method":"x"}]"#,
+        ] {
+            let outs = p.on_client(line.as_bytes(), T0);
+            assert_eq!(outs, [Out::Server(line.into())], "{line}");
+        }
+        for line in [
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}"#,
+            r#"{"jsonrpc":"2.0","id":"srv-2","method":"sampling/createMessage","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":"srv-3","method":"elicitation/create","params":{}}"#,
+            r#"{"result":{},"jsonrpc":"2.0","id":"p"}"#,
+            r#"[{"jsonrpc":"2.0","id":11,"result":{}}]"#,
+        ] {
+            let outs = p.on_server(line.as_bytes(), T0);
+            assert_eq!(outs, [Out::Client(line.into())], "{line}");
+        }
+        assert_eq!(p.in_flight(), 3, "initialize, 9 and 10 are still awaited");
+    }
+
+    #[test]
+    fn unreadable_lines_are_answered_and_never_forwarded() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        for (line, code, id) in [
+            ("garbage", PARSE_ERROR, Value::Null),
+            (r#"{"jsonrpc":"2.0","id":1,"method":"ping""#, PARSE_ERROR, Value::Null),
+            (r#"{"id":2,"method":"ping"}"#, INVALID_REQUEST, json!(2)),
+            (r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#, INVALID_REQUEST, json!(3)),
+            (r#"{"jsonrpc":"2.0","id":4,"id":5,"method":"ping"}"#, INVALID_REQUEST, Value::Null),
+            (r#"{"jsonrpc":"2.0","id":6}"#, INVALID_REQUEST, json!(6)),
+            (r#"[]"#, INVALID_REQUEST, Value::Null),
+            ("42", INVALID_REQUEST, Value::Null),
+        ] {
+            let outs = p.on_client(line.as_bytes(), T0);
+            assert!(server(&outs).is_empty(), "{line}");
+            let got = client(&outs);
+            assert_eq!(got.len(), 1, "{line}");
+            assert_eq!(got[0]["error"]["code"], code, "{line}: {}", got[0]);
+            assert_eq!(got[0]["id"], id, "{line}");
+        }
+        let outs = p.on_client(b"\xff\xfe{}", T0);
+        assert_eq!(client(&outs)[0]["error"]["code"], PARSE_ERROR);
+        let outs = p.on_client_too_long();
+        assert_eq!(client(&outs)[0]["error"]["code"], INVALID_REQUEST);
+        assert!(p.on_client(b"  \r\n", T0).is_empty());
+    }
+
+    #[test]
+    fn calls_are_reserved_then_committed_or_rolled_back() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        let outs = p.on_client(&call(1, "echo", json!({"m": 1})), T0);
+        assert_eq!(server(&outs).len(), 1);
+        assert_eq!(s.used(), (0, 1), "reserved while in flight");
+        let outs = p.on_client(&call(2, "echo", json!({"m": 2})), T0);
+        assert_eq!(server(&outs).len(), 1);
+        // Both attempts are held: a third is refused before any answer.
+        let outs = p.on_client(&call(3, "echo", json!({"m": 3})), T0);
+        let refused = &client(&outs)[0];
+        assert_eq!(refused["id"], 3);
+        assert_eq!(refused["result"]["isError"], true);
+        let meta = &refused["result"]["_meta"]["budgetgate"];
+        assert_eq!(meta["reason"], "tool-budget");
+        assert_eq!((meta["used"].clone(), meta["max"].clone()), (json!(2), json!(2)));
+        let text = refused["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.starts_with("budgetgate refused this call (tool-budget): 2 of 2 tool calls used."), "{text}");
+        // A result commits, a JSON-RPC error rolls back.
+        let ok = answer(1, json!({"content": [{"type": "text", "text": "1"}]}));
+        assert_eq!(p.on_server(&ok, T0), [Out::Client(String::from_utf8(ok.clone()).unwrap())]);
+        let err = br#"{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"bad"}}"#;
+        assert_eq!(client(&p.on_server(err, T0))[0]["error"]["code"], -32602);
+        assert_eq!(s.used(), (1, 0));
+        // The rolled-back attempt is there again.
+        let outs = p.on_client(&call(4, "echo", json!({"m": 4})), T0);
+        assert_eq!(server(&outs).len(), 1);
+        // A request id used before is refused, whatever was decided then.
+        let outs = p.on_client(&call(3, "echo", json!({"m": 5})), T0);
+        assert_eq!(client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"], "duplicate-call-id");
+    }
+
+    #[test]
+    fn a_cancelled_call_gives_its_reservation_back_and_the_notice_is_forwarded() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        p.on_client(&call(1, "slow", json!({})), T0);
+        assert_eq!(s.used(), (0, 1));
+        let cancel = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"user"}}"#;
+        let outs = p.on_client(cancel, T0);
+        assert_eq!(server(&outs), [std::str::from_utf8(cancel).unwrap()]);
+        assert_eq!(s.used(), (0, 0));
+        // A late answer passes on (the client ignores it) and counts nothing.
+        let late = answer(1, json!({"content": []}));
+        assert_eq!(client(&p.on_server(&late, T0)).len(), 1);
+        assert_eq!(s.used(), (0, 0));
+    }
+
+    #[test]
+    fn approval_asks_the_client_by_elicitation_when_it_can() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"send_mail\"]\n";
+        let mut p = s.proxy(budget);
+        // Without the capability: refused, and the reason says why.
+        p.on_client(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}"#, T0);
+        let outs = p.on_client(&call(1, "send_mail", json!({"to": "a"})), T0);
+        let text = client(&outs)[0]["result"]["content"][0]["text"].as_str().unwrap().to_owned();
+        assert!(text.contains("did not declare the elicitation capability"), "{text}");
+        assert!(server(&outs).is_empty());
+        // With it: accept forwards the call unchanged, decline refuses it.
+        p.on_client(br#"{"jsonrpc":"2.0","id":"i2","method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#, T0);
+        let line = call(2, "send_mail", json!({"to": "b"}));
+        let outs = p.on_client(&line, T0);
+        assert!(server(&outs).is_empty());
+        let ask = &client(&outs)[0];
+        assert_eq!(ask["method"], "elicitation/create");
+        assert!(ask["params"]["message"].as_str().unwrap().contains("send_mail"));
+        let eid = ask["id"].clone();
+        let accept = json!({"jsonrpc": "2.0", "id": eid, "result": {"action": "accept", "content": {}}});
+        let outs = p.on_client(accept.to_string().as_bytes(), T0);
+        assert_eq!(outs, [Out::Server(String::from_utf8(line).unwrap())]);
+        let outs = p.on_client(&call(3, "send_mail", json!({"to": "c"})), T0);
+        let eid = client(&outs)[0]["id"].clone();
+        let decline = json!({"jsonrpc": "2.0", "id": eid, "result": {"action": "decline"}});
+        let outs = p.on_client(decline.to_string().as_bytes(), T0);
+        let refused = &client(&outs)[0];
+        assert_eq!(refused["id"], 3);
+        assert_eq!(refused["result"]["_meta"]["budgetgate"]["reason"], "approval-refused");
+        // No answer within the deadline: refused, and the request withdrawn.
+        p.on_client(&call(4, "send_mail", json!({"to": "d"})), T0);
+        assert_eq!(p.next_deadline(), Some(T0 + 1_000));
+        assert!(p.on_tick(T0 + 999).is_empty());
+        let outs = client(&p.on_tick(T0 + 1_000));
+        assert_eq!(outs[0]["method"], "notifications/cancelled");
+        assert_eq!(outs[1]["id"], 4);
+        assert!(outs[1]["result"]["content"][0]["text"].as_str().unwrap().contains("no answer came within 1 s"));
+    }
+
+    #[test]
+    fn results_over_the_bound_are_replaced_and_denied_tools_are_not_listed() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 3600\nmax_result_bytes = 40\n[tools]\nmax_calls = { rm = 0 }\n";
+        let mut p = s.proxy(budget);
+        p.on_client(&call(1, "big", json!({})), T0);
+        // 41 bytes of compact JSON, whatever the server's spacing.
+        let result = json!({"content": [{"type": "text", "text": "ééééééééé"}]});
+        assert!(result.to_string().len() > 40);
+        let outs = client(&p.on_server(&answer(1, result), T0));
+        let text = outs[0]["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("over the budget's bound of 40 bytes"), "{text}");
+        assert_eq!(outs[0]["result"]["isError"], true);
+        p.on_client(&call(2, "small", json!({})), T0);
+        let small = answer(2, json!({"content": []}));
+        assert_eq!(client(&p.on_server(&small, T0))[0]["result"], json!({"content": []}));
+        p.on_client(br#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#, T0);
+        let list = answer(3, json!({"tools": [{"name": "ls"}, {"name": "rm"}]}));
+        let outs = client(&p.on_server(&list, T0));
+        assert_eq!(outs[0]["result"]["tools"], json!([{"name": "ls"}]));
+        let outs = p.on_client(&call(4, "rm", json!({})), T0);
+        assert_eq!(client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"], "tool-cap");
+    }
+
+    #[test]
+    fn a_server_gone_mid_call_answers_every_pending_request() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        p.on_client(&call(1, "slow", json!({})), T0);
+        p.on_client(br#"{"jsonrpc":"2.0","id":"r","method":"resources/list"}"#, T0);
+        let outs = client(&p.on_server_exit("was killed by signal 9", T0));
+        assert_eq!(outs.len(), 2);
+        for o in &outs {
+            assert_eq!(o["error"]["code"], GATEWAY_ERROR);
+            assert!(o["error"]["message"].as_str().unwrap().contains("was killed by signal 9"));
+        }
+        assert_eq!(s.used(), (0, 0), "the call in flight was rolled back");
+        assert_eq!(p.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_crashed_gateways_reservation_expires_at_the_next_decision() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 3600\nmax_tool_calls = 1\n";
+        let mut crashed = Proxy::new(s.gate(budget, 1_000), "gone".into(), 4096, 1_000);
+        crashed.on_client(&call(1, "slow", json!({})), T0);
+        drop(crashed);
+        assert_eq!(s.used(), (0, 1));
+        let mut p = s.proxy(budget);
+        let outs = p.on_client(&call(1, "slow", json!({})), T0 + 999);
+        assert_eq!(client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"], "tool-budget");
+        let outs = p.on_client(&call(2, "slow", json!({"again": true})), T0 + 1_000);
+        assert_eq!(server(&outs).len(), 1, "the expired reservation was given back: {outs:?}");
+    }
+
+    #[test]
+    fn rate_windows_refuse_with_when_they_reopen() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 100000\n[rate]\nper_minute = 2\n";
+        let mut p = s.proxy(budget);
+        for (id, at) in [(1, T0), (2, T0 + 10_000)] {
+            assert_eq!(server(&p.on_client(&call(id, "t", json!({"i": id})), at)).len(), 1);
+        }
+        let outs = p.on_client(&call(3, "t", json!({"i": 3})), T0 + 20_000);
+        let meta = &client(&outs)[0]["result"]["_meta"]["budgetgate"];
+        assert_eq!(meta["reason"], "rate-limit");
+        assert_eq!(meta["limit"], "per_minute");
+        assert_eq!(meta["retry_after"], 40);
+        assert_eq!(server(&p.on_client(&call(4, "t", json!({"i": 4})), T0 + 60_000)).len(), 1);
+    }
+
+    #[test]
+    fn a_batch_is_split_around_its_gated_calls() {
+        let s = Setup::new();
+        let mut p = s.proxy("[budget]\nmax_seconds = 3600\nmax_tool_calls = 0\n");
+        let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}},{"jsonrpc":"2.0","method":"n"}]"#;
+        let outs = p.on_client(batch.as_bytes(), T0);
+        assert_eq!(
+            server(&outs),
+            [r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"n"}]"#]
+        );
+        assert_eq!(client(&outs)[0]["id"], 2);
+    }
+
+    #[test]
+    fn a_line_over_the_limit_is_skipped_while_read() {
+        let (tx, rx) = sync_channel(8);
+        let mut input = b"{\"a\":1}\n".to_vec();
+        input.extend(std::iter::repeat_n(b'x', 1000));
+        input.extend(b"\n{}\nlast");
+        read_lines(&input[..], 100, &tx, Event::Client, || Event::ClientTooLong, || Event::ClientClosed);
+        let got: Vec<String> = rx.try_iter().map(|e| format!("{e:?}")).collect();
+        assert_eq!(got.len(), 5, "{got:?}");
+        assert!(got[1].contains("ClientTooLong"));
+        assert!(got[4].contains("ClientClosed"));
+    }
+
+    #[test]
+    fn serve_over_pipes_with_a_server_that_answers_and_exits() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        let (client_in, mut to_gateway) = std::io::pipe().expect("pipe");
+        let (from_gateway, server_in) = std::io::pipe().expect("pipe");
+        let (server_out, mut server_writes) = std::io::pipe().expect("pipe");
+        // A server answering each request with its id and exiting after two.
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(from_gateway).lines();
+            for _ in 0..2 {
+                let line = lines.next().expect("a line").expect("read");
+                let v: Value = serde_json::from_str(&line).expect("JSON");
+                let reply = json!({"jsonrpc": "2.0", "id": v["id"], "result": {"content": []}});
+                writeln!(server_writes, "{reply}").expect("write");
+            }
+        });
+        writeln!(to_gateway, "{}", String::from_utf8(call(1, "a", json!({}))).unwrap()).unwrap();
+        writeln!(to_gateway, "{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}}").unwrap();
+        writeln!(to_gateway, "{{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\"}}").unwrap();
+        let mut out = Vec::new();
+        let ending = serve(&mut p, client_in, &mut out, server_in, server_out, &mut || None);
+        assert_eq!(ending, Ending::ServerGone("closed its stdout".into()));
+        let lines: Vec<Value> = out
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).expect("JSON"))
+            .collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!((lines[0]["id"].clone(), lines[1]["id"].clone()), (json!(1), json!(2)));
+        assert_eq!(lines[2]["error"]["code"], GATEWAY_ERROR);
+        assert_eq!(s.used(), (1, 0));
+    }
+
+    #[test]
+    fn default_sessions_name_the_command() {
+        let a = default_session(&["/usr/bin/npx".into(), "-y".into(), "srv".into()]);
+        assert!(a.starts_with("mcp-npx-"), "{a}");
+        assert_eq!(a.len(), "mcp-npx-".len() + 16);
+        assert_ne!(a, default_session(&["/usr/bin/npx".into(), "-y srv".into()]));
+        assert_eq!(a, default_session(&["/usr/bin/npx".into(), "-y".into(), "srv".into()]));
     }
 }
