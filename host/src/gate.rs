@@ -340,19 +340,35 @@ pub fn roll_back_reservation(
     Ok(())
 }
 
-/// Decides one tool call of `session` (and of sub-agent `agent`) against
-/// the ledgers loaded in `tx`, in the order of the module docs. The caller
-/// stores the ledgers and commits the transaction.
+/// Whose call is decided, with what budget, when.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    /// The session (the ledger's key).
+    pub session: &'a str,
+    /// The sub-agent, for a sub-agent's call (the hook's `agent_id`).
+    pub agent: Option<&'a str>,
+    /// The budget.
+    pub budget: &'a ReplayBudget,
+    /// Now, in milliseconds since the Unix epoch.
+    pub now: u64,
+}
+
+/// Decides one tool call against the ledgers loaded in `tx`, in the order
+/// of the module docs. The caller stores the ledgers and commits the
+/// transaction.
 pub fn decide_tool_call(
     tx: &Tx<'_>,
-    session: &str,
-    agent: Option<&str>,
+    cx: &Context<'_>,
     ledgers: &mut Ledgers,
-    budget: &ReplayBudget,
     call: &ToolCall<'_>,
     counting: Counting<'_>,
-    now: u64,
 ) -> Result<Verdict, GateError> {
+    let Context {
+        session,
+        agent,
+        budget,
+        now,
+    } = *cx;
     roll_back_expired(tx, session, &mut ledgers.session, now)?;
     // 1. Names outside the grammar never run and never match a rule loosely.
     if ToolName::new(call.name).is_err() {

@@ -503,13 +503,15 @@ fn decide_call(
     Ok(
         match gate::decide_tool_call(
             tx,
-            session,
-            agent,
+            &gate::Context {
+                session,
+                agent,
+                budget,
+                now,
+            },
             ledgers,
-            budget,
             &call,
             gate::Counting::Record,
-            now,
         )? {
             gate::Verdict::Refuse(refusal) => Answer::Deny {
                 reason: refusal.reason,

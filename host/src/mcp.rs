@@ -175,19 +175,21 @@ impl CallGate for LedgerGate {
                     key: call.call_id,
                     expires_ms: now.saturating_add(ttl),
                 };
-                let verdict = gate::decide_tool_call(
-                    tx,
+                let cx = gate::Context {
                     session,
-                    None,
-                    &mut ledgers,
+                    agent: None,
                     budget,
-                    call,
-                    counting,
                     now,
-                )?;
+                };
+                let verdict = gate::decide_tool_call(tx, &cx, &mut ledgers, call, counting)?;
                 ledgers.store(tx, session, now)?;
                 if let Verdict::Refuse(r) = &verdict {
-                    tx.log(now, session, "deny", &format!("{}: {}", call.call_id, r.reason))?;
+                    tx.log(
+                        now,
+                        session,
+                        "deny",
+                        &format!("{}: {}", call.call_id, r.reason),
+                    )?;
                 }
                 Ok::<_, GateError>(verdict)
             })
@@ -353,7 +355,12 @@ impl<G: CallGate> Proxy<G> {
     /// A proxy deciding with `gate`. `connection` names this client's MCP
     /// session in the ledger's call ids (JSON-RPC ids are unique within
     /// one connection only).
-    pub fn new(gate: G, connection: String, max_result_bytes: u64, approval_timeout_ms: u64) -> Self {
+    pub fn new(
+        gate: G,
+        connection: String,
+        max_result_bytes: u64,
+        approval_timeout_ms: u64,
+    ) -> Self {
         Self {
             gate,
             connection,
@@ -385,7 +392,11 @@ impl<G: CallGate> Proxy<G> {
     pub fn on_client(&mut self, line: &[u8], now: u64) -> Vec<Out> {
         let mut out = Vec::new();
         let Ok(text) = std::str::from_utf8(line) else {
-            out.push(Out::Client(error_line("null", PARSE_ERROR, "Parse error: not UTF-8")));
+            out.push(Out::Client(error_line(
+                "null",
+                PARSE_ERROR,
+                "Parse error: not UTF-8",
+            )));
             return out;
         };
         let text = text.trim_end_matches(['\n', '\r']);
@@ -454,7 +465,11 @@ impl<G: CallGate> Proxy<G> {
                 // duplicate member (which id would be meant?).
                 let id = crate::strict::value_from_str(text)
                     .ok()
-                    .and_then(|v| v.get("id").filter(|id| id.is_string() || id.is_number()).map(Value::to_string))
+                    .and_then(|v| {
+                        v.get("id")
+                            .filter(|id| id.is_string() || id.is_number())
+                            .map(Value::to_string)
+                    })
                     .unwrap_or_else(|| "null".into());
                 out.push(Out::Client(error_line(&id, code, &format!("{what}: {e}"))));
                 return false;
@@ -1040,8 +1055,7 @@ pub fn serve<G: CallGate>(
                 Vec::new()
             }
             Ok(Event::ServerClosed) => {
-                let why = server_exited()
-                    .unwrap_or_else(|| "closed its stdout".to_owned());
+                let why = server_exited().unwrap_or_else(|| "closed its stdout".to_owned());
                 let outs = proxy.on_server_exit(&why, now());
                 if write_client(client_out, &outs).is_err() {
                     return Ending::ClientClosed;
@@ -1196,7 +1210,8 @@ pub fn command(args: &McpArgs) -> ExitCode {
         .session
         .clone()
         .unwrap_or_else(|| default_session(&args.command));
-    if session.is_empty() || session.chars().count() > 256 || session.chars().any(char::is_control) {
+    if session.is_empty() || session.chars().count() > 256 || session.chars().any(char::is_control)
+    {
         return fail("--session must be 1 to 256 characters without control characters".into());
     }
     let mut child = match Command::new(&args.command[0])
@@ -1216,7 +1231,12 @@ pub fn command(args: &McpArgs) -> ExitCode {
     let max_result_bytes = budget.max_result_bytes;
     let gate = LedgerGate::new(store, budget, session, args.reservation_ttl * 1000);
     let connection = format!("{}-{}", std::process::id(), now());
-    let mut proxy = Proxy::new(gate, connection, max_result_bytes, args.approval_timeout * 1000);
+    let mut proxy = Proxy::new(
+        gate,
+        connection,
+        max_result_bytes,
+        args.approval_timeout * 1000,
+    );
     let stdout = std::io::stdout();
     let mut client_out = stdout.lock();
     let ending = serve(
@@ -1255,7 +1275,9 @@ pub fn command(args: &McpArgs) -> ExitCode {
                     why
                 }
             };
-            eprintln!("budgetgate mcp: the MCP server {why}; the gateway ends (exit {EXIT_SERVER_GONE})");
+            eprintln!(
+                "budgetgate mcp: the MCP server {why}; the gateway ends (exit {EXIT_SERVER_GONE})"
+            );
             ExitCode::from(EXIT_SERVER_GONE)
         }
     }
@@ -1365,10 +1387,22 @@ mod tests {
         let mut p = s.proxy(BUDGET);
         for (line, code, id) in [
             ("garbage", PARSE_ERROR, Value::Null),
-            (r#"{"jsonrpc":"2.0","id":1,"method":"ping""#, PARSE_ERROR, Value::Null),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping""#,
+                PARSE_ERROR,
+                Value::Null,
+            ),
             (r#"{"id":2,"method":"ping"}"#, INVALID_REQUEST, json!(2)),
-            (r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#, INVALID_REQUEST, json!(3)),
-            (r#"{"jsonrpc":"2.0","id":4,"id":5,"method":"ping"}"#, INVALID_REQUEST, Value::Null),
+            (
+                r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#,
+                INVALID_REQUEST,
+                json!(3),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":4,"id":5,"method":"ping"}"#,
+                INVALID_REQUEST,
+                Value::Null,
+            ),
             (r#"{"jsonrpc":"2.0","id":6}"#, INVALID_REQUEST, json!(6)),
             (r#"[]"#, INVALID_REQUEST, Value::Null),
             ("42", INVALID_REQUEST, Value::Null),
@@ -1403,12 +1437,21 @@ mod tests {
         assert_eq!(refused["result"]["isError"], true);
         let meta = &refused["result"]["_meta"]["budgetgate"];
         assert_eq!(meta["reason"], "tool-budget");
-        assert_eq!((meta["used"].clone(), meta["max"].clone()), (json!(2), json!(2)));
+        assert_eq!(
+            (meta["used"].clone(), meta["max"].clone()),
+            (json!(2), json!(2))
+        );
         let text = refused["result"]["content"][0]["text"].as_str().unwrap();
-        assert!(text.starts_with("budgetgate refused this call (tool-budget): 2 of 2 tool calls used."), "{text}");
+        assert!(
+            text.starts_with("budgetgate refused this call (tool-budget): 2 of 2 tool calls used."),
+            "{text}"
+        );
         // A result commits, a JSON-RPC error rolls back.
         let ok = answer(1, json!({"content": [{"type": "text", "text": "1"}]}));
-        assert_eq!(p.on_server(&ok, T0), [Out::Client(String::from_utf8(ok.clone()).unwrap())]);
+        assert_eq!(
+            p.on_server(&ok, T0),
+            [Out::Client(String::from_utf8(ok.clone()).unwrap())]
+        );
         let err = br#"{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"bad"}}"#;
         assert_eq!(client(&p.on_server(err, T0))[0]["error"]["code"], -32602);
         assert_eq!(s.used(), (1, 0));
@@ -1417,7 +1460,10 @@ mod tests {
         assert_eq!(server(&outs).len(), 1);
         // A request id used before is refused, whatever was decided then.
         let outs = p.on_client(&call(3, "echo", json!({"m": 5})), T0);
-        assert_eq!(client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"], "duplicate-call-id");
+        assert_eq!(
+            client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"],
+            "duplicate-call-id"
+        );
     }
 
     #[test]
@@ -1442,10 +1488,19 @@ mod tests {
         let budget = "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"send_mail\"]\n";
         let mut p = s.proxy(budget);
         // Without the capability: refused, and the reason says why.
-        p.on_client(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}"#, T0);
+        p.on_client(
+            br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}"#,
+            T0,
+        );
         let outs = p.on_client(&call(1, "send_mail", json!({"to": "a"})), T0);
-        let text = client(&outs)[0]["result"]["content"][0]["text"].as_str().unwrap().to_owned();
-        assert!(text.contains("did not declare the elicitation capability"), "{text}");
+        let text = client(&outs)[0]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            text.contains("did not declare the elicitation capability"),
+            "{text}"
+        );
         assert!(server(&outs).is_empty());
         // With it: accept forwards the call unchanged, decline refuses it.
         p.on_client(br#"{"jsonrpc":"2.0","id":"i2","method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#, T0);
@@ -1454,9 +1509,13 @@ mod tests {
         assert!(server(&outs).is_empty());
         let ask = &client(&outs)[0];
         assert_eq!(ask["method"], "elicitation/create");
-        assert!(ask["params"]["message"].as_str().unwrap().contains("send_mail"));
+        assert!(ask["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("send_mail"));
         let eid = ask["id"].clone();
-        let accept = json!({"jsonrpc": "2.0", "id": eid, "result": {"action": "accept", "content": {}}});
+        let accept =
+            json!({"jsonrpc": "2.0", "id": eid, "result": {"action": "accept", "content": {}}});
         let outs = p.on_client(accept.to_string().as_bytes(), T0);
         assert_eq!(outs, [Out::Server(String::from_utf8(line).unwrap())]);
         let outs = p.on_client(&call(3, "send_mail", json!({"to": "c"})), T0);
@@ -1465,7 +1524,10 @@ mod tests {
         let outs = p.on_client(decline.to_string().as_bytes(), T0);
         let refused = &client(&outs)[0];
         assert_eq!(refused["id"], 3);
-        assert_eq!(refused["result"]["_meta"]["budgetgate"]["reason"], "approval-refused");
+        assert_eq!(
+            refused["result"]["_meta"]["budgetgate"]["reason"],
+            "approval-refused"
+        );
         // No answer within the deadline: refused, and the request withdrawn.
         p.on_client(&call(4, "send_mail", json!({"to": "d"})), T0);
         assert_eq!(p.next_deadline(), Some(T0 + 1_000));
@@ -1473,7 +1535,10 @@ mod tests {
         let outs = client(&p.on_tick(T0 + 1_000));
         assert_eq!(outs[0]["method"], "notifications/cancelled");
         assert_eq!(outs[1]["id"], 4);
-        assert!(outs[1]["result"]["content"][0]["text"].as_str().unwrap().contains("no answer came within 1 s"));
+        assert!(outs[1]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("no answer came within 1 s"));
     }
 
     #[test]
@@ -1487,17 +1552,26 @@ mod tests {
         assert!(result.to_string().len() > 40);
         let outs = client(&p.on_server(&answer(1, result), T0));
         let text = outs[0]["result"]["content"][0]["text"].as_str().unwrap();
-        assert!(text.contains("over the budget's bound of 40 bytes"), "{text}");
+        assert!(
+            text.contains("over the budget's bound of 40 bytes"),
+            "{text}"
+        );
         assert_eq!(outs[0]["result"]["isError"], true);
         p.on_client(&call(2, "small", json!({})), T0);
         let small = answer(2, json!({"content": []}));
-        assert_eq!(client(&p.on_server(&small, T0))[0]["result"], json!({"content": []}));
+        assert_eq!(
+            client(&p.on_server(&small, T0))[0]["result"],
+            json!({"content": []})
+        );
         p.on_client(br#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#, T0);
         let list = answer(3, json!({"tools": [{"name": "ls"}, {"name": "rm"}]}));
         let outs = client(&p.on_server(&list, T0));
         assert_eq!(outs[0]["result"]["tools"], json!([{"name": "ls"}]));
         let outs = p.on_client(&call(4, "rm", json!({})), T0);
-        assert_eq!(client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"], "tool-cap");
+        assert_eq!(
+            client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"],
+            "tool-cap"
+        );
     }
 
     #[test]
@@ -1505,12 +1579,18 @@ mod tests {
         let s = Setup::new();
         let mut p = s.proxy(BUDGET);
         p.on_client(&call(1, "slow", json!({})), T0);
-        p.on_client(br#"{"jsonrpc":"2.0","id":"r","method":"resources/list"}"#, T0);
+        p.on_client(
+            br#"{"jsonrpc":"2.0","id":"r","method":"resources/list"}"#,
+            T0,
+        );
         let outs = client(&p.on_server_exit("was killed by signal 9", T0));
         assert_eq!(outs.len(), 2);
         for o in &outs {
             assert_eq!(o["error"]["code"], GATEWAY_ERROR);
-            assert!(o["error"]["message"].as_str().unwrap().contains("was killed by signal 9"));
+            assert!(o["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("was killed by signal 9"));
         }
         assert_eq!(s.used(), (0, 0), "the call in flight was rolled back");
         assert_eq!(p.in_flight(), 0);
@@ -1526,9 +1606,16 @@ mod tests {
         assert_eq!(s.used(), (0, 1));
         let mut p = s.proxy(budget);
         let outs = p.on_client(&call(1, "slow", json!({})), T0 + 999);
-        assert_eq!(client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"], "tool-budget");
+        assert_eq!(
+            client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"],
+            "tool-budget"
+        );
         let outs = p.on_client(&call(2, "slow", json!({"again": true})), T0 + 1_000);
-        assert_eq!(server(&outs).len(), 1, "the expired reservation was given back: {outs:?}");
+        assert_eq!(
+            server(&outs).len(),
+            1,
+            "the expired reservation was given back: {outs:?}"
+        );
     }
 
     #[test]
@@ -1537,14 +1624,20 @@ mod tests {
         let budget = "[budget]\nmax_seconds = 100000\n[rate]\nper_minute = 2\n";
         let mut p = s.proxy(budget);
         for (id, at) in [(1, T0), (2, T0 + 10_000)] {
-            assert_eq!(server(&p.on_client(&call(id, "t", json!({"i": id})), at)).len(), 1);
+            assert_eq!(
+                server(&p.on_client(&call(id, "t", json!({"i": id})), at)).len(),
+                1
+            );
         }
         let outs = p.on_client(&call(3, "t", json!({"i": 3})), T0 + 20_000);
         let meta = &client(&outs)[0]["result"]["_meta"]["budgetgate"];
         assert_eq!(meta["reason"], "rate-limit");
         assert_eq!(meta["limit"], "per_minute");
         assert_eq!(meta["retry_after"], 40);
-        assert_eq!(server(&p.on_client(&call(4, "t", json!({"i": 4})), T0 + 60_000)).len(), 1);
+        assert_eq!(
+            server(&p.on_client(&call(4, "t", json!({"i": 4})), T0 + 60_000)).len(),
+            1
+        );
     }
 
     #[test]
@@ -1566,7 +1659,14 @@ mod tests {
         let mut input = b"{\"a\":1}\n".to_vec();
         input.extend(std::iter::repeat_n(b'x', 1000));
         input.extend(b"\n{}\nlast");
-        read_lines(&input[..], 100, &tx, Event::Client, || Event::ClientTooLong, || Event::ClientClosed);
+        read_lines(
+            &input[..],
+            100,
+            &tx,
+            Event::Client,
+            || Event::ClientTooLong,
+            || Event::ClientClosed,
+        );
         let got: Vec<String> = rx.try_iter().map(|e| format!("{e:?}")).collect();
         assert_eq!(got.len(), 5, "{got:?}");
         assert!(got[1].contains("ClientTooLong"));
@@ -1590,11 +1690,31 @@ mod tests {
                 writeln!(server_writes, "{reply}").expect("write");
             }
         });
-        writeln!(to_gateway, "{}", String::from_utf8(call(1, "a", json!({}))).unwrap()).unwrap();
-        writeln!(to_gateway, "{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}}").unwrap();
-        writeln!(to_gateway, "{{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\"}}").unwrap();
+        writeln!(
+            to_gateway,
+            "{}",
+            String::from_utf8(call(1, "a", json!({}))).unwrap()
+        )
+        .unwrap();
+        writeln!(
+            to_gateway,
+            "{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}}"
+        )
+        .unwrap();
+        writeln!(
+            to_gateway,
+            "{{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\"}}"
+        )
+        .unwrap();
         let mut out = Vec::new();
-        let ending = serve(&mut p, client_in, &mut out, server_in, server_out, &mut || None);
+        let ending = serve(
+            &mut p,
+            client_in,
+            &mut out,
+            server_in,
+            server_out,
+            &mut || None,
+        );
         assert_eq!(ending, Ending::ServerGone("closed its stdout".into()));
         let lines: Vec<Value> = out
             .split(|&b| b == b'\n')
@@ -1602,7 +1722,10 @@ mod tests {
             .map(|l| serde_json::from_slice(l).expect("JSON"))
             .collect();
         assert_eq!(lines.len(), 3);
-        assert_eq!((lines[0]["id"].clone(), lines[1]["id"].clone()), (json!(1), json!(2)));
+        assert_eq!(
+            (lines[0]["id"].clone(), lines[1]["id"].clone()),
+            (json!(1), json!(2))
+        );
         assert_eq!(lines[2]["error"]["code"], GATEWAY_ERROR);
         assert_eq!(s.used(), (1, 0));
     }
@@ -1612,7 +1735,13 @@ mod tests {
         let a = default_session(&["/usr/bin/npx".into(), "-y".into(), "srv".into()]);
         assert!(a.starts_with("mcp-npx-"), "{a}");
         assert_eq!(a.len(), "mcp-npx-".len() + 16);
-        assert_ne!(a, default_session(&["/usr/bin/npx".into(), "-y srv".into()]));
-        assert_eq!(a, default_session(&["/usr/bin/npx".into(), "-y".into(), "srv".into()]));
+        assert_ne!(
+            a,
+            default_session(&["/usr/bin/npx".into(), "-y srv".into()])
+        );
+        assert_eq!(
+            a,
+            default_session(&["/usr/bin/npx".into(), "-y".into(), "srv".into()])
+        );
     }
 }

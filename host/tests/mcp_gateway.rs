@@ -202,9 +202,11 @@ impl Gateway {
         }
     }
     fn initialize(&mut self) {
-        self.send(&json!({"jsonrpc": "2.0", "id": "init", "method": "initialize",
+        self.send(
+            &json!({"jsonrpc": "2.0", "id": "init", "method": "initialize",
             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                       "clientInfo": {"name": "e2e", "version": "1"}}}));
+                       "clientInfo": {"name": "e2e", "version": "1"}}}),
+        );
         let init = self.answer(&json!("init"));
         assert!(init["result"]["serverInfo"].is_object(), "{init}");
         self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
@@ -237,8 +239,8 @@ impl Gateway {
         let pid = self.child.id();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let children =
-                std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default();
             if let Some(first) = children.split_whitespace().next() {
                 return first.parse().expect("a pid");
             }
@@ -378,7 +380,10 @@ fn filesystem_server_reads_within_budget_and_an_unapproved_write_never_happens()
         .contains("hello from the folder"));
     assert_eq!(out[2]["is_error"], true);
     assert_eq!(out[2]["meta"]["reason"], "approval-refused");
-    assert!(!root.join("new.txt").exists(), "the refused write never ran");
+    assert!(
+        !root.join("new.txt").exists(),
+        "the refused write never ran"
+    );
 }
 
 #[test]
@@ -393,8 +398,10 @@ fn a_cancelled_call_gives_its_reservation_back() {
                    "arguments": {"duration": 3, "steps": 3}}}));
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(s.tool_calls(), (0, 1), "reserved while in flight");
-    g.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-        "params": {"requestId": 1, "reason": "the user changed their mind"}}));
+    g.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 1, "reason": "the user changed their mind"}}),
+    );
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(s.tool_calls(), (0, 0), "rolled back");
     // The budget of one call is free again.
@@ -431,7 +438,10 @@ fn a_server_crash_mid_call_answers_the_pending_call_and_ends_with_status_3() {
         .contains("killed by signal 9"));
     let (code, err) = g.end(Duration::from_secs(10));
     assert_eq!(code, Some(3), "{err}");
-    assert!(err.contains("the MCP server was killed by signal 9"), "{err}");
+    assert!(
+        err.contains("the MCP server was killed by signal 9"),
+        "{err}"
+    );
     assert_eq!(s.tool_calls(), (0, 0), "the crashed call was rolled back");
 }
 
@@ -507,7 +517,10 @@ fn parallel_gateways_on_one_budget_never_exceed_it() {
             })
         })
         .collect();
-    let ran: u64 = handles.into_iter().map(|h| h.join().expect("gateway")).sum();
+    let ran: u64 = handles
+        .into_iter()
+        .map(|h| h.join().expect("gateway"))
+        .sum();
     assert_eq!(ran, 6, "16 calls on a budget of 6 through 4 gateways");
     assert_eq!(s.tool_calls(), (6, 0));
 }
@@ -545,10 +558,13 @@ fn a_server_that_exits_names_its_status_and_pending_requests_are_answered() {
     g.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "anything", "arguments": {}}}));
     let answer = g.answer(&json!(1));
-    assert!(answer["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("exited with status 7"), "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exited with status 7"),
+        "{answer}"
+    );
     let (code, err) = g.end(Duration::from_secs(5));
     assert_eq!(code, Some(3));
     assert!(err.contains("exited with status 7"), "{err}");
