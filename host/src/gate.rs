@@ -513,3 +513,140 @@ pub fn decide_tool_call(
     }
     Ok(Verdict::Run)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Store;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn decide(
+        store: &mut Store,
+        budget: &ReplayBudget,
+        id: &str,
+        input: Value,
+        counting: Counting<'_>,
+        now: u64,
+    ) -> Verdict {
+        store
+            .decide(|tx| {
+                let mut ledgers = Ledgers::load(tx, "s", budget, 0)?;
+                let shown = format!("the id {id}");
+                let call = ToolCall {
+                    name: "t",
+                    input: &input,
+                    call_id: id,
+                    shown_id: &shown,
+                };
+                let cx = Context {
+                    session: "s",
+                    agent: None,
+                    budget,
+                    now,
+                };
+                let v = decide_tool_call(tx, &cx, &mut ledgers, &call, counting)?;
+                ledgers.store(tx, "s", now)?;
+                Ok::<_, GateError>(v)
+            })
+            .expect("decided")
+    }
+
+    fn tool_calls(store: &mut Store) -> (u64, u64, u32) {
+        let l = store.list().expect("list");
+        let ledger = l[0].ledger.as_ref().expect("record");
+        (
+            ledger.used(Limit::ToolCalls),
+            ledger.reserved(Limit::ToolCalls),
+            ledger.caps()[0].used(),
+        )
+    }
+
+    #[test]
+    fn the_hooks_counting_meets_rate_windows_too() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut store = Store::open(dir.path(), Duration::from_secs(5)).expect("store");
+        let budget = crate::replay::budget::parse_budget(
+            "[budget]\nmax_seconds = 100000\n[rate]\nper_minute = 1\nper_hour = 2\n",
+        )
+        .expect("budget");
+        let rec = Counting::Record;
+        assert_eq!(
+            decide(&mut store, &budget, "a", json!({"i": 1}), rec, 1_000),
+            Verdict::Run
+        );
+        let Verdict::Refuse(r) = decide(&mut store, &budget, "b", json!({"i": 2}), rec, 30_000)
+        else {
+            panic!("refused")
+        };
+        assert_eq!((r.reason, r.retry_after_ms), (RATE_LIMIT, Some(31_000)));
+        assert!(r.text.contains("the window reopens in 31 s"), "{}", r.text);
+        assert_eq!(
+            decide(&mut store, &budget, "c", json!({"i": 3}), rec, 61_001),
+            Verdict::Run
+        );
+        let Verdict::Refuse(r) = decide(&mut store, &budget, "d", json!({"i": 4}), rec, 200_000)
+        else {
+            panic!("refused")
+        };
+        assert_eq!(r.limit.as_deref(), Some("per_hour"));
+    }
+
+    #[test]
+    fn a_reservation_counts_once_whether_it_expired_or_not() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut store = Store::open(dir.path(), Duration::from_secs(5)).expect("store");
+        let budget = crate::replay::budget::parse_budget(
+            "[budget]\nmax_seconds = 100000\n[tools]\nmax_calls = { t = 5 }\n",
+        )
+        .expect("budget");
+        let reserve = |key| Counting::Reserve {
+            key,
+            expires_ms: 2_000,
+        };
+        assert_eq!(
+            decide(
+                &mut store,
+                &budget,
+                "k1",
+                json!({"i": 1}),
+                reserve("k1"),
+                1_000
+            ),
+            Verdict::Run
+        );
+        assert_eq!(tool_calls(&mut store), (0, 1, 1));
+        // Expired: the next decision gives it back; the late commit counts it once.
+        assert_eq!(
+            decide(
+                &mut store,
+                &budget,
+                "k2",
+                json!({"i": 2}),
+                reserve("k2"),
+                2_000
+            ),
+            Verdict::Run
+        );
+        assert_eq!(tool_calls(&mut store), (0, 1, 1), "k1 rolled back, k2 held");
+        for key in ["k1", "k2"] {
+            store
+                .decide(|tx| {
+                    let mut l = Ledgers::load(tx, "s", &budget, 0)?;
+                    commit_reservation(tx, "s", &mut l.session, key, "t")?;
+                    l.store(tx, "s", 2_500)
+                })
+                .expect("commit");
+        }
+        assert_eq!(tool_calls(&mut store), (2, 0, 2));
+        // A roll back of what already ended changes nothing.
+        store
+            .decide(|tx| {
+                let mut l = Ledgers::load(tx, "s", &budget, 0)?;
+                roll_back_reservation(tx, "s", &mut l.session, "k2")?;
+                l.store(tx, "s", 2_600)
+            })
+            .expect("roll back");
+        assert_eq!(tool_calls(&mut store), (2, 0, 2));
+    }
+}
