@@ -43,7 +43,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -918,17 +918,25 @@ pub enum Event {
     ServerClosed,
 }
 
-/// Reads `input` line by line into `tx`: lines over `max` are skipped as
-/// they are read (at most `max` bytes are ever held) and reported by
-/// `too_long`; the end (or a read error) by `closed`.
+/// Reads `input` line by line into `tx`, waking the proxy through `wake`
+/// after each: lines over `max` are skipped as they are read (at most
+/// `max` bytes are ever held) and reported by `too_long`; the end (or a
+/// read error) by `closed`.
 pub fn read_lines(
     input: impl Read,
     max: usize,
     tx: &SyncSender<Event>,
+    wake: &SyncSender<()>,
     line: fn(Vec<u8>) -> Event,
     too_long: fn() -> Event,
     closed: fn() -> Event,
 ) {
+    let send = |event: Event| {
+        let sent = tx.send(event).is_ok();
+        // A full wake channel means the proxy is woken already.
+        let _ = wake.try_send(());
+        sent
+    };
     let mut reader = BufReader::with_capacity(1 << 16, input);
     let mut buf = Vec::new();
     let mut skipping = false;
@@ -958,17 +966,17 @@ pub fn read_lines(
                 line(std::mem::take(&mut buf))
             };
             skipping = false;
-            if tx.send(event).is_err() {
+            if !send(event) {
                 return;
             }
         }
     }
     if skipping {
-        let _ = tx.send(too_long());
+        send(too_long());
     } else if !buf.is_empty() {
-        let _ = tx.send(line(buf));
+        send(line(buf));
     }
-    let _ = tx.send(closed());
+    send(closed());
 }
 
 /// How [`serve`] ended.
@@ -997,23 +1005,34 @@ pub fn serve<G: CallGate>(
     server_out: impl Read + Send + 'static,
     server_exited: &mut dyn FnMut() -> Option<String>,
 ) -> Ending {
-    let (tx, rx): (SyncSender<Event>, Receiver<Event>) = sync_channel(CHANNEL_MESSAGES);
-    let client_tx = tx.clone();
+    // One bounded channel per input, and one to the server's writer. The
+    // proxy never blocks on the server's stdin: what does not fit waits in
+    // `backlog` (at most one client message's worth), and while it waits no
+    // client message is taken, but the server's output still is — so a
+    // server blocked writing its stdout can always go on, and a client or
+    // server that floods only fills its own pipe.
+    let (wake_tx, wake) = sync_channel::<()>(1);
+    let (client_tx, client_rx) = sync_channel::<Event>(CHANNEL_MESSAGES);
+    let (server_tx, server_rx) = sync_channel::<Event>(CHANNEL_MESSAGES);
+    let w = wake_tx.clone();
     std::thread::spawn(move || {
         read_lines(
             client_in,
             MAX_LINE,
             &client_tx,
+            &w,
             Event::Client,
             || Event::ClientTooLong,
             || Event::ClientClosed,
         );
     });
+    let w = wake_tx.clone();
     std::thread::spawn(move || {
         read_lines(
             server_out,
             MAX_LINE,
-            &tx,
+            &server_tx,
+            &w,
             Event::Server,
             || Event::ServerTooLong,
             || Event::ServerClosed,
@@ -1031,62 +1050,97 @@ pub fn serve<G: CallGate>(
             {
                 return;
             }
+            let _ = wake_tx.try_send(());
         }
         // Dropping `server_in` closes the server's stdin.
     });
+    let mut backlog: std::collections::VecDeque<String> = std::collections::VecDeque::new();
     let mut exited_at: Option<(Instant, String)> = None;
     loop {
-        let wait = proxy
-            .next_deadline()
-            .map_or(200, |d| d.saturating_sub(now()).min(200));
-        let outs = match rx.recv_timeout(Duration::from_millis(wait)) {
-            Ok(Event::Client(line)) => proxy.on_client(&line, now()),
-            Ok(Event::ClientTooLong) => proxy.on_client_too_long(),
-            Ok(Event::ClientClosed) | Err(RecvTimeoutError::Disconnected) => {
+        while let Some(line) = backlog.pop_front() {
+            match to_server.try_send(line) {
+                Ok(()) => {}
+                Err(std::sync::mpsc::TrySendError::Full(line)) => {
+                    backlog.push_front(line);
+                    break;
+                }
+                // The server is gone; its end comes as ServerClosed.
+                Err(std::sync::mpsc::TrySendError::Disconnected(_)) => backlog.clear(),
+            }
+        }
+        let event = match server_rx.try_recv() {
+            Ok(e) => Some(e),
+            Err(_) if backlog.is_empty() => client_rx.try_recv().ok(),
+            Err(_) => None,
+        };
+        if proxy.next_deadline().is_some_and(|d| d <= now()) {
+            let outs = proxy.on_tick(now());
+            if write_client(client_out, &outs).is_err() {
                 proxy.on_client_closed(now());
                 return Ending::ClientClosed;
             }
-            Ok(Event::Server(line)) => proxy.on_server(&line, now()),
-            Ok(Event::ServerTooLong) => {
+        }
+        let Some(event) = event else {
+            // Nothing to do: a server that exited while something still
+            // holds its stdout open gets a moment for its last lines.
+            match &exited_at {
+                None => {
+                    if let Some(why) = server_exited() {
+                        exited_at = Some((Instant::now(), why));
+                    }
+                }
+                Some((at, why)) if at.elapsed() > Duration::from_millis(500) => {
+                    let why = why.clone();
+                    let outs = proxy.on_server_exit(&why, now());
+                    let _ = write_client(client_out, &outs);
+                    return Ending::ServerGone(why);
+                }
+                Some(_) => {}
+            }
+            let wait = proxy
+                .next_deadline()
+                .map_or(200, |d| d.saturating_sub(now()).clamp(1, 200));
+            let _ = wake.recv_timeout(Duration::from_millis(wait));
+            continue;
+        };
+        let outs = match event {
+            Event::Client(line) => proxy.on_client(&line, now()),
+            Event::ClientTooLong => proxy.on_client_too_long(),
+            Event::ClientClosed => {
+                proxy.on_client_closed(now());
+                return Ending::ClientClosed;
+            }
+            Event::Server(line) => proxy.on_server(&line, now()),
+            Event::ServerTooLong => {
                 eprintln!(
                     "budgetgate mcp: the server sent a message longer than {} MiB (dropped)",
                     MAX_LINE >> 20
                 );
                 Vec::new()
             }
-            Ok(Event::ServerClosed) => {
-                let why = server_exited().unwrap_or_else(|| "closed its stdout".to_owned());
+            Event::ServerClosed => {
+                // A process that closed its stdout is usually exiting: give
+                // it a moment, so the answer can name how it ended.
+                let until = Instant::now() + Duration::from_millis(500);
+                let why = loop {
+                    if let Some(why) = server_exited() {
+                        break why;
+                    }
+                    if Instant::now() >= until {
+                        break "closed its stdout".to_owned();
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                };
                 let outs = proxy.on_server_exit(&why, now());
                 if write_client(client_out, &outs).is_err() {
                     return Ending::ClientClosed;
                 }
                 return Ending::ServerGone(why);
             }
-            Err(RecvTimeoutError::Timeout) => {
-                // A server that exited while something still holds its
-                // stdout open: give its last lines a moment, then end.
-                match &exited_at {
-                    None => {
-                        if let Some(why) = server_exited() {
-                            exited_at = Some((Instant::now(), why));
-                        }
-                    }
-                    Some((at, why)) if at.elapsed() > Duration::from_millis(500) => {
-                        let why = why.clone();
-                        let outs = proxy.on_server_exit(&why, now());
-                        let _ = write_client(client_out, &outs);
-                        return Ending::ServerGone(why);
-                    }
-                    Some(_) => {}
-                }
-                proxy.on_tick(now())
-            }
         };
         for out in &outs {
             if let Out::Server(line) = out {
-                // A closed channel: the server is gone, and its end comes
-                // as ServerClosed.
-                let _ = to_server.send(line.clone());
+                backlog.push_back(line.clone());
             }
         }
         if write_client(client_out, &outs).is_err() {
@@ -1656,6 +1710,7 @@ mod tests {
     #[test]
     fn a_line_over_the_limit_is_skipped_while_read() {
         let (tx, rx) = sync_channel(8);
+        let (wake, _woken) = sync_channel(1);
         let mut input = b"{\"a\":1}\n".to_vec();
         input.extend(std::iter::repeat_n(b'x', 1000));
         input.extend(b"\n{}\nlast");
@@ -1663,6 +1718,7 @@ mod tests {
             &input[..],
             100,
             &tx,
+            &wake,
             Event::Client,
             || Event::ClientTooLong,
             || Event::ClientClosed,
@@ -1728,6 +1784,58 @@ mod tests {
         );
         assert_eq!(lines[2]["error"]["code"], GATEWAY_ERROR);
         assert_eq!(s.used(), (1, 0));
+    }
+
+    #[test]
+    fn a_flood_both_ways_never_deadlocks_the_proxy() {
+        let s = Setup::new();
+        let (client_in, mut to_gateway) = std::io::pipe().expect("pipe");
+        let (from_gateway, server_in) = std::io::pipe().expect("pipe");
+        let (server_out, mut server_writes) = std::io::pipe().expect("pipe");
+        // A server answering every line at once (and writing a notification
+        // besides), so both pipes fill faster than they are read.
+        std::thread::spawn(move || {
+            for line in BufReader::new(from_gateway).lines() {
+                let Ok(line) = line else { return };
+                let v: Value = serde_json::from_str(&line).expect("JSON");
+                let note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#;
+                let reply = json!({"jsonrpc": "2.0", "id": v["id"], "result": {}});
+                if writeln!(server_writes, "{note}\n{reply}").is_err() {
+                    return;
+                }
+            }
+        });
+        const N: usize = 20_000;
+        std::thread::spawn(move || {
+            for i in 0..N {
+                writeln!(
+                    to_gateway,
+                    r#"{{"jsonrpc":"2.0","id":{i},"method":"ping"}}"#
+                )
+                .expect("write");
+            }
+            // Give the answers time to come back before closing.
+            std::thread::sleep(Duration::from_millis(1500));
+        });
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut p = s.proxy(BUDGET);
+            let mut out = Vec::new();
+            let ending = serve(
+                &mut p,
+                client_in,
+                &mut out,
+                server_in,
+                server_out,
+                &mut || None,
+            );
+            let _ = done_tx.send((ending, out.iter().filter(|&&b| b == b'\n').count()));
+        });
+        let (ending, lines) = done
+            .recv_timeout(Duration::from_secs(60))
+            .expect("no deadlock");
+        assert_eq!(ending, Ending::ClientClosed);
+        assert_eq!(lines, 2 * N, "every answer and notification passed on");
     }
 
     #[test]
