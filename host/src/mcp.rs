@@ -1039,6 +1039,10 @@ pub fn serve<G: CallGate>(
         );
     });
     let (to_server, from_proxy) = sync_channel::<String>(CHANNEL_MESSAGES);
+    // Set while the backlog waits for room: only then does each write wake
+    // the proxy (a wake per message would cost every message a thread hop).
+    let waiting = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer_waiting = std::sync::Arc::clone(&waiting);
     std::thread::spawn(move || {
         let mut server_in = server_in;
         for line in from_proxy {
@@ -1050,7 +1054,9 @@ pub fn serve<G: CallGate>(
             {
                 return;
             }
-            let _ = wake_tx.try_send(());
+            if writer_waiting.load(std::sync::atomic::Ordering::Acquire) {
+                let _ = wake_tx.try_send(());
+            }
         }
         // Dropping `server_in` closes the server's stdin.
     });
@@ -1068,6 +1074,7 @@ pub fn serve<G: CallGate>(
                 Err(std::sync::mpsc::TrySendError::Disconnected(_)) => backlog.clear(),
             }
         }
+        waiting.store(!backlog.is_empty(), std::sync::atomic::Ordering::Release);
         let event = match server_rx.try_recv() {
             Ok(e) => Some(e),
             Err(_) if backlog.is_empty() => client_rx.try_recv().ok(),
