@@ -796,7 +796,7 @@ impl<G: CallGate> Proxy<G> {
                 eprintln!("budgetgate mcp: the server sent a line that is not a JSON-RPC message ({e}; dropped)");
                 Vec::new()
             }
-            Ok(_) => match self.server_one(text, now) {
+            Ok(msg) => match self.server_message(text, &msg, now) {
                 Some(new) => vec![Out::Client(new)],
                 None => vec![Out::Client(text.to_owned())],
             },
@@ -806,6 +806,10 @@ impl<G: CallGate> Proxy<G> {
     /// Reads one message from the server; `Some`: send this instead.
     fn server_one(&mut self, text: &str, now: u64) -> Option<String> {
         let msg: Message<'_> = serde_json::from_str(text).ok()?;
+        self.server_message(text, &msg, now)
+    }
+
+    fn server_message(&mut self, text: &str, msg: &Message<'_>, now: u64) -> Option<String> {
         if msg.method.is_some() {
             return None;
         }
@@ -1145,12 +1149,14 @@ pub fn serve<G: CallGate>(
                 return Ending::ServerGone(why);
             }
         };
-        for out in &outs {
-            if let Out::Server(line) = out {
-                backlog.push_back(line.clone());
+        let mut to_client = Vec::new();
+        for out in outs {
+            match out {
+                Out::Server(line) => backlog.push_back(line),
+                client => to_client.push(client),
             }
         }
-        if write_client(client_out, &outs).is_err() {
+        if write_client(client_out, &to_client).is_err() {
             proxy.on_client_closed(now());
             return Ending::ClientClosed;
         }
