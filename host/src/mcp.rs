@@ -1749,7 +1749,7 @@ mod tests {
         let (client_in, mut to_gateway) = std::io::pipe().expect("pipe");
         let (from_gateway, server_in) = std::io::pipe().expect("pipe");
         let (server_out, mut server_writes) = std::io::pipe().expect("pipe");
-        // A server answering each request with its id and exiting after two.
+        // A server answering two requests and exiting once it read the third.
         std::thread::spawn(move || {
             let mut lines = BufReader::new(from_gateway).lines();
             for _ in 0..2 {
@@ -1758,6 +1758,7 @@ mod tests {
                 let reply = json!({"jsonrpc": "2.0", "id": v["id"], "result": {"content": []}});
                 writeln!(server_writes, "{reply}").expect("write");
             }
+            let _third = lines.next();
         });
         writeln!(
             to_gateway,
