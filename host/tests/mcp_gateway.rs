@@ -152,6 +152,12 @@ struct Gateway {
 
 impl Gateway {
     fn start(args: &[String]) -> Self {
+        let (go, held) = channel();
+        let _ = go.send(());
+        Self::start_held(args, held)
+    }
+    /// Starts the gateway; its stdout is not read until `held` receives.
+    fn start_held(args: &[String], held: Receiver<()>) -> Self {
         let mut child = Command::new(&args[0])
             .args(&args[1..])
             .stdin(Stdio::piped())
@@ -162,6 +168,7 @@ impl Gateway {
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = channel();
         std::thread::spawn(move || {
+            let _ = held.recv();
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { return };
                 let v: Value = serde_json::from_str(&line).expect("the gateway writes JSON");
@@ -581,4 +588,108 @@ fn a_budget_that_does_not_parse_refuses_to_start() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("fail closed"));
+}
+
+/// A tiny MCP server in Python (the system's python3): answers every
+/// request with its arguments; with `flood`, also writes notifications of
+/// 1 KiB as fast as its stdout takes them.
+fn python_server(s: &Setup, flood: bool) -> Vec<String> {
+    let script = s.path(if flood { "flood.py" } else { "echo.py" });
+    std::fs::write(
+        &script,
+        format!(
+            r#"import json, sys, threading
+FLOOD = {flood}
+def flood():
+    note = json.dumps({{"jsonrpc": "2.0", "method": "notifications/message",
+                        "params": {{"level": "info", "data": "x" * 1024}}}}) + "\n"
+    while True:
+        sys.stdout.write(note)
+if FLOOD:
+    threading.Thread(target=flood, daemon=True).start()
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" in m:
+        r = {{"content": [{{"type": "text", "text": json.dumps(m.get("params", {{}}).get("arguments"))}}]}}
+        sys.stdout.write(json.dumps({{"jsonrpc": "2.0", "id": m["id"], "result": r}}) + "\n")
+        sys.stdout.flush()
+"#,
+            flood = if flood { "True" } else { "False" }
+        ),
+    )
+    .expect("script");
+    vec!["python3".into(), script.display().to_string()]
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+#[test]
+fn a_server_flooding_notifications_does_not_grow_the_gateways_memory() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n");
+    let server = python_server(&s, true);
+    let server: Vec<&str> = server.iter().map(String::as_str).collect();
+    let (go, held) = channel();
+    let mut g = Gateway::start_held(&s.gateway_args(&[], &server), held);
+    // The client reads nothing for a while: the flood must wait, not pile up.
+    std::thread::sleep(Duration::from_millis(300));
+    let early = rss_kib(g.child.id());
+    std::thread::sleep(Duration::from_millis(1500));
+    let late = rss_kib(g.child.id());
+    assert!(
+        late < 40 * 1024 && late < early + 8 * 1024,
+        "the gateway's memory grew from {early} KiB to {late} KiB"
+    );
+    // It still answers, in order, once the client reads.
+    go.send(()).expect("reader");
+    let answer = g.call(1, "echo", json!({"n": 1}));
+    assert_eq!(text_of(&answer), r#"{"n": 1}"#);
+    drop(g.stdin.take());
+    assert_eq!(g.end(Duration::from_secs(10)).0, Some(0));
+}
+
+#[test]
+fn the_hook_and_a_gateway_draw_from_one_budget() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 2\n");
+    let state = s.path("state");
+    // One call through the Claude Code hook on session "e2e" …
+    let event = json!({"session_id": "e2e", "transcript_path": s.path("t.jsonl"),
+        "cwd": s.dir.path(), "hook_event_name": "PreToolUse", "tool_name": "Bash",
+        "tool_input": {"command": "ls"}, "tool_use_id": "toolu_1"});
+    let mut hook = Command::new(bin())
+        .args(["hook", "claude-code", "--budget"])
+        .arg(s.path("budget.toml"))
+        .arg("--state")
+        .arg(&state)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("hook");
+    hook.stdin
+        .take()
+        .expect("stdin")
+        .write_all(event.to_string().as_bytes())
+        .expect("event");
+    assert!(hook.wait_with_output().expect("hook ends").status.success());
+    // … and the gateway on the same ledger and session has one left.
+    let server = python_server(&s, false);
+    let mut args = s.gateway_args(&[], &server.iter().map(String::as_str).collect::<Vec<_>>());
+    let at = args.iter().position(|a| a == "--ledger").expect("--ledger") + 1;
+    args[at] = state.display().to_string();
+    let mut g = Gateway::start(&args);
+    assert!(g.call(1, "echo", json!({"n": 1}))["result"]["isError"] != true);
+    let refused = g.call(2, "echo", json!({"n": 2}));
+    assert_eq!(
+        refused["result"]["_meta"]["budgetgate"]["reason"],
+        "tool-budget"
+    );
+    assert!(text_of(&refused).contains("2 of 2 tool calls used"));
+    drop(g.stdin.take());
+    assert_eq!(g.end(Duration::from_secs(10)).0, Some(0));
 }
