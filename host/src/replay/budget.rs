@@ -185,7 +185,7 @@ pub struct ReplayBudget {
     /// Rate windows (`[rate]`): tool calls let through per minute, hour, day.
     pub rate: RateLimits,
     /// Largest tool result passed on, in bytes of its compact JSON
-    /// (`[budget] max_result_bytes`, default [`DEFAULT_MAX_RESULT_BYTES`]).
+    /// (`[budget] max_result_bytes`, default 4096, the contract's bound).
     pub max_result_bytes: u64,
 }
 
