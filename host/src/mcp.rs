@@ -518,7 +518,7 @@ impl<G: CallGate> Proxy<G> {
                     .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
                     .and_then(|p| p.get("requestId").map(Value::to_string));
                 if let Some(target) = target {
-                    return self.cancel(&target, now);
+                    return self.cancel(&target, now, out);
                 }
                 true
             }
@@ -547,16 +547,20 @@ impl<G: CallGate> Proxy<G> {
     }
 
     /// A client's `notifications/cancelled` for request `target`; `true`:
-    /// forward it (the server saw the request).
-    fn cancel(&mut self, target: &str, now: u64) -> bool {
+    /// forward it (the server saw the request). A call still awaiting its
+    /// approval is dropped, and its question withdrawn from the client.
+    fn cancel(&mut self, target: &str, now: u64, out: &mut Vec<Out>) -> bool {
         let waiting = self
             .approvals
             .iter()
             .find(|(_, a)| a.id == target)
             .map(|(k, _)| k.clone());
-        if let Some(k) = waiting {
-            if let Some(a) = self.approvals.remove(&k) {
+        if let Some(eid) = waiting {
+            if let Some(a) = self.approvals.remove(&eid) {
                 self.roll_back(&a.key, now);
+                out.push(Out::Client(format!(
+                    r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{eid},"reason":"the call was cancelled"}}}}"#
+                )));
             }
             return false;
         }
@@ -1595,6 +1599,15 @@ mod tests {
             refused["result"]["_meta"]["budgetgate"]["reason"],
             "approval-refused"
         );
+        // A call cancelled while its approval is asked: dropped, the question
+        // withdrawn, nothing sent to the server.
+        p.on_client(&call(5, "send_mail", json!({"to": "e"})), T0);
+        let cancel =
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}"#;
+        let outs = p.on_client(cancel, T0);
+        assert!(server(&outs).is_empty());
+        assert_eq!(client(&outs)[0]["method"], "notifications/cancelled");
+        assert_eq!(p.next_deadline(), None);
         // No answer within the deadline: refused, and the request withdrawn.
         p.on_client(&call(4, "send_mail", json!({"to": "d"})), T0);
         assert_eq!(p.next_deadline(), Some(T0 + 1_000));
