@@ -693,3 +693,25 @@ fn the_hook_and_a_gateway_draw_from_one_budget() {
     drop(g.stdin.take());
     assert_eq!(g.end(Duration::from_secs(10)).0, Some(0));
 }
+
+#[test]
+fn help_names_the_exit_statuses_and_a_shipped_budget() {
+    let out = Command::new(bin())
+        .args(["mcp", "--help"])
+        .output()
+        .expect("help");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Exit status: 0 the client closed stdin"), "{text}");
+    assert!(text.contains("3 the MCP server exited or crashed first"));
+    assert!(Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/mcp-budget.toml")
+        .is_file());
+    let shipped = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/mcp-budget.toml"),
+    )
+    .expect("example");
+    budgetgate::replay::parse_budget(&shipped).expect("the example budget parses");
+    // No server command: a usage error.
+    let out = Command::new(bin()).arg("mcp").output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+}
