@@ -303,6 +303,13 @@ fn over_limit(value: &Value, limit: u64) -> bool {
     serde_json::to_writer(&mut counter, value).is_err()
 }
 
+/// A JSON-RPC id as the proxy keys it: its compact JSON, so that `"a"`
+/// and `"\u0061"` are one id.
+fn normal_id(raw: &RawValue) -> String {
+    serde_json::from_str::<Value>(raw.get())
+        .map_or_else(|_| raw.get().to_owned(), |v| v.to_string())
+}
+
 /// At most `max` characters of `text`, cut on a character boundary.
 fn shortened(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
@@ -475,7 +482,8 @@ impl<G: CallGate> Proxy<G> {
                 return false;
             }
         };
-        let id = msg.id.map(RawValue::get);
+        let id = msg.id.map(normal_id);
+        let id = id.as_deref();
         if msg.jsonrpc.as_deref() != Some("2.0") {
             out.push(Out::Client(error_line(
                 id.unwrap_or("null"),
@@ -817,7 +825,8 @@ impl<G: CallGate> Proxy<G> {
         if msg.method.is_some() {
             return None;
         }
-        let id = msg.id?.get();
+        let id = normal_id(msg.id?);
+        let id = id.as_str();
         match self.pending.remove(id)? {
             Pending::Other => None,
             Pending::Call {
@@ -1534,6 +1543,21 @@ mod tests {
         assert_eq!(
             client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"],
             "duplicate-call-id"
+        );
+        // Ids are compared as JSON values, not as spelled.
+        let failed = br#"{"jsonrpc":"2.0","id":4,"error":{"code":-1,"message":"no"}}"#;
+        p.on_server(failed, T0);
+        let spelled = br#"{"jsonrpc":"2.0","id":"\u0061","method":"tools/call","params":{"name":"echo","arguments":{"m":6}}}"#;
+        assert_eq!(server(&p.on_client(spelled, T0)).len(), 1);
+        let again = br#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"echo","arguments":{"m":7}}}"#;
+        let reason = &client(&p.on_client(again, T0))[0]["result"]["_meta"]["budgetgate"]["reason"];
+        assert_eq!(reason, "duplicate-call-id");
+        let answered = br#"{"jsonrpc":"2.0","id":"a","result":{"content":[]}}"#;
+        assert_eq!(client(&p.on_server(answered, T0)).len(), 1);
+        assert_eq!(
+            s.used(),
+            (2, 0),
+            "the answer to the id spelled another way committed it"
         );
     }
 

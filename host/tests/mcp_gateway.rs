@@ -701,7 +701,10 @@ fn help_names_the_exit_statuses_and_a_shipped_budget() {
         .output()
         .expect("help");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("Exit status: 0 the client closed stdin"), "{text}");
+    assert!(
+        text.contains("Exit status: 0 the client closed stdin"),
+        "{text}"
+    );
     assert!(text.contains("3 the MCP server exited or crashed first"));
     assert!(Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../examples/mcp-budget.toml")
