@@ -1562,6 +1562,30 @@ mod tests {
     }
 
     #[test]
+    fn wall_time_since_the_sessions_first_call_ends_every_call() {
+        let s = Setup::new();
+        let mut p = s.proxy("[budget]\nmax_seconds = 1\n");
+        assert_eq!(
+            server(&p.on_client(&call(1, "t", json!({"i": 1})), T0)).len(),
+            1
+        );
+        assert_eq!(
+            server(&p.on_client(&call(2, "t", json!({"i": 2})), T0 + 999)).len(),
+            1
+        );
+        let outs = p.on_client(&call(3, "t", json!({"i": 3})), T0 + 1_000);
+        let refused = &client(&outs)[0]["result"];
+        assert_eq!(refused["_meta"]["budgetgate"]["reason"], "budget-exhausted");
+        assert_eq!(refused["_meta"]["budgetgate"]["limit"], "time_ms");
+        let text = refused["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("session time_ms budget exhausted (1000 of 1000 ms)"),
+            "{text}"
+        );
+        assert!(text.ends_with("do not retry."), "{text}");
+    }
+
+    #[test]
     fn a_cancelled_call_gives_its_reservation_back_and_the_notice_is_forwarded() {
         let s = Setup::new();
         let mut p = s.proxy(BUDGET);
