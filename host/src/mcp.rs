@@ -1237,6 +1237,19 @@ pub fn open_ledger(url: Option<&str>, wait: Duration) -> Result<Store, String> {
     }
 }
 
+/// Kills the server and its process group (what it started), and reaps it.
+fn kill(child: &mut Child) {
+    #[cfg(unix)]
+    if let Some(pid) = i32::try_from(child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 fn describe_exit(child: &mut Child) -> Option<String> {
     let status = child.try_wait().ok()??;
     Some(match status.code() {
@@ -1294,18 +1307,23 @@ pub fn command(args: &McpArgs) -> ExitCode {
     {
         return fail("--session must be 1 to 256 characters without control characters".into());
     }
-    let mut child = match Command::new(&args.command[0])
+    let mut server = Command::new(&args.command[0]);
+    server
         .args(&args.command[1..])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
+        .stderr(Stdio::inherit());
+    #[cfg(unix)]
     {
+        use std::os::unix::process::CommandExt;
+        server.process_group(0);
+    }
+    let mut child = match server.spawn() {
         Ok(c) => c,
         Err(e) => return fail(format!("starting {:?}: {e}", args.command[0])),
     };
     let (Some(server_in), Some(server_out)) = (child.stdin.take(), child.stdout.take()) else {
-        let _ = child.kill();
+        kill(&mut child);
         return fail("the server's pipes could not be opened".into());
     };
     let max_result_bytes = budget.max_result_bytes;
@@ -1334,12 +1352,13 @@ pub fn command(args: &McpArgs) -> ExitCode {
             let deadline = Instant::now() + Duration::from_millis(args.shutdown_ms);
             while Instant::now() < deadline {
                 if describe_exit(&mut child).is_some() {
+                    // What it started and left behind goes with it.
+                    kill(&mut child);
                     return ExitCode::SUCCESS;
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            kill(&mut child);
             eprintln!(
                 "budgetgate mcp: the server did not exit within {} ms of the client closing stdin; killed",
                 args.shutdown_ms
@@ -1347,14 +1366,8 @@ pub fn command(args: &McpArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Ending::ServerGone(why) => {
-            let why = match describe_exit(&mut child) {
-                Some(w) => w,
-                None => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    why
-                }
-            };
+            let why = describe_exit(&mut child).unwrap_or(why);
+            kill(&mut child);
             eprintln!(
                 "budgetgate mcp: the MCP server {why}; the gateway ends (exit {EXIT_SERVER_GONE})"
             );

@@ -535,27 +535,47 @@ fn parallel_gateways_on_one_budget_never_exceed_it() {
 // ---- no npm package needed below: a shell stands in for the server.
 
 #[test]
-fn closing_stdin_stops_the_server_and_one_that_lingers_is_killed() {
+fn closing_stdin_stops_the_server_and_one_that_lingers_is_killed_with_what_it_started() {
     let s = Setup::new("");
     let started = Instant::now();
+    // A shell that ignores SIGTERM and EOF, with a child of its own.
     let mut g = Gateway::start(&s.gateway_args(
         &["--shutdown-ms", "300"],
-        &["sh", "-c", "trap '' TERM; exec sleep 30"],
+        &["sh", "-c", "trap '' TERM; sleep 30; true"],
     ));
-    std::thread::sleep(Duration::from_millis(200));
     let server = g.server_pid();
+    let grandchild = {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let children =
+                std::fs::read_to_string(format!("/proc/{server}/task/{server}/children"))
+                    .unwrap_or_default();
+            if let Some(pid) = children.split_whitespace().next() {
+                break pid.to_owned();
+            }
+            assert!(Instant::now() < deadline, "the shell started no child");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
     drop(g.stdin.take());
     let (code, err) = g.end(Duration::from_secs(5));
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("killed"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert!(
-        !Path::new(&format!("/proc/{server}")).exists()
-            || std::fs::read_to_string(format!("/proc/{server}/stat"))
-                .map(|st| st.contains(") Z "))
-                .unwrap_or(true),
-        "the server is gone"
-    );
+    let gone = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|st| st.contains(") Z "))
+            .unwrap_or(true)
+    };
+    assert!(gone(&server.to_string()), "the server is gone");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !gone(&grandchild) {
+        assert!(
+            Instant::now() < deadline,
+            "the server's child {grandchild} outlived it"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
