@@ -14,7 +14,9 @@
 //!   "_meta":{"budgetgate":{…}}}` and never reaches the server. A call let
 //!   through is reserved, committed when the server answers with a result,
 //!   rolled back when it answers with a JSON-RPC error, when the client
-//!   cancels it (`notifications/cancelled`) or when the server dies first.
+//!   cancels it (`notifications/cancelled`) or when the server dies first;
+//!   calls still running when the client goes away are committed (they may
+//!   have run).
 //! * **Approval** (`needs_approval`): the gateway asks the client with
 //!   `elicitation/create` when the client declared the `elicitation`
 //!   capability in `initialize`; `accept` forwards the call, `decline`,
@@ -895,22 +897,27 @@ impl<G: CallGate> Proxy<G> {
         out
     }
 
-    /// The client is gone: every reservation still held is given back.
+    /// The client is gone. Calls the server was running may have run
+    /// (the server is stopped next, not asked): they count, as the safe
+    /// side. Calls still awaiting approval never reached it: given back.
     pub fn on_client_closed(&mut self, now: u64) {
-        let keys: Vec<String> = self
+        let running: Vec<(String, String)> = self
             .pending
             .drain()
             .filter_map(|(_, p)| match p {
                 Pending::Call {
                     key,
+                    tool,
                     cancelled: false,
-                    ..
-                } => Some(key),
+                } => Some((key, tool)),
                 _ => None,
             })
-            .chain(self.approvals.drain().map(|(_, a)| a.key))
             .collect();
-        for key in keys {
+        for (key, tool) in running {
+            self.commit(&key, &tool, now);
+        }
+        let asked: Vec<String> = self.approvals.drain().map(|(_, a)| a.key).collect();
+        for key in asked {
             self.roll_back(&key, now);
         }
     }
@@ -1734,6 +1741,20 @@ mod tests {
                 .contains("was killed by signal 9"));
         }
         assert_eq!(s.used(), (0, 0), "the call in flight was rolled back");
+        assert_eq!(p.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_client_gone_counts_the_calls_in_flight_and_gives_back_those_being_asked() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"ask\"]\n";
+        let mut p = s.proxy(budget);
+        p.on_client(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#, T0);
+        p.on_client(&call(1, "run", json!({})), T0);
+        p.on_client(&call(2, "ask", json!({})), T0);
+        assert_eq!(s.used(), (0, 2));
+        p.on_client_closed(T0);
+        assert_eq!(s.used(), (1, 0));
         assert_eq!(p.in_flight(), 0);
     }
 
