@@ -27,7 +27,7 @@ use budgetgate_core::budget::{Exceeded, Ledger, Limit, Reservation};
 use budgetgate_core::turn::{RefusalReason, ToolName};
 use serde_json::Value;
 
-use crate::ledger::{StoreError, Tx};
+use crate::ledger::{LedgerTx, StoreError};
 use crate::replay::budget::ReplayBudget;
 
 /// The reason word of a full `[rate]` window (the core has no clock
@@ -179,7 +179,7 @@ impl Ledgers {
     /// The session's ledger as stored (a fresh one started `now` if none),
     /// with the budget's maxima.
     pub fn load(
-        tx: &Tx<'_>,
+        tx: &(impl LedgerTx + ?Sized),
         session: &str,
         budget: &ReplayBudget,
         now: u64,
@@ -195,7 +195,7 @@ impl Ledgers {
     /// The ledger of sub-agent `agent`, loaded on first use.
     pub fn agent(
         &mut self,
-        tx: &Tx<'_>,
+        tx: &(impl LedgerTx + ?Sized),
         session: &str,
         agent: &str,
         budget: &ReplayBudget,
@@ -222,7 +222,12 @@ impl Ledgers {
     }
 
     /// Stores every ledger.
-    pub fn store(&mut self, tx: &Tx<'_>, session: &str, now: u64) -> Result<(), GateError> {
+    pub fn store(
+        &mut self,
+        tx: &(impl LedgerTx + ?Sized),
+        session: &str,
+        now: u64,
+    ) -> Result<(), GateError> {
         self.observe_time(now);
         tx.put_ledger(session, "", &self.session, now)?;
         for (agent, ledger) in &mut self.agents {
@@ -236,7 +241,7 @@ impl Ledgers {
 /// sub-agent's (its text and figures), or a model used without a price in
 /// cost mode.
 pub fn exhausted(
-    tx: &Tx<'_>,
+    tx: &(impl LedgerTx + ?Sized),
     session: &str,
     agent: Option<&str>,
     ledgers: &Ledgers,
@@ -283,7 +288,7 @@ fn give_back(ledger: &mut Ledger, tool: &str) {
 /// Rolls back every reservation of `session` that expired by `now` (a
 /// gateway that crashed or lost its server mid-call). Returns how many.
 pub fn roll_back_expired(
-    tx: &Tx<'_>,
+    tx: &(impl LedgerTx + ?Sized),
     session: &str,
     ledger: &mut Ledger,
     now: u64,
@@ -306,7 +311,7 @@ pub fn roll_back_expired(
 /// Ends reservation `key` of `session`: the call counts. A reservation
 /// that expired (and was rolled back) meanwhile is counted now, once.
 pub fn commit_reservation(
-    tx: &Tx<'_>,
+    tx: &(impl LedgerTx + ?Sized),
     session: &str,
     ledger: &mut Ledger,
     key: &str,
@@ -329,7 +334,7 @@ pub fn commit_reservation(
 /// Ends reservation `key` of `session` with nothing counted (the work
 /// failed or was cancelled). One already ended is left alone.
 pub fn roll_back_reservation(
-    tx: &Tx<'_>,
+    tx: &(impl LedgerTx + ?Sized),
     session: &str,
     ledger: &mut Ledger,
     key: &str,
@@ -357,7 +362,7 @@ pub struct Context<'a> {
 /// of the module docs. The caller stores the ledgers and commits the
 /// transaction.
 pub fn decide_tool_call(
-    tx: &Tx<'_>,
+    tx: &(impl LedgerTx + ?Sized),
     cx: &Context<'_>,
     ledgers: &mut Ledgers,
     call: &ToolCall<'_>,

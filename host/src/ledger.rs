@@ -54,6 +54,14 @@ pub enum StoreError {
         /// What is wrong with the record.
         source: RecordError,
     },
+    /// The Redis ledger could not be reached, read or written.
+    #[error("ledger {url}: {detail}")]
+    Redis {
+        /// The server's URL.
+        url: String,
+        /// What went wrong.
+        detail: String,
+    },
     /// The file has another schema version.
     #[error("ledger {path}: schema version {found}; this build reads version {SCHEMA_VERSION}")]
     Schema {
@@ -335,6 +343,110 @@ pub struct ListedLedger {
     pub ledger: Result<Ledger, RecordError>,
     /// When it was last written, in milliseconds since the Unix epoch.
     pub updated_ms: u64,
+}
+
+/// What a decision reads and writes in one transaction, whatever keeps it
+/// (SQLite: [`Tx`]; Redis: [`crate::ledger_redis::RedisTx`]). Every method
+/// is one session's state; the store never interprets budgets.
+pub trait LedgerTx {
+    /// The ledger of `session` / `agent` (`""`: the session), if stored.
+    fn ledger(&self, session: &str, agent: &str) -> Result<Option<Ledger>, StoreError>;
+    /// Stores the ledger of `session` / `agent`.
+    fn put_ledger(
+        &self,
+        session: &str,
+        agent: &str,
+        ledger: &Ledger,
+        now_ms: u64,
+    ) -> Result<(), StoreError>;
+    /// Remembers `call_id`; `false` if it was seen before.
+    fn insert_call_id(&self, session: &str, call_id: &str) -> Result<bool, StoreError>;
+    /// Raises the count of `fingerprint` by one and returns it.
+    fn raise_repeat(&self, session: &str, fingerprint: u128) -> Result<u64, StoreError>;
+    /// A model used without a price in cost mode, if any.
+    fn unpriced(&self, session: &str) -> Result<Option<String>, StoreError>;
+    /// Appends to the ledger's own log.
+    fn log(&self, at_ms: u64, session: &str, action: &str, detail: &str) -> Result<(), StoreError>;
+    /// Stores reservation `key` of one call of `tool`, expiring at `expires_ms`.
+    fn put_reservation(
+        &self,
+        session: &str,
+        key: &str,
+        tool: &str,
+        expires_ms: u64,
+    ) -> Result<(), StoreError>;
+    /// Removes reservation `key` and returns its tool, if still held.
+    fn take_reservation(&self, session: &str, key: &str) -> Result<Option<String>, StoreError>;
+    /// Removes the reservations expired by `now_ms` and returns their tools.
+    fn take_expired_reservations(
+        &self,
+        session: &str,
+        now_ms: u64,
+    ) -> Result<Vec<String>, StoreError>;
+    /// Remembers a call let through at `at_ms`; forgets those older than `keep_ms`.
+    fn add_rate_call(&self, session: &str, at_ms: u64, keep_ms: u64) -> Result<(), StoreError>;
+    /// Calls let through after `since_ms`, and the oldest's instant.
+    fn rate_calls_after(
+        &self,
+        session: &str,
+        since_ms: u64,
+    ) -> Result<(u64, Option<u64>), StoreError>;
+}
+
+impl LedgerTx for Tx<'_> {
+    fn ledger(&self, session: &str, agent: &str) -> Result<Option<Ledger>, StoreError> {
+        Tx::ledger(self, session, agent)
+    }
+    fn put_ledger(
+        &self,
+        session: &str,
+        agent: &str,
+        ledger: &Ledger,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        Tx::put_ledger(self, session, agent, ledger, now_ms)
+    }
+    fn insert_call_id(&self, session: &str, call_id: &str) -> Result<bool, StoreError> {
+        Tx::insert_call_id(self, session, call_id)
+    }
+    fn raise_repeat(&self, session: &str, fingerprint: u128) -> Result<u64, StoreError> {
+        Tx::raise_repeat(self, session, fingerprint)
+    }
+    fn unpriced(&self, session: &str) -> Result<Option<String>, StoreError> {
+        Tx::unpriced(self, session)
+    }
+    fn log(&self, at_ms: u64, session: &str, action: &str, detail: &str) -> Result<(), StoreError> {
+        Tx::log(self, at_ms, session, action, detail)
+    }
+    fn put_reservation(
+        &self,
+        session: &str,
+        key: &str,
+        tool: &str,
+        expires_ms: u64,
+    ) -> Result<(), StoreError> {
+        Tx::put_reservation(self, session, key, tool, expires_ms)
+    }
+    fn take_reservation(&self, session: &str, key: &str) -> Result<Option<String>, StoreError> {
+        Tx::take_reservation(self, session, key)
+    }
+    fn take_expired_reservations(
+        &self,
+        session: &str,
+        now_ms: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        Tx::take_expired_reservations(self, session, now_ms)
+    }
+    fn add_rate_call(&self, session: &str, at_ms: u64, keep_ms: u64) -> Result<(), StoreError> {
+        Tx::add_rate_call(self, session, at_ms, keep_ms)
+    }
+    fn rate_calls_after(
+        &self,
+        session: &str,
+        since_ms: u64,
+    ) -> Result<(u64, Option<u64>), StoreError> {
+        Tx::rate_calls_after(self, session, since_ms)
+    }
 }
 
 /// A decision's transaction: read and write one session's state.

@@ -16,6 +16,7 @@ pub mod hook_install;
 pub mod input;
 pub mod ledger;
 pub mod ledger_cli;
+pub mod ledger_redis;
 pub mod mcp;
 pub mod replay;
 pub mod strict;

@@ -53,7 +53,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::gate::{self, Counting, GateError, Ledgers, Refusal, ToolCall, Verdict};
-use crate::ledger::{state_dir, Store, StoreError};
+use crate::ledger::{state_dir, LedgerTx, Store, StoreError};
 use crate::replay::budget::ReplayBudget;
 
 /// Longest JSON-RPC line read from either side (16 MiB); a longer one is
@@ -130,85 +130,106 @@ pub trait CallGate {
     fn denied(&self, tool: &str) -> bool;
 }
 
-/// The ledger's gate: one SQLite transaction per decision, shared with the
-/// hook and other gateways on the same session.
+/// Where the ledger is kept.
+pub enum Backend {
+    /// The SQLite file the hook uses.
+    Sqlite(Store),
+    /// A Redis (or Valkey) server, for gateways on many machines.
+    Redis(crate::ledger_redis::RedisStore),
+}
+
+/// The ledger's gate: one transaction per decision, shared with the hook
+/// and other gateways on the same session.
 pub struct LedgerGate {
-    store: Store,
+    backend: Backend,
     budget: ReplayBudget,
     session: String,
     ttl_ms: u64,
 }
 
 impl LedgerGate {
-    /// A gate on `store` for `session`; reservations expire after `ttl_ms`.
+    /// A gate on the SQLite `store` for `session`; reservations expire
+    /// after `ttl_ms`.
     pub fn new(store: Store, budget: ReplayBudget, session: String, ttl_ms: u64) -> Self {
+        Self::on(Backend::Sqlite(store), budget, session, ttl_ms)
+    }
+
+    /// A gate on `backend`.
+    pub fn on(backend: Backend, budget: ReplayBudget, session: String, ttl_ms: u64) -> Self {
         Self {
-            store,
+            backend,
             budget,
             session,
             ttl_ms,
         }
     }
 
+    /// Runs `f` in one transaction of the session (made again, for Redis,
+    /// while another writer got in between).
+    fn transaction<T>(
+        &mut self,
+        mut f: impl FnMut(&dyn LedgerTx, &ReplayBudget, &str) -> Result<T, GateError>,
+    ) -> Result<T, String> {
+        let (budget, session) = (&self.budget, self.session.as_str());
+        match &mut self.backend {
+            Backend::Sqlite(store) => store.decide(|tx| f(&*tx, budget, session)),
+            Backend::Redis(store) => store.decide(session, |tx| f(tx, budget, session)),
+        }
+        .map_err(|e: GateError| e.to_string())
+    }
+
     fn end(
         &mut self,
         now: u64,
-        end: impl FnOnce(&crate::ledger::Tx<'_>, &mut Ledgers) -> Result<(), GateError>,
+        mut end: impl FnMut(&dyn LedgerTx, &str, &mut Ledgers) -> Result<(), GateError>,
     ) -> Result<(), String> {
-        let (budget, session) = (&self.budget, &self.session);
-        self.store
-            .decide(|tx| {
-                let mut ledgers = Ledgers::load(tx, session, budget, now)?;
-                end(tx, &mut ledgers)?;
-                ledgers.store(tx, session, now)
-            })
-            .map_err(|e: GateError| e.to_string())
+        self.transaction(|tx, budget, session| {
+            let mut ledgers = Ledgers::load(tx, session, budget, now)?;
+            end(tx, session, &mut ledgers)?;
+            ledgers.store(tx, session, now)
+        })
     }
 }
 
 impl CallGate for LedgerGate {
     fn decide(&mut self, call: &ToolCall<'_>, now: u64) -> Result<Verdict, String> {
-        let (budget, session, ttl) = (&self.budget, &self.session, self.ttl_ms);
-        self.store
-            .decide(|tx| {
-                let mut ledgers = Ledgers::load(tx, session, budget, now)?;
-                ledgers.observe_time(now);
-                let counting = Counting::Reserve {
-                    key: call.call_id,
-                    expires_ms: now.saturating_add(ttl),
-                };
-                let cx = gate::Context {
-                    session,
-                    agent: None,
-                    budget,
+        let ttl = self.ttl_ms;
+        self.transaction(|tx, budget, session| {
+            let mut ledgers = Ledgers::load(tx, session, budget, now)?;
+            ledgers.observe_time(now);
+            let counting = Counting::Reserve {
+                key: call.call_id,
+                expires_ms: now.saturating_add(ttl),
+            };
+            let cx = gate::Context {
+                session,
+                agent: None,
+                budget,
+                now,
+            };
+            let verdict = gate::decide_tool_call(tx, &cx, &mut ledgers, call, counting)?;
+            ledgers.store(tx, session, now)?;
+            if let Verdict::Refuse(r) = &verdict {
+                tx.log(
                     now,
-                };
-                let verdict = gate::decide_tool_call(tx, &cx, &mut ledgers, call, counting)?;
-                ledgers.store(tx, session, now)?;
-                if let Verdict::Refuse(r) = &verdict {
-                    tx.log(
-                        now,
-                        session,
-                        "deny",
-                        &format!("{}: {}", call.call_id, r.reason),
-                    )?;
-                }
-                Ok::<_, GateError>(verdict)
-            })
-            .map_err(|e| e.to_string())
+                    session,
+                    "deny",
+                    &format!("{}: {}", call.call_id, r.reason),
+                )?;
+            }
+            Ok(verdict)
+        })
     }
 
     fn commit(&mut self, key: &str, tool: &str, now: u64) -> Result<(), String> {
-        let session = self.session.clone();
-        self.end(now, |tx, l| {
-            gate::commit_reservation(tx, &session, &mut l.session, key, tool)
+        self.end(now, |tx, session, l| {
+            gate::commit_reservation(tx, session, &mut l.session, key, tool)
         })
     }
 
     fn roll_back(&mut self, key: &str, now: u64) -> Result<(), String> {
-        let session = self.session.clone();
-        self.end(now, |tx, l| {
-            gate::roll_back_reservation(tx, &session, &mut l.session, key)
+        self.end(now, |tx, session, l| {
+            gate::roll_back_reservation(tx, session, &mut l.session, key)
         })
     }
 
@@ -1220,26 +1241,35 @@ pub fn default_session(command: &[String]) -> String {
     format!("mcp-{base}-{hash:016x}")
 }
 
-/// Opens the ledger named by `--ledger`.
-pub fn open_ledger(url: Option<&str>, wait: Duration) -> Result<Store, String> {
+/// Opens the ledger named by `--ledger`: `redis://…` (or `rediss://…`
+/// where the client supports it), `sqlite:FILE`, or a state folder.
+pub fn open_ledger(url: Option<&str>, wait: Duration) -> Result<Backend, String> {
     let shown = |e: StoreError| e.to_string();
     match url {
-        None => Store::open(&state_dir(None), wait).map_err(shown),
-        Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => Err(format!(
-            "--ledger {url}: the Redis ledger is not in this build; use sqlite:FILE or a state folder"
-        )),
+        None => Store::open(&state_dir(None), wait)
+            .map(Backend::Sqlite)
+            .map_err(shown),
+        Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
+            crate::ledger_redis::RedisStore::open(url, wait)
+                .map(Backend::Redis)
+                .map_err(shown)
+        }
         Some(url) => match url.strip_prefix("sqlite:") {
             Some(file) => {
                 let file = std::path::Path::new(file);
                 if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
                 }
-                Store::open_file(file, wait).map_err(shown)
+                Store::open_file(file, wait)
+                    .map(Backend::Sqlite)
+                    .map_err(shown)
             }
             None if url.contains("://") => Err(format!(
-                "--ledger {url}: not a ledger this build reads (sqlite:FILE or a state folder)"
+                "--ledger {url}: not a ledger this build reads (redis://HOST:PORT/DB, sqlite:FILE or a state folder)"
             )),
-            None => Store::open(std::path::Path::new(url), wait).map_err(shown),
+            None => Store::open(std::path::Path::new(url), wait)
+                .map(Backend::Sqlite)
+                .map_err(shown),
         },
     }
 }
@@ -1334,7 +1364,7 @@ pub fn command(args: &McpArgs) -> ExitCode {
         return fail("the server's pipes could not be opened".into());
     };
     let max_result_bytes = budget.max_result_bytes;
-    let gate = LedgerGate::new(store, budget, session, args.reservation_ttl * 1000);
+    let gate = LedgerGate::on(store, budget, session, args.reservation_ttl * 1000);
     let connection = format!("{}-{}", std::process::id(), now());
     let mut proxy = Proxy::new(
         gate,

@@ -738,3 +738,185 @@ fn help_names_the_exit_statuses_and_a_shipped_budget() {
     let out = Command::new(bin()).arg("mcp").output().expect("runs");
     assert_eq!(out.status.code(), Some(2));
 }
+
+// ---- the Redis ledger: a redis-server of its own on loopback.
+
+/// A `redis-server` on a free loopback port, stopped when dropped; `None`
+/// (the test is skipped) when none is installed and `BUDGETGATE_REQUIRE_REDIS`
+/// is not `1`.
+struct Redis {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn redis() -> Option<Redis> {
+    if Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        if std::env::var("BUDGETGATE_REQUIRE_REDIS").as_deref() == Ok("1") {
+            panic!("BUDGETGATE_REQUIRE_REDIS=1 and redis-server is not installed");
+        }
+        eprintln!("skipped: redis-server is not installed");
+        return None;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server starts");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(Redis {
+        child,
+        url: format!("redis://127.0.0.1:{port}/0"),
+    })
+}
+
+fn with_ledger(mut args: Vec<String>, ledger: &str) -> Vec<String> {
+    let at = args.iter().position(|a| a == "--ledger").expect("--ledger") + 1;
+    args[at] = ledger.to_owned();
+    args
+}
+
+#[test]
+fn parallel_gateways_on_one_redis_budget_never_exceed_it() {
+    let Some(redis) = redis() else { return };
+    let s = Setup::new(
+        "[budget]\nmax_seconds = 3600\nmax_tool_calls = 6\n[tools]\nmax_calls = { capped = 2 }\n",
+    );
+    let server = python_server(&s, false);
+    let server: Vec<&str> = server.iter().map(String::as_str).collect();
+    let args = with_ledger(s.gateway_args(&[], &server), &redis.url);
+    let handles: Vec<_> = (0..4)
+        .map(|g| {
+            let args = args.clone();
+            std::thread::spawn(move || {
+                let mut gw = Gateway::start(&args);
+                for i in 0..4u64 {
+                    let tool = if i == 0 { "capped" } else { "echo" };
+                    gw.send(&json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                        "params": {"name": tool, "arguments": {"g": g, "i": i}}}));
+                }
+                let mut ran = Vec::new();
+                for i in 0..4u64 {
+                    let a = gw.answer(&json!(i));
+                    if a["result"]["isError"] != true {
+                        ran.push(i);
+                    } else {
+                        let reason = &a["result"]["_meta"]["budgetgate"]["reason"];
+                        assert!(reason == "tool-budget" || reason == "tool-cap", "{a}");
+                    }
+                }
+                drop(gw.stdin.take());
+                assert_eq!(gw.end(Duration::from_secs(10)).0, Some(0));
+                ran
+            })
+        })
+        .collect();
+    let ran: Vec<Vec<u64>> = handles
+        .into_iter()
+        .map(|h| h.join().expect("gateway"))
+        .collect();
+    let total: usize = ran.iter().map(Vec::len).sum();
+    assert_eq!(
+        total, 6,
+        "16 calls on a budget of 6 through 4 gateways: {ran:?}"
+    );
+    let capped = ran.iter().flatten().filter(|&&i| i == 0).count();
+    assert!(capped <= 2, "the cap of 2 held: {ran:?}");
+    let mut store = budgetgate::ledger_redis::RedisStore::open(&redis.url, Duration::from_secs(5))
+        .expect("client");
+    let ledger = store
+        .decide("e2e", |tx| {
+            budgetgate::ledger::LedgerTx::ledger(tx, "e2e", "")
+        })
+        .expect("read")
+        .expect("the session's ledger");
+    use budgetgate_core::budget::Limit;
+    assert_eq!(
+        (
+            ledger.used(Limit::ToolCalls),
+            ledger.reserved(Limit::ToolCalls)
+        ),
+        (6, 0)
+    );
+}
+
+#[test]
+fn an_unreachable_redis_ledger_refuses_calls() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n");
+    let server = python_server(&s, false);
+    let server: Vec<&str> = server.iter().map(String::as_str).collect();
+    let args = with_ledger(s.gateway_args(&[], &server), "redis://127.0.0.1:1/0");
+    let mut g = Gateway::start(&args);
+    let refused = g.call(1, "echo", json!({"n": 1}));
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert_eq!(
+        refused["result"]["_meta"]["budgetgate"]["reason"],
+        "gate-error"
+    );
+    assert!(
+        text_of(&refused).contains("redis://127.0.0.1:1/0"),
+        "{refused}"
+    );
+    // Pass-through still works: only tool calls need the ledger.
+    g.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}));
+    assert!(g.answer(&json!(2))["result"].is_object());
+    drop(g.stdin.take());
+    assert_eq!(g.end(Duration::from_secs(10)).0, Some(0));
+}
+
+#[test]
+fn a_redis_decision_made_on_figures_another_writer_changed_is_made_again() {
+    let Some(redis) = redis() else { return };
+    use budgetgate::ledger::LedgerTx;
+    let open = || {
+        budgetgate::ledger_redis::RedisStore::open(&redis.url, Duration::from_secs(5))
+            .expect("client")
+    };
+    let (mut a, mut b) = (open(), open());
+    let mut runs = 0;
+    let first = a
+        .decide("race", |tx| {
+            runs += 1;
+            let fresh = tx.insert_call_id("race", "c1")?;
+            if runs == 1 {
+                // Another gateway takes the same id between the read and EXEC.
+                let other = b.decide("race", |tx| tx.insert_call_id("race", "c1"));
+                assert!(other.expect("b decides"));
+            }
+            Ok::<_, budgetgate::ledger::StoreError>(fresh)
+        })
+        .expect("a decides");
+    assert_eq!(
+        runs, 2,
+        "the first EXEC was refused and the decision made again"
+    );
+    assert!(!first, "made again, a sees the id b took");
+}
