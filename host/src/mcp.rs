@@ -87,7 +87,8 @@ pub struct McpArgs {
     /// reference's defaults when absent.
     #[arg(long, value_name = "FILE")]
     pub budget: Option<PathBuf>,
-    /// The ledger: `sqlite:FILE`, or a state folder (its ledger.sqlite3).
+    /// The ledger: `sqlite:FILE`, a state folder (its ledger.sqlite3), or
+    /// `redis://HOST:PORT/DB` for gateways on many machines.
     /// Default: the hook's (BUDGETGATE_STATE_DIR, else
     /// $XDG_STATE_HOME/budgetgate, else ~/.local/state/budgetgate).
     #[arg(long, value_name = "URL")]
