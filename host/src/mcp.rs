@@ -1946,6 +1946,22 @@ mod tests {
             }
         });
         const N: usize = 20_000;
+        let (client_reads, client_out) = std::io::pipe().expect("pipe");
+        // The client reads everything, and closes once it has every line.
+        let (seen_tx, seen) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut count = 0;
+            for line in BufReader::new(client_reads).lines() {
+                if line.is_err() {
+                    return;
+                }
+                count += 1;
+                if count == 2 * N {
+                    let _ = seen_tx.send(count);
+                }
+            }
+        });
+        let (closed_tx, closed) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for i in 0..N {
                 writeln!(
@@ -1954,13 +1970,12 @@ mod tests {
                 )
                 .expect("write");
             }
-            // Give the answers time to come back before closing.
-            std::thread::sleep(Duration::from_millis(1500));
+            let _ = closed_tx.send(seen.recv_timeout(Duration::from_secs(60)));
         });
         let (done_tx, done) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut p = s.proxy(BUDGET);
-            let mut out = Vec::new();
+            let mut out = client_out;
             let ending = serve(
                 &mut p,
                 client_in,
@@ -1969,12 +1984,16 @@ mod tests {
                 server_out,
                 &mut || None,
             );
-            let _ = done_tx.send((ending, out.iter().filter(|&&b| b == b'\n').count()));
+            let _ = done_tx.send(ending);
         });
-        let (ending, lines) = done
-            .recv_timeout(Duration::from_secs(60))
+        let ending = done
+            .recv_timeout(Duration::from_secs(90))
             .expect("no deadlock");
         assert_eq!(ending, Ending::ClientClosed);
+        let lines = closed
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the client")
+            .expect("every line in time");
         assert_eq!(lines, 2 * N, "every answer and notification passed on");
     }
 

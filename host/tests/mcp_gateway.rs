@@ -111,6 +111,18 @@ impl Setup {
             ledger.reserved(Limit::ToolCalls),
         )
     }
+    /// Waits (at most 20 s) until the ledger shows `want` (used, reserved).
+    fn wait_for(&self, want: (u64, u64), what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.tool_calls() != want {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {:?}, not {want:?}",
+                self.tool_calls()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     /// Runs the Python client's scenario through the gateway.
     fn python(
         &self,
@@ -403,14 +415,12 @@ fn a_cancelled_call_gives_its_reservation_back() {
     g.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "trigger-long-running-operation",
                    "arguments": {"duration": 3, "steps": 3}}}));
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(s.tool_calls(), (0, 1), "reserved while in flight");
+    s.wait_for((0, 1), "reserved while in flight");
     g.send(
         &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": 1, "reason": "the user changed their mind"}}),
     );
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(s.tool_calls(), (0, 0), "rolled back");
+    s.wait_for((0, 0), "rolled back");
     // The budget of one call is free again.
     let ok = g.call(2, "echo", json!({"message": "after"}));
     assert_eq!(text_of(&ok), "Echo: after", "{ok}");
@@ -430,7 +440,7 @@ fn a_server_crash_mid_call_answers_the_pending_call_and_ends_with_status_3() {
     g.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
         "params": {"name": "trigger-long-running-operation",
                    "arguments": {"duration": 10, "steps": 2}}}));
-    std::thread::sleep(Duration::from_millis(300));
+    s.wait_for((0, 1), "reserved while in flight");
     let pid = g.server_pid();
     let killed = Command::new("kill")
         .args(["-9", &pid.to_string()])
