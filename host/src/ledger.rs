@@ -477,6 +477,23 @@ fn to_u64(v: i64) -> u64 {
 }
 
 impl Tx<'_> {
+    /// Runs `sql` with a statement cached on the connection: a gateway
+    /// decides many calls on one connection, and preparing each statement
+    /// anew was most of a decision's time.
+    fn exec(&self, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
+        self.tx.prepare_cached(sql)?.execute(params)
+    }
+
+    /// [`Self::exec`] for a query of one row.
+    fn row<T>(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.tx.prepare_cached(sql)?.query_row(params, f)
+    }
+
     fn sql(&self) -> impl Fn(rusqlite::Error) -> StoreError + use<'_> {
         let path = self.path.clone();
         move |source| StoreError::Sqlite {
@@ -489,8 +506,7 @@ impl Tx<'_> {
     /// one is stored. A record that does not decode is an error.
     pub fn ledger(&self, session: &str, agent: &str) -> Result<Option<Ledger>, StoreError> {
         let record: Option<Vec<u8>> = self
-            .tx
-            .query_row(
+            .row(
                 "SELECT record FROM ledgers WHERE session = ?1 AND agent = ?2",
                 params![session, agent],
                 |r| r.get(0),
@@ -516,26 +532,24 @@ impl Tx<'_> {
         ledger: &Ledger,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        self.tx
-            .execute(
-                "INSERT INTO ledgers (session, agent, record, updated_ms) VALUES (?1, ?2, ?3, ?4)
+        self.exec(
+            "INSERT INTO ledgers (session, agent, record, updated_ms) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (session, agent) DO UPDATE SET record = ?3, updated_ms = ?4",
-                params![
-                    session,
-                    agent,
-                    ledger.to_record().as_bytes(),
-                    to_i64(now_ms)
-                ],
-            )
-            .map_err(self.sql())?;
+            params![
+                session,
+                agent,
+                ledger.to_record().as_bytes(),
+                to_i64(now_ms)
+            ],
+        )
+        .map_err(self.sql())?;
         Ok(())
     }
 
     /// Remembers `call_id` for `session`; `false` if it was seen before.
     pub fn insert_call_id(&self, session: &str, call_id: &str) -> Result<bool, StoreError> {
         let n = self
-            .tx
-            .execute(
+            .exec(
                 "INSERT OR IGNORE INTO call_ids (session, call_id) VALUES (?1, ?2)",
                 params![session, call_id],
             )
@@ -546,16 +560,14 @@ impl Tx<'_> {
     /// Raises the count of `fingerprint` in `session` by one and returns it.
     pub fn raise_repeat(&self, session: &str, fingerprint: u128) -> Result<u64, StoreError> {
         let key = fingerprint.to_le_bytes();
-        self.tx
-            .execute(
-                "INSERT INTO repeats (session, fingerprint, count) VALUES (?1, ?2, 1)
+        self.exec(
+            "INSERT INTO repeats (session, fingerprint, count) VALUES (?1, ?2, 1)
                  ON CONFLICT (session, fingerprint) DO UPDATE SET count = count + 1",
-                params![session, &key[..]],
-            )
-            .map_err(self.sql())?;
+            params![session, &key[..]],
+        )
+        .map_err(self.sql())?;
         let count: i64 = self
-            .tx
-            .query_row(
+            .row(
                 "SELECT count FROM repeats WHERE session = ?1 AND fingerprint = ?2",
                 params![session, &key[..]],
                 |r| r.get(0),
@@ -567,8 +579,7 @@ impl Tx<'_> {
     /// How far `path` has been read for `session`, in bytes.
     pub fn offset(&self, session: &str, path: &str) -> Result<u64, StoreError> {
         let offset: Option<i64> = self
-            .tx
-            .query_row(
+            .row(
                 "SELECT offset FROM transcripts WHERE session = ?1 AND path = ?2",
                 params![session, path],
                 |r| r.get(0),
@@ -580,34 +591,32 @@ impl Tx<'_> {
 
     /// Records that `path` has been read up to `offset`.
     pub fn set_offset(&self, session: &str, path: &str, offset: u64) -> Result<(), StoreError> {
-        self.tx
-            .execute(
-                "INSERT INTO transcripts (session, path, offset) VALUES (?1, ?2, ?3)
+        self.exec(
+            "INSERT INTO transcripts (session, path, offset) VALUES (?1, ?2, ?3)
                  ON CONFLICT (session, path) DO UPDATE SET offset = ?3",
-                params![session, path, to_i64(offset)],
-            )
-            .map_err(self.sql())?;
+            params![session, path, to_i64(offset)],
+        )
+        .map_err(self.sql())?;
         Ok(())
     }
 
     /// The usage counted so far for response `key`, if it was seen.
     pub fn response(&self, session: &str, key: &str) -> Result<Option<CountedUsage>, StoreError> {
-        self.tx
-            .query_row(
-                "SELECT input, output, cache_read, cache_write FROM responses
+        self.row(
+            "SELECT input, output, cache_read, cache_write FROM responses
                  WHERE session = ?1 AND key = ?2",
-                params![session, key],
-                |r| {
-                    Ok(CountedUsage {
-                        input: to_u64(r.get(0)?),
-                        output: to_u64(r.get(1)?),
-                        cache_read: to_u64(r.get(2)?),
-                        cache_write: to_u64(r.get(3)?),
-                    })
-                },
-            )
-            .optional()
-            .map_err(self.sql())
+            params![session, key],
+            |r| {
+                Ok(CountedUsage {
+                    input: to_u64(r.get(0)?),
+                    output: to_u64(r.get(1)?),
+                    cache_read: to_u64(r.get(2)?),
+                    cache_write: to_u64(r.get(3)?),
+                })
+            },
+        )
+        .optional()
+        .map_err(self.sql())
     }
 
     /// Stores the usage counted for response `key`.
@@ -619,8 +628,7 @@ impl Tx<'_> {
         model: &str,
         usage: CountedUsage,
     ) -> Result<(), StoreError> {
-        self.tx
-            .execute(
+        self.exec(
                 "INSERT INTO responses (session, key, agent, model, input, output, cache_read, cache_write)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT (session, key) DO UPDATE SET
@@ -642,25 +650,23 @@ impl Tx<'_> {
 
     /// Remembers that `model` was used without a price in cost mode.
     pub fn add_unpriced(&self, session: &str, model: &str) -> Result<(), StoreError> {
-        self.tx
-            .execute(
-                "INSERT OR IGNORE INTO unpriced (session, model) VALUES (?1, ?2)",
-                params![session, model],
-            )
-            .map_err(self.sql())?;
+        self.exec(
+            "INSERT OR IGNORE INTO unpriced (session, model) VALUES (?1, ?2)",
+            params![session, model],
+        )
+        .map_err(self.sql())?;
         Ok(())
     }
 
     /// A model used without a price in `session`, if any.
     pub fn unpriced(&self, session: &str) -> Result<Option<String>, StoreError> {
-        self.tx
-            .query_row(
-                "SELECT model FROM unpriced WHERE session = ?1 ORDER BY model LIMIT 1",
-                [session],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(self.sql())
+        self.row(
+            "SELECT model FROM unpriced WHERE session = ?1 ORDER BY model LIMIT 1",
+            [session],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(self.sql())
     }
 
     /// Stores a reservation of one call of `tool` in `session`, named `key`
@@ -672,13 +678,12 @@ impl Tx<'_> {
         tool: &str,
         expires_ms: u64,
     ) -> Result<(), StoreError> {
-        self.tx
-            .execute(
-                "INSERT INTO reservations (session, key, tool, expires_ms) VALUES (?1, ?2, ?3, ?4)
+        self.exec(
+            "INSERT INTO reservations (session, key, tool, expires_ms) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (session, key) DO UPDATE SET tool = ?3, expires_ms = ?4",
-                params![session, key, tool, to_i64(expires_ms)],
-            )
-            .map_err(self.sql())?;
+            params![session, key, tool, to_i64(expires_ms)],
+        )
+        .map_err(self.sql())?;
         Ok(())
     }
 
@@ -686,8 +691,7 @@ impl Tx<'_> {
     /// is still held (`None`: ended already, or expired and rolled back).
     pub fn take_reservation(&self, session: &str, key: &str) -> Result<Option<String>, StoreError> {
         let tool: Option<String> = self
-            .tx
-            .query_row(
+            .row(
                 "DELETE FROM reservations WHERE session = ?1 AND key = ?2 RETURNING tool",
                 params![session, key],
                 |r| r.get(0),
@@ -706,7 +710,7 @@ impl Tx<'_> {
     ) -> Result<Vec<String>, StoreError> {
         let mut stmt = self
             .tx
-            .prepare(
+            .prepare_cached(
                 "DELETE FROM reservations WHERE session = ?1 AND expires_ms <= ?2 RETURNING tool",
             )
             .map_err(self.sql())?;
@@ -719,18 +723,16 @@ impl Tx<'_> {
     /// Remembers that a call of `session` was let through at `at_ms`, and
     /// forgets those older than `keep_ms` before it.
     pub fn add_rate_call(&self, session: &str, at_ms: u64, keep_ms: u64) -> Result<(), StoreError> {
-        self.tx
-            .execute(
-                "DELETE FROM rate_calls WHERE session = ?1 AND at_ms < ?2",
-                params![session, to_i64(at_ms.saturating_sub(keep_ms))],
-            )
-            .map_err(self.sql())?;
-        self.tx
-            .execute(
-                "INSERT INTO rate_calls (session, at_ms) VALUES (?1, ?2)",
-                params![session, to_i64(at_ms)],
-            )
-            .map_err(self.sql())?;
+        self.exec(
+            "DELETE FROM rate_calls WHERE session = ?1 AND at_ms < ?2",
+            params![session, to_i64(at_ms.saturating_sub(keep_ms))],
+        )
+        .map_err(self.sql())?;
+        self.exec(
+            "INSERT INTO rate_calls (session, at_ms) VALUES (?1, ?2)",
+            params![session, to_i64(at_ms)],
+        )
+        .map_err(self.sql())?;
         Ok(())
     }
 
@@ -742,8 +744,7 @@ impl Tx<'_> {
         since_ms: u64,
     ) -> Result<(u64, Option<u64>), StoreError> {
         let (count, oldest): (i64, Option<i64>) = self
-            .tx
-            .query_row(
+            .row(
                 "SELECT COUNT(*), MIN(at_ms) FROM rate_calls WHERE session = ?1 AND at_ms > ?2",
                 params![session, to_i64(since_ms)],
                 |r| Ok((r.get(0)?, r.get(1)?)),
@@ -760,12 +761,11 @@ impl Tx<'_> {
         action: &str,
         detail: &str,
     ) -> Result<(), StoreError> {
-        self.tx
-            .execute(
-                "INSERT INTO log (at_ms, session, action, detail) VALUES (?1, ?2, ?3, ?4)",
-                params![to_i64(at_ms), session, action, detail],
-            )
-            .map_err(self.sql())?;
+        self.exec(
+            "INSERT INTO log (at_ms, session, action, detail) VALUES (?1, ?2, ?3, ?4)",
+            params![to_i64(at_ms), session, action, detail],
+        )
+        .map_err(self.sql())?;
         Ok(())
     }
 }
