@@ -413,6 +413,16 @@ impl<const TOOLS: usize> Ledger<TOOLS> {
         Ok(())
     }
 
+    /// Gives back one call of tool `name`'s cap, counted by
+    /// [`Self::try_count_tool`] for a reservation that was then rolled back
+    /// (a cancelled call, a server that failed). A tool without a cap, or
+    /// with no call counted, is left as it is (never below zero).
+    pub fn release_tool(&mut self, name: &str) {
+        if let Some(cap) = self.caps.iter_mut().find(|c| c.name.as_str() == name) {
+            cap.used = cap.used.saturating_sub(1);
+        }
+    }
+
     /// Whether `name` has a cap and it is reached (no state change).
     pub fn cap_reached(&self, name: &str) -> Option<CapReached> {
         let (at, cap) = self
@@ -964,6 +974,19 @@ mod tests {
         let r = l.try_reserve(Limit::Tokens, 750).unwrap();
         assert!(l.try_reserve(Limit::Tokens, 1).is_err());
         l.roll_back(r).unwrap();
+    }
+
+    #[test]
+    fn a_released_tool_call_gives_its_cap_back_and_never_goes_below_zero() {
+        let mut l = ledger();
+        l.try_count_tool("Bash").unwrap();
+        assert!(l.cap_reached("Bash").is_some());
+        l.release_tool("Bash");
+        assert_eq!(l.cap_reached("Bash"), None);
+        l.release_tool("Bash");
+        l.release_tool("Read");
+        l.try_count_tool("Bash").unwrap();
+        assert!(l.try_count_tool("Bash").is_err());
     }
 
     #[test]

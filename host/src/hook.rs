@@ -44,11 +44,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use budgetgate_core::budget::{Exceeded, Ledger, Limit};
-use budgetgate_core::turn::{RefusalReason, ToolName};
+use budgetgate_core::budget::{Ledger, Limit};
 use budgetgate_core::TokenUsage;
 use serde_json::{json, Value};
 
+use crate::gate::{self, GateError, Ledgers};
 use crate::ledger::{state_dir, CountedUsage, Store, StoreError, Tx};
 
 mod transcript;
@@ -156,41 +156,6 @@ impl Answer {
             Self::Stop(text) => Some(json!({"continue": false, "stopReason": text})),
         }
     }
-
-    /// The answer as stored with its call id, so the same call seen again
-    /// (a second copy of the hook, a retry) gets the same answer.
-    fn stored(&self) -> String {
-        match self {
-            Self::Pass => json!({"pass": true}),
-            Self::Deny { reason, text, stop } => {
-                json!({"deny": reason, "text": text, "stop": stop})
-            }
-            Self::Ask(text) => json!({"ask": text}),
-            Self::Stop(text) => json!({"stop": text}),
-        }
-        .to_string()
-    }
-
-    fn from_stored(text: &str) -> Result<Self, HookError> {
-        let bad = || HookError::Store(StoreError::Answer(text.chars().take(80).collect()));
-        let v: Value = serde_json::from_str(text).map_err(|_| bad())?;
-        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
-        Ok(if v.get("pass").is_some() {
-            Self::Pass
-        } else if let Some(reason) = s("deny") {
-            Self::Deny {
-                reason,
-                text: s("text").ok_or_else(bad)?,
-                stop: v.get("stop").and_then(Value::as_bool).ok_or_else(bad)?,
-            }
-        } else if let Some(text) = s("ask") {
-            Self::Ask(text)
-        } else if let Some(text) = s("stop") {
-            Self::Stop(text)
-        } else {
-            return Err(bad());
-        })
-    }
 }
 
 /// Why the hook could not decide; it refuses (fail closed).
@@ -205,6 +170,9 @@ pub enum HookError {
     /// The ledger.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The decision.
+    #[error(transparent)]
+    Gate(GateError),
     /// A transcript could not be read.
     #[error("transcript {path}: {detail}")]
     Transcript {
@@ -213,6 +181,16 @@ pub enum HookError {
         /// What went wrong.
         detail: String,
     },
+}
+
+impl From<GateError> for HookError {
+    fn from(e: GateError) -> Self {
+        match e {
+            GateError::Store(e) => Self::Store(e),
+            GateError::Budget(e) => Self::Budget(e),
+            GateError::Input(e) => Self::Event(e),
+        }
+    }
 }
 
 fn field<'a>(
@@ -293,94 +271,6 @@ pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// The session's fresh ledger with the budget's maxima.
-fn apply_budget(ledger: &mut Ledger, budget: &ReplayBudget) -> Result<(), HookError> {
-    let l = &budget.limits;
-    ledger.set_max(Limit::ModelCalls, Some(u64::from(l.max_model_calls)));
-    ledger.set_max(Limit::Tokens, Some(l.max_tokens));
-    ledger.set_max(Limit::Millis, Some(l.max_millis));
-    ledger.set_max(Limit::CostMicros, budget.max_cost_micros);
-    ledger.set_max(Limit::ToolCalls, l.max_tool_calls.map(u64::from));
-    // The caps are the budget file's as it is now: a cap removed from it is
-    // lifted, the calls counted under a cap that stays are kept.
-    ledger.retain_caps(|name| budget.tool_caps.iter().any(|(n, _)| n == name));
-    for (name, max) in &budget.tool_caps {
-        let name = ToolName::new(name).map_err(|e| HookError::Budget(e.to_string()))?;
-        ledger
-            .set_cap(name, *max)
-            .map_err(|e| HookError::Budget(e.to_string()))?;
-    }
-    Ok(())
-}
-
-fn apply_subagent(ledger: &mut Ledger, budget: &ReplayBudget) {
-    let s = &budget.subagent;
-    ledger.set_max(Limit::ModelCalls, s.max_model_calls.map(u64::from));
-    ledger.set_max(Limit::Tokens, s.max_tokens);
-    ledger.set_max(Limit::ToolCalls, s.max_tool_calls.map(u64::from));
-}
-
-/// The ledgers one decision reads and writes: the session's and, for a
-/// sub-agent's event, the sub-agent's.
-struct Ledgers {
-    session: Ledger,
-    agents: Vec<(String, Ledger)>,
-}
-
-impl Ledgers {
-    fn load(
-        tx: &Tx<'_>,
-        session: &str,
-        budget: &ReplayBudget,
-        now: u64,
-    ) -> Result<Self, HookError> {
-        let mut ledger = match tx.ledger(session, "")? {
-            Some(ledger) => ledger,
-            // A session with state but no ledger lost it (deleted by hand,
-            // or by a tool): refusing is the only safe answer.
-            None if tx.has_traces(session)? => {
-                return Err(HookError::Store(StoreError::LostLedger(session.to_owned())))
-            }
-            None => Ledger::new(now),
-        };
-        apply_budget(&mut ledger, budget)?;
-        Ok(Self {
-            session: ledger,
-            agents: Vec::new(),
-        })
-    }
-
-    fn agent(
-        &mut self,
-        tx: &Tx<'_>,
-        session: &str,
-        agent: &str,
-        budget: &ReplayBudget,
-        now: u64,
-    ) -> Result<&mut Ledger, HookError> {
-        if let Some(at) = self.agents.iter().position(|(a, _)| a == agent) {
-            return Ok(&mut self.agents[at].1);
-        }
-        let mut ledger = tx
-            .ledger(session, agent)?
-            .unwrap_or_else(|| Ledger::new(now));
-        apply_subagent(&mut ledger, budget);
-        self.agents.push((agent.to_owned(), ledger));
-        let last = self.agents.len() - 1;
-        Ok(&mut self.agents[last].1)
-    }
-
-    fn store(&mut self, tx: &Tx<'_>, session: &str, now: u64) -> Result<(), HookError> {
-        self.session.observe_time(now);
-        tx.put_ledger(session, "", &self.session, now)?;
-        for (agent, ledger) in &mut self.agents {
-            ledger.observe_time(now);
-            tx.put_ledger(session, agent, ledger, now)?;
-        }
-        Ok(())
-    }
 }
 
 /// The transcripts of a session: its own file and, beside it, the
@@ -594,57 +484,6 @@ fn memchr_find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// The refusal text the model reads: the core's word for the rule, the
-/// figures, and the core's text of what to do.
-fn deny(reason: RefusalReason, detail: String) -> Answer {
-    let extra = if reason == RefusalReason::BudgetExhausted {
-        " Stop here and tell the user what you have done so far and what is left; do not retry."
-    } else {
-        ""
-    };
-    Answer::Deny {
-        reason: reason.as_str().to_owned(),
-        text: format!(
-            "budgetgate refused this call ({}): {detail}. {}{extra}",
-            reason.as_str(),
-            reason.message()
-        ),
-        stop: reason == RefusalReason::BudgetExhausted,
-    }
-}
-
-/// The first before-call limit reached among the session's ledger and, with
-/// `with_agent`, the event's sub-agent's, or a model used without a price in
-/// cost mode.
-fn exhausted(
-    tx: &Tx<'_>,
-    event: &HookEvent,
-    ledgers: &Ledgers,
-    with_agent: bool,
-) -> Result<Option<String>, HookError> {
-    let mut found: Option<Exceeded> = ledgers.session.first_exhausted(Limit::before_model_call);
-    let mut whose = "session";
-    if found.is_none() && with_agent {
-        if let Some((_, ledger)) = ledgers
-            .agents
-            .iter()
-            .find(|(a, _)| Some(a.as_str()) == event.agent_id.as_deref())
-        {
-            found = ledger.first_exhausted(Limit::before_model_call);
-            whose = "sub-agent";
-        }
-    }
-    if let Some(e) = found {
-        return Ok(Some(format!("{whose} {e}")));
-    }
-    if let Some(model) = tx.unpriced(&event.session_id)? {
-        return Ok(Some(format!(
-            "model {model:?} has no price in the budget, and a cost budget never counts a call as free"
-        )));
-    }
-    Ok(None)
-}
-
 /// Decides one event against the ledger in `tx` (see the module docs for
 /// the order). Changes are committed with the transaction.
 pub fn decide(
@@ -674,12 +513,12 @@ pub fn decide(
                 backlog as f64 / 1e6
             ),
         },
-        (Some(call), _) => decide_call(tx, event, call, budget, &mut ledgers)?,
+        (Some(call), _) => decide_call(tx, event, call, budget, &mut ledgers, now)?,
         // Only the session's own budget ends the session: a sub-agent over
         // its own limit has its calls denied, and its stop is its own.
         (None, "UserPromptSubmit" | "Stop" | "SubagentStop") => {
-            match exhausted(tx, event, &ledgers, false)? {
-                Some(detail) => Answer::Stop(format!(
+            match gate::exhausted(tx, session, None, &ledgers)? {
+                Some((detail, _)) => Answer::Stop(format!(
                     "budgetgate: {detail}; the session's budget is spent (see `budgetgate ledger show {session}`)"
                 )),
                 None => Answer::Pass,
@@ -701,111 +540,32 @@ fn decide_call(
     call: &ToolUse,
     budget: &ReplayBudget,
     ledgers: &mut Ledgers,
+    now: u64,
 ) -> Result<Answer, HookError> {
-    let session = &event.session_id;
-    // 1. Names outside the grammar never run and never match a rule loosely.
-    if ToolName::new(&call.name).is_err() {
-        return Ok(deny(
-            RefusalReason::InvalidName,
-            format!(
-                "the tool name {} is outside [A-Za-z0-9_-]{{1,64}}",
-                Value::from(call.name.as_str())
-            ),
-        ));
-    }
-    let fingerprint = crate::replay::fingerprint_value(&call.input)
-        .map(|f| f.with_name(&call.name).as_u128())
-        .ok_or_else(|| HookError::Event("`tool_input` is nested too deeply to compare".into()))?;
-    // 2. A call id seen earlier in the session: the same call again (a
-    // second copy of the hook, a retry) gets the answer it got; another call
-    // under that id is refused.
-    if let Some((seen, answer)) = tx.call(session, &call.id)? {
-        if seen == fingerprint {
-            return Answer::from_stored(&answer);
-        }
-        return Ok(deny(
-            RefusalReason::DuplicateCallId,
-            format!(
-                "the tool_use_id {} was already used in this session for another call",
-                Value::from(call.id.as_str())
-            ),
-        ));
-    }
-    let answer = decide_new_call(tx, event, call, fingerprint, budget, ledgers)?;
-    tx.put_call(session, &call.id, fingerprint, &answer.stored())?;
-    Ok(answer)
-}
-
-/// Steps 3 to 6 of a call whose id is new.
-fn decide_new_call(
-    tx: &mut Tx<'_>,
-    event: &HookEvent,
-    call: &ToolUse,
-    fingerprint: u128,
-    budget: &ReplayBudget,
-    ledgers: &mut Ledgers,
-) -> Result<Answer, HookError> {
-    let session = &event.session_id;
-    // 3. The next model call would be refused: nothing more may run.
-    if let Some(detail) = exhausted(tx, event, ledgers, true)? {
-        let own = detail.starts_with("sub-agent");
-        let mut answer = deny(RefusalReason::BudgetExhausted, detail);
-        // A sub-agent's own limit ends its calls, not the session's loop.
-        if let Answer::Deny { stop, .. } = &mut answer {
-            *stop = !own;
-        }
-        return Ok(answer);
-    }
-    // 4. Repetitions: the count is raised first, then compared (SPEC C).
-    let count = tx.raise_repeat(session, fingerprint)?;
-    if count > u64::from(budget.limits.max_repeats) {
-        return Ok(deny(
-            RefusalReason::Repeat,
-            format!(
-                "the same {} call with the same input was made {count} times (max_repeats {})",
-                call.name, budget.limits.max_repeats
-            ),
-        ));
-    }
-    // 5. Tool attempts, the session's and the sub-agent's, then the tool's cap.
-    let mut owners: Vec<&mut Ledger> = vec![&mut ledgers.session];
-    for (agent, ledger) in &mut ledgers.agents {
-        if Some(agent.as_str()) == event.agent_id.as_deref() {
-            owners.push(ledger);
-        }
-    }
-    for ledger in &owners {
-        if let Some(max) = ledger.max(Limit::ToolCalls) {
-            let used = ledger.used(Limit::ToolCalls);
-            if used >= max {
-                return Ok(deny(
-                    RefusalReason::ToolBudget,
-                    format!("{used} of {max} tool calls used"),
-                ));
-            }
-        }
-    }
-    if let Some(cap) = owners[0].cap_reached(&call.name) {
-        return Ok(deny(
-            RefusalReason::ToolCap,
-            format!(
-                "{} may be called at most {} times in this session ({} used)",
-                call.name, cap.max, cap.used
-            ),
-        ));
-    }
-    // 6. The attempt counts; approval is Claude Code's prompt.
-    for ledger in owners {
-        ledger.record(Limit::ToolCalls, 1);
-        let _ = ledger.try_count_tool(&call.name);
-    }
-    if budget.needs_approval.iter().any(|n| n == &call.name) {
-        return Ok(Answer::Ask(format!(
-            "budgetgate: {} needs a person's approval (needs_approval in the budget)",
-            call.name
-        )));
-    }
-    Ok(Answer::Pass)
+    let shown_id = format!("the tool_use_id {}", Value::from(call.id.as_str()));
+    let call = gate::ToolCall {
+        name: &call.name,
+        input: &call.input,
+        call_id: &call.id,
+        shown_id: &shown_id,
+    };
+    let cx = gate::Context {
+        session: &event.session_id,
+        agent: event.agent_id.as_deref(),
+        budget,
+        now,
+    };
+    Ok(
+        match gate::decide_tool_call(tx, &cx, ledgers, &call, gate::Counting::Record)? {
+            gate::Verdict::Refuse(refusal) => Answer::Deny {
+                reason: refusal.reason.to_owned(),
+                stop: refusal.ends_session,
+                text: refusal.text,
+            },
+            gate::Verdict::Ask(text) => Answer::Ask(text),
+            gate::Verdict::Run => Answer::Pass,
+        },
+    )
 }
 
 /// Whether an error on this event must block (exit 2): the events where

@@ -54,6 +54,14 @@ pub enum StoreError {
         /// What is wrong with the record.
         source: RecordError,
     },
+    /// The Redis ledger could not be reached, read or written.
+    #[error("ledger {url}: {detail}")]
+    Redis {
+        /// The server's URL.
+        url: String,
+        /// What went wrong.
+        detail: String,
+    },
     /// The file has another schema version.
     #[error("ledger {path}: schema version {found}; this build reads version {SCHEMA_VERSION}")]
     Schema {
@@ -110,13 +118,18 @@ impl Store {
             path: dir.display().to_string(),
             source,
         })?;
-        let file = dir.join(FILE_NAME);
+        Self::open_file(&dir.join(FILE_NAME), wait)
+    }
+
+    /// Opens (creating if needed) the ledger file `file` itself (its folder
+    /// must exist); waits at most `wait` for another process's lock.
+    pub fn open_file(file: &Path, wait: Duration) -> Result<Self, StoreError> {
         let path = file.display().to_string();
         let sql = |source| StoreError::Sqlite {
             path: path.clone(),
             source,
         };
-        let conn = Connection::open(&file).map_err(sql)?;
+        let conn = Connection::open(file).map_err(sql)?;
         conn.busy_timeout(wait).map_err(sql)?;
         // WAL: readers never block the writer; FULL: a committed decision
         // survives a power cut, not only a crash.
@@ -142,15 +155,22 @@ impl Store {
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
-        self.decide(|t: &mut Tx<'_>| {
-            let sql = t.sql();
-            let found: i64 =
-                t.tx.query_row("PRAGMA user_version", [], |r| r.get(0))
-                    .map_err(&sql)?;
-            match found {
-                0 => {
-                    t.tx.execute_batch(
-                        "CREATE TABLE ledgers (
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let found: i64 = tx
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(sql)?;
+        match found {
+            0 => {
+                tx.execute_batch(
+                    "CREATE TABLE ledgers (
                         session TEXT NOT NULL, agent TEXT NOT NULL,
                         record BLOB NOT NULL, updated_ms INTEGER NOT NULL,
                         PRIMARY KEY (session, agent));
@@ -177,16 +197,32 @@ impl Store {
                         at_ms INTEGER NOT NULL, session TEXT NOT NULL,
                         action TEXT NOT NULL, detail TEXT NOT NULL);
                      PRAGMA user_version = 1;",
-                    )
-                    .map_err(&sql)
-                }
-                SCHEMA_VERSION => Ok(()),
-                other => Err(StoreError::Schema {
-                    path: t.path.clone(),
-                    found: other,
-                }),
+                )
+                .map_err(sql)?;
             }
-        })
+            SCHEMA_VERSION => {}
+            other => {
+                return Err(StoreError::Schema {
+                    path: self.path.clone(),
+                    found: other,
+                })
+            }
+        }
+        // Added beside version 1 without changing it (a build without them
+        // reads the file unchanged): tool calls in flight with their expiry
+        // (the MCP gateway's reservations), and the instants of the calls let
+        // through, for the `[rate]` windows.
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS reservations (
+                session TEXT NOT NULL, key TEXT NOT NULL, tool TEXT NOT NULL,
+                expires_ms INTEGER NOT NULL,
+                PRIMARY KEY (session, key));
+             CREATE TABLE IF NOT EXISTS rate_calls (
+                session TEXT NOT NULL, at_ms INTEGER NOT NULL);
+             CREATE INDEX IF NOT EXISTS rate_calls_at ON rate_calls (session, at_ms);",
+        )
+        .map_err(sql)?;
+        tx.commit().map_err(sql)
     }
 
     /// Runs `decide` in one `BEGIN IMMEDIATE` transaction: committed when it
@@ -249,10 +285,11 @@ impl Store {
 
     /// Forgives what `session` has used (an operator's reset): every ledger
     /// of the session (its own and its sub-agents') starts again from zero
-    /// at `now_ms`, and the repetition counts are cleared; what was already
-    /// read of its transcripts stays read, so it is not counted again, and
-    /// its call ids stay seen. Logged in the ledger's own log. Returns how
-    /// many ledgers were reset (0: no such session).
+    /// at `now_ms`, and its repetition counts, rate windows and reservations
+    /// are cleared; what was already read of its transcripts stays read, so
+    /// it is not counted again, and its call ids stay seen. Logged in the
+    /// ledger's own log. Returns how many ledgers were reset (0: no such
+    /// session).
     pub fn reset(&mut self, session: &str, now_ms: u64, who: &str) -> Result<usize, StoreError> {
         self.decide(|tx: &mut Tx<'_>| {
             let sql = tx.sql();
@@ -269,7 +306,7 @@ impl Store {
                 tx.put_ledger(session, "", &fresh, now_ms)?;
                 n = 1;
             }
-            for table in ["repeats", "unpriced"] {
+            for table in ["repeats", "unpriced", "reservations", "rate_calls"] {
                 tx.tx
                     .execute(
                         &format!("DELETE FROM {table} WHERE session = ?1"),
@@ -322,6 +359,132 @@ pub struct ListedLedger {
     pub updated_ms: u64,
 }
 
+/// What a decision reads and writes in one transaction, whatever keeps it
+/// (SQLite: [`Tx`]; Redis: [`crate::ledger_redis::RedisTx`]). Every method
+/// is one session's state; the store never interprets budgets.
+pub trait LedgerTx {
+    /// The ledger of `session` / `agent` (`""`: the session), if stored.
+    fn ledger(&self, session: &str, agent: &str) -> Result<Option<Ledger>, StoreError>;
+    /// Stores the ledger of `session` / `agent`.
+    fn put_ledger(
+        &self,
+        session: &str,
+        agent: &str,
+        ledger: &Ledger,
+        now_ms: u64,
+    ) -> Result<(), StoreError>;
+    /// The fingerprint and stored answer of `call_id`, if decided before.
+    fn call(&self, session: &str, call_id: &str) -> Result<Option<(u128, String)>, StoreError>;
+    /// Remembers `call_id` with its call's fingerprint and its answer.
+    fn put_call(
+        &self,
+        session: &str,
+        call_id: &str,
+        fingerprint: u128,
+        answer: &str,
+    ) -> Result<(), StoreError>;
+    /// Whether `session` has state beside its ledger (see [`Tx::has_traces`]).
+    fn has_traces(&self, session: &str) -> Result<bool, StoreError>;
+    /// Raises the count of `fingerprint` by one and returns it.
+    fn raise_repeat(&self, session: &str, fingerprint: u128) -> Result<u64, StoreError>;
+    /// A model used without a price in cost mode, if any.
+    fn unpriced(&self, session: &str) -> Result<Option<String>, StoreError>;
+    /// Appends to the ledger's own log.
+    fn log(&self, at_ms: u64, session: &str, action: &str, detail: &str) -> Result<(), StoreError>;
+    /// Stores reservation `key` of one call of `tool`, expiring at `expires_ms`.
+    fn put_reservation(
+        &self,
+        session: &str,
+        key: &str,
+        tool: &str,
+        expires_ms: u64,
+    ) -> Result<(), StoreError>;
+    /// Removes reservation `key` and returns its tool, if still held.
+    fn take_reservation(&self, session: &str, key: &str) -> Result<Option<String>, StoreError>;
+    /// Removes the reservations expired by `now_ms` and returns their tools.
+    fn take_expired_reservations(
+        &self,
+        session: &str,
+        now_ms: u64,
+    ) -> Result<Vec<String>, StoreError>;
+    /// Remembers a call let through at `at_ms`; forgets those older than `keep_ms`.
+    fn add_rate_call(&self, session: &str, at_ms: u64, keep_ms: u64) -> Result<(), StoreError>;
+    /// Calls let through after `since_ms`, and the oldest's instant.
+    fn rate_calls_after(
+        &self,
+        session: &str,
+        since_ms: u64,
+    ) -> Result<(u64, Option<u64>), StoreError>;
+}
+
+impl LedgerTx for Tx<'_> {
+    fn ledger(&self, session: &str, agent: &str) -> Result<Option<Ledger>, StoreError> {
+        Tx::ledger(self, session, agent)
+    }
+    fn put_ledger(
+        &self,
+        session: &str,
+        agent: &str,
+        ledger: &Ledger,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        Tx::put_ledger(self, session, agent, ledger, now_ms)
+    }
+    fn call(&self, session: &str, call_id: &str) -> Result<Option<(u128, String)>, StoreError> {
+        Tx::call(self, session, call_id)
+    }
+    fn put_call(
+        &self,
+        session: &str,
+        call_id: &str,
+        fingerprint: u128,
+        answer: &str,
+    ) -> Result<(), StoreError> {
+        Tx::put_call(self, session, call_id, fingerprint, answer)
+    }
+    fn has_traces(&self, session: &str) -> Result<bool, StoreError> {
+        Tx::has_traces(self, session)
+    }
+    fn raise_repeat(&self, session: &str, fingerprint: u128) -> Result<u64, StoreError> {
+        Tx::raise_repeat(self, session, fingerprint)
+    }
+    fn unpriced(&self, session: &str) -> Result<Option<String>, StoreError> {
+        Tx::unpriced(self, session)
+    }
+    fn log(&self, at_ms: u64, session: &str, action: &str, detail: &str) -> Result<(), StoreError> {
+        Tx::log(self, at_ms, session, action, detail)
+    }
+    fn put_reservation(
+        &self,
+        session: &str,
+        key: &str,
+        tool: &str,
+        expires_ms: u64,
+    ) -> Result<(), StoreError> {
+        Tx::put_reservation(self, session, key, tool, expires_ms)
+    }
+    fn take_reservation(&self, session: &str, key: &str) -> Result<Option<String>, StoreError> {
+        Tx::take_reservation(self, session, key)
+    }
+    fn take_expired_reservations(
+        &self,
+        session: &str,
+        now_ms: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        Tx::take_expired_reservations(self, session, now_ms)
+    }
+    fn add_rate_call(&self, session: &str, at_ms: u64, keep_ms: u64) -> Result<(), StoreError> {
+        Tx::add_rate_call(self, session, at_ms, keep_ms)
+    }
+    fn rate_calls_after(
+        &self,
+        session: &str,
+        since_ms: u64,
+    ) -> Result<(u64, Option<u64>), StoreError> {
+        Tx::rate_calls_after(self, session, since_ms)
+    }
+}
+
 /// A decision's transaction: read and write one session's state.
 pub struct Tx<'a> {
     tx: rusqlite::Transaction<'a>,
@@ -350,6 +513,23 @@ fn to_u64(v: i64) -> u64 {
 }
 
 impl Tx<'_> {
+    /// Runs `sql` with a statement cached on the connection: a gateway
+    /// decides many calls on one connection, and preparing each statement
+    /// anew was most of a decision's time.
+    fn exec(&self, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
+        self.tx.prepare_cached(sql)?.execute(params)
+    }
+
+    /// [`Self::exec`] for a query of one row.
+    fn row<T>(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.tx.prepare_cached(sql)?.query_row(params, f)
+    }
+
     fn sql(&self) -> impl Fn(rusqlite::Error) -> StoreError + use<'_> {
         let path = self.path.clone();
         move |source| StoreError::Sqlite {
@@ -362,8 +542,7 @@ impl Tx<'_> {
     /// one is stored. A record that does not decode is an error.
     pub fn ledger(&self, session: &str, agent: &str) -> Result<Option<Ledger>, StoreError> {
         let record: Option<Vec<u8>> = self
-            .tx
-            .query_row(
+            .row(
                 "SELECT record FROM ledgers WHERE session = ?1 AND agent = ?2",
                 params![session, agent],
                 |r| r.get(0),
@@ -389,41 +568,39 @@ impl Tx<'_> {
         ledger: &Ledger,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        self.tx
-            .execute(
-                "INSERT INTO ledgers (session, agent, record, updated_ms) VALUES (?1, ?2, ?3, ?4)
+        self.exec(
+            "INSERT INTO ledgers (session, agent, record, updated_ms) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (session, agent) DO UPDATE SET record = ?3, updated_ms = ?4",
-                params![
-                    session,
-                    agent,
-                    ledger.to_record().as_bytes(),
-                    to_i64(now_ms)
-                ],
-            )
-            .map_err(self.sql())?;
+            params![
+                session,
+                agent,
+                ledger.to_record().as_bytes(),
+                to_i64(now_ms)
+            ],
+        )
+        .map_err(self.sql())?;
         Ok(())
     }
 
     /// The fingerprint and the stored answer of `call_id` in `session`, if
     /// it was decided before.
     pub fn call(&self, session: &str, call_id: &str) -> Result<Option<(u128, String)>, StoreError> {
-        self.tx
-            .query_row(
-                "SELECT fingerprint, answer FROM call_ids WHERE session = ?1 AND call_id = ?2",
-                params![session, call_id],
-                |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, String>(1)?)),
-            )
-            .optional()
-            .map_err(self.sql())
-            .map(|found| {
-                found.map(|(fp, answer)| {
-                    let mut bytes = [0u8; 16];
-                    if let Some(src) = fp.get(..16) {
-                        bytes.copy_from_slice(src);
-                    }
-                    (u128::from_le_bytes(bytes), answer)
-                })
+        self.row(
+            "SELECT fingerprint, answer FROM call_ids WHERE session = ?1 AND call_id = ?2",
+            params![session, call_id],
+            |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, String>(1)?)),
+        )
+        .optional()
+        .map_err(self.sql())
+        .map(|found| {
+            found.map(|(fp, answer)| {
+                let mut bytes = [0u8; 16];
+                if let Some(src) = fp.get(..16) {
+                    bytes.copy_from_slice(src);
+                }
+                (u128::from_le_bytes(bytes), answer)
             })
+        })
     }
 
     /// Remembers `call_id` for `session` with the call's fingerprint and the
@@ -435,12 +612,11 @@ impl Tx<'_> {
         fingerprint: u128,
         answer: &str,
     ) -> Result<(), StoreError> {
-        self.tx
-            .execute(
-                "INSERT INTO call_ids (session, call_id, fingerprint, answer) VALUES (?1, ?2, ?3, ?4)",
-                params![session, call_id, &fingerprint.to_le_bytes()[..], answer],
-            )
-            .map_err(self.sql())?;
+        self.exec(
+            "INSERT INTO call_ids (session, call_id, fingerprint, answer) VALUES (?1, ?2, ?3, ?4)",
+            params![session, call_id, &fingerprint.to_le_bytes()[..], answer],
+        )
+        .map_err(self.sql())?;
         Ok(())
     }
 
@@ -449,30 +625,27 @@ impl Tx<'_> {
     /// but no ledger has lost its ledger, which is corruption, not a new
     /// session.
     pub fn has_traces(&self, session: &str) -> Result<bool, StoreError> {
-        self.tx
-            .query_row(
-                "SELECT EXISTS (SELECT 1 FROM transcripts WHERE session = ?1)
-                     OR EXISTS (SELECT 1 FROM responses WHERE session = ?1)
-                     OR EXISTS (SELECT 1 FROM call_ids WHERE session = ?1)",
-                [session],
-                |r| r.get(0),
-            )
-            .map_err(self.sql())
+        self.row(
+            "SELECT EXISTS (SELECT 1 FROM transcripts WHERE session = ?1)
+                 OR EXISTS (SELECT 1 FROM responses WHERE session = ?1)
+                 OR EXISTS (SELECT 1 FROM call_ids WHERE session = ?1)",
+            [session],
+            |r| r.get(0),
+        )
+        .map_err(self.sql())
     }
 
     /// Raises the count of `fingerprint` in `session` by one and returns it.
     pub fn raise_repeat(&self, session: &str, fingerprint: u128) -> Result<u64, StoreError> {
         let key = fingerprint.to_le_bytes();
-        self.tx
-            .execute(
-                "INSERT INTO repeats (session, fingerprint, count) VALUES (?1, ?2, 1)
+        self.exec(
+            "INSERT INTO repeats (session, fingerprint, count) VALUES (?1, ?2, 1)
                  ON CONFLICT (session, fingerprint) DO UPDATE SET count = count + 1",
-                params![session, &key[..]],
-            )
-            .map_err(self.sql())?;
+            params![session, &key[..]],
+        )
+        .map_err(self.sql())?;
         let count: i64 = self
-            .tx
-            .query_row(
+            .row(
                 "SELECT count FROM repeats WHERE session = ?1 AND fingerprint = ?2",
                 params![session, &key[..]],
                 |r| r.get(0),
@@ -484,8 +657,7 @@ impl Tx<'_> {
     /// How far `path` has been read for `session`, in bytes.
     pub fn offset(&self, session: &str, path: &str) -> Result<u64, StoreError> {
         let offset: Option<i64> = self
-            .tx
-            .query_row(
+            .row(
                 "SELECT offset FROM transcripts WHERE session = ?1 AND path = ?2",
                 params![session, path],
                 |r| r.get(0),
@@ -497,34 +669,32 @@ impl Tx<'_> {
 
     /// Records that `path` has been read up to `offset`.
     pub fn set_offset(&self, session: &str, path: &str, offset: u64) -> Result<(), StoreError> {
-        self.tx
-            .execute(
-                "INSERT INTO transcripts (session, path, offset) VALUES (?1, ?2, ?3)
+        self.exec(
+            "INSERT INTO transcripts (session, path, offset) VALUES (?1, ?2, ?3)
                  ON CONFLICT (session, path) DO UPDATE SET offset = ?3",
-                params![session, path, to_i64(offset)],
-            )
-            .map_err(self.sql())?;
+            params![session, path, to_i64(offset)],
+        )
+        .map_err(self.sql())?;
         Ok(())
     }
 
     /// The usage counted so far for response `key`, if it was seen.
     pub fn response(&self, session: &str, key: &str) -> Result<Option<CountedUsage>, StoreError> {
-        self.tx
-            .query_row(
-                "SELECT input, output, cache_read, cache_write FROM responses
+        self.row(
+            "SELECT input, output, cache_read, cache_write FROM responses
                  WHERE session = ?1 AND key = ?2",
-                params![session, key],
-                |r| {
-                    Ok(CountedUsage {
-                        input: to_u64(r.get(0)?),
-                        output: to_u64(r.get(1)?),
-                        cache_read: to_u64(r.get(2)?),
-                        cache_write: to_u64(r.get(3)?),
-                    })
-                },
-            )
-            .optional()
-            .map_err(self.sql())
+            params![session, key],
+            |r| {
+                Ok(CountedUsage {
+                    input: to_u64(r.get(0)?),
+                    output: to_u64(r.get(1)?),
+                    cache_read: to_u64(r.get(2)?),
+                    cache_write: to_u64(r.get(3)?),
+                })
+            },
+        )
+        .optional()
+        .map_err(self.sql())
     }
 
     /// Stores the usage counted for response `key`.
@@ -536,8 +706,7 @@ impl Tx<'_> {
         model: &str,
         usage: CountedUsage,
     ) -> Result<(), StoreError> {
-        self.tx
-            .execute(
+        self.exec(
                 "INSERT INTO responses (session, key, agent, model, input, output, cache_read, cache_write)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT (session, key) DO UPDATE SET
@@ -559,25 +728,107 @@ impl Tx<'_> {
 
     /// Remembers that `model` was used without a price in cost mode.
     pub fn add_unpriced(&self, session: &str, model: &str) -> Result<(), StoreError> {
-        self.tx
-            .execute(
-                "INSERT OR IGNORE INTO unpriced (session, model) VALUES (?1, ?2)",
-                params![session, model],
-            )
-            .map_err(self.sql())?;
+        self.exec(
+            "INSERT OR IGNORE INTO unpriced (session, model) VALUES (?1, ?2)",
+            params![session, model],
+        )
+        .map_err(self.sql())?;
         Ok(())
     }
 
     /// A model used without a price in `session`, if any.
     pub fn unpriced(&self, session: &str) -> Result<Option<String>, StoreError> {
-        self.tx
-            .query_row(
-                "SELECT model FROM unpriced WHERE session = ?1 ORDER BY model LIMIT 1",
-                [session],
+        self.row(
+            "SELECT model FROM unpriced WHERE session = ?1 ORDER BY model LIMIT 1",
+            [session],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(self.sql())
+    }
+
+    /// Stores a reservation of one call of `tool` in `session`, named `key`
+    /// (unique in the session), that expires at `expires_ms`.
+    pub fn put_reservation(
+        &self,
+        session: &str,
+        key: &str,
+        tool: &str,
+        expires_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT INTO reservations (session, key, tool, expires_ms) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (session, key) DO UPDATE SET tool = ?3, expires_ms = ?4",
+            params![session, key, tool, to_i64(expires_ms)],
+        )
+        .map_err(self.sql())?;
+        Ok(())
+    }
+
+    /// Removes the reservation `key` of `session` and returns its tool, if it
+    /// is still held (`None`: ended already, or expired and rolled back).
+    pub fn take_reservation(&self, session: &str, key: &str) -> Result<Option<String>, StoreError> {
+        let tool: Option<String> = self
+            .row(
+                "DELETE FROM reservations WHERE session = ?1 AND key = ?2 RETURNING tool",
+                params![session, key],
                 |r| r.get(0),
             )
             .optional()
-            .map_err(self.sql())
+            .map_err(self.sql())?;
+        Ok(tool)
+    }
+
+    /// Removes every reservation of `session` that expired at or before
+    /// `now_ms` and returns their tools (the caller rolls them back).
+    pub fn take_expired_reservations(
+        &self,
+        session: &str,
+        now_ms: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self
+            .tx
+            .prepare_cached(
+                "DELETE FROM reservations WHERE session = ?1 AND expires_ms <= ?2 RETURNING tool",
+            )
+            .map_err(self.sql())?;
+        let rows = stmt
+            .query_map(params![session, to_i64(now_ms)], |r| r.get(0))
+            .map_err(self.sql())?;
+        rows.collect::<Result<_, _>>().map_err(self.sql())
+    }
+
+    /// Remembers that a call of `session` was let through at `at_ms`, and
+    /// forgets those older than `keep_ms` before it.
+    pub fn add_rate_call(&self, session: &str, at_ms: u64, keep_ms: u64) -> Result<(), StoreError> {
+        self.exec(
+            "DELETE FROM rate_calls WHERE session = ?1 AND at_ms < ?2",
+            params![session, to_i64(at_ms.saturating_sub(keep_ms))],
+        )
+        .map_err(self.sql())?;
+        self.exec(
+            "INSERT INTO rate_calls (session, at_ms) VALUES (?1, ?2)",
+            params![session, to_i64(at_ms)],
+        )
+        .map_err(self.sql())?;
+        Ok(())
+    }
+
+    /// How many calls of `session` were let through after `since_ms`, and
+    /// the instant of the oldest of them.
+    pub fn rate_calls_after(
+        &self,
+        session: &str,
+        since_ms: u64,
+    ) -> Result<(u64, Option<u64>), StoreError> {
+        let (count, oldest): (i64, Option<i64>) = self
+            .row(
+                "SELECT COUNT(*), MIN(at_ms) FROM rate_calls WHERE session = ?1 AND at_ms > ?2",
+                params![session, to_i64(since_ms)],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(self.sql())?;
+        Ok((to_u64(count), oldest.map(to_u64)))
     }
 
     /// Appends to the ledger's own log.
@@ -588,12 +839,11 @@ impl Tx<'_> {
         action: &str,
         detail: &str,
     ) -> Result<(), StoreError> {
-        self.tx
-            .execute(
-                "INSERT INTO log (at_ms, session, action, detail) VALUES (?1, ?2, ?3, ?4)",
-                params![to_i64(at_ms), session, action, detail],
-            )
-            .map_err(self.sql())?;
+        self.exec(
+            "INSERT INTO log (at_ms, session, action, detail) VALUES (?1, ?2, ?3, ?4)",
+            params![to_i64(at_ms), session, action, detail],
+        )
+        .map_err(self.sql())?;
         Ok(())
     }
 }

@@ -188,6 +188,31 @@ Examples:
     #[command(subcommand)]
     Hook(HookCommand),
 
+    /// Put the gate in front of an MCP server (stdio): every tools/call is
+    /// decided against the budget before it reaches the server.
+    ///
+    /// Starts COMMAND as the MCP server, a child speaking newline-delimited
+    /// JSON-RPC on its stdin and stdout, and serves the MCP client on this
+    /// program's own stdin and stdout. Everything passes through unchanged
+    /// except tools/call, which is decided with the hook's rules, order and
+    /// words (docs/MCP.md): a refused call is answered with a CallToolResult
+    /// {"isError": true, "content": [{"type": "text", "text": REASON}],
+    /// "_meta": {"budgetgate": {reason, limit, used, max, retry_after}}} and
+    /// never reaches the server. Tools in needs_approval are asked about
+    /// with elicitation/create when the client supports it, otherwise
+    /// refused. Results over max_result_bytes are replaced by an error
+    /// result; lines over 16 MiB are refused.
+    #[command(after_help = "\
+Exit status: 0 the client closed stdin (the server was stopped, killed after
+--shutdown-ms); 2 the gateway could not start (budget, ledger, command; one
+line on stderr); 3 the MCP server exited or crashed first (every pending
+request was answered with a JSON-RPC error).
+
+Examples:
+  budgetgate mcp --budget examples/mcp-budget.toml -- npx -y @modelcontextprotocol/server-everything
+  budgetgate mcp --session team-a --ledger sqlite:/var/lib/budgetgate/ledger.sqlite3 -- ./my-server")]
+    Mcp(budgetgate::mcp::McpArgs),
+
     /// Look at (or, as an operator, reset) the durable ledger that the hook
     /// and other front-ends share.
     #[command(subcommand)]
@@ -242,5 +267,6 @@ fn main() -> ExitCode {
         Command::Hook(HookCommand::Install(args)) => budgetgate::hook_install::install(&args),
         Command::Hook(HookCommand::Uninstall(args)) => budgetgate::hook_install::uninstall(&args),
         Command::Ledger(command) => budgetgate::ledger_cli::command(&command),
+        Command::Mcp(args) => budgetgate::mcp::command(&args),
     }
 }

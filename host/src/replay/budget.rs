@@ -186,6 +186,45 @@ pub struct ReplayBudget {
     /// execution, run by the API) count toward `max_tool_calls`
     /// (`[budget] count_server_tools`, default `true`).
     pub count_server_tools: bool,
+    /// Rate windows (`[rate]`): tool calls let through per minute, hour, day.
+    pub rate: RateLimits,
+    /// Largest tool result passed on, in bytes of its compact JSON
+    /// (`[budget] max_result_bytes`, default 4096, the contract's bound).
+    pub max_result_bytes: u64,
+}
+
+/// The contract's result bound (`SPEC A2`): 4096 bytes of compact JSON.
+pub const DEFAULT_MAX_RESULT_BYTES: u64 = 4096;
+
+/// Tool calls let through per sliding window (`[rate]`); `None`: no limit.
+/// Checked by the hook and the MCP gateway after the per-tool cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimits {
+    /// Calls in any 60 s.
+    pub per_minute: Option<u32>,
+    /// Calls in any 3600 s.
+    pub per_hour: Option<u32>,
+    /// Calls in any 86 400 s.
+    pub per_day: Option<u32>,
+}
+
+impl RateLimits {
+    /// The windows, shortest first: (key, window in ms, maximum).
+    pub fn windows(&self) -> impl Iterator<Item = (&'static str, u64, u32)> {
+        [
+            ("per_minute", 60_000, self.per_minute),
+            ("per_hour", 3_600_000, self.per_hour),
+            ("per_day", 86_400_000, self.per_day),
+        ]
+        .into_iter()
+        .filter_map(|(key, window, max)| max.map(|m| (key, window, m)))
+    }
+
+    /// Whether any window is set.
+    pub fn any(&self) -> bool {
+        self.windows().next().is_some()
+    }
 }
 
 /// A model's prices, in US dollars per million tokens (`[prices.MODEL]`).
@@ -262,6 +301,8 @@ impl Default for ReplayBudget {
             tool_caps: Vec::new(),
             subagent: SubagentLimits::default(),
             count_server_tools: true,
+            rate: RateLimits::default(),
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
         }
     }
 }
@@ -277,6 +318,8 @@ struct File {
     prices: std::collections::BTreeMap<String, ModelPrice>,
     #[serde(default)]
     subagent: SubagentLimits,
+    #[serde(default)]
+    rate: RateLimits,
 }
 
 #[derive(Deserialize, Default)]
@@ -291,6 +334,7 @@ struct BudgetSection {
     reserve_max_tokens: Option<u64>,
     max_cost_usd: Option<f64>,
     count_server_tools: Option<bool>,
+    max_result_bytes: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -461,6 +505,8 @@ pub fn parse_budget(text: &str) -> Result<ReplayBudget, String> {
         tool_caps,
         subagent: file.subagent,
         count_server_tools: b.count_server_tools.unwrap_or(true),
+        rate: file.rate,
+        max_result_bytes: b.max_result_bytes.unwrap_or(DEFAULT_MAX_RESULT_BYTES),
         limits: TurnLimits {
             max_model_calls: b.max_model_calls.unwrap_or(d.max_model_calls),
             max_tokens: b.max_tokens.unwrap_or(d.max_tokens),
@@ -558,6 +604,24 @@ mod tests {
         assert!(parse_budget("[prices.m]\ninput = -1.0\noutput = 1.0").is_err());
         assert!(parse_budget("[prices.m]\ninput = 1.0").is_err());
         assert!(parse_budget("[tools]\nmax_calls = { \"a b\" = 1 }").is_err());
+    }
+
+    #[test]
+    fn rate_windows_and_the_result_bound() {
+        let b = parse_budget(
+            "[budget]\nmax_result_bytes = 100\n[rate]\nper_minute = 30\nper_day = 1000",
+        )
+        .unwrap();
+        assert_eq!(b.max_result_bytes, 100);
+        assert_eq!(
+            b.rate.windows().collect::<Vec<_>>(),
+            [("per_minute", 60_000, 30), ("per_day", 86_400_000, 1000)]
+        );
+        assert!(b.rate.any());
+        assert!(!ReplayBudget::default().rate.any());
+        assert_eq!(ReplayBudget::default().max_result_bytes, 4096);
+        assert!(parse_budget("[rate]\nper_second = 1").is_err());
+        assert!(parse_budget("[rate]\nper_minute = -1").is_err());
     }
 
     #[test]

@@ -1,0 +1,755 @@
+//! The tool-call decision every desktop front-end makes: the Claude Code
+//! hook ([`crate::hook`]) and the MCP gateway ([`crate::mcp`]) call
+//! [`decide_tool_call`], so both refuse in the same order with the same
+//! words (`SPEC C`, `SPEC E`: one budget engine).
+//!
+//! The order, first rule that applies answers:
+//!
+//! 1. a tool name outside `[A-Za-z0-9_-]{1,64}` → `invalid-name`;
+//! 2. a call id seen earlier in the session → `duplicate-call-id`;
+//! 3. a limit checked before each model call already reached — model calls,
+//!    tokens, time, cost — or a model without a price in cost mode →
+//!    `budget-exhausted`;
+//! 4. the same tool with the same canonical arguments more than
+//!    `max_repeats` times → `repeat` (the count is raised first);
+//! 5. no tool attempts left (used and reserved) → `tool-budget`;
+//! 6. the tool's own cap reached → `tool-cap`;
+//! 7. a `[rate]` window full → `rate-limit` (with when it reopens);
+//! 8. the attempt counts (recorded, or reserved: [`Counting`]); a tool in
+//!    `needs_approval` → [`Verdict::Ask`], otherwise [`Verdict::Run`].
+//!
+//! Reservations (`SPEC E`, reserve → commit → roll back) are stored with an
+//! expiry: a gateway that crashed with a call in flight cannot hold budget
+//! forever, since every decision first rolls back the session's expired
+//! reservations ([`roll_back_expired`]).
+
+use budgetgate_core::budget::{Exceeded, Ledger, Limit, Reservation};
+use budgetgate_core::turn::{RefusalReason, ToolName};
+use serde_json::Value;
+
+use crate::ledger::{LedgerTx, StoreError};
+use crate::replay::budget::ReplayBudget;
+
+/// The reason word of a full `[rate]` window (the core has no clock
+/// windows: they are the host's, checked after the core's rules).
+pub const RATE_LIMIT: &str = "rate-limit";
+
+/// What the model reads after a `rate-limit` refusal.
+pub const RATE_LIMIT_MESSAGE: &str =
+    "Too many tool calls in a short time; not executed. Wait until the window reopens, or answer with what you have.";
+
+/// Why a decision could not be made; the front-end refuses (fail closed).
+#[derive(Debug, thiserror::Error)]
+pub enum GateError {
+    /// The budget cannot be applied (a cap's tool name, too many caps).
+    #[error("budget {0}")]
+    Budget(String),
+    /// The call cannot be decided (its input is nested too deeply to compare).
+    #[error("{0}")]
+    Input(String),
+    /// The ledger.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// One tool call to decide.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolCall<'a> {
+    /// The tool's name, as sent.
+    pub name: &'a str,
+    /// Its arguments (a JSON object).
+    pub input: &'a Value,
+    /// Its id, unique in the session (the hook's `tool_use_id`; for MCP the
+    /// connection and the JSON-RPC request id).
+    pub call_id: &'a str,
+    /// How the id is named to the model (`the tool_use_id "toolu_1"`).
+    pub shown_id: &'a str,
+}
+
+/// How an attempt let through is counted.
+#[derive(Debug, Clone, Copy)]
+pub enum Counting<'a> {
+    /// Counted at once (the hook: it never learns whether the tool ran).
+    Record,
+    /// Reserved until the work ends ([`commit_reservation`] or
+    /// [`roll_back_reservation`]), stored under `key` until `expires_ms`.
+    Reserve {
+        /// The reservation's name in the session.
+        key: &'a str,
+        /// When an unfinished reservation is rolled back by the next decision.
+        expires_ms: u64,
+    },
+}
+
+/// A refused call: the reason word, the text the model reads, and the
+/// figures behind it (for MCP's `_meta`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The contract's reason word (`tool-budget`, `repeat`, …).
+    pub reason: &'static str,
+    /// The text the model reads.
+    pub text: String,
+    /// The limit's key (`tool_calls`, `tokens`, `per_minute`, `max_repeats`,
+    /// `max_calls.TOOL`), when a limit refused.
+    pub limit: Option<String>,
+    /// Used (with what is reserved) when it refused.
+    pub used: Option<u64>,
+    /// The limit's maximum.
+    pub max: Option<u64>,
+    /// Milliseconds until a rate window reopens.
+    pub retry_after_ms: Option<u64>,
+    /// The session's own budget is spent: the front-end also ends the agent
+    /// loop (the hook's `continue: false`), since every next model call
+    /// would be refused.
+    pub ends_session: bool,
+}
+
+impl Refusal {
+    /// A refusal with the core's word and text for `reason` after `detail`.
+    pub fn new(reason: RefusalReason, detail: &str) -> Self {
+        let extra = if reason == RefusalReason::BudgetExhausted {
+            " Stop here and tell the user what you have done so far and what is left; do not retry."
+        } else {
+            ""
+        };
+        Self::worded(reason.as_str(), detail, reason.message(), extra)
+    }
+
+    /// A refusal with its own word and text.
+    pub fn worded(reason: &'static str, detail: &str, message: &str, extra: &str) -> Self {
+        Self {
+            reason,
+            text: format!("budgetgate refused this call ({reason}): {detail}. {message}{extra}"),
+            limit: None,
+            used: None,
+            max: None,
+            retry_after_ms: None,
+            ends_session: false,
+        }
+    }
+
+    fn figures(mut self, limit: impl Into<String>, used: u64, max: u64) -> Self {
+        self.limit = Some(limit.into());
+        self.used = Some(used);
+        self.max = Some(max);
+        self
+    }
+}
+
+/// What is decided about one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Refused; nothing counted (but the repetition count and the call id).
+    Refuse(Refusal),
+    /// Counted; it may run.
+    Run,
+    /// Counted; it may run once a person says yes (the text says why).
+    Ask(String),
+}
+
+/// The reason words a stored answer may hold, as the static words they are.
+fn reason_word(word: &str) -> Option<&'static str> {
+    RefusalReason::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .chain([RATE_LIMIT])
+        .find(|w| *w == word)
+}
+
+impl Verdict {
+    /// The verdict as stored with its call id, so the same call seen again
+    /// (a second copy of the hook, a retry) gets the same answer.
+    pub fn stored(&self) -> String {
+        match self {
+            Self::Run => serde_json::json!({"run": true}),
+            Self::Ask(text) => serde_json::json!({"ask": text}),
+            Self::Refuse(r) => serde_json::json!({"refuse": r.reason, "text": r.text,
+                "limit": r.limit, "used": r.used, "max": r.max,
+                "retry_after_ms": r.retry_after_ms, "ends_session": r.ends_session}),
+        }
+        .to_string()
+    }
+
+    /// Reads a stored verdict back; anything else is an error (fail closed).
+    pub fn from_stored(text: &str) -> Result<Self, StoreError> {
+        let bad = || StoreError::Answer(text.chars().take(80).collect());
+        let v: Value = serde_json::from_str(text).map_err(|_| bad())?;
+        if v.get("run").is_some() {
+            return Ok(Self::Run);
+        }
+        if let Some(ask) = v.get("ask").and_then(Value::as_str) {
+            return Ok(Self::Ask(ask.to_owned()));
+        }
+        let reason = v
+            .get("refuse")
+            .and_then(Value::as_str)
+            .and_then(reason_word)
+            .ok_or_else(bad)?;
+        Ok(Self::Refuse(Refusal {
+            reason,
+            text: v
+                .get("text")
+                .and_then(Value::as_str)
+                .ok_or_else(bad)?
+                .to_owned(),
+            limit: v.get("limit").and_then(Value::as_str).map(str::to_owned),
+            used: v.get("used").and_then(Value::as_u64),
+            max: v.get("max").and_then(Value::as_u64),
+            retry_after_ms: v.get("retry_after_ms").and_then(Value::as_u64),
+            ends_session: v
+                .get("ends_session")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        }))
+    }
+}
+
+/// The session's fresh ledger with the budget's maxima.
+pub fn apply_budget(ledger: &mut Ledger, budget: &ReplayBudget) -> Result<(), GateError> {
+    let l = &budget.limits;
+    ledger.set_max(Limit::ModelCalls, Some(u64::from(l.max_model_calls)));
+    ledger.set_max(Limit::Tokens, Some(l.max_tokens));
+    ledger.set_max(Limit::Millis, Some(l.max_millis));
+    ledger.set_max(Limit::CostMicros, budget.max_cost_micros);
+    ledger.set_max(Limit::ToolCalls, l.max_tool_calls.map(u64::from));
+    // The caps are the budget file's as it is now: a cap removed from it is
+    // lifted, the calls counted under a cap that stays are kept.
+    ledger.retain_caps(|name| budget.tool_caps.iter().any(|(n, _)| n == name));
+    for (name, max) in &budget.tool_caps {
+        let name = ToolName::new(name).map_err(|e| GateError::Budget(e.to_string()))?;
+        ledger
+            .set_cap(name, *max)
+            .map_err(|e| GateError::Budget(e.to_string()))?;
+    }
+    Ok(())
+}
+
+fn apply_subagent(ledger: &mut Ledger, budget: &ReplayBudget) {
+    let s = &budget.subagent;
+    ledger.set_max(Limit::ModelCalls, s.max_model_calls.map(u64::from));
+    ledger.set_max(Limit::Tokens, s.max_tokens);
+    ledger.set_max(Limit::ToolCalls, s.max_tool_calls.map(u64::from));
+}
+
+/// The ledgers one decision reads and writes: the session's and, for a
+/// sub-agent's event, the sub-agent's.
+pub struct Ledgers {
+    /// The session's ledger.
+    pub session: Ledger,
+    /// Sub-agents' ledgers loaded so far.
+    pub agents: Vec<(String, Ledger)>,
+}
+
+impl Ledgers {
+    /// The session's ledger as stored (a fresh one started `now` if none),
+    /// with the budget's maxima.
+    pub fn load(
+        tx: &(impl LedgerTx + ?Sized),
+        session: &str,
+        budget: &ReplayBudget,
+        now: u64,
+    ) -> Result<Self, GateError> {
+        let mut ledger = match tx.ledger(session, "")? {
+            Some(ledger) => ledger,
+            // A session with state but no ledger lost it (deleted by hand,
+            // or by a tool): refusing is the only safe answer.
+            None if tx.has_traces(session)? => {
+                return Err(GateError::Store(StoreError::LostLedger(session.to_owned())))
+            }
+            None => Ledger::new(now),
+        };
+        apply_budget(&mut ledger, budget)?;
+        Ok(Self {
+            session: ledger,
+            agents: Vec::new(),
+        })
+    }
+
+    /// The ledger of sub-agent `agent`, loaded on first use.
+    pub fn agent(
+        &mut self,
+        tx: &(impl LedgerTx + ?Sized),
+        session: &str,
+        agent: &str,
+        budget: &ReplayBudget,
+        now: u64,
+    ) -> Result<&mut Ledger, GateError> {
+        if let Some(at) = self.agents.iter().position(|(a, _)| a == agent) {
+            return Ok(&mut self.agents[at].1);
+        }
+        let mut ledger = tx
+            .ledger(session, agent)?
+            .unwrap_or_else(|| Ledger::new(now));
+        apply_subagent(&mut ledger, budget);
+        self.agents.push((agent.to_owned(), ledger));
+        let last = self.agents.len() - 1;
+        Ok(&mut self.agents[last].1)
+    }
+
+    /// Brings every ledger's time up to `now`.
+    pub fn observe_time(&mut self, now: u64) {
+        self.session.observe_time(now);
+        for (_, ledger) in &mut self.agents {
+            ledger.observe_time(now);
+        }
+    }
+
+    /// Stores every ledger.
+    pub fn store(
+        &mut self,
+        tx: &(impl LedgerTx + ?Sized),
+        session: &str,
+        now: u64,
+    ) -> Result<(), GateError> {
+        self.observe_time(now);
+        tx.put_ledger(session, "", &self.session, now)?;
+        for (agent, ledger) in &mut self.agents {
+            tx.put_ledger(session, agent, ledger, now)?;
+        }
+        Ok(())
+    }
+}
+
+/// The first before-call limit reached among the session's ledger and the
+/// sub-agent's (its text and figures), or a model used without a price in
+/// cost mode.
+pub fn exhausted(
+    tx: &(impl LedgerTx + ?Sized),
+    session: &str,
+    agent: Option<&str>,
+    ledgers: &Ledgers,
+) -> Result<Option<(String, Option<Exceeded>)>, GateError> {
+    let mut found: Option<Exceeded> = ledgers.session.first_exhausted(Limit::before_model_call);
+    let mut whose = "session";
+    if found.is_none() {
+        if let Some((_, ledger)) = ledgers
+            .agents
+            .iter()
+            .find(|(a, _)| Some(a.as_str()) == agent)
+        {
+            found = ledger.first_exhausted(Limit::before_model_call);
+            whose = "sub-agent";
+        }
+    }
+    if let Some(e) = found {
+        return Ok(Some((format!("{whose} {e}"), Some(e))));
+    }
+    if let Some(model) = tx.unpriced(session)? {
+        return Ok(Some((
+            format!(
+                "model {model:?} has no price in the budget, and a cost budget never counts a call as free"
+            ),
+            None,
+        )));
+    }
+    Ok(None)
+}
+
+/// The reservation a stored one stands for: one tool call.
+const ONE_CALL: Reservation = Reservation {
+    limit: Limit::ToolCalls,
+    amount: 1,
+};
+
+fn give_back(ledger: &mut Ledger, tool: &str) {
+    // A ledger stored before the reservation (another build) may hold none:
+    // nothing to give back then.
+    let _ = ledger.roll_back(ONE_CALL);
+    ledger.release_tool(tool);
+}
+
+/// Rolls back every reservation of `session` that expired by `now` (a
+/// gateway that crashed or lost its server mid-call). Returns how many.
+pub fn roll_back_expired(
+    tx: &(impl LedgerTx + ?Sized),
+    session: &str,
+    ledger: &mut Ledger,
+    now: u64,
+) -> Result<usize, GateError> {
+    let expired = tx.take_expired_reservations(session, now)?;
+    for tool in &expired {
+        give_back(ledger, tool);
+    }
+    if !expired.is_empty() {
+        tx.log(
+            now,
+            session,
+            "expire",
+            &format!("{} reservation(s) rolled back", expired.len()),
+        )?;
+    }
+    Ok(expired.len())
+}
+
+/// Ends reservation `key` of `session`: the call counts. A reservation
+/// that expired (and was rolled back) meanwhile is counted now, once.
+pub fn commit_reservation(
+    tx: &(impl LedgerTx + ?Sized),
+    session: &str,
+    ledger: &mut Ledger,
+    key: &str,
+    tool: &str,
+) -> Result<(), GateError> {
+    match tx.take_reservation(session, key)? {
+        Some(_) => {
+            if ledger.commit(ONE_CALL, 1).is_err() {
+                ledger.record(Limit::ToolCalls, 1);
+            }
+        }
+        None => {
+            ledger.record(Limit::ToolCalls, 1);
+            let _ = ledger.try_count_tool(tool);
+        }
+    }
+    Ok(())
+}
+
+/// Ends reservation `key` of `session` with nothing counted (the work
+/// failed or was cancelled). One already ended is left alone.
+pub fn roll_back_reservation(
+    tx: &(impl LedgerTx + ?Sized),
+    session: &str,
+    ledger: &mut Ledger,
+    key: &str,
+) -> Result<(), GateError> {
+    if let Some(tool) = tx.take_reservation(session, key)? {
+        give_back(ledger, &tool);
+    }
+    Ok(())
+}
+
+/// Whose call is decided, with what budget, when.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    /// The session (the ledger's key).
+    pub session: &'a str,
+    /// The sub-agent, for a sub-agent's call (the hook's `agent_id`).
+    pub agent: Option<&'a str>,
+    /// The budget.
+    pub budget: &'a ReplayBudget,
+    /// Now, in milliseconds since the Unix epoch.
+    pub now: u64,
+}
+
+/// Decides one tool call against the ledgers loaded in `tx`, in the order
+/// of the module docs. The caller stores the ledgers and commits the
+/// transaction.
+pub fn decide_tool_call(
+    tx: &(impl LedgerTx + ?Sized),
+    cx: &Context<'_>,
+    ledgers: &mut Ledgers,
+    call: &ToolCall<'_>,
+    counting: Counting<'_>,
+) -> Result<Verdict, GateError> {
+    let Context { session, now, .. } = *cx;
+    roll_back_expired(tx, session, &mut ledgers.session, now)?;
+    // 1. Names outside the grammar never run and never match a rule loosely.
+    if ToolName::new(call.name).is_err() {
+        return Ok(Verdict::Refuse(Refusal::new(
+            RefusalReason::InvalidName,
+            &format!(
+                "the tool name {} is outside [A-Za-z0-9_-]{{1,64}}",
+                Value::from(call.name)
+            ),
+        )));
+    }
+    let fingerprint = crate::replay::fingerprint_value(call.input)
+        .map(|f| f.with_name(call.name).as_u128())
+        .ok_or_else(|| GateError::Input("`tool_input` is nested too deeply to compare".into()))?;
+    // 2. A call id seen earlier in the session. Where the front-end runs
+    // nothing itself (the hook: Claude Code runs the tool once per id), the
+    // same call seen again — a second copy of the hook, a retry — gets the
+    // answer it got and is counted once; any other call under that id, and
+    // any id seen again by a front-end that forwards the call (MCP), is
+    // refused.
+    if let Some((seen, stored)) = tx.call(session, call.call_id)? {
+        if seen == fingerprint && matches!(counting, Counting::Record) {
+            return Ok(Verdict::from_stored(&stored)?);
+        }
+        return Ok(Verdict::Refuse(Refusal::new(
+            RefusalReason::DuplicateCallId,
+            &format!("{} was already used in this session", call.shown_id),
+        )));
+    }
+    let verdict = decide_new_call(tx, cx, ledgers, call, fingerprint, counting)?;
+    tx.put_call(session, call.call_id, fingerprint, &verdict.stored())?;
+    Ok(verdict)
+}
+
+/// Steps 3 to 8 for a call whose id is new.
+fn decide_new_call(
+    tx: &(impl LedgerTx + ?Sized),
+    cx: &Context<'_>,
+    ledgers: &mut Ledgers,
+    call: &ToolCall<'_>,
+    fingerprint: u128,
+    counting: Counting<'_>,
+) -> Result<Verdict, GateError> {
+    let Context {
+        session,
+        agent,
+        budget,
+        now,
+    } = *cx;
+    // 3. The next model call would be refused: nothing more may run.
+    if let Some((detail, figures)) = exhausted(tx, session, agent, ledgers)? {
+        let mut refusal = Refusal::new(RefusalReason::BudgetExhausted, &detail);
+        // A sub-agent's own limit ends its calls, not the session's loop.
+        refusal.ends_session = !detail.starts_with("sub-agent");
+        if let Some(e) = figures {
+            refusal = refusal.figures(e.limit.key(), e.used, e.max);
+        }
+        return Ok(Verdict::Refuse(refusal));
+    }
+    // 4. Repetitions: the count is raised first, then compared (SPEC C).
+    let count = tx.raise_repeat(session, fingerprint)?;
+    let max_repeats = budget.limits.max_repeats;
+    if count > u64::from(max_repeats) {
+        return Ok(Verdict::Refuse(
+            Refusal::new(
+                RefusalReason::Repeat,
+                &format!(
+                    "the same {} call with the same input was made {count} times (max_repeats {max_repeats})",
+                    call.name
+                ),
+            )
+            .figures("max_repeats", count, u64::from(max_repeats)),
+        ));
+    }
+    // 5. Tool attempts, the session's and the sub-agent's, then the tool's cap.
+    let mut owners: Vec<&mut Ledger> = vec![&mut ledgers.session];
+    for (name, ledger) in &mut ledgers.agents {
+        if Some(name.as_str()) == agent {
+            owners.push(ledger);
+        }
+    }
+    for ledger in &owners {
+        if let Some(max) = ledger.max(Limit::ToolCalls) {
+            let used = ledger
+                .used(Limit::ToolCalls)
+                .saturating_add(ledger.reserved(Limit::ToolCalls));
+            if used >= max {
+                return Ok(Verdict::Refuse(
+                    Refusal::new(
+                        RefusalReason::ToolBudget,
+                        &format!("{used} of {max} tool calls used"),
+                    )
+                    .figures(Limit::ToolCalls.key(), used, max),
+                ));
+            }
+        }
+    }
+    if let Some(cap) = owners[0].cap_reached(call.name) {
+        return Ok(Verdict::Refuse(
+            Refusal::new(
+                RefusalReason::ToolCap,
+                &format!(
+                    "{} may be called at most {} times in this session ({} used)",
+                    call.name, cap.max, cap.used
+                ),
+            )
+            .figures(
+                format!("max_calls.{}", call.name),
+                u64::from(cap.used),
+                u64::from(cap.max),
+            ),
+        ));
+    }
+    // 7. Rate windows, shortest first.
+    for (key, window, max) in budget.rate.windows() {
+        let (used, oldest) = tx.rate_calls_after(session, now.saturating_sub(window))?;
+        if used >= u64::from(max) {
+            let reopens = oldest.map_or(window, |t| t.saturating_add(window).saturating_sub(now));
+            let mut refusal = Refusal::worded(
+                RATE_LIMIT,
+                &format!(
+                    "{used} tool calls in the last {} ({key} {max}); the window reopens in {} s",
+                    match key {
+                        "per_minute" => "minute",
+                        "per_hour" => "hour",
+                        _ => "day",
+                    },
+                    reopens.div_ceil(1000).max(1)
+                ),
+                RATE_LIMIT_MESSAGE,
+                "",
+            )
+            .figures(key, used, u64::from(max));
+            refusal.retry_after_ms = Some(reopens.max(1));
+            return Ok(Verdict::Refuse(refusal));
+        }
+    }
+    // 8. The attempt counts.
+    match counting {
+        Counting::Record => {
+            for ledger in owners {
+                ledger.record(Limit::ToolCalls, 1);
+                let _ = ledger.try_count_tool(call.name);
+            }
+        }
+        Counting::Reserve { key, expires_ms } => {
+            // The reservation is the session's; a sub-agent's ledger (the
+            // hook's only) counts at once.
+            let mut owners = owners.into_iter();
+            if let Some(ledger) = owners.next() {
+                // Stored as a row (the token is plain data: ONE_CALL).
+                let _held = ledger
+                    .try_reserve(Limit::ToolCalls, 1)
+                    .map_err(|e| GateError::Input(e.to_string()))?;
+                let _ = ledger.try_count_tool(call.name);
+            }
+            for ledger in owners {
+                ledger.record(Limit::ToolCalls, 1);
+                let _ = ledger.try_count_tool(call.name);
+            }
+            tx.put_reservation(session, key, call.name, expires_ms)?;
+        }
+    }
+    if budget.rate.any() {
+        tx.add_rate_call(session, now, 86_400_000)?;
+    }
+    if budget.needs_approval.iter().any(|n| n == call.name) {
+        return Ok(Verdict::Ask(format!(
+            "budgetgate: {} needs a person's approval (needs_approval in the budget)",
+            call.name
+        )));
+    }
+    Ok(Verdict::Run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Store;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn decide(
+        store: &mut Store,
+        budget: &ReplayBudget,
+        id: &str,
+        input: Value,
+        counting: Counting<'_>,
+        now: u64,
+    ) -> Verdict {
+        store
+            .decide(|tx| {
+                let mut ledgers = Ledgers::load(tx, "s", budget, 0)?;
+                let shown = format!("the id {id}");
+                let call = ToolCall {
+                    name: "t",
+                    input: &input,
+                    call_id: id,
+                    shown_id: &shown,
+                };
+                let cx = Context {
+                    session: "s",
+                    agent: None,
+                    budget,
+                    now,
+                };
+                let v = decide_tool_call(tx, &cx, &mut ledgers, &call, counting)?;
+                ledgers.store(tx, "s", now)?;
+                Ok::<_, GateError>(v)
+            })
+            .expect("decided")
+    }
+
+    fn tool_calls(store: &mut Store) -> (u64, u64, u32) {
+        let l = store.list().expect("list");
+        let ledger = l[0].ledger.as_ref().expect("record");
+        (
+            ledger.used(Limit::ToolCalls),
+            ledger.reserved(Limit::ToolCalls),
+            ledger.caps()[0].used(),
+        )
+    }
+
+    #[test]
+    fn the_hooks_counting_meets_rate_windows_too() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut store = Store::open(dir.path(), Duration::from_secs(5)).expect("store");
+        let budget = crate::replay::budget::parse_budget(
+            "[budget]\nmax_seconds = 100000\n[rate]\nper_minute = 1\nper_hour = 2\n",
+        )
+        .expect("budget");
+        let rec = Counting::Record;
+        assert_eq!(
+            decide(&mut store, &budget, "a", json!({"i": 1}), rec, 1_000),
+            Verdict::Run
+        );
+        let Verdict::Refuse(r) = decide(&mut store, &budget, "b", json!({"i": 2}), rec, 30_000)
+        else {
+            panic!("refused")
+        };
+        assert_eq!((r.reason, r.retry_after_ms), (RATE_LIMIT, Some(31_000)));
+        assert!(r.text.contains("the window reopens in 31 s"), "{}", r.text);
+        assert_eq!(
+            decide(&mut store, &budget, "c", json!({"i": 3}), rec, 61_001),
+            Verdict::Run
+        );
+        let Verdict::Refuse(r) = decide(&mut store, &budget, "d", json!({"i": 4}), rec, 200_000)
+        else {
+            panic!("refused")
+        };
+        assert_eq!(r.limit.as_deref(), Some("per_hour"));
+    }
+
+    #[test]
+    fn a_reservation_counts_once_whether_it_expired_or_not() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut store = Store::open(dir.path(), Duration::from_secs(5)).expect("store");
+        let budget = crate::replay::budget::parse_budget(
+            "[budget]\nmax_seconds = 100000\n[tools]\nmax_calls = { t = 5 }\n",
+        )
+        .expect("budget");
+        let reserve = |key| Counting::Reserve {
+            key,
+            expires_ms: 2_000,
+        };
+        assert_eq!(
+            decide(
+                &mut store,
+                &budget,
+                "k1",
+                json!({"i": 1}),
+                reserve("k1"),
+                1_000
+            ),
+            Verdict::Run
+        );
+        assert_eq!(tool_calls(&mut store), (0, 1, 1));
+        // Expired: the next decision gives it back; the late commit counts it once.
+        assert_eq!(
+            decide(
+                &mut store,
+                &budget,
+                "k2",
+                json!({"i": 2}),
+                reserve("k2"),
+                2_000
+            ),
+            Verdict::Run
+        );
+        assert_eq!(tool_calls(&mut store), (0, 1, 1), "k1 rolled back, k2 held");
+        for key in ["k1", "k2"] {
+            store
+                .decide(|tx| {
+                    let mut l = Ledgers::load(tx, "s", &budget, 0)?;
+                    commit_reservation(tx, "s", &mut l.session, key, "t")?;
+                    l.store(tx, "s", 2_500)
+                })
+                .expect("commit");
+        }
+        assert_eq!(tool_calls(&mut store), (2, 0, 2));
+        // A roll back of what already ended changes nothing.
+        store
+            .decide(|tx| {
+                let mut l = Ledgers::load(tx, "s", &budget, 0)?;
+                roll_back_reservation(tx, "s", &mut l.session, "k2")?;
+                l.store(tx, "s", 2_600)
+            })
+            .expect("roll back");
+        assert_eq!(tool_calls(&mut store), (2, 0, 2));
+    }
+}

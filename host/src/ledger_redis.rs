@@ -1,0 +1,342 @@
+//! The ledger in Redis (or Valkey), for gateways on many machines sharing
+//! one budget (`budgetgate mcp --ledger redis://HOST:PORT/DB`; `SPEC E`).
+//!
+//! The same state as the SQLite ledger ([`crate::ledger`]), per session
+//! under keys with a hash tag (`bg:{SESSION}:…`, so a cluster keeps a
+//! session on one node): `ledger` (hash: agent → the core's record),
+//! `calls` (hash: call id → its fingerprint and stored answer), `repeats` (hash: fingerprint → count),
+//! `resv` (hash: reservation → `expires_ms tool`), `rate` (sorted set of
+//! the instants of calls let through), `unpriced` (set); and one list
+//! `bg:log`.
+//!
+//! A decision is one optimistic transaction: the session's keys are
+//! `WATCH`ed, read, the decision made in Rust with the core's ledger, and
+//! its writes sent in one `MULTI` … `EXEC`. If another gateway wrote any of
+//! those keys meanwhile, `EXEC` does nothing and the decision is made again
+//! on the new figures, so concurrent gateways never exceed a budget. A
+//! server that cannot be reached or answers an error is a [`StoreError`]:
+//! the caller refuses (fail closed).
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use budgetgate_core::budget::Ledger;
+use redis::{Commands, Connection, Pipeline};
+
+use crate::ledger::{LedgerTx, StoreError};
+
+/// Most times a decision is made again after a concurrent write.
+pub const MAX_RETRIES: usize = 200;
+
+/// A Redis ledger.
+pub struct RedisStore {
+    client: redis::Client,
+    url: String,
+    conn: Option<Connection>,
+    timeout: Duration,
+}
+
+impl RedisStore {
+    /// A store on `url` (`redis://HOST:PORT/DB`); nothing is connected
+    /// until the first decision. Each command waits at most `timeout`.
+    pub fn open(url: &str, timeout: Duration) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url).map_err(|e| StoreError::Redis {
+            url: url.to_owned(),
+            detail: e.to_string(),
+        })?;
+        Ok(Self {
+            client,
+            url: url.to_owned(),
+            conn: None,
+            timeout,
+        })
+    }
+
+    fn fail(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Redis {
+            url: self.url.clone(),
+            detail: e.to_string(),
+        }
+    }
+
+    /// Runs `decide` on `session`'s state in one optimistic transaction,
+    /// made again while another writer got in between (at most
+    /// [`MAX_RETRIES`] times). Nothing is written when it returns `Err`.
+    pub fn decide<T, E: From<StoreError>>(
+        &mut self,
+        session: &str,
+        mut decide: impl FnMut(&RedisTx<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        if self.conn.is_none() {
+            let conn = self
+                .client
+                .get_connection_with_timeout(self.timeout)
+                .map_err(|e| self.fail(e))?;
+            conn.set_read_timeout(Some(self.timeout))
+                .and_then(|()| conn.set_write_timeout(Some(self.timeout)))
+                .map_err(|e| self.fail(e))?;
+            self.conn = Some(conn);
+        }
+        let url = self.url.clone();
+        let fail = |e: redis::RedisError| StoreError::Redis {
+            url: url.clone(),
+            detail: e.to_string(),
+        };
+        let keys = keys(session);
+        for _ in 0..MAX_RETRIES {
+            let Some(conn) = self.conn.as_mut() else {
+                break;
+            };
+            let watched: Result<(), _> = redis::cmd("WATCH").arg(&keys[..]).query(conn);
+            if let Err(e) = watched {
+                self.conn = None;
+                return Err(fail(e).into());
+            }
+            let tx = RedisTx {
+                conn: RefCell::new(conn),
+                writes: RefCell::new(redis::pipe()),
+                url: &url,
+            };
+            let out = match decide(&tx) {
+                Ok(out) => out,
+                Err(e) => {
+                    let conn = tx.conn.into_inner();
+                    let _: Result<(), _> = redis::cmd("UNWATCH").query(conn);
+                    return Err(e);
+                }
+            };
+            let RedisTx { conn, writes, .. } = tx;
+            let conn = conn.into_inner();
+            let mut writes = writes.into_inner();
+            writes.atomic();
+            // EXEC answers nil when a watched key changed: decide again.
+            let done: Option<redis::Value> = match writes.query(conn) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.conn = None;
+                    return Err(fail(e).into());
+                }
+            };
+            if done.is_some() {
+                return Ok(out);
+            }
+        }
+        Err(StoreError::Redis {
+            url,
+            detail: format!("no decision after {MAX_RETRIES} concurrent writes"),
+        }
+        .into())
+    }
+}
+
+fn key(session: &str, what: &str) -> String {
+    // `{` and `}` in a session would break the hash tag: they are escaped.
+    let tag = session
+        .replace('%', "%25")
+        .replace('{', "%7B")
+        .replace('}', "%7D");
+    format!("bg:{{{tag}}}:{what}")
+}
+
+fn keys(session: &str) -> Vec<String> {
+    ["ledger", "calls", "repeats", "resv", "rate", "unpriced"]
+        .iter()
+        .map(|w| key(session, w))
+        .collect()
+}
+
+/// One decision's view of a session in Redis: reads go to the server at
+/// once (under `WATCH`), writes wait for `EXEC`.
+pub struct RedisTx<'a> {
+    conn: RefCell<&'a mut Connection>,
+    writes: RefCell<Pipeline>,
+    url: &'a str,
+}
+
+impl RedisTx<'_> {
+    fn fail(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Redis {
+            url: self.url.to_owned(),
+            detail: e.to_string(),
+        }
+    }
+
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn.borrow_mut();
+        f(&mut conn).map_err(|e| self.fail(e))
+    }
+
+    fn write(&self, f: impl FnOnce(&mut Pipeline)) {
+        f(&mut self.writes.borrow_mut());
+    }
+}
+
+impl LedgerTx for RedisTx<'_> {
+    fn ledger(&self, session: &str, agent: &str) -> Result<Option<Ledger>, StoreError> {
+        let bytes: Option<Vec<u8>> = self.read(|c| c.hget(key(session, "ledger"), agent))?;
+        bytes
+            .map(|b| {
+                Ledger::from_record(&b).map_err(|source| StoreError::Record {
+                    path: self.url.to_owned(),
+                    session: session.to_owned(),
+                    source,
+                })
+            })
+            .transpose()
+    }
+
+    fn put_ledger(
+        &self,
+        session: &str,
+        agent: &str,
+        ledger: &Ledger,
+        _now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let record = ledger.to_record();
+        let bytes = record.as_bytes().to_vec();
+        self.write(|p| {
+            p.hset(key(session, "ledger"), agent, bytes).ignore();
+        });
+        Ok(())
+    }
+
+    fn call(&self, session: &str, call_id: &str) -> Result<Option<(u128, String)>, StoreError> {
+        let value: Option<String> = self.read(|c| c.hget(key(session, "calls"), call_id))?;
+        value
+            .map(|v| {
+                let (fp, answer) = v
+                    .split_once(' ')
+                    .ok_or_else(|| StoreError::Answer(v.chars().take(80).collect()))?;
+                let fp = u128::from_str_radix(fp, 16)
+                    .map_err(|_| StoreError::Answer(v.chars().take(80).collect()))?;
+                Ok((fp, answer.to_owned()))
+            })
+            .transpose()
+    }
+
+    fn put_call(
+        &self,
+        session: &str,
+        call_id: &str,
+        fingerprint: u128,
+        answer: &str,
+    ) -> Result<(), StoreError> {
+        let value = format!("{fingerprint:032x} {answer}");
+        self.write(|p| {
+            p.hset(key(session, "calls"), call_id, value).ignore();
+        });
+        Ok(())
+    }
+
+    fn has_traces(&self, session: &str) -> Result<bool, StoreError> {
+        self.read(|c| c.exists(key(session, "calls")))
+    }
+
+    fn raise_repeat(&self, session: &str, fingerprint: u128) -> Result<u64, StoreError> {
+        let field = format!("{fingerprint:032x}");
+        let count: Option<u64> = self.read(|c| c.hget(key(session, "repeats"), &field))?;
+        let count = count.unwrap_or(0) + 1;
+        self.write(|p| {
+            p.hset(key(session, "repeats"), field, count).ignore();
+        });
+        Ok(count)
+    }
+
+    fn unpriced(&self, session: &str) -> Result<Option<String>, StoreError> {
+        let models: Vec<String> = self.read(|c| c.smembers(key(session, "unpriced")))?;
+        Ok(models.into_iter().min())
+    }
+
+    fn log(&self, at_ms: u64, session: &str, action: &str, detail: &str) -> Result<(), StoreError> {
+        let line = serde_json::json!({"at_ms": at_ms, "session": session,
+            "action": action, "detail": detail})
+        .to_string();
+        self.write(|p| {
+            p.rpush("bg:log", line).ignore();
+        });
+        Ok(())
+    }
+
+    fn put_reservation(
+        &self,
+        session: &str,
+        key_: &str,
+        tool: &str,
+        expires_ms: u64,
+    ) -> Result<(), StoreError> {
+        let value = format!("{expires_ms} {tool}");
+        self.write(|p| {
+            p.hset(key(session, "resv"), key_, value).ignore();
+        });
+        Ok(())
+    }
+
+    fn take_reservation(&self, session: &str, key_: &str) -> Result<Option<String>, StoreError> {
+        let value: Option<String> = self.read(|c| c.hget(key(session, "resv"), key_))?;
+        let Some(value) = value else {
+            return Ok(None);
+        };
+        self.write(|p| {
+            p.hdel(key(session, "resv"), key_).ignore();
+        });
+        Ok(value.split_once(' ').map(|(_, tool)| tool.to_owned()))
+    }
+
+    fn take_expired_reservations(
+        &self,
+        session: &str,
+        now_ms: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        let all: Vec<(String, String)> = self.read(|c| c.hgetall(key(session, "resv")))?;
+        let mut tools = Vec::new();
+        for (k, v) in all {
+            let Some((expires, tool)) = v.split_once(' ') else {
+                continue;
+            };
+            if expires.parse::<u64>().is_ok_and(|e| e <= now_ms) {
+                tools.push(tool.to_owned());
+                self.write(|p| {
+                    p.hdel(key(session, "resv"), k).ignore();
+                });
+            }
+        }
+        Ok(tools)
+    }
+
+    fn add_rate_call(&self, session: &str, at_ms: u64, keep_ms: u64) -> Result<(), StoreError> {
+        let rate = key(session, "rate");
+        // A member unique per call: calls in the same millisecond all count.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let member = format!("{at_ms}-{}-{nanos}-{}", std::process::id(), unique());
+        let oldest = at_ms.saturating_sub(keep_ms);
+        self.write(|p| {
+            p.zrembyscore(&rate, "-inf", format!("({oldest}")).ignore();
+            p.zadd(&rate, member, at_ms).ignore();
+        });
+        Ok(())
+    }
+
+    fn rate_calls_after(
+        &self,
+        session: &str,
+        since_ms: u64,
+    ) -> Result<(u64, Option<u64>), StoreError> {
+        let rate = key(session, "rate");
+        let min = format!("({since_ms}");
+        let count: u64 = self.read(|c| c.zcount(&rate, &min, "+inf"))?;
+        let first: Vec<(String, u64)> =
+            self.read(|c| c.zrangebyscore_limit_withscores(&rate, &min, "+inf", 0, 1))?;
+        Ok((count, first.first().map(|(_, at)| *at)))
+    }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}

@@ -1,0 +1,2014 @@
+//! `budgetgate mcp`: the budget gate in front of any MCP server over stdio
+//! (`SPEC C`, `SPEC E`; `docs/MCP.md`).
+//!
+//! The gateway starts the server as a child and serves the client on its
+//! own stdin and stdout, both sides speaking MCP's stdio transport:
+//! newline-delimited JSON-RPC 2.0. It forwards every line unchanged and in
+//! order — requests, responses, notifications, batches, methods it does not
+//! know — except:
+//!
+//! * **`tools/call`**, decided first by [`crate::gate::decide_tool_call`]
+//!   (the Claude Code hook's order and words) against the shared ledger. A
+//!   refused call is answered by the gateway with a `CallToolResult`
+//!   `{"content":[{"type":"text","text":REASON}],"isError":true,
+//!   "_meta":{"budgetgate":{…}}}` and never reaches the server. A call let
+//!   through is reserved, committed when the server answers with a result,
+//!   rolled back when it answers with a JSON-RPC error, when the client
+//!   cancels it (`notifications/cancelled`) or when the server dies first;
+//!   calls still running when the client goes away are committed (they may
+//!   have run).
+//! * **Approval** (`needs_approval`): the gateway asks the client with
+//!   `elicitation/create` when the client declared the `elicitation`
+//!   capability in `initialize`; `accept` forwards the call, `decline`,
+//!   `cancel`, an error or no answer within the deadline refuses it. A
+//!   client without the capability cannot be asked: the call is refused and
+//!   the reason says so.
+//! * **Results** over `max_result_bytes` (compact JSON of the `result`,
+//!   default 4096) are replaced by an error result saying so; **`tools/list`**
+//!   results lose the tools the budget denies outright (a cap of 0).
+//! * A line that is not JSON is answered `-32700`, one that is not a
+//!   JSON-RPC 2.0 message `-32600`; neither is forwarded. A line longer than
+//!   [`MAX_LINE`] is skipped as it is read (never held whole) and answered
+//!   `-32600`.
+//!
+//! The protocol is handled with `serde_json` and a few typed views that
+//! borrow the raw line (`RawValue`), not with the `rmcp` SDK: the gateway
+//! must forward bytes it does not understand unchanged, which a typed SDK
+//! (that parses into its own model and writes it back) cannot promise.
+//!
+//! [`Proxy`] is the decision logic without I/O (messages in, messages out,
+//! time passed in); [`serve`] runs it between four byte streams with one
+//! reader thread per input and bounded channels, so a flooding server is
+//! slowed down (its pipe fills) instead of growing the gateway's memory.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use crate::gate::{self, Counting, GateError, Ledgers, Refusal, ToolCall, Verdict};
+use crate::ledger::{state_dir, LedgerTx, Store, StoreError};
+use crate::replay::budget::ReplayBudget;
+
+/// Longest JSON-RPC line read from either side (16 MiB); a longer one is
+/// skipped while it is read and refused.
+pub const MAX_LINE: usize = 16 << 20;
+
+/// Most requests from the client awaiting an answer at once; one more is
+/// answered with an error (memory stays bounded).
+pub const MAX_PENDING: usize = 4096;
+
+/// Messages queued between a reader thread and the proxy: when full, the
+/// reader stops reading and the writer on the other end of its pipe waits.
+pub const CHANNEL_MESSAGES: usize = 64;
+
+/// JSON-RPC's parse error.
+pub const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC's invalid request.
+pub const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC's invalid params.
+pub const INVALID_PARAMS: i64 = -32602;
+/// The gateway's own errors (JSON-RPC's server-error range).
+pub const GATEWAY_ERROR: i64 = -32000;
+
+/// Exit status when the MCP server exited or crashed first.
+pub const EXIT_SERVER_GONE: u8 = 3;
+
+/// Arguments of `budgetgate mcp`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct McpArgs {
+    /// Budget file (TOML, docs/TURN-GATE.md and docs/MCP.md); the
+    /// reference's defaults when absent.
+    #[arg(long, value_name = "FILE")]
+    pub budget: Option<PathBuf>,
+    /// The ledger: `sqlite:FILE`, a state folder (its ledger.sqlite3), or
+    /// `redis://HOST:PORT/DB` for gateways on many machines.
+    /// Default: the hook's (BUDGETGATE_STATE_DIR, else
+    /// $XDG_STATE_HOME/budgetgate, else ~/.local/state/budgetgate).
+    #[arg(long, value_name = "URL")]
+    pub ledger: Option<String>,
+    /// The session whose budget the calls draw from (default: `mcp-` with
+    /// the command's file name and a hash of the whole command line).
+    #[arg(long, value_name = "NAME")]
+    pub session: Option<String>,
+    /// Seconds the client has to answer an approval request.
+    #[arg(long, value_name = "S", default_value_t = 120,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub approval_timeout: u64,
+    /// Seconds after which a call in flight that was never answered gives
+    /// its reservation back (a crashed gateway's calls).
+    #[arg(long, value_name = "S", default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(1..=604_800))]
+    pub reservation_ttl: u64,
+    /// Milliseconds the server has to exit once the client closed stdin;
+    /// then it is killed.
+    #[arg(long, value_name = "MS", default_value_t = 2_000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub shutdown_ms: u64,
+    /// The MCP server's command and its arguments (after `--`).
+    #[arg(required = true, last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+// ------------------------------------------------------------------ gate
+
+/// What the proxy asks of the budget: decide a call, end its reservation,
+/// and whether a tool is denied outright. [`LedgerGate`] is the real one.
+pub trait CallGate {
+    /// Decides `call` (reserved under `call.call_id` when let through).
+    fn decide(&mut self, call: &ToolCall<'_>, now_ms: u64) -> Result<Verdict, String>;
+    /// The call ran: count it.
+    fn commit(&mut self, key: &str, tool: &str, now_ms: u64) -> Result<(), String>;
+    /// The call did not run or failed: give it back.
+    fn roll_back(&mut self, key: &str, now_ms: u64) -> Result<(), String>;
+    /// Whether the budget never lets `tool` run (removed from `tools/list`).
+    fn denied(&self, tool: &str) -> bool;
+}
+
+/// Where the ledger is kept.
+pub enum Backend {
+    /// The SQLite file the hook uses.
+    Sqlite(Store),
+    /// A Redis (or Valkey) server, for gateways on many machines.
+    Redis(crate::ledger_redis::RedisStore),
+}
+
+/// The ledger's gate: one transaction per decision, shared with the hook
+/// and other gateways on the same session.
+pub struct LedgerGate {
+    backend: Backend,
+    budget: ReplayBudget,
+    session: String,
+    ttl_ms: u64,
+}
+
+impl LedgerGate {
+    /// A gate on the SQLite `store` for `session`; reservations expire
+    /// after `ttl_ms`.
+    pub fn new(store: Store, budget: ReplayBudget, session: String, ttl_ms: u64) -> Self {
+        Self::on(Backend::Sqlite(store), budget, session, ttl_ms)
+    }
+
+    /// A gate on `backend`.
+    pub fn on(backend: Backend, budget: ReplayBudget, session: String, ttl_ms: u64) -> Self {
+        Self {
+            backend,
+            budget,
+            session,
+            ttl_ms,
+        }
+    }
+
+    /// Runs `f` in one transaction of the session (made again, for Redis,
+    /// while another writer got in between).
+    fn transaction<T>(
+        &mut self,
+        mut f: impl FnMut(&dyn LedgerTx, &ReplayBudget, &str) -> Result<T, GateError>,
+    ) -> Result<T, String> {
+        let (budget, session) = (&self.budget, self.session.as_str());
+        match &mut self.backend {
+            Backend::Sqlite(store) => store.decide(|tx| f(&*tx, budget, session)),
+            Backend::Redis(store) => store.decide(session, |tx| f(tx, budget, session)),
+        }
+        .map_err(|e: GateError| e.to_string())
+    }
+
+    fn end(
+        &mut self,
+        now: u64,
+        mut end: impl FnMut(&dyn LedgerTx, &str, &mut Ledgers) -> Result<(), GateError>,
+    ) -> Result<(), String> {
+        self.transaction(|tx, budget, session| {
+            let mut ledgers = Ledgers::load(tx, session, budget, now)?;
+            end(tx, session, &mut ledgers)?;
+            ledgers.store(tx, session, now)
+        })
+    }
+}
+
+impl CallGate for LedgerGate {
+    fn decide(&mut self, call: &ToolCall<'_>, now: u64) -> Result<Verdict, String> {
+        let ttl = self.ttl_ms;
+        self.transaction(|tx, budget, session| {
+            let mut ledgers = Ledgers::load(tx, session, budget, now)?;
+            ledgers.observe_time(now);
+            let counting = Counting::Reserve {
+                key: call.call_id,
+                expires_ms: now.saturating_add(ttl),
+            };
+            let cx = gate::Context {
+                session,
+                agent: None,
+                budget,
+                now,
+            };
+            let verdict = gate::decide_tool_call(tx, &cx, &mut ledgers, call, counting)?;
+            ledgers.store(tx, session, now)?;
+            if let Verdict::Refuse(r) = &verdict {
+                tx.log(
+                    now,
+                    session,
+                    "deny",
+                    &format!("{}: {}", call.call_id, r.reason),
+                )?;
+            }
+            Ok(verdict)
+        })
+    }
+
+    fn commit(&mut self, key: &str, tool: &str, now: u64) -> Result<(), String> {
+        self.end(now, |tx, session, l| {
+            gate::commit_reservation(tx, session, &mut l.session, key, tool)
+        })
+    }
+
+    fn roll_back(&mut self, key: &str, now: u64) -> Result<(), String> {
+        self.end(now, |tx, session, l| {
+            gate::roll_back_reservation(tx, session, &mut l.session, key)
+        })
+    }
+
+    fn denied(&self, tool: &str) -> bool {
+        self.budget
+            .tool_caps
+            .iter()
+            .any(|(name, max)| name == tool && *max == 0)
+            || self.budget.limits.max_tool_calls == Some(0)
+    }
+}
+
+// ------------------------------------------------------------------ messages
+
+/// A JSON-RPC message as the proxy reads it: the members it looks at,
+/// borrowed from the line; every other member is checked as JSON and left
+/// alone. A member given twice is refused.
+#[derive(Deserialize)]
+struct Message<'a> {
+    jsonrpc: Option<String>,
+    method: Option<String>,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+}
+
+/// One message out of the proxy, a JSON text without its newline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Out {
+    /// To the client (the gateway's stdout).
+    Client(String),
+    /// To the server (its stdin).
+    Server(String),
+}
+
+fn error_line(id: &str, code: i64, message: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{}}}}}"#,
+        Value::from(message)
+    )
+}
+
+/// The `CallToolResult` of a call the gateway answers itself.
+fn refused_line(id: &str, refusal: &Refusal) -> String {
+    let mut meta = json!({"reason": refusal.reason});
+    if let Some(limit) = &refusal.limit {
+        meta["limit"] = json!(limit);
+    }
+    if let Some(used) = refusal.used {
+        meta["used"] = json!(used);
+    }
+    if let Some(max) = refusal.max {
+        meta["max"] = json!(max);
+    }
+    if let Some(ms) = refusal.retry_after_ms {
+        meta["retry_after"] = json!(ms.div_ceil(1000).max(1));
+    }
+    let result = json!({
+        "content": [{"type": "text", "text": refusal.text}],
+        "isError": true,
+        "_meta": {"budgetgate": meta},
+    });
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#)
+}
+
+/// Counts the bytes of a value's compact JSON, stopping past `limit`.
+struct Counter {
+    bytes: u64,
+    limit: u64,
+}
+
+impl Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.bytes += buf.len() as u64;
+        if self.bytes > self.limit {
+            return Err(std::io::Error::other("over the limit"));
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Whether the compact JSON of `value` is over `limit` bytes (counted
+/// without building it).
+fn over_limit(value: &Value, limit: u64) -> bool {
+    let mut counter = Counter { bytes: 0, limit };
+    serde_json::to_writer(&mut counter, value).is_err()
+}
+
+/// A JSON-RPC id as the proxy keys it: its compact JSON, so that `"a"`
+/// and `"\u0061"` are one id.
+fn normal_id(raw: &RawValue) -> String {
+    serde_json::from_str::<Value>(raw.get())
+        .map_or_else(|_| raw.get().to_owned(), |v| v.to_string())
+}
+
+/// At most `max` characters of `text`, cut on a character boundary.
+fn shortened(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+// ------------------------------------------------------------------ proxy
+
+#[derive(Debug)]
+enum Pending {
+    /// A `tools/call` let through, with its reservation.
+    Call {
+        key: String,
+        tool: String,
+        cancelled: bool,
+    },
+    /// A `tools/list`, whose result is filtered.
+    List,
+    /// Any other request.
+    Other,
+}
+
+#[derive(Debug)]
+struct Approval {
+    /// The client's request id (raw JSON).
+    id: String,
+    key: String,
+    tool: String,
+    /// The request line, forwarded once approved.
+    line: String,
+    deadline_ms: u64,
+}
+
+/// The gateway's logic without I/O: lines in, [`Out`] messages out, the
+/// time passed in (milliseconds; the ledger's clock).
+pub struct Proxy<G> {
+    gate: G,
+    connection: String,
+    max_result_bytes: u64,
+    approval_timeout_ms: u64,
+    elicitation: bool,
+    pending: HashMap<String, Pending>,
+    approvals: HashMap<String, Approval>,
+    next_approval: u64,
+}
+
+impl<G: CallGate> Proxy<G> {
+    /// A proxy deciding with `gate`. `connection` names this client's MCP
+    /// session in the ledger's call ids (JSON-RPC ids are unique within
+    /// one connection only).
+    pub fn new(
+        gate: G,
+        connection: String,
+        max_result_bytes: u64,
+        approval_timeout_ms: u64,
+    ) -> Self {
+        Self {
+            gate,
+            connection,
+            max_result_bytes,
+            approval_timeout_ms,
+            elicitation: false,
+            pending: HashMap::new(),
+            approvals: HashMap::new(),
+            next_approval: 0,
+        }
+    }
+
+    /// Requests awaiting an answer (from the server or an approver).
+    pub fn in_flight(&self) -> usize {
+        self.pending.len() + self.approvals.len()
+    }
+
+    /// The gate.
+    pub fn gate(&self) -> &G {
+        &self.gate
+    }
+
+    /// When [`Self::on_tick`] next has something to do.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.approvals.values().map(|a| a.deadline_ms).min()
+    }
+
+    /// A line from the client.
+    pub fn on_client(&mut self, line: &[u8], now: u64) -> Vec<Out> {
+        let mut out = Vec::new();
+        let Ok(text) = std::str::from_utf8(line) else {
+            out.push(Out::Client(error_line(
+                "null",
+                PARSE_ERROR,
+                "Parse error: not UTF-8",
+            )));
+            return out;
+        };
+        let text = text.trim_end_matches(['\n', '\r']);
+        if text.trim().is_empty() {
+            return out;
+        }
+        if text.trim_start().starts_with('[') {
+            let items: Vec<&RawValue> = match serde_json::from_str(text) {
+                Ok(items) => items,
+                Err(e) => {
+                    out.push(Out::Client(error_line(
+                        "null",
+                        PARSE_ERROR,
+                        &format!("Parse error: {e}"),
+                    )));
+                    return out;
+                }
+            };
+            if items.is_empty() {
+                out.push(Out::Client(error_line(
+                    "null",
+                    INVALID_REQUEST,
+                    "Invalid Request: an empty batch",
+                )));
+                return out;
+            }
+            let mut forward = Vec::new();
+            for item in items {
+                let raw = item.get();
+                if self.client_one(raw, now, &mut out) {
+                    forward.push(raw);
+                }
+            }
+            if !forward.is_empty() {
+                out.push(Out::Server(format!("[{}]", forward.join(","))));
+            }
+        } else if self.client_one(text, now, &mut out) {
+            out.push(Out::Server(text.to_owned()));
+        }
+        out
+    }
+
+    /// The client sent a line longer than [`MAX_LINE`] (skipped).
+    pub fn on_client_too_long(&mut self) -> Vec<Out> {
+        vec![Out::Client(error_line(
+            "null",
+            INVALID_REQUEST,
+            &format!(
+                "Invalid Request: a message longer than {} MiB was refused",
+                MAX_LINE >> 20
+            ),
+        ))]
+    }
+
+    /// Reads one message from the client; `true`: forward its text.
+    fn client_one(&mut self, text: &str, now: u64, out: &mut Vec<Out>) -> bool {
+        let msg: Message<'_> = match serde_json::from_str(text) {
+            Ok(msg) => msg,
+            Err(e) => {
+                let (code, what) = if e.is_data() {
+                    (INVALID_REQUEST, "Invalid Request")
+                } else {
+                    (PARSE_ERROR, "Parse error")
+                };
+                // The id, when the line is a JSON object without a
+                // duplicate member (which id would be meant?).
+                let id = crate::strict::value_from_str(text)
+                    .ok()
+                    .and_then(|v| {
+                        v.get("id")
+                            .filter(|id| id.is_string() || id.is_number())
+                            .map(Value::to_string)
+                    })
+                    .unwrap_or_else(|| "null".into());
+                out.push(Out::Client(error_line(&id, code, &format!("{what}: {e}"))));
+                return false;
+            }
+        };
+        let id = msg.id.map(normal_id);
+        let id = id.as_deref();
+        if msg.jsonrpc.as_deref() != Some("2.0") {
+            out.push(Out::Client(error_line(
+                id.unwrap_or("null"),
+                INVALID_REQUEST,
+                "Invalid Request: `jsonrpc` must be \"2.0\"",
+            )));
+            return false;
+        }
+        match (msg.method.as_deref(), id) {
+            (Some(method), Some(id)) => {
+                if self.in_flight() >= MAX_PENDING {
+                    out.push(Out::Client(error_line(
+                        id,
+                        GATEWAY_ERROR,
+                        &format!("budgetgate: more than {MAX_PENDING} requests in flight"),
+                    )));
+                    return false;
+                }
+                match method {
+                    "tools/call" => return self.gate_call(id, msg.params, text, now, out),
+                    "initialize" => {
+                        self.elicitation = msg
+                            .params
+                            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+                            .is_some_and(|p| p["capabilities"].get("elicitation").is_some());
+                        self.pending.insert(id.to_owned(), Pending::Other);
+                    }
+                    "tools/list" => {
+                        self.pending.insert(id.to_owned(), Pending::List);
+                    }
+                    _ => {
+                        self.pending.insert(id.to_owned(), Pending::Other);
+                    }
+                }
+                true
+            }
+            (Some("notifications/cancelled"), None) => {
+                let target = msg
+                    .params
+                    .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+                    .and_then(|p| p.get("requestId").map(Value::to_string));
+                if let Some(target) = target {
+                    return self.cancel(&target, now, out);
+                }
+                true
+            }
+            (Some("tools/call"), None) => {
+                // A call that cannot be answered cannot be gated: dropped.
+                eprintln!("budgetgate mcp: a tools/call without an id was dropped (not forwarded)");
+                false
+            }
+            (Some(_), None) => true,
+            (None, Some(id)) if msg.result.is_some() || msg.error.is_some() => {
+                if let Some(approval) = self.approvals.remove(id) {
+                    self.approval_answer(approval, msg.result, now, out);
+                    return false;
+                }
+                true
+            }
+            _ => {
+                out.push(Out::Client(error_line(
+                    id.unwrap_or("null"),
+                    INVALID_REQUEST,
+                    "Invalid Request: neither a request, a notification nor a response",
+                )));
+                false
+            }
+        }
+    }
+
+    /// A client's `notifications/cancelled` for request `target`; `true`:
+    /// forward it (the server saw the request). A call still awaiting its
+    /// approval is dropped, and its question withdrawn from the client.
+    fn cancel(&mut self, target: &str, now: u64, out: &mut Vec<Out>) -> bool {
+        let waiting = self
+            .approvals
+            .iter()
+            .find(|(_, a)| a.id == target)
+            .map(|(k, _)| k.clone());
+        if let Some(eid) = waiting {
+            if let Some(a) = self.approvals.remove(&eid) {
+                self.roll_back(&a.key, now);
+                out.push(Out::Client(format!(
+                    r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{eid},"reason":"the call was cancelled"}}}}"#
+                )));
+            }
+            return false;
+        }
+        if let Some(Pending::Call { key, cancelled, .. }) = self.pending.get_mut(target) {
+            if !*cancelled {
+                *cancelled = true;
+                let key = key.clone();
+                self.roll_back(&key, now);
+            }
+        }
+        true
+    }
+
+    fn roll_back(&mut self, key: &str, now: u64) {
+        if let Err(e) = self.gate.roll_back(key, now) {
+            eprintln!("budgetgate mcp: rolling back {key}: {e}");
+        }
+    }
+
+    fn commit(&mut self, key: &str, tool: &str, now: u64) {
+        if let Err(e) = self.gate.commit(key, tool, now) {
+            eprintln!("budgetgate mcp: committing {key}: {e}");
+        }
+    }
+
+    /// Decides a `tools/call`; `true`: forward it now.
+    fn gate_call(
+        &mut self,
+        id: &str,
+        params: Option<&RawValue>,
+        text: &str,
+        now: u64,
+        out: &mut Vec<Out>,
+    ) -> bool {
+        let params: Value = params
+            .and_then(|p| serde_json::from_str(p.get()).ok())
+            .unwrap_or(Value::Null);
+        let Some(name) = params.get("name").and_then(Value::as_str) else {
+            out.push(Out::Client(error_line(
+                id,
+                INVALID_PARAMS,
+                "Invalid params: tools/call needs a string `name`",
+            )));
+            return false;
+        };
+        let empty = json!({});
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => &empty,
+            Some(a @ Value::Object(_)) => a,
+            Some(_) => {
+                out.push(Out::Client(error_line(
+                    id,
+                    INVALID_PARAMS,
+                    "Invalid params: tools/call `arguments` must be an object",
+                )));
+                return false;
+            }
+        };
+        let key = format!("mcp/{}/{id}", self.connection);
+        let shown_id = format!("the request id {id}");
+        let call = ToolCall {
+            name,
+            input: arguments,
+            call_id: &key,
+            shown_id: &shown_id,
+        };
+        let verdict = match self.gate.decide(&call, now) {
+            Ok(v) => v,
+            Err(e) => {
+                let refusal = Refusal::worded(
+                    "gate-error",
+                    &format!("the budget could not be checked ({e})"),
+                    "Not executed (the gate fails closed). Tell the user the budget gate is not working.",
+                    "",
+                );
+                out.push(Out::Client(refused_line(id, &refusal)));
+                return false;
+            }
+        };
+        match verdict {
+            Verdict::Refuse(refusal) => {
+                out.push(Out::Client(refused_line(id, &refusal)));
+                false
+            }
+            Verdict::Run => {
+                self.pending.insert(
+                    id.to_owned(),
+                    Pending::Call {
+                        key,
+                        tool: name.to_owned(),
+                        cancelled: false,
+                    },
+                );
+                true
+            }
+            Verdict::Ask(_) if !self.elicitation => {
+                // The attempt counts, as a refused approval does.
+                self.commit(&key, name, now);
+                let refusal = Refusal::worded(
+                    "approval-refused",
+                    &format!(
+                        "{name} needs a person's approval (needs_approval in the budget), and this client cannot ask one: it did not declare the elicitation capability"
+                    ),
+                    "Not executed. Do not repeat this call; tell the user it needs their approval.",
+                    "",
+                );
+                out.push(Out::Client(refused_line(id, &refusal)));
+                false
+            }
+            Verdict::Ask(_) => {
+                self.next_approval += 1;
+                let eid = format!("\"budgetgate-approval-{}\"", self.next_approval);
+                let shown = shortened(&arguments.to_string(), 400);
+                let request = json!({
+                    "message": format!(
+                        "budgetgate: the agent wants to call {name} with {shown}. Allow it?"
+                    ),
+                    "requestedSchema": {"type": "object", "properties": {}},
+                });
+                out.push(Out::Client(format!(
+                    r#"{{"jsonrpc":"2.0","id":{eid},"method":"elicitation/create","params":{request}}}"#
+                )));
+                self.approvals.insert(
+                    eid,
+                    Approval {
+                        id: id.to_owned(),
+                        key,
+                        tool: name.to_owned(),
+                        line: text.to_owned(),
+                        deadline_ms: now.saturating_add(self.approval_timeout_ms),
+                    },
+                );
+                false
+            }
+        }
+    }
+
+    fn approval_answer(
+        &mut self,
+        approval: Approval,
+        result: Option<&RawValue>,
+        now: u64,
+        out: &mut Vec<Out>,
+    ) {
+        let action = result
+            .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+            .and_then(|r| r.get("action").and_then(Value::as_str).map(str::to_owned));
+        if action.as_deref() == Some("accept") {
+            out.push(Out::Server(approval.line));
+            self.pending.insert(
+                approval.id,
+                Pending::Call {
+                    key: approval.key,
+                    tool: approval.tool,
+                    cancelled: false,
+                },
+            );
+            return;
+        }
+        let answer = match action.as_deref() {
+            Some("decline") => "the person declined it",
+            Some("cancel") => "the person dismissed the request",
+            _ => "the client could not ask",
+        };
+        self.refuse_approval(approval, answer, now, out);
+    }
+
+    fn refuse_approval(&mut self, approval: Approval, answer: &str, now: u64, out: &mut Vec<Out>) {
+        self.commit(&approval.key, &approval.tool, now);
+        let refusal = Refusal::new(
+            budgetgate_core::turn::RefusalReason::ApprovalRefused,
+            &format!(
+                "{} needs a person's approval (needs_approval in the budget), and {answer}",
+                approval.tool
+            ),
+        );
+        out.push(Out::Client(refused_line(&approval.id, &refusal)));
+    }
+
+    /// Refuses the calls whose approval is past its deadline.
+    pub fn on_tick(&mut self, now: u64) -> Vec<Out> {
+        let mut out = Vec::new();
+        let late: Vec<String> = self
+            .approvals
+            .iter()
+            .filter(|(_, a)| a.deadline_ms <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for eid in late {
+            if let Some(approval) = self.approvals.remove(&eid) {
+                out.push(Out::Client(format!(
+                    r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{eid},"reason":"no answer in time"}}}}"#
+                )));
+                let answer = format!(
+                    "no answer came within {} s",
+                    self.approval_timeout_ms.div_ceil(1000)
+                );
+                self.refuse_approval(approval, &answer, now, &mut out);
+            }
+        }
+        out
+    }
+
+    /// A line from the server.
+    pub fn on_server(&mut self, line: &[u8], now: u64) -> Vec<Out> {
+        let Ok(text) = std::str::from_utf8(line) else {
+            eprintln!("budgetgate mcp: the server sent a line that is not UTF-8 (dropped)");
+            return Vec::new();
+        };
+        let text = text.trim_end_matches(['\n', '\r']);
+        if text.trim().is_empty() {
+            return Vec::new();
+        }
+        if text.trim_start().starts_with('[') {
+            let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(text) else {
+                eprintln!("budgetgate mcp: the server sent a line that is not JSON (dropped)");
+                return Vec::new();
+            };
+            let mut changed = false;
+            let parts: Vec<String> = items
+                .iter()
+                .map(|item| match self.server_one(item.get(), now) {
+                    Some(new) => {
+                        changed = true;
+                        new
+                    }
+                    None => item.get().to_owned(),
+                })
+                .collect();
+            if changed {
+                return vec![Out::Client(format!("[{}]", parts.join(",")))];
+            }
+            return vec![Out::Client(text.to_owned())];
+        }
+        match serde_json::from_str::<Message<'_>>(text) {
+            Err(e) => {
+                eprintln!("budgetgate mcp: the server sent a line that is not a JSON-RPC message ({e}; dropped)");
+                Vec::new()
+            }
+            Ok(msg) => match self.server_message(text, &msg, now) {
+                Some(new) => vec![Out::Client(new)],
+                None => vec![Out::Client(text.to_owned())],
+            },
+        }
+    }
+
+    /// Reads one message from the server; `Some`: send this instead.
+    fn server_one(&mut self, text: &str, now: u64) -> Option<String> {
+        let msg: Message<'_> = serde_json::from_str(text).ok()?;
+        self.server_message(text, &msg, now)
+    }
+
+    fn server_message(&mut self, text: &str, msg: &Message<'_>, now: u64) -> Option<String> {
+        if msg.method.is_some() {
+            return None;
+        }
+        let id = normal_id(msg.id?);
+        let id = id.as_str();
+        match self.pending.remove(id)? {
+            Pending::Other => None,
+            Pending::Call {
+                key,
+                tool,
+                cancelled,
+            } => {
+                if cancelled {
+                    return None;
+                }
+                let Some(result) = msg.result else {
+                    self.roll_back(&key, now);
+                    return None;
+                };
+                self.commit(&key, &tool, now);
+                let value: Value = serde_json::from_str(result.get()).ok()?;
+                if !over_limit(&value, self.max_result_bytes) {
+                    return None;
+                }
+                let mut refusal = Refusal::worded("tool-error", "", "", "");
+                refusal.text = format!(
+                    "budgetgate withheld this result (tool-error): {tool} ran, but its result is over the budget's bound of {} bytes of compact JSON (max_result_bytes), so it was not passed on. Ask for less at a time (a smaller range, a filter, a summary).",
+                    self.max_result_bytes
+                );
+                refusal.limit = Some("max_result_bytes".into());
+                refusal.max = Some(self.max_result_bytes);
+                Some(refused_line(id, &refusal))
+            }
+            Pending::List => {
+                let mut value: Value = serde_json::from_str(text).ok()?;
+                let tools = value.get_mut("result")?.get_mut("tools")?.as_array_mut()?;
+                let before = tools.len();
+                tools.retain(|t| {
+                    !t.get("name")
+                        .and_then(Value::as_str)
+                        .is_some_and(|n| self.gate.denied(n))
+                });
+                (tools.len() != before).then(|| value.to_string())
+            }
+        }
+    }
+
+    /// The server is gone (`why`): every request awaiting it or an
+    /// approver is answered with an error, and their reservations given back.
+    pub fn on_server_exit(&mut self, why: &str, now: u64) -> Vec<Out> {
+        let mut out = Vec::new();
+        let message = format!("budgetgate: the MCP server {why} before answering");
+        let mut pending: Vec<(String, Pending)> = self.pending.drain().collect();
+        pending.sort_by(|a, b| a.0.cmp(&b.0));
+        for (id, p) in pending {
+            if let Pending::Call {
+                key,
+                cancelled: false,
+                ..
+            } = &p
+            {
+                self.roll_back(key, now);
+            }
+            out.push(Out::Client(error_line(&id, GATEWAY_ERROR, &message)));
+        }
+        let approvals: Vec<Approval> = self.approvals.drain().map(|(_, a)| a).collect();
+        for a in approvals {
+            self.roll_back(&a.key, now);
+            out.push(Out::Client(error_line(&a.id, GATEWAY_ERROR, &message)));
+        }
+        out
+    }
+
+    /// The client is gone. Calls the server was running may have run
+    /// (the server is stopped next, not asked): they count, as the safe
+    /// side. Calls still awaiting approval never reached it: given back.
+    pub fn on_client_closed(&mut self, now: u64) {
+        let running: Vec<(String, String)> = self
+            .pending
+            .drain()
+            .filter_map(|(_, p)| match p {
+                Pending::Call {
+                    key,
+                    tool,
+                    cancelled: false,
+                } => Some((key, tool)),
+                _ => None,
+            })
+            .collect();
+        for (key, tool) in running {
+            self.commit(&key, &tool, now);
+        }
+        let asked: Vec<String> = self.approvals.drain().map(|(_, a)| a.key).collect();
+        for key in asked {
+            self.roll_back(&key, now);
+        }
+    }
+}
+
+// ------------------------------------------------------------------ I/O
+
+/// What a reader thread hands the proxy.
+#[derive(Debug)]
+pub enum Event {
+    /// A line from the client (newline removed).
+    Client(Vec<u8>),
+    /// The client sent a line over [`MAX_LINE`].
+    ClientTooLong,
+    /// The client closed its end (or it could not be read).
+    ClientClosed,
+    /// A line from the server.
+    Server(Vec<u8>),
+    /// The server sent a line over [`MAX_LINE`].
+    ServerTooLong,
+    /// The server closed its stdout.
+    ServerClosed,
+}
+
+/// Reads `input` line by line into `tx`, waking the proxy through `wake`
+/// after each: lines over `max` are skipped as they are read (at most
+/// `max` bytes are ever held) and reported by `too_long`; the end (or a
+/// read error) by `closed`.
+pub fn read_lines(
+    input: impl Read,
+    max: usize,
+    tx: &SyncSender<Event>,
+    wake: &SyncSender<()>,
+    line: fn(Vec<u8>) -> Event,
+    too_long: fn() -> Event,
+    closed: fn() -> Event,
+) {
+    let send = |event: Event| {
+        let sent = tx.send(event).is_ok();
+        // A full wake channel means the proxy is woken already.
+        let _ = wake.try_send(());
+        sent
+    };
+    let mut reader = BufReader::with_capacity(1 << 16, input);
+    let mut buf = Vec::new();
+    let mut skipping = false;
+    loop {
+        let chunk = match reader.fill_buf() {
+            Ok([]) | Err(_) => break,
+            Ok(chunk) => chunk,
+        };
+        let (part, end) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(at) => (&chunk[..at], Some(at + 1)),
+            None => (chunk, None),
+        };
+        if !skipping {
+            if buf.len() + part.len() > max {
+                skipping = true;
+                buf = Vec::new();
+            } else {
+                buf.extend_from_slice(part);
+            }
+        }
+        let used = end.unwrap_or(chunk.len());
+        reader.consume(used);
+        if end.is_some() {
+            let event = if skipping {
+                too_long()
+            } else {
+                line(std::mem::take(&mut buf))
+            };
+            skipping = false;
+            if !send(event) {
+                return;
+            }
+        }
+    }
+    if skipping {
+        send(too_long());
+    } else if !buf.is_empty() {
+        send(line(buf));
+    }
+    send(closed());
+}
+
+/// How [`serve`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// The client closed its stdin (or stopped reading).
+    ClientClosed,
+    /// The server closed its stdout or exited (`why`).
+    ServerGone(String),
+}
+
+/// The wall clock in milliseconds (the ledger's clock).
+fn now() -> u64 {
+    crate::hook::now_ms()
+}
+
+/// Runs `proxy` between the client (`client_in`, `client_out`) and the
+/// server (`server_in`, `server_out`) until one side ends. `server_exited`
+/// is polled a few times a second and tells whether (and how) the server
+/// process ended.
+pub fn serve<G: CallGate>(
+    proxy: &mut Proxy<G>,
+    client_in: impl Read + Send + 'static,
+    client_out: &mut dyn Write,
+    server_in: impl Write + Send + 'static,
+    server_out: impl Read + Send + 'static,
+    server_exited: &mut dyn FnMut() -> Option<String>,
+) -> Ending {
+    // One bounded channel per input, and one to the server's writer. The
+    // proxy never blocks on the server's stdin: what does not fit waits in
+    // `backlog` (at most one client message's worth), and while it waits no
+    // client message is taken, but the server's output still is — so a
+    // server blocked writing its stdout can always go on, and a client or
+    // server that floods only fills its own pipe.
+    let (wake_tx, wake) = sync_channel::<()>(1);
+    let (client_tx, client_rx) = sync_channel::<Event>(CHANNEL_MESSAGES);
+    let (server_tx, server_rx) = sync_channel::<Event>(CHANNEL_MESSAGES);
+    let w = wake_tx.clone();
+    std::thread::spawn(move || {
+        read_lines(
+            client_in,
+            MAX_LINE,
+            &client_tx,
+            &w,
+            Event::Client,
+            || Event::ClientTooLong,
+            || Event::ClientClosed,
+        );
+    });
+    let w = wake_tx.clone();
+    std::thread::spawn(move || {
+        read_lines(
+            server_out,
+            MAX_LINE,
+            &server_tx,
+            &w,
+            Event::Server,
+            || Event::ServerTooLong,
+            || Event::ServerClosed,
+        );
+    });
+    let (to_server, from_proxy) = sync_channel::<String>(CHANNEL_MESSAGES);
+    // Set while the backlog waits for room: only then does each write wake
+    // the proxy (a wake per message would cost every message a thread hop).
+    let waiting = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer_waiting = std::sync::Arc::clone(&waiting);
+    std::thread::spawn(move || {
+        let mut server_in = server_in;
+        for line in from_proxy {
+            if server_in
+                .write_all(line.as_bytes())
+                .and_then(|()| server_in.write_all(b"\n"))
+                .and_then(|()| server_in.flush())
+                .is_err()
+            {
+                return;
+            }
+            if writer_waiting.load(std::sync::atomic::Ordering::Acquire) {
+                let _ = wake_tx.try_send(());
+            }
+        }
+        // Dropping `server_in` closes the server's stdin.
+    });
+    let mut backlog: std::collections::VecDeque<String> = std::collections::VecDeque::new();
+    let mut exited_at: Option<(Instant, String)> = None;
+    loop {
+        while let Some(line) = backlog.pop_front() {
+            match to_server.try_send(line) {
+                Ok(()) => {}
+                Err(std::sync::mpsc::TrySendError::Full(line)) => {
+                    backlog.push_front(line);
+                    break;
+                }
+                // The server is gone; its end comes as ServerClosed.
+                Err(std::sync::mpsc::TrySendError::Disconnected(_)) => backlog.clear(),
+            }
+        }
+        waiting.store(!backlog.is_empty(), std::sync::atomic::Ordering::Release);
+        let event = match server_rx.try_recv() {
+            Ok(e) => Some(e),
+            Err(_) if backlog.is_empty() => client_rx.try_recv().ok(),
+            Err(_) => None,
+        };
+        if proxy.next_deadline().is_some_and(|d| d <= now()) {
+            let outs = proxy.on_tick(now());
+            if write_client(client_out, &outs).is_err() {
+                proxy.on_client_closed(now());
+                return Ending::ClientClosed;
+            }
+        }
+        let Some(event) = event else {
+            // Nothing to do: a server that exited while something still
+            // holds its stdout open gets a moment for its last lines.
+            match &exited_at {
+                None => {
+                    if let Some(why) = server_exited() {
+                        exited_at = Some((Instant::now(), why));
+                    }
+                }
+                Some((at, why)) if at.elapsed() > Duration::from_millis(500) => {
+                    let why = why.clone();
+                    let outs = proxy.on_server_exit(&why, now());
+                    let _ = write_client(client_out, &outs);
+                    return Ending::ServerGone(why);
+                }
+                Some(_) => {}
+            }
+            let wait = proxy
+                .next_deadline()
+                .map_or(200, |d| d.saturating_sub(now()).clamp(1, 200));
+            let _ = wake.recv_timeout(Duration::from_millis(wait));
+            continue;
+        };
+        let outs = match event {
+            Event::Client(line) => proxy.on_client(&line, now()),
+            Event::ClientTooLong => proxy.on_client_too_long(),
+            Event::ClientClosed => {
+                proxy.on_client_closed(now());
+                return Ending::ClientClosed;
+            }
+            Event::Server(line) => proxy.on_server(&line, now()),
+            Event::ServerTooLong => {
+                eprintln!(
+                    "budgetgate mcp: the server sent a message longer than {} MiB (dropped)",
+                    MAX_LINE >> 20
+                );
+                Vec::new()
+            }
+            Event::ServerClosed => {
+                // A process that closed its stdout is usually exiting: give
+                // it a moment, so the answer can name how it ended.
+                let until = Instant::now() + Duration::from_millis(500);
+                let why = loop {
+                    if let Some(why) = server_exited() {
+                        break why;
+                    }
+                    if Instant::now() >= until {
+                        break "closed its stdout".to_owned();
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                };
+                let outs = proxy.on_server_exit(&why, now());
+                if write_client(client_out, &outs).is_err() {
+                    return Ending::ClientClosed;
+                }
+                return Ending::ServerGone(why);
+            }
+        };
+        let mut to_client = Vec::new();
+        for out in outs {
+            match out {
+                Out::Server(line) => backlog.push_back(line),
+                client => to_client.push(client),
+            }
+        }
+        if write_client(client_out, &to_client).is_err() {
+            proxy.on_client_closed(now());
+            return Ending::ClientClosed;
+        }
+    }
+}
+
+fn write_client(client_out: &mut dyn Write, outs: &[Out]) -> std::io::Result<()> {
+    let mut wrote = false;
+    for out in outs {
+        if let Out::Client(line) = out {
+            client_out.write_all(line.as_bytes())?;
+            client_out.write_all(b"\n")?;
+            wrote = true;
+        }
+    }
+    if wrote {
+        client_out.flush()?;
+    }
+    Ok(())
+}
+
+/// The default session of a command line: `mcp-`, the command's file name
+/// (letters, digits, `-`, `_`, `.` kept, at most 32) and 16 hex digits of a
+/// 64-bit FNV-1a hash of the whole command line (arguments separated by
+/// NUL), so the same server started the same way draws from the same
+/// budget.
+pub fn default_session(command: &[String]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in command.join("\0").bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    let base: String = command
+        .first()
+        .map(|c| c.rsplit('/').next().unwrap_or(c))
+        .unwrap_or("")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(32)
+        .collect();
+    format!("mcp-{base}-{hash:016x}")
+}
+
+/// Opens the ledger named by `--ledger`: `redis://…` (or `rediss://…`
+/// where the client supports it), `sqlite:FILE`, or a state folder.
+pub fn open_ledger(url: Option<&str>, wait: Duration) -> Result<Backend, String> {
+    let shown = |e: StoreError| e.to_string();
+    match url {
+        None => Store::open(&state_dir(None), wait)
+            .map(Backend::Sqlite)
+            .map_err(shown),
+        Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
+            crate::ledger_redis::RedisStore::open(url, wait)
+                .map(Backend::Redis)
+                .map_err(shown)
+        }
+        Some(url) => match url.strip_prefix("sqlite:") {
+            Some(file) => {
+                let file = std::path::Path::new(file);
+                if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                }
+                Store::open_file(file, wait)
+                    .map(Backend::Sqlite)
+                    .map_err(shown)
+            }
+            None if url.contains("://") => Err(format!(
+                "--ledger {url}: not a ledger this build reads (redis://HOST:PORT/DB, sqlite:FILE or a state folder)"
+            )),
+            None => Store::open(std::path::Path::new(url), wait)
+                .map(Backend::Sqlite)
+                .map_err(shown),
+        },
+    }
+}
+
+/// Kills the server and its process group (what it started), and reaps it.
+fn kill(child: &mut Child) {
+    #[cfg(unix)]
+    if let Some(pid) = i32::try_from(child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn describe_exit(child: &mut Child) -> Option<String> {
+    let status = child.try_wait().ok()??;
+    Some(match status.code() {
+        Some(code) => format!("exited with status {code}"),
+        None => {
+            #[cfg(unix)]
+            {
+                use std::os::unix::process::ExitStatusExt;
+                match status.signal() {
+                    Some(sig) => format!("was killed by signal {sig}"),
+                    None => "exited".to_owned(),
+                }
+            }
+            #[cfg(not(unix))]
+            {
+                "exited".to_owned()
+            }
+        }
+    })
+}
+
+/// `budgetgate mcp`: exit 0 when the client closed stdin (the server was
+/// stopped), 2 when the gateway cannot start (budget, ledger, command),
+/// [`EXIT_SERVER_GONE`] when the server exited or crashed first.
+pub fn command(args: &McpArgs) -> ExitCode {
+    let fail = |what: String| {
+        eprintln!(
+            "budgetgate mcp: {}; not started (fail closed)",
+            crate::term::terminal_safe(&what)
+        );
+        ExitCode::from(2)
+    };
+    let budget = match &args.budget {
+        None => ReplayBudget::default(),
+        Some(path) => {
+            let text = std::fs::File::open(path)
+                .map_err(|e| e.to_string())
+                .and_then(|f| crate::replay::read_limited(f, 1 << 20, "budget file"))
+                .and_then(|t| crate::replay::budget::parse_budget(&t));
+            match text {
+                Ok(b) => b,
+                Err(e) => return fail(format!("budget {}: {e}", path.display())),
+            }
+        }
+    };
+    let store = match open_ledger(args.ledger.as_deref(), Duration::from_secs(5)) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let session = args
+        .session
+        .clone()
+        .unwrap_or_else(|| default_session(&args.command));
+    if session.is_empty() || session.chars().count() > 256 || session.chars().any(char::is_control)
+    {
+        return fail("--session must be 1 to 256 characters without control characters".into());
+    }
+    let mut server = Command::new(&args.command[0]);
+    server
+        .args(&args.command[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        server.process_group(0);
+    }
+    let mut child = match server.spawn() {
+        Ok(c) => c,
+        Err(e) => return fail(format!("starting {:?}: {e}", args.command[0])),
+    };
+    let (Some(server_in), Some(server_out)) = (child.stdin.take(), child.stdout.take()) else {
+        kill(&mut child);
+        return fail("the server's pipes could not be opened".into());
+    };
+    let max_result_bytes = budget.max_result_bytes;
+    let gate = LedgerGate::on(store, budget, session, args.reservation_ttl * 1000);
+    let connection = format!("{}-{}", std::process::id(), now());
+    let mut proxy = Proxy::new(
+        gate,
+        connection,
+        max_result_bytes,
+        args.approval_timeout * 1000,
+    );
+    let stdout = std::io::stdout();
+    let mut client_out = stdout.lock();
+    let ending = serve(
+        &mut proxy,
+        std::io::stdin(),
+        &mut client_out,
+        server_in,
+        server_out,
+        &mut || describe_exit(&mut child),
+    );
+    match ending {
+        Ending::ClientClosed => {
+            // The server's stdin is closed by now (its writer ended with the
+            // proxy's channel); give it the deadline, then kill it.
+            let deadline = Instant::now() + Duration::from_millis(args.shutdown_ms);
+            while Instant::now() < deadline {
+                if describe_exit(&mut child).is_some() {
+                    // What it started and left behind goes with it.
+                    kill(&mut child);
+                    return ExitCode::SUCCESS;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            kill(&mut child);
+            eprintln!(
+                "budgetgate mcp: the server did not exit within {} ms of the client closing stdin; killed",
+                args.shutdown_ms
+            );
+            ExitCode::SUCCESS
+        }
+        Ending::ServerGone(why) => {
+            let why = describe_exit(&mut child).unwrap_or(why);
+            kill(&mut child);
+            eprintln!(
+                "budgetgate mcp: the MCP server {why}; the gateway ends (exit {EXIT_SERVER_GONE})"
+            );
+            ExitCode::from(EXIT_SERVER_GONE)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Setup {
+        dir: tempfile::TempDir,
+    }
+
+    impl Setup {
+        fn new() -> Self {
+            Self {
+                dir: tempfile::tempdir().expect("temp dir"),
+            }
+        }
+        fn gate(&self, budget: &str, ttl_ms: u64) -> LedgerGate {
+            let store = Store::open(self.dir.path(), Duration::from_secs(5)).expect("ledger");
+            let budget = crate::replay::budget::parse_budget(budget).expect("budget");
+            LedgerGate::new(store, budget, "s".into(), ttl_ms)
+        }
+        fn proxy(&self, budget: &str) -> Proxy<LedgerGate> {
+            let gate = self.gate(budget, 60_000);
+            let max = gate.budget.max_result_bytes;
+            Proxy::new(gate, "c1".into(), max, 1_000)
+        }
+        fn used(&self) -> (u64, u64) {
+            let store = Store::open(self.dir.path(), Duration::from_secs(5)).expect("ledger");
+            let l = store.list().expect("list");
+            let ledger = l[0].ledger.as_ref().expect("record");
+            (
+                ledger.used(budgetgate_core::budget::Limit::ToolCalls),
+                ledger.reserved(budgetgate_core::budget::Limit::ToolCalls),
+            )
+        }
+    }
+
+    const T0: u64 = 1_000_000;
+    const BUDGET: &str = "[budget]\nmax_seconds = 3600\nmax_tool_calls = 2\n";
+
+    fn call(id: u64, tool: &str, args: Value) -> Vec<u8> {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": tool, "arguments": args}})
+        .to_string()
+        .into_bytes()
+    }
+
+    fn answer(id: u64, result: Value) -> Vec<u8> {
+        json!({"jsonrpc": "2.0", "id": id, "result": result})
+            .to_string()
+            .into_bytes()
+    }
+
+    fn client(outs: &[Out]) -> Vec<Value> {
+        outs.iter()
+            .filter_map(|o| match o {
+                Out::Client(l) => Some(serde_json::from_str(l).expect("JSON")),
+                Out::Server(_) => None,
+            })
+            .collect()
+    }
+
+    fn server(outs: &[Out]) -> Vec<&str> {
+        outs.iter()
+            .filter_map(|o| match o {
+                Out::Server(l) => Some(l.as_str()),
+                Out::Client(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn what_is_not_gated_passes_through_unchanged_both_ways() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        for line in [
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc": "2.0", "id": "p", "method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{"uri":"x:/é"}}"#,
+            r#"{"jsonrpc":"2.0","id":10,"method":"no/such/method","extra":[1,2.50]}"#,
+            r#"{"jsonrpc":"2.0","id":"srv-1","result":{"action":"accept"}}"#,
+            r#"[{"jsonrpc":"2.0","id":11,"method":"ping"},{"jsonrpc":"2.0","method":"x"}]"#,
+        ] {
+            let outs = p.on_client(line.as_bytes(), T0);
+            assert_eq!(outs, [Out::Server(line.into())], "{line}");
+        }
+        for line in [
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}"#,
+            r#"{"jsonrpc":"2.0","id":"srv-2","method":"sampling/createMessage","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":"srv-3","method":"elicitation/create","params":{}}"#,
+            r#"{"result":{},"jsonrpc":"2.0","id":"p"}"#,
+            r#"[{"jsonrpc":"2.0","id":11,"result":{}}]"#,
+        ] {
+            let outs = p.on_server(line.as_bytes(), T0);
+            assert_eq!(outs, [Out::Client(line.into())], "{line}");
+        }
+        assert_eq!(p.in_flight(), 3, "initialize, 9 and 10 are still awaited");
+    }
+
+    #[test]
+    fn unreadable_lines_are_answered_and_never_forwarded() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        for (line, code, id) in [
+            ("garbage", PARSE_ERROR, Value::Null),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping""#,
+                PARSE_ERROR,
+                Value::Null,
+            ),
+            (r#"{"id":2,"method":"ping"}"#, INVALID_REQUEST, json!(2)),
+            (
+                r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#,
+                INVALID_REQUEST,
+                json!(3),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":4,"id":5,"method":"ping"}"#,
+                INVALID_REQUEST,
+                Value::Null,
+            ),
+            (r#"{"jsonrpc":"2.0","id":6}"#, INVALID_REQUEST, json!(6)),
+            (r#"[]"#, INVALID_REQUEST, Value::Null),
+            ("42", INVALID_REQUEST, Value::Null),
+        ] {
+            let outs = p.on_client(line.as_bytes(), T0);
+            assert!(server(&outs).is_empty(), "{line}");
+            let got = client(&outs);
+            assert_eq!(got.len(), 1, "{line}");
+            assert_eq!(got[0]["error"]["code"], code, "{line}: {}", got[0]);
+            assert_eq!(got[0]["id"], id, "{line}");
+        }
+        let outs = p.on_client(b"\xff\xfe{}", T0);
+        assert_eq!(client(&outs)[0]["error"]["code"], PARSE_ERROR);
+        let outs = p.on_client_too_long();
+        assert_eq!(client(&outs)[0]["error"]["code"], INVALID_REQUEST);
+        assert!(p.on_client(b"  \r\n", T0).is_empty());
+    }
+
+    #[test]
+    fn calls_are_reserved_then_committed_or_rolled_back() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        let outs = p.on_client(&call(1, "echo", json!({"m": 1})), T0);
+        assert_eq!(server(&outs).len(), 1);
+        assert_eq!(s.used(), (0, 1), "reserved while in flight");
+        let outs = p.on_client(&call(2, "echo", json!({"m": 2})), T0);
+        assert_eq!(server(&outs).len(), 1);
+        // Both attempts are held: a third is refused before any answer.
+        let outs = p.on_client(&call(3, "echo", json!({"m": 3})), T0);
+        let refused = &client(&outs)[0];
+        assert_eq!(refused["id"], 3);
+        assert_eq!(refused["result"]["isError"], true);
+        let meta = &refused["result"]["_meta"]["budgetgate"];
+        assert_eq!(meta["reason"], "tool-budget");
+        assert_eq!(
+            (meta["used"].clone(), meta["max"].clone()),
+            (json!(2), json!(2))
+        );
+        let text = refused["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("budgetgate refused this call (tool-budget): 2 of 2 tool calls used."),
+            "{text}"
+        );
+        // A result commits, a JSON-RPC error rolls back.
+        let ok = answer(1, json!({"content": [{"type": "text", "text": "1"}]}));
+        assert_eq!(
+            p.on_server(&ok, T0),
+            [Out::Client(String::from_utf8(ok.clone()).unwrap())]
+        );
+        let err = br#"{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"bad"}}"#;
+        assert_eq!(client(&p.on_server(err, T0))[0]["error"]["code"], -32602);
+        assert_eq!(s.used(), (1, 0));
+        // The rolled-back attempt is there again.
+        let outs = p.on_client(&call(4, "echo", json!({"m": 4})), T0);
+        assert_eq!(server(&outs).len(), 1);
+        // A request id used before is refused, whatever was decided then.
+        let outs = p.on_client(&call(3, "echo", json!({"m": 5})), T0);
+        assert_eq!(
+            client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"],
+            "duplicate-call-id"
+        );
+        // Ids are compared as JSON values, not as spelled.
+        let failed = br#"{"jsonrpc":"2.0","id":4,"error":{"code":-1,"message":"no"}}"#;
+        p.on_server(failed, T0);
+        let spelled = br#"{"jsonrpc":"2.0","id":"\u0061","method":"tools/call","params":{"name":"echo","arguments":{"m":6}}}"#;
+        assert_eq!(server(&p.on_client(spelled, T0)).len(), 1);
+        let again = br#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"echo","arguments":{"m":7}}}"#;
+        let reason = &client(&p.on_client(again, T0))[0]["result"]["_meta"]["budgetgate"]["reason"];
+        assert_eq!(reason, "duplicate-call-id");
+        let answered = br#"{"jsonrpc":"2.0","id":"a","result":{"content":[]}}"#;
+        assert_eq!(client(&p.on_server(answered, T0)).len(), 1);
+        assert_eq!(
+            s.used(),
+            (2, 0),
+            "the answer to the id spelled another way committed it"
+        );
+    }
+
+    #[test]
+    fn wall_time_since_the_sessions_first_call_ends_every_call() {
+        let s = Setup::new();
+        let mut p = s.proxy("[budget]\nmax_seconds = 1\n");
+        assert_eq!(
+            server(&p.on_client(&call(1, "t", json!({"i": 1})), T0)).len(),
+            1
+        );
+        assert_eq!(
+            server(&p.on_client(&call(2, "t", json!({"i": 2})), T0 + 999)).len(),
+            1
+        );
+        let outs = p.on_client(&call(3, "t", json!({"i": 3})), T0 + 1_000);
+        let refused = &client(&outs)[0]["result"];
+        assert_eq!(refused["_meta"]["budgetgate"]["reason"], "budget-exhausted");
+        assert_eq!(refused["_meta"]["budgetgate"]["limit"], "time_ms");
+        let text = refused["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("session time_ms budget exhausted (1000 of 1000 ms)"),
+            "{text}"
+        );
+        assert!(text.ends_with("do not retry."), "{text}");
+    }
+
+    #[test]
+    fn a_cancelled_call_gives_its_reservation_back_and_the_notice_is_forwarded() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        p.on_client(&call(1, "slow", json!({})), T0);
+        assert_eq!(s.used(), (0, 1));
+        let cancel = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"user"}}"#;
+        let outs = p.on_client(cancel, T0);
+        assert_eq!(server(&outs), [std::str::from_utf8(cancel).unwrap()]);
+        assert_eq!(s.used(), (0, 0));
+        // A late answer passes on (the client ignores it) and counts nothing.
+        let late = answer(1, json!({"content": []}));
+        assert_eq!(client(&p.on_server(&late, T0)).len(), 1);
+        assert_eq!(s.used(), (0, 0));
+    }
+
+    #[test]
+    fn approval_asks_the_client_by_elicitation_when_it_can() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"send_mail\"]\n";
+        let mut p = s.proxy(budget);
+        // Without the capability: refused, and the reason says why.
+        p.on_client(
+            br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}"#,
+            T0,
+        );
+        let outs = p.on_client(&call(1, "send_mail", json!({"to": "a"})), T0);
+        let text = client(&outs)[0]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            text.contains("did not declare the elicitation capability"),
+            "{text}"
+        );
+        assert!(server(&outs).is_empty());
+        // With it: accept forwards the call unchanged, decline refuses it.
+        p.on_client(br#"{"jsonrpc":"2.0","id":"i2","method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#, T0);
+        let line = call(2, "send_mail", json!({"to": "b"}));
+        let outs = p.on_client(&line, T0);
+        assert!(server(&outs).is_empty());
+        let ask = &client(&outs)[0];
+        assert_eq!(ask["method"], "elicitation/create");
+        assert!(ask["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("send_mail"));
+        let eid = ask["id"].clone();
+        let accept =
+            json!({"jsonrpc": "2.0", "id": eid, "result": {"action": "accept", "content": {}}});
+        let outs = p.on_client(accept.to_string().as_bytes(), T0);
+        assert_eq!(outs, [Out::Server(String::from_utf8(line).unwrap())]);
+        let outs = p.on_client(&call(3, "send_mail", json!({"to": "c"})), T0);
+        let eid = client(&outs)[0]["id"].clone();
+        let decline = json!({"jsonrpc": "2.0", "id": eid, "result": {"action": "decline"}});
+        let outs = p.on_client(decline.to_string().as_bytes(), T0);
+        let refused = &client(&outs)[0];
+        assert_eq!(refused["id"], 3);
+        assert_eq!(
+            refused["result"]["_meta"]["budgetgate"]["reason"],
+            "approval-refused"
+        );
+        // A call cancelled while its approval is asked: dropped, the question
+        // withdrawn, nothing sent to the server.
+        p.on_client(&call(5, "send_mail", json!({"to": "e"})), T0);
+        let cancel =
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}"#;
+        let outs = p.on_client(cancel, T0);
+        assert!(server(&outs).is_empty());
+        assert_eq!(client(&outs)[0]["method"], "notifications/cancelled");
+        assert_eq!(p.next_deadline(), None);
+        // No answer within the deadline: refused, and the request withdrawn.
+        p.on_client(&call(4, "send_mail", json!({"to": "d"})), T0);
+        assert_eq!(p.next_deadline(), Some(T0 + 1_000));
+        assert!(p.on_tick(T0 + 999).is_empty());
+        let outs = client(&p.on_tick(T0 + 1_000));
+        assert_eq!(outs[0]["method"], "notifications/cancelled");
+        assert_eq!(outs[1]["id"], 4);
+        assert!(outs[1]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("no answer came within 1 s"));
+    }
+
+    #[test]
+    fn results_over_the_bound_are_replaced_and_denied_tools_are_not_listed() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 3600\nmax_result_bytes = 40\n[tools]\nmax_calls = { rm = 0 }\n";
+        let mut p = s.proxy(budget);
+        p.on_client(&call(1, "big", json!({})), T0);
+        // 41 bytes of compact JSON, whatever the server's spacing.
+        let result = json!({"content": [{"type": "text", "text": "ééééééééé"}]});
+        assert!(result.to_string().len() > 40);
+        let outs = client(&p.on_server(&answer(1, result), T0));
+        let text = outs[0]["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("over the budget's bound of 40 bytes"),
+            "{text}"
+        );
+        assert_eq!(outs[0]["result"]["isError"], true);
+        p.on_client(&call(2, "small", json!({})), T0);
+        let small = answer(2, json!({"content": []}));
+        assert_eq!(
+            client(&p.on_server(&small, T0))[0]["result"],
+            json!({"content": []})
+        );
+        p.on_client(br#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#, T0);
+        let list = answer(3, json!({"tools": [{"name": "ls"}, {"name": "rm"}]}));
+        let outs = client(&p.on_server(&list, T0));
+        assert_eq!(outs[0]["result"]["tools"], json!([{"name": "ls"}]));
+        let outs = p.on_client(&call(4, "rm", json!({})), T0);
+        assert_eq!(
+            client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"],
+            "tool-cap"
+        );
+    }
+
+    #[test]
+    fn a_server_gone_mid_call_answers_every_pending_request() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        p.on_client(&call(1, "slow", json!({})), T0);
+        p.on_client(
+            br#"{"jsonrpc":"2.0","id":"r","method":"resources/list"}"#,
+            T0,
+        );
+        let outs = client(&p.on_server_exit("was killed by signal 9", T0));
+        assert_eq!(outs.len(), 2);
+        for o in &outs {
+            assert_eq!(o["error"]["code"], GATEWAY_ERROR);
+            assert!(o["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("was killed by signal 9"));
+        }
+        assert_eq!(s.used(), (0, 0), "the call in flight was rolled back");
+        assert_eq!(p.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_client_gone_counts_the_calls_in_flight_and_gives_back_those_being_asked() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"ask\"]\n";
+        let mut p = s.proxy(budget);
+        p.on_client(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#, T0);
+        p.on_client(&call(1, "run", json!({})), T0);
+        p.on_client(&call(2, "ask", json!({})), T0);
+        assert_eq!(s.used(), (0, 2));
+        p.on_client_closed(T0);
+        assert_eq!(s.used(), (1, 0));
+        assert_eq!(p.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_crashed_gateways_reservation_expires_at_the_next_decision() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 3600\nmax_tool_calls = 1\n";
+        let mut crashed = Proxy::new(s.gate(budget, 1_000), "gone".into(), 4096, 1_000);
+        crashed.on_client(&call(1, "slow", json!({})), T0);
+        drop(crashed);
+        assert_eq!(s.used(), (0, 1));
+        let mut p = s.proxy(budget);
+        let outs = p.on_client(&call(1, "slow", json!({})), T0 + 999);
+        assert_eq!(
+            client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"],
+            "tool-budget"
+        );
+        let outs = p.on_client(&call(2, "slow", json!({"again": true})), T0 + 1_000);
+        assert_eq!(
+            server(&outs).len(),
+            1,
+            "the expired reservation was given back: {outs:?}"
+        );
+    }
+
+    #[test]
+    fn rate_windows_refuse_with_when_they_reopen() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 100000\n[rate]\nper_minute = 2\n";
+        let mut p = s.proxy(budget);
+        for (id, at) in [(1, T0), (2, T0 + 10_000)] {
+            assert_eq!(
+                server(&p.on_client(&call(id, "t", json!({"i": id})), at)).len(),
+                1
+            );
+        }
+        let outs = p.on_client(&call(3, "t", json!({"i": 3})), T0 + 20_000);
+        let meta = &client(&outs)[0]["result"]["_meta"]["budgetgate"];
+        assert_eq!(meta["reason"], "rate-limit");
+        assert_eq!(meta["limit"], "per_minute");
+        assert_eq!(meta["retry_after"], 40);
+        assert_eq!(
+            server(&p.on_client(&call(4, "t", json!({"i": 4})), T0 + 60_000)).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_batch_is_split_around_its_gated_calls() {
+        let s = Setup::new();
+        let mut p = s.proxy("[budget]\nmax_seconds = 3600\nmax_tool_calls = 0\n");
+        let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}},{"jsonrpc":"2.0","method":"n"}]"#;
+        let outs = p.on_client(batch.as_bytes(), T0);
+        assert_eq!(
+            server(&outs),
+            [r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"n"}]"#]
+        );
+        assert_eq!(client(&outs)[0]["id"], 2);
+    }
+
+    #[test]
+    fn a_line_over_the_limit_is_skipped_while_read() {
+        let (tx, rx) = sync_channel(8);
+        let (wake, _woken) = sync_channel(1);
+        let mut input = b"{\"a\":1}\n".to_vec();
+        input.extend(std::iter::repeat_n(b'x', 1000));
+        input.extend(b"\n{}\nlast");
+        read_lines(
+            &input[..],
+            100,
+            &tx,
+            &wake,
+            Event::Client,
+            || Event::ClientTooLong,
+            || Event::ClientClosed,
+        );
+        let got: Vec<String> = rx.try_iter().map(|e| format!("{e:?}")).collect();
+        assert_eq!(got.len(), 5, "{got:?}");
+        assert!(got[1].contains("ClientTooLong"));
+        assert!(got[4].contains("ClientClosed"));
+    }
+
+    #[test]
+    fn serve_over_pipes_with_a_server_that_answers_and_exits() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        let (client_in, mut to_gateway) = std::io::pipe().expect("pipe");
+        let (from_gateway, server_in) = std::io::pipe().expect("pipe");
+        let (server_out, mut server_writes) = std::io::pipe().expect("pipe");
+        // A server answering two requests and exiting once it read the third.
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(from_gateway).lines();
+            for _ in 0..2 {
+                let line = lines.next().expect("a line").expect("read");
+                let v: Value = serde_json::from_str(&line).expect("JSON");
+                let reply = json!({"jsonrpc": "2.0", "id": v["id"], "result": {"content": []}});
+                writeln!(server_writes, "{reply}").expect("write");
+            }
+            let _third = lines.next();
+        });
+        writeln!(
+            to_gateway,
+            "{}",
+            String::from_utf8(call(1, "a", json!({}))).unwrap()
+        )
+        .unwrap();
+        writeln!(
+            to_gateway,
+            "{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}}"
+        )
+        .unwrap();
+        writeln!(
+            to_gateway,
+            "{{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\"}}"
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let ending = serve(
+            &mut p,
+            client_in,
+            &mut out,
+            server_in,
+            server_out,
+            &mut || None,
+        );
+        assert_eq!(ending, Ending::ServerGone("closed its stdout".into()));
+        let lines: Vec<Value> = out
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).expect("JSON"))
+            .collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(
+            (lines[0]["id"].clone(), lines[1]["id"].clone()),
+            (json!(1), json!(2))
+        );
+        assert_eq!(lines[2]["error"]["code"], GATEWAY_ERROR);
+        assert_eq!(s.used(), (1, 0));
+    }
+
+    #[test]
+    fn a_flood_both_ways_never_deadlocks_the_proxy() {
+        let s = Setup::new();
+        let (client_in, mut to_gateway) = std::io::pipe().expect("pipe");
+        let (from_gateway, server_in) = std::io::pipe().expect("pipe");
+        let (server_out, mut server_writes) = std::io::pipe().expect("pipe");
+        // A server answering every line at once (and writing a notification
+        // besides), so both pipes fill faster than they are read.
+        std::thread::spawn(move || {
+            for line in BufReader::new(from_gateway).lines() {
+                let Ok(line) = line else { return };
+                let v: Value = serde_json::from_str(&line).expect("JSON");
+                let note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#;
+                let reply = json!({"jsonrpc": "2.0", "id": v["id"], "result": {}});
+                if writeln!(server_writes, "{note}\n{reply}").is_err() {
+                    return;
+                }
+            }
+        });
+        const N: usize = 20_000;
+        let (client_reads, client_out) = std::io::pipe().expect("pipe");
+        // The client reads everything, and closes once it has every line.
+        let (seen_tx, seen) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut count = 0;
+            for line in BufReader::new(client_reads).lines() {
+                if line.is_err() {
+                    return;
+                }
+                count += 1;
+                if count == 2 * N {
+                    let _ = seen_tx.send(count);
+                }
+            }
+        });
+        let (closed_tx, closed) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for i in 0..N {
+                writeln!(
+                    to_gateway,
+                    r#"{{"jsonrpc":"2.0","id":{i},"method":"ping"}}"#
+                )
+                .expect("write");
+            }
+            let _ = closed_tx.send(seen.recv_timeout(Duration::from_secs(60)));
+        });
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut p = s.proxy(BUDGET);
+            let mut out = client_out;
+            let ending = serve(
+                &mut p,
+                client_in,
+                &mut out,
+                server_in,
+                server_out,
+                &mut || None,
+            );
+            let _ = done_tx.send(ending);
+        });
+        let ending = done
+            .recv_timeout(Duration::from_secs(90))
+            .expect("no deadlock");
+        assert_eq!(ending, Ending::ClientClosed);
+        let lines = closed
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the client")
+            .expect("every line in time");
+        assert_eq!(lines, 2 * N, "every answer and notification passed on");
+    }
+
+    #[test]
+    fn default_sessions_name_the_command() {
+        let a = default_session(&["/usr/bin/npx".into(), "-y".into(), "srv".into()]);
+        assert!(a.starts_with("mcp-npx-"), "{a}");
+        assert_eq!(a.len(), "mcp-npx-".len() + 16);
+        assert_ne!(
+            a,
+            default_session(&["/usr/bin/npx".into(), "-y srv".into()])
+        );
+        assert_eq!(
+            a,
+            default_session(&["/usr/bin/npx".into(), "-y".into(), "srv".into()])
+        );
+    }
+}

@@ -1,0 +1,940 @@
+//! `budgetgate mcp` end to end, with real parts: the reference MCP servers
+//! from the npm registry (`@modelcontextprotocol/server-everything`,
+//! `@modelcontextprotocol/server-filesystem` on a temporary folder) and the
+//! official Python MCP client, installed by `tests/mcp/install.sh`.
+//!
+//! Without them these tests say so and pass, unless `BUDGETGATE_REQUIRE_MCP=1`
+//! is set (as `scripts/test` sets it): then a missing part fails the test.
+//! The tests at the end need no npm package (a shell stands in for the
+//! server) and always run.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_budgetgate"))
+}
+
+fn mcp_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp")
+}
+
+/// The installed parts, or `None` (the test is skipped) when they are
+/// missing and not required.
+struct Parts {
+    everything: PathBuf,
+    filesystem: PathBuf,
+    python: PathBuf,
+}
+
+fn parts() -> Option<Parts> {
+    let dir = mcp_dir();
+    let p = Parts {
+        everything: dir.join("node_modules/.bin/mcp-server-everything"),
+        filesystem: dir.join("node_modules/.bin/mcp-server-filesystem"),
+        python: dir.join(".venv/bin/python"),
+    };
+    let missing: Vec<String> = [&p.everything, &p.filesystem, &p.python]
+        .into_iter()
+        .filter(|f| !f.exists())
+        .map(|f| f.display().to_string())
+        .collect();
+    let node = Command::new("node").arg("--version").output().is_ok();
+    if missing.is_empty() && node {
+        return Some(p);
+    }
+    let why = format!(
+        "missing {} (run tests/mcp/install.sh)",
+        if node {
+            missing.join(", ")
+        } else {
+            "node".into()
+        }
+    );
+    if std::env::var("BUDGETGATE_REQUIRE_MCP").as_deref() == Ok("1") {
+        panic!("BUDGETGATE_REQUIRE_MCP=1 and the MCP test parts are {why}");
+    }
+    eprintln!("skipped: the MCP end-to-end parts are {why}");
+    None
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new(budget: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("budget.toml"), budget).expect("budget");
+        Self { dir }
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+    /// The gateway's command line in front of `server`.
+    fn gateway_args(&self, extra: &[&str], server: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            bin().display().to_string(),
+            "mcp".into(),
+            "--budget".into(),
+            self.path("budget.toml").display().to_string(),
+            "--ledger".into(),
+            format!("sqlite:{}", self.path("ledger.sqlite3").display()),
+            "--session".into(),
+            "e2e".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.push("--".into());
+        args.extend(server.iter().map(|s| s.to_string()));
+        args
+    }
+    /// Tool calls (used, reserved) in the session's ledger.
+    fn tool_calls(&self) -> (u64, u64) {
+        let store = budgetgate::ledger::Store::open_file(
+            &self.path("ledger.sqlite3"),
+            Duration::from_secs(5),
+        )
+        .expect("ledger");
+        let listed = store.list().expect("list");
+        let Some(found) = listed.iter().find(|l| l.session == "e2e") else {
+            return (0, 0);
+        };
+        let ledger = found.ledger.as_ref().expect("record");
+        use budgetgate_core::budget::Limit;
+        (
+            ledger.used(Limit::ToolCalls),
+            ledger.reserved(Limit::ToolCalls),
+        )
+    }
+    /// Waits (at most 20 s) until the ledger shows `want` (used, reserved).
+    fn wait_for(&self, want: (u64, u64), what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.tool_calls() != want {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {:?}, not {want:?}",
+                self.tool_calls()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    /// Runs the Python client's scenario through the gateway.
+    fn python(
+        &self,
+        parts: &Parts,
+        scenario: Value,
+        approve: Option<&str>,
+        server: &[&str],
+    ) -> Vec<Value> {
+        let mut cmd = Command::new(&parts.python);
+        cmd.arg(mcp_dir().join("client.py"))
+            .arg(scenario.to_string());
+        if let Some(a) = approve {
+            cmd.args(["--approve", a]);
+        }
+        cmd.arg("--").args(self.gateway_args(&[], server));
+        let out = cmd.output().expect("python runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "client failed: {}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    }
+}
+
+/// A gateway driven line by line.
+struct Gateway {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Value>,
+    /// Answers read while waiting for another.
+    early: Vec<Value>,
+}
+
+impl Gateway {
+    fn start(args: &[String]) -> Self {
+        let (go, held) = channel();
+        let _ = go.send(());
+        Self::start_held(args, held)
+    }
+    /// Starts the gateway; its stdout is not read until `held` receives.
+    fn start_held(args: &[String], held: Receiver<()>) -> Self {
+        let mut child = Command::new(&args[0])
+            .args(&args[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("gateway starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            let _ = held.recv();
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                let v: Value = serde_json::from_str(&line).expect("the gateway writes JSON");
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Self {
+            child,
+            stdin,
+            lines: rx,
+            early: Vec::new(),
+        }
+    }
+    fn send(&mut self, v: &Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{v}").expect("write");
+        stdin.flush().expect("flush");
+    }
+    /// The next message with this id (notifications and others skipped).
+    fn answer(&mut self, id: &Value) -> Value {
+        if let Some(at) = self.early.iter().position(|v| &v["id"] == id) {
+            return self.early.remove(at);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let v = self.lines.recv_timeout(left).expect("an answer in time");
+            if v.get("method").is_some() {
+                continue;
+            }
+            if &v["id"] == id {
+                return v;
+            }
+            self.early.push(v);
+        }
+    }
+    fn initialize(&mut self) {
+        self.send(
+            &json!({"jsonrpc": "2.0", "id": "init", "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "e2e", "version": "1"}}}),
+        );
+        let init = self.answer(&json!("init"));
+        assert!(init["result"]["serverInfo"].is_object(), "{init}");
+        self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    }
+    fn call(&mut self, id: u64, tool: &str, args: Value) -> Value {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": args}}));
+        self.answer(&json!(id))
+    }
+    /// Waits for the gateway to end; its status and stderr.
+    fn end(mut self, within: Duration) -> (Option<i32>, String) {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                let mut err = String::new();
+                if let Some(mut e) = self.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                return (status.code(), err);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the gateway did not end within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    /// The server process the gateway started.
+    fn server_pid(&self) -> u32 {
+        let pid = self.child.id();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default();
+            if let Some(first) = children.split_whitespace().next() {
+                return first.parse().expect("a pid");
+            }
+            assert!(Instant::now() < deadline, "no server process");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn text_of(v: &Value) -> &str {
+    v["result"]["content"][0]["text"].as_str().unwrap_or("")
+}
+
+#[test]
+fn python_client_lists_calls_within_budget_and_is_refused_over_it() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new(
+        "[budget]\nmax_seconds = 3600\nmax_tool_calls = 3\nmax_repeats = 1\n\
+         [tools]\nmax_calls = { gzip-file-as-resource = 0 }\n",
+    );
+    let everything = parts.everything.display().to_string();
+    let out = s.python(
+        &parts,
+        json!([
+            {"list": true},
+            {"call": "echo", "arguments": {"message": "one"}},
+            {"call": "get-sum", "arguments": {"a": 2, "b": 3}},
+            {"call": "echo", "arguments": {"message": "one"}},
+            {"call": "echo", "arguments": {"message": "three"}},
+            {"call": "echo", "arguments": {"message": "four"}},
+        ]),
+        None,
+        &[&everything, "stdio"],
+    );
+    assert_eq!(out[0]["initialized"], "mcp-servers/everything");
+    let tools: Vec<&str> = out[1]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(tools.contains(&"echo"), "{tools:?}");
+    assert!(
+        !tools.contains(&"gzip-file-as-resource"),
+        "a tool with a cap of 0 is not listed: {tools:?}"
+    );
+    assert_eq!(out[2]["is_error"], false);
+    assert_eq!(out[2]["text"], "Echo: one");
+    assert_eq!(out[3]["is_error"], false);
+    assert!(out[3]["text"].as_str().unwrap().contains('5'), "{}", out[3]);
+    // The same call again: refused by repetition, never reaching the server.
+    assert_eq!(out[4]["is_error"], true);
+    assert_eq!(out[4]["meta"]["reason"], "repeat");
+    assert_eq!(out[5]["is_error"], false);
+    // Three calls let through: the fourth is over the budget.
+    assert_eq!(out[6]["is_error"], true);
+    assert_eq!(out[6]["meta"]["reason"], "tool-budget");
+    assert_eq!(out[6]["meta"]["used"], 3);
+    assert_eq!(out[6]["meta"]["max"], 3);
+    assert!(
+        out[6]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("budgetgate refused this call (tool-budget): 3 of 3 tool calls used."),
+        "{}",
+        out[6]
+    );
+    assert_eq!(s.tool_calls(), (3, 0));
+}
+
+#[test]
+fn python_client_approves_by_elicitation_accept_and_decline() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"get-sum\"]\n");
+    let everything = parts.everything.display().to_string();
+    let server = [everything.as_str(), "stdio"];
+    let scenario = json!([{"call": "get-sum", "arguments": {"a": 20, "b": 22}}]);
+    let accepted = s.python(&parts, scenario.clone(), Some("accept"), &server);
+    assert!(
+        accepted[1]["elicitation"]
+            .as_str()
+            .unwrap()
+            .contains("get-sum"),
+        "{accepted:?}"
+    );
+    assert_eq!(accepted[2]["is_error"], false, "{accepted:?}");
+    assert!(accepted[2]["text"].as_str().unwrap().contains("42"));
+    let declined = s.python(
+        &parts,
+        json!([{"call": "get-sum", "arguments": {"a": 1, "b": 1}}]),
+        Some("decline"),
+        &server,
+    );
+    assert_eq!(declined[2]["is_error"], true, "{declined:?}");
+    assert_eq!(declined[2]["meta"]["reason"], "approval-refused");
+    assert!(declined[2]["text"]
+        .as_str()
+        .unwrap()
+        .contains("the person declined it"));
+    // A client without the capability is told why it cannot run.
+    let unasked = s.python(
+        &parts,
+        json!([{"call": "get-sum", "arguments": {"a": 2, "b": 2}}]),
+        None,
+        &server,
+    );
+    assert!(unasked[1]["text"]
+        .as_str()
+        .unwrap()
+        .contains("did not declare the elicitation capability"));
+}
+
+#[test]
+fn filesystem_server_reads_within_budget_and_an_unapproved_write_never_happens() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new(
+        "[budget]\nmax_seconds = 3600\nmax_tool_calls = 10\n[tools]\nneeds_approval = [\"write_file\"]\n",
+    );
+    let root = s.path("files");
+    std::fs::create_dir(&root).expect("folder");
+    std::fs::write(root.join("note.txt"), "hello from the folder").expect("file");
+    let root_shown = root.canonicalize().expect("path").display().to_string();
+    let filesystem = parts.filesystem.display().to_string();
+    let out = s.python(
+        &parts,
+        json!([
+            {"call": "read_text_file", "arguments": {"path": format!("{root_shown}/note.txt")}},
+            {"call": "write_file", "arguments": {"path": format!("{root_shown}/new.txt"), "content": "x"}},
+        ]),
+        None,
+        &[&filesystem, &root_shown],
+    );
+    assert_eq!(out[1]["is_error"], false, "{out:?}");
+    assert!(out[1]["text"]
+        .as_str()
+        .unwrap()
+        .contains("hello from the folder"));
+    assert_eq!(out[2]["is_error"], true);
+    assert_eq!(out[2]["meta"]["reason"], "approval-refused");
+    assert!(
+        !root.join("new.txt").exists(),
+        "the refused write never ran"
+    );
+}
+
+#[test]
+fn a_cancelled_call_gives_its_reservation_back() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 1\n");
+    let everything = parts.everything.display().to_string();
+    let mut g = Gateway::start(&s.gateway_args(&[], &[&everything, "stdio"]));
+    g.initialize();
+    g.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "trigger-long-running-operation",
+                   "arguments": {"duration": 3, "steps": 3}}}));
+    s.wait_for((0, 1), "reserved while in flight");
+    g.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 1, "reason": "the user changed their mind"}}),
+    );
+    s.wait_for((0, 0), "rolled back");
+    // The budget of one call is free again.
+    let ok = g.call(2, "echo", json!({"message": "after"}));
+    assert_eq!(text_of(&ok), "Echo: after", "{ok}");
+    assert_eq!(s.tool_calls(), (1, 0));
+    drop(g.stdin.take());
+    let (code, _) = g.end(Duration::from_secs(10));
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn a_server_crash_mid_call_answers_the_pending_call_and_ends_with_status_3() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n");
+    let everything = parts.everything.display().to_string();
+    let mut g = Gateway::start(&s.gateway_args(&[], &[&everything, "stdio"]));
+    g.initialize();
+    g.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "trigger-long-running-operation",
+                   "arguments": {"duration": 10, "steps": 2}}}));
+    s.wait_for((0, 1), "reserved while in flight");
+    let pid = g.server_pid();
+    let killed = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let answer = g.answer(&json!(7));
+    assert_eq!(answer["error"]["code"], -32000, "{answer}");
+    assert!(answer["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("killed by signal 9"));
+    let (code, err) = g.end(Duration::from_secs(10));
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("the MCP server was killed by signal 9"),
+        "{err}"
+    );
+    assert_eq!(s.tool_calls(), (0, 0), "the crashed call was rolled back");
+}
+
+#[test]
+fn a_100_mb_line_is_refused_without_being_held() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n");
+    let everything = parts.everything.display().to_string();
+    let mut g = Gateway::start(&s.gateway_args(&[], &[&everything, "stdio"]));
+    g.initialize();
+    {
+        let stdin = g.stdin.as_mut().expect("stdin");
+        stdin
+            .write_all(br#"{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"echo","arguments":{"message":""#)
+            .expect("write");
+        let chunk = vec![b'a'; 1 << 20];
+        for _ in 0..100 {
+            stdin.write_all(&chunk).expect("write");
+        }
+        stdin.write_all(b"\"}}}\n").expect("write");
+    }
+    let refused = g.answer(&Value::Null);
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert!(refused["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("longer than 16 MiB"));
+    g.send(&json!({"jsonrpc": "2.0", "id": 100, "method": "ping"}));
+    assert!(g.answer(&json!(100))["result"].is_object());
+    let status = std::fs::read_to_string(format!("/proc/{}/status", g.child.id())).expect("status");
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    assert!(
+        peak_kib < 80 * 1024,
+        "the gateway's peak memory was {peak_kib} KiB for a 100 MB line"
+    );
+    assert_eq!(s.tool_calls(), (0, 0), "nothing of the long line ran");
+    drop(g.stdin.take());
+    assert_eq!(g.end(Duration::from_secs(10)).0, Some(0));
+}
+
+#[test]
+fn parallel_gateways_on_one_budget_never_exceed_it() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 6\n");
+    let everything = parts.everything.display().to_string();
+    let args = s.gateway_args(&[], &[&everything, "stdio"]);
+    let handles: Vec<_> = (0..4)
+        .map(|g| {
+            let args = args.clone();
+            std::thread::spawn(move || {
+                let mut gw = Gateway::start(&args);
+                gw.initialize();
+                for i in 0..4u64 {
+                    gw.send(&json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                        "params": {"name": "echo", "arguments": {"message": format!("{g}-{i}")}}}));
+                }
+                let mut ran = 0;
+                for i in 0..4u64 {
+                    let a = gw.answer(&json!(i));
+                    if a["result"]["isError"] != true {
+                        ran += 1;
+                    } else {
+                        assert_eq!(a["result"]["_meta"]["budgetgate"]["reason"], "tool-budget");
+                    }
+                }
+                drop(gw.stdin.take());
+                assert_eq!(gw.end(Duration::from_secs(10)).0, Some(0));
+                ran
+            })
+        })
+        .collect();
+    let ran: u64 = handles
+        .into_iter()
+        .map(|h| h.join().expect("gateway"))
+        .sum();
+    assert_eq!(ran, 6, "16 calls on a budget of 6 through 4 gateways");
+    assert_eq!(s.tool_calls(), (6, 0));
+}
+
+// ---- no npm package needed below: a shell stands in for the server.
+
+#[test]
+fn closing_stdin_stops_the_server_and_one_that_lingers_is_killed_with_what_it_started() {
+    let s = Setup::new("");
+    let started = Instant::now();
+    // A shell that ignores SIGTERM and EOF, with a child of its own.
+    let mut g = Gateway::start(&s.gateway_args(
+        &["--shutdown-ms", "300"],
+        &["sh", "-c", "trap '' TERM; sleep 30; true"],
+    ));
+    let server = g.server_pid();
+    let grandchild = {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let children =
+                std::fs::read_to_string(format!("/proc/{server}/task/{server}/children"))
+                    .unwrap_or_default();
+            if let Some(pid) = children.split_whitespace().next() {
+                break pid.to_owned();
+            }
+            assert!(Instant::now() < deadline, "the shell started no child");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    drop(g.stdin.take());
+    let (code, err) = g.end(Duration::from_secs(5));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("killed"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let gone = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|st| st.contains(") Z "))
+            .unwrap_or(true)
+    };
+    assert!(gone(&server.to_string()), "the server is gone");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !gone(&grandchild) {
+        assert!(
+            Instant::now() < deadline,
+            "the server's child {grandchild} outlived it"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_server_that_exits_names_its_status_and_pending_requests_are_answered() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n");
+    let mut g = Gateway::start(&s.gateway_args(&[], &["sh", "-c", "read line; exit 7"]));
+    g.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "anything", "arguments": {}}}));
+    let answer = g.answer(&json!(1));
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exited with status 7"),
+        "{answer}"
+    );
+    let (code, err) = g.end(Duration::from_secs(5));
+    assert_eq!(code, Some(3));
+    assert!(err.contains("exited with status 7"), "{err}");
+    assert_eq!(s.tool_calls(), (0, 0));
+}
+
+#[test]
+fn a_budget_that_does_not_parse_refuses_to_start() {
+    let s = Setup::new("[budget]\nmax_step = 3\n");
+    let out = Command::new(bin())
+        .args(&s.gateway_args(&[], &["sh", "-c", "exit 0"])[1..])
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fail closed"));
+}
+
+/// A tiny MCP server in Python (the system's python3): answers every
+/// request with its arguments; with `flood`, also writes notifications of
+/// 1 KiB as fast as its stdout takes them.
+fn python_server(s: &Setup, flood: bool) -> Vec<String> {
+    let script = s.path(if flood { "flood.py" } else { "echo.py" });
+    std::fs::write(
+        &script,
+        format!(
+            r#"import json, sys, threading
+FLOOD = {flood}
+def flood():
+    note = json.dumps({{"jsonrpc": "2.0", "method": "notifications/message",
+                        "params": {{"level": "info", "data": "x" * 1024}}}}) + "\n"
+    while True:
+        sys.stdout.write(note)
+if FLOOD:
+    threading.Thread(target=flood, daemon=True).start()
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" in m:
+        r = {{"content": [{{"type": "text", "text": json.dumps(m.get("params", {{}}).get("arguments"))}}]}}
+        sys.stdout.write(json.dumps({{"jsonrpc": "2.0", "id": m["id"], "result": r}}) + "\n")
+        sys.stdout.flush()
+"#,
+            flood = if flood { "True" } else { "False" }
+        ),
+    )
+    .expect("script");
+    vec!["python3".into(), script.display().to_string()]
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+#[test]
+fn a_server_flooding_notifications_does_not_grow_the_gateways_memory() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n");
+    let server = python_server(&s, true);
+    let server: Vec<&str> = server.iter().map(String::as_str).collect();
+    let (go, held) = channel();
+    let mut g = Gateway::start_held(&s.gateway_args(&[], &server), held);
+    // The client reads nothing for a while: the flood must wait, not pile up.
+    std::thread::sleep(Duration::from_millis(300));
+    let early = rss_kib(g.child.id());
+    std::thread::sleep(Duration::from_millis(1500));
+    let late = rss_kib(g.child.id());
+    assert!(
+        late < 40 * 1024 && late < early + 8 * 1024,
+        "the gateway's memory grew from {early} KiB to {late} KiB"
+    );
+    // It still answers, in order, once the client reads.
+    go.send(()).expect("reader");
+    let answer = g.call(1, "echo", json!({"n": 1}));
+    assert_eq!(text_of(&answer), r#"{"n": 1}"#);
+    drop(g.stdin.take());
+    assert_eq!(g.end(Duration::from_secs(10)).0, Some(0));
+}
+
+#[test]
+fn the_hook_and_a_gateway_draw_from_one_budget() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 2\n");
+    let state = s.path("state");
+    // One call through the Claude Code hook on session "e2e" …
+    let event = json!({"session_id": "e2e", "transcript_path": s.path("t.jsonl"),
+        "cwd": s.dir.path(), "hook_event_name": "PreToolUse", "tool_name": "Bash",
+        "tool_input": {"command": "ls"}, "tool_use_id": "toolu_1"});
+    let mut hook = Command::new(bin())
+        .args(["hook", "claude-code", "--budget"])
+        .arg(s.path("budget.toml"))
+        .arg("--state")
+        .arg(&state)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("hook");
+    hook.stdin
+        .take()
+        .expect("stdin")
+        .write_all(event.to_string().as_bytes())
+        .expect("event");
+    assert!(hook.wait_with_output().expect("hook ends").status.success());
+    // … and the gateway on the same ledger and session has one left.
+    let server = python_server(&s, false);
+    let mut args = s.gateway_args(&[], &server.iter().map(String::as_str).collect::<Vec<_>>());
+    let at = args.iter().position(|a| a == "--ledger").expect("--ledger") + 1;
+    args[at] = state.display().to_string();
+    let mut g = Gateway::start(&args);
+    assert!(g.call(1, "echo", json!({"n": 1}))["result"]["isError"] != true);
+    let refused = g.call(2, "echo", json!({"n": 2}));
+    assert_eq!(
+        refused["result"]["_meta"]["budgetgate"]["reason"],
+        "tool-budget"
+    );
+    assert!(text_of(&refused).contains("2 of 2 tool calls used"));
+    drop(g.stdin.take());
+    assert_eq!(g.end(Duration::from_secs(10)).0, Some(0));
+}
+
+#[test]
+fn help_names_the_exit_statuses_and_a_shipped_budget() {
+    let out = Command::new(bin())
+        .args(["mcp", "--help"])
+        .output()
+        .expect("help");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Exit status: 0 the client closed stdin"),
+        "{text}"
+    );
+    assert!(text.contains("3 the MCP server exited or crashed first"));
+    assert!(Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/mcp-budget.toml")
+        .is_file());
+    let shipped = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/mcp-budget.toml"),
+    )
+    .expect("example");
+    budgetgate::replay::parse_budget(&shipped).expect("the example budget parses");
+    // No server command: a usage error.
+    let out = Command::new(bin()).arg("mcp").output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+// ---- the Redis ledger: a redis-server of its own on loopback.
+
+/// A `redis-server` on a free loopback port, stopped when dropped; `None`
+/// (the test is skipped) when none is installed and `BUDGETGATE_REQUIRE_REDIS`
+/// is not `1`.
+struct Redis {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn redis() -> Option<Redis> {
+    if Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        if std::env::var("BUDGETGATE_REQUIRE_REDIS").as_deref() == Ok("1") {
+            panic!("BUDGETGATE_REQUIRE_REDIS=1 and redis-server is not installed");
+        }
+        eprintln!("skipped: redis-server is not installed");
+        return None;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server starts");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(Redis {
+        child,
+        url: format!("redis://127.0.0.1:{port}/0"),
+    })
+}
+
+fn with_ledger(mut args: Vec<String>, ledger: &str) -> Vec<String> {
+    let at = args.iter().position(|a| a == "--ledger").expect("--ledger") + 1;
+    args[at] = ledger.to_owned();
+    args
+}
+
+#[test]
+fn parallel_gateways_on_one_redis_budget_never_exceed_it() {
+    let Some(redis) = redis() else { return };
+    let s = Setup::new(
+        "[budget]\nmax_seconds = 3600\nmax_tool_calls = 6\n[tools]\nmax_calls = { capped = 2 }\n",
+    );
+    let server = python_server(&s, false);
+    let server: Vec<&str> = server.iter().map(String::as_str).collect();
+    let args = with_ledger(s.gateway_args(&[], &server), &redis.url);
+    let handles: Vec<_> = (0..4)
+        .map(|g| {
+            let args = args.clone();
+            std::thread::spawn(move || {
+                let mut gw = Gateway::start(&args);
+                for i in 0..4u64 {
+                    let tool = if i == 0 { "capped" } else { "echo" };
+                    gw.send(&json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                        "params": {"name": tool, "arguments": {"g": g, "i": i}}}));
+                }
+                let mut ran = Vec::new();
+                for i in 0..4u64 {
+                    let a = gw.answer(&json!(i));
+                    if a["result"]["isError"] != true {
+                        ran.push(i);
+                    } else {
+                        let reason = &a["result"]["_meta"]["budgetgate"]["reason"];
+                        assert!(reason == "tool-budget" || reason == "tool-cap", "{a}");
+                    }
+                }
+                drop(gw.stdin.take());
+                assert_eq!(gw.end(Duration::from_secs(10)).0, Some(0));
+                ran
+            })
+        })
+        .collect();
+    let ran: Vec<Vec<u64>> = handles
+        .into_iter()
+        .map(|h| h.join().expect("gateway"))
+        .collect();
+    let total: usize = ran.iter().map(Vec::len).sum();
+    assert_eq!(
+        total, 6,
+        "16 calls on a budget of 6 through 4 gateways: {ran:?}"
+    );
+    let capped = ran.iter().flatten().filter(|&&i| i == 0).count();
+    assert!(capped <= 2, "the cap of 2 held: {ran:?}");
+    let mut store = budgetgate::ledger_redis::RedisStore::open(&redis.url, Duration::from_secs(5))
+        .expect("client");
+    let ledger = store
+        .decide("e2e", |tx| {
+            budgetgate::ledger::LedgerTx::ledger(tx, "e2e", "")
+        })
+        .expect("read")
+        .expect("the session's ledger");
+    use budgetgate_core::budget::Limit;
+    assert_eq!(
+        (
+            ledger.used(Limit::ToolCalls),
+            ledger.reserved(Limit::ToolCalls)
+        ),
+        (6, 0)
+    );
+}
+
+#[test]
+fn an_unreachable_redis_ledger_refuses_calls() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n");
+    let server = python_server(&s, false);
+    let server: Vec<&str> = server.iter().map(String::as_str).collect();
+    let args = with_ledger(s.gateway_args(&[], &server), "redis://127.0.0.1:1/0");
+    let mut g = Gateway::start(&args);
+    let refused = g.call(1, "echo", json!({"n": 1}));
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert_eq!(
+        refused["result"]["_meta"]["budgetgate"]["reason"],
+        "gate-error"
+    );
+    assert!(
+        text_of(&refused).contains("redis://127.0.0.1:1/0"),
+        "{refused}"
+    );
+    // Pass-through still works: only tool calls need the ledger.
+    g.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}));
+    assert!(g.answer(&json!(2))["result"].is_object());
+    drop(g.stdin.take());
+    assert_eq!(g.end(Duration::from_secs(10)).0, Some(0));
+}
+
+#[test]
+fn a_redis_decision_made_on_figures_another_writer_changed_is_made_again() {
+    let Some(redis) = redis() else { return };
+    use budgetgate::ledger::LedgerTx;
+    let open = || {
+        budgetgate::ledger_redis::RedisStore::open(&redis.url, Duration::from_secs(5))
+            .expect("client")
+    };
+    let (mut a, mut b) = (open(), open());
+    let mut runs = 0;
+    // Insert-if-absent of a call id, as the gate does it.
+    let take = |tx: &budgetgate::ledger_redis::RedisTx<'_>| -> Result<bool, budgetgate::ledger::StoreError> {
+        let fresh = tx.call("race", "c1")?.is_none();
+        if fresh {
+            tx.put_call("race", "c1", 1, "{\"run\":true}")?;
+        }
+        Ok(fresh)
+    };
+    let first = a
+        .decide("race", |tx| {
+            runs += 1;
+            let fresh = take(tx)?;
+            if runs == 1 {
+                // Another gateway takes the same id between the read and EXEC.
+                let other = b.decide("race", |tx| take(tx));
+                assert!(other.expect("b decides"));
+            }
+            Ok::<_, budgetgate::ledger::StoreError>(fresh)
+        })
+        .expect("a decides");
+    assert_eq!(
+        runs, 2,
+        "the first EXEC was refused and the decision made again"
+    );
+    assert!(!first, "made again, a sees the id b took");
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what the MCP gateway's end-to-end tests (host/tests/mcp_gateway.rs)
+# run: the reference MCP servers from the npm registry, pinned in
+# package.json / package-lock.json, into tests/mcp/node_modules, and the
+# official Python MCP client, pinned in requirements.txt, into the venv
+# tests/mcp/.venv. Idempotent: does nothing when both are installed from the
+# current pins (a stamp holds their checksum). Needs node (>= 18), npm and
+# python3 (>= 3.10) with venv.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+stamp() { sha256sum "$@" | sha256sum | cut -d' ' -f1; }
+
+want=$(stamp package-lock.json)
+if [ "$(cat node_modules/.budgetgate-stamp 2>/dev/null)" != "$want" ]; then
+  npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+  echo "$want" > node_modules/.budgetgate-stamp
+fi
+
+want=$(stamp requirements.txt)
+if [ "$(cat .venv/.budgetgate-stamp 2>/dev/null)" != "$want" ]; then
+  python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+  echo "$want" > .venv/.budgetgate-stamp
+fi
+echo "tests/mcp: servers and client installed"
