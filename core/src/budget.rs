@@ -1296,4 +1296,103 @@ mod tests {
             Err(RecordError::Field("cap name"))
         );
     }
+
+    /// A record whose CRC is right but whose fields are not a ledger (forged,
+    /// or written by a faulty build) is refused field by field.
+    #[test]
+    fn every_field_of_a_forged_record_is_checked() {
+        let seal = |mut bytes: std::vec::Vec<u8>| {
+            let body = RECORD_LEN - 4;
+            let crc = CRC.checksum(&bytes[..body]);
+            bytes[body..].copy_from_slice(&crc.to_le_bytes());
+            bytes
+        };
+        let good = ledger().to_record().as_bytes().to_vec();
+        let limit_at = |i: usize| HEADER + i * (8 + 8 + 8 + 1);
+        let caps_at = HEADER + LIMIT_BYTES;
+        let slot_at = |i: usize| caps_at + 1 + i * CAP_BYTES;
+        let cases: std::vec::Vec<(&str, std::vec::Vec<u8>)> = std::vec![
+            ("maximum flag", {
+                // No maximum, yet a maximum written.
+                let mut b = good.clone();
+                let flag = limit_at(0) + 24;
+                b[flag] = 0;
+                b[limit_at(0) + 16] = 1;
+                b
+            }),
+            ("maximum flag", {
+                let mut b = good.clone();
+                b[limit_at(0) + 24] = 2;
+                b
+            }),
+            ("cap count", {
+                let mut b = good.clone();
+                b[caps_at] = (MAX_TOOLS + 1) as u8;
+                b
+            }),
+            ("unused cap slot", {
+                // Slot 1 is unused (one cap): any byte in it is refused.
+                let mut b = good.clone();
+                b[slot_at(1) + 1 + crate::limits::MAX_TOOL_NAME_LEN + 2] = 1;
+                b
+            }),
+            ("unused cap slot", {
+                let mut b = good.clone();
+                b[slot_at(1)] = 1;
+                b
+            }),
+            ("unused cap slot", {
+                let mut b = good.clone();
+                b[slot_at(1) + 3] = b'x';
+                b
+            }),
+            ("unused cap slot", {
+                let mut b = good.clone();
+                b[slot_at(1) + 1 + crate::limits::MAX_TOOL_NAME_LEN + 6] = 1;
+                b
+            }),
+            ("cap name given twice", {
+                // Slot 1 a copy of slot 0, and two caps counted.
+                let mut b = good.clone();
+                let (s0, s1) = (slot_at(0), slot_at(1));
+                let slot: std::vec::Vec<u8> = b[s0..s0 + CAP_BYTES].to_vec();
+                b[s1..s1 + CAP_BYTES].copy_from_slice(&slot);
+                b[caps_at] = 2;
+                b
+            }),
+            ("cap capacity", {
+                let mut b = good.clone();
+                b[4] = (MAX_TOOLS + 1) as u8;
+                b
+            }),
+        ];
+        for (what, bytes) in cases {
+            assert_eq!(
+                Ledger::from_record(&seal(bytes)),
+                Err(RecordError::Field(what)),
+                "{what}"
+            );
+        }
+        // The unforged record still reads, and shows its size in Debug.
+        assert!(Ledger::from_record(&good).is_ok());
+        assert_eq!(
+            std::format!("{:?}", ledger().to_record()),
+            std::format!("Record({RECORD_LEN} bytes)")
+        );
+    }
+
+    /// An actuator left on past its duty (the device switched it off late)
+    /// may only go on again once enough on-time has left the window.
+    #[test]
+    fn an_overrun_duty_window_waits_until_the_excess_has_left() {
+        let mut d: DutyWindow = DutyWindow::new(1_000, 100);
+        d.try_switch_on(0).unwrap();
+        d.switch_off(300); // 200 ms over
+        let refused = d.try_switch_on(400).unwrap_err();
+        assert_eq!(refused.on_ms, 300);
+        // On-time drops below 100 once more than 200 ms of the span have left: at 1 201.
+        assert_eq!(refused.retry_at_ms, 1_201);
+        assert!(d.try_switch_on(1_200).is_err());
+        d.try_switch_on(1_201).unwrap();
+    }
 }
