@@ -27,7 +27,7 @@ use budgetgate_core::budget::{Ledger, RecordError};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 /// The schema's version, kept in `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The ledger file's name inside the state folder.
 pub const FILE_NAME: &str = "ledger.sqlite3";
@@ -155,22 +155,15 @@ impl Store {
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
-        let path = self.path.clone();
-        let sql = |source| StoreError::Sqlite {
-            path: path.clone(),
-            source,
-        };
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql)?;
-        let found: i64 = tx
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(sql)?;
-        match found {
-            0 => {
-                tx.execute_batch(
-                    "CREATE TABLE ledgers (
+        self.decide(|t: &mut Tx<'_>| {
+            let sql = t.sql();
+            let found: i64 =
+                t.tx.query_row("PRAGMA user_version", [], |r| r.get(0))
+                    .map_err(&sql)?;
+            match found {
+                0 => {
+                    t.tx.execute_batch(
+                        "CREATE TABLE ledgers (
                         session TEXT NOT NULL, agent TEXT NOT NULL,
                         record BLOB NOT NULL, updated_ms INTEGER NOT NULL,
                         PRIMARY KEY (session, agent));
@@ -196,33 +189,24 @@ impl Store {
                      CREATE TABLE log (
                         at_ms INTEGER NOT NULL, session TEXT NOT NULL,
                         action TEXT NOT NULL, detail TEXT NOT NULL);
-                     PRAGMA user_version = 1;",
-                )
-                .map_err(sql)?;
-            }
-            SCHEMA_VERSION => {}
-            other => {
-                return Err(StoreError::Schema {
-                    path: self.path.clone(),
+                     CREATE TABLE reservations (
+                        session TEXT NOT NULL, key TEXT NOT NULL, tool TEXT NOT NULL,
+                        expires_ms INTEGER NOT NULL,
+                        PRIMARY KEY (session, key));
+                     CREATE TABLE rate_calls (
+                        session TEXT NOT NULL, at_ms INTEGER NOT NULL);
+                     CREATE INDEX rate_calls_at ON rate_calls (session, at_ms);
+                     PRAGMA user_version = 2;",
+                    )
+                    .map_err(&sql)
+                }
+                SCHEMA_VERSION => Ok(()),
+                other => Err(StoreError::Schema {
+                    path: t.path.clone(),
                     found: other,
-                })
+                }),
             }
-        }
-        // Added beside version 1 without changing it (a build without them
-        // reads the file unchanged): tool calls in flight with their expiry
-        // (the MCP gateway's reservations), and the instants of the calls let
-        // through, for the `[rate]` windows.
-        tx.execute_batch(
-            "CREATE TABLE IF NOT EXISTS reservations (
-                session TEXT NOT NULL, key TEXT NOT NULL, tool TEXT NOT NULL,
-                expires_ms INTEGER NOT NULL,
-                PRIMARY KEY (session, key));
-             CREATE TABLE IF NOT EXISTS rate_calls (
-                session TEXT NOT NULL, at_ms INTEGER NOT NULL);
-             CREATE INDEX IF NOT EXISTS rate_calls_at ON rate_calls (session, at_ms);",
-        )
-        .map_err(sql)?;
-        tx.commit().map_err(sql)
+        })
     }
 
     /// Runs `decide` in one `BEGIN IMMEDIATE` transaction: committed when it
