@@ -133,8 +133,21 @@ impl Store {
         conn.busy_timeout(wait).map_err(sql)?;
         // WAL: readers never block the writer; FULL: a committed decision
         // survives a power cut, not only a crash.
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(sql)?;
+        // Several processes opening a new file at once race to switch it to
+        // WAL, and the loser is told "busy" at once (the busy timeout does
+        // not cover it): retried until the wait is over.
+        let started = std::time::Instant::now();
+        loop {
+            match conn.pragma_update(None, "journal_mode", "WAL") {
+                Ok(()) => break,
+                Err(rusqlite::Error::SqliteFailure(e, _))
+                    if e.code == rusqlite::ErrorCode::DatabaseBusy && started.elapsed() < wait =>
+                {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(e) => return Err(sql(e)),
+            }
+        }
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(sql)?;
         let mut store = Self { conn, path };

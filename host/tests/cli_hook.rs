@@ -951,3 +951,21 @@ fn a_fifo_as_transcript_is_refused_without_waiting() {
         "{out:?}"
     );
 }
+
+/// Processes that open a ledger file that does not exist yet, all at once
+/// (the first hooks of a new state folder, gateways started together), all
+/// decide: the race to switch the new file to WAL used to refuse one of
+/// them now and then ("database is locked"). Found by CI.
+#[test]
+fn processes_opening_a_new_ledger_at_once_all_decide() {
+    for round in 0..6 {
+        let s = Setup::new(BUDGET);
+        let children: Vec<Child> = (0..8)
+            .map(|i| s.spawn(&s.pre("Read", json!({"i": i}), &format!("r{round}-{i}"))))
+            .collect();
+        for child in children {
+            let out = child.wait_with_output().expect("ends");
+            assert_eq!(out.status.code(), Some(0), "round {round}: {out:?}");
+        }
+    }
+}
