@@ -1395,4 +1395,23 @@ mod tests {
         assert!(d.try_switch_on(1_200).is_err());
         d.try_switch_on(1_201).unwrap();
     }
+
+    /// A ledger with its cap table full round-trips (the record's cap count
+    /// may equal the capacity).
+    #[test]
+    fn a_full_cap_table_round_trips() {
+        let mut l: Ledger = Ledger::new(5);
+        for (i, name) in ["a", "b", "c", "d", "e", "f", "g", "h"]
+            .into_iter()
+            .enumerate()
+        {
+            l.try_add_cap(ToolName::new(name).unwrap(), i as u32)
+                .unwrap();
+        }
+        assert_eq!(
+            l.try_add_cap(ToolName::new("i").unwrap(), 1),
+            Err(LedgerError::CapsFull)
+        );
+        assert_eq!(Ledger::from_record(l.to_record().as_bytes()), Ok(l));
+    }
 }
