@@ -4,7 +4,8 @@
 //! Invariants: never panics; whatever the core accepts, serde_json reads as
 //! an object whose four counted fields are what the core counted (absent or
 //! null: 0), with no counted field given twice; a document serde_json
-//! refuses as JSON the core refuses too.
+//! refuses as JSON the core refuses too, but for numbers beyond a double
+//! (`1e400`), which the contract reads as infinite floats.
 #![no_main]
 
 use budgetgate_core::TokenUsage;
@@ -35,6 +36,9 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         (Ok(_), Ok(other)) => panic!("the core accepted a non-object: {other}"),
+        // `1e400` is a number (an infinite float, as Python reads it); serde_json
+        // alone refuses it. A skipped field may hold one.
+        (Ok(_), Err(e)) if e.to_string().starts_with("number out of range") => {}
         (Ok(_), Err(e)) => panic!("the core accepted what serde_json refuses: {e}"),
         (Err(_), _) => {}
     }
