@@ -80,7 +80,8 @@ pub struct ReplayArgs {
     /// and summed up in one table, worst first (--json: one object per line,
     /// with its `file`, and `error` instead of the report when it cannot be
     /// read); exit 2 if any cannot be read, else 1 if any was stopped or
-    /// overshot.
+    /// overshot. On a terminal, standard error shows a progress bar (bytes
+    /// read, recordings done, rate, time left).
     #[arg(value_name = "MORE")]
     pub more: Vec<PathBuf>,
 
