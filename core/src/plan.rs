@@ -241,10 +241,24 @@ impl<const N: usize> Plan<N> {
 
     /// Reads and validates a plan from JSON text: an array of row objects.
     pub fn parse(json: &[u8]) -> Result<Self, PlanError> {
-        // The parser keeps every escaped string decoded until the end of the
-        // document; this holds all of them for any valid plan.
-        let mut scratch = [0u8; MAX_STEPS * (24 + 2 * MAX_PLAN_ID_LEN)];
-        let mut reader = Reader::new(json, &mut scratch).map_err(PlanError::Json)?;
+        // The reader decodes one escaped string at a time into its scratch,
+        // which bounds the longest one it can read: 256 bytes holds every
+        // key and id of a valid plan. Only a document with a longer escaped
+        // string is read again with the large buffer of round 1, so every
+        // answer (errors included) is the one that buffer gives, without
+        // clearing 4.8 KiB for every plan.
+        let mut small = [0u8; 256];
+        match Self::parse_in(json, &mut small) {
+            Err(PlanError::Json(JsonError::StringTooLong)) => {
+                let mut large = [0u8; MAX_STEPS * (24 + 2 * MAX_PLAN_ID_LEN)];
+                Self::parse_in(json, &mut large)
+            }
+            done => done,
+        }
+    }
+
+    fn parse_in(json: &[u8], scratch: &mut [u8]) -> Result<Self, PlanError> {
+        let mut reader = Reader::new(json, scratch).map_err(PlanError::Json)?;
         match reader.next()? {
             Event::StartArray => {}
             _ => return Err(PlanError::NotAList),
@@ -860,6 +874,33 @@ mod tests {
             .collect();
         let plan = Plan::<32>::parse(format!("[{}]", rows.join(",")).as_bytes()).unwrap();
         assert_eq!(plan.usage().max_depth, 32);
+    }
+
+    /// `SPEC B1`: an escaped string too long for the reader's first buffer
+    /// is read again with the large one, so it is judged by the plan's own
+    /// rules (an id over 64 characters), not refused as a JSON limit; one
+    /// too long for both is the JSON limit.
+    #[test]
+    fn a_long_escaped_id_is_judged_as_an_id() {
+        let long = r"\u0061".repeat(300);
+        let doc = format!(r#"[{{"id":"{long}","parent":null,"tokens":1,"output":1}}]"#);
+        let err = Plan::<32>::parse(doc.as_bytes()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PlanError::Row {
+                    row: 0,
+                    rule: RowRule::InvalidId(RowField::Id, Some(_))
+                }
+            ),
+            "{err:?}"
+        );
+        let longer = r"\u0061".repeat(MAX_STEPS * (24 + 2 * MAX_PLAN_ID_LEN) + 1);
+        let doc = format!(r#"[{{"id":"{longer}","parent":null,"tokens":1,"output":1}}]"#);
+        assert_eq!(
+            Plan::<32>::parse(doc.as_bytes()).unwrap_err(),
+            PlanError::Json(JsonError::StringTooLong)
+        );
     }
 
     #[test]
