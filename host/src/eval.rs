@@ -179,9 +179,8 @@ fn fast_path(line: &[u8], out: &mut Vec<u8>) -> bool {
         .and_then(|rest| rest.strip_suffix(b"}}"))
     {
         if let Ok(action) = ActionRef::parse(value) {
-            if serde_json::to_writer(&mut *out, &action).is_ok() {
-                return true;
-            }
+            crate::answer::action(out, &action);
+            return true;
         }
     } else if let Some(args) = line
         .strip_prefix(br#"{"fn":"bounded_workflow","args":{"plan":"#)
@@ -193,11 +192,8 @@ fn fast_path(line: &[u8], out: &mut Vec<u8>) -> bool {
             let (plan, limits) = (&args[..at], &args[at + LIMITS.len()..]);
             if let (Ok(plan), Ok(limits)) = (Plan::<MAX_STEPS>::parse(plan), Limits::parse(limits))
             {
-                if serde_json::to_writer(&mut *out, &plan.report(&plan.bounded_workflow(&limits)))
-                    .is_ok()
-                {
-                    return true;
-                }
+                crate::answer::workflow(out, &plan, &plan.bounded_workflow(&limits));
+                return true;
             }
         }
     } else if let Some(args) = line
@@ -206,7 +202,7 @@ fn fast_path(line: &[u8], out: &mut Vec<u8>) -> bool {
     {
         // A complete object here makes the line exactly that envelope.
         if let Some(result) = fast_run(args) {
-            if serde_json::to_writer(&mut *out, &result).is_ok() {
+            if crate::answer::run(out, &result).is_ok() {
                 return true;
             }
         }

@@ -61,9 +61,7 @@ impl DemoKind {
             Self::Echo => Ok(value_from_arguments_ref(args)),
             Self::Fail => Err("this tool always fails".into()),
             Self::Repeat => match exactly(args, "s", "n") {
-                Some((ScalarRef::Str(s), ScalarRef::Int(n)))
-                    if (0..=10_000).contains(&n) =>
-                {
+                Some((ScalarRef::Str(s), ScalarRef::Int(n))) if (0..=10_000).contains(&n) => {
                     let s: String = s.chars().collect();
                     let n = usize::try_from(n).map_err(|e| e.to_string())?;
                     if s.len().saturating_mul(n) > REPEAT_BUILD_LIMIT {
@@ -90,7 +88,11 @@ impl DemoKind {
 
 /// The values of `first` and `second` when they are exactly the arguments
 /// (in either order), read in one pass over them.
-fn exactly<'a>(args: &Args<'a>, first: &str, second: &str) -> Option<(ScalarRef<'a>, ScalarRef<'a>)> {
+fn exactly<'a>(
+    args: &Args<'a>,
+    first: &str,
+    second: &str,
+) -> Option<(ScalarRef<'a>, ScalarRef<'a>)> {
     if args.len() != 2 {
         return None;
     }
