@@ -208,6 +208,20 @@ impl<const N: usize> Plan<N> {
                 Some(p)
             }
         };
+        self.push_checked(id, parent, tokens, output)
+    }
+
+    /// [`Self::try_push`] for an id (and parent) already checked against
+    /// the id rules: the rules between rows and the costs.
+    fn push_checked(
+        &mut self,
+        id: PlanId,
+        parent: Option<&str>,
+        tokens: u32,
+        output: u32,
+    ) -> Result<(), PlanError> {
+        let row = u8::try_from(self.rows.len()).unwrap_or(u8::MAX);
+        let fail = |rule| PlanError::Row { row, rule };
         if self.position(&id).is_some() {
             return Err(fail(RowRule::DuplicateId));
         }
@@ -331,7 +345,7 @@ impl<const N: usize> Plan<N> {
             let [tokens, output] = costs;
             let tokens = tokens.ok_or(fail(RowRule::MissingKey(RowField::Tokens)))?;
             let output = output.ok_or(fail(RowRule::MissingKey(RowField::Output)))?;
-            plan.try_push(&id, parent.as_deref(), tokens, output)?;
+            plan.push_checked(id, parent.as_deref(), tokens, output)?;
         }
         reader.finish()?;
         Ok(plan)

@@ -15,10 +15,28 @@ use budgetgate_core::{ActionRef, JsonStr, Plan, ScalarRef, TraceRow};
 
 use crate::driver::RunResult;
 
+/// Whether serde_json escapes byte `b` in a string.
+const fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+/// `"text"` for a text that needs no escape (an identifier of the contract's
+/// grammars, a contract word): written as it is.
+fn plain(out: &mut Vec<u8>, text: &str) {
+    debug_assert!(!text.bytes().any(needs_escape));
+    out.reserve(text.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(text.as_bytes());
+    out.push(b'"');
+}
+
 /// `"text"`, escaped as serde_json escapes it.
 pub fn str(out: &mut Vec<u8>, text: &str) {
-    out.push(b'"');
     let bytes = text.as_bytes();
+    if !bytes.iter().any(|&b| needs_escape(b)) {
+        return plain(out, text);
+    }
+    out.push(b'"');
     let mut start = 0;
     for (at, &b) in bytes.iter().enumerate() {
         let escape: &[u8] = match b {
@@ -92,9 +110,9 @@ pub fn action(out: &mut Vec<u8>, action: &ActionRef<'_>) {
         }
         ActionRef::Tool(call) => {
             out.extend_from_slice(br#"{"kind":"tool","call_id":"#);
-            str(out, call.call_id.as_str());
+            plain(out, call.call_id.as_str());
             out.extend_from_slice(br#","name":"#);
-            str(out, call.name.as_str());
+            plain(out, call.name.as_str());
             out.extend_from_slice(br#","arguments":{"#);
             for (i, (key, value)) in call.arguments.iter().enumerate() {
                 if i > 0 {
@@ -118,7 +136,7 @@ fn trace_row(out: &mut Vec<u8>, row: &TraceRow) {
         TraceRow::Final { .. } => out.extend_from_slice(br#","kind":"final""#),
         TraceRow::Rejected { reason, .. } => {
             out.extend_from_slice(br#","kind":"rejected","reason":"#);
-            str(out, reason.as_str());
+            plain(out, reason.as_str());
         }
         TraceRow::Tool {
             call_id,
@@ -128,9 +146,9 @@ fn trace_row(out: &mut Vec<u8>, row: &TraceRow) {
             ..
         } => {
             out.extend_from_slice(br#","kind":"tool","call_id":"#);
-            str(out, call_id.as_str());
+            plain(out, call_id.as_str());
             out.extend_from_slice(br#","name":"#);
-            str(out, name.as_str());
+            plain(out, name.as_str());
             out.extend_from_slice(br#","executed":"#);
             bool(out, *executed);
             out.extend_from_slice(br#","ok":"#);
@@ -144,7 +162,7 @@ fn trace_row(out: &mut Vec<u8>, row: &TraceRow) {
 /// writes it; each observation's data (a tool's result) by serde_json.
 pub fn run(out: &mut Vec<u8>, result: &RunResult) -> Result<(), serde_json::Error> {
     out.extend_from_slice(br#"{"status":"#);
-    str(out, result.status.as_str());
+    plain(out, result.status.as_str());
     out.extend_from_slice(br#","answer":"#);
     match &result.answer {
         Some(text) => str(out, text),
@@ -188,7 +206,7 @@ pub fn workflow<const N: usize>(out: &mut Vec<u8>, plan: &Plan<N>, workflow: &Wo
         if i > 0 {
             out.push(b',');
         }
-        str(out, row.id().as_str());
+        plain(out, row.id().as_str());
     }
     out.extend_from_slice(br#"],"stopped":"#);
     match workflow.stopped.and_then(|i| rows.get(i)) {
@@ -196,7 +214,7 @@ pub fn workflow<const N: usize>(out: &mut Vec<u8>, plan: &Plan<N>, workflow: &Wo
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(br#","reason":"#);
-    str(out, workflow.reason.as_str());
+    plain(out, workflow.reason.as_str());
     let u = &workflow.usage;
     out.extend_from_slice(br#","usage":{"steps":"#);
     int(out, u.steps);
