@@ -1,5 +1,10 @@
-//! Arm MPS2 board with the AN386 FPGA image (Cortex-M4), as QEMU models it
-//! (`qemu-system-arm -machine mps2-an386`).
+//! Arm MPS2 board with the AN386 FPGA image (Cortex-M4F) or the AN385 image
+//! (Cortex-M3), as QEMU models them (`qemu-system-arm -machine mps2-an386`,
+//! `-machine mps2-an385`). QEMU builds both from the same code
+//! (`hw/arm/mps2.c`): the same memory map, CMSDK APB UARTs, interrupt
+//! numbers, FPGA I/O block and 25 MHz clock; only the CPU differs (the M3 has
+//! no FPU and no DSP instructions, which the compiler's target takes care
+//! of). So one file serves both, and the cargo feature only names the board.
 //!
 //! This is the only module of the firmware that may contain `unsafe`, and
 //! only in the items marked `#[allow(unsafe_code)]` (the crate denies it).
@@ -31,6 +36,15 @@ use cortex_m::peripheral::NVIC;
 use cortex_m_rt::{exception, ExceptionFrame};
 use critical_section::Mutex;
 use embedded_hal::digital::{self, InputPin, OutputPin, StatefulOutputPin};
+
+/// The board's name: its cargo feature, its line in `boards.txt`, the
+/// console banner's `board=`.
+#[cfg(feature = "mps2-an386")]
+pub const NAME: &str = "mps2-an386";
+/// The board's name: its cargo feature, its line in `boards.txt`, the
+/// console banner's `board=`.
+#[cfg(feature = "mps2-an385")]
+pub const NAME: &str = "mps2-an385";
 
 /// Core, SysTick (core source) and APB clock in Hz: QEMU's `SYSCLK_FRQ` for MPS2.
 pub const SYSCLK_HZ: u32 = 25_000_000;
@@ -129,10 +143,12 @@ impl embedded_io::Error for UartError {
     }
 }
 
-/// A CMSDK APB UART (8N1, one-byte RX and TX holding registers), polled.
+/// A CMSDK APB UART (8N1, one-byte RX and TX holding registers).
 ///
-/// The RX interrupt is enabled only to wake the core from `WFI`
-/// ([`wait_for_interrupt_unless`]); bytes are read by polling.
+/// UART0's (the agent link's) received bytes are taken by its RX interrupt
+/// into the receive queue (`crate::rx`): do not read them here. UART1's RX
+/// interrupt only wakes the core from `WFI` ([`wait_for_interrupt_unless`]);
+/// its bytes are read by polling.
 /// `embedded_io::Read::read` blocks until at least one byte is there; use
 /// [`Uart::try_read_byte`] or `ReadReady` to avoid blocking.
 pub struct Uart {
@@ -445,6 +461,30 @@ pub fn exit(code: i32) -> ! {
     semihosting::process::exit(code)
 }
 
+/// Most bytes one UART0 RX interrupt takes; more wait for the next one (the
+/// interrupt is raised again by the next byte's arrival).
+const RX_PER_INTERRUPT: usize = 64;
+
+/// UART0 RX: acknowledges the interrupt, then moves every received byte into
+/// the agent link's receive queue (`crate::rx::received`), reporting the
+/// UART's own overrun flag (`crate::rx::overrun`). Acknowledged first, so a
+/// byte that arrives while this runs raises it again.
+fn agent_rx_interrupt() {
+    let uart = UART0_BASE;
+    Reg::at(uart + UART_INTSTATUS).write(INT_RX);
+    for _ in 0..RX_PER_INTERRUPT {
+        let state = Reg::at(uart + UART_STATE).read();
+        if state & STATE_RXOVERRUN != 0 {
+            Reg::at(uart + UART_STATE).write(STATE_RXOVERRUN); // W1C
+            crate::rx::overrun();
+        }
+        if state & STATE_RXFULL == 0 {
+            return;
+        }
+        crate::rx::received((Reg::at(uart + UART_DATA).read() & 0xFF) as u8);
+    }
+}
+
 // SAFETY: cortex-m-rt requires this signature to be `unsafe fn` (whatever it
 // defines is called by hardware for every unhandled interrupt); the body does
 // nothing unsafe.
@@ -452,9 +492,9 @@ pub fn exit(code: i32) -> ! {
 #[exception]
 unsafe fn DefaultHandler(irqn: i16) {
     match irqn {
-        // Only wake-ups: acknowledge the RX interrupt (level in QEMU) and let
-        // thread mode read the byte.
-        0 => Reg::at(UART0_BASE + UART_INTSTATUS).write(INT_RX),
+        0 => agent_rx_interrupt(),
+        // Only a wake-up: acknowledge the RX interrupt (level in QEMU) and
+        // let thread mode read the byte.
         2 => Reg::at(UART1_BASE + UART_INTSTATUS).write(INT_RX),
         _ => {
             all_leds_off();
@@ -522,8 +562,10 @@ impl Board {
         #[allow(unsafe_code)]
         // SAFETY: unmasking can break critical sections that rely on these
         // interrupts being masked; none does. Their handler (DefaultHandler,
-        // irqn 0 and 2) only writes the UART INTCLEAR register and shares no
-        // state with thread mode.
+        // irqn 0 and 2) writes the UART INTCLEAR register, and for UART0
+        // reads the UART and pushes into the receive queue, which it shares
+        // with thread mode only through a `critical_section::Mutex` and the
+        // queue's own single-producer, single-consumer atomics.
         unsafe {
             NVIC::unmask(Irq::Uart0Rx);
             NVIC::unmask(Irq::Uart1Rx);
