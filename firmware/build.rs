@@ -1,5 +1,6 @@
-//! Puts `memory.x` on the linker search path (cortex-m-rt's `link.x` INCLUDEs
-//! it) and checks that exactly one board feature is selected and that the
+//! Puts the board's memory map on the linker search path as `memory.x`
+//! (cortex-m-rt's `link.x` INCLUDEs it): `memory-mps2.x` for AN385/AN386,
+//! `memory-mps2-an505.x` for the AN505 and checks that exactly one board feature is selected and that the
 //! build's target is that board's (`boards.txt`).
 #![forbid(unsafe_code)]
 
@@ -7,9 +8,25 @@ use std::{env, error::Error, fs, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn Error>> {
     let out = PathBuf::from(env::var_os("OUT_DIR").ok_or("cargo did not set OUT_DIR")?);
-    fs::write(out.join("memory.x"), include_bytes!("memory.x"))?;
+    // The AN505's memory map differs (secure aliases); AN385/AN386 share one.
+    // (Neither file is called memory.x: the linker would find that in the
+    // crate's directory before OUT_DIR.)
+    let memory: &[u8] = if env::var_os("CARGO_FEATURE_MPS2_AN505").is_some() {
+        include_bytes!("memory-mps2-an505.x")
+    } else {
+        include_bytes!("memory-mps2.x")
+    };
+    fs::write(out.join("memory.x"), memory)?;
+    // cortex-m-rt's `device` feature INCLUDEs device.x (weak aliases of a
+    // PAC's interrupt handlers); every interrupt of this firmware goes to
+    // DefaultHandler, so there is nothing to alias.
+    fs::write(
+        out.join("device.x"),
+        "/* no device handlers: every interrupt is DefaultHandler */\n",
+    )?;
     println!("cargo:rustc-link-search={}", out.display());
-    println!("cargo:rerun-if-changed=memory.x");
+    println!("cargo:rerun-if-changed=memory-mps2.x");
+    println!("cargo:rerun-if-changed=memory-mps2-an505.x");
     println!("cargo:rerun-if-changed=boards.txt");
     println!("cargo:rerun-if-changed=build.rs");
 

@@ -18,7 +18,7 @@ shift
 here="$(dirname "$0")"
 board="${BUDGETGATE_BOARD:-}"
 machine="" cpu=""
-while read -r name _class target qmachine qcpu; do
+while read -r name _class target qmachine qcpu _mhz; do
   case "$name" in ''|'#'*) continue ;; esac
   if { [ -n "$board" ] && [ "$name" = "$board" ]; } \
      || { [ -z "$board" ] && [[ "$elf" == *"/$target/"* ]]; }; then

@@ -14,7 +14,7 @@
 //! | `tools` | the registered tools, `*` = needs approval |
 //! | `buttons` | `buttons=<n>` |
 //! | `uptime` | `uptime_ms=<n>` |
-//! | `ticks` | `last_frame_ticks=<n> verdict_ticks=<m>`: 25 MHz core clock ticks the last agent frame took, line end to reply, and line end to the gate's verdict on its proposal (0 for other requests); under QEMU `-icount shift=0`, 40 instructions per tick |
+//! | `ticks` | `last_frame_ticks=<n> verdict_ticks=<m>`: core clock ticks (`board::SYSCLK_HZ`: 25 MHz on AN385/AN386, 20 MHz on AN505) the last agent frame took, line end to reply, and line end to the gate's verdict on its proposal (0 for other requests); under QEMU `-icount shift=0`, 40 (50 on AN505) instructions per tick |
 //! | `stack` | `stack_peak_bytes=<n>`: the stack's high-water mark (only in a build with `--features stack-paint`) |
 //! | `help` | the list of commands |
 //! | `panic` | none: panics (fail-safe test hook: actuators off, QEMU exits 101) |

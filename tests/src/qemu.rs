@@ -62,10 +62,12 @@ pub struct Board {
     pub machine: String,
     /// QEMU's `-cpu`.
     pub cpu: String,
+    /// The core clock as QEMU runs it, in MHz (SysTick counts it).
+    pub clock_mhz: u32,
 }
 
 /// Every board of `firmware/boards.txt`, the default (first) one first.
-/// Panics if the file does not parse (five words a line).
+/// Panics if the file does not parse (six words a line).
 pub fn boards() -> &'static [Board] {
     static BOARDS: OnceLock<Vec<Board>> = OnceLock::new();
     BOARDS.get_or_init(|| {
@@ -77,14 +79,17 @@ pub fn boards() -> &'static [Board] {
             .filter(|line| !line.is_empty() && !line.starts_with('#'))
             .map(
                 |line| match line.split_whitespace().collect::<Vec<_>>()[..] {
-                    [name, cpu_class, target, machine, cpu] => Board {
+                    [name, cpu_class, target, machine, cpu, mhz] => Board {
                         name: name.into(),
                         cpu_class: cpu_class.into(),
                         target: target.into(),
                         machine: machine.into(),
                         cpu: cpu.into(),
+                        clock_mhz: mhz.parse().unwrap_or_else(|_| {
+                            panic!("{}: clock {mhz:?} is not whole MHz", path.display())
+                        }),
                     },
-                    _ => panic!("{}: a board line has five words: {line:?}", path.display()),
+                    _ => panic!("{}: a board line has six words: {line:?}", path.display()),
                 },
             )
             .collect()

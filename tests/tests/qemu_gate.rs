@@ -1,5 +1,5 @@
 //! The gate firmware under QEMU, end to end, on every board of
-//! `firmware/boards.txt` in turn (`mps2-an386`, `mps2-an385`): sealed frames on
+//! `firmware/boards.txt` in turn (`mps2-an386`, `mps2-an385`, `mps2-an505`): sealed frames on
 //! the agent link (UART0), the operator console (UART1), the LED register as
 //! the actuators. Every reply is compared byte for byte with what
 //! `docs/PROTOCOL.md` says. Each test boots its own QEMU; all skip (with a
@@ -1228,8 +1228,11 @@ fn instructions_per_gated_action() {
             ("final", format!("PROPOSE {}", final_("15"))),
         ];
         println!(
-            "{} ({}): guest instructions per agent frame (QEMU -icount shift=0, ±40 each):",
-            board.name, board.cpu_class
+            "{} ({}, {} MHz): guest instructions per agent frame (QEMU -icount shift=0, ±{} each):",
+            board.name,
+            board.cpu_class,
+            board.clock_mhz,
+            1000 / board.clock_mhz
         );
         println!(
             "  {:<28} {:>14} {:>14}",
@@ -1243,7 +1246,9 @@ fn instructions_per_gated_action() {
                 .and_then(|rest| rest.split_once(" verdict_ticks="))
                 .and_then(|(f, v)| Some((f.parse().ok()?, v.parse().ok()?)))
                 .expect(&reply);
-            let (frame, verdict) = (frame * 40, verdict * 40);
+            // Under -icount shift=0 an instruction is 1 ns of virtual time.
+            let per_tick = u64::from(1000 / board.clock_mhz);
+            let (frame, verdict) = (frame * per_tick, verdict * per_tick);
             println!("  {what:<28} {verdict:>14} {frame:>14}");
             assert!(
                 (40..2_000_000).contains(&frame),

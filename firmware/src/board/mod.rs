@@ -6,11 +6,17 @@
 //! One board per build, chosen by a cargo feature (`boards.txt` lists them
 //! with their targets; `build.rs` checks the pair). `mps2-an386` and
 //! `mps2-an385` share `mps2_an386.rs`: QEMU models the same peripherals on
-//! both.
+//! both; `mps2-an505` (Cortex-M33) has the same blocks (CMSDK UARTs, FPGA
+//! I/O) at other addresses, a 20 MHz clock and other interrupt numbers,
+//! which the same file selects (`layout`).
 
-#[cfg(not(any(feature = "mps2-an386", feature = "mps2-an385")))]
-compile_error!("no board selected: --features mps2-an386 (the default) or mps2-an385");
-#[cfg(all(feature = "mps2-an386", feature = "mps2-an385"))]
+#[cfg(not(any(feature = "mps2-an386", feature = "mps2-an385", feature = "mps2-an505")))]
+compile_error!("no board selected: --features mps2-an386 (the default), mps2-an385 or mps2-an505");
+#[cfg(any(
+    all(feature = "mps2-an386", feature = "mps2-an385"),
+    all(feature = "mps2-an386", feature = "mps2-an505"),
+    all(feature = "mps2-an385", feature = "mps2-an505")
+))]
 compile_error!("two boards selected: build with --no-default-features --features BOARD");
 
 pub mod mps2_an386;
