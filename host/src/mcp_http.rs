@@ -68,8 +68,10 @@ pub const MAX_DRAIN: u64 = 256 << 20;
 /// Largest body of an upstream error answer (4xx, 5xx) passed on (64 KiB).
 pub const MAX_ERROR_BODY: usize = 64 << 10;
 
-/// Most MCP sessions the gateway keeps at once; an `initialize` beyond is
-/// answered `503`.
+/// Most MCP sessions the gateway keeps at once. A new one beyond takes
+/// the place of the least recently used session with nothing in flight (a
+/// client that comes back to it gets a new proxy, as after a restart); when
+/// every session has requests in flight, it is answered `503`.
 pub const MAX_SESSIONS: usize = 1024;
 
 /// Most client connections served at once; more wait to be accepted.
@@ -117,8 +119,28 @@ pub struct Gateway {
 }
 
 struct Sessions {
-    map: HashMap<String, Session>,
+    /// Each session's proxy and when it was last used (a tick of `made`).
+    map: HashMap<String, (Session, u64)>,
     made: u64,
+}
+
+impl Sessions {
+    /// Makes room for one more session; `false` when every one is busy.
+    fn room(&mut self) -> bool {
+        if self.map.len() < MAX_SESSIONS {
+            return true;
+        }
+        let idle = self
+            .map
+            .iter()
+            .filter(|(_, (p, _))| p.try_lock().is_ok_and(|p| p.in_flight() == 0))
+            .min_by_key(|(_, (_, used))| *used)
+            .map(|(k, _)| k.clone());
+        match idle {
+            Some(k) => self.map.remove(&k).is_some(),
+            None => false,
+        }
+    }
 }
 
 fn now() -> u64 {
@@ -173,37 +195,42 @@ impl Gateway {
     /// client without a session; `None` when there are too many sessions.
     fn session(&self, key: &str) -> Option<(Session, bool)> {
         let mut s = self.sessions.lock().ok()?;
-        if let Some(p) = s.map.get(key) {
+        s.made += 1;
+        let tick = s.made;
+        if let Some((p, used)) = s.map.get_mut(key) {
+            *used = tick;
             return Some((Arc::clone(p), true));
         }
-        if s.map.len() >= MAX_SESSIONS {
+        if !s.room() {
             return None;
         }
-        s.made += 1;
-        let proxy = self.new_proxy(s.made);
+        let proxy = self.new_proxy(tick);
         if key.is_empty() {
             return Some((proxy, false));
         }
-        s.map.insert(key.to_owned(), Arc::clone(&proxy));
+        s.map.insert(key.to_owned(), (Arc::clone(&proxy), tick));
         Some((proxy, true))
     }
 
     fn keep(&self, key: &str, proxy: &Session) {
         if let Ok(mut s) = self.sessions.lock() {
-            s.map
-                .entry(key.to_owned())
-                .or_insert_with(|| Arc::clone(proxy));
+            if s.map.contains_key(key) || s.room() {
+                let tick = s.made;
+                s.map
+                    .entry(key.to_owned())
+                    .or_insert_with(|| (Arc::clone(proxy), tick));
+            }
         }
     }
 
     fn forget(&self, key: &str) -> Option<Session> {
-        self.sessions.lock().ok()?.map.remove(key)
+        self.sessions.lock().ok()?.map.remove(key).map(|(p, _)| p)
     }
 
     /// Every session ends (the gateway stops): calls still running count.
     pub fn close_all(&self) {
         let all: Vec<Session> = match self.sessions.lock() {
-            Ok(mut s) => s.map.drain().map(|(_, p)| p).collect(),
+            Ok(mut s) => s.map.drain().map(|(_, (p, _))| p).collect(),
             Err(_) => return,
         };
         for p in all {
@@ -1084,6 +1111,39 @@ async fn stop_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bounded memory (docs/MCP.md, "Streamable HTTP"): at most
+    /// [`MAX_SESSIONS`] proxies; a new session takes the place of the least
+    /// recently used idle one, never of one with a request in flight.
+    #[test]
+    fn sessions_are_bounded_and_the_least_recently_used_idle_one_gives_way() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = crate::ledger::Store::open(dir.path(), Duration::from_secs(5)).expect("ledger");
+        let gate = LedgerGate::new(store, Default::default(), "s".into(), 60_000);
+        let gw = Gateway::new(
+            "http://127.0.0.1:1/mcp".into(),
+            gate,
+            4096,
+            Duration::from_secs(1),
+            "t".into(),
+        )
+        .expect("gateway");
+        for i in 0..MAX_SESSIONS {
+            assert!(gw.session(&format!("s{i}")).is_some());
+        }
+        let (busy, _) = gw.session("s0").expect("s0");
+        let outs = busy
+            .lock()
+            .expect("lock")
+            .on_client(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, 1);
+        assert!(matches!(outs.as_slice(), [Out::Server(_)]));
+        // s1 is now the least recently used, and idle.
+        assert!(gw.session("new").is_some());
+        let held = |k: &str| gw.sessions.lock().expect("lock").map.contains_key(k);
+        assert!(held("s0") && held("new") && held("s2"));
+        assert!(!held("s1"));
+        assert_eq!(gw.sessions.lock().expect("lock").map.len(), MAX_SESSIONS);
+    }
 
     #[test]
     fn sse_events_are_read_with_their_fields_and_bytes() {

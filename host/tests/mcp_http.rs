@@ -68,6 +68,29 @@ fn parts() -> Option<Parts> {
 /// A process killed when dropped.
 struct Proc(Child);
 
+impl Proc {
+    /// Waits for the process (60 s at most, then kills it); its output.
+    fn wait_output(mut self) -> std::process::Output {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.0.try_wait().expect("wait").is_none() {
+            assert!(Instant::now() < deadline, "the process did not end");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut out = std::process::Output {
+            status: self.0.wait().expect("status"),
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        };
+        if let Some(mut o) = self.0.stdout.take() {
+            let _ = o.read_to_end(&mut out.stdout);
+        }
+        if let Some(mut e) = self.0.stderr.take() {
+            let _ = e.read_to_end(&mut out.stderr);
+        }
+        out
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -130,10 +153,18 @@ fn everything(parts: &Parts) -> (Proc, u16) {
 /// A TCP relay to `127.0.0.1:port` recording what goes through it towards
 /// the server; returns its port and the record.
 fn tap(port: u16) -> (u16, Arc<Mutex<Vec<u8>>>) {
+    let (at, sent, _) = tap_both(port);
+    (at, sent)
+}
+
+/// [`tap`], recording what comes back from the server too.
+fn tap_both(port: u16) -> (u16, Arc<Mutex<Vec<u8>>>, Arc<Mutex<Vec<u8>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let at = listener.local_addr().expect("addr").port();
     let seen = Arc::new(Mutex::new(Vec::new()));
+    let back = Arc::new(Mutex::new(Vec::new()));
     let record = Arc::clone(&seen);
+    let record_back = Arc::clone(&back);
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut down) = conn else { return };
@@ -145,6 +176,7 @@ fn tap(port: u16) -> (u16, Arc<Mutex<Vec<u8>>>) {
                 up.try_clone().expect("clone"),
             );
             let record = Arc::clone(&record);
+            let record_back = Arc::clone(&record_back);
             std::thread::spawn(move || {
                 let mut buf = [0u8; 1 << 16];
                 while let Ok(n @ 1..) = down.read(&mut buf) {
@@ -156,12 +188,21 @@ fn tap(port: u16) -> (u16, Arc<Mutex<Vec<u8>>>) {
                 let _ = up.shutdown(std::net::Shutdown::Write);
             });
             std::thread::spawn(move || {
-                let _ = std::io::copy(&mut up2, &mut down2);
+                let mut buf = [0u8; 1 << 16];
+                while let Ok(n @ 1..) = up2.read(&mut buf) {
+                    record_back
+                        .lock()
+                        .expect("lock")
+                        .extend_from_slice(&buf[..n]);
+                    if down2.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
                 let _ = down2.shutdown(std::net::Shutdown::Write);
             });
         }
     });
-    (at, seen)
+    (at, seen, back)
 }
 
 struct Setup {
@@ -480,6 +521,84 @@ fn raw_requests_pass_through_and_malformed_ones_stop_at_the_gateway() {
     assert_eq!(count(&seen.lock().unwrap(), "never-forwarded"), 0);
     let (code, _, _) = http(&url.replace("/mcp", "/other"), "GET", &[], b"");
     assert_eq!(code, 404);
+}
+
+/// Fail closed over Streamable HTTP (`SPEC E`, docs/MCP.md): the server
+/// killed while it streams a call's answer (its progress notifications
+/// passed on) — the client's call is answered with a
+/// JSON-RPC error `-32000` and its reservation rolled back; `tools/list`
+/// over HTTP loses the tools the budget denies outright (a cap of 0).
+#[test]
+fn a_server_killed_mid_call_answers_it_with_an_error_and_rolls_it_back() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n[tools]\nmax_calls = { get-env = 0 }\n");
+    let (mut server, port) = everything(&parts);
+    let (tap_port, seen, back) = tap_both(port);
+    let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{tap_port}/mcp"));
+    let scenario = json!([
+        {"list": true},
+        {"call": "trigger-long-running-operation", "arguments": {"duration": 600, "steps": 600},
+         "progress": true},
+    ]);
+    let client = Command::new(&parts.python)
+        .arg(mcp_dir().join("http_client.py"))
+        .arg(scenario.to_string())
+        .arg(&url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    let client = Proc(client);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // The server has started its SSE answer (a progress event came back).
+    while s.tool_calls() != (0, 1)
+        || count(&seen.lock().unwrap(), "trigger-long") == 0
+        || count(&back.lock().unwrap(), "notifications/progress") == 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the call did not start: {:?}",
+            s.tool_calls()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.0.kill().expect("kill the server");
+    let _ = server.0.wait();
+    let out = client.wait_output();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (progress, got): (Vec<Value>, Vec<Value>) = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+        .partition(|v| v.get("progress").is_some());
+    assert!(
+        !progress.is_empty(),
+        "progress notifications passed on: {stdout}"
+    );
+    assert_eq!(
+        got.len(),
+        3,
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tools = got[1]["tools"].as_array().expect("tools");
+    assert!(
+        tools.contains(&json!("echo")) && !tools.contains(&json!("get-env")),
+        "{tools:?}"
+    );
+    assert_eq!(got[2]["error"], -32000, "{:?}", got[2]);
+    assert!(
+        got[2]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("budgetgate: the upstream MCP server"),
+        "{:?}",
+        got[2]
+    );
+    assert_eq!(
+        s.tool_calls(),
+        (0, 0),
+        "the broken-off call was rolled back"
+    );
 }
 
 /// Fail closed over Streamable HTTP: with the upstream down, `initialize`

@@ -8,7 +8,8 @@ which the Rust test checks.
     python http_client.py SCENARIO URL
 
 SCENARIO is a JSON array of steps: {"list": true} or
-{"call": NAME, "arguments": {...}}. A call answered with a JSON-RPC error
+{"call": NAME, "arguments": {...}, "progress": true} (progress: ask for
+progress notifications, each printed as {"progress": N}). A call answered with a JSON-RPC error
 prints {"call": NAME, "error": CODE, "message": TEXT}.
 """
 
@@ -37,8 +38,15 @@ async def main(argv):
                     tools = await session.list_tools()
                     emit(tools=[t.name for t in tools.tools])
                     continue
+                async def on_progress(progress, total, message):
+                    emit(progress=progress)
+
                 try:
-                    result = await session.call_tool(step["call"], step.get("arguments", {}))
+                    result = await session.call_tool(
+                        step["call"],
+                        step.get("arguments", {}),
+                        progress_callback=on_progress if step.get("progress") else None,
+                    )
                 except McpError as e:
                     emit(call=step["call"], error=e.error.code, message=e.error.message)
                     continue
