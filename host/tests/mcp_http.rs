@@ -150,15 +150,18 @@ fn everything(parts: &Parts) -> (Proc, u16) {
     (p, port)
 }
 
+/// Bytes a tap saw, as they came.
+type Record = Arc<Mutex<Vec<u8>>>;
+
 /// A TCP relay to `127.0.0.1:port` recording what goes through it towards
 /// the server; returns its port and the record.
-fn tap(port: u16) -> (u16, Arc<Mutex<Vec<u8>>>) {
+fn tap(port: u16) -> (u16, Record) {
     let (at, sent, _) = tap_both(port);
     (at, sent)
 }
 
 /// [`tap`], recording what comes back from the server too.
-fn tap_both(port: u16) -> (u16, Arc<Mutex<Vec<u8>>>, Arc<Mutex<Vec<u8>>>) {
+fn tap_both(port: u16) -> (u16, Record, Record) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let at = listener.local_addr().expect("addr").port();
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -603,12 +606,13 @@ fn a_server_killed_mid_call_answers_it_with_an_error_and_rolls_it_back() {
 
 /// Fail closed over Streamable HTTP: with the upstream down, `initialize`
 /// and a `tools/call` are answered with a JSON-RPC error `-32000` naming
-/// the upstream, and the call's reservation is rolled back.
+/// the upstream, and the call's reservation is rolled back; SIGTERM stops
+/// the gateway with status 0.
 #[test]
 fn an_upstream_that_is_down_answers_with_a_json_rpc_error_and_counts_nothing() {
     let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 5\n");
     let down = free_port();
-    let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{down}/mcp"));
+    let (gw, url, log) = s.gateway(&format!("http://127.0.0.1:{down}/mcp"));
     let (code, _, body) = http(
         &url,
         "POST",
@@ -643,6 +647,20 @@ fn an_upstream_that_is_down_answers_with_a_json_rpc_error_and_counts_nothing() {
         br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
     );
     assert_eq!(code, 502);
+    // SIGTERM stops it: exit 0.
+    let pid = gw.0.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let status = gw.wait_output().status;
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !log.lock().unwrap().contains("budgetgate mcp: stopped") {
+        assert!(Instant::now() < deadline, "{}", log.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Bounded memory over Streamable HTTP: a 100 MB body is answered 413 with
@@ -681,6 +699,7 @@ fn a_100_mb_body_is_refused_without_being_held() {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmHWM");
+    eprintln!("the gateway's peak memory: {peak_kib} KiB for a 100 MB body");
     assert!(
         peak_kib < 80 * 1024,
         "the gateway's peak memory was {peak_kib} KiB for a 100 MB body"
