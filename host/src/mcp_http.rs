@@ -818,6 +818,8 @@ pub struct SseParser {
     data: Option<String>,
     fields: String,
     skipping: bool,
+    /// Whether the line being read has a byte (kept or skipped).
+    in_line: bool,
 }
 
 impl SseParser {
@@ -836,6 +838,9 @@ impl SseParser {
                 }
             }
             if b != b'\n' {
+                if b != b'\r' {
+                    self.in_line = true;
+                }
                 if !self.skipping {
                     self.line.push(b);
                 }
@@ -845,7 +850,9 @@ impl SseParser {
             if line.last() == Some(&b'\r') {
                 line.pop();
             }
-            if line.is_empty() {
+            let blank = !self.in_line;
+            self.in_line = false;
+            if blank {
                 if self.skipping {
                     self.skipping = false;
                     out.push(SseItem::TooLong);
