@@ -1,5 +1,6 @@
 //! `budgetgate mcp`: the budget gate in front of any MCP server over stdio
-//! (`SPEC C`, `SPEC E`; `docs/MCP.md`).
+//! (`SPEC C`, `SPEC E`; `docs/MCP.md`). [`Proxy`] is shared with the
+//! Streamable HTTP transport (`--listen`, [`crate::mcp_http`]).
 //!
 //! The gateway starts the server as a child and serves the client on its
 //! own stdin and stdout, both sides speaking MCP's stdio transport:

@@ -530,16 +530,21 @@ fn raw_requests_pass_through_and_malformed_ones_stop_at_the_gateway() {
 /// killed while it streams a call's answer (its progress notifications
 /// passed on) — the client's call is answered with a
 /// JSON-RPC error `-32000` and its reservation rolled back; `tools/list`
-/// over HTTP loses the tools the budget denies outright (a cap of 0).
+/// over HTTP loses the tools the budget denies outright (a cap of 0), and a
+/// result over `max_result_bytes` in an SSE answer is withheld (the event
+/// rewritten, the call counted).
 #[test]
 fn a_server_killed_mid_call_answers_it_with_an_error_and_rolls_it_back() {
     let Some(parts) = parts() else { return };
-    let s = Setup::new("[budget]\nmax_seconds = 3600\n[tools]\nmax_calls = { get-env = 0 }\n");
+    let s = Setup::new(
+        "[budget]\nmax_seconds = 3600\nmax_result_bytes = 200\n[tools]\nmax_calls = { get-env = 0 }\n",
+    );
     let (mut server, port) = everything(&parts);
     let (tap_port, seen, back) = tap_both(port);
     let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{tap_port}/mcp"));
     let scenario = json!([
         {"list": true},
+        {"call": "get-tiny-image", "arguments": {}},
         {"call": "trigger-long-running-operation", "arguments": {"duration": 600, "steps": 600},
          "progress": true},
     ]);
@@ -554,7 +559,7 @@ fn a_server_killed_mid_call_answers_it_with_an_error_and_rolls_it_back() {
     let client = Proc(client);
     let deadline = Instant::now() + Duration::from_secs(30);
     // The server has started its SSE answer (a progress event came back).
-    while s.tool_calls() != (0, 1)
+    while s.tool_calls() != (1, 1)
         || count(&seen.lock().unwrap(), "trigger-long") == 0
         || count(&back.lock().unwrap(), "notifications/progress") == 0
     {
@@ -579,7 +584,7 @@ fn a_server_killed_mid_call_answers_it_with_an_error_and_rolls_it_back() {
     );
     assert_eq!(
         got.len(),
-        3,
+        4,
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -588,18 +593,23 @@ fn a_server_killed_mid_call_answers_it_with_an_error_and_rolls_it_back() {
         tools.contains(&json!("echo")) && !tools.contains(&json!("get-env")),
         "{tools:?}"
     );
-    assert_eq!(got[2]["error"], -32000, "{:?}", got[2]);
+    assert_eq!(got[2]["is_error"], true, "{:?}", got[2]);
+    assert!(got[2]["text"]
+        .as_str()
+        .unwrap()
+        .contains("over the budget's bound of 200 bytes"));
+    assert_eq!(got[3]["error"], -32000, "{:?}", got[3]);
     assert!(
-        got[2]["message"]
+        got[3]["message"]
             .as_str()
             .unwrap()
             .starts_with("budgetgate: the upstream MCP server"),
         "{:?}",
-        got[2]
+        got[3]
     );
     assert_eq!(
         s.tool_calls(),
-        (0, 0),
+        (1, 0),
         "the broken-off call was rolled back"
     );
 }
