@@ -377,7 +377,8 @@ const JSON: (&str, &str) = ("content-type", "application/json");
 /// server initializes and lists tools; a call within budget reaches the
 /// server; a repeat (`max_repeats`) and a call over `max_tool_calls` are
 /// answered with `isError` and `_meta.budgetgate` and never reach it (the
-/// tap); the ledger counts what ran; the client's DELETE ends the session.
+/// tap); the ledger counts what ran; the client's GET stream and DELETE
+/// are forwarded.
 #[test]
 fn python_client_over_http_calls_within_budget_and_is_refused_over_it() {
     let Some(parts) = parts() else { return };
@@ -428,6 +429,10 @@ fn python_client_over_http_calls_within_budget_and_is_refused_over_it() {
     assert!(
         count(&seen, "mcp-session-id: ") > 0,
         "the session id passed on"
+    );
+    assert!(
+        count(&seen, "GET /mcp") > 0,
+        "the client's server-to-client stream (GET) was forwarded"
     );
 }
 
