@@ -2,7 +2,8 @@
 //! parts: the reference MCP server from the npm registry
 //! (`@modelcontextprotocol/server-everything streamableHttp`) and the
 //! official Python MCP client (`streamable_http_client`), installed by
-//! `tests/mcp/install.sh`. Between the gateway and the server a tap (a TCP
+//! `tests/mcp/install.sh`; for the `application/json` path, a server of that
+//! SDK (`tests/mcp/json_server.py`). Between the gateway and the server a tap (a TCP
 //! relay in this test) records every byte the gateway sends upstream, so a
 //! refused call is seen never to reach the server.
 //!
@@ -434,6 +435,59 @@ fn python_client_over_http_calls_within_budget_and_is_refused_over_it() {
         count(&seen, "GET /mcp") > 0,
         "the client's server-to-client stream (GET) was forwarded"
     );
+}
+
+/// `SPEC C` / `SPEC E` over Streamable HTTP with an upstream that answers
+/// `application/json` and keeps no sessions (the Python SDK's own server,
+/// `json_response`, `stateless_http`): a call within budget reaches it, a
+/// result over `max_result_bytes` is withheld (the call counted), a call
+/// over `max_tool_calls` is refused and never reaches it.
+#[test]
+fn a_json_answering_sessionless_upstream_is_gated_the_same_way() {
+    let Some(parts) = parts() else { return };
+    let s =
+        Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 2\nmax_result_bytes = 1000\n");
+    let port = free_port();
+    let server = Command::new(&parts.python)
+        .arg(mcp_dir().join("json_server.py"))
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the server starts");
+    let _server = Proc(server);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the JSON server did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (tap_port, seen, back) = tap_both(port);
+    let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{tap_port}/mcp"));
+    let got = python(
+        &parts,
+        json!([
+            {"list": true},
+            {"call": "echo", "arguments": {"message": "json-first"}},
+            {"call": "big", "arguments": {"size": 5000}},
+            {"call": "echo", "arguments": {"message": "json-over"}},
+        ]),
+        &url,
+    );
+    assert_eq!(got.len(), 5, "{got:?}");
+    assert_eq!(got[0]["initialized"], "json-server");
+    assert!(got[0]["session"].is_null(), "no session: {:?}", got[0]);
+    assert_eq!(got[1]["tools"], json!(["echo", "big"]));
+    assert_eq!(got[2]["text"], "Echo: json-first", "{:?}", got[2]);
+    assert_eq!(got[3]["is_error"], true, "{:?}", got[3]);
+    assert!(got[3]["text"]
+        .as_str()
+        .unwrap()
+        .contains("over the budget's bound of 1000 bytes"));
+    assert_eq!(got[4]["meta"]["reason"], "tool-budget", "{:?}", got[4]);
+    assert_eq!(s.tool_calls(), (2, 0));
+    assert_eq!(count(&seen.lock().unwrap(), "json-first"), 1);
+    assert_eq!(count(&seen.lock().unwrap(), "json-over"), 0);
+    assert!(count(&back.lock().unwrap(), "content-type: application/json") > 0);
 }
 
 /// Approval over Streamable HTTP (docs/MCP.md): a tool in `needs_approval`
