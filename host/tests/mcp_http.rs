@@ -675,8 +675,9 @@ fn a_server_killed_mid_call_answers_it_with_an_error_and_rolls_it_back() {
 
 /// Fail closed over Streamable HTTP: with the upstream down, `initialize`
 /// and a `tools/call` are answered with a JSON-RPC error `-32000` naming
-/// the upstream, and the call's reservation is rolled back; SIGTERM stops
-/// the gateway with status 0.
+/// the upstream, and the call's reservation is rolled back; a request from
+/// a web page of another origin is refused 403 (DNS rebinding); SIGTERM
+/// stops the gateway with status 0.
 #[test]
 fn an_upstream_that_is_down_answers_with_a_json_rpc_error_and_counts_nothing() {
     let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 5\n");
@@ -716,6 +717,18 @@ fn an_upstream_that_is_down_answers_with_a_json_rpc_error_and_counts_nothing() {
         br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
     );
     assert_eq!(code, 502);
+    // A web page of another origin is refused; other methods are 405.
+    let evil = [JSON, JSON_SSE, ("origin", "http://evil.example")];
+    let (code, _, _) = http(&url, "POST", &evil, initialize_body().as_bytes());
+    assert_eq!(code, 403);
+    let local = [JSON, JSON_SSE, ("origin", "http://localhost:6274")];
+    let (code, _, _) = http(&url, "POST", &local, initialize_body().as_bytes());
+    assert_eq!(code, 200, "a page of this machine is served");
+    let (code, headers, _) = http(&url, "PUT", &[], b"");
+    assert_eq!(code, 405);
+    assert!(headers
+        .iter()
+        .any(|(k, v)| k == "allow" && v.contains("POST")));
     // SIGTERM stops it: exit 0.
     let pid = gw.0.id().to_string();
     let killed = Command::new("kill")
