@@ -20,6 +20,7 @@ pub mod ledger;
 pub mod ledger_cli;
 pub mod ledger_redis;
 pub mod mcp;
+pub mod mcp_http;
 pub mod replay;
 pub mod strict;
 pub mod term;
