@@ -556,6 +556,23 @@ impl Limits {
 
     /// Reads and validates limits from a JSON object with exactly the five keys.
     pub fn parse(json: &[u8]) -> Result<Self, LimitsError> {
+        // The common spelling in one pass; anything else, and every error,
+        // is the general reader's (as for plans).
+        let compact = core::str::from_utf8(json).ok().and_then(|text| {
+            Compact {
+                bytes: json,
+                text,
+                at: 0,
+            }
+            .limits()
+        });
+        if let Some(limits) = compact {
+            return Ok(limits);
+        }
+        Self::parse_general(json)
+    }
+
+    fn parse_general(json: &[u8]) -> Result<Self, LimitsError> {
         // Holds the five keys even when every one is escaped.
         let mut scratch = [0u8; 64];
         let mut reader = Reader::new(json, &mut scratch)?;
@@ -652,8 +669,8 @@ impl<'a> Compact<'a> {
         Some(text)
     }
 
-    /// A plain integer in `0..=MAX_ROW_COST`: digits, no leading zero.
-    fn cost(&mut self) -> Option<u32> {
+    /// A plain integer in `0..=max`: digits, no leading zero.
+    fn uint(&mut self, max: u32) -> Option<u32> {
         self.space();
         let rest = self.bytes.get(self.at..)?;
         let len = rest
@@ -675,7 +692,38 @@ impl<'a> Compact<'a> {
         let value = digits
             .iter()
             .fold(0u32, |v, d| v * 10 + u32::from(d - b'0'));
-        (value <= MAX_ROW_COST).then_some(value)
+        (value <= max).then_some(value)
+    }
+
+    /// The limits object in its common spelling: the five keys, each once,
+    /// with plain integers within their bounds.
+    fn limits(mut self) -> Option<Limits> {
+        self.byte(b'{')?;
+        let mut values: [Option<u32>; 5] = [None; 5];
+        loop {
+            let key = self.plain_str()?;
+            self.byte(b':')?;
+            let limit = LimitKey::ALL.into_iter().find(|l| l.key() == key)?;
+            let slot = values.get_mut(limit as usize)?;
+            if slot.is_some() {
+                return None;
+            }
+            *slot = Some(self.uint(limit.max())?);
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+        self.space();
+        if self.at != self.bytes.len() {
+            return None;
+        }
+        let [steps, tokens, output, depth, fanout] = values;
+        Limits::new(steps?, tokens?, output?, depth?, fanout?).ok()
     }
 
     fn plan<const N: usize>(mut self) -> Option<Plan<N>> {
@@ -702,8 +750,8 @@ impl<'a> Compact<'a> {
                                 Some(PlanId::new(self.plain_str()?).ok()?)
                             })
                         }
-                        "tokens" if tokens.is_none() => tokens = Some(self.cost()?),
-                        "output" if output.is_none() => output = Some(self.cost()?),
+                        "tokens" if tokens.is_none() => tokens = Some(self.uint(MAX_ROW_COST)?),
+                        "output" if output.is_none() => output = Some(self.uint(MAX_ROW_COST)?),
                         _ => return None,
                     }
                     match self.peek()? {
@@ -1125,6 +1173,59 @@ mod tests {
             answered > plans.len() / 2,
             "the compact reader answered {answered}"
         );
+    }
+
+    /// `SPEC B2`: the one-pass reader of limits answers only valid limits,
+    /// exactly as the general reader does, on every limits object of the
+    /// vectors (plain and spaced out) and on 40 000 mutants of them.
+    #[test]
+    fn the_compact_limits_reader_agrees_with_the_general_one() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/vectors/plan.jsonl"))
+            .unwrap();
+        let mut docs: std::vec::Vec<std::vec::Vec<u8>> = std::vec::Vec::new();
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            if let Some(l) = v["request"]["args"].get("limits") {
+                docs.push(serde_json::to_vec(l).unwrap());
+                docs.push(serde_json::to_vec_pretty(l).unwrap());
+            }
+        }
+        assert!(docs.len() > 20);
+        let compact = |doc: &[u8]| {
+            let text = core::str::from_utf8(doc).ok()?;
+            Compact { bytes: doc, text, at: 0 }.limits()
+        };
+        let (mut answered, mut seed) = (0usize, 0x9e37_79b9_7f4a_7c15u64);
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        const BYTES: &[u8] = b"{}:,\" \\0123456789-.esptoufd\x00";
+        let per_doc = 40_000 / docs.len();
+        for doc in &docs {
+            if let Some(l) = compact(doc) {
+                assert_eq!(Ok(l), Limits::parse_general(doc));
+                answered += 1;
+            }
+            for _ in 0..per_doc {
+                let mut m = doc.clone();
+                let at = (next() as usize) % (m.len() + 1);
+                let b = BYTES[(next() as usize) % BYTES.len()];
+                match next() % 3 {
+                    0 if at < m.len() => m[at] = b,
+                    1 if at < m.len() => {
+                        m.remove(at);
+                    }
+                    _ => m.insert(at, b),
+                }
+                if let Some(l) = compact(&m) {
+                    assert_eq!(Ok(l), Limits::parse_general(&m), "{}", String::from_utf8_lossy(&m));
+                }
+            }
+        }
+        assert!(answered > docs.len() / 2, "answered {answered} of {}", docs.len());
     }
 
     #[test]

@@ -59,14 +59,15 @@ pub enum SetupError {
     },
 }
 
-/// A proposal as the policy hands it over: JSON text, or a failure.
-pub type Proposal = Result<String, String>;
+/// A proposal as the policy hands it over: JSON text (owned or borrowed),
+/// or a failure.
+pub type Proposal<T = String> = Result<T, String>;
 
 /// Runs the bounded loop (`SPEC A2`). `policy` sees the observations so far
 /// (read-only) and returns a proposal as JSON text, or fails. Tools are called
 /// by registered name.
-pub fn run_bounded_agent<'t>(
-    mut policy: impl FnMut(&[Observation]) -> Proposal,
+pub fn run_bounded_agent<'t, T: AsRef<str>>(
+    mut policy: impl FnMut(&[Observation]) -> Proposal<T>,
     tools: Vec<(String, Tool<'t>)>,
     limits: RunLimits,
 ) -> Result<RunResult, SetupError> {
@@ -85,8 +86,8 @@ pub fn run_bounded_agent<'t>(
             .unwrap_or_else(|_| Err("policy panicked".into()));
         let text = proposal.ok();
         let action = text
-            .as_deref()
-            .and_then(|text| ActionRef::parse(text.as_bytes()).ok());
+            .as_ref()
+            .and_then(|text| ActionRef::parse(text.as_ref().as_bytes()).ok());
         let Ok(verdict) = run.decide(action.as_ref()) else {
             break;
         };

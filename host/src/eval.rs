@@ -334,7 +334,7 @@ fn run_script(
     let policy = |_: &[crate::driver::Observation]| {
         let proposal = script
             .get(next)
-            .map(|text| (*text).to_owned())
+            .copied()
             .ok_or_else(|| "script used up".to_owned());
         next += 1;
         proposal
@@ -401,8 +401,8 @@ fn fast_run(args: &[u8]) -> Option<RunResult> {
     let text = std::str::from_utf8(args).ok()?;
     let a: BorrowedRunArgs<'_> = serde_json::from_str(text).ok()?;
     let mut tools = Vec::with_capacity(a.tools.0.len());
-    for (name, kind) in &a.tools.0 {
-        tools.push((name.clone(), DemoKind::parse(kind)?));
+    for (name, kind) in a.tools.0 {
+        tools.push((name, DemoKind::parse(&kind)?));
     }
     if tools.len() > budgetgate_core::limits::MAX_TOOLS {
         return None;
