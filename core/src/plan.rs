@@ -1180,8 +1180,11 @@ mod tests {
     /// vectors (plain and spaced out) and on 40 000 mutants of them.
     #[test]
     fn the_compact_limits_reader_agrees_with_the_general_one() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/vectors/plan.jsonl"))
-            .unwrap();
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/vectors/plan.jsonl"
+        ))
+        .unwrap();
         let mut docs: std::vec::Vec<std::vec::Vec<u8>> = std::vec::Vec::new();
         for line in text.lines() {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -1193,7 +1196,12 @@ mod tests {
         assert!(docs.len() > 20);
         let compact = |doc: &[u8]| {
             let text = core::str::from_utf8(doc).ok()?;
-            Compact { bytes: doc, text, at: 0 }.limits()
+            Compact {
+                bytes: doc,
+                text,
+                at: 0,
+            }
+            .limits()
         };
         let (mut answered, mut seed) = (0usize, 0x9e37_79b9_7f4a_7c15u64);
         let mut next = || {
@@ -1221,11 +1229,20 @@ mod tests {
                     _ => m.insert(at, b),
                 }
                 if let Some(l) = compact(&m) {
-                    assert_eq!(Ok(l), Limits::parse_general(&m), "{}", String::from_utf8_lossy(&m));
+                    assert_eq!(
+                        Ok(l),
+                        Limits::parse_general(&m),
+                        "{}",
+                        String::from_utf8_lossy(&m)
+                    );
                 }
             }
         }
-        assert!(answered > docs.len() / 2, "answered {answered} of {}", docs.len());
+        assert!(
+            answered > docs.len() / 2,
+            "answered {answered} of {}",
+            docs.len()
+        );
     }
 
     #[test]

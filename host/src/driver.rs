@@ -67,16 +67,37 @@ pub type Proposal<T = String> = Result<T, String>;
 /// (read-only) and returns a proposal as JSON text, or fails. Tools are called
 /// by registered name.
 pub fn run_bounded_agent<'t, T: AsRef<str>>(
-    mut policy: impl FnMut(&[Observation]) -> Proposal<T>,
+    policy: impl FnMut(&[Observation]) -> Proposal<T>,
     tools: Vec<(String, Tool<'t>)>,
     limits: RunLimits,
 ) -> Result<RunResult, SetupError> {
+    let (names, mut callables): (Vec<String>, Vec<Tool<'t>>) = tools.into_iter().unzip();
+    run_with_tools(
+        policy,
+        names.iter().map(String::as_str),
+        |tool, args| match callables.get_mut(tool) {
+            Some(f) => f(args),
+            None => Err("no such tool".into()),
+        },
+        limits,
+    )
+}
+
+/// [`run_bounded_agent`] with the tools given as their names, in order, and
+/// one function that calls tool `i` (its index in `names`): no closure per
+/// tool. A panic inside `call` is caught and counts as a failure.
+pub fn run_with_tools<'n, T: AsRef<str>>(
+    mut policy: impl FnMut(&[Observation]) -> Proposal<T>,
+    names: impl IntoIterator<Item = &'n str>,
+    mut call: impl FnMut(usize, &Args<'_>) -> Result<Value, String>,
+    limits: RunLimits,
+) -> Result<RunResult, SetupError> {
     let mut set = ToolSet::new();
-    let mut callables = Vec::with_capacity(tools.len());
-    for (name, tool) in tools {
-        set.try_add(&name)
-            .map_err(|reason| SetupError::Tool { name, reason })?;
-        callables.push(tool);
+    for name in names {
+        set.try_add(name).map_err(|reason| SetupError::Tool {
+            name: name.to_owned(),
+            reason,
+        })?;
     }
     let mut run: Run = Run::new(limits, set);
     let mut observations: Vec<Observation> = Vec::new();
@@ -110,18 +131,20 @@ pub fn run_bounded_agent<'t, T: AsRef<str>>(
                     Value::from("unknown-tool"),
                 ));
             }
-            (Verdict::Execute { tool }, Some(ActionRef::Tool(call))) => {
-                let outcome = match callables.get_mut(tool) {
-                    Some(f) => catch_unwind(AssertUnwindSafe(|| f(&call.arguments)))
-                        .unwrap_or_else(|_| Err("tool panicked".into())),
-                    None => Err("no such tool".into()),
-                };
+            (Verdict::Execute { tool }, Some(ActionRef::Tool(proposed))) => {
+                let outcome = catch_unwind(AssertUnwindSafe(|| call(tool, &proposed.arguments)))
+                    .unwrap_or_else(|_| Err("tool panicked".into()));
                 let done = run.complete(outcome.as_ref().ok());
                 let observation = match (done, outcome) {
                     (Ok(c), Ok(value)) if matches!(c.data, ObservationData::Result { .. }) => {
-                        observe(&call.call_id, &call.name, true, value)
+                        observe(&proposed.call_id, &proposed.name, true, value)
                     }
-                    _ => observe(&call.call_id, &call.name, false, Value::from("tool-error")),
+                    _ => observe(
+                        &proposed.call_id,
+                        &proposed.name,
+                        false,
+                        Value::from("tool-error"),
+                    ),
                 };
                 observations.push(observation);
             }

@@ -12,7 +12,7 @@ use budgetgate_core::{trace_work, ActionRef, Limits, Plan, RunLimits, WorkRow};
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use crate::driver::{run_bounded_agent, RunResult};
+use crate::driver::{run_with_tools, RunResult};
 use crate::strict::{as_int, shape, Shape, StrictObject};
 use crate::tools::DemoKind;
 
@@ -326,10 +326,6 @@ fn run_script(
     tools: &[(String, DemoKind)],
     limits: RunLimits,
 ) -> Result<RunResult, EvalError> {
-    let registered = tools
-        .iter()
-        .map(|(name, kind)| (name.clone(), kind.tool()))
-        .collect();
     let mut next = 0usize;
     let policy = |_: &[crate::driver::Observation]| {
         let proposal = script
@@ -339,7 +335,16 @@ fn run_script(
         next += 1;
         proposal
     };
-    run_bounded_agent(policy, registered, limits).map_err(invalid)
+    run_with_tools(
+        policy,
+        tools.iter().map(|(name, _)| name.as_str()),
+        |tool, args| match tools.get(tool) {
+            Some((_, kind)) => kind.call(args),
+            None => Err("no such tool".into()),
+        },
+        limits,
+    )
+    .map_err(invalid)
 }
 
 /// `run_bounded_agent`'s arguments read in one pass, borrowed from the line,
