@@ -585,6 +585,43 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
         &self.tools
     }
 
+    /// Whether a tool outcome is awaited ([`Verdict::Execute`] was given
+    /// and neither [`Run::complete`] nor [`Run::refuse`] has been called).
+    pub fn awaiting_outcome(&self) -> bool {
+        self.state == State::AwaitingOutcome
+    }
+
+    /// A run rebuilt from its stored parts (`crate::resume`), which the
+    /// caller has checked: `trace` rows in step order, `tool_attempts` the
+    /// number of tool rows, a stop row only last. Returns `None` if the rows
+    /// do not fit this run's trace capacity.
+    pub(crate) fn restored(
+        limits: RunLimits,
+        tools: ToolSet<TOOLS>,
+        trace: impl Iterator<Item = TraceRow>,
+        tool_attempts: u8,
+        awaiting_outcome: bool,
+        status: Option<Status>,
+    ) -> Option<Self> {
+        let mut rows = Vec::new();
+        for row in trace {
+            rows.push(row).ok()?;
+        }
+        let state = match (status, awaiting_outcome) {
+            (Some(status), false) => State::Stopped(status),
+            (None, true) => State::AwaitingOutcome,
+            (None, false) => State::AwaitingProposal,
+            (Some(_), true) => return None,
+        };
+        Some(Self {
+            limits,
+            tools,
+            trace: rows,
+            tool_attempts,
+            state,
+        })
+    }
+
     fn next_step(&self) -> u8 {
         // The trace never exceeds 32 rows, so this always fits.
         u8::try_from(self.trace.len()).unwrap_or(u8::MAX)
