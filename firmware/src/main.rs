@@ -24,6 +24,9 @@ mod board;
 mod config;
 mod console;
 mod line;
+// issue 15: the durable run and the audit log (flash).
+#[cfg(feature = "flash")]
+mod persist;
 mod tools;
 
 use core::mem::MaybeUninit;
@@ -70,6 +73,11 @@ fn main() -> ! {
     };
     static mut AGENT_RX: FrameDecoder<FRAME_MAX> = FrameDecoder::new();
     static mut CONSOLE_RX: LineBuffer<CONSOLE_LINE_MAX> = LineBuffer::new();
+    // issue 15: the flash file and the journal over it (persist.rs).
+    #[cfg(feature = "flash")]
+    static mut FLASH_FILE: MaybeUninit<semihosting::fs::File> = MaybeUninit::uninit();
+    #[cfg(feature = "flash")]
+    static mut JOURNAL: MaybeUninit<persist::Journal> = MaybeUninit::uninit();
 
     let Some(board) = Board::take() else {
         defmt::error!("board already taken");
@@ -92,6 +100,9 @@ fn main() -> ! {
         }
     };
     let _ = console::banner(&mut console);
+    // issue 15: resume the stored run (after the banner, before any frame).
+    #[cfg(feature = "flash")]
+    let _ = persist::boot((FLASH_FILE, JOURNAL), gate, &mut console);
 
     loop {
         if !gate.awaiting_approval() {
