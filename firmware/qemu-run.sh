@@ -7,6 +7,9 @@
 #       console banner is not lost): `nc 127.0.0.1 4440`, `nc 127.0.0.1 4441`.
 #   defmt log (semihosting)  -> QEMU's stdout: decoded by `defmt-print` if it
 #       is installed, else saved raw to target/defmt.bin.
+#   flash (issue 15)         -> the host file ${BUDGETGATE_FLASH:-target/flash.bin}
+#       (semihosting file I/O; created and erased if missing): the run and the
+#       audit log survive a kill of QEMU. BUDGETGATE_FLASH=none: no flash.
 # Exit status: QEMU's (101 = firmware panic, 102 = fault).
 set -euo pipefail
 elf="$1"
@@ -21,6 +24,12 @@ qemu=(qemu-system-arm
   -serial "tcp:127.0.0.1:$agent_port,server=on,wait=on,nodelay=on"
   -serial "tcp:127.0.0.1:$console_port,server=on,wait=on,nodelay=on"
   -kernel "$elf" "$@")
+
+# issue 15: the flash file, named on the semihosting command line.
+flash="${BUDGETGATE_FLASH:-target/flash.bin}"
+if [ "$flash" != none ]; then
+  qemu+=(-append "flash=$flash")
+fi
 
 if command -v defmt-print >/dev/null 2>&1; then
   "${qemu[@]}" | defmt-print -e "$elf"

@@ -102,9 +102,32 @@ fn leaks_into_nested_cargo(key: &OsStr) -> bool {
     ) || key.starts_with("__CARGO")
 }
 
+/// The firmware ELF built without its default features (no flash store,
+/// issue 15), once per process, in its own target directory
+/// (`firmware/target/no-flash`) so that it never replaces the default image.
+/// Panics with cargo's output if the build fails.
+pub fn firmware_image_without_flash() -> &'static Path {
+    static IMAGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let image = IMAGE.get_or_init(|| {
+        let target = firmware_dir().join("target").join("no-flash");
+        let mut extra: Vec<OsString> = vec!["--no-default-features".into(), "--target-dir".into()];
+        extra.push(target.into());
+        build_firmware_with(&extra)
+    });
+    match image {
+        Ok(path) => path,
+        Err(message) => panic!("{message}"),
+    }
+}
+
 /// `cargo build --release` of `firmware/`, run from inside `firmware/` so
 /// that `firmware/.cargo/config.toml` (target, linker scripts) applies.
 fn build_firmware() -> Result<PathBuf, String> {
+    build_firmware_with(&[])
+}
+
+/// [`build_firmware`] with `extra` cargo arguments.
+fn build_firmware_with(extra: &[OsString]) -> Result<PathBuf, String> {
     let dir = firmware_dir();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let mut command = Command::new(&cargo);
@@ -118,6 +141,7 @@ fn build_firmware() -> Result<PathBuf, String> {
         ])
         .arg("--manifest-path")
         .arg(dir.join("Cargo.toml"))
+        .args(extra)
         .stdin(Stdio::null());
     for (key, _) in std::env::vars_os() {
         if leaks_into_nested_cargo(&key) {
