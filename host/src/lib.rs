@@ -8,6 +8,7 @@
 
 pub mod convert;
 pub mod device;
+pub mod device_audit;
 pub mod driver;
 pub mod eval;
 pub mod gate;

@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use budgetgate::device_audit::read_audit;
 use budgetgate_tests::qemu::Qemu;
 
 fn lamp(id: &str) -> String {
@@ -129,6 +130,15 @@ fn a_killed_run_resumes_with_its_budget_as_committed() {
         log[1].starts_with("audit run=1 step=0 call=c1 tool=HassTurnOn verdict=executing"),
         "{}",
         log[1]
+    );
+    // `budgetgate device audit` reads the same log over the console.
+    let entries = read_audit(&mut qemu.console_stream(), Duration::from_secs(5)).expect("the log");
+    assert_eq!(entries.len(), log.len());
+    assert_eq!(entries[1].call_id.as_deref(), Some("c1"));
+    assert_eq!(entries[1].verdict, "executing");
+    assert_eq!(
+        entries.last().map(|e| e.verdict.as_str()),
+        Some("duplicate-call")
     );
 }
 
