@@ -498,24 +498,30 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         }
         let header = resume::decode(bytes)?;
         let in_flight = matches!(header.stage, Stage::AwaitingApproval | Stage::Executing);
-        let run = Run::restored(
-            header.limits,
-            self.run.tools().clone(),
-            resume::rows(bytes, &header),
-            header.tool_attempts,
-            in_flight,
-            header.status,
-        )
-        .filter(|run| run.trace().len() == usize::from(header.rows))
-        .ok_or(ResumeError::Field("rows"))?;
-        let unregistered = run.trace().iter().any(|row| {
-            matches!(row, crate::run::TraceRow::Tool { name, executed: true, .. }
-                if run.tools().position(name.as_str()).is_none())
+        if usize::from(header.rows) > self.run.capacity() {
+            return Err(ResumeError::Field("rows"));
+        }
+        let unregistered = resume::rows(bytes, &header).any(|row| {
+            matches!(&row, crate::run::TraceRow::Tool { name, executed: true, .. }
+                if self.run.tools().position(name.as_str()).is_none())
         });
         if unregistered {
             return Err(ResumeError::Field("an executed tool this device lacks"));
         }
-        self.run = run;
+        // Checked above and by `decode`: the rows fit and the state agrees.
+        let restored = self.run.restore(
+            header.limits,
+            resume::rows(bytes, &header),
+            header.tool_attempts,
+            in_flight,
+            header.status,
+        );
+        if !restored || self.run.trace().len() != usize::from(header.rows) {
+            // Unreachable after `decode`; never a half-restored run.
+            self.run
+                .restore(RunLimits::DEFAULT, core::iter::empty(), 0, false, None);
+            return Err(ResumeError::Field("rows"));
+        }
         self.runs = header.run;
         self.clock_ms = now_ms;
         self.carried_ms = header.used_ms;

@@ -704,3 +704,126 @@ impl AuditRecord {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use heapless::Vec;
+
+    fn tool(step: u8, id: &str, executed: bool, ok: bool) -> TraceRow {
+        TraceRow::Tool {
+            step,
+            call_id: Identifier::new(id).unwrap(),
+            name: Identifier::new("HassTurnOn").unwrap(),
+            executed,
+            ok,
+        }
+    }
+
+    fn encode(view: &RunView<'_>) -> std::vec::Vec<u8> {
+        let mut buf = [0u8; RUN_RECORD_MAX];
+        let n = view.encode(&mut buf).unwrap();
+        buf[..n].to_vec()
+    }
+
+    fn view(trace: &[TraceRow]) -> RunView<'_> {
+        RunView {
+            run: 3,
+            phase: Phase::Running,
+            stage: Stage::AwaitingProposal,
+            status: None,
+            used_ms: 1234,
+            limits: RunLimits::new(8, 4).unwrap(),
+            tool_attempts: trace.len() as u8,
+            trace,
+        }
+    }
+
+    /// SPEC E: one encoding per run — a record that decodes encodes back
+    /// to the same bytes, rows included.
+    #[test]
+    fn a_decoded_record_encodes_to_the_same_bytes() {
+        let trace = [tool(0, "c1", true, true), tool(1, "c2", false, false)];
+        let bytes = encode(&view(&trace));
+        let header = decode(&bytes).unwrap();
+        let rows: Vec<TraceRow, 32> = rows(&bytes, &header).collect();
+        let back = RunView {
+            run: header.run,
+            phase: header.phase,
+            stage: header.stage,
+            status: header.status,
+            used_ms: header.used_ms,
+            limits: header.limits,
+            tool_attempts: header.tool_attempts,
+            trace: &rows,
+        };
+        assert_eq!(encode(&back), bytes);
+        assert_eq!(bytes.len(), HEADER + 4 + 2 * (2 + 3 + 11));
+    }
+
+    /// Fail closed: runs the gate cannot reach are refused, each with the
+    /// field that is wrong.
+    #[test]
+    fn unreachable_runs_are_refused() {
+        let twice = [tool(0, "c1", true, true), tool(1, "c1", true, true)];
+        assert_eq!(
+            decode(&encode(&view(&twice))),
+            Err(ResumeError::Field("a call id given twice"))
+        );
+        let trace = [tool(0, "c1", true, true)];
+        let mut wrong = view(&trace);
+        wrong.tool_attempts = 0;
+        assert_eq!(
+            decode(&encode(&wrong)),
+            Err(ResumeError::Field("tool attempts"))
+        );
+        let mut flying = view(&trace);
+        flying.stage = Stage::Executing;
+        assert_eq!(
+            decode(&encode(&flying)),
+            Err(ResumeError::Field("call in flight"))
+        );
+        let stop = [TraceRow::Final { step: 0 }, tool(1, "c1", true, true)];
+        let mut v = view(&stop);
+        v.tool_attempts = 1;
+        assert_eq!(
+            decode(&encode(&v)),
+            Err(ResumeError::Field("a stop row that is not last"))
+        );
+        let mut stopped = view(&[]);
+        stopped.status = Some(Status::Final);
+        assert_eq!(decode(&encode(&stopped)), Err(ResumeError::Field("status")));
+        let mut bytes = encode(&view(&trace));
+        bytes.push(0);
+        assert!(decode(&bytes).is_err(), "a trailing byte decoded");
+    }
+
+    #[test]
+    fn an_audit_entry_round_trips_and_refuses_another_version() {
+        let entry = AuditEntry {
+            run: 7,
+            step: 3,
+            call_id: "c9",
+            tool: "HassValveOpen",
+            verdict: AuditVerdict::Stopped(Status::DecisionBudget),
+            time_ms: 99,
+        };
+        let mut buf = [0u8; AUDIT_ENTRY_MAX];
+        let n = entry.encode(&mut buf).unwrap();
+        let back = AuditRecord::decode(&buf[..n]).unwrap();
+        assert_eq!(
+            (
+                back.run,
+                back.step,
+                back.call_id.as_str(),
+                back.tool.as_str()
+            ),
+            (7, 3, "c9", "HassValveOpen")
+        );
+        assert_eq!(back.verdict.as_str(), "decision-budget");
+        assert_eq!(back.time_ms, 99);
+        buf[0] = 2;
+        assert_eq!(AuditRecord::decode(&buf[..n]), Err(ResumeError::Version(2)));
+        assert!(AuditRecord::decode(&buf[..n - 1]).is_err());
+    }
+}

@@ -591,35 +591,40 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
         self.state == State::AwaitingOutcome
     }
 
-    /// A run rebuilt from its stored parts (`crate::resume`), which the
-    /// caller has checked: `trace` rows in step order, `tool_attempts` the
-    /// number of tool rows, a stop row only last. Returns `None` if the rows
-    /// do not fit this run's trace capacity.
-    pub(crate) fn restored(
+    /// Rebuilds this run in place from its stored parts (`crate::resume`),
+    /// which the caller has checked: `trace` rows in step order,
+    /// `tool_attempts` the number of tool rows, a stop row only last, at
+    /// most [`Run::capacity`] rows. Returns `false` (the run then holds the
+    /// rows that fitted) if they do not fit, or `status` comes with a call
+    /// in flight. In place: no second run on the stack.
+    pub(crate) fn restore(
+        &mut self,
         limits: RunLimits,
-        tools: ToolSet<TOOLS>,
         trace: impl Iterator<Item = TraceRow>,
         tool_attempts: u8,
         awaiting_outcome: bool,
         status: Option<Status>,
-    ) -> Option<Self> {
-        let mut rows = Vec::new();
+    ) -> bool {
+        self.limits = limits;
+        self.trace.clear();
+        self.tool_attempts = tool_attempts;
         for row in trace {
-            rows.push(row).ok()?;
+            if self.trace.push(row).is_err() {
+                return false;
+            }
         }
-        let state = match (status, awaiting_outcome) {
+        self.state = match (status, awaiting_outcome) {
             (Some(status), false) => State::Stopped(status),
             (None, true) => State::AwaitingOutcome,
             (None, false) => State::AwaitingProposal,
-            (Some(_), true) => return None,
+            (Some(_), true) => return false,
         };
-        Some(Self {
-            limits,
-            tools,
-            trace: rows,
-            tool_attempts,
-            state,
-        })
+        true
+    }
+
+    /// Most trace rows this run holds (`STEPS`).
+    pub const fn capacity(&self) -> usize {
+        STEPS
     }
 
     fn next_step(&self) -> u8 {

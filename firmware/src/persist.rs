@@ -145,6 +145,9 @@ fn block_on<F: Future>(future: F) -> F::Output {
 }
 
 /// Stores the run and the entry ([`budgetgate_core::device::Actuators::journal`]).
+/// Not inlined: the storage futures' state lives in this frame, only while
+/// a save runs, not in the frames of the gate's decision paths.
+#[inline(never)]
 pub fn save(
     journal: &mut Journal,
     run: &RunView<'_>,
@@ -162,6 +165,25 @@ pub fn save(
         }
         JournalFailure
     })
+}
+
+/// Copies the newest stored record into `record`: its length, `None` on an
+/// empty flash, `Err` if it does not read or decode. Not inlined: the load
+/// future's state lives here, not in [`boot`]'s frame.
+#[inline(never)]
+fn load(journal: &mut Journal, record: &mut [u8; RUN_RECORD_MAX]) -> Result<Option<usize>, ()> {
+    match block_on(journal.load()) {
+        Ok(Some(bytes)) => {
+            let dst = record.get_mut(..bytes.len()).ok_or(())?;
+            dst.copy_from_slice(bytes);
+            Ok(Some(bytes.len()))
+        }
+        Ok(None) => Ok(None),
+        Err(_) => {
+            defmt::error!("flash: the stored run does not read");
+            Err(())
+        }
+    }
 }
 
 /// The `flash=PATH` argument of the semihosting command line, as a C
@@ -249,24 +271,16 @@ pub fn boot<W: Write>(
         return Ok(());
     };
     let mut record = [0u8; RUN_RECORD_MAX];
-    let loaded = match block_on(journal.load()) {
-        Ok(Some(bytes)) => record
-            .get_mut(..bytes.len())
-            .map(|dst| {
-                dst.copy_from_slice(bytes);
-                bytes.len()
-            })
-            .ok_or(()),
-        Ok(None) => Err(()),
-        Err(_) => {
-            defmt::error!("flash: the stored run does not read");
+    let loaded = match load(journal, &mut record) {
+        Ok(loaded) => loaded,
+        Err(()) => {
             gate.actuators_mut().attach(journal);
             return console
                 .write_all(b"flash: error: the stored run does not decode; type start\n");
         }
     };
     gate.actuators_mut().attach(journal);
-    let Ok(len) = loaded else {
+    let Some(len) = loaded else {
         return console.write_all(b"flash: empty\n");
     };
     match gate.resume(record.get(..len).unwrap_or_default(), board::now_ms()) {
@@ -296,6 +310,7 @@ pub fn boot<W: Write>(
 /// `audit run=R step=S call=ID tool=NAME verdict=WORD time_ms=T` (`-` for
 /// an empty call id or tool), then `audit end entries=N`; or
 /// `error: no flash (boot with flash=PATH)`.
+#[inline(never)]
 pub fn write_audit<W: Write>(journal: Option<&mut Journal>, out: &mut W) -> Result<(), W::Error> {
     let Some(journal) = journal else {
         return out.write_all(b"error: no flash (boot with flash=PATH)\n");

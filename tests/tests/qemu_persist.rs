@@ -219,3 +219,54 @@ fn kills_mid_decision_never_give_budget_back() {
         qemu = next;
     }
 }
+
+/// Issue 15 figures (printed with `--nocapture`; docs/FIRMWARE.md): guest
+/// instructions of one gated `HassTurnOn` call with the flash journal
+/// (`-icount shift=0`: 40 instructions per 25 MHz tick; two saves of the
+/// record and two audit entries per call), and, with an image built with
+/// `--features stack-paint`, the stack's high-water mark after a resume, a
+/// journaled call, an approval and an `audit`.
+#[test]
+fn journal_cost_per_gated_action() {
+    let flash = flash_file("cost");
+    let arg = format!("flash={}", flash.display());
+    let Some(mut qemu) = Qemu::boot_with(&["-icount", "shift=0", "-append", &arg]) else {
+        return;
+    };
+    qemu.read_console_line();
+    assert_eq!(qemu.read_console_line(), "flash: empty");
+    qemu.start(Some((8, 8)));
+    qemu.propose(&lamp("warm"));
+    drop(qemu);
+    let mut qemu = Qemu::boot_with(&["-icount", "shift=0", "-append", &arg]).expect("boots");
+    qemu.read_console_line();
+    let resumed = qemu.read_console_line();
+    assert!(resumed.starts_with("flash: resumed run 1"), "{resumed}");
+    let mut ticks = Vec::new();
+    for id in ["t1", "t2", "t3"] {
+        let reply = qemu.propose(&lamp(id));
+        assert!(reply.contains(r#""executed":true"#), "{reply}");
+        let line = qemu.console_command("ticks");
+        let t: u64 = line
+            .strip_prefix("last_frame_ticks=")
+            .and_then(|r| r.split(' ').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        ticks.push(t);
+    }
+    println!(
+        "HassTurnOn with the flash journal: {:?} ticks = {:?} instructions (line end to reply)",
+        ticks,
+        ticks.iter().map(|t| t * 40).collect::<Vec<_>>()
+    );
+    assert!(ticks.iter().all(|&t| t > 0));
+    qemu.send_frame(&format!("PROPOSE {}", valve("w")));
+    qemu.read_console_line();
+    assert_eq!(qemu.console_command("y"), "approved w");
+    qemu.read_frame();
+    audit(&mut qemu);
+    match qemu.console_command("stack") {
+        line if line.starts_with("stack_peak_bytes=") => println!("  with flash: {line}"),
+        line => assert_eq!(line, "error: build with --features stack-paint"),
+    }
+}
