@@ -625,7 +625,9 @@ pub struct AuditEntry<'a> {
     pub tool: &'a str,
     /// What happened.
     pub verdict: AuditVerdict,
-    /// The gate's clock when it happened, ms since boot.
+    /// The gate's clock when it happened, ms since boot: the time passed
+    /// in with the frame, answer, poll or start that caused it (a call's
+    /// `executing` and `executed` carry its frame's time).
     pub time_ms: u64,
 }
 
