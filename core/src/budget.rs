@@ -328,11 +328,22 @@ impl<const TOOLS: usize> Ledger<TOOLS> {
         Limit::ALL
             .into_iter()
             .filter(|&l| which(l))
-            .find_map(|limit| {
-                let max = self.max(limit)?;
-                let used = self.used(limit).saturating_add(self.reserved(limit));
-                (used >= max).then_some(Exceeded { limit, used, max })
-            })
+            .find_map(|limit| self.exhausted_at(limit, self.started_ms))
+    }
+
+    /// Whether `limit` is reached (used and reserved at or above its
+    /// maximum), with the time used taken as at least the time since the run
+    /// began at `now_ms` — as [`Self::observe_time`] then this check would,
+    /// without changing the ledger. `None` when the limit is unset or not
+    /// reached.
+    pub fn exhausted_at(&self, limit: Limit, now_ms: u64) -> Option<Exceeded> {
+        let max = self.max(limit)?;
+        let mut used = self.used(limit);
+        if limit == Limit::Millis {
+            used = used.max(now_ms.saturating_sub(self.started_ms));
+        }
+        let used = used.saturating_add(self.reserved(limit));
+        (used >= max).then_some(Exceeded { limit, used, max })
     }
 
     /// Reserves `amount` of `limit` for work about to start, if used, reserved

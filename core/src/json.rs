@@ -552,21 +552,27 @@ impl<'a, 'b> Reader<'a, 'b> {
         let start = self.at;
         let mut escaped = false;
         loop {
-            let b = self.peek().ok_or(JsonError::Syntax)?;
-            match b {
-                b'"' => {
+            // The plain run up to the next quote, backslash or control
+            // character, in one tight loop.
+            let rest = self.bytes.get(self.at..).unwrap_or_default();
+            let run = rest
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                .ok_or(JsonError::Syntax)?;
+            self.at += run;
+            match self.peek() {
+                Some(b'"') => {
                     let end = self.at;
                     self.at += 1;
                     return Ok((start, end, escaped));
                 }
-                b'\\' => {
+                Some(b'\\') => {
                     escaped = true;
                     // The escaped byte is checked when decoded; skipping it
                     // here keeps an escaped quote inside the string.
                     self.at += 2;
                 }
-                0..=0x1f => return Err(JsonError::Syntax),
-                _ => self.at += 1,
+                _ => return Err(JsonError::Syntax),
             }
         }
     }

@@ -208,6 +208,20 @@ impl<const N: usize> Plan<N> {
                 Some(p)
             }
         };
+        self.push_checked(id, parent, tokens, output)
+    }
+
+    /// [`Self::try_push`] for an id (and parent) already checked against
+    /// the id rules: the rules between rows and the costs.
+    fn push_checked(
+        &mut self,
+        id: PlanId,
+        parent: Option<&str>,
+        tokens: u32,
+        output: u32,
+    ) -> Result<(), PlanError> {
+        let row = u8::try_from(self.rows.len()).unwrap_or(u8::MAX);
+        let fail = |rule| PlanError::Row { row, rule };
         if self.position(&id).is_some() {
             return Err(fail(RowRule::DuplicateId));
         }
@@ -241,10 +255,35 @@ impl<const N: usize> Plan<N> {
 
     /// Reads and validates a plan from JSON text: an array of row objects.
     pub fn parse(json: &[u8]) -> Result<Self, PlanError> {
-        // The parser keeps every escaped string decoded until the end of the
-        // document; this holds all of them for any valid plan.
-        let mut scratch = [0u8; MAX_STEPS * (24 + 2 * MAX_PLAN_ID_LEN)];
-        let mut reader = Reader::new(json, &mut scratch).map_err(PlanError::Json)?;
+        // The reader decodes one escaped string at a time into its scratch,
+        // which bounds the longest one it can read: 256 bytes holds every
+        // key and id of a valid plan. Only a document with a longer escaped
+        // string is read again with the large buffer of round 1, so every
+        // answer (errors included) is the one that buffer gives, without
+        // clearing 4.8 KiB for every plan.
+        let compact = core::str::from_utf8(json).ok().and_then(|text| {
+            Compact {
+                bytes: json,
+                text,
+                at: 0,
+            }
+            .plan()
+        });
+        if let Some(plan) = compact {
+            return Ok(plan);
+        }
+        let mut small = [0u8; 256];
+        match Self::parse_in(json, &mut small) {
+            Err(PlanError::Json(JsonError::StringTooLong)) => {
+                let mut large = [0u8; MAX_STEPS * (24 + 2 * MAX_PLAN_ID_LEN)];
+                Self::parse_in(json, &mut large)
+            }
+            done => done,
+        }
+    }
+
+    fn parse_in(json: &[u8], scratch: &mut [u8]) -> Result<Self, PlanError> {
+        let mut reader = Reader::new(json, scratch).map_err(PlanError::Json)?;
         match reader.next()? {
             Event::StartArray => {}
             _ => return Err(PlanError::NotAList),
@@ -317,7 +356,7 @@ impl<const N: usize> Plan<N> {
             let [tokens, output] = costs;
             let tokens = tokens.ok_or(fail(RowRule::MissingKey(RowField::Tokens)))?;
             let output = output.ok_or(fail(RowRule::MissingKey(RowField::Output)))?;
-            plan.try_push(&id, parent.as_deref(), tokens, output)?;
+            plan.push_checked(id, parent.as_deref(), tokens, output)?;
         }
         reader.finish()?;
         Ok(plan)
@@ -561,6 +600,139 @@ impl Limits {
         }
         let [steps, tokens, output, depth, fanout] = out;
         Self::new(steps, tokens, output, depth, fanout)
+    }
+}
+
+/// The commonest spelling of a plan, read in one pass without the general
+/// reader: an array of row objects whose members are `"id"` and `"parent"`
+/// with plain strings (no escape, ASCII) or `null`, and `"tokens"` and
+/// `"output"` with plain non-negative integers, in any order, with optional
+/// whitespace. Anything else — another spelling, a rule broken, a byte it
+/// does not expect — gives `None` and the general reader decides, so the
+/// answer (errors included) is always the general reader's; this only ever
+/// answers a valid plan. `tests::the_compact_reader_agrees_with_the_general_one`
+/// checks both on every vector and on mutants of them.
+struct Compact<'a> {
+    bytes: &'a [u8],
+    /// The same document as text (checked once, whole).
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Compact<'a> {
+    fn space(&mut self) {
+        while matches!(self.bytes.get(self.at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    fn byte(&mut self, b: u8) -> Option<()> {
+        self.space();
+        (self.bytes.get(self.at) == Some(&b)).then(|| self.at += 1)
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.space();
+        self.bytes.get(self.at).copied()
+    }
+
+    /// A string with no escape and only printable ASCII, its contents.
+    fn plain_str(&mut self) -> Option<&'a str> {
+        self.byte(b'"')?;
+        let start = self.at;
+        loop {
+            match *self.bytes.get(self.at)? {
+                b'"' => break,
+                b'\\' | 0..=0x1f | 0x7f..=0xff => return None,
+                _ => self.at += 1,
+            }
+        }
+        let text = self.text.get(start..self.at)?;
+        self.at += 1;
+        Some(text)
+    }
+
+    /// A plain integer in `0..=MAX_ROW_COST`: digits, no leading zero.
+    fn cost(&mut self) -> Option<u32> {
+        self.space();
+        let rest = self.bytes.get(self.at..)?;
+        let len = rest
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let digits = rest.get(..len)?;
+        if len == 0 || len > 9 || (len > 1 && digits.first() == Some(&b'0')) {
+            return None;
+        }
+        // A number must end at a delimiter, as the reader requires.
+        if !matches!(
+            rest.get(len),
+            Some(b',' | b'}' | b' ' | b'\t' | b'\n' | b'\r')
+        ) {
+            return None;
+        }
+        self.at += len;
+        let value = digits
+            .iter()
+            .fold(0u32, |v, d| v * 10 + u32::from(d - b'0'));
+        (value <= MAX_ROW_COST).then_some(value)
+    }
+
+    fn plan<const N: usize>(mut self) -> Option<Plan<N>> {
+        self.byte(b'[')?;
+        let mut plan = Plan::new();
+        if self.peek()? == b']' {
+            self.at += 1;
+        } else {
+            loop {
+                self.byte(b'{')?;
+                let (mut id, mut parent, mut tokens, mut output) = (None, None, None, None);
+                loop {
+                    let key = self.plain_str()?;
+                    self.byte(b':')?;
+                    match key {
+                        "id" if id.is_none() => id = Some(PlanId::new(self.plain_str()?).ok()?),
+                        "parent" if parent.is_none() => {
+                            parent = Some(if self.peek()? == b'n' {
+                                let null = self.bytes.get(self.at..self.at + 4)?;
+                                (null == b"null").then_some(())?;
+                                self.at += 4;
+                                None
+                            } else {
+                                Some(PlanId::new(self.plain_str()?).ok()?)
+                            })
+                        }
+                        "tokens" if tokens.is_none() => tokens = Some(self.cost()?),
+                        "output" if output.is_none() => output = Some(self.cost()?),
+                        _ => return None,
+                    }
+                    match self.peek()? {
+                        b',' => self.at += 1,
+                        b'}' => {
+                            self.at += 1;
+                            break;
+                        }
+                        _ => return None,
+                    }
+                }
+                if plan.rows.is_full() {
+                    return None;
+                }
+                let parent: Option<PlanId> = parent?;
+                plan.push_checked(id?, parent.as_deref(), tokens?, output?)
+                    .ok()?;
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b']' => {
+                        self.at += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        self.space();
+        (self.at == self.bytes.len()).then_some(plan)
     }
 }
 
@@ -860,6 +1032,99 @@ mod tests {
             .collect();
         let plan = Plan::<32>::parse(format!("[{}]", rows.join(",")).as_bytes()).unwrap();
         assert_eq!(plan.usage().max_depth, 32);
+    }
+
+    /// `SPEC B1`: an escaped string too long for the reader's first buffer
+    /// is read again with the large one, so it is judged by the plan's own
+    /// rules (an id over 64 characters), not refused as a JSON limit; one
+    /// too long for both is the JSON limit.
+    #[test]
+    fn a_long_escaped_id_is_judged_as_an_id() {
+        let long = r"\u0061".repeat(300);
+        let doc = format!(r#"[{{"id":"{long}","parent":null,"tokens":1,"output":1}}]"#);
+        let err = Plan::<32>::parse(doc.as_bytes()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PlanError::Row {
+                    row: 0,
+                    rule: RowRule::InvalidId(RowField::Id, Some(_))
+                }
+            ),
+            "{err:?}"
+        );
+        let longer = r"\u0061".repeat(MAX_STEPS * (24 + 2 * MAX_PLAN_ID_LEN) + 1);
+        let doc = format!(r#"[{{"id":"{longer}","parent":null,"tokens":1,"output":1}}]"#);
+        assert_eq!(
+            Plan::<32>::parse(doc.as_bytes()).unwrap_err(),
+            PlanError::Json(JsonError::StringTooLong)
+        );
+    }
+
+    /// `SPEC B1`: the one-pass reader of the common spelling answers only
+    /// valid plans, and exactly as the general reader does: on every plan of
+    /// the reference vectors (plain and spaced out), and on 60 000 mutants of
+    /// them (a byte replaced, deleted or inserted), whenever it answers, the
+    /// general reader gives the same plan.
+    #[test]
+    fn the_compact_reader_agrees_with_the_general_one() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/vectors/plan.jsonl"
+        ))
+        .unwrap();
+        let mut plans: std::vec::Vec<std::vec::Vec<u8>> = std::vec::Vec::new();
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            if let Some(p) = v["request"]["args"].get("plan") {
+                plans.push(serde_json::to_vec(p).unwrap());
+                plans.push(serde_json::to_vec_pretty(p).unwrap());
+            }
+        }
+        assert!(plans.len() > 50);
+        let general = |doc: &[u8]| Plan::<32>::parse_in(doc, &mut [0u8; 4096]);
+        let compact = |doc: &[u8]| {
+            let text = core::str::from_utf8(doc).ok()?;
+            Compact {
+                bytes: doc,
+                text,
+                at: 0,
+            }
+            .plan::<32>()
+        };
+        let (mut answered, mut seed) = (0usize, 0x2545_f491_4f6c_dd1du64);
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        const BYTES: &[u8] = b"{}[]:,\" \\0123456789-.eEnulabcdfrst\x00\x7f\xc3";
+        for doc in &plans {
+            if let Some(plan) = compact(doc) {
+                assert_eq!(Ok(plan), general(doc), "{}", String::from_utf8_lossy(doc));
+                answered += 1;
+            }
+            for _ in 0..500 {
+                let mut m = doc.clone();
+                let at = (next() as usize) % (m.len() + 1);
+                let b = BYTES[(next() as usize) % BYTES.len()];
+                match next() % 3 {
+                    0 if at < m.len() => m[at] = b,
+                    1 if at < m.len() => {
+                        m.remove(at);
+                    }
+                    _ => m.insert(at, b),
+                }
+                if let Some(plan) = compact(&m) {
+                    assert_eq!(Ok(plan), general(&m), "{}", String::from_utf8_lossy(&m));
+                }
+            }
+        }
+        assert!(
+            answered > plans.len() / 2,
+            "the compact reader answered {answered}"
+        );
     }
 
     #[test]

@@ -256,6 +256,118 @@ mod tests {
         assert_eq!(r.usage.total(), 70);
     }
 
+    /// `SPEC E` (cost budget): the cost of each response is counted in the
+    /// ledger and checked with `>=` before the next call, after time.
+    #[test]
+    fn cost_limit_stops_before_the_next_call_at_or_above_it() {
+        let limits = TurnLimits {
+            max_cost_micros: Some(1_000),
+            ..TurnLimits::DEFAULT
+        };
+        let mut g = gate(limits);
+        assert!(matches!(g.begin_call(1_000), Ok(Admission::Proceed { .. })));
+        g.record_priced(usage(10), StopReason::ToolUse, Some(999))
+            .unwrap();
+        g.finish_turn().unwrap();
+        assert!(matches!(g.begin_call(1_000), Ok(Admission::Proceed { .. })));
+        g.record_priced(usage(10), StopReason::ToolUse, Some(1))
+            .unwrap();
+        g.finish_turn().unwrap();
+        assert_eq!(g.cost_micros(), 1_000);
+        let Ok(Admission::Exhausted(e)) = g.begin_call(1_000) else {
+            panic!("at the cost limit")
+        };
+        assert_eq!(
+            (e.reason, e.cost_micros, e.limit),
+            (ExhaustReason::Cost, 1_000, 1_000)
+        );
+        assert_eq!(e.reason.as_str(), "cost");
+        // Tokens are reported first when both are reached, as in agotado().
+        let mut g = gate(TurnLimits {
+            max_tokens: 10,
+            ..limits
+        });
+        assert!(matches!(g.begin_call(1_000), Ok(Admission::Proceed { .. })));
+        g.record_priced(usage(10), StopReason::ToolUse, Some(5_000))
+            .unwrap();
+        g.finish_turn().unwrap();
+        assert_eq!(
+            g.check(1_000).map(|e| e.reason),
+            Some(ExhaustReason::Tokens)
+        );
+    }
+
+    /// `SPEC E` (cost budget): a response without a price never counts as
+    /// free: with a cost limit it stops the run before the next call;
+    /// without one it changes nothing.
+    #[test]
+    fn an_unpriced_response_stops_a_run_that_has_a_cost_limit() {
+        let mut g = gate(TurnLimits {
+            max_cost_micros: Some(1_000_000),
+            ..TurnLimits::DEFAULT
+        });
+        tool_turn(&mut g, 1_000, 10);
+        g.finish_turn().unwrap();
+        let Ok(Admission::Exhausted(e)) = g.begin_call(1_000) else {
+            panic!("an unpriced response under a cost limit")
+        };
+        assert_eq!(e.reason.as_str(), "unpriced-model");
+        assert!(e.to_string().contains("never counts a call as free"));
+        let mut g = gate(TurnLimits::DEFAULT);
+        tool_turn(&mut g, 1_000, 10);
+        g.finish_turn().unwrap();
+        assert!(matches!(g.begin_call(1_000), Ok(Admission::Proceed { .. })));
+    }
+
+    /// `SPEC E` (per-tool caps): a tool's own cap refuses `tool-cap` past
+    /// it (equality allowed), after repetition and the tool-attempt budget,
+    /// and a capped-out call is not an attempt; other tools go on.
+    #[test]
+    fn a_tool_cap_refuses_past_it_and_leaves_other_tools_alone() {
+        let mut g = gate(TurnLimits {
+            max_tool_calls: Some(3),
+            ..TurnLimits::DEFAULT
+        });
+        g.try_add_cap(ToolName::new("search").unwrap(), 1).unwrap();
+        assert!(g.try_add_cap(ToolName::new("search").unwrap(), 2).is_err());
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("a", "search", r#"{"q":1}"#)),
+            Ok(CallVerdict::Execute)
+        );
+        g.report("a", ToolOutcome::Ok).unwrap();
+        assert_eq!(
+            g.propose(&call("b", "search", r#"{"q":2}"#)),
+            Ok(CallVerdict::Refused(RefusalReason::ToolCap))
+        );
+        assert_eq!(g.tool_attempts(), 1);
+        assert_eq!(
+            g.propose(&call("c", "refund", r#"{"n":1}"#)),
+            Ok(CallVerdict::NeedsApproval)
+        );
+        g.approve("c", false).unwrap();
+        assert_eq!(g.tool_attempts(), 2);
+        assert_eq!(g.refusals().get(RefusalReason::ToolCap), 1);
+        assert_eq!(g.ledger().caps()[0].used(), 1);
+    }
+
+    /// `SPEC C` reserve mode on the ledger: the worst case is held while the
+    /// call is in flight and committed with the real usage.
+    #[test]
+    fn a_reservation_is_held_in_flight_and_committed_with_the_real_usage() {
+        let mut g = gate(TurnLimits {
+            token_mode: TokenMode::Reserve,
+            max_tokens: 1_000,
+            ..TurnLimits::DEFAULT
+        });
+        g.begin_reserved_call(1_000, 600).unwrap();
+        assert_eq!(g.ledger().reserved(crate::budget::Limit::Tokens), 600);
+        g.record(usage(200), StopReason::ToolUse).unwrap();
+        assert_eq!(g.ledger().reserved(crate::budget::Limit::Tokens), 0);
+        assert_eq!(g.ledger().used(crate::budget::Limit::Tokens), 200);
+        assert_eq!(g.remaining_tokens(), 800);
+    }
+
     #[test]
     fn third_identical_call_is_refused_whatever_the_key_order() {
         let mut g = gate(TurnLimits::DEFAULT);

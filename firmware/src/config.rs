@@ -53,6 +53,12 @@ pub const TOOL_CAPACITY: usize = MAX_TOOLS;
 /// Longest console line accepted, `\n` excluded.
 pub const CONSOLE_LINE_MAX: usize = 128;
 
+/// Entries of the agent link's receive queue (`rx`): 16 bits each (a byte
+/// or a lost-bytes marker), `AGENT_RX_QUEUE - 1` in use at most, so 2 KiB of
+/// RAM holding 1023 bytes: a frame of up to about 1000 bytes, or several
+/// short ones, can wait behind an approval; more is an overrun.
+pub const AGENT_RX_QUEUE: usize = 1024;
+
 /// Bytes taken from one UART before the main loop looks at the other one.
 pub const BURST: usize = 64;
 

@@ -6,7 +6,7 @@
 //! | --- | --- |
 //! | `start` | `started run N: max_decisions=8 max_tool_calls=4 time_budget_ms=… approval_timeout_ms=… tools=…` (a new run with the config budgets; actuators to the safe state) |
 //! | `start D T` | the same with `max_decisions` D (1..=32) and `max_tool_calls` T (0..=16) |
-//! | `status` | `run N STATE decisions=d/D tool_attempts=t/T time_left_ms=… approval=ID|none`, or `idle: no run (type start)` |
+//! | `status` | `run N STATE decisions=d/D tool_attempts=t/T time_left_ms=… approval=ID|none rx_overruns=O rx_lost=L`, or `idle: no run (type start)` (O: times the agent link lost bytes since boot, L: bytes lost; `crate::rx`) |
 //! | `y`, `yes`, `approve` / `n`, `no`, `deny` | `approved ID` / `denied ID` (answers the pending prompt) |
 //! | `timeout MS` | `ok approval_timeout_ms=MS` (1..=3600000; otherwise `error: timeout MS needs one whole number of milliseconds, 1..=3600000`) |
 //! | `deadline MS` | `ok time_budget_ms=MS` (current run, from its start, and later runs; same range; a run already stopped on time stays stopped) |
@@ -14,7 +14,7 @@
 //! | `tools` | the registered tools, `*` = needs approval |
 //! | `buttons` | `buttons=<n>` |
 //! | `uptime` | `uptime_ms=<n>` |
-//! | `ticks` | `last_frame_ticks=<n> verdict_ticks=<m>`: 25 MHz core clock ticks the last agent frame took, line end to reply, and line end to the gate's verdict on its proposal (0 for other requests); under QEMU `-icount shift=0`, 40 instructions per tick |
+//! | `ticks` | `last_frame_ticks=<n> verdict_ticks=<m>`: core clock ticks (`board::SYSCLK_HZ`: 25 MHz on AN385/AN386, 20 MHz on AN505) the last agent frame took, line end to reply, and line end to the gate's verdict on its proposal (0 for other requests); under QEMU `-icount shift=0`, 40 (50 on AN505) instructions per tick |
 //! | `audit` | the flash audit log, oldest first: `audit run=R step=S call=ID tool=NAME verdict=WORD time_ms=T` per entry, then `audit end entries=N` (`error: no flash …` in a build or boot without flash; see `persist`) |
 //! | `stack` | `stack_peak_bytes=<n>`: the stack's high-water mark (only in a build with `--features stack-paint`) |
 //! | `help` | the list of commands |
@@ -239,7 +239,9 @@ const START_USAGE: &[u8] =
 pub fn banner<W: Write>(out: &mut W) -> Result<(), W::Error> {
     out.write_all(b"budgetgate-firmware ")?;
     out.write_all(env!("CARGO_PKG_VERSION").as_bytes())?;
-    out.write_all(b" gate board=mps2-an386 protocol=")?;
+    out.write_all(b" gate board=")?;
+    out.write_all(board::NAME.as_bytes())?;
+    out.write_all(b" protocol=")?;
     write_decimal(out, u64::from(budgetgate_core::link::PROTOCOL_VERSION))?;
     out.write_all(b" frame_max=")?;
     write_decimal(out, FRAME_MAX as u64)?;
@@ -269,7 +271,7 @@ fn started<W: Write>(
 }
 
 /// One line about the run:
-/// `run 1 running decisions=2/8 tool_attempts=1/4 time_left_ms=118000 approval=none`.
+/// `run 1 running decisions=2/8 tool_attempts=1/4 time_left_ms=118000 approval=none rx_overruns=0 rx_lost=0`.
 fn write_status<W: Write>(gate: &Gate, now_ms: u64, out: &mut W) -> Result<(), W::Error> {
     let Some(run) = gate.snapshot(now_ms) else {
         return out.write_all(b"idle: no run (type start)\n");
@@ -290,7 +292,9 @@ fn write_status<W: Write>(gate: &Gate, now_ms: u64, out: &mut W) -> Result<(), W
     write_decimal(out, run.time_left_ms)?;
     out.write_all(b" approval=")?;
     out.write_all(run.approval.unwrap_or("none").as_bytes())?;
-    out.write_all(b"\n")
+    out.write_all(b" rx_overruns=")?;
+    write_decimal(out, u64::from(crate::rx::overruns()))?;
+    reply_number(out, b" rx_lost=", u64::from(crate::rx::lost_bytes()))
 }
 
 fn write_tools<W: Write>(out: &mut W) -> Result<(), W::Error> {

@@ -1,5 +1,8 @@
 //! budgetgate firmware: the gate between an AI agent and the actuators it
-//! may command, on QEMU `mps2-an386` (Cortex-M4).
+//! may command, on QEMU `mps2-an386` (Cortex-M4F, the default), `mps2-an385`
+//! (Cortex-M3) or `mps2-an505` (Cortex-M33): one board per build, a cargo
+//! feature (`boards.txt`). With the `flash` feature (default; any board) the
+//! run and an audit log are kept in flash (`persist.rs`).
 //!
 //! * UART0, the agent link: sealed frames (`docs/PROTOCOL.md`), split by the
 //!   core's [`FrameDecoder`] and answered by the core's device gate
@@ -27,20 +30,22 @@ mod line;
 // issue 15: the durable run and the audit log (flash).
 #[cfg(feature = "flash")]
 mod persist;
+mod rx;
 mod tools;
 
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use budgetgate_core::device::{DeviceGate, ToolTable};
-use budgetgate_core::link::FrameDecoder;
 use budgetgate_core::ToolSetError;
 use cortex_m_rt::entry;
 use defmt_semihosting as _; // the global defmt logger
+use heapless::spsc::Consumer;
 
 use crate::board::{Board, Uart};
-use crate::config::{BURST, CONSOLE_LINE_MAX, FRAME_MAX, TIMING, TOOL_CAPACITY};
+use crate::config::{BURST, CONSOLE_LINE_MAX, TIMING, TOOL_CAPACITY};
 use crate::line::LineBuffer;
+use crate::rx::{LinkDecoder, RxQueue};
 use crate::tools::{Home, SPECS};
 
 /// The gate as this board runs it: the core's device gate over the home
@@ -71,13 +76,17 @@ fn main() -> ! {
         last_frame_ticks: 0,
         verdict_ticks: 0,
     };
-    static mut AGENT_RX: FrameDecoder<FRAME_MAX> = FrameDecoder::new();
+    static mut AGENT_QUEUE: RxQueue = RxQueue::new();
+    static mut AGENT_RX: LinkDecoder = LinkDecoder::new();
     static mut CONSOLE_RX: LineBuffer<CONSOLE_LINE_MAX> = LineBuffer::new();
     // issue 15: the flash file and the journal over it (persist.rs).
     #[cfg(feature = "flash")]
     static mut FLASH_FILE: MaybeUninit<semihosting::fs::File> = MaybeUninit::uninit();
     #[cfg(feature = "flash")]
     static mut JOURNAL: MaybeUninit<persist::Journal> = MaybeUninit::uninit();
+
+    // The receive interrupt's queue, before the board enables the interrupt.
+    let mut agent_queue = rx::install(AGENT_QUEUE);
 
     let Some(board) = Board::take() else {
         defmt::error!("board already taken");
@@ -106,14 +115,23 @@ fn main() -> ! {
 
     loop {
         if !gate.awaiting_approval() {
-            pump_agent(&mut agent, &mut console, AGENT_RX, gate, METER);
+            pump_agent(
+                &mut agent_queue,
+                &mut agent,
+                &mut console,
+                AGENT_RX,
+                gate,
+                METER,
+            );
         }
         pump_console(&mut console, &mut agent, CONSOLE_RX, gate, METER);
         if let Err(e) = gate.poll(board::now_ms(), &mut agent, &mut console) {
             defmt::warn!("approval timeout reply: {}", e);
         }
         let read_agent = !gate.awaiting_approval();
-        board::wait_for_interrupt_unless(|| (read_agent && agent.rx_ready()) || console.rx_ready());
+        board::wait_for_interrupt_unless(|| {
+            (read_agent && agent_queue.ready()) || console.rx_ready()
+        });
     }
 }
 
@@ -130,13 +148,15 @@ fn install(
     Ok(slot.write(Gate::new(home, tools, TIMING)))
 }
 
-/// Moves up to [`BURST`] bytes from the agent UART into the frame decoder,
-/// handing every completed frame to the gate. Stops reading as soon as a
-/// call waits for approval: later bytes stay in the UART until it is answered.
+/// Moves up to [`BURST`] entries from the agent link's receive queue (filled
+/// by the UART0 interrupt, [`rx`]) into the frame decoder, handing every
+/// completed frame to the gate. Stops as soon as a call waits for approval:
+/// later frames stay queued until it is answered, then are answered in order.
 fn pump_agent(
+    queue: &mut Consumer<'static, u16>,
     agent: &mut Uart,
     console: &mut Uart,
-    rx: &mut FrameDecoder<FRAME_MAX>,
+    rx: &mut LinkDecoder,
     gate: &mut Gate,
     meter: &mut Meter,
 ) {
@@ -144,20 +164,13 @@ fn pump_agent(
         if gate.awaiting_approval() {
             return;
         }
-        let byte = match agent.try_read_byte() {
-            Ok(Some(byte)) => byte,
-            Ok(None) => return,
-            Err(e) => {
-                // The frame being received lost a byte: its checksum will
-                // not match, so it is answered `bad-checksum` at its end.
-                defmt::warn!("agent link: {}", e);
-                continue;
-            }
+        let Some(entry) = queue.dequeue() else {
+            return;
         };
         // A line end completes a frame: from here to the last reply byte
         // (checksum, parse, decision, tool, reply) is one gated action.
         let start = board::clock_ticks();
-        if let Some(frame) = rx.push(byte) {
+        if let Some(frame) = rx.push(entry) {
             gate.actuators_mut().clear_verdict();
             if let Err(e) = gate.on_frame(frame, board::now_ms(), agent, console) {
                 defmt::warn!("agent reply: {}", e);

@@ -179,9 +179,8 @@ fn fast_path(line: &[u8], out: &mut Vec<u8>) -> bool {
         .and_then(|rest| rest.strip_suffix(b"}}"))
     {
         if let Ok(action) = ActionRef::parse(value) {
-            if serde_json::to_writer(&mut *out, &action).is_ok() {
-                return true;
-            }
+            crate::answer::action(out, &action);
+            return true;
         }
     } else if let Some(args) = line
         .strip_prefix(br#"{"fn":"bounded_workflow","args":{"plan":"#)
@@ -193,11 +192,8 @@ fn fast_path(line: &[u8], out: &mut Vec<u8>) -> bool {
             let (plan, limits) = (&args[..at], &args[at + LIMITS.len()..]);
             if let (Ok(plan), Ok(limits)) = (Plan::<MAX_STEPS>::parse(plan), Limits::parse(limits))
             {
-                if serde_json::to_writer(&mut *out, &plan.report(&plan.bounded_workflow(&limits)))
-                    .is_ok()
-                {
-                    return true;
-                }
+                crate::answer::workflow(out, &plan, &plan.bounded_workflow(&limits));
+                return true;
             }
         }
     } else if let Some(args) = line
@@ -205,15 +201,9 @@ fn fast_path(line: &[u8], out: &mut Vec<u8>) -> bool {
         .and_then(|rest| rest.strip_suffix(b"}"))
     {
         // A complete object here makes the line exactly that envelope.
-        let args = std::str::from_utf8(args)
-            .ok()
-            .and_then(|text| serde_json::from_str::<StrictObject>(text).ok());
-        if let Some(args) = args {
-            let result = RunArgs::from_args(&args).and_then(|run| run.run());
-            if let Ok(result) = result {
-                if serde_json::to_writer(&mut *out, &result).is_ok() {
-                    return true;
-                }
+        if let Some(result) = fast_run(args) {
+            if crate::answer::run(out, &result).is_ok() {
+                return true;
             }
         }
     }
@@ -324,23 +314,116 @@ impl RunArgs {
     /// [`EvalError::InvalidInput`] when a tool name is invalid or repeated
     /// (nothing runs then).
     pub fn run(&self) -> Result<RunResult, EvalError> {
-        let registered = self
-            .tools
-            .iter()
-            .map(|(name, kind)| (name.clone(), kind.tool()))
-            .collect();
-        let mut next = 0usize;
-        let policy = |_: &[crate::driver::Observation]| {
-            let proposal = self
-                .script
-                .get(next)
-                .map(|raw| raw.get().to_owned())
-                .ok_or_else(|| "script used up".to_owned());
-            next += 1;
-            proposal
-        };
-        run_bounded_agent(policy, registered, self.limits).map_err(invalid)
+        let script: Vec<&str> = self.script.iter().map(|raw| raw.get()).collect();
+        run_script(&script, &self.tools, self.limits)
     }
+}
+
+/// The bounded loop with `script` as policy: round `i` proposes `script[i]`
+/// (its JSON text), and the policy fails once it is used up.
+fn run_script(
+    script: &[&str],
+    tools: &[(String, DemoKind)],
+    limits: RunLimits,
+) -> Result<RunResult, EvalError> {
+    let registered = tools
+        .iter()
+        .map(|(name, kind)| (name.clone(), kind.tool()))
+        .collect();
+    let mut next = 0usize;
+    let policy = |_: &[crate::driver::Observation]| {
+        let proposal = script
+            .get(next)
+            .map(|text| (*text).to_owned())
+            .ok_or_else(|| "script used up".to_owned());
+        next += 1;
+        proposal
+    };
+    run_bounded_agent(policy, registered, limits).map_err(invalid)
+}
+
+/// `run_bounded_agent`'s arguments read in one pass, borrowed from the line,
+/// for the fast path: the same keys as [`RunArgs::from_args`] (serde refuses
+/// an unknown or repeated key, and [`ToolsInOrder`] a repeated tool), each
+/// value kept as its raw text. Anything it refuses goes the general way.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BorrowedRunArgs<'a> {
+    #[serde(borrow)]
+    script: Vec<&'a RawValue>,
+    tools: ToolsInOrder,
+    // `deserialize_with` sees `null` too (as the raw text `null`), so a null
+    // budget is refused as in the general path, not read as absent.
+    #[serde(default, borrow, deserialize_with = "raw_present")]
+    max_decisions: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw_present")]
+    max_tool_calls: Option<&'a RawValue>,
+}
+
+fn raw_present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue as serde::Deserialize>::deserialize(d).map(Some)
+}
+
+/// A `tools` object's members in document order; a repeated name is an error.
+struct ToolsInOrder(Vec<(String, String)>);
+
+impl<'de> serde::Deserialize<'de> for ToolsInOrder {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
+            type Value = ToolsInOrder;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object of tool names to kinds")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<Self::Value, M::Error> {
+                let mut out: Vec<(String, String)> = Vec::new();
+                while let Some((name, kind)) = map.next_entry::<String, String>()? {
+                    if out.iter().any(|(n, _)| *n == name) {
+                        return Err(serde::de::Error::custom("duplicate tool"));
+                    }
+                    out.push((name, kind));
+                }
+                Ok(ToolsInOrder(out))
+            }
+        }
+        d.deserialize_map(Members)
+    }
+}
+
+/// The fast path's run: `Some` only when the arguments read cleanly and the
+/// run starts (every error is left to the general path).
+fn fast_run(args: &[u8]) -> Option<RunResult> {
+    // The whole text is checked first, as the general path checks the line:
+    // serde_json does not look inside the strings of a raw value it skips.
+    let text = std::str::from_utf8(args).ok()?;
+    let a: BorrowedRunArgs<'_> = serde_json::from_str(text).ok()?;
+    let mut tools = Vec::with_capacity(a.tools.0.len());
+    for (name, kind) in &a.tools.0 {
+        tools.push((name.clone(), DemoKind::parse(kind)?));
+    }
+    if tools.len() > budgetgate_core::limits::MAX_TOOLS {
+        return None;
+    }
+    let budget = |raw: Option<&RawValue>, default: u32| match raw {
+        None => Some(default),
+        Some(raw) => as_int(raw).and_then(|v| u32::try_from(v).ok()),
+    };
+    let limits = RunLimits::new(
+        budget(
+            a.max_decisions,
+            budgetgate_core::limits::DEFAULT_MAX_DECISIONS,
+        )?,
+        budget(
+            a.max_tool_calls,
+            budgetgate_core::limits::DEFAULT_MAX_TOOL_CALLS,
+        )?,
+    )
+    .ok()?;
+    let script: Vec<&str> = a.script.iter().map(|raw| raw.get()).collect();
+    run_script(&script, &tools, limits).ok()
 }
 
 fn work(args: &StrictObject) -> Result<budgetgate_core::Work, EvalError> {
@@ -482,5 +565,41 @@ mod tests {
             }
         }
         assert!(fast > 300, "the fast path answered only {fast} requests");
+    }
+    /// The run's one-pass reading leaves every doubtful request to the
+    /// general path, which gives the contract's error: invalid UTF-8 inside
+    /// a proposal, a null or fractional budget, a repeated tool or key, an
+    /// unknown key, a non-string kind, a lone surrogate in a tool name.
+    #[test]
+    fn the_fast_run_path_declines_what_the_general_path_refuses() {
+        let ok = r#"{"fn":"run_bounded_agent","args":{"script":[{"kind":"final","text":"x"}],"tools":{"add":"add"}}}"#;
+        let mut out = Vec::new();
+        assert!(fast_path(ok.as_bytes(), &mut out), "the plain case is fast");
+        let mut hostile: Vec<Vec<u8>> = [
+            r#"{"fn":"run_bounded_agent","args":{"script":[],"tools":{"add":"add"},"max_decisions":null}}"#,
+            r#"{"fn":"run_bounded_agent","args":{"script":[],"tools":{"add":"add"},"max_tool_calls":1.5}}"#,
+            r#"{"fn":"run_bounded_agent","args":{"script":[],"tools":{"add":"add","add":"echo"}}}"#,
+            r#"{"fn":"run_bounded_agent","args":{"script":[],"script":[],"tools":{}}}"#,
+            r#"{"fn":"run_bounded_agent","args":{"script":[],"tools":{},"extra":1}}"#,
+            r#"{"fn":"run_bounded_agent","args":{"script":[],"tools":{"add":1}}}"#,
+            r#"{"fn":"run_bounded_agent","args":{"script":[],"tools":{"\ud800":"add"}}}"#,
+        ]
+        .iter()
+        .map(|l| l.as_bytes().to_vec())
+        .collect();
+        let mut bad_utf8 =
+            br#"{"fn":"run_bounded_agent","args":{"script":[{"kind":"final","text":""#.to_vec();
+        bad_utf8.extend_from_slice(b"\xff\"}],\"tools\":{}}}");
+        hostile.push(bad_utf8);
+        for line in &hostile {
+            let mut out = Vec::new();
+            assert!(
+                !fast_path(line, &mut out),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+            let answer = answer_line(line);
+            assert!(answer.starts_with(r#"{"error":"#), "{answer}");
+        }
     }
 }

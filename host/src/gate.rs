@@ -210,7 +210,7 @@ pub fn apply_budget(ledger: &mut Ledger, budget: &ReplayBudget) -> Result<(), Ga
     ledger.set_max(Limit::ModelCalls, Some(u64::from(l.max_model_calls)));
     ledger.set_max(Limit::Tokens, Some(l.max_tokens));
     ledger.set_max(Limit::Millis, Some(l.max_millis));
-    ledger.set_max(Limit::CostMicros, budget.max_cost_micros);
+    ledger.set_max(Limit::CostMicros, l.max_cost_micros);
     ledger.set_max(Limit::ToolCalls, l.max_tool_calls.map(u64::from));
     // The caps are the budget file's as it is now: a cap removed from it is
     // lifted, the calls counted under a cap that stays are kept.

@@ -455,7 +455,7 @@ fn count_line(
         .map_err(|e| e.to_string())?;
     let cost = match price_of(&budget.prices, model) {
         Some(price) => Some(price.cost_micros(&delta)),
-        None if budget.max_cost_micros.is_some() => {
+        None if budget.limits.max_cost_micros.is_some() => {
             tx.add_unpriced(session, model).map_err(|e| e.to_string())?;
             None
         }

@@ -9,7 +9,8 @@ use std::time::Duration;
 use budgetgate_core::budget::{Ledger, Limit};
 use serde_json::{json, Value};
 
-use crate::ledger::{state_dir, ListedLedger, Store};
+use crate::ledger::{state_dir, ListedLedger, Store, StoreError};
+use crate::ledger_redis::RedisStore;
 
 /// Where the ledger is.
 #[derive(Debug, Clone, clap::Args)]
@@ -18,6 +19,78 @@ pub struct StateArg {
     /// $XDG_STATE_HOME/budgetgate, else ~/.local/state/budgetgate).
     #[arg(long, value_name = "DIR")]
     pub state: Option<PathBuf>,
+    /// The ledger as `budgetgate mcp --ledger` names it: sqlite:FILE, a
+    /// state folder, or redis://HOST:PORT/DB (a fleet's shared budget).
+    #[arg(long, value_name = "URL", conflicts_with = "state")]
+    pub ledger: Option<String>,
+}
+
+/// An opened ledger: the SQLite file or a Redis server.
+enum Opened {
+    Sqlite(Store),
+    Redis(RedisStore),
+}
+
+impl Opened {
+    /// Opens what `state` names; looking never creates: a mistyped folder or
+    /// file is an error, not an empty ledger.
+    fn open(state: &StateArg) -> Result<Self, StoreError> {
+        let wait = Duration::from_secs(10);
+        let file = match state.ledger.as_deref() {
+            Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
+                return RedisStore::open(url, wait).map(Self::Redis);
+            }
+            Some(url) => match url.strip_prefix("sqlite:") {
+                Some(file) => PathBuf::from(file),
+                None if url.contains("://") => {
+                    return Err(StoreError::Redis {
+                        url: url.to_owned(),
+                        detail: "not a ledger this build reads (redis://HOST:PORT/DB, sqlite:FILE or a state folder)".into(),
+                    })
+                }
+                None => PathBuf::from(url).join(crate::ledger::FILE_NAME),
+            },
+            None => state_dir(state.state.as_deref()).join(crate::ledger::FILE_NAME),
+        };
+        if !file.is_file() {
+            return Err(StoreError::Folder {
+                path: file.display().to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "no ledger here (no hook or gateway has run with this ledger)",
+                ),
+            });
+        }
+        Store::open_file(&file, wait).map(Self::Sqlite)
+    }
+
+    fn list(&mut self) -> Result<Vec<ListedLedger>, StoreError> {
+        match self {
+            Self::Sqlite(s) => s.list(),
+            Self::Redis(r) => r.list(),
+        }
+    }
+
+    fn log(&mut self) -> Result<Vec<(u64, String, String, String)>, StoreError> {
+        match self {
+            Self::Sqlite(s) => s.log(),
+            Self::Redis(r) => r.log(),
+        }
+    }
+
+    fn reset(&mut self, session: &str, now_ms: u64, who: &str) -> Result<usize, StoreError> {
+        match self {
+            Self::Sqlite(s) => s.reset(session, now_ms, who),
+            Self::Redis(r) => r.reset(session, now_ms, who),
+        }
+    }
+
+    fn path(&self) -> String {
+        match self {
+            Self::Sqlite(s) => s.path().to_string(),
+            Self::Redis(r) => r.url().to_owned(),
+        }
+    }
 }
 
 /// The `ledger` subcommands (the flattened `state` fields are `--state`).
@@ -37,7 +110,8 @@ not decode (listed with its error).
 
 Examples:
   budgetgate ledger list
-  budgetgate ledger list --json | jq .session")]
+  budgetgate ledger list --json | jq .session
+  budgetgate ledger list --ledger redis://127.0.0.1:6379/0   # a fleet's ledger")]
     List {
         #[command(flatten)]
         state: StateArg,
@@ -71,7 +145,8 @@ Exit status: 0 reset; 2 not confirmed, no such session, or no ledger.
 
 Examples:
   budgetgate ledger reset my-session          # asks you to type the id
-  budgetgate ledger reset my-session --yes    # for scripts")]
+  budgetgate ledger reset my-session --yes    # for scripts
+  budgetgate ledger reset my-session --yes --ledger redis://ledger.internal:6379/0")]
     Reset {
         /// The session id.
         session: String,
@@ -249,23 +324,9 @@ fn listing(entries: &[ListedLedger], json: bool) -> ExitCode {
 
 /// Runs a `ledger` subcommand.
 pub fn command(command: &LedgerCommand) -> ExitCode {
-    // Looking never creates: a mistyped --state is an error, not an empty ledger.
-    let open = |state: &StateArg| {
-        let dir = state_dir(state.state.as_deref());
-        let file = dir.join(crate::ledger::FILE_NAME);
-        if !file.is_file() {
-            return Err(crate::ledger::StoreError::Folder {
-                path: file.display().to_string(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "no ledger here (no hook has run with this state folder)",
-                ),
-            });
-        }
-        Store::open(&dir, Duration::from_secs(10))
-    };
+    let open = Opened::open;
     match command {
-        LedgerCommand::List { state, json } => match open(state).and_then(|s| s.list()) {
+        LedgerCommand::List { state, json } => match open(state).and_then(|mut s| s.list()) {
             Ok(entries) => listing(&entries, *json),
             Err(e) => fail(&e.to_string()),
         },
@@ -274,7 +335,7 @@ pub fn command(command: &LedgerCommand) -> ExitCode {
             state,
             json,
         } => {
-            let store = match open(state) {
+            let mut store = match open(state) {
                 Ok(s) => s,
                 Err(e) => return fail(&e.to_string()),
             };

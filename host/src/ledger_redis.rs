@@ -6,8 +6,9 @@
 //! session on one node): `ledger` (hash: agent → the core's record),
 //! `calls` (hash: call id → its fingerprint and stored answer), `repeats` (hash: fingerprint → count),
 //! `resv` (hash: reservation → `expires_ms tool`), `rate` (sorted set of
-//! the instants of calls let through), `unpriced` (set); and one list
-//! `bg:log`.
+//! the instants of calls let through), `unpriced` (set), `updated` (hash:
+//! agent → when its ledger was last written, ms since the Unix epoch); and
+//! one list `bg:log` (JSON objects `{at_ms, session, action, detail}`).
 //!
 //! A decision is one optimistic transaction: the session's keys are
 //! `WATCH`ed, read, the decision made in Rust with the core's ledger, and
@@ -23,7 +24,7 @@ use std::time::Duration;
 use budgetgate_core::budget::Ledger;
 use redis::{Commands, Connection, Pipeline};
 
-use crate::ledger::{LedgerTx, StoreError};
+use crate::ledger::{LedgerTx, ListedLedger, StoreError};
 
 /// Most times a decision is made again after a concurrent write.
 pub const MAX_RETRIES: usize = 200;
@@ -67,16 +68,7 @@ impl RedisStore {
         session: &str,
         mut decide: impl FnMut(&RedisTx<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
-        if self.conn.is_none() {
-            let conn = self
-                .client
-                .get_connection_with_timeout(self.timeout)
-                .map_err(|e| self.fail(e))?;
-            conn.set_read_timeout(Some(self.timeout))
-                .and_then(|()| conn.set_write_timeout(Some(self.timeout)))
-                .map_err(|e| self.fail(e))?;
-            self.conn = Some(conn);
-        }
+        self.connection()?;
         let url = self.url.clone();
         let fail = |e: redis::RedisError| StoreError::Redis {
             url: url.clone(),
@@ -129,6 +121,154 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    fn connection(&mut self) -> Result<&mut Connection, StoreError> {
+        if self.conn.is_none() {
+            let conn = self
+                .client
+                .get_connection_with_timeout(self.timeout)
+                .map_err(|e| self.fail(e))?;
+            conn.set_read_timeout(Some(self.timeout))
+                .and_then(|()| conn.set_write_timeout(Some(self.timeout)))
+                .map_err(|e| self.fail(e))?;
+            self.conn = Some(conn);
+        }
+        let url = self.url.clone();
+        self.conn.as_mut().ok_or(StoreError::Redis {
+            url,
+            detail: "no connection".into(),
+        })
+    }
+
+    /// The server's address, as given.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Every stored ledger, as [`crate::ledger::Store::list`] gives them:
+    /// sessions found by `SCAN` over `bg:{*}:ledger`, newest update first.
+    pub fn list(&mut self) -> Result<Vec<ListedLedger>, StoreError> {
+        let url = self.url.clone();
+        let fail = |e: redis::RedisError| StoreError::Redis {
+            url: url.clone(),
+            detail: e.to_string(),
+        };
+        let conn = self.connection()?;
+        let names: Vec<String> = conn
+            .scan_match::<_, String>("bg:{*}:ledger")
+            .map_err(&fail)?
+            .collect::<Result<_, _>>()
+            .map_err(&fail)?;
+        let mut out = Vec::new();
+        for name in names {
+            let Some(session) = session_of(&name) else {
+                continue;
+            };
+            let records: Vec<(String, Vec<u8>)> = conn.hgetall(&name).map_err(fail)?;
+            let updated: Vec<(String, u64)> =
+                conn.hgetall(key(&session, "updated")).map_err(fail)?;
+            for (agent, record) in records {
+                let updated_ms = updated
+                    .iter()
+                    .find(|(a, _)| *a == agent)
+                    .map_or(0, |(_, at)| *at);
+                out.push(ListedLedger {
+                    ledger: Ledger::from_record(&record),
+                    session: session.clone(),
+                    agent,
+                    updated_ms,
+                });
+            }
+        }
+        out.sort_by(|a, b| {
+            b.updated_ms
+                .cmp(&a.updated_ms)
+                .then_with(|| a.session.cmp(&b.session))
+                .then_with(|| a.agent.cmp(&b.agent))
+        });
+        Ok(out)
+    }
+
+    /// The log, oldest first: (at_ms, session, action, detail); a line that
+    /// is not such an object is shown as an `unreadable` entry.
+    pub fn log(&mut self) -> Result<Vec<(u64, String, String, String)>, StoreError> {
+        let url = self.url.clone();
+        let conn = self.connection()?;
+        let lines: Vec<String> = conn
+            .lrange("bg:log", 0, -1)
+            .map_err(|e| StoreError::Redis {
+                url,
+                detail: e.to_string(),
+            })?;
+        Ok(lines
+            .into_iter()
+            .map(|line| {
+                let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+                let text = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_owned);
+                match (
+                    v.get("at_ms").and_then(serde_json::Value::as_u64),
+                    text("session"),
+                    text("action"),
+                ) {
+                    (Some(at), Some(session), Some(action)) => {
+                        (at, session, action, text("detail").unwrap_or_default())
+                    }
+                    _ => (
+                        0,
+                        String::new(),
+                        "unreadable".into(),
+                        line.chars().take(200).collect(),
+                    ),
+                }
+            })
+            .collect())
+    }
+
+    /// Forgives what `session` has used, as [`crate::ledger::Store::reset`]
+    /// does, in one transaction: each of its ledgers starts again from zero
+    /// at `now_ms`; repetitions, rate windows, reservations and unpriced
+    /// models are cleared; call ids stay seen. Logged. Returns how many
+    /// ledgers were reset (0: no such session).
+    pub fn reset(&mut self, session: &str, now_ms: u64, who: &str) -> Result<usize, StoreError> {
+        self.decide(session, |tx| {
+            let agents: Vec<String> = tx.read(|c| c.hkeys(key(session, "ledger")))?;
+            let mut agents = agents;
+            // A session that lost its ledger gets a fresh one.
+            if agents.is_empty() && tx.has_traces(session)? {
+                agents.push(String::new());
+            }
+            let fresh: Ledger = Ledger::new(now_ms);
+            for agent in &agents {
+                tx.put_ledger(session, agent, &fresh, now_ms)?;
+            }
+            tx.write(|p| {
+                for what in ["repeats", "unpriced", "resv", "rate"] {
+                    p.del(key(session, what)).ignore();
+                }
+            });
+            if !agents.is_empty() {
+                tx.log(
+                    now_ms,
+                    session,
+                    "reset",
+                    &format!("{} ledger(s) reset to zero by {who}", agents.len()),
+                )?;
+            }
+            Ok::<_, StoreError>(agents.len())
+        })
+    }
+}
+
+/// The session a `bg:{TAG}:ledger` key is of (the tag unescaped).
+fn session_of(name: &str) -> Option<String> {
+    let tag = name.strip_prefix("bg:{")?.strip_suffix("}:ledger")?;
+    Some(
+        tag.replace("%7D", "}")
+            .replace("%7B", "{")
+            .replace("%25", "%"),
+    )
+}
+
 fn key(session: &str, what: &str) -> String {
     // `{` and `}` in a session would break the hash tag: they are escaped.
     let tag = session
@@ -139,10 +279,12 @@ fn key(session: &str, what: &str) -> String {
 }
 
 fn keys(session: &str) -> Vec<String> {
-    ["ledger", "calls", "repeats", "resv", "rate", "unpriced"]
-        .iter()
-        .map(|w| key(session, w))
-        .collect()
+    [
+        "ledger", "calls", "repeats", "resv", "rate", "unpriced", "updated",
+    ]
+    .iter()
+    .map(|w| key(session, w))
+    .collect()
 }
 
 /// One decision's view of a session in Redis: reads go to the server at
@@ -193,12 +335,13 @@ impl LedgerTx for RedisTx<'_> {
         session: &str,
         agent: &str,
         ledger: &Ledger,
-        _now_ms: u64,
+        now_ms: u64,
     ) -> Result<(), StoreError> {
         let record = ledger.to_record();
         let bytes = record.as_bytes().to_vec();
         self.write(|p| {
             p.hset(key(session, "ledger"), agent, bytes).ignore();
+            p.hset(key(session, "updated"), agent, now_ms).ignore();
         });
         Ok(())
     }

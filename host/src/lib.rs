@@ -6,6 +6,8 @@
 //! * [`eval`]: the JSON Lines machine interface of `budgetgate eval`;
 //! * [`tools::DemoKind`]: the demo tools used by `eval`, `run` and the examples.
 
+/// The commonest `eval` answers written as JSON bytes (`eval`'s hot path).
+pub mod answer;
 pub mod convert;
 pub mod device;
 pub mod device_audit;
@@ -19,6 +21,7 @@ pub mod ledger;
 pub mod ledger_cli;
 pub mod ledger_redis;
 pub mod mcp;
+pub mod mcp_http;
 pub mod replay;
 pub mod strict;
 pub mod term;

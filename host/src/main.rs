@@ -208,9 +208,17 @@ Exit status: 0 the client closed stdin (the server was stopped, killed after
 line on stderr); 3 the MCP server exited or crashed first (every pending
 request was answered with a JSON-RPC error).
 
+With --listen ADDR --upstream URL the gateway serves MCP's Streamable HTTP
+transport at http://ADDR/mcp (ADDR: PORT on 127.0.0.1, or HOST:PORT) in front
+of the upstream server's URL instead of starting a command; it runs until
+SIGINT or SIGTERM (exit 0). A request the upstream cannot answer (not
+reachable, a 5xx, no answer within --upstream-timeout) is answered with a
+JSON-RPC error; tools in needs_approval are refused over HTTP.
+
 Examples:
   budgetgate mcp --budget examples/mcp-budget.toml -- npx -y @modelcontextprotocol/server-everything
-  budgetgate mcp --session team-a --ledger sqlite:/var/lib/budgetgate/ledger.sqlite3 -- ./my-server")]
+  budgetgate mcp --session team-a --ledger sqlite:/var/lib/budgetgate/ledger.sqlite3 -- ./my-server
+  budgetgate mcp --listen 8080 --upstream http://127.0.0.1:3001/mcp --session remote")]
     Mcp(budgetgate::mcp::McpArgs),
 
     /// Look at (or, as an operator, reset) the durable ledger that the hook

@@ -1,5 +1,6 @@
 //! `budgetgate mcp`: the budget gate in front of any MCP server over stdio
-//! (`SPEC C`, `SPEC E`; `docs/MCP.md`).
+//! (`SPEC C`, `SPEC E`; `docs/MCP.md`). [`Proxy`] is shared with the
+//! Streamable HTTP transport (`--listen`, [`crate::mcp_http`]).
 //!
 //! The gateway starts the server as a child and serves the client on its
 //! own stdin and stdout, both sides speaking MCP's stdio transport:
@@ -111,9 +112,69 @@ pub struct McpArgs {
     #[arg(long, value_name = "MS", default_value_t = 2_000,
           value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub shutdown_ms: u64,
-    /// The MCP server's command and its arguments (after `--`).
-    #[arg(required = true, last = true, value_name = "COMMAND")]
+    /// Serve MCP's Streamable HTTP transport at `http://ADDR/mcp` instead
+    /// of stdio, in front of `--upstream` (ADDR: `PORT` or `HOST:PORT`; the
+    /// host is 127.0.0.1 unless named; port 0 picks a free one, printed on
+    /// stderr).
+    #[arg(long, value_name = "ADDR", requires = "upstream")]
+    pub listen: Option<String>,
+    /// The upstream MCP server's Streamable HTTP endpoint
+    /// (`http://HOST:PORT/PATH`; no TLS in this build), with `--listen`.
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "listen",
+        conflicts_with = "command"
+    )]
+    pub upstream: Option<String>,
+    /// Seconds the upstream has to start answering a request (its response
+    /// headers); then the request is answered with a JSON-RPC error.
+    #[arg(long, value_name = "S", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub upstream_timeout: u64,
+    /// The MCP server's command and its arguments (after `--`); exactly one
+    /// of a command or `--upstream`.
+    #[arg(
+        required_unless_present = "upstream",
+        last = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<String>,
+}
+
+/// What both transports share: the gate on the ledger, and the budget's
+/// result bound (bytes of compact JSON).
+pub struct Setup {
+    /// The gate, on the session's ledger.
+    pub gate: LedgerGate,
+    /// `max_result_bytes` of the budget.
+    pub max_result_bytes: u64,
+}
+
+/// Reads the budget, opens the ledger and checks the session of `args`
+/// (`default_session` when `--session` is absent); `Err` is the one-line
+/// reason the gateway does not start (exit 2, fail closed).
+pub fn setup(args: &McpArgs, default_session: String) -> Result<Setup, String> {
+    let budget = match &args.budget {
+        None => ReplayBudget::default(),
+        Some(path) => std::fs::File::open(path)
+            .map_err(|e| e.to_string())
+            .and_then(|f| crate::replay::read_limited(f, 1 << 20, "budget file"))
+            .and_then(|t| crate::replay::budget::parse_budget(&t))
+            .map_err(|e| format!("budget {}: {e}", path.display()))?,
+    };
+    let store = open_ledger(args.ledger.as_deref(), Duration::from_secs(5))?;
+    let session = args.session.clone().unwrap_or(default_session);
+    if session.is_empty() || session.chars().count() > 256 || session.chars().any(char::is_control)
+    {
+        return Err("--session must be 1 to 256 characters without control characters".into());
+    }
+    let max_result_bytes = budget.max_result_bytes;
+    let gate = LedgerGate::on(store, budget, session, args.reservation_ttl * 1000);
+    Ok(Setup {
+        gate,
+        max_result_bytes,
+    })
 }
 
 // ------------------------------------------------------------------ gate
@@ -129,6 +190,29 @@ pub trait CallGate {
     fn roll_back(&mut self, key: &str, now_ms: u64) -> Result<(), String>;
     /// Whether the budget never lets `tool` run (removed from `tools/list`).
     fn denied(&self, tool: &str) -> bool;
+}
+
+/// One gate shared by several proxies (the Streamable HTTP transport's
+/// sessions); a poisoned lock refuses (fail closed).
+impl<G: CallGate> CallGate for std::sync::Arc<std::sync::Mutex<G>> {
+    fn decide(&mut self, call: &ToolCall<'_>, now_ms: u64) -> Result<Verdict, String> {
+        self.lock()
+            .map_err(|_| "the gate's lock is poisoned".to_owned())?
+            .decide(call, now_ms)
+    }
+    fn commit(&mut self, key: &str, tool: &str, now_ms: u64) -> Result<(), String> {
+        self.lock()
+            .map_err(|_| "the gate's lock is poisoned".to_owned())?
+            .commit(key, tool, now_ms)
+    }
+    fn roll_back(&mut self, key: &str, now_ms: u64) -> Result<(), String> {
+        self.lock()
+            .map_err(|_| "the gate's lock is poisoned".to_owned())?
+            .roll_back(key, now_ms)
+    }
+    fn denied(&self, tool: &str) -> bool {
+        self.lock().map_or(true, |g| g.denied(tool))
+    }
 }
 
 /// Where the ledger is kept.
@@ -249,11 +333,11 @@ impl CallGate for LedgerGate {
 /// borrowed from the line; every other member is checked as JSON and left
 /// alone. A member given twice is refused.
 #[derive(Deserialize)]
-struct Message<'a> {
+pub(crate) struct Message<'a> {
     jsonrpc: Option<String>,
-    method: Option<String>,
+    pub(crate) method: Option<String>,
     #[serde(borrow)]
-    id: Option<&'a RawValue>,
+    pub(crate) id: Option<&'a RawValue>,
     #[serde(borrow)]
     params: Option<&'a RawValue>,
     #[serde(borrow)]
@@ -271,7 +355,7 @@ pub enum Out {
     Server(String),
 }
 
-fn error_line(id: &str, code: i64, message: &str) -> String {
+pub(crate) fn error_line(id: &str, code: i64, message: &str) -> String {
     format!(
         r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{}}}}}"#,
         Value::from(message)
@@ -329,7 +413,7 @@ fn over_limit(value: &Value, limit: u64) -> bool {
 
 /// A JSON-RPC id as the proxy keys it: its compact JSON, so that `"a"`
 /// and `"\u0061"` are one id.
-fn normal_id(raw: &RawValue) -> String {
+pub(crate) fn normal_id(raw: &RawValue) -> String {
     serde_json::from_str::<Value>(raw.get())
         .map_or_else(|_| raw.get().to_owned(), |v| v.to_string())
 }
@@ -377,6 +461,8 @@ pub struct Proxy<G> {
     max_result_bytes: u64,
     approval_timeout_ms: u64,
     elicitation: bool,
+    /// Set when the transport cannot ask a person: why (approval refused).
+    cannot_ask: Option<String>,
     pending: HashMap<String, Pending>,
     approvals: HashMap<String, Approval>,
     next_approval: u64,
@@ -398,10 +484,23 @@ impl<G: CallGate> Proxy<G> {
             max_result_bytes,
             approval_timeout_ms,
             elicitation: false,
+            cannot_ask: None,
             pending: HashMap::new(),
             approvals: HashMap::new(),
             next_approval: 0,
         }
+    }
+
+    /// Never asks for approval: calls to tools in `needs_approval` are
+    /// refused (`approval-refused`) with `why` as the reason (the
+    /// Streamable HTTP transport, which has no channel to ask on).
+    pub fn never_ask(&mut self, why: String) {
+        self.cannot_ask = Some(why);
+    }
+
+    /// Whether the request `id` (its compact JSON) awaits the server's answer.
+    pub fn awaits(&self, id: &str) -> bool {
+        self.pending.contains_key(id)
     }
 
     /// Requests awaiting an answer (from the server or an approver).
@@ -688,13 +787,17 @@ impl<G: CallGate> Proxy<G> {
                 );
                 true
             }
-            Verdict::Ask(_) if !self.elicitation => {
+            Verdict::Ask(_) if !self.elicitation || self.cannot_ask.is_some() => {
                 // The attempt counts, as a refused approval does.
                 self.commit(&key, name, now);
+                let why = self.cannot_ask.clone().unwrap_or_else(|| {
+                    "this client cannot ask one: it did not declare the elicitation capability"
+                        .into()
+                });
                 let refusal = Refusal::worded(
                     "approval-refused",
                     &format!(
-                        "{name} needs a person's approval (needs_approval in the budget), and this client cannot ask one: it did not declare the elicitation capability"
+                        "{name} needs a person's approval (needs_approval in the budget), and {why}"
                     ),
                     "Not executed. Do not repeat this call; tell the user it needs their approval.",
                     "",
@@ -1320,32 +1423,20 @@ pub fn command(args: &McpArgs) -> ExitCode {
         );
         ExitCode::from(2)
     };
-    let budget = match &args.budget {
-        None => ReplayBudget::default(),
-        Some(path) => {
-            let text = std::fs::File::open(path)
-                .map_err(|e| e.to_string())
-                .and_then(|f| crate::replay::read_limited(f, 1 << 20, "budget file"))
-                .and_then(|t| crate::replay::budget::parse_budget(&t));
-            match text {
-                Ok(b) => b,
-                Err(e) => return fail(format!("budget {}: {e}", path.display())),
-            }
-        }
+    if let Some(url) = &args.upstream {
+        return crate::mcp_http::command(args, url);
+    }
+    let Some(program) = args.command.first() else {
+        return fail("no MCP server command (after --) and no --upstream".into());
     };
-    let store = match open_ledger(args.ledger.as_deref(), Duration::from_secs(5)) {
+    let Setup {
+        gate,
+        max_result_bytes,
+    } = match setup(args, default_session(&args.command)) {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    let session = args
-        .session
-        .clone()
-        .unwrap_or_else(|| default_session(&args.command));
-    if session.is_empty() || session.chars().count() > 256 || session.chars().any(char::is_control)
-    {
-        return fail("--session must be 1 to 256 characters without control characters".into());
-    }
-    let mut server = Command::new(&args.command[0]);
+    let mut server = Command::new(program);
     server
         .args(&args.command[1..])
         .stdin(Stdio::piped())
@@ -1358,14 +1449,12 @@ pub fn command(args: &McpArgs) -> ExitCode {
     }
     let mut child = match server.spawn() {
         Ok(c) => c,
-        Err(e) => return fail(format!("starting {:?}: {e}", args.command[0])),
+        Err(e) => return fail(format!("starting {program:?}: {e}")),
     };
     let (Some(server_in), Some(server_out)) = (child.stdin.take(), child.stdout.take()) else {
         kill(&mut child);
         return fail("the server's pipes could not be opened".into());
     };
-    let max_result_bytes = budget.max_result_bytes;
-    let gate = LedgerGate::on(store, budget, session, args.reservation_ttl * 1000);
     let connection = format!("{}-{}", std::process::id(), now());
     let mut proxy = Proxy::new(
         gate,

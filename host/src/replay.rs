@@ -25,7 +25,7 @@ mod providers;
 pub(crate) mod session;
 mod time;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -33,8 +33,8 @@ use std::process::ExitCode;
 
 use budgetgate_core::turn::{
     Admission, Approver, ArgsFingerprint, CallVerdict, FingerprintBuilder, ProposeError,
-    ProposedCall, RefusalReason, RunStatus, StopReason, TokenMode, TokenUsage, ToolOutcome,
-    ToolRule, ToolRules, TurnEnd, TurnGate,
+    ProposedCall, RefusalReason, RunStatus, StopReason, TokenMode, TokenUsage, ToolName,
+    ToolOutcome, ToolRule, ToolRules, TurnEnd, TurnGate,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -80,7 +80,8 @@ pub struct ReplayArgs {
     /// and summed up in one table, worst first (--json: one object per line,
     /// with its `file`, and `error` instead of the report when it cannot be
     /// read); exit 2 if any cannot be read, else 1 if any was stopped or
-    /// overshot.
+    /// overshot. On a terminal, standard error shows a progress bar (bytes
+    /// read, recordings done, rate, time left).
     #[arg(value_name = "MORE")]
     pub more: Vec<PathBuf>,
 
@@ -103,7 +104,7 @@ pub struct ReplayArgs {
     /// cache_creation_input_tokens, total}, usage_per_turn, usage_known,
     /// stopped {turn, reason, detail} or null, overshoot {limit, used, max,
     /// by} or null, status, refusals {reason: count}, executed, approved,
-    /// reached_turns, gate_usage, budget, notes, agents [{agent, turns,
+    /// reached_turns, gate_usage, gate_cost_micro_usd, budget, notes, agents [{agent, turns,
     /// tool_calls, usage}], per_turn [{turn, message_id, stop_reason,
     /// stop_reason_inferred, usage, running_total, reached, outcome, calls
     /// [{id, name, verdict, reason, recorded}], usage_iterations,
@@ -119,7 +120,7 @@ pub struct Stopped {
     /// run, or whose stop reason ended it; `None` when only run totals are
     /// recorded and the turn cannot be told.
     pub turn: Option<usize>,
-    /// `steps`, `tokens`, `time`, `token-reserve`, or the stop reason
+    /// `steps`, `tokens`, `time`, `cost`, `unpriced-model`, `token-reserve`, or the stop reason
     /// (`max_tokens`, `refusal`, …).
     pub reason: String,
     /// The reason in words.
@@ -133,7 +134,7 @@ pub struct Stopped {
 /// budget was exceeded, and `replay` exits 1.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Overshoot {
-    /// Which limit: `tokens`.
+    /// Which limit: `tokens` or `cost` (micro-dollars).
     pub limit: &'static str,
     /// What the gate counted up to where it stopped (or to the end).
     pub used: u64,
@@ -155,6 +156,18 @@ impl Overshoot {
             used,
             max,
             by: used - max,
+        })
+    }
+
+    /// The overshoot of the cost the gate counted (micro-dollars), if a
+    /// cost limit is set and it was passed.
+    fn of_cost(counted: u64, max: Option<u64>) -> Option<Self> {
+        let max = max?;
+        (counted > max).then(|| Self {
+            limit: "cost",
+            used: counted,
+            max,
+            by: counted - max,
         })
     }
 }
@@ -242,6 +255,10 @@ pub struct BudgetReport {
     pub max_repeats: u32,
     /// Most tool attempts, if limited.
     pub max_tool_calls: Option<u32>,
+    /// Most cost in micro-dollars (`max_cost_usd`), if limited.
+    pub max_cost_micro_usd: Option<u64>,
+    /// Per-tool call caps (`[tools] max_calls`), tool name to most calls.
+    pub tool_caps: BTreeMap<String, u32>,
     /// `after-the-fact` or `reserve`.
     pub token_mode: &'static str,
     /// Tools that need approval.
@@ -298,6 +315,10 @@ pub struct Report {
     pub reached_turns: usize,
     /// Tokens the gate counted up to where it stopped.
     pub gate_usage: TokenUsage,
+    /// What those responses cost by the budget's `[prices]`, in
+    /// micro-dollars (responses of unpriced models not included), or `null`
+    /// when the budget has no prices.
+    pub gate_cost_micro_usd: Option<u64>,
     /// The limits used.
     pub budget: BudgetReport,
     /// Facts about how the recording was read.
@@ -307,6 +328,11 @@ pub struct Report {
     pub agents: Vec<AgentReport>,
     /// One entry per response.
     pub per_turn: Vec<TurnReport>,
+}
+
+/// Micro-dollars as dollars for a person: `$2.500000`.
+fn fmt_usd(micros: u64) -> String {
+    format!("${}.{:06}", micros / 1_000_000, micros % 1_000_000)
 }
 
 /// Fingerprints a JSON value's canonical form (`SPEC C`); `None` if it
@@ -397,15 +423,19 @@ fn build_rules(
 pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String> {
     // Known to the budget file, not yet applied by replay: refusing is the
     // only honest answer (a cost budget must never count a call as free).
-    if budget.max_cost_micros.is_some()
-        || !budget.tool_caps.is_empty()
-        || budget.subagent != budget::SubagentLimits::default()
-    {
-        return Err("max_cost_usd, [tools] max_calls and [subagent] are applied by `budgetgate hook` only in this version; replay does not apply them yet (remove them from the budget to replay)".into());
+    if budget.subagent != budget::SubagentLimits::default() {
+        return Err("[subagent] is applied by `budgetgate hook` only in this version; replay does not apply it yet (remove it from the budget to replay)".into());
     }
     let (rules, known_tools, mut notes) = build_rules(session, budget)?;
     let limits = budget.limits;
     let mut gate = Box::new(ReplayGate::new(limits, rules, 0));
+    for (name, max) in &budget.tool_caps {
+        let tool = ToolName::new(name)
+            .map_err(|e| format!("budget file: [tools] max_calls: {name:?}: {e}"))?;
+        gate.try_add_cap(tool, *max)
+            .map_err(|e| format!("budget file: [tools] max_calls: {name:?}: {e}"))?;
+    }
+    let mut unpriced: BTreeSet<String> = BTreeSet::new();
     let mut stopped: Option<Stopped> = None;
     let mut per_turn = Vec::with_capacity(session.turns.len());
     let mut running = TokenUsage::ZERO;
@@ -463,7 +493,22 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                     row.reached = true;
                     let stop = StopReason::parse(&stop_text)
                         .map_err(|e| format!("turn {index}: stop reason {stop_text:?}: {e}"))?;
-                    gate.record(turn.usage.unwrap_or(TokenUsage::ZERO), stop)
+                    let used = turn.usage.unwrap_or(TokenUsage::ZERO);
+                    // Priced by its model; with no price (or no model
+                    // recorded) the cost is unknown, which a cost budget
+                    // never counts as free: the run stops before the next call.
+                    let price = turn
+                        .model
+                        .as_deref()
+                        .and_then(|m| budget::price_of(&budget.prices, m));
+                    if price.is_none() && !budget.prices.is_empty() {
+                        unpriced.insert(
+                            turn.model
+                                .clone()
+                                .unwrap_or_else(|| "(not recorded)".into()),
+                        );
+                    }
+                    gate.record_priced(used, stop, price.map(|p| p.cost_micros(&used)))
                         .map_err(|e| format!("internal: turn {index}: {e}"))?;
                     if budget.count_server_tools && !turn.server_calls.is_empty() {
                         // Run by the API while it answered: they take tool
@@ -642,9 +687,22 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
         }
     }
     let overshoot = match session.usage {
-        UsageGranularity::PerTurn => Overshoot::of_tokens(gate.usage(), limits.max_tokens),
+        UsageGranularity::PerTurn => Overshoot::of_tokens(gate.usage(), limits.max_tokens)
+            .or_else(|| Overshoot::of_cost(gate.cost_micros(), limits.max_cost_micros)),
         UsageGranularity::RunTotal(_) | UsageGranularity::Unknown => None,
     };
+    if !unpriced.is_empty() {
+        let models: Vec<&str> = unpriced.iter().map(String::as_str).collect();
+        notes.push(format!(
+            "no price in the budget for model(s) {}: their cost is unknown{}",
+            models.join(", "),
+            if limits.max_cost_micros.is_some() {
+                "; a cost budget never counts a call as free, so the run stops before the next call"
+            } else {
+                " and not in gate_cost_micro_usd"
+            }
+        ));
+    }
     let mut all_notes = session.notes.clone();
     all_notes.extend(notes);
     Ok(Report {
@@ -665,12 +723,15 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
         approved,
         reached_turns,
         gate_usage: gate.usage(),
+        gate_cost_micro_usd: (!budget.prices.is_empty()).then(|| gate.cost_micros()),
         budget: BudgetReport {
             max_model_calls: limits.max_model_calls,
             max_tokens: limits.max_tokens,
             max_millis: limits.max_millis,
             max_repeats: limits.max_repeats,
             max_tool_calls: limits.max_tool_calls,
+            max_cost_micro_usd: limits.max_cost_micros,
+            tool_caps: budget.tool_caps.iter().cloned().collect(),
             token_mode: limits.token_mode.as_str(),
             needs_approval: budget.needs_approval.clone(),
             approve: budget.approve.describe(),
@@ -850,6 +911,23 @@ impl Report {
             safe(&b.approve),
             safe(&b.known_tools),
         );
+        if b.max_cost_micro_usd.is_some() || !b.tool_caps.is_empty() {
+            let caps: Vec<String> = b
+                .tool_caps
+                .iter()
+                .map(|(tool, max)| format!("{} at most {max}", safe(tool)))
+                .collect();
+            let _ = writeln!(
+                out,
+                "budget: cost {}; per-tool caps: {}",
+                b.max_cost_micro_usd.map_or("unlimited".into(), fmt_usd),
+                if caps.is_empty() {
+                    "none".into()
+                } else {
+                    caps.join(", ")
+                },
+            );
+        }
         for note in &self.notes {
             let _ = writeln!(out, "note: {}", safe(note));
         }
@@ -1014,6 +1092,9 @@ impl Report {
             self.gate_usage.total(),
             self.status
         );
+        if let Some(cost) = self.gate_cost_micro_usd {
+            let _ = writeln!(out, "gate cost: {} by the budget's prices", fmt_usd(cost));
+        }
         match &self.stopped {
             Some(s) => {
                 let at = match s.turn {

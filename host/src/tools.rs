@@ -43,30 +43,25 @@ impl DemoKind {
 
     /// Calls the tool.
     pub fn call(self, args: &Args<'_>) -> Result<Value, String> {
-        let exact =
-            |keys: &[&str]| args.len() == keys.len() && keys.iter().all(|k| args.get(k).is_some());
         match self {
             Self::Add => {
-                if !exact(&["a", "b"]) {
+                let Some((a, b)) = exactly(args, "a", "b") else {
                     return Err("add takes exactly a and b".into());
-                }
-                match (args.get("a"), args.get("b")) {
-                    (Some(ScalarRef::Int(a)), Some(ScalarRef::Int(b))) => Ok(Value::from(a + b)),
-                    (Some(a), Some(b)) => {
+                };
+                match (a, b) {
+                    (ScalarRef::Int(a), ScalarRef::Int(b)) => Ok(Value::from(a + b)),
+                    (a, b) => {
                         let (a, b) = (float(&a)?, float(&b)?);
                         Number::from_f64(a + b)
                             .map(Value::Number)
                             .ok_or_else(|| "not finite".into())
                     }
-                    _ => Err("add takes exactly a and b".into()),
                 }
             }
             Self::Echo => Ok(value_from_arguments_ref(args)),
             Self::Fail => Err("this tool always fails".into()),
-            Self::Repeat => match (exact(&["s", "n"]), args.get("s"), args.get("n")) {
-                (true, Some(ScalarRef::Str(s)), Some(ScalarRef::Int(n)))
-                    if (0..=10_000).contains(&n) =>
-                {
+            Self::Repeat => match exactly(args, "s", "n") {
+                Some((ScalarRef::Str(s), ScalarRef::Int(n))) if (0..=10_000).contains(&n) => {
                     let s: String = s.chars().collect();
                     let n = usize::try_from(n).map_err(|e| e.to_string())?;
                     if s.len().saturating_mul(n) > REPEAT_BUILD_LIMIT {
@@ -89,6 +84,27 @@ impl DemoKind {
     pub fn tool<'t>(self) -> Tool<'t> {
         Box::new(move |args| self.call(args))
     }
+}
+
+/// The values of `first` and `second` when they are exactly the arguments
+/// (in either order), read in one pass over them.
+fn exactly<'a>(
+    args: &Args<'a>,
+    first: &str,
+    second: &str,
+) -> Option<(ScalarRef<'a>, ScalarRef<'a>)> {
+    if args.len() != 2 {
+        return None;
+    }
+    let (mut one, mut two) = (None, None);
+    for (key, value) in args.iter() {
+        if key == first {
+            one = Some(value);
+        } else if key == second {
+            two = Some(value);
+        }
+    }
+    one.zip(two)
 }
 
 fn float(v: &ScalarRef<'_>) -> Result<f64, String> {

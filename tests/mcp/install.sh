@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Installs what the MCP gateway's end-to-end tests (host/tests/mcp_gateway.rs)
-# run: the reference MCP servers from the npm registry, pinned in
-# package.json / package-lock.json, into tests/mcp/node_modules, and the
-# official Python MCP client, pinned in requirements.txt, into the venv
-# tests/mcp/.venv. Idempotent: does nothing when both are installed from the
-# current pins (a stamp holds their checksum). Needs node (>= 18), npm and
-# python3 (>= 3.10) with venv.
+# Installs what the MCP gateway's end-to-end tests (host/tests/mcp_gateway.rs,
+# host/tests/mcp_http.rs) run: the reference MCP servers from the npm
+# registry, pinned in package.json / package-lock.json, into
+# tests/mcp/node_modules, and the official Python MCP client, pinned in
+# requirements.txt, into the venv tests/mcp/.venv. Idempotent: does nothing
+# when both are installed from the current pins (a stamp holds their
+# checksum). Needs node (>= 18), npm and python3 (>= 3.10) with venv.
 set -euo pipefail
 cd "$(dirname "$0")"
 

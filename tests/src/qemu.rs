@@ -1,8 +1,12 @@
-//! Boots the firmware image under QEMU (`mps2-an386`) for end-to-end tests.
+//! Boots the firmware image under QEMU for end-to-end tests, on each board
+//! of `firmware/boards.txt` ([`Board`], [`boards`], [`on_every_board`]).
 //!
-//! * [`Qemu::boot`] builds `firmware/` once per test process (a nested
-//!   `cargo build --release` for `thumbv7em-none-eabihf`), then starts
-//!   `qemu-system-arm` with UART0 (agent link) and UART1 (operator console)
+//! * [`Qemu::boot`] builds `firmware/` once per board and test process (a
+//!   nested `cargo build --release` with the board's feature, the `flash`
+//!   feature (the flash store, issue 15) and the board's target;
+//!   [`firmware_image_without_flash`] builds the image without it),
+//!   then starts `qemu-system-arm` with the board's `-machine` and `-cpu`,
+//!   UART0 (agent link) and UART1 (operator console)
 //!   connected, as TCP clients, to two listeners this process opened on
 //!   ephemeral loopback ports: no fixed port, no race for one.
 //! * Without `qemu-system-arm`, `boot` returns `None` after printing why, so
@@ -15,8 +19,11 @@
 //!   payload; [`Qemu::propose`] does the same for `PROPOSE {json}`.
 //!
 //! Environment: `BUDGETGATE_QEMU` (QEMU binary, default `qemu-system-arm`),
-//! `BUDGETGATE_FIRMWARE_IMAGE` (use this ELF, do not build),
-//! `BUDGETGATE_REQUIRE_QEMU` (fail instead of skip).
+//! `BUDGETGATE_FIRMWARE_IMAGE` (use this ELF for the board named by
+//! `BUDGETGATE_FIRMWARE_BOARD`, default the first of `boards.txt`; build the
+//! others), `BUDGETGATE_BOARDS` (comma-separated board names: test only
+//! these; default every board), `BUDGETGATE_REQUIRE_QEMU` (fail instead of
+//! skip).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
@@ -25,7 +32,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use budgetgate_core::link;
@@ -41,8 +48,90 @@ pub const EXIT_PANIC: i32 = 101;
 /// The firmware's exit status after a fault (`board::EXIT_FAULT`).
 pub const EXIT_FAULT: i32 = 102;
 
-const TARGET: &str = "thumbv7em-none-eabihf";
 const BIN: &str = "budgetgate-firmware";
+
+/// One board of `firmware/boards.txt`: what it is built for and how QEMU
+/// runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Board {
+    /// The board's name, also its cargo feature (`mps2-an386`).
+    pub name: String,
+    /// Its CPU class (`Cortex-M4F`).
+    pub cpu_class: String,
+    /// The rustup target it is built for (`thumbv7em-none-eabihf`).
+    pub target: String,
+    /// QEMU's `-machine`.
+    pub machine: String,
+    /// QEMU's `-cpu`.
+    pub cpu: String,
+    /// The core clock as QEMU runs it, in MHz (SysTick counts it).
+    pub clock_mhz: u32,
+}
+
+/// Every board of `firmware/boards.txt`, the default (first) one first.
+/// Panics if the file does not parse (six words a line).
+pub fn boards() -> &'static [Board] {
+    static BOARDS: OnceLock<Vec<Board>> = OnceLock::new();
+    BOARDS.get_or_init(|| {
+        let path = firmware_dir().join("boards.txt");
+        let text =
+            fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        text.lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty() && !line.starts_with('#'))
+            .map(
+                |line| match line.split_whitespace().collect::<Vec<_>>()[..] {
+                    [name, cpu_class, target, machine, cpu, mhz] => Board {
+                        name: name.into(),
+                        cpu_class: cpu_class.into(),
+                        target: target.into(),
+                        machine: machine.into(),
+                        cpu: cpu.into(),
+                        clock_mhz: mhz.parse().unwrap_or_else(|_| {
+                            panic!("{}: clock {mhz:?} is not whole MHz", path.display())
+                        }),
+                    },
+                    _ => panic!("{}: a board line has six words: {line:?}", path.display()),
+                },
+            )
+            .collect()
+    })
+}
+
+/// The boards to test: those named in `$BUDGETGATE_BOARDS` (comma-separated;
+/// an unknown name panics), else every board.
+pub fn boards_under_test() -> Vec<&'static Board> {
+    let all = boards();
+    match std::env::var("BUDGETGATE_BOARDS") {
+        Ok(names) if !names.trim().is_empty() => names
+            .split(',')
+            .map(str::trim)
+            .map(|name| {
+                all.iter().find(|b| b.name == name).unwrap_or_else(|| {
+                    panic!("BUDGETGATE_BOARDS names {name:?}, not a board of boards.txt")
+                })
+            })
+            .collect(),
+        _ => all.iter().collect(),
+    }
+}
+
+/// Runs `case` once on each board under test ([`boards_under_test`]), in
+/// turn; a panic names the board it happened on.
+pub fn on_every_board(case: impl Fn(&'static Board)) {
+    struct Announce(&'static str);
+    impl Drop for Announce {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                eprintln!("(the failure above is on board {})", self.0);
+            }
+        }
+    }
+    for board in boards_under_test() {
+        let _announce = Announce(&board.name);
+        case(board);
+    }
+}
 
 /// The repository's `firmware/` directory.
 pub fn firmware_dir() -> PathBuf {
@@ -64,14 +153,28 @@ pub fn qemu_program() -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-/// The firmware ELF: `$BUDGETGATE_FIRMWARE_IMAGE`, or built once per process.
-/// Panics with cargo's output if the build fails.
-pub fn firmware_image() -> &'static Path {
-    static IMAGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let image = IMAGE.get_or_init(|| match std::env::var_os("BUDGETGATE_FIRMWARE_IMAGE") {
-        Some(path) => Ok(PathBuf::from(path)),
-        None => build_firmware(),
-    });
+/// The firmware ELF for `board`: `$BUDGETGATE_FIRMWARE_IMAGE` if
+/// `$BUDGETGATE_FIRMWARE_BOARD` (default: the first board) names it, else
+/// built once per board and process (one build at a time). Panics with
+/// cargo's output if the build fails.
+pub fn firmware_image(board: &Board) -> PathBuf {
+    static IMAGES: Mutex<Vec<(String, Result<PathBuf, String>)>> = Mutex::new(Vec::new());
+    let mut images = IMAGES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let image = match images.iter().find(|(name, _)| *name == board.name) {
+        Some((_, image)) => image.clone(),
+        None => {
+            let image_board = std::env::var("BUDGETGATE_FIRMWARE_BOARD")
+                .unwrap_or_else(|_| boards().first().map(|b| b.name.clone()).unwrap_or_default());
+            let image = match std::env::var_os("BUDGETGATE_FIRMWARE_IMAGE") {
+                Some(path) if image_board == board.name => Ok(PathBuf::from(path)),
+                _ => build_firmware(board, true, None),
+            };
+            images.push((board.name.clone(), image.clone()));
+            image
+        }
+    };
     match image {
         Ok(path) => path,
         Err(message) => panic!("{message}"),
@@ -102,34 +205,47 @@ fn leaks_into_nested_cargo(key: &OsStr) -> bool {
     ) || key.starts_with("__CARGO")
 }
 
-/// The firmware ELF built without its default features (no flash store,
-/// issue 15), once per process, in its own target directory
-/// (`firmware/target/no-flash`) so that it never replaces the default image.
-/// Panics with cargo's output if the build fails.
-pub fn firmware_image_without_flash() -> &'static Path {
-    static IMAGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let image = IMAGE.get_or_init(|| {
-        let target = firmware_dir().join("target").join("no-flash");
-        let mut extra: Vec<OsString> = vec!["--no-default-features".into(), "--target-dir".into()];
-        extra.push(target.into());
-        build_firmware_with(&extra)
-    });
+/// `board`'s firmware ELF built without the flash store (issue 15:
+/// `--features BOARD`, no `flash`), once per board and process, in its own
+/// target directory (`firmware/target/no-flash`) so that it never replaces
+/// the image [`firmware_image`] returns. Panics with cargo's output if the
+/// build fails.
+pub fn firmware_image_without_flash(board: &Board) -> PathBuf {
+    static IMAGES: Mutex<Vec<(String, Result<PathBuf, String>)>> = Mutex::new(Vec::new());
+    let mut images = IMAGES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let image = match images.iter().find(|(name, _)| *name == board.name) {
+        Some((_, image)) => image.clone(),
+        None => {
+            let target = firmware_dir().join("target").join("no-flash");
+            let image = build_firmware(board, false, Some(&target));
+            images.push((board.name.clone(), image.clone()));
+            image
+        }
+    };
     match image {
         Ok(path) => path,
         Err(message) => panic!("{message}"),
     }
 }
 
-/// `cargo build --release` of `firmware/`, run from inside `firmware/` so
-/// that `firmware/.cargo/config.toml` (target, linker scripts) applies.
-fn build_firmware() -> Result<PathBuf, String> {
-    build_firmware_with(&[])
-}
-
-/// [`build_firmware`] with `extra` cargo arguments.
-fn build_firmware_with(extra: &[OsString]) -> Result<PathBuf, String> {
+/// `cargo build --release` of `firmware/` for `board` (its feature and
+/// target), with the flash store (feature `flash`, issue 15) if `flash`,
+/// into `target_dir` if given, run from inside `firmware/` so that
+/// `firmware/.cargo/config.toml` (linker scripts) applies.
+fn build_firmware(
+    board: &Board,
+    flash: bool,
+    target_dir: Option<&Path>,
+) -> Result<PathBuf, String> {
     let dir = firmware_dir();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let features = if flash {
+        format!("{},flash", board.name)
+    } else {
+        board.name.clone()
+    };
     let mut command = Command::new(&cargo);
     command
         .current_dir(&dir)
@@ -138,11 +254,15 @@ fn build_firmware_with(extra: &[OsString]) -> Result<PathBuf, String> {
             "--release",
             "--locked",
             "--message-format=json-render-diagnostics",
+            "--no-default-features",
         ])
+        .args(["--features", &features, "--target", &board.target])
         .arg("--manifest-path")
         .arg(dir.join("Cargo.toml"))
-        .args(extra)
         .stdin(Stdio::null());
+    if let Some(target_dir) = target_dir {
+        command.arg("--target-dir").arg(target_dir);
+    }
     for (key, _) in std::env::vars_os() {
         if leaks_into_nested_cargo(&key) {
             command.env_remove(key);
@@ -154,10 +274,12 @@ fn build_firmware_with(extra: &[OsString]) -> Result<PathBuf, String> {
     let stderr = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
         return Err(format!(
-            "firmware build failed ({}) in {}:\n{stderr}\n\
-             (needs `rustup target add {TARGET}`; see docs/FIRMWARE.md)",
+            "firmware build for {} failed ({}) in {}:\n{stderr}\n\
+             (needs `rustup target add {}`; see docs/FIRMWARE.md)",
+            board.name,
             output.status,
-            dir.display()
+            dir.display(),
+            board.target
         ));
     }
     // The last compiler-artifact message for our binary names the ELF.
@@ -222,6 +344,7 @@ impl Link {
 
 /// A running QEMU with the firmware; killed on drop.
 pub struct Qemu {
+    board: &'static Board,
     child: Child,
     status: Option<ExitStatus>,
     agent: Link,
@@ -231,15 +354,15 @@ pub struct Qemu {
 }
 
 impl Qemu {
-    /// Builds the image (once per process) and boots it. `None` (after
+    /// Builds `board`'s image (once per process) and boots it. `None` (after
     /// printing a notice) when QEMU is not installed and
     /// `BUDGETGATE_REQUIRE_QEMU` is unset; a panic when it is set.
-    pub fn boot() -> Option<Self> {
-        Self::boot_with(&[])
+    pub fn boot(board: &'static Board) -> Option<Self> {
+        Self::boot_with(board, &[])
     }
 
     /// As [`Qemu::boot`], with `extra` QEMU options (e.g. `-icount shift=0`).
-    pub fn boot_with(extra: &[&str]) -> Option<Self> {
+    pub fn boot_with(board: &'static Board, extra: &[&str]) -> Option<Self> {
         let Some(qemu) = qemu_program() else {
             if std::env::var_os(REQUIRE_QEMU_VAR).is_some() {
                 panic!(
@@ -253,16 +376,27 @@ impl Qemu {
             );
             return None;
         };
-        Some(Self::boot_image_with(&qemu, firmware_image(), extra))
+        Some(Self::boot_image_with(
+            &qemu,
+            board,
+            &firmware_image(board),
+            extra,
+        ))
     }
 
-    /// Boots `image` with the QEMU program `qemu`.
-    pub fn boot_image(qemu: &Path, image: &Path) -> Self {
-        Self::boot_image_with(qemu, image, &[])
+    /// Boots `image` (built for `board`) with the QEMU program `qemu`.
+    pub fn boot_image(qemu: &Path, board: &'static Board, image: &Path) -> Self {
+        Self::boot_image_with(qemu, board, image, &[])
     }
 
-    /// Boots `image` with the QEMU program `qemu` and `extra` options.
-    pub fn boot_image_with(qemu: &Path, image: &Path, extra: &[&str]) -> Self {
+    /// Boots `image` (built for `board`) with the QEMU program `qemu` and
+    /// `extra` options.
+    pub fn boot_image_with(
+        qemu: &Path,
+        board: &'static Board,
+        image: &Path,
+        extra: &[&str],
+    ) -> Self {
         static SERIAL: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "budgetgate-qemu-{}-{}",
@@ -280,6 +414,7 @@ impl Qemu {
         let mut command = Command::new(qemu);
         command
             .args(qemu_args(
+                board,
                 image,
                 port(&agent_listener),
                 port(&console_listener),
@@ -302,12 +437,14 @@ impl Qemu {
                 let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
                 let stderr = fs::read_to_string(dir.join("qemu-stderr.txt")).unwrap_or_default();
                 panic!(
-                    "{message}\nQEMU: {status}; logs in {}\nQEMU stderr:\n{stderr}",
+                    "{message}\nQEMU ({}): {status}; logs in {}\nQEMU stderr:\n{stderr}",
+                    board.name,
                     dir.display()
                 );
             }
         };
         Self {
+            board,
             child,
             status: None,
             agent: Link {
@@ -335,7 +472,8 @@ impl Qemu {
             },
         };
         panic!(
-            "{message}\nQEMU: {status}; logs in {}\nQEMU stderr:\n{}",
+            "{message}\nQEMU ({}): {status}; logs in {}\nQEMU stderr:\n{}",
+            self.board.name,
             self.dir.display(),
             self.stderr_log()
         );
@@ -368,9 +506,10 @@ impl Qemu {
             .unwrap_or_else(|e| self.fail(&e))
     }
 
-    /// Boots QEMU (see [`Qemu::boot`]) and reads the console banner.
-    pub fn boot_gate() -> Option<Self> {
-        let mut qemu = Self::boot()?;
+    /// Boots QEMU on `board` (see [`Qemu::boot`]) and reads the console
+    /// banner.
+    pub fn boot_gate(board: &'static Board) -> Option<Self> {
+        let mut qemu = Self::boot(board)?;
         let banner = qemu.read_console_line();
         if !banner.starts_with("budgetgate-firmware ") {
             qemu.fail(&format!("unexpected banner {banner:?}"));
@@ -512,6 +651,11 @@ impl Qemu {
         fs::read_to_string(self.dir.join("qemu-stderr.txt")).unwrap_or_default()
     }
 
+    /// The board QEMU runs.
+    pub fn board(&self) -> &'static Board {
+        self.board
+    }
+
     /// The ELF that was booted.
     pub fn image(&self) -> &Path {
         &self.image
@@ -537,14 +681,15 @@ impl Drop for Qemu {
     }
 }
 
-/// The QEMU command line (after the program name) for `image`, with UART0 and
-/// UART1 connecting to `agent_port` and `console_port` on 127.0.0.1.
-pub fn qemu_args(image: &Path, agent_port: u16, console_port: u16) -> Vec<OsString> {
+/// The QEMU command line (after the program name) for `image` on `board`,
+/// with UART0 and UART1 connecting to `agent_port` and `console_port` on
+/// 127.0.0.1.
+pub fn qemu_args(board: &Board, image: &Path, agent_port: u16, console_port: u16) -> Vec<OsString> {
     let mut args: Vec<OsString> = [
         "-cpu",
-        "cortex-m4",
+        &board.cpu,
         "-machine",
-        "mps2-an386",
+        &board.machine,
         "-nographic",
         "-monitor",
         "none",

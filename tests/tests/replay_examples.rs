@@ -316,3 +316,80 @@ fn fingerprints_follow_json_dumps_sort_keys() {
     )
     .unwrap();
 }
+
+const PRICES: &str = r#"
+[prices.claude-example-1]
+input = 3.0
+output = 15.0
+cache_read = 0.3
+cache_write = 3.75
+"#;
+
+/// `SPEC E` (cost budget), in replay: each response is priced by its
+/// model from the budget's `[prices]` (rounded up to a micro-dollar), and the
+/// run stops before the first call at or above `max_cost_usd`.
+#[test]
+fn replay_stops_where_the_cost_budget_is_spent() {
+    let budget = parse_budget(&format!("[budget]\nmax_cost_usd = 0.009\n{PRICES}")).unwrap();
+    let report = replay_text(&example("claude-code.jsonl"), &budget).unwrap();
+    // 7 836 µ$ after the first response, 9 398 after the second.
+    let stopped = report.stopped.clone().expect("stopped on cost");
+    assert_eq!((stopped.turn, stopped.reason.as_str()), (Some(2), "cost"));
+    assert_eq!(stopped.detail, "cost limit (9398 of 9000 micro-USD)");
+    assert_eq!(report.gate_cost_micro_usd, Some(9_398));
+    assert_eq!(report.status, "incomplete");
+    assert_eq!(report.budget.max_cost_micro_usd, Some(9_000));
+    // Without a limit the prices still give the whole session's cost.
+    let report = replay_text(
+        &example("claude-code.jsonl"),
+        &parse_budget(PRICES).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (report.gate_cost_micro_usd, report.stopped),
+        (Some(11_464), None)
+    );
+    // A limit above it is never reached; exactly at it stops nothing that ran.
+    let budget = parse_budget(&format!("[budget]\nmax_cost_usd = 0.011464\n{PRICES}")).unwrap();
+    let report = replay_text(&example("claude-code.jsonl"), &budget).unwrap();
+    assert_eq!(report.status, "complete");
+}
+
+/// `SPEC E` (cost budget): a model with no price is never counted as free:
+/// in cost mode the run stops before the call after its first response.
+#[test]
+fn replay_stops_after_a_response_of_a_model_without_a_price() {
+    let budget =
+        parse_budget("[budget]\nmax_cost_usd = 100\n[prices.other-model]\ninput = 1\noutput = 1\n")
+            .unwrap();
+    let report = replay_text(&example("claude-code.jsonl"), &budget).unwrap();
+    let stopped = report.stopped.clone().expect("stopped: unpriced");
+    assert_eq!(
+        (stopped.turn, stopped.reason.as_str()),
+        (Some(1), "unpriced-model")
+    );
+    assert_eq!(report.gate_cost_micro_usd, Some(0));
+    assert!(report
+        .notes
+        .iter()
+        .any(|n| n.contains("claude-example-1") && n.contains("never counts a call as free")));
+}
+
+/// `SPEC E` (per-tool caps), in replay: `[tools] max_calls` refuses a
+/// tool's calls past its cap (`tool-cap`), after repetition, and leaves
+/// other tools alone.
+#[test]
+fn replay_refuses_calls_past_a_tool_cap() {
+    let budget = parse_budget("[tools]\nmax_calls = { lookup_order = 2 }\n").unwrap();
+    let report = replay_text(&example("claude-code.jsonl"), &budget).unwrap();
+    assert_eq!(
+        verdicts(&report, 2),
+        [
+            v("toolu_ex_C1", "refused", Some("repeat")),
+            v("toolu_ex_C2", "refused", Some("tool-cap"))
+        ]
+    );
+    assert_eq!(verdicts(&report, 1)[1], v("toolu_ex_B2", "execute", None));
+    assert_eq!(report.refusals.get("tool-cap"), Some(&1));
+    assert_eq!(report.budget.tool_caps.get("lookup_order"), Some(&2));
+}

@@ -13,6 +13,7 @@ use super::outcome::{
 };
 use super::rules::{CallId, NameError, ToolName, ToolRule, ToolRules};
 use super::usage::TokenUsage;
+use crate::budget::{Exceeded, Ledger, LedgerError, Limit, Reservation};
 use crate::limits::{
     DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_REPEATS, DEFAULT_MAX_RUN_MILLIS, DEFAULT_MAX_RUN_TOKENS,
     MAX_DISTINCT_CALLS, MAX_RUN_CALL_IDS, MAX_TOOLS, MAX_TURN_CALLS,
@@ -68,6 +69,13 @@ pub struct TurnLimits {
     pub max_tool_calls: Option<u32>,
     /// How the token limit is enforced (default [`TokenMode::AfterTheFact`]).
     pub token_mode: TokenMode,
+    /// Most cost in micro-dollars (millionths of a US dollar), checked with
+    /// `>=` before each model call after time, or `None` for no cost limit
+    /// (the reference has none; default `None`). The caller prices each
+    /// response ([`TurnGate::record_priced`]); with a cost limit, a response
+    /// recorded without a price stops the run before the next call
+    /// (`unpriced-model`): a cost budget never counts a call as free.
+    pub max_cost_micros: Option<u64>,
 }
 
 impl TurnLimits {
@@ -80,6 +88,7 @@ impl TurnLimits {
         max_repeats: DEFAULT_MAX_REPEATS,
         max_tool_calls: None,
         token_mode: TokenMode::AfterTheFact,
+        max_cost_micros: None,
     };
 }
 
@@ -503,7 +512,7 @@ struct Tracked {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Ready,
-    AwaitingResponse { reserved: Option<u64> },
+    AwaitingResponse { reserved: Option<Reservation> },
     InTurn { stop: StopReason },
     Finished(RunStatus),
 }
@@ -566,10 +575,13 @@ pub struct TurnGate<
 > {
     limits: TurnLimits,
     rules: ToolRules<TOOLS>,
-    started_ms: u64,
-    steps: u32,
+    /// Model calls, tokens (the total), time, cost and tool attempts, with
+    /// the per-tool caps: the core's one budget engine (`SPEC E`).
+    ledger: Ledger<TOOLS>,
+    /// The tokens field by field (the ledger counts their total).
     usage: TokenUsage,
-    tool_attempts: u32,
+    /// A response was recorded without a price while a cost limit is set.
+    unpriced: bool,
     seen: Vec<(CallFingerprint, u32), SEEN>,
     call_ids: CallIds<IDS>,
     calls: Vec<Tracked, CALLS>,
@@ -586,18 +598,33 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         "a turn gate tracks 1..=65535 calls per response, at least one distinct call and one call id"
     );
 
+    /// The limits checked before each model call, in the reference's order
+    /// (steps, tokens, time), then cost; each with the reason it stops the
+    /// run with.
+    const BEFORE_CALL: [(Limit, ExhaustReason); 4] = [
+        (Limit::ModelCalls, ExhaustReason::Steps),
+        (Limit::Tokens, ExhaustReason::Tokens),
+        (Limit::Millis, ExhaustReason::Time),
+        (Limit::CostMicros, ExhaustReason::Cost),
+    ];
+
     /// A run that began at `now_ms` (a monotonic instant in milliseconds)
     /// and has made no model call yet (`SPEC C`).
-    pub const fn new(limits: TurnLimits, rules: ToolRules<TOOLS>, now_ms: u64) -> Self {
+    pub fn new(limits: TurnLimits, rules: ToolRules<TOOLS>, now_ms: u64) -> Self {
         #[allow(clippy::let_unit_value)]
         let () = Self::FITS;
+        let mut ledger = Ledger::new(now_ms);
+        ledger.set_max(Limit::ModelCalls, Some(u64::from(limits.max_model_calls)));
+        ledger.set_max(Limit::Tokens, Some(limits.max_tokens));
+        ledger.set_max(Limit::Millis, Some(limits.max_millis));
+        ledger.set_max(Limit::CostMicros, limits.max_cost_micros);
+        ledger.set_max(Limit::ToolCalls, limits.max_tool_calls.map(u64::from));
         Self {
             limits,
             rules,
-            started_ms: now_ms,
-            steps: 0,
+            ledger,
             usage: TokenUsage::ZERO,
-            tool_attempts: 0,
+            unpriced: false,
             seen: Vec::new(),
             call_ids: CallIds::new(),
             calls: Vec::new(),
@@ -608,18 +635,24 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
     }
 
     /// The reference's `agotado()`: the first limit reached, checked in the
-    /// order steps, tokens, time, each with `>=`; `None` if none is. Changes
-    /// nothing. [`begin_call`](Self::begin_call) applies it (`SPEC C`).
+    /// order steps, tokens, time, then cost, each with `>=`, then a response
+    /// recorded without a price under a cost limit (`unpriced-model`);
+    /// `None` if none is. Changes nothing. [`begin_call`](Self::begin_call)
+    /// applies it (`SPEC C`).
     pub fn check(&self, now_ms: u64) -> Option<Exhaustion> {
         let elapsed_ms = self.elapsed_ms(now_ms);
-        let (reason, limit) = if self.steps >= self.limits.max_model_calls {
-            (ExhaustReason::Steps, u64::from(self.limits.max_model_calls))
-        } else if self.usage.total() >= self.limits.max_tokens {
-            (ExhaustReason::Tokens, self.limits.max_tokens)
-        } else if elapsed_ms >= self.limits.max_millis {
-            (ExhaustReason::Time, self.limits.max_millis)
-        } else {
-            return None;
+        let found = Self::BEFORE_CALL.into_iter().find_map(|(limit, reason)| {
+            self.ledger
+                .exhausted_at(limit, now_ms)
+                .map(|e: Exceeded| (reason, e.max))
+        });
+        let (reason, limit) = match found {
+            Some(found) => found,
+            None if self.unpriced => match self.limits.max_cost_micros {
+                Some(max) => (ExhaustReason::Unpriced, max),
+                None => return None,
+            },
+            None => return None,
         };
         Some(self.exhaustion(reason, limit, elapsed_ms, 0))
     }
@@ -633,8 +666,9 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
     /// [`close`](Self::close)s (`SPEC C`).
     pub fn check_time(&self, now_ms: u64) -> Option<Exhaustion> {
         let elapsed_ms = self.elapsed_ms(now_ms);
-        (elapsed_ms >= self.limits.max_millis)
-            .then(|| self.exhaustion(ExhaustReason::Time, self.limits.max_millis, elapsed_ms, 0))
+        self.ledger
+            .exhausted_at(Limit::Millis, now_ms)
+            .map(|e| self.exhaustion(ExhaustReason::Time, e.max, elapsed_ms, 0))
     }
 
     fn exhaustion(
@@ -646,8 +680,9 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
     ) -> Exhaustion {
         Exhaustion {
             reason,
-            steps: self.steps,
+            steps: self.steps(),
             usage: self.usage,
+            cost_micros: self.cost_micros(),
             elapsed_ms,
             limit,
             worst_case,
@@ -688,25 +723,39 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
 
     fn admit(&mut self, now_ms: u64, worst_case: Option<u64>) -> Result<Admission, AdmitError> {
         self.ready()?;
-        let exhausted = self.check(now_ms).or_else(|| {
-            let worst = worst_case?;
-            (self.usage.total().saturating_add(worst) > self.limits.max_tokens).then(|| {
-                self.exhaustion(
-                    ExhaustReason::TokenReserve,
-                    self.limits.max_tokens,
-                    self.elapsed_ms(now_ms),
-                    worst,
-                )
-            })
-        });
+        let mut exhausted = self.check(now_ms);
+        let mut reserved = None;
+        if let (None, Some(worst)) = (exhausted, worst_case) {
+            // Held in the ledger until the response is recorded, and
+            // committed then with the real usage.
+            match self.ledger.try_reserve(Limit::Tokens, worst) {
+                Ok(r) => reserved = Some(r),
+                Err(LedgerError::Exceeded(e)) => {
+                    exhausted = Some(self.exhaustion(
+                        ExhaustReason::TokenReserve,
+                        e.max,
+                        self.elapsed_ms(now_ms),
+                        worst,
+                    ));
+                }
+                // Nothing else is reserved between calls, so no sum can
+                // overflow; were it to, refusing is the safe answer.
+                Err(_) => {
+                    exhausted = Some(self.exhaustion(
+                        ExhaustReason::TokenReserve,
+                        self.limits.max_tokens,
+                        self.elapsed_ms(now_ms),
+                        worst,
+                    ));
+                }
+            }
+        }
         if let Some(e) = exhausted {
             self.phase = Phase::Finished(RunStatus::Incomplete(e));
             return Ok(Admission::Exhausted(e));
         }
-        self.phase = Phase::AwaitingResponse {
-            reserved: worst_case,
-        };
-        Ok(Admission::Proceed { call: self.steps })
+        self.phase = Phase::AwaitingResponse { reserved };
+        Ok(Admission::Proceed { call: self.steps() })
     }
 
     /// Records a model response (`SPEC C`, the reference's `registrar`):
@@ -717,18 +766,46 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
     /// A response whose `stop_reason` is null (as in some logs) is the
     /// caller's to classify: a response holding a `tool_use` block is a
     /// `tool_use` turn, otherwise `end_turn`.
+    ///
+    /// The response's cost is unknown here: with a cost limit set the run
+    /// stops before the next call (`unpriced-model`); use
+    /// [`record_priced`](Self::record_priced) to count its cost.
     pub fn record(&mut self, usage: TokenUsage, stop: StopReason) -> Result<Recorded, RecordError> {
+        self.record_priced(usage, stop, None)
+    }
+
+    /// [`record`](Self::record) with the response's cost in micro-dollars,
+    /// from the caller's price of its model (`None`: the model has no
+    /// price, which stops a run that has a cost limit before its next call)
+    /// (`SPEC C`, `SPEC E`: cost budget).
+    pub fn record_priced(
+        &mut self,
+        usage: TokenUsage,
+        stop: StopReason,
+        cost_micros: Option<u64>,
+    ) -> Result<Recorded, RecordError> {
         let Phase::AwaitingResponse { reserved } = self.phase else {
             return Err(RecordError::NotAwaitingResponse(self.phase()));
         };
-        self.steps = self.steps.saturating_add(1);
+        self.ledger.record(Limit::ModelCalls, 1);
+        let total = usage.total();
+        let committed = reserved.map(|r| self.ledger.commit(r, total));
+        if !matches!(committed, Some(Ok(()))) {
+            // No reservation (after-the-fact), or one the ledger no longer
+            // holds: the usage is counted all the same, never hidden.
+            self.ledger.record(Limit::Tokens, total);
+        }
+        match cost_micros {
+            Some(cost) => self.ledger.record(Limit::CostMicros, cost),
+            None => self.unpriced = true,
+        }
         self.usage = self.usage.saturating_add(usage);
         self.calls.clear();
         self.phase = Phase::InTurn { stop };
         Ok(Recorded {
-            steps: self.steps,
+            steps: self.steps(),
             usage: self.usage,
-            over_reservation: reserved.map_or(0, |r| usage.total().saturating_sub(r)),
+            over_reservation: reserved.map_or(0, |r| total.saturating_sub(r.amount)),
         })
     }
 
@@ -746,7 +823,7 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         let Phase::InTurn { .. } = self.phase else {
             return Err(ProposeError::NotInTurn(self.phase()));
         };
-        self.tool_attempts = self.tool_attempts.saturating_add(n);
+        self.ledger.record(Limit::ToolCalls, u64::from(n));
         Ok(())
     }
 
@@ -823,12 +900,14 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         if count > self.limits.max_repeats {
             return CallVerdict::Refused(RefusalReason::Repeat);
         }
-        if let Some(max) = self.limits.max_tool_calls {
-            if self.tool_attempts >= max {
-                return CallVerdict::Refused(RefusalReason::ToolBudget);
-            }
+        if self.ledger.exhausted_at(Limit::ToolCalls, 0).is_some() {
+            return CallVerdict::Refused(RefusalReason::ToolBudget);
         }
-        self.tool_attempts = self.tool_attempts.saturating_add(1);
+        // The tool's own cap, if the caller set one ([`Self::try_add_cap`]).
+        if self.ledger.try_count_tool(call.name).is_err() {
+            return CallVerdict::Refused(RefusalReason::ToolCap);
+        }
+        self.ledger.record(Limit::ToolCalls, 1);
         match self.rules.rule(call.name) {
             ToolRule::Run => CallVerdict::Execute,
             ToolRule::NeedsApproval => CallVerdict::NeedsApproval,
@@ -1003,7 +1082,27 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
 
     /// Model calls recorded (`SPEC C`).
     pub fn steps(&self) -> u32 {
-        self.steps
+        u32::try_from(self.ledger.used(Limit::ModelCalls)).unwrap_or(u32::MAX)
+    }
+
+    /// Cost recorded so far, in micro-dollars ([`record_priced`](Self::record_priced)).
+    pub fn cost_micros(&self) -> u64 {
+        self.ledger.used(Limit::CostMicros)
+    }
+
+    /// The budget ledger: used and maximum per [`Limit`] and the per-tool
+    /// caps (`SPEC E`), e.g. to store it ([`Ledger::to_record`]).
+    pub fn ledger(&self) -> &Ledger<TOOLS> {
+        &self.ledger
+    }
+
+    /// Caps the calls of tool `name` at `max` over the run (`SPEC E`:
+    /// per-tool caps): a call past it is refused `tool-cap`, after the
+    /// repetition and tool-attempt checks, and is not counted as an
+    /// attempt. Fails when the tool has a cap already or `TOOLS` caps are
+    /// set.
+    pub fn try_add_cap(&mut self, name: ToolName, max: u32) -> Result<(), LedgerError> {
+        self.ledger.try_add_cap(name, max)
     }
 
     /// Tokens so far, field by field (`SPEC C`).
@@ -1013,12 +1112,14 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
 
     /// Tokens left before the limit (0 once reached) (`SPEC C`).
     pub fn remaining_tokens(&self) -> u64 {
-        self.limits.max_tokens.saturating_sub(self.usage.total())
+        self.limits
+            .max_tokens
+            .saturating_sub(self.ledger.used(Limit::Tokens))
     }
 
     /// Tool attempts counted (`SPEC C`).
     pub fn tool_attempts(&self) -> u32 {
-        self.tool_attempts
+        u32::try_from(self.ledger.used(Limit::ToolCalls)).unwrap_or(u32::MAX)
     }
 
     /// Executed calls reported as failed (`SPEC C`).
@@ -1033,7 +1134,7 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
 
     /// Milliseconds since the run began, at `now_ms` (0 if the clock went back) (`SPEC C`).
     pub fn elapsed_ms(&self, now_ms: u64) -> u64 {
-        now_ms.saturating_sub(self.started_ms)
+        now_ms.saturating_sub(self.ledger.started_ms())
     }
 
     /// The limits (`SPEC C`).

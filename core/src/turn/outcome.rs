@@ -152,6 +152,11 @@ pub enum ExhaustReason {
     Tokens,
     /// `time`: the wall time since the run began reached the limit.
     Time,
+    /// `cost`: the accumulated cost reached the limit.
+    Cost,
+    /// `unpriced-model`: a response of a model with no price was recorded
+    /// while a cost limit is set; a cost budget never counts a call as free.
+    Unpriced,
     /// `token-reserve` (reserve mode): the next call's declared worst case,
     /// added to the tokens so far, would pass the limit.
     TokenReserve,
@@ -166,6 +171,8 @@ impl ExhaustReason {
             Self::Steps => "steps",
             Self::Tokens => "tokens",
             Self::Time => "time",
+            Self::Cost => "cost",
+            Self::Unpriced => "unpriced-model",
             Self::TokenReserve => "token-reserve",
             Self::Closed => "closed",
         }
@@ -189,9 +196,12 @@ pub struct Exhaustion {
     pub steps: u32,
     /// Tokens used, field by field.
     pub usage: TokenUsage,
+    /// Cost recorded, in micro-dollars (0 without a cost limit).
+    pub cost_micros: u64,
     /// Milliseconds since the run began, at the check.
     pub elapsed_ms: u64,
-    /// The limit reached: model calls, tokens or milliseconds (0 for `closed`).
+    /// The limit reached: model calls, tokens, milliseconds or micro-dollars
+    /// (`unpriced-model`: the cost limit; 0 for `closed`).
     pub limit: u64,
     /// The declared worst case of the refused call (`token-reserve` only, else 0).
     pub worst_case: u64,
@@ -218,6 +228,14 @@ impl fmt::Display for Exhaustion {
                 self.usage.total(),
                 self.worst_case,
                 self.limit
+            ),
+            ExhaustReason::Cost => write!(
+                f,
+                "cost limit ({} of {} micro-USD)",
+                self.cost_micros, self.limit
+            ),
+            ExhaustReason::Unpriced => f.write_str(
+                "cost limit: a model with no price was called, and a cost budget never counts a call as free",
             ),
             ExhaustReason::Closed => f.write_str("closed by the caller"),
         }
@@ -507,11 +525,18 @@ mod tests {
                 input_tokens: 150_001,
                 ..TokenUsage::ZERO
             },
+            cost_micros: 2_500_001,
             elapsed_ms: 10,
             limit: 150_000,
             worst_case: 0,
         };
         assert_eq!(e.to_string(), "token limit (150001 of 150000)");
+        let c = Exhaustion {
+            reason: ExhaustReason::Cost,
+            limit: 2_500_000,
+            ..e
+        };
+        assert_eq!(c.to_string(), "cost limit (2500001 of 2500000 micro-USD)");
         let t = Exhaustion {
             reason: ExhaustReason::Time,
             limit: 120_000,

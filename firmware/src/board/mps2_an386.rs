@@ -1,25 +1,33 @@
-//! Arm MPS2 board with the AN386 FPGA image (Cortex-M4), as QEMU models it
-//! (`qemu-system-arm -machine mps2-an386`).
+//! The Arm MPS2 boards as QEMU models them: the AN386 FPGA image
+//! (Cortex-M4F, `qemu-system-arm -machine mps2-an386`), the AN385 image
+//! (Cortex-M3, `-machine mps2-an385`) and the AN505 image (Cortex-M33,
+//! `-machine mps2-an505`). QEMU builds AN385 and AN386 from the same code
+//! (`hw/arm/mps2.c`): the same memory map, CMSDK APB UARTs, interrupt
+//! numbers, FPGA I/O block and 25 MHz clock; only the CPU differs (the M3 has
+//! no FPU and no DSP instructions, which the compiler's target takes care
+//! of). The AN505 (`hw/arm/mps2-tz.c`) has the same CMSDK UARTs and FPGA I/O
+//! block at other addresses (their secure aliases: the image runs in the
+//! secure state the CPU boots in), other interrupt numbers and a 20 MHz
+//! clock; `layout` holds what differs, and the cargo feature selects it.
 //!
 //! This is the only module of the firmware that may contain `unsafe`, and
 //! only in the items marked `#[allow(unsafe_code)]` (the crate denies it).
-//! Every `unsafe` site carries a `// SAFETY:` comment; there are seven:
+//! Every `unsafe` site carries a `// SAFETY:` comment; there are eight:
 //! volatile read, volatile write, the `InterruptNumber` impl, `NVIC::unmask`,
 //! the two handlers cortex-m-rt requires to be `unsafe fn` (`HardFault`,
-//! `DefaultHandler`), and the stack high-water scan (`stack_high_water`,
-//! which reads dead stack memory below the stack pointer).
+//! `DefaultHandler`), the vector table's interrupt half (`__INTERRUPTS`,
+//! `no_mangle` in a linker section), and the stack high-water scan
+//! (`stack_high_water`, which reads dead stack memory below the stack
+//! pointer).
 //!
-//! Peripherals used (addresses from QEMU `hw/arm/mps2.c` and Arm AN385/AN386):
+//! Peripherals used (addresses from QEMU `hw/arm/mps2.c`, `hw/arm/mps2-tz.c`):
 //!
-//! | block | base | use |
-//! | --- | --- | --- |
-//! | CMSDK APB UART0 | `0x4000_4000` | agent link (`-serial` #1), RX IRQ 0 |
-//! | CMSDK APB UART1 | `0x4000_5000` | operator console (`-serial` #2), RX IRQ 2 |
-//! | FPGA I/O | `0x4002_8000` | LED register (+0x0, 2 LEDs), buttons (+0x8, 2 buttons) |
-//! | SysTick | core | 1 kHz tick from the 25 MHz core clock |
-//!
-//! QEMU clocks the CPU, SysTick's core clock source and the APB peripherals of
-//! every MPS2 FPGA image at `SYSCLK_FRQ` = 25 MHz ([`SYSCLK_HZ`]).
+//! | block | AN385/AN386 | AN505 (secure alias) | use |
+//! | --- | --- | --- | --- |
+//! | CMSDK APB UART0 | `0x4000_4000`, RX IRQ 0 | `0x5020_0000`, IRQs 32/33 | agent link (`-serial` #1), receive interrupt |
+//! | CMSDK APB UART1 | `0x4000_5000`, RX IRQ 2 | `0x5020_1000`, IRQs 34/35 | operator console (`-serial` #2), wake-up only |
+//! | FPGA I/O | `0x4002_8000` | `0x5030_2000` | LED register (+0x0, 2 LEDs), buttons (+0x8, 2 buttons) |
+//! | SysTick | core, 25 MHz | core, 20 MHz | 1 kHz tick ([`SYSCLK_HZ`]) |
 use core::cell::Cell;
 use core::convert::Infallible;
 use core::fmt;
@@ -32,8 +40,59 @@ use cortex_m_rt::{exception, ExceptionFrame};
 use critical_section::Mutex;
 use embedded_hal::digital::{self, InputPin, OutputPin, StatefulOutputPin};
 
-/// Core, SysTick (core source) and APB clock in Hz: QEMU's `SYSCLK_FRQ` for MPS2.
-pub const SYSCLK_HZ: u32 = 25_000_000;
+/// The board's name: its cargo feature, its line in `boards.txt`, the
+/// console banner's `board=`.
+#[cfg(feature = "mps2-an386")]
+pub const NAME: &str = "mps2-an386";
+/// The board's name: its cargo feature, its line in `boards.txt`, the
+/// console banner's `board=`.
+#[cfg(feature = "mps2-an385")]
+pub const NAME: &str = "mps2-an385";
+/// The board's name: its cargo feature, its line in `boards.txt`, the
+/// console banner's `board=`.
+#[cfg(feature = "mps2-an505")]
+pub const NAME: &str = "mps2-an505";
+
+/// Where the blocks are and how fast they run: AN385/AN386 (`hw/arm/mps2.c`).
+#[cfg(not(feature = "mps2-an505"))]
+mod layout {
+    /// Core, SysTick (core source) and APB clock in Hz: QEMU's `SYSCLK_FRQ`.
+    pub const SYSCLK_HZ: u32 = 25_000_000;
+    pub const UART0_BASE: usize = 0x4000_4000;
+    pub const UART1_BASE: usize = 0x4000_5000;
+    pub const FPGAIO_BASE: usize = 0x4002_8000;
+    /// UART0's receive interrupt (the agent link).
+    pub const AGENT_IRQS: [u16; 1] = [0];
+    /// UART1's receive interrupt (the console: a wake-up only).
+    pub const CONSOLE_IRQS: [u16; 1] = [2];
+    /// External interrupt lines of the NVIC (QEMU: `num-irq` 32).
+    pub const IRQ_LINES: usize = 32;
+}
+
+/// Where the blocks are and how fast they run: AN505 (`hw/arm/mps2-tz.c`),
+/// seen from the secure state the CPU boots in. The blocks sit behind the
+/// IoT Kit's peripheral protection controllers, which after reset let only
+/// secure transactions through, so the image uses the secure aliases
+/// (address bit 28 set: 0x5xxx_xxxx for the peripherals).
+#[cfg(feature = "mps2-an505")]
+mod layout {
+    /// Core, SysTick (core source) and APB clock in Hz: QEMU's AN505 `sysclk_frq`.
+    pub const SYSCLK_HZ: u32 = 20_000_000;
+    pub const UART0_BASE: usize = 0x5020_0000;
+    pub const UART1_BASE: usize = 0x5020_1000;
+    pub const FPGAIO_BASE: usize = 0x5030_2000;
+    /// UART0's two interrupt lines (QEMU wires TX and RX to 32 and 33);
+    /// both are handled as receive (the TX interrupt is never enabled).
+    pub const AGENT_IRQS: [u16; 2] = [32, 33];
+    /// UART1's two lines, wake-ups only.
+    pub const CONSOLE_IRQS: [u16; 2] = [34, 35];
+    /// External interrupt lines of the NVIC (QEMU: the IoT Kit's 32 and
+    /// the AN505's 92).
+    pub const IRQ_LINES: usize = 124;
+}
+
+pub use layout::SYSCLK_HZ;
+use layout::{AGENT_IRQS, CONSOLE_IRQS, FPGAIO_BASE, UART0_BASE, UART1_BASE};
 /// Nominal UART baud rate programmed into BAUDDIV (QEMU only checks `BAUDDIV >= 16`;
 /// bytes move as fast as the TCP socket takes them).
 pub const UART_BAUD: u32 = 115_200;
@@ -85,9 +144,6 @@ use mmio::Reg;
 
 // ---------------------------------------------------------------- UART -----
 
-const UART0_BASE: usize = 0x4000_4000;
-const UART1_BASE: usize = 0x4000_5000;
-
 const UART_DATA: usize = 0x00;
 const UART_STATE: usize = 0x04;
 const UART_CTRL: usize = 0x08;
@@ -129,10 +185,12 @@ impl embedded_io::Error for UartError {
     }
 }
 
-/// A CMSDK APB UART (8N1, one-byte RX and TX holding registers), polled.
+/// A CMSDK APB UART (8N1, one-byte RX and TX holding registers).
 ///
-/// The RX interrupt is enabled only to wake the core from `WFI`
-/// ([`wait_for_interrupt_unless`]); bytes are read by polling.
+/// UART0's (the agent link's) received bytes are taken by its RX interrupt
+/// into the receive queue (`crate::rx`): do not read them here. UART1's RX
+/// interrupt only wakes the core from `WFI` ([`wait_for_interrupt_unless`]);
+/// its bytes are read by polling.
 /// `embedded_io::Read::read` blocks until at least one byte is there; use
 /// [`Uart::try_read_byte`] or `ReadReady` to avoid blocking.
 pub struct Uart {
@@ -255,7 +313,6 @@ impl embedded_io::WriteReady for Uart {
 
 // ------------------------------------------------------------ FPGA I/O -----
 
-const FPGAIO_BASE: usize = 0x4002_8000;
 const FPGAIO_LED: Reg = Reg::at(FPGAIO_BASE);
 const FPGAIO_BUTTON: Reg = Reg::at(FPGAIO_BASE + 0x08);
 
@@ -350,10 +407,11 @@ pub fn now_ms() -> u64 {
 /// SysTick reload value: one interrupt per millisecond of the core clock.
 const SYST_RELOAD: u32 = SYSCLK_HZ / 1_000 - 1;
 
-/// Core clock ticks (25 MHz, [`SYSCLK_HZ`]) since [`Board::take`]: the
+/// Core clock ticks ([`SYSCLK_HZ`]) since [`Board::take`]: the
 /// millisecond count plus the SysTick counter's progress in the current
 /// millisecond. For measuring short intervals (a gated action); under QEMU
-/// with `-icount shift=0` one tick is 40 guest instructions.
+/// with `-icount shift=0` one tick is 1e9 / SYSCLK_HZ guest instructions
+/// (40 at 25 MHz).
 pub fn clock_ticks() -> u64 {
     critical_section::with(|cs| {
         let ms = MILLIS.borrow(cs).get();
@@ -370,20 +428,38 @@ defmt::timestamp!("{=u64:ms}", now_ms());
 
 // ------------------------------------------------------- interrupts/idle -----
 
-/// The device interrupts this firmware enables (AN386 numbering).
+/// The interrupt half of the vector table (cortex-m-rt's `device` feature):
+/// one entry per external interrupt line of the board, each the default
+/// handler, which serves the UART interrupts and faults on any other.
+/// Sized to the board instead of cortex-m-rt's generic 240 (480 on
+/// ARMv8-M) entries: 832 bytes less flash on AN385/AN386, 1 424 on AN505.
+#[allow(unsafe_code)]
+// SAFETY: cortex-m-rt's linker script expects exactly this symbol in this
+// section when its `device` feature is on (as a PAC would define it), and
+// places it right after the exception vectors; nothing else has the name.
+// `DefaultHandler` is the handler cortex-m-rt defines from ours below.
+#[unsafe(link_section = ".vector_table.interrupts")]
+#[unsafe(no_mangle)]
+static __INTERRUPTS: [unsafe extern "C" fn(); layout::IRQ_LINES] = [{
+    unsafe extern "C" {
+        fn DefaultHandler();
+    }
+    DefaultHandler
+}; layout::IRQ_LINES];
+
+/// A device interrupt this firmware enables: only built from
+/// [`AGENT_IRQS`] and [`CONSOLE_IRQS`].
 #[derive(Clone, Copy)]
-#[repr(u16)]
-enum Irq {
-    Uart0Rx = 0,
-    Uart1Rx = 2,
-}
+struct Irq(u16);
 
 #[allow(unsafe_code)]
-// SAFETY: `number` returns the enum discriminant, and both are valid external
-// interrupt numbers of this board (QEMU's AN385/AN386 NVIC has 32 lines).
+// SAFETY: `number` returns the number an `Irq` was built with, which is
+// always one of the UART interrupt numbers of `layout`, valid external
+// interrupts of this board (QEMU's AN385/AN386 NVIC has 32 lines, the
+// AN505's 92).
 unsafe impl InterruptNumber for Irq {
     fn number(self) -> u16 {
-        self as u16
+        self.0
     }
 }
 
@@ -445,17 +521,42 @@ pub fn exit(code: i32) -> ! {
     semihosting::process::exit(code)
 }
 
+/// Most bytes one UART0 RX interrupt takes; more wait for the next one (the
+/// interrupt is raised again by the next byte's arrival).
+const RX_PER_INTERRUPT: usize = 64;
+
+/// UART0 RX: acknowledges the interrupt, then moves every received byte into
+/// the agent link's receive queue (`crate::rx::received`), reporting the
+/// UART's own overrun flag (`crate::rx::overrun`). Acknowledged first, so a
+/// byte that arrives while this runs raises it again.
+fn agent_rx_interrupt() {
+    let uart = UART0_BASE;
+    Reg::at(uart + UART_INTSTATUS).write(INT_RX);
+    for _ in 0..RX_PER_INTERRUPT {
+        let state = Reg::at(uart + UART_STATE).read();
+        if state & STATE_RXOVERRUN != 0 {
+            Reg::at(uart + UART_STATE).write(STATE_RXOVERRUN); // W1C
+            crate::rx::overrun();
+        }
+        if state & STATE_RXFULL == 0 {
+            return;
+        }
+        crate::rx::received((Reg::at(uart + UART_DATA).read() & 0xFF) as u8);
+    }
+}
+
 // SAFETY: cortex-m-rt requires this signature to be `unsafe fn` (whatever it
 // defines is called by hardware for every unhandled interrupt); the body does
 // nothing unsafe.
 #[allow(unsafe_code)]
 #[exception]
 unsafe fn DefaultHandler(irqn: i16) {
-    match irqn {
-        // Only wake-ups: acknowledge the RX interrupt (level in QEMU) and let
-        // thread mode read the byte.
-        0 => Reg::at(UART0_BASE + UART_INTSTATUS).write(INT_RX),
-        2 => Reg::at(UART1_BASE + UART_INTSTATUS).write(INT_RX),
+    let irq = u16::try_from(irqn).ok();
+    match irq {
+        Some(n) if AGENT_IRQS.contains(&n) => agent_rx_interrupt(),
+        // Only a wake-up: acknowledge the RX interrupt (level in QEMU) and
+        // let thread mode read the byte.
+        Some(n) if CONSOLE_IRQS.contains(&n) => Reg::at(UART1_BASE + UART_INTSTATUS).write(INT_RX),
         _ => {
             all_leds_off();
             defmt::error!("unexpected exception or interrupt {=i16}", irqn);
@@ -522,11 +623,14 @@ impl Board {
         #[allow(unsafe_code)]
         // SAFETY: unmasking can break critical sections that rely on these
         // interrupts being masked; none does. Their handler (DefaultHandler,
-        // irqn 0 and 2) only writes the UART INTCLEAR register and shares no
-        // state with thread mode.
+        // the UART interrupts of `layout`) writes the UART INTCLEAR register, and for UART0
+        // reads the UART and pushes into the receive queue, which it shares
+        // with thread mode only through a `critical_section::Mutex` and the
+        // queue's own single-producer, single-consumer atomics.
         unsafe {
-            NVIC::unmask(Irq::Uart0Rx);
-            NVIC::unmask(Irq::Uart1Rx);
+            for n in AGENT_IRQS.into_iter().chain(CONSOLE_IRQS) {
+                NVIC::unmask(Irq(n));
+            }
         }
 
         Some(Self {

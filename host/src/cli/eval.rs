@@ -33,7 +33,7 @@ fn next_line(input: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Li
             });
         }
         seen_any = true;
-        let (part, newline) = match chunk.iter().position(|&b| b == b'\n') {
+        let (part, newline) = match memchr::memchr(b'\n', chunk) {
             Some(at) => (&chunk[..at], true),
             None => (chunk, false),
         };

@@ -6,6 +6,7 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use serde_json::{Map, Value};
 
@@ -85,10 +86,35 @@ fn severity(result: &Result<Report, String>) -> (u8, u64) {
     }
 }
 
+/// The progress bar of a batch on standard error: bytes of recordings read
+/// out of their total, and recordings done, redrawn at most 10 times a
+/// second. Hidden when standard error is not a terminal (or for one file),
+/// so logs and pipes get no control characters.
+fn progress_bar(files: &[PathBuf]) -> ProgressBar {
+    if files.len() < 2 || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bytes = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .fold(0u64, u64::saturating_add);
+    let bar = ProgressBar::with_draw_target(Some(bytes), ProgressDrawTarget::stderr_with_hz(10));
+    // The template is a constant: it parses, and if a later indicatif
+    // refused it the default style is kept rather than failing the replay.
+    if let Ok(style) = ProgressStyle::with_template(
+        "replay {msg}, {binary_bytes}/{binary_total_bytes} ({binary_bytes_per_sec}, eta {eta}) [{wide_bar}]",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(format!("0/{} recordings", files.len()));
+    bar
+}
+
 /// Replays `files` in parallel and writes the summary (or JSON Lines) to
-/// `out`; a progress line goes to the terminal when standard error is one.
-/// Returns the exit status: 2 if any recording cannot be read, else 1 if
-/// any was stopped or overshot, else 0.
+/// `out`; a progress bar goes to standard error when it is a terminal
+/// ([`progress_bar`]). Returns the exit status: 2 if any recording cannot
+/// be read, else 1 if any was stopped or overshot, else 0.
 pub fn run(
     files: &[PathBuf],
     budget: &ReplayBudget,
@@ -96,21 +122,20 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<u8, std::io::Error> {
     let done = AtomicUsize::new(0);
-    let progress = std::io::stderr().is_terminal() && files.len() > 1;
+    let bar = progress_bar(files);
     let mut results: Vec<(String, Result<Report, String>)> = files
         .par_iter()
         .map(|path| {
             let result = replay_path(path, budget);
-            if progress {
+            if !bar.is_hidden() {
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                eprint!("\rreplayed {n}/{}", files.len());
+                bar.inc(std::fs::metadata(path).map_or(0, |m| m.len()));
+                bar.set_message(format!("{n}/{} recordings", files.len()));
             }
             (crate::input::display_name(path).into_owned(), result)
         })
         .collect();
-    if progress {
-        eprintln!();
-    }
+    bar.finish_and_clear();
     results.sort_by(|(a_name, a), (b_name, b)| {
         severity(b)
             .cmp(&severity(a))

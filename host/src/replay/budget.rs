@@ -173,9 +173,8 @@ pub struct ReplayBudget {
     pub needs_approval: Vec<String>,
     /// The approver's answers.
     pub approve: ApprovePolicy,
-    /// The cost budget in micro-dollars (`max_cost_usd`), with `prices`.
-    pub max_cost_micros: Option<u64>,
-    /// Prices per model, in US dollars per million tokens.
+    /// Prices per model (the cost budget, `max_cost_usd`, is
+    /// `limits.max_cost_micros`, in micro-dollars), in US dollars per million tokens.
     pub prices: Vec<ModelPrice>,
     /// Per-tool call caps (`[tools] max_calls = { Bash = 20 }`).
     pub tool_caps: Vec<(String, u32)>,
@@ -296,7 +295,6 @@ impl Default for ReplayBudget {
             known: None,
             needs_approval: Vec::new(),
             approve: ApprovePolicy::None,
-            max_cost_micros: None,
             prices: Vec::new(),
             tool_caps: Vec::new(),
             subagent: SubagentLimits::default(),
@@ -500,7 +498,6 @@ pub fn parse_budget(text: &str) -> Result<ReplayBudget, String> {
         ));
     }
     Ok(ReplayBudget {
-        max_cost_micros,
         prices,
         tool_caps,
         subagent: file.subagent,
@@ -514,6 +511,7 @@ pub fn parse_budget(text: &str) -> Result<ReplayBudget, String> {
             max_repeats: b.max_repeats.unwrap_or(d.max_repeats),
             max_tool_calls: b.max_tool_calls,
             token_mode,
+            max_cost_micros,
         },
         reserve_max_tokens: b.reserve_max_tokens,
         known: file.tools.known,
@@ -578,7 +576,7 @@ mod tests {
             "#,
         )
         .unwrap();
-        assert_eq!(b.max_cost_micros, Some(2_500_000));
+        assert_eq!(b.limits.max_cost_micros, Some(2_500_000));
         assert_eq!(
             b.tool_caps,
             [("Bash".to_string(), 20), ("send_email".to_string(), 1)]

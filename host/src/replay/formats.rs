@@ -508,6 +508,10 @@ fn turn_from_message(message: &Value) -> Result<RecordedTurn, String> {
         stop_reason: stop_reason_of(message)?,
         usage: Some(usage),
         iterations,
+        model: message
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
         ..RecordedTurn::default()
     };
     add_blocks(&mut turn, message.get("content"))?;
@@ -1774,6 +1778,12 @@ fn build_from_exchanges(
         let mut turn = turn_from_message(&exchange.response)
             .map_err(|e| format!("{} (response {index}): {e}", exchange.label))?;
         if let Some(request) = &exchange.request {
+            if turn.model.is_none() {
+                turn.model = request
+                    .get("model")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+            }
             let cap = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
                 .into_iter()
                 .find_map(|k| request.get(k).filter(|v| !v.is_null()))

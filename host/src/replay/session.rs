@@ -129,6 +129,9 @@ pub struct RecordedTurn {
     /// The sub-agent whose call this is (Claude Code `subagents/*.jsonl`), or
     /// `None` for the main agent.
     pub agent: Option<String>,
+    /// The model that answered (the response's `model`, else the request's),
+    /// when recorded: what a cost budget prices the response by.
+    pub model: Option<String>,
 }
 
 impl RecordedTurn {

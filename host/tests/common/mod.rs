@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+pub mod redis;
+
 use assert_cmd::cargo::cargo_bin_cmd;
 use assert_cmd::Command;
 

@@ -1,0 +1,1229 @@
+//! `budgetgate mcp --listen ADDR --upstream URL`: the budget gate in front
+//! of a remote MCP server over MCP's Streamable HTTP transport (`SPEC C`,
+//! `SPEC E`; `docs/MCP.md`, "Streamable HTTP").
+//!
+//! The gateway serves the client at `http://ADDR/mcp` and is itself a
+//! Streamable HTTP client of the upstream URL. Each message goes through the
+//! same [`Proxy`] as on stdio (one per MCP session, all on one ledger gate),
+//! so the decisions, words, reservations and transparency are the stdio
+//! gateway's:
+//!
+//! * **POST** (JSON-RPC from the client): the body, read up to [`MAX_BODY`]
+//!   bytes (a longer one is drained without being kept and answered `413`
+//!   with a JSON-RPC `-32600`), goes through [`Proxy::on_client`]. What the
+//!   proxy answers itself (a refused `tools/call`, `-32700`, `-32600`) is
+//!   answered here without reaching the upstream; what it forwards is POSTed
+//!   upstream byte for byte. The upstream's answer, `application/json` or
+//!   `text/event-stream` (each event's data through [`Proxy::on_server`]:
+//!   reservations committed on a result, rolled back on an error, results
+//!   over the bound withheld), goes back in the form the upstream chose,
+//!   every other event and field as it came.
+//! * **GET** (the server-to-client SSE stream) and **DELETE** (end of the
+//!   session) are forwarded; `Mcp-Session-Id`, `MCP-Protocol-Version`,
+//!   `Last-Event-ID` and `Authorization` pass through, and so do the
+//!   upstream's `Mcp-Session-Id` and `WWW-Authenticate`.
+//! * **The upstream failing** (not reachable, no answer within
+//!   `--upstream-timeout`, a 5xx, a stream that ends before every request
+//!   in it was answered): each request awaiting it is answered with a
+//!   JSON-RPC error `-32000` naming the cause, and its reservation rolled
+//!   back (fail closed).
+//! * **Approval** cannot be asked over this transport yet: a tool in
+//!   `needs_approval` is refused (`approval-refused`) with a reason that
+//!   says so.
+//!
+//! One tokio current-thread runtime runs hyper (HTTP/1.1, the server) and
+//! reqwest (the upstream client, no TLS). The ledger's transactions are
+//! short and synchronous, made under the session's lock, never across an
+//! await.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::value::RawValue;
+
+use crate::mcp::{
+    error_line, normal_id, LedgerGate, McpArgs, Message, Out, Proxy, Setup, GATEWAY_ERROR,
+    INVALID_REQUEST, PARSE_ERROR,
+};
+
+/// Largest request body read from the client, and largest JSON body or SSE
+/// event read from the upstream (16 MiB, the stdio gateway's line bound).
+pub const MAX_BODY: usize = crate::mcp::MAX_LINE;
+
+/// Bytes of an over-long request body read (and dropped) so that the client
+/// can read the `413` (256 MiB); past that the connection is closed.
+pub const MAX_DRAIN: u64 = 256 << 20;
+
+/// Largest body of an upstream error answer (4xx, 5xx) passed on (64 KiB).
+pub const MAX_ERROR_BODY: usize = 64 << 10;
+
+/// Most MCP sessions the gateway keeps at once. A new one beyond takes
+/// the place of the least recently used session with nothing in flight (a
+/// client that comes back to it gets a new proxy, as after a restart); when
+/// every session has requests in flight, it is answered `503`.
+pub const MAX_SESSIONS: usize = 1024;
+
+/// Most client connections served at once; more wait to be accepted.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// SSE chunks queued towards a client that reads slowly; when full, the
+/// gateway stops reading the upstream's stream.
+pub const EVENT_QUEUE: usize = 16;
+
+/// Seconds a client has to send its request headers, and its body.
+pub const CLIENT_TIMEOUT_S: u64 = 30;
+
+/// Seconds the gateway waits for a TCP connection to the upstream.
+pub const CONNECT_TIMEOUT_S: u64 = 10;
+
+/// The path the gateway serves.
+pub const PATH: &str = "/mcp";
+
+/// The request headers passed to the upstream as they came.
+const REQUEST_HEADERS: [&str; 4] = [
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+    "authorization",
+];
+
+/// The upstream's response headers passed to the client.
+const RESPONSE_HEADERS: [&str; 3] = ["mcp-session-id", "www-authenticate", "mcp-protocol-version"];
+
+type Gate = Arc<Mutex<LedgerGate>>;
+type Session = Arc<Mutex<Proxy<Gate>>>;
+type Reply = Response<BoxBody<Bytes, Infallible>>;
+
+/// The gateway's state: the upstream, its client, and one proxy per MCP
+/// session (keyed by `Mcp-Session-Id`; `""` for an upstream without
+/// sessions).
+pub struct Gateway {
+    upstream: String,
+    client: reqwest::Client,
+    upstream_timeout: Duration,
+    gate: Gate,
+    max_result_bytes: u64,
+    connection: String,
+    sessions: Mutex<Sessions>,
+}
+
+struct Sessions {
+    /// Each session's proxy and when it was last used (a tick of `made`).
+    map: HashMap<String, (Session, u64)>,
+    made: u64,
+}
+
+impl Sessions {
+    /// Makes room for one more session; `false` when every one is busy.
+    fn room(&mut self) -> bool {
+        if self.map.len() < MAX_SESSIONS {
+            return true;
+        }
+        let idle = self
+            .map
+            .iter()
+            .filter(|(_, (p, _))| p.try_lock().is_ok_and(|p| p.in_flight() == 0))
+            .min_by_key(|(_, (_, used))| *used)
+            .map(|(k, _)| k.clone());
+        match idle {
+            Some(k) => self.map.remove(&k).is_some(),
+            None => false,
+        }
+    }
+}
+
+fn now() -> u64 {
+    crate::hook::now_ms()
+}
+
+impl Gateway {
+    /// A gateway in front of `upstream` (an `http://` URL) deciding with
+    /// `gate`; `connection` prefixes the ledger keys of its sessions' calls.
+    pub fn new(
+        upstream: String,
+        gate: LedgerGate,
+        max_result_bytes: u64,
+        upstream_timeout: Duration,
+        connection: String,
+    ) -> Result<Self, String> {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(CONNECT_TIMEOUT_S))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("the HTTP client: {e}"))?;
+        Ok(Self {
+            upstream,
+            client,
+            upstream_timeout,
+            gate: Arc::new(Mutex::new(gate)),
+            max_result_bytes,
+            connection,
+            sessions: Mutex::new(Sessions {
+                map: HashMap::new(),
+                made: 0,
+            }),
+        })
+    }
+
+    fn new_proxy(&self, made: u64) -> Session {
+        let mut proxy = Proxy::new(
+            Arc::clone(&self.gate),
+            format!("{}-{made}", self.connection),
+            self.max_result_bytes,
+            1_000,
+        );
+        proxy.never_ask(
+            "the gateway cannot ask one over Streamable HTTP (approval needs the stdio transport)"
+                .into(),
+        );
+        Arc::new(Mutex::new(proxy))
+    }
+
+    /// The proxy of session `key`; a new one (not yet kept: `false`) for a
+    /// client without a session; `None` when there are too many sessions.
+    fn session(&self, key: &str) -> Option<(Session, bool)> {
+        let mut s = self.sessions.lock().ok()?;
+        s.made += 1;
+        let tick = s.made;
+        if let Some((p, used)) = s.map.get_mut(key) {
+            *used = tick;
+            return Some((Arc::clone(p), true));
+        }
+        if !s.room() {
+            return None;
+        }
+        let proxy = self.new_proxy(tick);
+        if key.is_empty() {
+            return Some((proxy, false));
+        }
+        s.map.insert(key.to_owned(), (Arc::clone(&proxy), tick));
+        Some((proxy, true))
+    }
+
+    fn keep(&self, key: &str, proxy: &Session) {
+        if let Ok(mut s) = self.sessions.lock() {
+            if s.map.contains_key(key) || s.room() {
+                let tick = s.made;
+                s.map
+                    .entry(key.to_owned())
+                    .or_insert_with(|| (Arc::clone(proxy), tick));
+            }
+        }
+    }
+
+    fn forget(&self, key: &str) -> Option<Session> {
+        self.sessions.lock().ok()?.map.remove(key).map(|(p, _)| p)
+    }
+
+    /// Every session ends (the gateway stops): calls still running count.
+    pub fn close_all(&self) {
+        let all: Vec<Session> = match self.sessions.lock() {
+            Ok(mut s) => s.map.drain().map(|(_, (p, _))| p).collect(),
+            Err(_) => return,
+        };
+        for p in all {
+            if let Ok(mut p) = p.lock() {
+                p.on_client_closed(now());
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ bodies
+
+/// A response body fed by a channel (an SSE stream relayed as it comes).
+struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Reply {
+    let mut r = Response::new(Full::new(body.into()).boxed());
+    *r.status_mut() = status;
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn json_reply(status: StatusCode, body: String) -> Reply {
+    full(status, "application/json", body)
+}
+
+fn error_reply(status: StatusCode, code: i64, message: &str) -> Reply {
+    json_reply(status, error_line("null", code, message))
+}
+
+enum ReadError {
+    TooLarge,
+    Failed(String),
+}
+
+/// Reads `body` up to `max` bytes; past that reads on (at most
+/// [`MAX_DRAIN`] bytes, dropped as they come) so the client sees the answer.
+async fn read_bounded(mut body: Incoming, max: usize) -> Result<Vec<u8>, ReadError> {
+    let mut buf = Vec::new();
+    let mut over: Option<u64> = None;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ReadError::Failed(e.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        match &mut over {
+            Some(n) => {
+                *n += data.len() as u64;
+                if *n > MAX_DRAIN {
+                    return Err(ReadError::TooLarge);
+                }
+            }
+            None if buf.len() + data.len() > max => {
+                over = Some(0);
+                buf = Vec::new();
+            }
+            None => buf.extend_from_slice(&data),
+        }
+    }
+    match over {
+        Some(_) => Err(ReadError::TooLarge),
+        None => Ok(buf),
+    }
+}
+
+/// Reads an upstream body up to `max` bytes; `None` past it.
+async fn read_upstream(
+    resp: &mut reqwest::Response,
+    max: usize,
+) -> Result<Option<Vec<u8>>, String> {
+    let mut buf = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+        if buf.len() + chunk.len() > max {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(Some(buf))
+}
+
+fn too_large() -> Reply {
+    error_reply(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        INVALID_REQUEST,
+        &format!(
+            "Invalid Request: a body longer than {} MiB was refused",
+            MAX_BODY >> 20
+        ),
+    )
+}
+
+// ------------------------------------------------------------------ messages
+
+/// The ids (compact JSON) of the requests in `text`, one message or a batch.
+fn request_ids(text: &str) -> Vec<String> {
+    let one = |raw: &str| -> Option<String> {
+        let msg: Message<'_> = serde_json::from_str(raw).ok()?;
+        msg.method.as_ref()?;
+        msg.id.map(normal_id)
+    };
+    if text.trim_start().starts_with('[') {
+        serde_json::from_str::<Vec<&RawValue>>(text)
+            .map(|items| items.iter().filter_map(|i| one(i.get())).collect())
+            .unwrap_or_default()
+    } else {
+        one(text).into_iter().collect()
+    }
+}
+
+/// The texts to the client in `outs`.
+fn to_client(outs: Vec<Out>) -> Vec<String> {
+    outs.into_iter()
+        .filter_map(|o| match o {
+            Out::Client(t) => Some(t),
+            Out::Server(_) => None,
+        })
+        .collect()
+}
+
+/// Answers every request of `ids` the proxy still awaits with a JSON-RPC
+/// error naming `why` (through the proxy: reservations rolled back).
+fn fail_pending(proxy: &Session, ids: &[String], why: &str) -> Vec<String> {
+    let Ok(mut p) = proxy.lock() else {
+        return Vec::new();
+    };
+    let message = format!("budgetgate: the upstream MCP server {why}");
+    let mut out = Vec::new();
+    for id in ids {
+        if p.awaits(id) {
+            let line = error_line(id, GATEWAY_ERROR, &message);
+            out.extend(to_client(p.on_server(line.as_bytes(), now())));
+        }
+    }
+    out
+}
+
+/// One JSON body of messages: the only one as it is, several as a batch
+/// (an upstream batch's items in it).
+fn merged(texts: &[String]) -> String {
+    if let [one] = texts {
+        return one.clone();
+    }
+    let mut items: Vec<&str> = Vec::new();
+    for t in texts {
+        match serde_json::from_str::<Vec<&RawValue>>(t) {
+            Ok(batch) if t.trim_start().starts_with('[') => {
+                items.extend(batch.iter().map(|i| i.get()));
+            }
+            _ => items.push(t),
+        }
+    }
+    format!("[{}]", items.join(","))
+}
+
+fn sse_event(data: &str) -> Bytes {
+    Bytes::from(format!("event: message\ndata: {data}\n\n"))
+}
+
+fn with_headers(mut reply: Reply, from: &HeaderMap) -> Reply {
+    for name in RESPONSE_HEADERS {
+        if let Some(v) = from.get(name) {
+            reply
+                .headers_mut()
+                .insert(HeaderName::from_static(name), v.clone());
+        }
+    }
+    reply
+}
+
+// ------------------------------------------------------------------ handlers
+
+/// Serves one request of the client.
+pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Result<Reply, Infallible> {
+    if req.uri().path() != PATH {
+        return Ok(full(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            format!("budgetgate serves MCP at {PATH}\n"),
+        ));
+    }
+    // DNS rebinding: a browser page of another origin is refused.
+    if let Some(origin) = req.headers().get("origin") {
+        if !local_origin(origin.to_str().unwrap_or("")) {
+            return Ok(error_reply(
+                StatusCode::FORBIDDEN,
+                INVALID_REQUEST,
+                "budgetgate: requests from a web page of another origin are refused (Origin)",
+            ));
+        }
+    }
+    Ok(match *req.method() {
+        Method::POST => post(&gw, req).await,
+        Method::GET => get(&gw, req).await,
+        Method::DELETE => delete(&gw, req).await,
+        _ => {
+            let mut r = full(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "text/plain",
+                "POST, GET or DELETE\n",
+            );
+            r.headers_mut()
+                .insert("allow", HeaderValue::from_static("POST, GET, DELETE"));
+            r
+        }
+    })
+}
+
+/// Whether an `Origin` is this machine's (`http://localhost[:P]`,
+/// `http://127.0.0.1[:P]`, `http://[::1][:P]`).
+pub fn local_origin(origin: &str) -> bool {
+    let rest = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .unwrap_or("");
+    let host = if let Some(v6) = rest.strip_prefix('[') {
+        v6.split(']').next().map(|h| format!("[{h}]"))
+    } else {
+        rest.split(':').next().map(str::to_owned)
+    };
+    matches!(host.as_deref(), Some("localhost" | "127.0.0.1" | "[::1]"))
+}
+
+fn session_key(req: &Request<Incoming>) -> String {
+    req.headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned()
+}
+
+fn upstream_request(
+    gw: &Gateway,
+    method: reqwest::Method,
+    headers: &HeaderMap,
+    accept: &'static str,
+) -> reqwest::RequestBuilder {
+    let mut rb = gw.client.request(method, &gw.upstream);
+    for name in REQUEST_HEADERS {
+        if let Some(v) = headers.get(name) {
+            rb = rb.header(name, v.as_bytes());
+        }
+    }
+    let accept = headers
+        .get("accept")
+        .map_or(accept.as_bytes(), HeaderValue::as_bytes)
+        .to_vec();
+    rb.header("accept", accept)
+}
+
+async fn send(gw: &Gateway, rb: reqwest::RequestBuilder) -> Result<reqwest::Response, String> {
+    match tokio::time::timeout(gw.upstream_timeout, rb.send()).await {
+        Err(_) => Err(format!(
+            "at {} did not answer within {} s",
+            gw.upstream,
+            gw.upstream_timeout.as_secs()
+        )),
+        Ok(Err(e)) => Err(format!(
+            "at {} could not be reached ({})",
+            gw.upstream,
+            error_chain(&e)
+        )),
+        Ok(Ok(r)) => Ok(r),
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+fn is_sse(headers: &HeaderMap) -> bool {
+    content_type(headers).starts_with("text/event-stream")
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase()
+}
+
+async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
+    let key = session_key(&req);
+    let headers = req.headers().clone();
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_DRAIN) {
+        return too_large();
+    }
+    let read = tokio::time::timeout(
+        Duration::from_secs(CLIENT_TIMEOUT_S),
+        read_bounded(req.into_body(), MAX_BODY),
+    )
+    .await;
+    let body = match read {
+        Err(_) => {
+            return error_reply(
+                StatusCode::REQUEST_TIMEOUT,
+                INVALID_REQUEST,
+                &format!("Invalid Request: the body did not come within {CLIENT_TIMEOUT_S} s"),
+            )
+        }
+        Ok(Err(ReadError::TooLarge)) => return too_large(),
+        Ok(Err(ReadError::Failed(e))) => {
+            return error_reply(
+                StatusCode::BAD_REQUEST,
+                PARSE_ERROR,
+                &format!("Parse error: the body could not be read ({e})"),
+            )
+        }
+        Ok(Ok(b)) => b,
+    };
+    let Some((proxy, kept)) = gw.session(&key) else {
+        return error_reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            GATEWAY_ERROR,
+            &format!("budgetgate: more than {MAX_SESSIONS} MCP sessions are open"),
+        );
+    };
+    let (local, forward) = {
+        let Ok(mut p) = proxy.lock() else {
+            return error_reply(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                GATEWAY_ERROR,
+                "budgetgate: the session's lock is poisoned",
+            );
+        };
+        let mut local = Vec::new();
+        let mut forward = None;
+        for out in p.on_client(&body, now()) {
+            match out {
+                Out::Client(t) => local.push(t),
+                Out::Server(t) => forward = Some(t),
+            }
+        }
+        (local, forward)
+    };
+    let Some(forward) = forward else {
+        // Answered here, or nothing to answer (a notification dropped).
+        if local.is_empty() {
+            return full(StatusCode::ACCEPTED, "text/plain", "");
+        }
+        let malformed = local.iter().all(|t| {
+            serde_json::from_str::<serde_json::Value>(t).is_ok_and(|v| {
+                let code = v["error"]["code"].as_i64();
+                code == Some(PARSE_ERROR) || code == Some(INVALID_REQUEST)
+            })
+        });
+        let status = if malformed {
+            StatusCode::BAD_REQUEST
+        } else {
+            StatusCode::OK
+        };
+        return json_reply(status, merged(&local));
+    };
+    let ids = request_ids(&forward);
+    let rb = upstream_request(
+        gw,
+        reqwest::Method::POST,
+        &headers,
+        "application/json, text/event-stream",
+    )
+    .header("content-type", "application/json")
+    .body(forward);
+    let failed = |why: &str| {
+        let mut texts = local.clone();
+        texts.extend(fail_pending(&proxy, &ids, why));
+        if texts.is_empty() {
+            error_reply(
+                StatusCode::BAD_GATEWAY,
+                GATEWAY_ERROR,
+                &format!("budgetgate: the upstream MCP server {why}"),
+            )
+        } else {
+            json_reply(StatusCode::OK, merged(&texts))
+        }
+    };
+    let mut resp = match send(gw, rb).await {
+        Ok(r) => r,
+        Err(why) => return failed(&why),
+    };
+    let status = resp.status();
+    let up_headers = resp.headers().clone();
+    let new_key = up_headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if status.is_success() && !kept {
+        gw.keep(new_key.as_deref().unwrap_or(""), &proxy);
+    }
+    if status.is_server_error() {
+        return failed(&format!("at {} answered HTTP {status}", gw.upstream));
+    }
+    if !status.is_success() {
+        // 4xx: the client must see it (401 to authorize, 404 to start a
+        // new session); the requests in it are given back.
+        let _ = fail_pending(&proxy, &ids, &format!("answered HTTP {status}"));
+        if status == StatusCode::NOT_FOUND && !key.is_empty() {
+            if let Some(gone) = gw.forget(&key) {
+                if let Ok(mut p) = gone.lock() {
+                    let _ = p.on_server_exit("ended the session", now());
+                }
+            }
+        }
+        let body = read_upstream(&mut resp, MAX_ERROR_BODY)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let ct = content_type(&up_headers);
+        let ct = if ct.is_empty() {
+            "text/plain".into()
+        } else {
+            ct
+        };
+        let reply = full(
+            StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY),
+            &ct,
+            body,
+        );
+        return with_headers(reply, &up_headers);
+    }
+    if is_sse(&up_headers) {
+        let (tx, rx) = tokio::sync::mpsc::channel(EVENT_QUEUE);
+        let relay_proxy = Arc::clone(&proxy);
+        let upstream = gw.upstream.clone();
+        tokio::spawn(relay(resp, relay_proxy, ids, local, tx, upstream));
+        return with_headers(sse_reply(status.as_u16(), rx), &up_headers);
+    }
+    if ids.is_empty() && status == StatusCode::ACCEPTED {
+        if local.is_empty() {
+            return with_headers(full(StatusCode::ACCEPTED, "text/plain", ""), &up_headers);
+        }
+        return json_reply(StatusCode::OK, merged(&local));
+    }
+    let body = match read_upstream(&mut resp, MAX_BODY).await {
+        Ok(Some(b)) => b,
+        Ok(None) => {
+            return failed(&format!(
+                "answered with more than {} MiB (refused)",
+                MAX_BODY >> 20
+            ))
+        }
+        Err(e) => return failed(&format!("broke off its answer ({e})")),
+    };
+    let mut texts = local.clone();
+    if let Ok(mut p) = proxy.lock() {
+        texts.extend(to_client(p.on_server(&body, now())));
+    }
+    texts.extend(fail_pending(
+        &proxy,
+        &ids,
+        "answered without answering every request",
+    ));
+    if texts.is_empty() {
+        return with_headers(full(StatusCode::ACCEPTED, "text/plain", ""), &up_headers);
+    }
+    with_headers(json_reply(StatusCode::OK, merged(&texts)), &up_headers)
+}
+
+fn sse_reply(status: u16, rx: tokio::sync::mpsc::Receiver<Bytes>) -> Reply {
+    let mut r = Response::new(ChannelBody(rx).boxed());
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    r.headers_mut()
+        .insert("cache-control", HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// Relays the upstream's SSE stream to the client, each event's data
+/// through the proxy; at its end, the requests of `ids` still unanswered
+/// are answered with errors. A client that went away stops being written
+/// to, but the stream is read to its end (its answers are counted).
+async fn relay(
+    mut resp: reqwest::Response,
+    proxy: Session,
+    ids: Vec<String>,
+    local: Vec<String>,
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+    upstream: String,
+) {
+    let mut open = true;
+    for t in &local {
+        if tx.send(sse_event(t)).await.is_err() {
+            open = false;
+        }
+    }
+    let mut parser = SseParser::default();
+    let ending = loop {
+        let chunk = match resp.chunk().await {
+            Ok(Some(c)) => c,
+            Ok(None) => break None,
+            Err(e) => break Some(format!("at {upstream} broke off its stream ({e})")),
+        };
+        for event in parser.feed(&chunk) {
+            let out = match event {
+                SseItem::Event { raw, data, fields } => {
+                    let replaced = proxy
+                        .lock()
+                        .map(|mut p| to_client(p.on_server(data.as_bytes(), now())))
+                        .unwrap_or_default();
+                    match replaced.as_slice() {
+                        [same] if *same == data => raw,
+                        [] => raw,
+                        [new, ..] => {
+                            let mut text = fields;
+                            text.push_str("data: ");
+                            text.push_str(new);
+                            text.push_str("\n\n");
+                            Bytes::from(text)
+                        }
+                    }
+                }
+                SseItem::Other(raw) => raw,
+                SseItem::TooLong => {
+                    eprintln!(
+                        "budgetgate mcp: the upstream sent an event longer than {} MiB (dropped)",
+                        MAX_BODY >> 20
+                    );
+                    continue;
+                }
+            };
+            if open && tx.send(out).await.is_err() {
+                open = false;
+            }
+        }
+    };
+    let why = ending.unwrap_or_else(|| "ended its stream before answering".into());
+    for t in fail_pending(&proxy, &ids, &why) {
+        if open && tx.send(sse_event(&t)).await.is_err() {
+            open = false;
+        }
+    }
+}
+
+/// One thing read from an SSE stream.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SseItem {
+    /// An event with data: its bytes as they came (`raw`), its data (lines
+    /// joined by `\n`), and its other lines (each with its newline).
+    Event {
+        /// The event's lines and the blank line ending it, as they came.
+        raw: Bytes,
+        /// The data.
+        data: String,
+        /// The lines other than `data:`.
+        fields: String,
+    },
+    /// Lines without data (comments, `retry:`), as they came.
+    Other(Bytes),
+    /// An event over [`MAX_BODY`] bytes (skipped).
+    TooLong,
+}
+
+/// A bounded reader of `text/event-stream` (the WHATWG format: lines ended
+/// by LF or CRLF, events by a blank line): at most [`MAX_BODY`] bytes of
+/// one event are held.
+#[derive(Default)]
+pub struct SseParser {
+    line: Vec<u8>,
+    raw: Vec<u8>,
+    data: Option<String>,
+    fields: String,
+    skipping: bool,
+    /// Whether the line being read has a byte (kept or skipped).
+    in_line: bool,
+}
+
+impl SseParser {
+    /// Reads `chunk`; the events it completed.
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<SseItem> {
+        let mut out = Vec::new();
+        for &b in chunk {
+            if !self.skipping {
+                self.raw.push(b);
+                if self.raw.len() > MAX_BODY {
+                    self.skipping = true;
+                    self.raw = Vec::new();
+                    self.line = Vec::new();
+                    self.data = None;
+                    self.fields.clear();
+                }
+            }
+            if b != b'\n' {
+                if b != b'\r' {
+                    self.in_line = true;
+                }
+                if !self.skipping {
+                    self.line.push(b);
+                }
+                continue;
+            }
+            let mut line = std::mem::take(&mut self.line);
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            let blank = !self.in_line;
+            self.in_line = false;
+            if blank {
+                if self.skipping {
+                    self.skipping = false;
+                    out.push(SseItem::TooLong);
+                    continue;
+                }
+                let raw = Bytes::from(std::mem::take(&mut self.raw));
+                let fields = std::mem::take(&mut self.fields);
+                out.push(match self.data.take() {
+                    Some(data) => SseItem::Event { raw, data, fields },
+                    None => SseItem::Other(raw),
+                });
+                continue;
+            }
+            if self.skipping {
+                continue;
+            }
+            let text = String::from_utf8_lossy(&line);
+            if let Some(value) = text.strip_prefix("data") {
+                if value.is_empty() || value.starts_with(':') {
+                    let value = value.strip_prefix(':').unwrap_or(value);
+                    let value = value.strip_prefix(' ').unwrap_or(value);
+                    match &mut self.data {
+                        Some(d) => {
+                            d.push('\n');
+                            d.push_str(value);
+                        }
+                        None => self.data = Some(value.to_owned()),
+                    }
+                    continue;
+                }
+            }
+            self.fields.push_str(&text);
+            self.fields.push('\n');
+        }
+        out
+    }
+}
+
+async fn get(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
+    let key = session_key(&req);
+    let rb = upstream_request(gw, reqwest::Method::GET, req.headers(), "text/event-stream");
+    let mut resp = match send(gw, rb).await {
+        Ok(r) => r,
+        Err(why) => {
+            return error_reply(
+                StatusCode::BAD_GATEWAY,
+                GATEWAY_ERROR,
+                &format!("budgetgate: the upstream MCP server {why}"),
+            )
+        }
+    };
+    let status = resp.status();
+    let up_headers = resp.headers().clone();
+    if status.is_success() && is_sse(&up_headers) {
+        let Some((proxy, _)) = gw.session(&key) else {
+            return error_reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                GATEWAY_ERROR,
+                &format!("budgetgate: more than {MAX_SESSIONS} MCP sessions are open"),
+            );
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(EVENT_QUEUE);
+        let upstream = gw.upstream.clone();
+        tokio::spawn(relay(resp, proxy, Vec::new(), Vec::new(), tx, upstream));
+        return with_headers(sse_reply(status.as_u16(), rx), &up_headers);
+    }
+    pass_on(&mut resp, status, &up_headers).await
+}
+
+async fn pass_on(resp: &mut reqwest::Response, status: StatusCode, up: &HeaderMap) -> Reply {
+    let body = read_upstream(resp, MAX_ERROR_BODY)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let ct = content_type(up);
+    let ct = if ct.is_empty() {
+        "text/plain".into()
+    } else {
+        ct
+    };
+    with_headers(full(status, &ct, body), up)
+}
+
+async fn delete(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
+    let key = session_key(&req);
+    let rb = upstream_request(gw, reqwest::Method::DELETE, req.headers(), "*/*");
+    let sent = send(gw, rb).await;
+    // The session ends here whatever the upstream says: calls still running
+    // count (they may have run).
+    if !key.is_empty() {
+        if let Some(p) = gw.forget(&key) {
+            if let Ok(mut p) = p.lock() {
+                p.on_client_closed(now());
+            }
+        }
+    }
+    match sent {
+        Ok(mut resp) => {
+            let status = resp.status();
+            let up = resp.headers().clone();
+            pass_on(&mut resp, status, &up).await
+        }
+        Err(why) => error_reply(
+            StatusCode::BAD_GATEWAY,
+            GATEWAY_ERROR,
+            &format!("budgetgate: the upstream MCP server {why}"),
+        ),
+    }
+}
+
+// ------------------------------------------------------------------ command
+
+/// The address of `--listen`: `PORT` (on 127.0.0.1) or `HOST:PORT`.
+pub fn listen_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse::<SocketAddr>().map_err(|_| {
+        format!("--listen {text}: not PORT or HOST:PORT with an IP address (127.0.0.1:8080, [::1]:8080)")
+    })
+}
+
+/// Checks the upstream URL: `http://HOST[:PORT]/PATH` (no TLS in this
+/// build).
+pub fn upstream_url(text: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(text).map_err(|e| format!("--upstream {text}: {e}"))?;
+    match url.scheme() {
+        "http" if url.host().is_some() => Ok(url),
+        "https" => Err(format!(
+            "--upstream {text}: https is not supported by this build (no TLS); put a TLS-terminating proxy on this machine in front of it, or use http://"
+        )),
+        _ => Err(format!("--upstream {text}: not an http:// URL")),
+    }
+}
+
+/// The default session of an upstream URL: `mcp-`, its host and 16 hex
+/// digits of a 64-bit FNV-1a hash of the host and the whole URL.
+pub fn default_session(url: &reqwest::Url) -> String {
+    crate::mcp::default_session(&[
+        url.host_str().unwrap_or("").to_owned(),
+        url.as_str().to_owned(),
+    ])
+}
+
+/// `budgetgate mcp --listen ADDR --upstream URL`: serves until SIGINT or
+/// SIGTERM (exit 0, calls in flight counted); exit 2 when it cannot start.
+pub fn command(args: &McpArgs, upstream: &str) -> ExitCode {
+    let fail = |what: String| {
+        eprintln!(
+            "budgetgate mcp: {}; not started (fail closed)",
+            crate::term::terminal_safe(&what)
+        );
+        ExitCode::from(2)
+    };
+    let addr = match args.listen.as_deref().map(listen_addr) {
+        Some(Ok(a)) => a,
+        Some(Err(e)) => return fail(e),
+        None => return fail("--upstream needs --listen ADDR".into()),
+    };
+    let url = match upstream_url(upstream) {
+        Ok(u) => u,
+        Err(e) => return fail(e),
+    };
+    let Setup {
+        gate,
+        max_result_bytes,
+    } = match crate::mcp::setup(args, default_session(&url)) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail(format!("the async runtime: {e}")),
+    };
+    let connection = format!("{}-{}", std::process::id(), now());
+    let gw = match Gateway::new(
+        url.to_string(),
+        gate,
+        max_result_bytes,
+        Duration::from_secs(args.upstream_timeout),
+        connection,
+    ) {
+        Ok(g) => Arc::new(g),
+        Err(e) => return fail(e),
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => l,
+            Err(e) => return fail(format!("--listen {addr}: {e}")),
+        };
+        let bound = listener.local_addr().unwrap_or(addr);
+        if !bound.ip().is_loopback() {
+            eprintln!("budgetgate mcp: warning: listening on {bound}, not loopback: anyone who reaches it spends this budget");
+        }
+        eprintln!("budgetgate mcp: listening on http://{bound}{PATH}, upstream {url}");
+        serve(listener, Arc::clone(&gw)).await;
+        gw.close_all();
+        eprintln!("budgetgate mcp: stopped");
+        ExitCode::SUCCESS
+    })
+}
+
+/// Accepts connections on `listener` until SIGINT or SIGTERM.
+pub async fn serve(listener: tokio::net::TcpListener, gw: Arc<Gateway>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let stop = stop_signal();
+    tokio::pin!(stop);
+    loop {
+        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
+        let (stream, _) = tokio::select! {
+            () = &mut stop => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    eprintln!("budgetgate mcp: accepting a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let gw = Arc::clone(&gw);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| handle(Arc::clone(&gw), req));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(CLIENT_TIMEOUT_S))
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+            drop(permit);
+        });
+    }
+}
+
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(mut int), Ok(mut term)) => {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            _ => std::future::pending::<()>().await,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bounded memory (docs/MCP.md, "Streamable HTTP"): at most
+    /// [`MAX_SESSIONS`] proxies; a new session takes the place of the least
+    /// recently used idle one, never of one with a request in flight.
+    #[test]
+    fn sessions_are_bounded_and_the_least_recently_used_idle_one_gives_way() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = crate::ledger::Store::open(dir.path(), Duration::from_secs(5)).expect("ledger");
+        let gate = LedgerGate::new(store, Default::default(), "s".into(), 60_000);
+        let gw = Gateway::new(
+            "http://127.0.0.1:1/mcp".into(),
+            gate,
+            4096,
+            Duration::from_secs(1),
+            "t".into(),
+        )
+        .expect("gateway");
+        for i in 0..MAX_SESSIONS {
+            assert!(gw.session(&format!("s{i}")).is_some());
+        }
+        let (busy, _) = gw.session("s0").expect("s0");
+        let outs = busy
+            .lock()
+            .expect("lock")
+            .on_client(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, 1);
+        assert!(matches!(outs.as_slice(), [Out::Server(_)]));
+        // s1 is now the least recently used, and idle.
+        assert!(gw.session("new").is_some());
+        let held = |k: &str| gw.sessions.lock().expect("lock").map.contains_key(k);
+        assert!(held("s0") && held("new") && held("s2"));
+        assert!(!held("s1"));
+        assert_eq!(gw.sessions.lock().expect("lock").map.len(), MAX_SESSIONS);
+    }
+
+    #[test]
+    fn sse_events_are_read_with_their_fields_and_bytes() {
+        let mut p = SseParser::default();
+        let mut items = p.feed(b"id: 7\nevent: message\ndata: {\"a\":");
+        assert!(items.is_empty());
+        items.extend(p.feed(b"1}\r\n\r\n: ping\n\ndata:x\ndata: y\n\n"));
+        assert_eq!(items.len(), 3, "{items:?}");
+        assert_eq!(
+            items[0],
+            SseItem::Event {
+                raw: Bytes::from_static(b"id: 7\nevent: message\ndata: {\"a\":1}\r\n\r\n"),
+                data: "{\"a\":1}".into(),
+                fields: "id: 7\nevent: message\n".into(),
+            }
+        );
+        assert_eq!(items[1], SseItem::Other(Bytes::from_static(b": ping\n\n")));
+        match &items[2] {
+            SseItem::Event { data, .. } => assert_eq!(data, "x\ny"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_sse_event_over_the_bound_is_skipped_without_being_held() {
+        let mut p = SseParser::default();
+        let chunk = vec![b'x'; 1 << 20];
+        let mut items = p.feed(b"data: ");
+        for _ in 0..(MAX_BODY >> 20) + 1 {
+            items.extend(p.feed(&chunk));
+            assert!(p.raw.len() <= MAX_BODY && p.line.len() <= MAX_BODY);
+        }
+        items.extend(p.feed(b"\n\ndata: 1\n\n"));
+        assert_eq!(items.len(), 2, "{items:?}");
+        assert_eq!(items[0], SseItem::TooLong);
+        assert!(matches!(&items[1], SseItem::Event { data, .. } if data == "1"));
+    }
+
+    #[test]
+    fn request_ids_are_those_of_requests_only() {
+        assert_eq!(
+            request_ids(r#"{"jsonrpc":"2.0","id":"\u0061","method":"x"}"#),
+            ["\"a\""]
+        );
+        let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"x"},{"jsonrpc":"2.0","method":"n"},{"jsonrpc":"2.0","id":2,"result":{}}]"#;
+        assert_eq!(request_ids(batch), ["1"]);
+    }
+
+    #[test]
+    fn answers_merge_into_one_body() {
+        assert_eq!(merged(&["{\"a\":1}".into()]), "{\"a\":1}");
+        assert_eq!(
+            merged(&["{\"a\":1}".into(), "[{\"b\":2},{\"c\":3}]".into()]),
+            "[{\"a\":1},{\"b\":2},{\"c\":3}]"
+        );
+    }
+
+    #[test]
+    fn listen_addresses_default_to_loopback_and_upstreams_are_http() {
+        assert_eq!(
+            listen_addr("8080"),
+            Ok(SocketAddr::from(([127, 0, 0, 1], 8080)))
+        );
+        assert!(listen_addr("[::1]:9").is_ok());
+        assert!(listen_addr("localhost:80").is_err());
+        assert!(upstream_url("http://127.0.0.1:3001/mcp").is_ok());
+        assert!(upstream_url("https://example.com/mcp")
+            .unwrap_err()
+            .contains("no TLS"));
+        assert!(upstream_url("ftp://x/").is_err());
+        assert!(local_origin("http://localhost:6274"));
+        assert!(local_origin("http://[::1]"));
+        assert!(!local_origin("http://evil.example"));
+        assert!(!local_origin("http://127.0.0.1.evil.example"));
+    }
+}

@@ -1,0 +1,108 @@
+//! `budgetgate ledger list | show | reset --ledger redis://…`: the fleet's
+//! shared ledger read and reset by a person, against a real `redis-server`
+//! (`SPEC E`: durable state; issue 13).
+
+use std::time::Duration;
+
+use assert_cmd::cargo::cargo_bin_cmd;
+use budgetgate::ledger::LedgerTx;
+use budgetgate::ledger_redis::RedisStore;
+use budgetgate_core::budget::{Ledger, Limit};
+use serde_json::Value;
+
+mod common;
+
+fn ledger_cmd(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = cargo_bin_cmd!("budgetgate")
+        .arg("ledger")
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `SPEC E` (durable state): what gateways stored in Redis is listed with
+/// its figures, shown per session with its log, and reset to zero by an
+/// operator (logged), through the same commands as the SQLite ledger.
+#[test]
+fn the_ledger_commands_read_and_reset_a_redis_ledger() {
+    let Some(redis) = common::redis::redis() else {
+        return;
+    };
+    let mut store = RedisStore::open(&redis.url, Duration::from_secs(5)).expect("client");
+    store
+        .decide("fleet-a", |tx| {
+            let mut l: Ledger = Ledger::new(1_000);
+            l.set_max(Limit::ToolCalls, Some(10));
+            l.record(Limit::ToolCalls, 7);
+            tx.put_ledger("fleet-a", "", &l, 1_764_590_000_000)?;
+            tx.log(1_764_590_000_000, "fleet-a", "call", "echo let through")
+        })
+        .expect("stored");
+    store
+        .decide("{odd}%", |tx| {
+            tx.put_ledger("{odd}%", "", &Ledger::new(0), 1_764_580_000_000)
+        })
+        .expect("stored");
+
+    let (code, out, err) = ledger_cmd(&["list", "--json", "--ledger", &redis.url]);
+    assert_eq!(code, Some(0), "{err}");
+    let rows: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    // Newest update first; the hash tag's escapes undone.
+    assert_eq!(rows[0]["session"], "fleet-a");
+    assert_eq!(rows[1]["session"], "{odd}%");
+    assert_eq!(rows[0]["limits"]["tool_calls"]["used"], 7);
+    assert_eq!(rows[0]["limits"]["tool_calls"]["max"], 10);
+    assert_eq!(rows[0]["updated_ms"], 1_764_590_000_000u64);
+
+    let (code, out, err) = ledger_cmd(&["show", "fleet-a", "--ledger", &redis.url]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("echo let through"), "{out}");
+    let (code, _, err) = ledger_cmd(&["show", "nobody", "--ledger", &redis.url]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("nobody") && err.contains(&redis.url), "{err}");
+
+    let (code, out, err) = ledger_cmd(&["reset", "fleet-a", "--yes", "--ledger", &redis.url]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("1 ledger(s) reset"), "{out}");
+    let after = store
+        .decide("fleet-a", |tx| tx.ledger("fleet-a", ""))
+        .expect("read")
+        .expect("still there");
+    assert_eq!(after.used(Limit::ToolCalls), 0);
+    let log = store.log().expect("log");
+    assert!(
+        log.iter()
+            .any(|(_, s, action, _)| s == "fleet-a" && action == "reset"),
+        "{log:?}"
+    );
+}
+
+/// Fail closed, and a clear error: an unreachable Redis ledger is exit 2
+/// naming the URL; an unknown scheme names what this build reads.
+#[test]
+fn the_ledger_commands_name_an_unreachable_or_unknown_ledger() {
+    let (code, out, err) = ledger_cmd(&["list", "--ledger", "redis://127.0.0.1:1/0"]);
+    assert_eq!((code, out.as_str()), (Some(2), ""));
+    assert!(err.contains("redis://127.0.0.1:1/0"), "{err}");
+    let (code, _, err) = ledger_cmd(&["list", "--ledger", "postgres://x/y"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("redis://HOST:PORT/DB, sqlite:FILE"), "{err}");
+    let (code, _, err) = ledger_cmd(&["list", "--ledger", "sqlite:/nonexistent/ledger.db"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("/nonexistent/ledger.db"), "{err}");
+    let (code, _, _) = ledger_cmd(&["list", "--ledger", "x", "--state", "y"]);
+    assert_eq!(
+        code,
+        Some(2),
+        "--ledger and --state together are a usage error"
+    );
+}

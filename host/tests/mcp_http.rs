@@ -1,0 +1,835 @@
+//! `budgetgate mcp --listen ADDR --upstream URL` end to end, with real
+//! parts: the reference MCP server from the npm registry
+//! (`@modelcontextprotocol/server-everything streamableHttp`) and the
+//! official Python MCP client (`streamable_http_client`), installed by
+//! `tests/mcp/install.sh`; for the `application/json` path, a server of that
+//! SDK (`tests/mcp/json_server.py`). Between the gateway and the server a tap (a TCP
+//! relay in this test) records every byte the gateway sends upstream, so a
+//! refused call is seen never to reach the server.
+//!
+//! Without the parts these tests say so and pass, unless
+//! `BUDGETGATE_REQUIRE_MCP=1` is set: then a missing part fails the test.
+//! The tests at the end need no npm package (the upstream is down, or never
+//! reached) and always run.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_budgetgate"))
+}
+
+fn mcp_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp")
+}
+
+struct Parts {
+    everything: PathBuf,
+    python: PathBuf,
+}
+
+/// The installed parts, or `None` (the test is skipped) when they are
+/// missing and not required.
+fn parts() -> Option<Parts> {
+    let dir = mcp_dir();
+    let p = Parts {
+        everything: dir.join("node_modules/.bin/mcp-server-everything"),
+        python: dir.join(".venv/bin/python"),
+    };
+    let missing: Vec<String> = [&p.everything, &p.python]
+        .into_iter()
+        .filter(|f| !f.exists())
+        .map(|f| f.display().to_string())
+        .collect();
+    let node = Command::new("node").arg("--version").output().is_ok();
+    if missing.is_empty() && node {
+        return Some(p);
+    }
+    let why = format!(
+        "missing {} (run tests/mcp/install.sh)",
+        if node {
+            missing.join(", ")
+        } else {
+            "node".into()
+        }
+    );
+    if std::env::var("BUDGETGATE_REQUIRE_MCP").as_deref() == Ok("1") {
+        panic!("BUDGETGATE_REQUIRE_MCP=1 and the MCP test parts are {why}");
+    }
+    eprintln!("skipped: the MCP end-to-end parts are {why}");
+    None
+}
+
+/// A process killed when dropped.
+struct Proc(Child);
+
+impl Proc {
+    /// Waits for the process (60 s at most, then kills it); its output.
+    fn wait_output(mut self) -> std::process::Output {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.0.try_wait().expect("wait").is_none() {
+            assert!(Instant::now() < deadline, "the process did not end");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut out = std::process::Output {
+            status: self.0.wait().expect("status"),
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        };
+        if let Some(mut o) = self.0.stdout.take() {
+            let _ = o.read_to_end(&mut out.stdout);
+        }
+        if let Some(mut e) = self.0.stderr.take() {
+            let _ = e.read_to_end(&mut out.stderr);
+        }
+        out
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `cmd` with stderr piped and waits (30 s at most) for a line of
+/// it containing `ready`; returns the process and that line. The rest of
+/// stderr is drained into the returned buffer.
+fn start(mut cmd: Command, ready: &str) -> (Proc, String, Arc<Mutex<String>>) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let rest = Arc::new(Mutex::new(String::new()));
+    let keep = Arc::clone(&rest);
+    let ready = ready.to_owned();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if !sent && line.contains(&ready) {
+                sent = true;
+                let _ = tx.send(line.clone());
+            }
+            let mut k = keep.lock().expect("lock");
+            k.push_str(&line);
+            k.push('\n');
+        }
+    });
+    let proc = Proc(child);
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("not ready: {}", rest.lock().expect("lock")));
+    (proc, line, rest)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// The everything server over Streamable HTTP on a free port.
+fn everything(parts: &Parts) -> (Proc, u16) {
+    let port = free_port();
+    let mut cmd = Command::new(&parts.everything);
+    cmd.arg("streamableHttp").env("PORT", port.to_string());
+    let (p, _, _) = start(cmd, "listening on port");
+    (p, port)
+}
+
+/// Bytes a tap saw, as they came.
+type Record = Arc<Mutex<Vec<u8>>>;
+
+/// A TCP relay to `127.0.0.1:port` recording what goes through it towards
+/// the server; returns its port and the record.
+fn tap(port: u16) -> (u16, Record) {
+    let (at, sent, _) = tap_both(port);
+    (at, sent)
+}
+
+/// [`tap`], recording what comes back from the server too.
+fn tap_both(port: u16) -> (u16, Record, Record) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let at = listener.local_addr().expect("addr").port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let back = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    let record_back = Arc::clone(&back);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut down) = conn else { return };
+            let Ok(mut up) = TcpStream::connect(("127.0.0.1", port)) else {
+                continue;
+            };
+            let (mut down2, mut up2) = (
+                down.try_clone().expect("clone"),
+                up.try_clone().expect("clone"),
+            );
+            let record = Arc::clone(&record);
+            let record_back = Arc::clone(&record_back);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1 << 16];
+                while let Ok(n @ 1..) = down.read(&mut buf) {
+                    record.lock().expect("lock").extend_from_slice(&buf[..n]);
+                    if up.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = up.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1 << 16];
+                while let Ok(n @ 1..) = up2.read(&mut buf) {
+                    record_back
+                        .lock()
+                        .expect("lock")
+                        .extend_from_slice(&buf[..n]);
+                    if down2.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = down2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    (at, seen, back)
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new(budget: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("budget.toml"), budget).expect("budget");
+        Self { dir }
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+    /// Starts the gateway in front of `upstream`; the process and its URL.
+    fn gateway(&self, upstream: &str) -> (Proc, String, Arc<Mutex<String>>) {
+        let mut cmd = Command::new(bin());
+        cmd.args(["mcp", "--listen", "127.0.0.1:0", "--budget"])
+            .arg(self.path("budget.toml"))
+            .arg("--ledger")
+            .arg(format!("sqlite:{}", self.path("ledger.sqlite3").display()))
+            .args(["--session", "e2e", "--upstream", upstream]);
+        let (p, line, rest) = start(cmd, "listening on http://");
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .expect("the URL")
+            .trim_end_matches(',')
+            .to_owned();
+        (p, url, rest)
+    }
+    /// Tool calls (used, reserved) in the session's ledger.
+    fn tool_calls(&self) -> (u64, u64) {
+        let store = budgetgate::ledger::Store::open_file(
+            &self.path("ledger.sqlite3"),
+            Duration::from_secs(5),
+        )
+        .expect("ledger");
+        let listed = store.list().expect("list");
+        let Some(found) = listed.iter().find(|l| l.session == "e2e") else {
+            return (0, 0);
+        };
+        let ledger = found.ledger.as_ref().expect("record");
+        use budgetgate_core::budget::Limit;
+        (
+            ledger.used(Limit::ToolCalls),
+            ledger.reserved(Limit::ToolCalls),
+        )
+    }
+}
+
+/// Runs the Python client's scenario against the gateway at `url`.
+fn python(parts: &Parts, scenario: Value, url: &str) -> Vec<Value> {
+    let out = Command::new(&parts.python)
+        .arg(mcp_dir().join("http_client.py"))
+        .arg(scenario.to_string())
+        .arg(url)
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// One HTTP/1.1 request on a new connection (closed after it); the
+/// status, the headers (names in lower case) and the body (`body` is
+/// written in pieces of at most 1 MiB).
+fn http(
+    url: &str,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let rest = url.strip_prefix("http://").expect("http URL");
+    let (host, path) = rest.split_once('/').expect("a path");
+    let mut s = TcpStream::connect(host).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    let mut head = format!(
+        "{method} /{path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).expect("write");
+    for piece in body.chunks(1 << 20) {
+        s.write_all(piece).expect("write the body");
+    }
+    read_response(s)
+}
+
+fn read_response(s: TcpStream) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut r = BufReader::new(s);
+    let mut status = String::new();
+    r.read_line(&mut status).expect("status line");
+    let code: u16 = status
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("a status: {status:?}"));
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).expect("header");
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+        }
+    }
+    let mut body = Vec::new();
+    r.read_to_end(&mut body).expect("body");
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    if chunked {
+        body = unchunk(&body);
+    }
+    (code, headers, body)
+}
+
+fn unchunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(at) = data.windows(2).position(|w| w == b"\r\n") {
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&data[..at]).expect("size").trim(), 16)
+                .expect("a chunk size");
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&data[at + 2..at + 2 + size]);
+        data = &data[at + 2 + size + 2..];
+    }
+    out
+}
+
+fn count(haystack: &[u8], needle: &str) -> usize {
+    haystack
+        .windows(needle.len())
+        .filter(|w| *w == needle.as_bytes())
+        .count()
+}
+
+fn initialize_body() -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "e2e", "version": "1"}}})
+    .to_string()
+}
+
+const JSON_SSE: (&str, &str) = ("accept", "application/json, text/event-stream");
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+/// `SPEC C` / `SPEC E` over Streamable HTTP (docs/MCP.md, "Streamable
+/// HTTP"): the official Python client through the gateway to the real
+/// server initializes and lists tools; a call within budget reaches the
+/// server; a repeat (`max_repeats`) and a call over `max_tool_calls` are
+/// answered with `isError` and `_meta.budgetgate` and never reach it (the
+/// tap); the ledger counts what ran; the client's GET stream and DELETE
+/// are forwarded.
+#[test]
+fn python_client_over_http_calls_within_budget_and_is_refused_over_it() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 2\nmax_repeats = 1\n");
+    let (_server, port) = everything(&parts);
+    let (tap_port, seen) = tap(port);
+    let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{tap_port}/mcp"));
+    let scenario = json!([
+        {"list": true},
+        {"call": "echo", "arguments": {"message": "first-call"}},
+        {"call": "echo", "arguments": {"message": "first-call"}},
+        {"call": "echo", "arguments": {"message": "second-call"}},
+        {"call": "echo", "arguments": {"message": "over-budget-call"}},
+    ]);
+    let got = python(&parts, scenario, &url);
+    assert_eq!(got.len(), 6, "{got:?}");
+    assert_eq!(got[0]["initialized"], "mcp-servers/everything", "{got:?}");
+    assert!(
+        got[0]["session"].is_string(),
+        "the upstream's session id passed on"
+    );
+    let tools = got[1]["tools"].as_array().expect("tools");
+    assert!(tools.contains(&json!("echo")), "{tools:?}");
+    assert_eq!(got[2]["is_error"], false, "{:?}", got[2]);
+    assert_eq!(got[2]["text"], "Echo: first-call");
+    assert_eq!(got[3]["is_error"], true, "{:?}", got[3]);
+    assert_eq!(got[3]["meta"]["reason"], "repeat");
+    assert_eq!(got[4]["text"], "Echo: second-call", "{:?}", got[4]);
+    assert_eq!(got[5]["is_error"], true);
+    assert_eq!(got[5]["meta"]["reason"], "tool-budget");
+    assert_eq!(got[5]["meta"]["used"], 2);
+    assert!(got[5]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("budgetgate refused this call (tool-budget)"));
+    assert_eq!(s.tool_calls(), (2, 0));
+    // What reached the server: each call let through once, the refused
+    // never; the session ended with DELETE.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count(&seen.lock().unwrap(), "DELETE /mcp") == 0 {
+        assert!(Instant::now() < deadline, "no DELETE reached the server");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(count(&seen, "first-call"), 1);
+    assert_eq!(count(&seen, "second-call"), 1);
+    assert_eq!(count(&seen, "over-budget-call"), 0);
+    assert!(
+        count(&seen, "mcp-session-id: ") > 0,
+        "the session id passed on"
+    );
+    assert!(
+        count(&seen, "GET /mcp") > 0,
+        "the client's server-to-client stream (GET) was forwarded"
+    );
+}
+
+/// `SPEC C` / `SPEC E` over Streamable HTTP with an upstream that answers
+/// `application/json` and keeps no sessions (the Python SDK's own server,
+/// `json_response`, `stateless_http`): a call within budget reaches it, a
+/// result over `max_result_bytes` is withheld (the call counted), a call
+/// over `max_tool_calls` is refused and never reaches it.
+#[test]
+fn a_json_answering_sessionless_upstream_is_gated_the_same_way() {
+    let Some(parts) = parts() else { return };
+    let s =
+        Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 2\nmax_result_bytes = 1000\n");
+    let port = free_port();
+    let server = Command::new(&parts.python)
+        .arg(mcp_dir().join("json_server.py"))
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the server starts");
+    let _server = Proc(server);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the JSON server did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (tap_port, seen, back) = tap_both(port);
+    let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{tap_port}/mcp"));
+    let got = python(
+        &parts,
+        json!([
+            {"list": true},
+            {"call": "echo", "arguments": {"message": "json-first"}},
+            {"call": "big", "arguments": {"size": 5000}},
+            {"call": "echo", "arguments": {"message": "json-over"}},
+        ]),
+        &url,
+    );
+    assert_eq!(got.len(), 5, "{got:?}");
+    assert_eq!(got[0]["initialized"], "json-server");
+    assert!(got[0]["session"].is_null(), "no session: {:?}", got[0]);
+    assert_eq!(got[1]["tools"], json!(["echo", "big"]));
+    assert_eq!(got[2]["text"], "Echo: json-first", "{:?}", got[2]);
+    assert_eq!(got[3]["is_error"], true, "{:?}", got[3]);
+    assert!(got[3]["text"]
+        .as_str()
+        .unwrap()
+        .contains("over the budget's bound of 1000 bytes"));
+    assert_eq!(got[4]["meta"]["reason"], "tool-budget", "{:?}", got[4]);
+    assert_eq!(s.tool_calls(), (2, 0));
+    assert_eq!(count(&seen.lock().unwrap(), "json-first"), 1);
+    assert_eq!(count(&seen.lock().unwrap(), "json-over"), 0);
+    assert!(count(&back.lock().unwrap(), "content-type: application/json") > 0);
+}
+
+/// Approval over Streamable HTTP (docs/MCP.md): a tool in `needs_approval`
+/// is refused (`approval-refused`) with a reason naming the transport, and
+/// never reaches the server.
+#[test]
+fn a_call_needing_approval_is_refused_over_http() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"echo\"]\n");
+    let (_server, port) = everything(&parts);
+    let (tap_port, seen) = tap(port);
+    let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{tap_port}/mcp"));
+    let got = python(
+        &parts,
+        json!([{"call": "echo", "arguments": {"message": "needs-a-person"}},
+               {"call": "get-sum", "arguments": {"a": 2, "b": 3}}]),
+        &url,
+    );
+    assert_eq!(got[1]["is_error"], true, "{got:?}");
+    assert_eq!(got[1]["meta"]["reason"], "approval-refused");
+    assert!(got[1]["text"]
+        .as_str()
+        .unwrap()
+        .contains("cannot ask one over Streamable HTTP"));
+    assert_eq!(got[2]["is_error"], false, "{got:?}");
+    assert!(got[2]["text"].as_str().unwrap().contains('5'), "{got:?}");
+    assert_eq!(count(&seen.lock().unwrap(), "needs-a-person"), 0);
+}
+
+/// Transparency over Streamable HTTP: a request the gateway does not gate
+/// (`ping`) passes to the upstream and its SSE answer comes back with its
+/// id; a body that is not JSON is answered 400 / `-32700` and never
+/// forwarded; a GET on an unknown path is 404.
+#[test]
+fn raw_requests_pass_through_and_malformed_ones_stop_at_the_gateway() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n");
+    let (_server, port) = everything(&parts);
+    let (tap_port, seen) = tap(port);
+    let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{tap_port}/mcp"));
+    let (code, headers, body) = http(
+        &url,
+        "POST",
+        &[JSON, JSON_SSE],
+        initialize_body().as_bytes(),
+    );
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let session = headers
+        .iter()
+        .find(|(k, _)| k == "mcp-session-id")
+        .map(|(_, v)| v.clone())
+        .expect("the upstream's session id");
+    let ct = headers
+        .iter()
+        .find(|(k, _)| k == "content-type")
+        .expect("type");
+    assert!(ct.1.starts_with("text/event-stream"), "{ct:?}");
+    assert!(String::from_utf8_lossy(&body).contains("\"serverInfo\""));
+    let with = [
+        JSON,
+        JSON_SSE,
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
+    ];
+    let (code, _, _) = http(
+        &url,
+        "POST",
+        &with,
+        br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    assert_eq!(code, 202);
+    let (code, _, body) = http(
+        &url,
+        "POST",
+        &with,
+        br#"{"jsonrpc":"2.0","id":"p-7","method":"ping"}"#,
+    );
+    assert_eq!(code, 200);
+    let body = String::from_utf8_lossy(&body);
+    let data = body
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .expect("an SSE event");
+    let v: Value = serde_json::from_str(data).expect("JSON");
+    assert_eq!(
+        (v["id"].clone(), v["result"].clone()),
+        (json!("p-7"), json!({}))
+    );
+    let (code, _, body) = http(&url, "POST", &with, b"{not json: never-forwarded");
+    assert_eq!(code, 400);
+    let v: Value = serde_json::from_slice(&body).expect("a JSON-RPC error");
+    assert_eq!(v["error"]["code"], -32700, "{v}");
+    assert_eq!(count(&seen.lock().unwrap(), "never-forwarded"), 0);
+    let (code, _, _) = http(&url.replace("/mcp", "/other"), "GET", &[], b"");
+    assert_eq!(code, 404);
+}
+
+/// Fail closed over Streamable HTTP (`SPEC E`, docs/MCP.md): the server
+/// killed while it streams a call's answer (its progress notifications
+/// passed on) — the client's call is answered with a
+/// JSON-RPC error `-32000` and its reservation rolled back; `tools/list`
+/// over HTTP loses the tools the budget denies outright (a cap of 0), and a
+/// result over `max_result_bytes` in an SSE answer is withheld (the event
+/// rewritten, the call counted).
+#[test]
+fn a_server_killed_mid_call_answers_it_with_an_error_and_rolls_it_back() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new(
+        "[budget]\nmax_seconds = 3600\nmax_result_bytes = 200\n[tools]\nmax_calls = { get-env = 0 }\n",
+    );
+    let (mut server, port) = everything(&parts);
+    let (tap_port, seen, back) = tap_both(port);
+    let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{tap_port}/mcp"));
+    let scenario = json!([
+        {"list": true},
+        {"call": "get-tiny-image", "arguments": {}},
+        {"call": "trigger-long-running-operation", "arguments": {"duration": 600, "steps": 600},
+         "progress": true},
+    ]);
+    let client = Command::new(&parts.python)
+        .arg(mcp_dir().join("http_client.py"))
+        .arg(scenario.to_string())
+        .arg(&url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    let client = Proc(client);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // The server has started its SSE answer (a progress event came back).
+    while s.tool_calls() != (1, 1)
+        || count(&seen.lock().unwrap(), "trigger-long") == 0
+        || count(&back.lock().unwrap(), "notifications/progress") == 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the call did not start: {:?}",
+            s.tool_calls()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.0.kill().expect("kill the server");
+    let _ = server.0.wait();
+    let out = client.wait_output();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (progress, got): (Vec<Value>, Vec<Value>) = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+        .partition(|v| v.get("progress").is_some());
+    assert!(
+        !progress.is_empty(),
+        "progress notifications passed on: {stdout}"
+    );
+    assert_eq!(
+        got.len(),
+        4,
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tools = got[1]["tools"].as_array().expect("tools");
+    assert!(
+        tools.contains(&json!("echo")) && !tools.contains(&json!("get-env")),
+        "{tools:?}"
+    );
+    assert_eq!(got[2]["is_error"], true, "{:?}", got[2]);
+    assert!(got[2]["text"]
+        .as_str()
+        .unwrap()
+        .contains("over the budget's bound of 200 bytes"));
+    assert_eq!(got[3]["error"], -32000, "{:?}", got[3]);
+    assert!(
+        got[3]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("budgetgate: the upstream MCP server"),
+        "{:?}",
+        got[3]
+    );
+    assert_eq!(
+        s.tool_calls(),
+        (1, 0),
+        "the broken-off call was rolled back"
+    );
+}
+
+/// Fail closed over Streamable HTTP: with the upstream down, `initialize`
+/// and a `tools/call` are answered with a JSON-RPC error `-32000` naming
+/// the upstream, and the call's reservation is rolled back; a request from
+/// a web page of another origin is refused 403 (DNS rebinding); SIGTERM
+/// stops the gateway with status 0.
+#[test]
+fn an_upstream_that_is_down_answers_with_a_json_rpc_error_and_counts_nothing() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 5\n");
+    let down = free_port();
+    let (gw, url, log) = s.gateway(&format!("http://127.0.0.1:{down}/mcp"));
+    let (code, _, body) = http(
+        &url,
+        "POST",
+        &[JSON, JSON_SSE],
+        initialize_body().as_bytes(),
+    );
+    assert_eq!(code, 200);
+    let v: Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(v["id"], 1);
+    assert_eq!(v["error"]["code"], -32000, "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("could not be reached"), "{message}");
+    assert!(message.contains(&format!("127.0.0.1:{down}")), "{message}");
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"message": "x"}}});
+    let (_, _, body) = http(&url, "POST", &[JSON, JSON_SSE], call.to_string().as_bytes());
+    let v: Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(
+        (v["id"].clone(), v["error"]["code"].clone()),
+        (json!(2), json!(-32000))
+    );
+    assert_eq!(
+        s.tool_calls(),
+        (0, 0),
+        "the call that did not run was rolled back"
+    );
+    // A notification has nothing to answer: 502.
+    let (code, _, _) = http(
+        &url,
+        "POST",
+        &[JSON],
+        br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    assert_eq!(code, 502);
+    // A web page of another origin is refused; other methods are 405.
+    let evil = [JSON, JSON_SSE, ("origin", "http://evil.example")];
+    let (code, _, _) = http(&url, "POST", &evil, initialize_body().as_bytes());
+    assert_eq!(code, 403);
+    let local = [JSON, JSON_SSE, ("origin", "http://localhost:6274")];
+    let (code, _, _) = http(&url, "POST", &local, initialize_body().as_bytes());
+    assert_eq!(code, 200, "a page of this machine is served");
+    let (code, headers, _) = http(&url, "PUT", &[], b"");
+    assert_eq!(code, 405);
+    assert!(headers
+        .iter()
+        .any(|(k, v)| k == "allow" && v.contains("POST")));
+    // SIGTERM stops it: exit 0.
+    let pid = gw.0.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let status = gw.wait_output().status;
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !log.lock().unwrap().contains("budgetgate mcp: stopped") {
+        assert!(Instant::now() < deadline, "{}", log.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Bounded memory over Streamable HTTP: a 100 MB body is answered 413 with
+/// a JSON-RPC `-32600`, without being held (the gateway's peak memory stays
+/// far under 80 MiB) and without reaching the upstream; the gateway then
+/// answers the next request.
+#[test]
+fn a_100_mb_body_is_refused_without_being_held() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let upstream = listener.local_addr().expect("addr").port();
+    let reached = Arc::new(Mutex::new(0usize));
+    let r = Arc::clone(&reached);
+    std::thread::spawn(move || {
+        for c in listener.incoming() {
+            *r.lock().unwrap() += 1;
+            drop(c);
+        }
+    });
+    let (gw, url, _) = s.gateway(&format!("http://127.0.0.1:{upstream}/mcp"));
+    let mut body = br#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"message":""#.to_vec();
+    body.resize(100 << 20, b'a');
+    body.extend_from_slice(b"\"}}}");
+    let (code, _, answer) = http(&url, "POST", &[JSON, JSON_SSE], &body);
+    drop(body);
+    assert_eq!(code, 413);
+    let v: Value = serde_json::from_slice(&answer).expect("JSON");
+    assert_eq!(v["error"]["code"], -32600, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("longer than 16 MiB"));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", gw.0.id())).expect("status");
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    eprintln!("the gateway's peak memory: {peak_kib} KiB for a 100 MB body");
+    assert!(
+        peak_kib < 80 * 1024,
+        "the gateway's peak memory was {peak_kib} KiB for a 100 MB body"
+    );
+    assert_eq!(*reached.lock().unwrap(), 0, "nothing reached the upstream");
+    let (code, _, _) = http(&url, "POST", &[JSON], b"[]");
+    assert_eq!(code, 400, "the gateway answers after it");
+    assert_eq!(s.tool_calls(), (0, 0));
+}
+
+/// `--listen` and `--upstream` go together, a command and `--upstream`
+/// exclude each other, and an https upstream is refused before starting
+/// (exit 2, fail closed).
+#[test]
+fn the_http_options_are_checked_before_starting() {
+    let run = |args: &[&str]| {
+        Command::new(bin())
+            .arg("mcp")
+            .args(args)
+            .output()
+            .expect("runs")
+    };
+    let out = run(&["--listen", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--upstream"));
+    let out = run(&[
+        "--listen",
+        "0",
+        "--upstream",
+        "http://127.0.0.1:1/mcp",
+        "--",
+        "srv",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let dir = tempfile::tempdir().expect("dir");
+    let ledger = format!("sqlite:{}", dir.path().join("l.sqlite3").display());
+    let out = run(&[
+        "--listen",
+        "0",
+        "--ledger",
+        &ledger,
+        "--upstream",
+        "https://example.com/mcp",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no TLS") && err.contains("fail closed"),
+        "{err}"
+    );
+}
