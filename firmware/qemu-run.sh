@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Cargo runner (see .cargo/config.toml): `cargo run --release` in firmware/
-# (other boards: `--no-default-features --features BOARD --target TARGET`).
+# (other boards: `--no-default-features --features BOARD,flash --target TARGET`).
 #
 #   UART0, agent link        -> tcp 127.0.0.1:${BUDGETGATE_AGENT_PORT:-4440}
 #   UART1, operator console  -> tcp 127.0.0.1:${BUDGETGATE_CONSOLE_PORT:-4441}
@@ -11,6 +11,9 @@
 #   QEMU's -machine and -cpu -> the board's line in boards.txt: the board
 #       named by $BUDGETGATE_BOARD, else the board of the target in the ELF's
 #       path (target/<triple>/...; one board per target in boards.txt).
+#   flash (issue 15)         -> the host file ${BUDGETGATE_FLASH:-target/flash.bin}
+#       (semihosting file I/O; created and erased if missing): the run and the
+#       audit log survive a kill of QEMU. BUDGETGATE_FLASH=none: no flash.
 # Exit status: QEMU's (101 = firmware panic, 102 = fault).
 set -euo pipefail
 elf="$1"
@@ -40,6 +43,12 @@ qemu=(qemu-system-arm
   -serial "tcp:127.0.0.1:$agent_port,server=on,wait=on,nodelay=on"
   -serial "tcp:127.0.0.1:$console_port,server=on,wait=on,nodelay=on"
   -kernel "$elf" "$@")
+
+# issue 15: the flash file, named on the semihosting command line.
+flash="${BUDGETGATE_FLASH:-target/flash.bin}"
+if [ "$flash" != none ]; then
+  qemu+=(-append "flash=$flash")
+fi
 
 if command -v defmt-print >/dev/null 2>&1; then
   "${qemu[@]}" | defmt-print -e "$elf"

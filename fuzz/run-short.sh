@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 seconds="${FUZZ_SECONDS:-20}"
-targets=(action_json plan_json run_events link_frames ledger_record usage_json duty_window)
+targets=(action_json plan_json run_events link_frames ledger_record usage_json duty_window run_record)
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
     rustup toolchain install nightly --profile minimal

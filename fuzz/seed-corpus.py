@@ -15,6 +15,7 @@ Writes fuzz/corpus/<target>/<sha1> files (the corpus folder is not committed):
 Usage: python3 fuzz/seed-corpus.py   (from anywhere)
 """
 import binascii
+import struct
 import hashlib
 import json
 import pathlib
@@ -99,6 +100,29 @@ def main():
         seeds["link_frames"].add(frame(b"HELLO") + stream + frame(b"STATUS"))
     seeds["link_frames"].add(frame(b"RESET") + b"\r\n\n" + frame(b"STATUS").replace(b"*", b"*0", 1))
     seeds["link_frames"].add(b"STATUS\n" + b"x" * 1100 + b"\n" + frame(b"HELLO")[:-1] + b"\r\n")
+    # Device run records (core/src/resume.rs layout, version 1) and audit
+    # entries: a fresh run, tool rows done and in flight, a stopped run.
+    def run_record(phase, stage, status, limits, rows):
+        body = b"BGR" + bytes([1]) + struct.pack("<I", 1) + bytes([phase, stage, status])
+        body += struct.pack("<Q", 1234) + bytes([limits[0], limits[1]])
+        tools = sum(1 for r in rows if r[0] == 2)
+        body += bytes([tools, len(rows)])
+        for row in rows:
+            if row[0] == 2:
+                body += bytes([2, row[1], len(row[2])]) + row[2] + bytes([len(row[3])]) + row[3]
+            else:
+                body += bytes(row)
+        return body + struct.pack("<I", binascii.crc32(body))
+
+    done = (2, 3, b"c1", b"HassTurnOn")
+    seeds["run_record"] = {
+        run_record(1, 0, 0, (8, 4), []),
+        run_record(1, 0, 0, (8, 4), [done]),
+        run_record(1, 2, 0, (8, 4), [done, (2, 1, b"c2", b"HassValveOpen")]),
+        run_record(1, 3, 1, (8, 4), [done, (0,)]),
+        run_record(1, 3, 4, (8, 0), [(1, 2)]),
+        bytes([1]) + struct.pack("<I", 1) + bytes([0, 2]) + struct.pack("<Q", 5) + b"\x02c1\x0aHassTurnOn",
+    }
     for target, items in seeds.items():
         folder = ROOT / "corpus" / target
         folder.mkdir(parents=True, exist_ok=True)

@@ -95,6 +95,7 @@ use crate::ident::Identifier;
 use crate::limits::{DEFAULT_MAX_RUN_MILLIS, MAX_STEPS, MAX_TOOLS};
 use crate::link::{self, FrameError, Reply, Request, FRAME_MAX, PROTOCOL_VERSION};
 use crate::registry::{tool_set, ToolSpec};
+use crate::resume::{self, AuditEntry, AuditVerdict, ResumeError, RunView, Stage};
 use crate::run::{ObservationData, Progress, Run, RunError, RunLimits, Status, ToolSet, Verdict};
 use crate::run::{ToolSetError, TraceRow};
 
@@ -130,6 +131,10 @@ pub mod word {
     pub const RUN_STOPPED: &str = "run-stopped";
     /// Error: a proposal before the operator started a run.
     pub const NO_RUN: &str = "no-run";
+    /// Error: the gate could not store its state (`Actuators::journal`
+    /// failed) and refuses every proposal until the operator starts a run
+    /// that it can store (fail closed).
+    pub const STORAGE_ERROR: &str = "storage-error";
     /// Error: the gate broke its own invariant (a bug; never expected).
     pub const INTERNAL_ERROR: &str = "internal-error";
     /// Status state: no run started since boot.
@@ -151,6 +156,20 @@ impl fmt::Display for ToolFailure {
 }
 
 impl core::error::Error for ToolFailure {}
+
+/// The board could not store the gate's state ([`Actuators::journal`]):
+/// the gate refuses to go on (fail closed, [`word::STORAGE_ERROR`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct JournalFailure;
+
+impl fmt::Display for JournalFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the gate's state could not be stored")
+    }
+}
+
+impl core::error::Error for JournalFailure {}
 
 /// What a device maker implements: the device's tools acting on its
 /// actuators. The gate calls [`Actuators::execute`] only for a call that
@@ -186,6 +205,20 @@ pub trait Actuators {
     /// check), before any actuator may move: a board can read its cycle
     /// counter here to measure the gate's work. Does nothing by default.
     fn on_verdict(&mut self) {}
+
+    /// Stores the run (`run`, encoded by [`RunView::encode`]) and appends
+    /// `entry` to the audit log, durably, before returning (`SPEC E`,
+    /// durable state; issue 15). Called after every decision and every
+    /// change of the run, before its effect is released: before a call's
+    /// actuator moves (`entry` says `executing`), before its observation or
+    /// stop is written to the agent. A board gives the newest stored record
+    /// to [`DeviceGate::resume`] at boot. A failure makes the gate refuse
+    /// the call and every later proposal ([`word::STORAGE_ERROR`]) until a
+    /// run is started whose start can be stored. Stores nothing by default.
+    fn journal(&mut self, run: &RunView<'_>, entry: &AuditEntry<'_>) -> Result<(), JournalFailure> {
+        let _ = (run, entry);
+        Ok(())
+    }
 }
 
 /// An observation's `data` on the wire: a tool's result or an error word.
@@ -242,12 +275,33 @@ pub enum Answer {
 pub enum StartError {
     /// An approval prompt is waiting for its answer.
     ApprovalPending,
+    /// The new run could not be stored ([`Actuators::journal`] failed): it
+    /// takes no proposal ([`word::STORAGE_ERROR`]).
+    Storage,
 }
 
 impl fmt::Display for StartError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an approval prompt is waiting for its answer")
+        match self {
+            Self::ApprovalPending => f.write_str("an approval prompt is waiting for its answer"),
+            Self::Storage => f.write_str("the new run could not be stored"),
+        }
     }
+}
+
+/// What [`DeviceGate::resume`] found in the stored run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resumed {
+    /// The run's number.
+    pub run: u32,
+    /// `idle`, `running`, or the status it had stopped with.
+    pub state: &'static str,
+    /// Decisions already used.
+    pub decisions: u8,
+    /// The call that was executing (or waiting for approval) when the power
+    /// went: recorded as `interrupted` (executed, not ok, if it was
+    /// executing; not executed if it waited), its actuator driven safe.
+    pub interrupted: Option<Identifier>,
 }
 
 impl core::error::Error for StartError {}
@@ -398,6 +452,12 @@ pub struct DeviceGate<A: Actuators, const TOOLS: usize = MAX_TOOLS> {
     pending_json: [u8; FRAME_MAX],
     actuators: A,
     frame: [u8; FRAME_MAX + 1],
+    /// The clock as last passed in, ms (the time of audit entries).
+    clock_ms: u64,
+    /// Time the run used before the last resume, ms.
+    carried_ms: u64,
+    /// The state could not be stored: proposals are refused.
+    halted: bool,
 }
 
 impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
@@ -415,7 +475,180 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             pending_json: [0; FRAME_MAX],
             actuators,
             frame: [0; FRAME_MAX + 1],
+            clock_ms: 0,
+            carried_ms: 0,
+            halted: false,
         }
+    }
+
+    /// Resumes the run stored in `bytes` (a record [`Actuators::journal`]
+    /// was given) at `now_ms`, on a gate that has started no run since it
+    /// was built: the run's number, budgets used, trace (so its call ids
+    /// stay used) and time used come back as committed, never less (`SPEC
+    /// E`: a reset never gives budget back; time without power is not
+    /// counted). The actuators are driven to their safe state. A call that
+    /// was executing or waiting for approval is recorded `interrupted`
+    /// (journaled, with the stop it causes), and the agent's next proposal
+    /// goes on from there. Refuses (and changes nothing) a record that does
+    /// not decode ([`resume::decode`]), names a tool this gate does not
+    /// have as executed, or comes after a start.
+    pub fn resume(&mut self, bytes: &[u8], now_ms: u64) -> Result<Resumed, ResumeError> {
+        if self.runs != 0 || self.phase != Phase::Idle {
+            return Err(ResumeError::Field("a gate that has started a run"));
+        }
+        let header = resume::decode(bytes)?;
+        let in_flight = matches!(header.stage, Stage::AwaitingApproval | Stage::Executing);
+        if usize::from(header.rows) > self.run.capacity() {
+            return Err(ResumeError::Field("rows"));
+        }
+        let unregistered = resume::rows(bytes, &header).any(|row| {
+            matches!(&row, crate::run::TraceRow::Tool { name, executed: true, .. }
+                if self.run.tools().position(name.as_str()).is_none())
+        });
+        if unregistered {
+            return Err(ResumeError::Field("an executed tool this device lacks"));
+        }
+        // Checked above and by `decode`: the rows fit and the state agrees.
+        let restored = self.run.restore(
+            header.limits,
+            resume::rows(bytes, &header),
+            header.tool_attempts,
+            in_flight,
+            header.status,
+        );
+        if !restored || self.run.trace().len() != usize::from(header.rows) {
+            // Unreachable after `decode`; never a half-restored run.
+            self.run
+                .restore(RunLimits::DEFAULT, core::iter::empty(), 0, false, None);
+            return Err(ResumeError::Field("rows"));
+        }
+        self.runs = header.run;
+        self.clock_ms = now_ms;
+        self.carried_ms = header.used_ms;
+        self.phase = match header.phase {
+            resume::Phase::Idle => Phase::Idle,
+            resume::Phase::Running => Phase::Running { started_ms: now_ms },
+            resume::Phase::TimeUp => Phase::TimeUp,
+            resume::Phase::TimeBudget => Phase::TimeBudget,
+        };
+        self.actuators.safe_state();
+        let mut interrupted = None;
+        if in_flight {
+            let step = self.step().saturating_sub(1);
+            let ids = match self.run.trace().last() {
+                Some(crate::run::TraceRow::Tool { call_id, name, .. }) => {
+                    Some((call_id.clone(), name.clone()))
+                }
+                _ => None,
+            };
+            let progress = match header.stage {
+                Stage::Executing => self.run.complete(None::<&()>).map(|done| done.progress),
+                _ => self.run.refuse(),
+            };
+            if let Some((call_id, name)) = ids {
+                log!(
+                    warn,
+                    "run {=u32} step {=u8}: {=str} {=str}: interrupted by a reset",
+                    self.runs,
+                    step,
+                    call_id.as_str(),
+                    name.as_str()
+                );
+                self.journal(
+                    step,
+                    Some((call_id.as_str(), name.as_str())),
+                    AuditVerdict::Interrupted,
+                );
+                if let Ok(Progress::Stopped(status)) = progress {
+                    self.journal(step, None, AuditVerdict::Stopped(status));
+                }
+                interrupted = Some(call_id);
+            }
+        }
+        log!(
+            info,
+            "run {=u32} resumed: {=str}, {=u8} decisions, {=u64} ms used",
+            self.runs,
+            self.state(),
+            self.step(),
+            self.carried_ms
+        );
+        Ok(Resumed {
+            run: self.runs,
+            state: self.state(),
+            decisions: self.step(),
+            interrupted,
+        })
+    }
+
+    /// Wall time the run has used at `now_ms`, ms (with what it used
+    /// before a resume).
+    fn used_ms(&self, now_ms: u64) -> u64 {
+        match self.phase {
+            Phase::Idle => 0,
+            Phase::Running { started_ms } => now_ms
+                .saturating_sub(started_ms)
+                .saturating_add(self.carried_ms),
+            Phase::TimeUp | Phase::TimeBudget => {
+                u64::from(self.timing.time_budget_ms).max(self.carried_ms)
+            }
+        }
+    }
+
+    /// Hands the run and `verdict` to [`Actuators::journal`]; `false` (and
+    /// the gate halted, actuators safe) if it could not be stored, or the
+    /// gate was halted already.
+    fn journal(&mut self, step: u8, call: Option<(&str, &str)>, verdict: AuditVerdict) -> bool {
+        if self.halted {
+            return false;
+        }
+        let stage = if self.pending.is_some() {
+            Stage::AwaitingApproval
+        } else if self.run.awaiting_outcome() {
+            Stage::Executing
+        } else if self.run.status().is_some() || self.phase == Phase::TimeBudget {
+            Stage::Stopped
+        } else {
+            Stage::AwaitingProposal
+        };
+        let phase = match self.phase {
+            Phase::Idle => resume::Phase::Idle,
+            Phase::Running { .. } => resume::Phase::Running,
+            Phase::TimeUp => resume::Phase::TimeUp,
+            Phase::TimeBudget => resume::Phase::TimeBudget,
+        };
+        let used_ms = self.used_ms(self.clock_ms);
+        let (call_id, tool) = call.unwrap_or(("", ""));
+        let view = RunView {
+            run: self.runs,
+            phase,
+            stage,
+            status: self.run.status(),
+            used_ms,
+            limits: self.run.limits(),
+            tool_attempts: self.run.tool_attempts(),
+            trace: self.run.trace(),
+        };
+        let entry = AuditEntry {
+            run: self.runs,
+            step,
+            call_id,
+            tool,
+            verdict,
+            time_ms: self.clock_ms,
+        };
+        if self.actuators.journal(&view, &entry).is_ok() {
+            return true;
+        }
+        log!(
+            error,
+            "run {=u32} step {=u8}: state not stored; the gate refuses proposals",
+            self.runs,
+            step
+        );
+        self.halted = true;
+        self.actuators.safe_state();
+        false
     }
 
     /// Starts run number `n` (returned, from 1): fresh budgets, the time
@@ -428,7 +661,13 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         self.run = Run::new(limits, self.run.tools().clone());
         self.phase = Phase::Running { started_ms: now_ms };
         self.runs = self.runs.wrapping_add(1);
+        self.clock_ms = now_ms;
+        self.carried_ms = 0;
+        self.halted = false;
         self.actuators.safe_state();
+        if !self.journal(0, None, AuditVerdict::Started) {
+            return Err(StartError::Storage);
+        }
         log!(
             info,
             "run {=u32} started: max_decisions={=u8} max_tool_calls={=u8} time_budget_ms={=u32}",
@@ -491,8 +730,9 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     pub fn snapshot(&self, now_ms: u64) -> Option<Snapshot<'_>> {
         let time_left_ms = match self.phase {
             Phase::Idle => return None,
-            Phase::Running { started_ms } => u64::from(self.timing.time_budget_ms)
-                .saturating_sub(now_ms.saturating_sub(started_ms)),
+            Phase::Running { .. } => {
+                u64::from(self.timing.time_budget_ms).saturating_sub(self.used_ms(now_ms))
+            }
             Phase::TimeUp | Phase::TimeBudget => 0,
         };
         let limits = self.run.limits();
@@ -529,6 +769,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         agent: &mut W,
         console: &mut C,
     ) -> Result<(), IoError<W::Error, C::Error>> {
+        self.clock_ms = now_ms;
         let payload = match frame {
             Ok(payload) => payload,
             Err(e) => {
@@ -597,6 +838,9 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         console: &mut C,
         prompted: &mut Result<(), C::Error>,
     ) -> Result<(), W::Error> {
+        if self.halted {
+            return self.error(agent, word::STORAGE_ERROR);
+        }
         match self.phase {
             Phase::Idle => return self.error(agent, word::NO_RUN),
             Phase::TimeBudget => return self.error(agent, word::RUN_STOPPED),
@@ -617,7 +861,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                 run,
                 step
             );
-            return self.stopped(agent, step, word::TIME_BUDGET);
+            return self.stopped(agent, step, AuditVerdict::TimeBudget);
         }
         let action = ActionRef::parse(json);
         if let Err(e) = &action {
@@ -649,7 +893,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                     step,
                     status.as_str()
                 );
-                return self.stopped(agent, step, status.as_str());
+                return self.stopped(agent, step, AuditVerdict::Stopped(status));
             }
             (Verdict::UnknownTool { progress }, Ok(ActionRef::Tool(call))) => {
                 log!(
@@ -659,6 +903,11 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                     step,
                     call.call_id.as_str(),
                     call.name.as_str()
+                );
+                self.journal(
+                    step,
+                    Some((call.call_id.as_str(), call.name.as_str())),
+                    AuditVerdict::UnknownTool,
                 );
                 self.observation(agent, step, call, false, Data::Word(word::UNKNOWN_TOOL))?;
                 return self.after(agent, step, progress);
@@ -703,6 +952,12 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                 step,
                 deadline_ms: now_ms.saturating_add(u64::from(self.timing.approval_timeout_ms)),
             });
+            let ids = (call.call_id.as_str(), call.name.as_str());
+            if !self.journal(step, Some(ids), AuditVerdict::Asking) {
+                // Not stored: nothing waits; the call is refused.
+                self.pending = None;
+                return self.refuse(agent, step, call, word::TOOL_ERROR);
+            }
             // Pending first: even if the console cannot be written, the
             // timeout still settles the call and the run goes on.
             *prompted = prompt(console, spec, call);
@@ -713,7 +968,10 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
 
     /// Whether a run started at `started_ms` is out of time at `now_ms`.
     fn out_of_time(&self, started_ms: u64, now_ms: u64) -> bool {
-        now_ms.saturating_sub(started_ms) >= u64::from(self.timing.time_budget_ms)
+        now_ms
+            .saturating_sub(started_ms)
+            .saturating_add(self.carried_ms)
+            >= u64::from(self.timing.time_budget_ms)
     }
 
     /// Whether the run has stopped on time, or would now: a later time
@@ -742,6 +1000,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         let Some(pending) = self.pending.take() else {
             return Ok(false);
         };
+        self.clock_ms = now_ms;
         log!(
             info,
             "run {=u32} step {=u8}: {=str}: operator {}",
@@ -795,7 +1054,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             self.refuse(agent, pending.step, call, word::TIME_BUDGET)?;
             if self.run.status().is_none() {
                 self.phase = Phase::TimeBudget;
-                self.stopped(agent, pending.step, word::TIME_BUDGET)?;
+                self.stopped(agent, pending.step, AuditVerdict::TimeBudget)?;
             }
             return Ok(());
         }
@@ -826,8 +1085,11 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                 "run {=u32}: time budget passed; actuators safe",
                 self.runs
             );
+            self.clock_ms = now_ms;
             self.phase = Phase::TimeUp;
             self.actuators.safe_state();
+            let step = self.step();
+            self.journal(step, None, AuditVerdict::TimeBudget);
         }
         match &self.pending {
             Some(p) if now_ms >= p.deadline_ms => self
@@ -845,6 +1107,12 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         call: &ToolCallRef<'_>,
         tool: usize,
     ) -> Result<(), W::Error> {
+        let ids = (call.call_id.as_str(), call.name.as_str());
+        // Stored before the actuator may move: found at boot, this call is
+        // known to have been executing.
+        if !self.journal(step, Some(ids), AuditVerdict::Executing) {
+            return self.refuse(agent, step, call, word::TOOL_ERROR);
+        }
         let result = self.actuators.execute(tool, &call.arguments).ok();
         // Sealed before the run measures it: a result the contract allows
         // (4096 bytes) that one reply frame cannot carry is a `tool-error`
@@ -862,6 +1130,11 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             Err(e) => return self.internal(agent, e),
         };
         let sealed = sealed.filter(|_| matches!(done.data, ObservationData::Result { .. }));
+        let verdict = match sealed {
+            Some(_) => AuditVerdict::Executed,
+            None => AuditVerdict::ToolError,
+        };
+        self.journal(step, Some(ids), verdict);
         log!(
             info,
             "run {=u32} step {=u8}: {=str} {=str}: executed, ok={=bool}",
@@ -892,6 +1165,17 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             Ok(progress) => progress,
             Err(e) => return self.internal(agent, e),
         };
+        let verdict = match why {
+            word::INVALID_ARGUMENTS => AuditVerdict::InvalidArguments,
+            word::APPROVAL_DENIED => AuditVerdict::ApprovalDenied,
+            word::TIME_BUDGET => AuditVerdict::TimeBudget,
+            _ => AuditVerdict::StorageError,
+        };
+        self.journal(
+            step,
+            Some((call.call_id.as_str(), call.name.as_str())),
+            verdict,
+        );
         self.observation(agent, step, call, false, Data::Word(why))?;
         self.after(agent, step, progress)
     }
@@ -912,7 +1196,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                     step,
                     status.as_str()
                 );
-                self.stopped(agent, step, status.as_str())
+                self.stopped(agent, step, AuditVerdict::Stopped(status))
             }
         }
     }
@@ -933,7 +1217,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         &mut self,
         agent: &mut W,
         step: u8,
-        status: &'static str,
+        verdict: AuditVerdict,
     ) -> Result<(), W::Error> {
         // Any stop: nothing on the agent link can move an actuator any more,
         // so none is left where the agent put it (docs/FIRMWARE.md).
@@ -941,6 +1225,8 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         if self.phase == Phase::TimeUp {
             self.phase = Phase::TimeBudget;
         }
+        self.journal(step, None, verdict);
+        let status = verdict.as_str();
         let run = self.runs;
         self.send(agent, &Frame::Stopped { run, step, status })
     }

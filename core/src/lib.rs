@@ -86,6 +86,7 @@ pub mod link;
 pub mod plan;
 pub mod pyjson;
 pub mod registry;
+pub mod resume;
 pub mod run;
 pub mod turn;
 pub mod work;

@@ -304,7 +304,7 @@ pub enum Reply<'a, D: Serialize> {
     Error {
         /// What went wrong (`frame-too-long`, `bad-checksum`,
         /// `missing-checksum`, `malformed-checksum`, `unknown-request`, `not-permitted`, `no-run`,
-        /// `run-stopped`; `internal-error` only for a device bug).
+        /// `run-stopped`, `storage-error`; `internal-error` only for a device bug).
         error: &'a str,
     },
     /// The run's counters.

@@ -585,6 +585,48 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
         &self.tools
     }
 
+    /// Whether a tool outcome is awaited ([`Verdict::Execute`] was given
+    /// and neither [`Run::complete`] nor [`Run::refuse`] has been called).
+    pub fn awaiting_outcome(&self) -> bool {
+        self.state == State::AwaitingOutcome
+    }
+
+    /// Rebuilds this run in place from its stored parts (`crate::resume`),
+    /// which the caller has checked: `trace` rows in step order,
+    /// `tool_attempts` the number of tool rows, a stop row only last, at
+    /// most [`Run::capacity`] rows. Returns `false` (the run then holds the
+    /// rows that fitted) if they do not fit, or `status` comes with a call
+    /// in flight. In place: no second run on the stack.
+    pub(crate) fn restore(
+        &mut self,
+        limits: RunLimits,
+        trace: impl Iterator<Item = TraceRow>,
+        tool_attempts: u8,
+        awaiting_outcome: bool,
+        status: Option<Status>,
+    ) -> bool {
+        self.limits = limits;
+        self.trace.clear();
+        self.tool_attempts = tool_attempts;
+        for row in trace {
+            if self.trace.push(row).is_err() {
+                return false;
+            }
+        }
+        self.state = match (status, awaiting_outcome) {
+            (Some(status), false) => State::Stopped(status),
+            (None, true) => State::AwaitingOutcome,
+            (None, false) => State::AwaitingProposal,
+            (Some(_), true) => return false,
+        };
+        true
+    }
+
+    /// Most trace rows this run holds (`STEPS`).
+    pub const fn capacity(&self) -> usize {
+        STEPS
+    }
+
     fn next_step(&self) -> u8 {
         // The trace never exceeds 32 rows, so this always fits.
         u8::try_from(self.trace.len()).unwrap_or(u8::MAX)

@@ -15,6 +15,7 @@
 //! | `buttons` | `buttons=<n>` |
 //! | `uptime` | `uptime_ms=<n>` |
 //! | `ticks` | `last_frame_ticks=<n> verdict_ticks=<m>`: core clock ticks (`board::SYSCLK_HZ`: 25 MHz on AN385/AN386, 20 MHz on AN505) the last agent frame took, line end to reply, and line end to the gate's verdict on its proposal (0 for other requests); under QEMU `-icount shift=0`, 40 (50 on AN505) instructions per tick |
+//! | `audit` | the flash audit log, oldest first: `audit run=R step=S call=ID tool=NAME verdict=WORD time_ms=T` per entry, then `audit end entries=N` (`error: no flash …` in a build or boot without flash; see `persist`) |
 //! | `stack` | `stack_peak_bytes=<n>`: the stack's high-water mark (only in a build with `--features stack-paint`) |
 //! | `help` | the list of commands |
 //! | `panic` | none: panics (fail-safe test hook: actuators off, QEMU exits 101) |
@@ -61,6 +62,8 @@ pub enum Command {
     Ticks,
     /// Report the stack's high-water mark.
     Stack,
+    /// Print the audit log.
+    Audit,
     /// List commands.
     Help,
     /// Panic on purpose (tests the fail-safe exit path).
@@ -122,6 +125,7 @@ pub fn parse(line: &[u8]) -> Option<Command> {
         b"uptime" => Command::Uptime,
         b"ticks" => Command::Ticks,
         b"stack" => Command::Stack,
+        b"audit" => Command::Audit,
         b"help" => Command::Help,
         b"panic" => Command::Panic,
         _ => Command::Unknown,
@@ -202,8 +206,12 @@ pub fn handle<W: Write>(
             Some(bytes) => reply_number(out, b"stack_peak_bytes=", u64::from(bytes)),
             None => out.write_all(b"error: build with --features stack-paint\n"),
         },
+        #[cfg(feature = "flash")]
+        Command::Audit => crate::persist::write_audit(gate.actuators_mut().journal_mut(), out),
+        #[cfg(not(feature = "flash"))]
+        Command::Audit => out.write_all(b"error: no flash (a build without the flash feature)\n"),
         Command::Help => out.write_all(
-            b"commands: start [D T] status y n timeout MS deadline MS leds tools buttons uptime ticks stack help panic\n",
+            b"commands: start [D T] status y n timeout MS deadline MS leds tools buttons uptime ticks stack audit help panic\n",
         ),
         Command::Panic => panic!("panic requested on the operator console"),
         Command::BadStart => out.write_all(START_USAGE),

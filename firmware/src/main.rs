@@ -1,6 +1,8 @@
 //! budgetgate firmware: the gate between an AI agent and the actuators it
-//! may command, on QEMU `mps2-an386` (Cortex-M4F, the default) or `mps2-an385`
-//! (Cortex-M3): one board per build, a cargo feature (`boards.txt`).
+//! may command, on QEMU `mps2-an386` (Cortex-M4F, the default), `mps2-an385`
+//! (Cortex-M3) or `mps2-an505` (Cortex-M33): one board per build, a cargo
+//! feature (`boards.txt`). With the `flash` feature (default; any board) the
+//! run and an audit log are kept in flash (`persist.rs`).
 //!
 //! * UART0, the agent link: sealed frames (`docs/PROTOCOL.md`), split by the
 //!   core's [`FrameDecoder`] and answered by the core's device gate
@@ -25,6 +27,9 @@ mod board;
 mod config;
 mod console;
 mod line;
+// issue 15: the durable run and the audit log (flash).
+#[cfg(feature = "flash")]
+mod persist;
 mod rx;
 mod tools;
 
@@ -74,6 +79,11 @@ fn main() -> ! {
     static mut AGENT_QUEUE: RxQueue = RxQueue::new();
     static mut AGENT_RX: LinkDecoder = LinkDecoder::new();
     static mut CONSOLE_RX: LineBuffer<CONSOLE_LINE_MAX> = LineBuffer::new();
+    // issue 15: the flash file and the journal over it (persist.rs).
+    #[cfg(feature = "flash")]
+    static mut FLASH_FILE: MaybeUninit<semihosting::fs::File> = MaybeUninit::uninit();
+    #[cfg(feature = "flash")]
+    static mut JOURNAL: MaybeUninit<persist::Journal> = MaybeUninit::uninit();
 
     // The receive interrupt's queue, before the board enables the interrupt.
     let mut agent_queue = rx::install(AGENT_QUEUE);
@@ -99,6 +109,9 @@ fn main() -> ! {
         }
     };
     let _ = console::banner(&mut console);
+    // issue 15: resume the stored run (after the banner, before any frame).
+    #[cfg(feature = "flash")]
+    let _ = persist::boot((FLASH_FILE, JOURNAL), gate, &mut console);
 
     loop {
         if !gate.awaiting_approval() {

@@ -186,6 +186,9 @@ pub struct Home {
     /// Clock ticks at the last proposal's verdict, 0 if none since
     /// [`Home::clear_verdict`] (the console's `ticks`).
     verdict_at: u64,
+    /// Where the gate's journal goes (`persist`); `None`: nothing stored.
+    #[cfg(feature = "flash")]
+    journal: Option<&'static mut crate::persist::Journal>,
 }
 
 impl Home {
@@ -195,9 +198,23 @@ impl Home {
             lamp,
             valve,
             verdict_at: 0,
+            #[cfg(feature = "flash")]
+            journal: None,
         };
         home.safe_state();
         home
+    }
+
+    /// From now on, the gate's journal is stored in `journal` (`persist::boot`).
+    #[cfg(feature = "flash")]
+    pub fn attach(&mut self, journal: &'static mut crate::persist::Journal) {
+        self.journal = Some(journal);
+    }
+
+    /// The flash journal, if one is attached (the console's `audit`).
+    #[cfg(feature = "flash")]
+    pub fn journal_mut(&mut self) -> Option<&mut crate::persist::Journal> {
+        self.journal.as_deref_mut()
     }
 
     /// Forgets the last verdict's clock reading (at a frame's line end).
@@ -256,6 +273,19 @@ impl device::Actuators for Home {
 
     fn on_verdict(&mut self) {
         self.verdict_at = board::clock_ticks().max(1);
+    }
+
+    /// To flash when a journal is attached (`persist`), else nowhere.
+    #[cfg(feature = "flash")]
+    fn journal(
+        &mut self,
+        run: &budgetgate_core::resume::RunView<'_>,
+        entry: &budgetgate_core::resume::AuditEntry<'_>,
+    ) -> Result<(), device::JournalFailure> {
+        match self.journal.as_deref_mut() {
+            Some(journal) => crate::persist::save(journal, run, entry),
+            None => Ok(()),
+        }
     }
 }
 

@@ -96,7 +96,12 @@ impl Operator {
 /// Arguments of `budgetgate device`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(group(clap::ArgGroup::new("link").required(true).args(["tcp", "serial"])))]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct DeviceArgs {
+    /// `audit`: read the device's audit log instead of running a script.
+    #[command(subcommand)]
+    pub action: Option<DeviceAction>,
+
     /// The agent link over TCP, e.g. QEMU's UART0 (`-serial tcp::4440,server=on`).
     #[arg(long, value_name = "HOST:PORT")]
     pub tcp: Option<String>,
@@ -124,8 +129,8 @@ pub struct DeviceArgs {
     /// (if given) are the budgets the run is started with; other keys (such
     /// as tools) are ignored: the device has its own tools. "-" reads
     /// standard input.
-    #[arg(value_name = "SCRIPT.json")]
-    pub script: String,
+    #[arg(value_name = "SCRIPT.json", required = true)]
+    pub script: Option<String>,
 
     /// Print each reply of the device as one JSON line (the frame's payload;
     /// characters a terminal would act on, such as ESC or bidi controls, are
@@ -144,6 +149,19 @@ pub struct DeviceArgs {
     #[arg(long, value_name = "SECS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(REPLY_TIMEOUT_RANGE))]
     pub reply_timeout: u64,
+}
+
+/// What `budgetgate device` does instead of running a script.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum DeviceAction {
+    /// Read the device's audit log (its flash, issue 15) over its console.
+    ///
+    /// Sends `audit` on --console and prints every entry, oldest first:
+    /// run, step, call id, tool, verdict and the device's clock. Exit
+    /// status 0, or 2 on a transport or protocol error (one line on stderr).
+    ///
+    /// Example: budgetgate device audit --console 127.0.0.1:4441 --json
+    Audit(crate::device_audit::AuditArgs),
 }
 
 /// Why `budgetgate device` could not finish; exit status 2.
@@ -1460,12 +1478,12 @@ fn session<P: Port>(
 }
 
 fn run(args: &DeviceArgs) -> Result<SessionEnd, DeviceError> {
-    let text = read_text(&args.script)?;
-    let name = if args.script == "-" {
-        "<stdin>"
-    } else {
-        &args.script
-    };
+    let path = args
+        .script
+        .as_deref()
+        .ok_or_else(|| DeviceError::Usage("give a SCRIPT.json (or `audit`)".into()))?;
+    let text = read_text(path)?;
+    let name = if path == "-" { "<stdin>" } else { path };
     let script = read_script(name, &text)?;
     match (&args.tcp, &args.serial) {
         (Some(address), None) => session(args, connect(address, "agent link")?, &script),
@@ -1495,6 +1513,9 @@ pub fn error_line(e: &DeviceError) -> String {
 /// 1 with any other stop status (or the script ended first), 2 on a usage,
 /// transport or protocol error (one line on stderr).
 pub fn command(args: &DeviceArgs) -> ExitCode {
+    if let Some(DeviceAction::Audit(audit)) = &args.action {
+        return crate::device_audit::command(audit);
+    }
     match run(args) {
         Ok(end) => ExitCode::from(end.exit_code()),
         Err(e) => {

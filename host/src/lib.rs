@@ -10,6 +10,7 @@
 pub mod answer;
 pub mod convert;
 pub mod device;
+pub mod device_audit;
 pub mod driver;
 pub mod eval;
 pub mod gate;

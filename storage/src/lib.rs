@@ -27,9 +27,11 @@
 //! # });
 //! ```
 //!
+//! The device gate's run and its append-only audit log are kept by
+//! [`FlashJournal`] (module [`journal`]), the same way, in two ranges of
+//! their own.
+//!
 //! # Non-features
-//! * No audit log yet: the append-only log of decisions (a `sequential-storage`
-//!   queue beside the map) is the next step of issue 15.
 //! * No blocking API: `sequential-storage` is async over
 //!   `embedded-storage-async`; a firmware without an executor runs the futures
 //!   with a trivial `block_on` (they never wait on anything but the flash).
@@ -41,7 +43,11 @@ use core::fmt;
 use core::ops::Range;
 
 use budgetgate_core::budget::{Ledger, RecordError, RECORD_LEN};
+use budgetgate_core::resume::ResumeError;
+
+pub mod journal;
 use embedded_storage_async::nor_flash::NorFlash;
+pub use journal::{FlashJournal, JournalError};
 use sequential_storage::cache::{Cache, Uncached};
 use sequential_storage::map::{MapConfig, MapStorage};
 
@@ -65,6 +71,9 @@ pub enum StoreError<E> {
     Flash(sequential_storage::Error<E>),
     /// The stored bytes are not a ledger record this build reads.
     Record(RecordError),
+    /// The stored bytes are not a device run record (or audit entry) this
+    /// build reads.
+    Run(ResumeError),
 }
 
 impl<E: fmt::Debug> fmt::Display for StoreError<E> {
@@ -73,6 +82,7 @@ impl<E: fmt::Debug> fmt::Display for StoreError<E> {
             Self::Config => f.write_str("the flash range does not suit the ledger store"),
             Self::Flash(e) => write!(f, "flash: {e:?}"),
             Self::Record(e) => write!(f, "stored ledger: {e}"),
+            Self::Run(e) => write!(f, "stored run: {e}"),
         }
     }
 }

@@ -2,7 +2,9 @@
 //! of `firmware/boards.txt` ([`Board`], [`boards`], [`on_every_board`]).
 //!
 //! * [`Qemu::boot`] builds `firmware/` once per board and test process (a
-//!   nested `cargo build --release` with the board's feature and target),
+//!   nested `cargo build --release` with the board's feature, the `flash`
+//!   feature (the flash store, issue 15) and the board's target;
+//!   [`firmware_image_without_flash`] builds the image without it),
 //!   then starts `qemu-system-arm` with the board's `-machine` and `-cpu`,
 //!   UART0 (agent link) and UART1 (operator console)
 //!   connected, as TCP clients, to two listeners this process opened on
@@ -167,7 +169,7 @@ pub fn firmware_image(board: &Board) -> PathBuf {
                 .unwrap_or_else(|_| boards().first().map(|b| b.name.clone()).unwrap_or_default());
             let image = match std::env::var_os("BUDGETGATE_FIRMWARE_IMAGE") {
                 Some(path) if image_board == board.name => Ok(PathBuf::from(path)),
-                _ => build_firmware(board),
+                _ => build_firmware(board, true, None),
             };
             images.push((board.name.clone(), image.clone()));
             image
@@ -203,12 +205,47 @@ fn leaks_into_nested_cargo(key: &OsStr) -> bool {
     ) || key.starts_with("__CARGO")
 }
 
+/// `board`'s firmware ELF built without the flash store (issue 15:
+/// `--features BOARD`, no `flash`), once per board and process, in its own
+/// target directory (`firmware/target/no-flash`) so that it never replaces
+/// the image [`firmware_image`] returns. Panics with cargo's output if the
+/// build fails.
+pub fn firmware_image_without_flash(board: &Board) -> PathBuf {
+    static IMAGES: Mutex<Vec<(String, Result<PathBuf, String>)>> = Mutex::new(Vec::new());
+    let mut images = IMAGES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let image = match images.iter().find(|(name, _)| *name == board.name) {
+        Some((_, image)) => image.clone(),
+        None => {
+            let target = firmware_dir().join("target").join("no-flash");
+            let image = build_firmware(board, false, Some(&target));
+            images.push((board.name.clone(), image.clone()));
+            image
+        }
+    };
+    match image {
+        Ok(path) => path,
+        Err(message) => panic!("{message}"),
+    }
+}
+
 /// `cargo build --release` of `firmware/` for `board` (its feature and
-/// target), run from inside `firmware/` so that `firmware/.cargo/config.toml`
-/// (linker scripts) applies.
-fn build_firmware(board: &Board) -> Result<PathBuf, String> {
+/// target), with the flash store (feature `flash`, issue 15) if `flash`,
+/// into `target_dir` if given, run from inside `firmware/` so that
+/// `firmware/.cargo/config.toml` (linker scripts) applies.
+fn build_firmware(
+    board: &Board,
+    flash: bool,
+    target_dir: Option<&Path>,
+) -> Result<PathBuf, String> {
     let dir = firmware_dir();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let features = if flash {
+        format!("{},flash", board.name)
+    } else {
+        board.name.clone()
+    };
     let mut command = Command::new(&cargo);
     command
         .current_dir(&dir)
@@ -219,10 +256,13 @@ fn build_firmware(board: &Board) -> Result<PathBuf, String> {
             "--message-format=json-render-diagnostics",
             "--no-default-features",
         ])
-        .args(["--features", &board.name, "--target", &board.target])
+        .args(["--features", &features, "--target", &board.target])
         .arg("--manifest-path")
         .arg(dir.join("Cargo.toml"))
         .stdin(Stdio::null());
+    if let Some(target_dir) = target_dir {
+        command.arg("--target-dir").arg(target_dir);
+    }
     for (key, _) in std::env::vars_os() {
         if leaks_into_nested_cargo(&key) {
             command.env_remove(key);
