@@ -41,10 +41,20 @@ pub fn read_bounded(reader: impl Read, limit: u64) -> Result<Vec<u8>, ReadError>
 }
 
 /// Reads the file at `path` (`-`: standard input) of at most `limit` bytes.
-/// A regular file known to be larger is refused before reading.
+/// A regular file known to be larger is refused before reading; a FIFO
+/// (whose opening would wait for a writer forever), a socket or a directory
+/// is refused before it is opened. A device is read, bounded (`/dev/zero` is
+/// refused as too large once `limit` bytes are read).
 pub fn read_path(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     if path == Path::new("-") {
         return read_bounded(std::io::stdin().lock(), limit);
+    }
+    let meta = std::fs::metadata(path).map_err(ReadError::Io)?;
+    if waits_or_is_no_file(&meta) {
+        return Err(ReadError::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a file that can be read (a FIFO, a socket or a directory); give - to read standard input",
+        )));
     }
     let file = std::fs::File::open(path).map_err(ReadError::Io)?;
     if file
@@ -54,4 +64,18 @@ pub fn read_path(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
         return Err(ReadError::TooLarge { limit });
     }
     read_bounded(file, limit)
+}
+
+/// A directory, a FIFO or a socket: what [`read_path`] refuses to open.
+fn waits_or_is_no_file(meta: &std::fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let kind = meta.file_type();
+        kind.is_dir() || kind.is_fifo() || kind.is_socket()
+    }
+    #[cfg(not(unix))]
+    {
+        meta.is_dir()
+    }
 }

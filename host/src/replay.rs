@@ -419,12 +419,15 @@ fn build_rules(
     Ok((rules, known, notes))
 }
 
+/// Why a budget with a `[subagent]` table is refused by replay.
+const SUBAGENT_NOT_APPLIED: &str = "[subagent] limits are applied by `budgetgate hook` only in this version; replay does not apply them yet, and refuses rather than replay as if they held (replay with a copy of the budget without its [subagent] table: sub-agents' spend still counts in the session's budget)";
+
 /// Replays a session through the gate.
 pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String> {
     // Known to the budget file, not yet applied by replay: refusing is the
     // only honest answer (a cost budget must never count a call as free).
     if budget.subagent != budget::SubagentLimits::default() {
-        return Err("[subagent] is applied by `budgetgate hook` only in this version; replay does not apply it yet (remove it from the budget to replay)".into());
+        return Err(SUBAGENT_NOT_APPLIED.into());
     }
     let (rules, known_tools, mut notes) = build_rules(session, budget)?;
     let limits = budget.limits;
@@ -889,6 +892,19 @@ impl Report {
         crate::term::to_safe_json(self)
     }
 
+    /// Where the run stopped, in words: `at turn T` (before that call, or
+    /// by that response's own stop reason), `before turn N, the call after
+    /// the last response`, or `at an unknown turn` (run totals only).
+    pub fn stop_place(&self, stopped: &Stopped) -> String {
+        match stopped.turn {
+            None => "at an unknown turn".to_owned(),
+            Some(t) if t == self.per_turn.len() => {
+                format!("before turn {t}, the call after the last response")
+            }
+            Some(t) => format!("at turn {t}"),
+        }
+    }
+
     /// The readable table `budgetgate replay` prints by default. Every text
     /// taken from the recording (and the file name) is shown through
     /// [`terminal_safe`].
@@ -1097,13 +1113,7 @@ impl Report {
         }
         match &self.stopped {
             Some(s) => {
-                let at = match s.turn {
-                    None => "at an unknown turn".to_owned(),
-                    Some(t) if t == self.per_turn.len() => {
-                        format!("before turn {t}, the call after the last response")
-                    }
-                    Some(t) => format!("at turn {t}"),
-                };
+                let at = self.stop_place(s);
                 let _ = writeln!(
                     out,
                     "stopped: {at}: {} ({})",
@@ -1255,7 +1265,11 @@ fn load_budget(args: &ReplayArgs) -> Result<ReplayBudget, (String, String)> {
             let name = input_name(path);
             let text = read_input(path, MAX_BUDGET_BYTES, "a budget file")
                 .map_err(|e| (name.clone(), e))?;
-            parse_budget(&text).map_err(|e| (name, e))?
+            let budget = parse_budget(&text).map_err(|e| (name.clone(), e))?;
+            if budget.subagent != budget::SubagentLimits::default() {
+                return Err((name, SUBAGENT_NOT_APPLIED.into()));
+            }
+            budget
         }
         None => ReplayBudget::default(),
     };

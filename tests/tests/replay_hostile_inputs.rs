@@ -1182,3 +1182,86 @@ fn a_cassette_header_given_twice_is_refused() {
         assert!(err.starts_with("interaction 0: response: header"), "{err}");
     }
 }
+
+/// A FIFO never stalls a replay (fail fast): named as the recording, as the
+/// budget, or met in a directory walk (where it is one unreadable row and the
+/// others are replayed), it is refused without being opened, since opening
+/// one waits for a writer forever.
+#[cfg(unix)]
+#[test]
+fn a_fifo_is_refused_without_waiting_for_a_writer() {
+    let dir = std::env::temp_dir().join(format!("budgetgate-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("stuck.jsonl");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::fs::copy(example("claude-code.jsonl"), dir.join("good.jsonl")).unwrap();
+    let (status, _, err) = run(&args(fifo.clone()));
+    assert_eq!(status, ExitCode::from(2));
+    assert!(err.contains("stuck.jsonl") && err.contains("FIFO"), "{err}");
+    let mut with_budget = args(example("claude-code.jsonl"));
+    with_budget.budget = Some(fifo.clone());
+    let (status, _, err) = run(&with_budget);
+    assert_eq!(status, ExitCode::from(2));
+    assert!(err.contains("FIFO"), "{err}");
+    let (status, out, _) = run(&args(dir.clone()));
+    assert_eq!(
+        status,
+        ExitCode::from(2),
+        "one unreadable recording: exit 2"
+    );
+    assert!(
+        out.contains("unreadable") && out.contains("good.jsonl"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A budget replay cannot apply is refused naming the budget file, not the
+/// recording, and saying how to replay anyway.
+#[test]
+fn a_subagent_budget_is_refused_naming_the_budget_file() {
+    let budget = temp_file("b.toml", b"[subagent]\nmax_tokens = 10\n");
+    let mut a = args(example("claude-code.jsonl"));
+    a.budget = Some(budget);
+    let (status, _, err) = run(&a);
+    assert_eq!(status, ExitCode::from(2));
+    assert!(
+        err.starts_with("budgetgate replay: ") && err.contains("b.toml"),
+        "{err}"
+    );
+    assert!(!err.contains("claude-code.jsonl"), "{err}");
+    assert!(err.contains("without its [subagent] table"), "{err}");
+}
+
+/// The summary table of several recordings says where each stopped as its
+/// own report does (`at turn 3`: the response's own `max_tokens`, not
+/// "before turn 3"), and shows an overshoot even when the run also stopped.
+#[test]
+fn the_summary_table_says_where_a_run_stopped_as_its_report_does() {
+    let mut a = args(example("anthropic-exchanges.jsonl"));
+    a.more = vec![example("claude-code.jsonl")];
+    let (_, out, _) = run(&a);
+    let row = out
+        .lines()
+        .find(|l| l.contains("anthropic-exchanges.jsonl"))
+        .unwrap();
+    assert!(row.contains("stopped at turn 3: max_tokens"), "{row}");
+    let budget = temp_file(
+        "cost-overshoot.toml",
+        b"[budget]\nmax_cost_usd = 0.01\n[prices.claude-example-1]\ninput = 3\noutput = 15\ncache_read = 0.3\ncache_write = 3.75\n",
+    );
+    let mut a = args(example("claude-code.jsonl"));
+    a.more = vec![example("claude-code.jsonl")];
+    a.budget = Some(budget);
+    let (_, out, _) = run(&a);
+    let row = out.lines().nth(1).unwrap();
+    assert!(
+        row.contains("stopped at turn 3: cost, overshot cost by"),
+        "{row}"
+    );
+}

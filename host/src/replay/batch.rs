@@ -176,15 +176,18 @@ pub fn run(
             match result {
                 Err(e) => writeln!(out, "{name:<48} unreadable: {}", terminal_safe(e))?,
                 Ok(r) => {
-                    let stop = match (&r.stopped, &r.overshoot) {
-                        (Some(s), _) => format!(
-                            "stopped {}: {}",
-                            s.turn.map_or("at an unknown turn".into(), |t| format!(
-                                "before turn {t}"
-                            )),
-                            terminal_safe(&s.reason)
-                        ),
-                        (None, Some(o)) => format!("overshot {} by {}", o.limit, o.by),
+                    // As the single report says it, and the overshoot too
+                    // when the run was also stopped.
+                    let stopped = r.stopped.as_ref().map(|s| {
+                        format!("stopped {}: {}", r.stop_place(s), terminal_safe(&s.reason))
+                    });
+                    let overshot = r
+                        .overshoot
+                        .as_ref()
+                        .map(|o| format!("overshot {} by {}", o.limit, o.by));
+                    let stop = match (stopped, overshot) {
+                        (Some(s), Some(o)) => format!("{s}, {o}"),
+                        (Some(one), None) | (None, Some(one)) => one,
                         (None, None) => "-".into(),
                     };
                     let refused: u32 = r.refusals.values().sum();
