@@ -217,7 +217,11 @@ fn budget(args: &StrictObject, key: &str, default: u32) -> Result<u32, EvalError
         None => Ok(default),
         Some(raw) => as_int(raw)
             .and_then(|v| u32::try_from(v).ok())
-            .ok_or_else(|| invalid(format!("`{key}` must be an integer"))),
+            .ok_or_else(|| {
+                invalid(format!(
+                    "`{key}` must be an integer (max_decisions 1..=32, max_tool_calls 0..=16)"
+                ))
+            }),
     }
 }
 

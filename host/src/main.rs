@@ -14,8 +14,9 @@ use clap::{Parser, Subcommand};
     name = "budgetgate",
     version,
     after_help = "\
-Exit status (plan and run): 0 complete, 1 stopped by a limit or budget,
-2 invalid input (a one-line error on stderr names the file and the rule).
+Exit status (plan, run, replay, device): 0 complete, 1 stopped by a limit
+or budget, 2 invalid input (a one-line error on stderr names the file and the
+rule); each subcommand's --help gives its own.
 
 Examples:
   budgetgate plan examples/plan.json --limits examples/limits.json
