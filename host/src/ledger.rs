@@ -271,10 +271,32 @@ impl Store {
         for row in rows {
             let (session, agent, record, updated_ms) = row.map_err(self.sql())?;
             out.push(ListedLedger {
-                ledger: Ledger::from_record(&record),
+                ledger: Ledger::from_record(&record).map_err(|e| e.to_string()),
                 session,
                 agent,
                 updated_ms: u64::try_from(updated_ms).unwrap_or(0),
+            });
+        }
+        // Sessions whose ledger was lost: refused until reset, so listed.
+        let mut lost = self
+            .conn
+            .prepare(
+                "SELECT DISTINCT session FROM (
+                     SELECT session FROM transcripts UNION SELECT session FROM responses
+                     UNION SELECT session FROM call_ids)
+                 WHERE session NOT IN (SELECT session FROM ledgers WHERE agent = '')
+                 ORDER BY session",
+            )
+            .map_err(self.sql())?;
+        let sessions = lost
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(self.sql())?;
+        for session in sessions {
+            out.push(ListedLedger {
+                session: session.map_err(self.sql())?,
+                agent: String::new(),
+                ledger: Err(LOST_LEDGER.to_owned()),
+                updated_ms: 0,
             });
         }
         Ok(out)
@@ -343,6 +365,10 @@ impl Store {
     }
 }
 
+/// What a listing says of a session that has state (call ids, transcripts
+/// read) but no ledger record: deleted by hand, or by a tool.
+pub const LOST_LEDGER: &str = "no ledger record, though the session has state (the record was deleted): every gated call is refused until `budgetgate ledger reset SESSION`";
+
 /// One stored ledger as listed.
 #[derive(Debug)]
 pub struct ListedLedger {
@@ -350,8 +376,10 @@ pub struct ListedLedger {
     pub session: String,
     /// The sub-agent id, empty for the session itself.
     pub agent: String,
-    /// The ledger, or why its record does not decode.
-    pub ledger: Result<Ledger, RecordError>,
+    /// The ledger, or why it cannot be read: its record does not decode,
+    /// or the session has state but lost its ledger ([`LOST_LEDGER`]).
+    /// Every gated call of such a session is refused.
+    pub ledger: Result<Ledger, String>,
     /// When it was last written, in milliseconds since the Unix epoch.
     pub updated_ms: u64,
 }

@@ -235,7 +235,7 @@ fn table(out: &mut String, entry: &ListedLedger) {
         Err(e) => {
             let _ = writeln!(
                 out,
-                "    unreadable record: {e} (the hook refuses every call of this session)"
+                "    unreadable: {e} (every gated call of this session is refused)"
             );
             return;
         }

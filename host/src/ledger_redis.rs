@@ -146,7 +146,11 @@ impl RedisStore {
     }
 
     /// Every stored ledger, as [`crate::ledger::Store::list`] gives them:
-    /// sessions found by `SCAN` over `bg:{*}:ledger`, newest update first.
+    /// sessions found by `SCAN` over `bg:{*}:ledger` and `bg:{*}:calls`,
+    /// newest update first. A session whose keys cannot be read as a ledger
+    /// (a key of another type, a record that does not decode) is listed with
+    /// the reason, as is one with calls but no ledger
+    /// ([`crate::ledger::LOST_LEDGER`]); the listing goes on.
     pub fn list(&mut self) -> Result<Vec<ListedLedger>, StoreError> {
         let url = self.url.clone();
         let fail = |e: redis::RedisError| StoreError::Redis {
@@ -154,26 +158,48 @@ impl RedisStore {
             detail: e.to_string(),
         };
         let conn = self.connection()?;
-        let names: Vec<String> = conn
-            .scan_match::<_, String>("bg:{*}:ledger")
-            .map_err(&fail)?
-            .collect::<Result<_, _>>()
-            .map_err(&fail)?;
+        let mut sessions = std::collections::BTreeSet::new();
+        for pattern in ["bg:{*}:ledger", "bg:{*}:calls"] {
+            let names: Vec<String> = conn
+                .scan_match::<_, String>(pattern)
+                .map_err(&fail)?
+                .collect::<Result<_, _>>()
+                .map_err(&fail)?;
+            sessions.extend(names.iter().filter_map(|n| session_of(n)));
+        }
         let mut out = Vec::new();
-        for name in names {
-            let Some(session) = session_of(&name) else {
-                continue;
-            };
-            let records: Vec<(String, Vec<u8>)> = conn.hgetall(&name).map_err(fail)?;
+        for session in sessions {
+            let records: Result<Vec<(String, Vec<u8>)>, _> = conn.hgetall(key(&session, "ledger"));
             let updated: Vec<(String, u64)> =
-                conn.hgetall(key(&session, "updated")).map_err(fail)?;
+                conn.hgetall(key(&session, "updated")).unwrap_or_default();
+            let records = match records {
+                Ok(records) => records,
+                Err(e) => {
+                    out.push(ListedLedger {
+                        session,
+                        agent: String::new(),
+                        ledger: Err(format!("its ledger key cannot be read: {e}")),
+                        updated_ms: 0,
+                    });
+                    continue;
+                }
+            };
+            let has_calls: bool = conn.exists(key(&session, "calls")).unwrap_or(true);
+            if has_calls && !records.iter().any(|(agent, _)| agent.is_empty()) {
+                out.push(ListedLedger {
+                    session: session.clone(),
+                    agent: String::new(),
+                    ledger: Err(crate::ledger::LOST_LEDGER.to_owned()),
+                    updated_ms: 0,
+                });
+            }
             for (agent, record) in records {
                 let updated_ms = updated
                     .iter()
                     .find(|(a, _)| *a == agent)
                     .map_or(0, |(_, at)| *at);
                 out.push(ListedLedger {
-                    ledger: Ledger::from_record(&record),
+                    ledger: Ledger::from_record(&record).map_err(|e| e.to_string()),
                     session: session.clone(),
                     agent,
                     updated_ms,
@@ -259,9 +285,9 @@ impl RedisStore {
     }
 }
 
-/// The session a `bg:{TAG}:ledger` key is of (the tag unescaped).
+/// The session a `bg:{TAG}:WHAT` key is of (the tag unescaped).
 fn session_of(name: &str) -> Option<String> {
-    let tag = name.strip_prefix("bg:{")?.strip_suffix("}:ledger")?;
+    let tag = name.strip_prefix("bg:{")?.rsplit_once("}:")?.0;
     Some(
         tag.replace("%7D", "}")
             .replace("%7B", "{")

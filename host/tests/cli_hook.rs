@@ -376,7 +376,7 @@ fn a_corrupt_ledger_record_refuses_every_call() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("unreadable record"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("unreadable: "));
 }
 
 /// The ledger's lock held past the deadline (another process stuck in a
@@ -852,7 +852,8 @@ fn a_spent_budget_also_stops_the_agent_loop() {
 
 /// `ledger reset` forgives what was used without counting the transcript
 /// again; a ledger removed by hand (or by a tool) while the session's other
-/// state stays is refused until an operator resets it.
+/// state stays is refused until an operator resets it, and `ledger list` and
+/// `show` name it with the reason.
 #[test]
 fn reset_forgives_usage_and_a_removed_ledger_is_refused() {
     let s = Setup::new(BUDGET);
@@ -882,6 +883,23 @@ fn reset_forgives_usage_and_a_removed_ledger_is_refused() {
         String::from_utf8_lossy(&out.stderr).contains("lost its ledger"),
         "{out:?}"
     );
+    // The operator can find it: listed and shown with the reason (exit 1).
+    for cmd in [
+        &["ledger", "list", "--state"][..],
+        &["ledger", "show", "s1", "--state"],
+    ] {
+        let out = Command::new(bin())
+            .args(cmd)
+            .arg(s.path("state"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{cmd:?}: {text}");
+        assert!(
+            text.contains("s1") && text.contains("no ledger record"),
+            "{text}"
+        );
+    }
     assert_eq!(reset(&s).status.code(), Some(0));
     assert_eq!(
         decision(&s.run(&s.pre("Read", json!({"a": 1}), "u3"))),

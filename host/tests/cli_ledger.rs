@@ -86,6 +86,60 @@ fn the_ledger_commands_read_and_reset_a_redis_ledger() {
     );
 }
 
+/// A session the gateways refuse is listed with the reason, and one bad key
+/// does not hide the others: a session whose ledger key is of another type,
+/// and one with calls but no ledger (deleted by hand), are listed as
+/// unreadable (exit 1) beside the sound ones.
+#[test]
+fn a_redis_listing_names_broken_sessions_and_goes_on() {
+    let Some(redis) = common::redis::redis() else {
+        return;
+    };
+    let mut store = RedisStore::open(&redis.url, Duration::from_secs(5)).expect("client");
+    for session in ["good", "lost"] {
+        store
+            .decide(session, |tx| {
+                tx.put_ledger(session, "", &Ledger::new(0), 1_764_590_000_000)?;
+                tx.put_call(session, "c1", 7, "{}")
+            })
+            .expect("stored");
+    }
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg("bg:{lost}:ledger")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("bg:{wrong}:ledger")
+        .arg("str")
+        .query(&mut conn)
+        .unwrap();
+    let (code, out, err) = ledger_cmd(&["list", "--json", "--ledger", &redis.url]);
+    assert_eq!(code, Some(1), "{err}");
+    let rows: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    let row = |s: &str| {
+        rows.iter()
+            .find(|r| r["session"] == s)
+            .unwrap_or_else(|| panic!("{s}: {out}"))
+    };
+    assert!(row("good")["limits"].is_object());
+    assert!(row("lost")["error"]
+        .as_str()
+        .unwrap()
+        .contains("no ledger record"));
+    assert!(
+        row("wrong")["error"]
+            .as_str()
+            .unwrap()
+            .contains("WRONGTYPE"),
+        "{out}"
+    );
+}
+
 /// Fail closed, and a clear error: an unreachable Redis ledger is exit 2
 /// naming the URL; an unknown scheme names what this build reads.
 #[test]
