@@ -639,6 +639,17 @@ impl Watchdog {
         self.tripped
     }
 
+    /// Changes the timeout (a configuration the operator changed); what was
+    /// fed and whether it tripped stay.
+    pub fn set_timeout(&mut self, timeout_ms: u64) {
+        self.timeout_ms = timeout_ms;
+    }
+
+    /// The timeout, ms.
+    pub const fn timeout_ms(&self) -> u64 {
+        self.timeout_ms
+    }
+
     /// Clears a tripped watchdog (the operator's action), fed at `now_ms`.
     pub fn reset(&mut self, now_ms: u64) {
         self.tripped = false;

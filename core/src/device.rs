@@ -91,6 +91,7 @@ use embedded_io::Write;
 use serde::Serialize;
 
 use crate::action::{ActionRef, ArgumentsRef, ToolCallRef};
+use crate::budget::Watchdog;
 use crate::ident::Identifier;
 use crate::limits::{DEFAULT_MAX_RUN_MILLIS, MAX_STEPS, MAX_TOOLS};
 use crate::link::{self, FrameError, Reply, Request, FRAME_MAX, PROTOCOL_VERSION};
@@ -135,6 +136,11 @@ pub mod word {
     /// failed) and refuses every proposal until the operator starts a run
     /// that it can store (fail closed).
     pub const STORAGE_ERROR: &str = "storage-error";
+    /// Error, and status state: the dead-man switch tripped (no valid frame
+    /// on the agent link for [`super::Timing::dead_man_ms`] while an
+    /// actuator was out of its safe state); every proposal is refused until
+    /// the operator starts a run.
+    pub const DEAD_MAN: &str = "dead-man";
     /// Error: the gate broke its own invariant (a bug; never expected).
     pub const INTERNAL_ERROR: &str = "internal-error";
     /// Status state: no run started since boot.
@@ -240,6 +246,15 @@ pub struct Timing {
     pub time_budget_ms: u32,
     /// How long an approval prompt waits; no answer in time is a refusal.
     pub approval_timeout_ms: u32,
+    /// The dead-man switch, ms (0: off): when no valid frame has come on the
+    /// agent link for this long while an actuator may be out of its safe
+    /// state (a tool ran since the gate last drove them safe), and no call
+    /// waits for the operator, [`DeviceGate::poll`] drives the actuators
+    /// safe, logs it ([`AuditVerdict::DeadMan`]) and refuses every proposal
+    /// ([`word::DEAD_MAN`]) until the operator starts a run: the host
+    /// crashing or its link dropping never leaves a valve open. Any valid
+    /// frame feeds it, so a host with nothing to propose sends `STATUS`.
+    pub dead_man_ms: u32,
 }
 
 impl Timing {
@@ -247,6 +262,7 @@ impl Timing {
     pub const DEFAULT: Self = Self {
         time_budget_ms: DEFAULT_MAX_RUN_MILLIS as u32,
         approval_timeout_ms: 30_000,
+        dead_man_ms: 0,
     };
 }
 
@@ -456,8 +472,15 @@ pub struct DeviceGate<A: Actuators, const TOOLS: usize = MAX_TOOLS> {
     clock_ms: u64,
     /// Time the run used before the last resume, ms.
     carried_ms: u64,
-    /// The state could not be stored: proposals are refused.
-    halted: bool,
+    /// Why proposals are refused until the operator starts a run: the
+    /// state could not be stored ([`word::STORAGE_ERROR`]), or the dead-man
+    /// switch tripped ([`word::DEAD_MAN`]).
+    halted: Option<&'static str>,
+    /// A tool ran since the gate last drove the actuators safe.
+    moved: bool,
+    /// The dead-man switch's clock: fed by every valid frame on the agent
+    /// link and every operator answer ([`Timing::dead_man_ms`]).
+    dead_man: Watchdog,
 }
 
 impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
@@ -477,7 +500,9 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             frame: [0; FRAME_MAX + 1],
             clock_ms: 0,
             carried_ms: 0,
-            halted: false,
+            halted: None,
+            moved: false,
+            dead_man: Watchdog::new(u64::from(timing.dead_man_ms), 0),
         }
     }
 
@@ -531,7 +556,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             resume::Phase::TimeUp => Phase::TimeUp,
             resume::Phase::TimeBudget => Phase::TimeBudget,
         };
-        self.actuators.safe_state();
+        self.safe();
         let mut interrupted = None;
         if in_flight {
             let step = self.step().saturating_sub(1);
@@ -599,7 +624,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     /// the gate halted, actuators safe) if it could not be stored, or the
     /// gate was halted already.
     fn journal(&mut self, step: u8, call: Option<(&str, &str)>, verdict: AuditVerdict) -> bool {
-        if self.halted {
+        if self.halted.is_some() {
             return false;
         }
         let stage = if self.pending.is_some() {
@@ -646,8 +671,8 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             self.runs,
             step
         );
-        self.halted = true;
-        self.actuators.safe_state();
+        self.halted = Some(word::STORAGE_ERROR);
+        self.safe();
         false
     }
 
@@ -663,8 +688,9 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         self.runs = self.runs.wrapping_add(1);
         self.clock_ms = now_ms;
         self.carried_ms = 0;
-        self.halted = false;
-        self.actuators.safe_state();
+        self.halted = None;
+        self.dead_man.reset(now_ms);
+        self.safe();
         if !self.journal(0, None, AuditVerdict::Started) {
             return Err(StartError::Storage);
         }
@@ -688,6 +714,12 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     /// of later runs. A run that already stopped on time stays stopped.
     pub fn set_time_budget(&mut self, ms: u32) {
         self.timing.time_budget_ms = ms;
+    }
+
+    /// Sets the dead-man switch ([`Timing::dead_man_ms`]; 0: off).
+    pub fn set_dead_man(&mut self, ms: u32) {
+        self.timing.dead_man_ms = ms;
+        self.dead_man.set_timeout(u64::from(ms));
     }
 
     /// The two clocks' settings.
@@ -719,6 +751,9 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
 
     /// `idle`, `running`, or the status the run stopped with.
     pub fn state(&self) -> &'static str {
+        if let Some(why) = self.halted.filter(|w| *w == word::DEAD_MAN) {
+            return why;
+        }
         match self.phase {
             Phase::Idle => word::IDLE,
             Phase::TimeUp | Phase::TimeBudget => word::TIME_BUDGET,
@@ -771,7 +806,11 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     ) -> Result<(), IoError<W::Error, C::Error>> {
         self.clock_ms = now_ms;
         let payload = match frame {
-            Ok(payload) => payload,
+            Ok(payload) => {
+                // A frame that passed its checksum: the host is there.
+                self.dead_man.feed(now_ms);
+                payload
+            }
             Err(e) => {
                 log!(warn, "agent link: {} (no decision used)", e);
                 return self.error(agent, e.as_str()).map_err(IoError::Agent);
@@ -838,8 +877,8 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         console: &mut C,
         prompted: &mut Result<(), C::Error>,
     ) -> Result<(), W::Error> {
-        if self.halted {
-            return self.error(agent, word::STORAGE_ERROR);
+        if let Some(why) = self.halted {
+            return self.error(agent, why);
         }
         match self.phase {
             Phase::Idle => return self.error(agent, word::NO_RUN),
@@ -1001,6 +1040,8 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             return Ok(false);
         };
         self.clock_ms = now_ms;
+        // The host waited for this answer: the dead-man counts from here.
+        self.dead_man.feed(now_ms);
         log!(
             info,
             "run {=u32} step {=u8}: {=str}: operator {}",
@@ -1087,16 +1128,53 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             );
             self.clock_ms = now_ms;
             self.phase = Phase::TimeUp;
-            self.actuators.safe_state();
+            self.safe();
             let step = self.step();
             self.journal(step, None, AuditVerdict::TimeBudget);
         }
+        self.check_dead_man(now_ms, console)
+            .map_err(IoError::Console)?;
         match &self.pending {
             Some(p) if now_ms >= p.deadline_ms => self
                 .on_answer(Answer::Timeout, now_ms, agent, console)
                 .map(|_| ()),
             _ => Ok(()),
         }
+    }
+
+    /// The dead-man switch ([`Timing::dead_man_ms`]): trips when a tool ran
+    /// since the actuators were last made safe, no call waits for the
+    /// operator, and no valid frame came for that long.
+    fn check_dead_man<C: Write>(&mut self, now_ms: u64, console: &mut C) -> Result<(), C::Error> {
+        if self.dead_man.timeout_ms() == 0
+            || !self.moved
+            || self.pending.is_some()
+            || self.halted.is_some()
+            || !self.dead_man.check(now_ms)
+        {
+            return Ok(());
+        }
+        self.clock_ms = now_ms;
+        self.safe();
+        let step = self.step();
+        self.journal(step, None, AuditVerdict::DeadMan);
+        // A journal that failed halted the gate already (storage-error).
+        self.halted.get_or_insert(word::DEAD_MAN);
+        log!(
+            warn,
+            "run {=u32}: dead-man: no frame for {=u64} ms with an actuator out of its safe state; actuators safe",
+            self.runs,
+            self.dead_man.timeout_ms()
+        );
+        console.write_all(
+            b"dead-man: no valid frame on the agent link in time; actuators safe; start a run to go on\n",
+        )
+    }
+
+    /// Drives every actuator to its safe state.
+    fn safe(&mut self) {
+        self.actuators.safe_state();
+        self.moved = false;
     }
 
     /// Runs an accepted, checked (and, if needed, approved) call and replies.
@@ -1113,6 +1191,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         if !self.journal(step, Some(ids), AuditVerdict::Executing) {
             return self.refuse(agent, step, call, word::TOOL_ERROR);
         }
+        self.moved = true;
         let result = self.actuators.execute(tool, &call.arguments).ok();
         // Sealed before the run measures it: a result the contract allows
         // (4096 bytes) that one reply frame cannot carry is a `tool-error`
@@ -1221,7 +1300,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     ) -> Result<(), W::Error> {
         // Any stop: nothing on the agent link can move an actuator any more,
         // so none is left where the agent put it (docs/FIRMWARE.md).
-        self.actuators.safe_state();
+        self.safe();
         if self.phase == Phase::TimeUp {
             self.phase = Phase::TimeBudget;
         }

@@ -545,6 +545,10 @@ pub enum AuditVerdict {
     Interrupted,
     /// The gate could not store its state and refused the call (fail closed).
     StorageError,
+    /// No valid frame came on the agent link for the dead-man time while an
+    /// actuator was out of its safe state: the gate drove it safe and
+    /// refuses proposals until the operator starts a run.
+    DeadMan,
 }
 
 impl AuditVerdict {
@@ -563,6 +567,7 @@ impl AuditVerdict {
             Self::TimeBudget => "time-budget",
             Self::Interrupted => "interrupted",
             Self::StorageError => "storage-error",
+            Self::DeadMan => "dead-man",
         }
     }
 
@@ -579,6 +584,7 @@ impl AuditVerdict {
             Self::TimeBudget => 8,
             Self::Interrupted => 9,
             Self::StorageError => 10,
+            Self::DeadMan => 11,
             Self::Stopped(status) => 16 + status_code(Some(status)),
         }
     }
@@ -596,6 +602,7 @@ impl AuditVerdict {
             8 => Self::TimeBudget,
             9 => Self::Interrupted,
             10 => Self::StorageError,
+            11 => Self::DeadMan,
             17..=21 => match status_of(code - 16)? {
                 Some(status) => Self::Stopped(status),
                 None => return Err(ResumeError::Field("verdict")),

@@ -34,10 +34,18 @@ pub const DEFAULT_LIMITS: RunLimits = match RunLimits::new(MAX_DECISIONS, MAX_TO
     Err(_) => RunLimits::DEFAULT,
 };
 
-/// The gate's clocks at boot: [`RUN_TIME_BUDGET_MS`], [`APPROVAL_TIMEOUT_MS`].
+/// The dead-man switch: with an actuator out of its safe state, this long
+/// without a valid frame on the agent link drives every actuator safe and
+/// halts the run (`Timing::dead_man_ms`; a host with nothing to propose
+/// sends `STATUS`). Not counted while a call waits for the operator.
+pub const DEAD_MAN_MS: u32 = 30_000;
+
+/// The gate's clocks at boot: [`RUN_TIME_BUDGET_MS`], [`APPROVAL_TIMEOUT_MS`],
+/// [`DEAD_MAN_MS`].
 pub const TIMING: Timing = Timing {
     time_budget_ms: RUN_TIME_BUDGET_MS,
     approval_timeout_ms: APPROVAL_TIMEOUT_MS,
+    dead_man_ms: DEAD_MAN_MS,
 };
 
 /// Largest value the console accepts for `timeout` and `deadline`, in

@@ -986,3 +986,67 @@ fn a_result_too_large_for_a_frame_is_a_tool_error_in_the_trace_too() {
     assert_eq!(ok, [true, false]);
     assert_eq!(d.status(), d.status_is(2, 8, 2, 4, "running"));
 }
+
+/// The dead-man switch (issue 15): with an actuator out of its safe state
+/// and no valid frame for the configured time, the gate drives every
+/// actuator safe, says so on the console, and refuses proposals
+/// (`dead-man`) until the operator starts a run. The host crashing must not
+/// leave the valve open.
+#[test]
+fn the_dead_man_switch_makes_actuators_safe_when_the_host_goes_quiet() {
+    let mut d = Device::started();
+    d.gate.set_dead_man(1_000);
+    assert_eq!(
+        d.propose(&tool("on", "HassTurnOn", LAMP)),
+        d.ran(0, "on", "HassTurnOn", r#"{"name":"lamp","state":"on"}"#)
+    );
+    d.wait(999);
+    assert_eq!(d.leds(), 1, "not yet");
+    d.wait(1);
+    assert_eq!(d.leds(), 0, "the dead-man made every actuator safe");
+    assert!(d.read_console_line().starts_with("dead-man:"));
+    assert_eq!(d.status(), d.status_is(1, 8, 1, 4, "dead-man"));
+    assert_eq!(d.propose(&final_("x")), error("dead-man"));
+    d.start(None);
+    assert_eq!(d.propose(&final_("x")), d.stopped(0, "final"));
+}
+
+/// The dead-man switch is fed by every valid frame (a host with nothing to
+/// propose sends STATUS), not by a damaged one; it is not armed while every
+/// actuator is safe, nor while a call waits for the operator.
+#[test]
+fn the_dead_man_switch_is_fed_by_valid_frames_only_and_armed_only_when_needed() {
+    let mut d = Device::started();
+    d.gate.set_dead_man(1_000);
+    d.wait(5_000);
+    assert_eq!(
+        d.status(),
+        d.status_is(0, 8, 0, 4, "running"),
+        "nothing moved: not armed"
+    );
+    d.propose(&tool("on", "HassTurnOn", LAMP));
+    d.wait(900);
+    d.status();
+    d.wait(900);
+    assert_eq!(d.leds(), 1, "fed by STATUS 900 ms ago");
+    let mut damaged = frame(b"STATUS");
+    damaged[0] ^= 0x20;
+    d.send_bytes(&damaged);
+    assert_eq!(d.read_frame(), error("bad-checksum"));
+    d.wait(100);
+    assert_eq!(d.leds(), 0, "a damaged frame does not feed it");
+    assert!(d.read_console_line().starts_with("dead-man:"));
+    // While a call waits for the operator, the operator is there.
+    d.start(None);
+    d.propose(&tool("on", "HassTurnOn", LAMP));
+    d.send_frame(&format!("PROPOSE {}", valve("v1")));
+    assert_eq!(d.read_console_line(), valve_prompt("v1"));
+    d.wait(5_000);
+    assert_eq!(d.leds(), 1, "not while the operator is asked");
+    d.answer(Answer::Deny);
+    d.read_frame();
+    d.wait(999);
+    assert_eq!(d.leds(), 1, "counted from the answer");
+    d.wait(1);
+    assert_eq!(d.leds(), 0);
+}

@@ -327,6 +327,7 @@ fn the_time_used_before_a_reset_is_counted_after_it() {
     let timing = Timing {
         time_budget_ms: 1_000,
         approval_timeout_ms: 500,
+        dead_man_ms: 0,
     };
     let mut device = Device::boot(timing);
     device.gate.start(RunLimits::DEFAULT, 0).expect("start");

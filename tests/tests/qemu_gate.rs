@@ -932,9 +932,15 @@ fn time_budget_is_measured_on_the_device() {
             ran(1, "on", "HassTurnOn", r#"{"name":"lamp","state":"on"}"#)
         );
         assert_eq!(qemu.status(), status_with(2, 8, 2, 4, "running", 1));
-        std::thread::sleep(Duration::from_millis(600));
         // The run stops when its time passes, not at the next proposal: an
-        // agent that falls silent does not leave the lamp on.
+        // agent that falls silent does not leave the lamp on. The emulated
+        // clock may lag the host's on a loaded machine: wait for it (reading
+        // the LEDs back is no proposal), at most 20 s.
+        std::thread::sleep(Duration::from_millis(500));
+        let waited = std::time::Instant::now();
+        while qemu.leds() != 0 && waited.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         assert_eq!(qemu.leds(), 0, "the time budget made every actuator safe");
         assert_eq!(
             qemu.status(),
@@ -1024,7 +1030,14 @@ fn console_commands() {
         };
         let (t0, host0) = (uptime(&mut qemu), Instant::now());
         std::thread::sleep(Duration::from_millis(300));
-        let (t1, host) = (uptime(&mut qemu), host0.elapsed().as_millis() as u64);
+        // The emulated clock may lag the host's on a loaded machine: wait
+        // for it to pass 150 ms (at most 20 s); it can never run ahead.
+        let mut t1 = uptime(&mut qemu);
+        while t1.saturating_sub(t0) < 150 && host0.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+            t1 = uptime(&mut qemu);
+        }
+        let host = host0.elapsed().as_millis() as u64;
         let dt = t1.saturating_sub(t0);
         assert!(
             (150..=host + 200).contains(&dt),
@@ -1290,13 +1303,26 @@ fn an_approval_after_the_time_budget_moves_nothing() {
             "ok time_budget_ms=300"
         );
         // The deadline applies from the next start.
+        let uptime = |qemu: &mut Qemu| -> u64 {
+            let reply = qemu.console_command("uptime");
+            reply
+                .strip_prefix("uptime_ms=")
+                .and_then(|n| n.parse().ok())
+                .expect(&reply)
+        };
+        let started_at = uptime(&mut qemu);
         start(&mut qemu, None);
         qemu.send_frame(&format!(
             "PROPOSE {}",
             tool("water", "HassValveOpen", r#"{"name":"valve"}"#)
         ));
         assert_eq!(qemu.read_console_line(), valve_prompt("water"));
-        std::thread::sleep(Duration::from_millis(400));
+        // Past the 300 ms on the device's own clock (which may lag the
+        // host's on a loaded machine), at most 20 s.
+        let waited = Instant::now();
+        while uptime(&mut qemu) < started_at + 400 && waited.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         // Operator answers ignore case.
         assert_eq!(qemu.console_command("Y"), "approved water");
         assert_eq!(
