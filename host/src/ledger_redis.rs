@@ -92,9 +92,24 @@ impl RedisStore {
             let out = match decide(&tx) {
                 Ok(out) => out,
                 Err(e) => {
+                    // The reads under WATCH are not one snapshot: another
+                    // gateway may have written between two of them (a
+                    // session's ledger read as missing, then its calls as
+                    // present). An empty MULTI/EXEC tells: nil when a watched
+                    // key changed, and the error then came from a torn read,
+                    // so the decision is made again; otherwise it stands.
                     let conn = tx.conn.into_inner();
-                    let _: Result<(), _> = redis::cmd("UNWATCH").query(conn);
-                    return Err(e);
+                    let exec = redis::cmd("MULTI")
+                        .query::<()>(conn)
+                        .and_then(|()| redis::cmd("EXEC").query::<Option<redis::Value>>(conn));
+                    match exec {
+                        Ok(None) => continue,
+                        Ok(Some(_)) => return Err(e),
+                        Err(io) => {
+                            self.conn = None;
+                            return Err(fail(io).into());
+                        }
+                    }
                 }
             };
             let RedisTx { conn, writes, .. } = tx;

@@ -160,3 +160,38 @@ fn the_ledger_commands_name_an_unreachable_or_unknown_ledger() {
         "--ledger and --state together are a usage error"
     );
 }
+
+/// Fail closed without spurious refusals: a decision whose reads were torn
+/// by another gateway's write (the session's ledger read as missing, then its
+/// calls as present, "lost its ledger") is made again on the new figures,
+/// not answered with the error the torn read gave. Found when parallel
+/// gateways on one Redis budget refused a call now and then.
+#[test]
+fn a_decision_torn_by_a_concurrent_write_is_made_again() {
+    let Some(redis) = common::redis::redis() else {
+        return;
+    };
+    let mut a = RedisStore::open(&redis.url, Duration::from_secs(5)).expect("client");
+    let mut b = RedisStore::open(&redis.url, Duration::from_secs(5)).expect("client");
+    let mut attempts = 0;
+    let decided = a.decide("race", |tx| {
+        attempts += 1;
+        let ledger = tx.ledger("race", "")?;
+        if attempts == 1 {
+            b.decide("race", |other| {
+                other.put_ledger("race", "", &Ledger::new(0), 1)?;
+                other.put_call("race", "c0", 1, "{}")
+            })
+            .expect("the other gateway's write");
+        }
+        match ledger {
+            Some(ledger) => Ok(ledger),
+            None if tx.has_traces("race")? => {
+                Err(budgetgate::ledger::StoreError::LostLedger("race".into()))
+            }
+            None => Ok(Ledger::new(0)),
+        }
+    });
+    assert!(decided.is_ok(), "{decided:?}");
+    assert_eq!(attempts, 2, "made again once");
+}
