@@ -565,6 +565,14 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
         }
         Ok(Ok(b)) => b,
     };
+    if body.iter().all(u8::is_ascii_whitespace) {
+        // On stdio a blank line is skipped; a POST must carry a message.
+        return error_reply(
+            StatusCode::BAD_REQUEST,
+            PARSE_ERROR,
+            "Parse error: the body is empty (a POST to /mcp carries one JSON-RPC message or a batch)",
+        );
+    }
     let Some((proxy, kept)) = gw.session(&key) else {
         return error_reply(
             StatusCode::SERVICE_UNAVAILABLE,
