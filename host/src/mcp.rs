@@ -31,6 +31,16 @@
 //!   JSON-RPC 2.0 message `-32600`; neither is forwarded. A line longer than
 //!   [`MAX_LINE`] is skipped as it is read (never held whole) and answered
 //!   `-32600`.
+//! * **Strict reading** (fail closed): a `tools/call` is read with
+//!   [`crate::strict::value_from_str`] and refused, never forwarded, when
+//!   it repeats a key anywhere (`-32600`: the gate and the server could read
+//!   different calls), when its id is `null` or not a string or an integer
+//!   (`-32600`, id `null`), or when its `params` cannot be read or are not
+//!   an object with a string `name` (`-32602`, naming the problem).
+//!   `initialize`, `notifications/cancelled` and answers to the gateway's
+//!   approval questions, whose content it reads, are refused when they
+//!   repeat a key; a result whose size cannot be told is withheld. Other
+//!   messages pass through unchecked (nothing is decided on them).
 //!
 //! The protocol is handled with `serde_json` and a few typed views that
 //! borrow the raw line (`RawValue`), not with the `rmcp` SDK: the gateway
