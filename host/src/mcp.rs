@@ -453,7 +453,9 @@ fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
-        Value::Number(n) if n.is_f64() => "a number with a fraction or an exponent",
+        Value::Number(n) if n.is_f64() => {
+            "a number outside the 64-bit integers (a fraction, an exponent or too large)"
+        }
         Value::Number(_) => "a number",
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
@@ -2026,8 +2028,9 @@ mod tests {
         for (id, says) in [
             ("null", "not null"),
             (r#"{"a":1}"#, "not an object"),
-            ("1.5", "not a number with a fraction"),
-            ("1e3", "not a number with a fraction or an exponent"),
+            ("1.5", "not a number outside the 64-bit integers"),
+            ("1e3", "(a fraction, an exponent or too large)"),
+            ("18446744073709551616", "outside the 64-bit integers"),
             ("true", "not a boolean"),
             ("[1]", "not an array"),
             ("1e400", "number out of range"),
