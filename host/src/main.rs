@@ -189,8 +189,9 @@ Examples:
     #[command(subcommand)]
     Hook(HookCommand),
 
-    /// Put the gate in front of an MCP server (stdio): every tools/call is
-    /// decided against the budget before it reaches the server.
+    /// Put the gate in front of an MCP server (stdio, or Streamable HTTP
+    /// with --listen): every tools/call is decided against the budget
+    /// before it reaches the server.
     ///
     /// Starts COMMAND as the MCP server, a child speaking newline-delimited
     /// JSON-RPC on its stdin and stdout, and serves the MCP client on this

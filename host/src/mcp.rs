@@ -31,6 +31,16 @@
 //!   JSON-RPC 2.0 message `-32600`; neither is forwarded. A line longer than
 //!   [`MAX_LINE`] is skipped as it is read (never held whole) and answered
 //!   `-32600`.
+//! * **Strict reading** (fail closed): a `tools/call` is read with
+//!   [`crate::strict::value_from_str`] and refused, never forwarded, when
+//!   it repeats a key anywhere (`-32600`: the gate and the server could read
+//!   different calls), when its id is `null` or not a string or an integer
+//!   (`-32600`, id `null`), or when its `params` cannot be read or are not
+//!   an object with a string `name` (`-32602`, naming the problem).
+//!   `initialize`, `notifications/cancelled` and answers to the gateway's
+//!   approval questions, whose content it reads, are refused when they
+//!   repeat a key; a result whose size cannot be told is withheld. Other
+//!   messages pass through unchecked (nothing is decided on them).
 //!
 //! The protocol is handled with `serde_json` and a few typed views that
 //! borrow the raw line (`RawValue`), not with the `rmcp` SDK: the gateway
@@ -418,6 +428,53 @@ pub(crate) fn normal_id(raw: &RawValue) -> String {
         .map_or_else(|_| raw.get().to_owned(), |v| v.to_string())
 }
 
+/// Whether `e` is [`crate::strict::value_from_str`]'s refusal of a key
+/// given twice.
+fn is_duplicate(e: &serde_json::Error) -> bool {
+    e.is_data() && e.to_string().starts_with("duplicate key ")
+}
+
+/// serde_json's error reading a value, with what it means when its own
+/// words are obscure (a `\u` escape of half a surrogate pair ends in
+/// "unexpected end of hex escape").
+fn unreadable(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    if text.contains("hex escape") || text.contains("surrogate") {
+        format!("a \\u escape that is not a whole character, such as a lone surrogate (\\ud800-\\udfff without its pair): {text}")
+    } else if text.contains("number out of range") {
+        format!("{text} (a number beyond the range of a 64-bit float)")
+    } else {
+        text
+    }
+}
+
+/// What a JSON value is, for an error message.
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_f64() => {
+            "a number outside the 64-bit integers (a fraction, an exponent or too large)"
+        }
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Whether the proxy reads the content of a client message (other than a
+/// `tools/call`) to decide something: `initialize` (the elicitation
+/// capability), `notifications/cancelled` (which reservation to give
+/// back) and the answer to one of its own approval questions (`awaited`).
+fn is_read(msg: &Message<'_>, awaited: impl Fn(&str) -> bool) -> bool {
+    match msg.method.as_deref() {
+        Some("initialize" | "notifications/cancelled") => true,
+        Some(_) => false,
+        None => msg.id.map(normal_id).is_some_and(|id| awaited(&id)),
+    }
+}
+
 /// At most `max` characters of `text`, cut on a character boundary.
 fn shortened(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
@@ -615,6 +672,31 @@ impl<G: CallGate> Proxy<G> {
             )));
             return false;
         }
+        if msg.method.as_deref() == Some("tools/call") {
+            return self.client_call(text, msg.params, now, out);
+        }
+        if is_read(&msg, |eid| self.approvals.contains_key(eid)) {
+            // The gateway reads this message's content to decide: a key
+            // given twice would let it read one value and the other side
+            // another (`docs/MCP.md`, "Transparency and faults").
+            if let Err(e) = crate::strict::value_from_str(text) {
+                if is_duplicate(&e) {
+                    if msg.method.is_none() {
+                        if let Some(approval) = id.and_then(|eid| self.approvals.remove(eid)) {
+                            let answer = format!("the client's answer could not be read ({e})");
+                            self.refuse_approval(approval, &answer, now, out);
+                        }
+                    } else {
+                        out.push(Out::Client(error_line(
+                            id.unwrap_or("null"),
+                            INVALID_REQUEST,
+                            &format!("Invalid Request: {e}: a message the gateway reads must not repeat a key (refused, not forwarded)"),
+                        )));
+                    }
+                    return false;
+                }
+            }
+        }
         match (msg.method.as_deref(), id) {
             (Some(method), Some(id)) => {
                 if self.in_flight() >= MAX_PENDING {
@@ -626,7 +708,6 @@ impl<G: CallGate> Proxy<G> {
                     return false;
                 }
                 match method {
-                    "tools/call" => return self.gate_call(id, msg.params, text, now, out),
                     "initialize" => {
                         self.elicitation = msg
                             .params
@@ -652,11 +733,6 @@ impl<G: CallGate> Proxy<G> {
                     return self.cancel(&target, now, out);
                 }
                 true
-            }
-            (Some("tools/call"), None) => {
-                // A call that cannot be answered cannot be gated: dropped.
-                eprintln!("budgetgate mcp: a tools/call without an id was dropped (not forwarded)");
-                false
             }
             (Some(_), None) => true,
             (None, Some(id)) if msg.result.is_some() || msg.error.is_some() => {
@@ -717,18 +793,153 @@ impl<G: CallGate> Proxy<G> {
         }
     }
 
-    /// Decides a `tools/call`; `true`: forward it now.
+    /// Reads a client's `tools/call` (one message, `jsonrpc` checked)
+    /// strictly, then decides it; `true`: forward its text now. Refused
+    /// without being forwarded (fail closed), each answered with the rule
+    /// it breaks: a key given twice anywhere in it (`-32600`: the gate and
+    /// the server could read different calls), an id that is `null` or
+    /// not a string or an integer (`-32600`, id `null`), a number out of
+    /// range or a lone surrogate (`-32602` when in `params`), `params`
+    /// that is not an object with a string `name` or non-object
+    /// `arguments` (`-32602`). Without an id (a notification, which
+    /// cannot be answered) it is dropped.
+    fn client_call(
+        &mut self,
+        text: &str,
+        raw_params: Option<&RawValue>,
+        now: u64,
+        out: &mut Vec<Out>,
+    ) -> bool {
+        let refuse = |out: &mut Vec<Out>, id: &str, code: i64, message: String| {
+            out.push(Out::Client(error_line(id, code, &message)));
+            false
+        };
+        let top: crate::strict::StrictObject = match serde_json::from_str(text) {
+            Ok(top) => top,
+            Err(e) => {
+                return refuse(
+                    out,
+                    "null",
+                    INVALID_REQUEST,
+                    format!("Invalid Request: {e}: a tools/call must not repeat a key (refused, not forwarded)"),
+                )
+            }
+        };
+        let Some(raw_id) = top.get("id") else {
+            // A call that cannot be answered cannot be gated: dropped.
+            eprintln!("budgetgate mcp: a tools/call without an id was dropped (not forwarded)");
+            return false;
+        };
+        let id = match crate::strict::value_from_str(raw_id.get()) {
+            Ok(v @ Value::String(_)) => v.to_string(),
+            Ok(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+            Ok(v) => {
+                return refuse(
+                    out,
+                    "null",
+                    INVALID_REQUEST,
+                    format!(
+                        "Invalid Request: a tools/call id must be a string or an integer, not {} (refused, not forwarded)",
+                        kind(&v)
+                    ),
+                )
+            }
+            Err(e) => {
+                return refuse(
+                    out,
+                    "null",
+                    INVALID_REQUEST,
+                    format!("Invalid Request: a tools/call id must be a string or an integer ({}; refused, not forwarded)", unreadable(&e)),
+                )
+            }
+        };
+        if self.in_flight() >= MAX_PENDING {
+            return refuse(
+                out,
+                &id,
+                GATEWAY_ERROR,
+                format!("budgetgate: more than {MAX_PENDING} requests in flight"),
+            );
+        }
+        let whole = match crate::strict::value_from_str(text) {
+            Ok(v) => v,
+            Err(e) if is_duplicate(&e) => {
+                return refuse(
+                    out,
+                    &id,
+                    INVALID_REQUEST,
+                    format!("Invalid Request: {e}: a tools/call must not repeat a key (refused, not forwarded)"),
+                )
+            }
+            Err(e) => {
+                let in_params =
+                    raw_params.is_some_and(|p| crate::strict::value_from_str(p.get()).is_err());
+                let (code, what) = if in_params {
+                    (INVALID_PARAMS, "Invalid params")
+                } else {
+                    (INVALID_REQUEST, "Invalid Request")
+                };
+                return refuse(out, &id, code, format!("{what}: {}", unreadable(&e)));
+            }
+        };
+        let params = match whole.get("params") {
+            Some(p @ Value::Object(_)) => p,
+            None => {
+                return refuse(
+                    out,
+                    &id,
+                    INVALID_PARAMS,
+                    "Invalid params: tools/call needs `params`, an object with a string `name`"
+                        .into(),
+                )
+            }
+            Some(p) => {
+                return refuse(
+                    out,
+                    &id,
+                    INVALID_PARAMS,
+                    format!(
+                        "Invalid params: tools/call `params` must be an object, not {}",
+                        kind(p)
+                    ),
+                )
+            }
+        };
+        match params.get("name") {
+            Some(Value::String(_)) => {}
+            None => {
+                return refuse(
+                    out,
+                    &id,
+                    INVALID_PARAMS,
+                    "Invalid params: tools/call needs a string `name`".into(),
+                )
+            }
+            Some(n) => {
+                return refuse(
+                    out,
+                    &id,
+                    INVALID_PARAMS,
+                    format!(
+                        "Invalid params: tools/call `name` must be a string, not {}",
+                        kind(n)
+                    ),
+                )
+            }
+        }
+        self.gate_call(&id, params, text, now, out)
+    }
+
+    /// Decides a `tools/call` whose `params` is an object with a string
+    /// `name`; `true`: forward it now.
     fn gate_call(
         &mut self,
         id: &str,
-        params: Option<&RawValue>,
+        params: &Value,
         text: &str,
         now: u64,
         out: &mut Vec<Out>,
     ) -> bool {
-        let params: Value = params
-            .and_then(|p| serde_json::from_str(p.get()).ok())
-            .unwrap_or(Value::Null);
         let Some(name) = params.get("name").and_then(Value::as_str) else {
             out.push(Out::Client(error_line(
                 id,
@@ -969,21 +1180,39 @@ impl<G: CallGate> Proxy<G> {
                     return None;
                 };
                 self.commit(&key, &tool, now);
-                let value: Value = serde_json::from_str(result.get()).ok()?;
-                if !over_limit(&value, self.max_result_bytes) {
-                    return None;
-                }
                 let mut refusal = Refusal::worded("tool-error", "", "", "");
-                refusal.text = format!(
-                    "budgetgate withheld this result (tool-error): {tool} ran, but its result is over the budget's bound of {} bytes of compact JSON (max_result_bytes), so it was not passed on. Ask for less at a time (a smaller range, a filter, a summary).",
-                    self.max_result_bytes
-                );
-                refusal.limit = Some("max_result_bytes".into());
-                refusal.max = Some(self.max_result_bytes);
+                match crate::strict::value_from_str(result.get()) {
+                    Ok(value) if !over_limit(&value, self.max_result_bytes) => return None,
+                    Ok(_) => {
+                        refusal.text = format!(
+                            "budgetgate withheld this result (tool-error): {tool} ran, but its result is over the budget's bound of {} bytes of compact JSON (max_result_bytes), so it was not passed on. Ask for less at a time (a smaller range, a filter, a summary).",
+                            self.max_result_bytes
+                        );
+                        refusal.limit = Some("max_result_bytes".into());
+                        refusal.max = Some(self.max_result_bytes);
+                    }
+                    // Its size cannot be told (a key given twice, a number
+                    // out of range): withheld, fail closed.
+                    Err(e) => {
+                        refusal.text = format!(
+                            "budgetgate withheld this result (tool-error): {tool} ran, but its result could not be read ({e}), so its size could not be checked and it was not passed on."
+                        );
+                    }
+                }
                 Some(refused_line(id, &refusal))
             }
             Pending::List => {
-                let mut value: Value = serde_json::from_str(text).ok()?;
+                let mut value: Value = match crate::strict::value_from_str(text) {
+                    Ok(v) => v,
+                    // Which tools it lists cannot be told: withheld.
+                    Err(e) => {
+                        return Some(error_line(
+                            id,
+                            GATEWAY_ERROR,
+                            &format!("budgetgate: the server's tools/list answer could not be read ({e}); withheld"),
+                        ))
+                    }
+                };
                 let tools = value.get_mut("result")?.get_mut("tools")?.as_array_mut()?;
                 let before = tools.len();
                 tools.retain(|t| {
@@ -1639,6 +1868,227 @@ mod tests {
         let outs = p.on_client_too_long();
         assert_eq!(client(&outs)[0]["error"]["code"], INVALID_REQUEST);
         assert!(p.on_client(b"  \r\n", T0).is_empty());
+    }
+
+    /// `SPEC E` (fail closed): a `tools/call` holding a key twice, at any
+    /// depth, is refused `-32600` naming the key and never forwarded — the
+    /// gate would decide one reading (`Bash`) and the server could run the
+    /// other (`echo`); nothing is reserved.
+    #[test]
+    fn a_call_repeating_a_key_is_refused_and_never_forwarded() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        for (line, key) in [
+            (
+                r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo","name":"Bash","arguments":{}}}"#,
+                "`name`",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo","arguments":{"m":"x1","m":"same"}}}"#,
+                "`m`",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo","arguments":{"a":[{"k":1,"k":2}]}}}"#,
+                "`k`",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo"},"_x":1,"_x":2}"#,
+                "`_x`",
+            ),
+        ] {
+            let outs = p.on_client(line.as_bytes(), T0);
+            assert!(server(&outs).is_empty(), "{line}");
+            let got = client(&outs);
+            assert_eq!(got.len(), 1, "{line}");
+            assert_eq!(got[0]["error"]["code"], INVALID_REQUEST, "{line}");
+            let message = got[0]["error"]["message"].as_str().unwrap_or("");
+            assert!(
+                message.contains(&format!("duplicate key {key}")),
+                "{line}: {message}"
+            );
+            assert!(!p.awaits("8"), "{line}");
+        }
+        // In a batch, the repeated call alone is refused.
+        let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","name":"Bash"}}]"#;
+        let outs = p.on_client(batch.as_bytes(), T0);
+        assert_eq!(
+            server(&outs),
+            [r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#]
+        );
+        assert_eq!(client(&outs)[0]["error"]["code"], INVALID_REQUEST);
+        // The same call without the repeat is let through.
+        let outs = p.on_client(&call(9, "echo", json!({"m": "x1"})), T0);
+        assert_eq!(server(&outs).len(), 1);
+        assert_eq!(s.used(), (0, 1), "only the well-formed call is reserved");
+    }
+
+    /// `SPEC E` (fail closed): the other client messages the gateway reads
+    /// to decide — `initialize` (the elicitation capability),
+    /// `notifications/cancelled` (which reservation to give back) and the
+    /// answer to its approval question — are refused, not acted on and not
+    /// forwarded, when they repeat a key.
+    #[test]
+    fn messages_the_gateway_reads_are_refused_when_they_repeat_a_key() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        let init = r#"{"jsonrpc":"2.0","id":"i","method":"initialize","params":{"capabilities":{"elicitation":{},"elicitation":null}}}"#;
+        let outs = p.on_client(init.as_bytes(), T0);
+        assert!(server(&outs).is_empty());
+        assert_eq!(client(&outs)[0]["id"], "i");
+        assert_eq!(client(&outs)[0]["error"]["code"], INVALID_REQUEST);
+        assert!(!p.elicitation);
+        // A call in flight keeps its reservation when the cancel naming it
+        // is ambiguous (which request would the server cancel?).
+        assert_eq!(
+            server(&p.on_client(&call(1, "echo", json!({})), T0)).len(),
+            1
+        );
+        let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"requestId":1}}"#;
+        let outs = p.on_client(cancel.as_bytes(), T0);
+        assert!(server(&outs).is_empty());
+        assert_eq!(client(&outs)[0]["error"]["code"], INVALID_REQUEST);
+        assert_eq!(s.used(), (0, 1));
+        // An approval answer saying decline and accept at once refuses.
+        let budget = "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"Bash\"]\n";
+        let s = Setup::new();
+        let mut p = s.proxy(budget);
+        let init = br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#;
+        assert_eq!(server(&p.on_client(init, T0)).len(), 1);
+        let outs = p.on_client(&call(3, "Bash", json!({"command": "ls"})), T0);
+        let ask = client(&outs);
+        assert_eq!(ask[0]["method"], "elicitation/create", "{ask:?}");
+        let eid = ask[0]["id"].to_string();
+        let reply = format!(
+            r#"{{"jsonrpc":"2.0","id":{eid},"result":{{"action":"decline","action":"accept"}}}}"#
+        );
+        let outs = p.on_client(reply.as_bytes(), T0);
+        assert!(
+            server(&outs).is_empty(),
+            "the call never reaches the server"
+        );
+        let got = client(&outs);
+        assert_eq!(got[0]["id"], 3);
+        assert_eq!(got[0]["result"]["isError"], true);
+        assert_eq!(
+            got[0]["result"]["_meta"]["budgetgate"]["reason"],
+            "approval-refused"
+        );
+    }
+
+    /// A `tools/call` that is not readable is answered `-32602` naming
+    /// what is wrong — a number out of range, a lone surrogate, `params`
+    /// that is not an object, a `name` that is not a string — and never
+    /// forwarded (`SPEC E`, fail closed).
+    #[test]
+    fn unreadable_calls_are_answered_with_the_rule_they_break() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        for (params, says) in [
+            (
+                r#"{"name":"echo","arguments":{"m":1e400}}"#,
+                "number out of range",
+            ),
+            (r#"{"name":"echo","arguments":{"m":"\ud800"}}"#, "surrogate"),
+            (r#""x""#, "`params` must be an object, not a string"),
+            (r#"[1]"#, "`params` must be an object, not an array"),
+            (r#"{"name":7}"#, "`name` must be a string, not a number"),
+            (r#"{"arguments":{}}"#, "needs a string `name`"),
+            (
+                r#"{"name":"echo","arguments":[]}"#,
+                "`arguments` must be an object",
+            ),
+        ] {
+            let line =
+                format!(r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{params}}}"#);
+            let outs = p.on_client(line.as_bytes(), T0);
+            assert!(server(&outs).is_empty(), "{line}");
+            let got = client(&outs);
+            assert_eq!(got[0]["id"], 4, "{line}");
+            assert_eq!(got[0]["error"]["code"], INVALID_PARAMS, "{line}");
+            let message = got[0]["error"]["message"].as_str().unwrap_or("");
+            assert!(message.contains(says), "{line}: {message}");
+        }
+        let line = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call"}"#;
+        let got = client(&p.on_client(line.as_bytes(), T0));
+        assert!(got[0]["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("needs `params`"));
+        assert_eq!(p.in_flight(), 0);
+    }
+
+    /// A `tools/call` whose id is `null` is answered `-32600` (id `null`)
+    /// instead of being dropped unanswered; one whose id is not a string or
+    /// an integer (an object, a float, a boolean, an array, a number out
+    /// of range) likewise, never forwarded (`SPEC E`, every call answered).
+    #[test]
+    fn calls_with_a_null_or_non_integer_id_are_answered_and_never_forwarded() {
+        let s = Setup::new();
+        let mut p = s.proxy("[budget]\nmax_seconds = 3600\n");
+        for (id, says) in [
+            ("null", "not null"),
+            (r#"{"a":1}"#, "not an object"),
+            ("1.5", "not a number outside the 64-bit integers"),
+            ("1e3", "(a fraction, an exponent or too large)"),
+            ("18446744073709551616", "outside the 64-bit integers"),
+            ("true", "not a boolean"),
+            ("[1]", "not an array"),
+            ("1e400", "number out of range"),
+        ] {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{}}}}}}"#
+            );
+            let outs = p.on_client(line.as_bytes(), T0);
+            assert!(server(&outs).is_empty(), "{line}");
+            let got = client(&outs);
+            assert_eq!(got.len(), 1, "{line}");
+            assert_eq!(got[0]["id"], Value::Null, "{line}");
+            assert_eq!(got[0]["error"]["code"], INVALID_REQUEST, "{line}");
+            let message = got[0]["error"]["message"].as_str().unwrap_or("");
+            assert!(
+                message.contains("a string or an integer"),
+                "{line}: {message}"
+            );
+            assert!(message.contains(says), "{line}: {message}");
+        }
+        assert_eq!(p.in_flight(), 0);
+        // String and integer ids are let through.
+        for (n, id) in [r#""a""#, "-3", "18446744073709551615"].iter().enumerate() {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo{n}"}}}}"#
+            );
+            assert_eq!(server(&p.on_client(line.as_bytes(), T0)).len(), 1, "{line}");
+            assert!(p.awaits(id), "{id}");
+        }
+    }
+
+    /// `SPEC E` (fail closed), results: a call's result whose size cannot
+    /// be told (a key given twice, a number out of range) is withheld, the
+    /// call counted; a `tools/list` answer that cannot be read is withheld
+    /// (which tools it lists cannot be told).
+    #[test]
+    fn unreadable_results_are_withheld() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        assert_eq!(
+            server(&p.on_client(&call(1, "echo", json!({})), T0)).len(),
+            1
+        );
+        let result = br#"{"jsonrpc":"2.0","id":1,"result":{"content":"big","content":"x"}}"#;
+        let got = client(&p.on_server(result, T0));
+        assert_eq!(got[0]["id"], 1);
+        assert_eq!(got[0]["result"]["isError"], true);
+        let text = got[0]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("");
+        assert!(text.contains("duplicate key `content`"), "{text}");
+        assert_eq!(s.used(), (1, 0), "it ran: counted");
+        let list = br#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+        assert_eq!(server(&p.on_client(list, T0)).len(), 1);
+        let answer =
+            br#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"Bash","name":"echo"}]}}"#;
+        let got = client(&p.on_server(answer, T0));
+        assert_eq!(got[0]["error"]["code"], GATEWAY_ERROR, "{got:?}");
     }
 
     #[test]

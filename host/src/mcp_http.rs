@@ -10,7 +10,8 @@
 //!
 //! * **POST** (JSON-RPC from the client): the body, read up to [`MAX_BODY`]
 //!   bytes (a longer one is drained without being kept and answered `413`
-//!   with a JSON-RPC `-32600`), goes through [`Proxy::on_client`]. What the
+//!   with a JSON-RPC `-32600`; an empty or blank one `400` with `-32700`),
+//!   goes through [`Proxy::on_client`]. What the
 //!   proxy answers itself (a refused `tools/call`, `-32700`, `-32600`) is
 //!   answered here without reaching the upstream; what it forwards is POSTed
 //!   upstream byte for byte. The upstream's answer, `application/json` or
@@ -565,6 +566,14 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
         }
         Ok(Ok(b)) => b,
     };
+    if body.iter().all(u8::is_ascii_whitespace) {
+        // On stdio a blank line is skipped; a POST must carry a message.
+        return error_reply(
+            StatusCode::BAD_REQUEST,
+            PARSE_ERROR,
+            "Parse error: the body is empty (a POST to /mcp carries one JSON-RPC message or a batch)",
+        );
+    }
     let Some((proxy, kept)) = gw.session(&key) else {
         return error_reply(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -204,6 +204,13 @@ impl Gateway {
         writeln!(stdin, "{v}").expect("write");
         stdin.flush().expect("flush");
     }
+    /// Sends `line` as it is (for JSON a `Value` cannot hold, such as a key
+    /// given twice).
+    fn send_raw(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}").expect("write");
+        stdin.flush().expect("flush");
+    }
     /// The next message with this id (notifications and others skipped).
     fn answer(&mut self, id: &Value) -> Value {
         if let Some(at) = self.early.iter().position(|v| &v["id"] == id) {
@@ -405,6 +412,79 @@ fn filesystem_server_reads_within_budget_and_an_unapproved_write_never_happens()
         !root.join("new.txt").exists(),
         "the refused write never ran"
     );
+}
+
+/// `SPEC E` (fail closed, every call answered), over stdio in front of the
+/// real server: a `tools/call` repeating a key (`name` twice, a key of
+/// `arguments` twice) is answered `-32600` naming the key; one whose id is
+/// `null`, an object or a float is answered `-32600` with id `null`; one
+/// with a number out of range or `params` that is not an object is
+/// answered `-32602` saying so. None reaches the server (no second answer
+/// comes from it) and none counts; a well-formed call then runs.
+#[test]
+fn calls_repeating_a_key_or_with_a_bad_id_are_answered_and_never_reach_the_server() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n");
+    let everything = parts.everything.display().to_string();
+    let mut g = Gateway::start(&s.gateway_args(&[], &[&everything, "stdio"]));
+    g.initialize();
+    let call = |id: &str, params: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#)
+    };
+    for (id, params, code, says) in [
+        (
+            "8",
+            r#"{"name":"echo","name":"Bash","arguments":{}}"#,
+            -32600,
+            "duplicate key `name`",
+        ),
+        (
+            "9",
+            r#"{"name":"echo","arguments":{"message":"x1","message":"same"}}"#,
+            -32600,
+            "duplicate key `message`",
+        ),
+        (
+            "10",
+            r#"{"name":"echo","arguments":{"message":1e400}}"#,
+            -32602,
+            "number out of range",
+        ),
+        (
+            "11",
+            r#""x""#,
+            -32602,
+            "`params` must be an object, not a string",
+        ),
+    ] {
+        g.send_raw(&call(id, params));
+        let id: Value = serde_json::from_str(id).expect("id");
+        let answer = g.answer(&id);
+        assert_eq!(answer["error"]["code"], code, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains(says), "{answer}");
+    }
+    for id in ["null", r#"{"a":1}"#, "1.5"] {
+        g.send_raw(&call(
+            id,
+            r#"{"name":"echo","arguments":{"message":"bad-id"}}"#,
+        ));
+        let answer = g.answer(&Value::Null);
+        assert_eq!(answer["error"]["code"], -32600, "{id}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains("a string or an integer"), "{id}: {answer}");
+    }
+    let ok = g.call(20, "echo", json!({"message": "after"}));
+    assert_eq!(text_of(&ok), "Echo: after", "{ok}");
+    assert!(
+        g.early.is_empty(),
+        "the server answered a refused call: {:?}",
+        g.early
+    );
+    assert_eq!(s.tool_calls(), (1, 0), "only the well-formed call counts");
+    drop(g.stdin.take());
+    let (code, _) = g.end(Duration::from_secs(10));
+    assert_eq!(code, Some(0));
 }
 
 #[test]

@@ -585,6 +585,106 @@ fn raw_requests_pass_through_and_malformed_ones_stop_at_the_gateway() {
     assert_eq!(code, 404);
 }
 
+/// `SPEC E` (fail closed) over Streamable HTTP: a `tools/call` repeating a
+/// key is answered `400` / `-32600` naming the key, one with id `null`,
+/// an object or a float `400` / `-32600` with id `null`, one with a number
+/// out of range `-32602` saying so, and an empty or blank body `400` /
+/// `-32700`; none of them is POSTed upstream (the tap sees none) and none
+/// counts.
+#[test]
+fn calls_repeating_a_key_or_with_a_bad_id_and_empty_bodies_never_reach_the_upstream() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n");
+    let (_server, port) = everything(&parts);
+    let (tap_port, seen) = tap(port);
+    let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{tap_port}/mcp"));
+    let (code, headers, _) = http(
+        &url,
+        "POST",
+        &[JSON, JSON_SSE],
+        initialize_body().as_bytes(),
+    );
+    assert_eq!(code, 200);
+    let session = headers
+        .iter()
+        .find(|(k, _)| k == "mcp-session-id")
+        .map(|(_, v)| v.clone())
+        .expect("the upstream's session id");
+    let with = [
+        JSON,
+        JSON_SSE,
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
+    ];
+    let posts = || count(&seen.lock().unwrap(), "POST /mcp");
+    let before = posts();
+    for (id, params, status, code, says) in [
+        (
+            "8",
+            r#"{"name":"echo","name":"Bash","arguments":{"message":"never-forwarded"}}"#,
+            400,
+            -32600,
+            "duplicate key `name`",
+        ),
+        (
+            "9",
+            r#"{"name":"echo","arguments":{"message":"never-forwarded","message":"same"}}"#,
+            400,
+            -32600,
+            "duplicate key `message`",
+        ),
+        (
+            "10",
+            r#"{"name":"echo","arguments":{"message":1e400,"m":"never-forwarded"}}"#,
+            200,
+            -32602,
+            "number out of range",
+        ),
+        (
+            "null",
+            r#"{"name":"echo","arguments":{"message":"never-forwarded"}}"#,
+            400,
+            -32600,
+            "not null",
+        ),
+        (
+            r#"{"a":1}"#,
+            r#"{"name":"echo","arguments":{"message":"never-forwarded"}}"#,
+            400,
+            -32600,
+            "not an object",
+        ),
+        (
+            "1.5",
+            r#"{"name":"echo","arguments":{"message":"never-forwarded"}}"#,
+            400,
+            -32600,
+            "a string or an integer",
+        ),
+    ] {
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#);
+        let (got, _, answer) = http(&url, "POST", &with, body.as_bytes());
+        let v: Value = serde_json::from_slice(&answer).expect("a JSON-RPC error");
+        assert_eq!(got, status, "{body}: {v}");
+        assert_eq!(v["error"]["code"], code, "{body}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains(says), "{body}: {v}");
+        if code == -32600 && !id.starts_with(|c: char| c.is_ascii_digit()) {
+            assert_eq!(v["id"], Value::Null, "{body}: {v}");
+        }
+    }
+    for body in ["", "  \r\n\t "] {
+        let (got, _, answer) = http(&url, "POST", &with, body.as_bytes());
+        assert_eq!(got, 400, "{body:?}");
+        let v: Value = serde_json::from_slice(&answer).expect("a JSON-RPC error");
+        assert_eq!(v["error"]["code"], -32700, "{body:?}: {v}");
+    }
+    assert_eq!(count(&seen.lock().unwrap(), "never-forwarded"), 0);
+    assert_eq!(posts(), before, "nothing was POSTed upstream");
+    assert_eq!(s.tool_calls(), (0, 0));
+}
+
 /// Fail closed over Streamable HTTP (`SPEC E`, docs/MCP.md): the server
 /// killed while it streams a call's answer (its progress notifications
 /// passed on) — the client's call is answered with a
