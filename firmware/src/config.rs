@@ -40,6 +40,11 @@ pub const DEFAULT_LIMITS: RunLimits = match RunLimits::new(MAX_DECISIONS, MAX_TO
 /// sends `STATUS`). Not counted while a call waits for the operator.
 pub const DEAD_MAN_MS: u32 = 30_000;
 
+/// How long an approval key must stay down (after it was seen up) to count
+/// as a press: switch bounce lasts a few milliseconds.
+#[cfg(feature = "keys")]
+pub const KEY_DEBOUNCE_MS: u32 = 20;
+
 /// The gate's clocks at boot: [`RUN_TIME_BUDGET_MS`], [`APPROVAL_TIMEOUT_MS`],
 /// [`DEAD_MAN_MS`].
 pub const TIMING: Timing = Timing {

@@ -36,13 +36,19 @@ mod tools;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, Ordering};
 
+#[cfg(feature = "keys")]
+use budgetgate_core::device::ApprovalKeys;
 use budgetgate_core::device::{DeviceGate, ToolTable};
 use budgetgate_core::ToolSetError;
 use cortex_m_rt::entry;
 use defmt_semihosting as _; // the global defmt logger
+#[cfg(feature = "keys")]
+use embedded_hal::digital::InputPin;
 use heapless::spsc::Consumer;
 
 use crate::board::{Board, Uart};
+#[cfg(feature = "keys")]
+use crate::config::KEY_DEBOUNCE_MS;
 use crate::config::{BURST, CONSOLE_LINE_MAX, TIMING, TOOL_CAPACITY};
 use crate::line::LineBuffer;
 use crate::rx::{LinkDecoder, RxQueue};
@@ -97,8 +103,15 @@ fn main() -> ! {
         mut console,
         led0,
         led1,
+        #[cfg(feature = "keys")]
+        mut button0,
+        #[cfg(feature = "keys")]
+        mut button1,
         ..
     } = board;
+    // Physical approval: USERPB0 approves, USERPB1 denies (debounced).
+    #[cfg(feature = "keys")]
+    let mut keys = ApprovalKeys::new(KEY_DEBOUNCE_MS);
     defmt::info!("budgetgate-firmware {=str} up", env!("CARGO_PKG_VERSION"));
 
     let gate = match install(GATE, Home::new(led0, led1)) {
@@ -125,6 +138,17 @@ fn main() -> ! {
             );
         }
         pump_console(&mut console, &mut agent, CONSOLE_RX, gate, METER);
+        #[cfg(feature = "keys")]
+        if let Some(answer) = keys.sample(
+            button0.is_high().unwrap_or(false),
+            button1.is_high().unwrap_or(false),
+            board::now_ms(),
+        ) {
+            // Ignored (false) when no call waits for an answer.
+            if let Err(e) = gate.on_answer(answer, board::now_ms(), &mut agent, &mut console) {
+                defmt::warn!("approval key reply: {}", e);
+            }
+        }
         if let Err(e) = gate.poll(board::now_ms(), &mut agent, &mut console) {
             defmt::warn!("approval timeout reply: {}", e);
         }

@@ -1050,3 +1050,47 @@ fn the_dead_man_switch_is_fed_by_valid_frames_only_and_armed_only_when_needed() 
     d.wait(1);
     assert_eq!(d.leds(), 0);
 }
+
+/// Physical approval (issue 15): two debounced keys answer the prompt. A
+/// press is the key down and steady for the debounce time after it was seen
+/// up; bounces are one press, a key held from before answers nothing, and
+/// both keys at once answer nothing (no guess). QEMU models no buttons, so
+/// the path is tested here, through the gate.
+#[test]
+fn debounced_keys_answer_the_approval_prompt() {
+    use budgetgate_core::device::ApprovalKeys;
+    let mut keys = ApprovalKeys::new(20);
+    // Held at boot: nothing, however long.
+    for t in (0..200).step_by(10) {
+        assert_eq!(keys.sample(true, false, t), None);
+    }
+    // Released, then a bouncing press: one approval, when it is steady.
+    assert_eq!(keys.sample(false, false, 200), None);
+    assert_eq!(keys.sample(false, false, 220), None);
+    for (t, level) in [(230, true), (232, false), (234, true), (250, true)] {
+        assert_eq!(keys.sample(level, false, t), None, "at {t} ms");
+    }
+    assert_eq!(keys.sample(true, false, 254), Some(Answer::Approve));
+    assert_eq!(keys.sample(true, false, 400), None, "one press, one answer");
+    // Both keys down: no answer.
+    assert_eq!(keys.sample(false, false, 500), None);
+    assert_eq!(keys.sample(false, false, 520), None);
+    assert_eq!(keys.sample(true, true, 530), None);
+    assert_eq!(keys.sample(true, true, 560), None);
+    // The deny key, through the gate: the valve stays closed.
+    let mut d = Device::started();
+    d.send_frame(&format!("PROPOSE {}", valve("v1")));
+    assert_eq!(d.read_console_line(), valve_prompt("v1"));
+    let mut keys = ApprovalKeys::new(20);
+    let mut answer = None;
+    for (t, deny) in [(0, false), (20, false), (30, true), (50, true)] {
+        answer = answer.or(keys.sample(false, deny, t));
+    }
+    assert_eq!(answer, Some(Answer::Deny));
+    assert!(d.answer(answer.expect("the deny key")));
+    assert_eq!(
+        d.read_frame(),
+        d.refused(0, "v1", "HassValveOpen", "approval-denied")
+    );
+    assert_eq!(d.leds(), 0);
+}
