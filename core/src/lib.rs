@@ -108,6 +108,12 @@ pub use run::{
 pub use turn::{RunStatus, TokenMode, TokenUsage, TurnGate, TurnLimits};
 pub use work::{run_trace_work, trace_work, TraceWorkError, Work, WorkRow};
 
+/// `docs/ON-YOUR-BOARD.md`, compiled and run as a doctest so the one-page
+/// integration guide cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/ON-YOUR-BOARD.md")]
+pub struct OnYourBoard;
+
 #[cfg(test)]
 mod tests {
     use super::*;
