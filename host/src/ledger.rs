@@ -77,6 +77,13 @@ pub enum StoreError {
     /// A stored answer of a call does not read back.
     #[error("a stored answer does not read back: {0}")]
     Answer(String),
+    /// A command that only looks (`ledger list`, `show`, `reset`) was
+    /// pointed at a ledger file that does not exist: it never creates one.
+    #[error("ledger {path}: no such file (no hook or gateway has run with this ledger)")]
+    NotFound {
+        /// The file looked for.
+        path: String,
+    },
     /// The state folder could not be made.
     #[error("state folder {path}: {source}")]
     Folder {

@@ -53,12 +53,8 @@ impl Opened {
             None => state_dir(state.state.as_deref()).join(crate::ledger::FILE_NAME),
         };
         if !file.is_file() {
-            return Err(StoreError::Folder {
+            return Err(StoreError::NotFound {
                 path: file.display().to_string(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "no ledger here (no hook or gateway has run with this ledger)",
-                ),
             });
         }
         Store::open_file(&file, wait).map(Self::Sqlite)
