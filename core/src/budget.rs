@@ -1263,6 +1263,20 @@ mod tests {
         assert!(w.check(14_000));
     }
 
+    /// The dead-man time changed by the operator applies from then on, to
+    /// the silence already counted; a trip stays latched.
+    #[test]
+    fn a_watchdogs_new_timeout_applies_to_the_silence_so_far() {
+        let mut w = Watchdog::new(5_000, 0);
+        assert_eq!(w.timeout_ms(), 5_000);
+        w.set_timeout(2_000);
+        assert_eq!(w.timeout_ms(), 2_000);
+        assert!(!w.check(1_999));
+        assert!(w.check(2_000));
+        w.set_timeout(60_000);
+        assert!(w.check(2_001), "still latched");
+    }
+
     #[test]
     fn a_record_decodes_to_the_same_ledger() {
         let mut l = ledger();

@@ -653,16 +653,16 @@ impl<'a> Compact<'a> {
         self.bytes.get(self.at).copied()
     }
 
-    /// A string with no escape and only printable ASCII, its contents.
+    /// The contents of a string up to its closing quote. Every string this
+    /// reader takes is then a key compared with the four known ones or an
+    /// id checked against `[a-z][a-z0-9-]{0,31}`, neither of which can hold
+    /// a backslash, a control character or a non-ASCII byte: a string with
+    /// an escape (even `\"`, where this stops early) is declined there.
     fn plain_str(&mut self) -> Option<&'a str> {
         self.byte(b'"')?;
         let start = self.at;
-        loop {
-            match *self.bytes.get(self.at)? {
-                b'"' => break,
-                b'\\' | 0..=0x1f | 0x7f..=0xff => return None,
-                _ => self.at += 1,
-            }
+        while *self.bytes.get(self.at)? != b'"' {
+            self.at += 1;
         }
         let text = self.text.get(start..self.at)?;
         self.at += 1;
@@ -678,7 +678,7 @@ impl<'a> Compact<'a> {
             .position(|b| !b.is_ascii_digit())
             .unwrap_or(rest.len());
         let digits = rest.get(..len)?;
-        if len == 0 || len > 9 || (len > 1 && digits.first() == Some(&b'0')) {
+        if len == 0 || (len > 1 && digits.first() == Some(&b'0')) {
             return None;
         }
         // A number must end at a delimiter, as the reader requires.
@@ -689,9 +689,10 @@ impl<'a> Compact<'a> {
             return None;
         }
         self.at += len;
-        let value = digits
-            .iter()
-            .fold(0u32, |v, d| v * 10 + u32::from(d - b'0'));
+        // Beyond u32 is beyond every bound: declined, never wrapped.
+        let value = digits.iter().try_fold(0u32, |v, d| {
+            v.checked_mul(10)?.checked_add(u32::from(d - b'0'))
+        })?;
         (value <= max).then_some(value)
     }
 
@@ -1082,6 +1083,111 @@ mod tests {
         assert_eq!(plan.usage().max_depth, 32);
     }
 
+    /// `SPEC A1` (duplicate keys are refused): the one-pass readers decline
+    /// a repeated key, whichever it is, and the general reader refuses it.
+    #[test]
+    fn the_compact_readers_decline_a_repeated_key() {
+        let row = r#""id":"a","parent":null,"tokens":1,"output":2"#;
+        for extra in [
+            r#""id":"b""#,
+            r#""parent":null"#,
+            r#""tokens":3"#,
+            r#""output":4"#,
+        ] {
+            let doc = format!("[{{{row},{extra}}}]");
+            let text = core::str::from_utf8(doc.as_bytes()).unwrap();
+            assert!(
+                Compact {
+                    bytes: doc.as_bytes(),
+                    text,
+                    at: 0
+                }
+                .plan::<32>()
+                .is_none(),
+                "{doc}"
+            );
+            assert_eq!(
+                Plan::<32>::parse(doc.as_bytes()).unwrap_err(),
+                PlanError::Json(JsonError::DuplicateKey),
+                "{doc}"
+            );
+        }
+        let limits = r#""steps":1,"tokens":2,"output":3,"depth":4,"fanout":5"#;
+        for extra in [r#""steps":1"#, r#""fanout":5"#] {
+            let doc = format!("{{{limits},{extra}}}");
+            let text = core::str::from_utf8(doc.as_bytes()).unwrap();
+            assert!(
+                Compact {
+                    bytes: doc.as_bytes(),
+                    text,
+                    at: 0
+                }
+                .limits()
+                .is_none(),
+                "{doc}"
+            );
+            assert_eq!(
+                Limits::parse(doc.as_bytes()),
+                Err(LimitsError::Json(JsonError::DuplicateKey)),
+                "{doc}"
+            );
+        }
+    }
+
+    /// `SPEC B1`: `try_push` checks every row rule, as `parse` does.
+    #[test]
+    fn try_push_checks_each_row_rule() {
+        let mut plan: Plan = Plan::new();
+        plan.try_push("a", None, 1, 1).unwrap();
+        let rule = |e: PlanError| match e {
+            PlanError::Row { rule, .. } => rule,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            rule(plan.try_push("a", None, 1, 1).unwrap_err()),
+            RowRule::DuplicateId
+        );
+        assert_eq!(
+            rule(plan.try_push("b", Some("zz"), 1, 1).unwrap_err()),
+            RowRule::UnknownParent
+        );
+        assert!(matches!(
+            rule(plan.try_push("B", None, 1, 1).unwrap_err()),
+            RowRule::InvalidId(RowField::Id, Some(_))
+        ));
+        assert!(matches!(
+            rule(plan.try_push("b", Some("A"), 1, 1).unwrap_err()),
+            RowRule::InvalidId(RowField::Parent, Some(_))
+        ));
+        assert_eq!(
+            rule(
+                plan.try_push("b", Some("a"), MAX_ROW_COST + 1, 1)
+                    .unwrap_err()
+            ),
+            RowRule::Cost(RowField::Tokens)
+        );
+        assert_eq!(plan.rows().len(), 1, "nothing was added by a refused row");
+        plan.try_push("b", Some("a"), MAX_ROW_COST, 0).unwrap();
+        assert_eq!(plan.usage().max_depth, 2);
+    }
+
+    /// `SPEC B1`: costs of ten digits or more (beyond `u32`, or just
+    /// beyond the cost bound) are refused by the rule, never wrapped.
+    #[test]
+    fn a_cost_of_many_digits_is_refused_as_a_cost() {
+        for cost in ["10001", "999999999", "4294967296", "12345678901234567890"] {
+            let doc = format!(r#"[{{"id":"a","parent":null,"tokens":{cost},"output":1}}]"#);
+            assert_eq!(
+                Plan::<32>::parse(doc.as_bytes()).unwrap_err(),
+                PlanError::Row {
+                    row: 0,
+                    rule: RowRule::Cost(RowField::Tokens)
+                },
+                "{cost}"
+            );
+        }
+    }
+
     /// `SPEC B1`: an escaped string too long for the reader's first buffer
     /// is read again with the large one, so it is judged by the plan's own
     /// rules (an id over 64 characters), not refused as a JSON limit; one
@@ -1101,7 +1207,17 @@ mod tests {
             ),
             "{err:?}"
         );
-        let longer = r"\u0061".repeat(MAX_STEPS * (24 + 2 * MAX_PLAN_ID_LEN) + 1);
+        // The large buffer holds 2 816 decoded bytes (32 rows of 88), no more.
+        let longest = r"\u0061".repeat(2_816);
+        let doc = format!(r#"[{{"id":"{longest}","parent":null,"tokens":1,"output":1}}]"#);
+        assert!(matches!(
+            Plan::<32>::parse(doc.as_bytes()).unwrap_err(),
+            PlanError::Row {
+                row: 0,
+                rule: RowRule::InvalidId(RowField::Id, Some(_))
+            }
+        ));
+        let longer = r"\u0061".repeat(2_817);
         let doc = format!(r#"[{{"id":"{longer}","parent":null,"tokens":1,"output":1}}]"#);
         assert_eq!(
             Plan::<32>::parse(doc.as_bytes()).unwrap_err(),
@@ -1149,9 +1265,14 @@ mod tests {
         };
         const BYTES: &[u8] = b"{}[]:,\" \\0123456789-.eEnulabcdfrst\x00\x7f\xc3";
         for doc in &plans {
-            if let Some(plan) = compact(doc) {
-                assert_eq!(Ok(plan), general(doc), "{}", String::from_utf8_lossy(doc));
-                answered += 1;
+            // Every valid plan in the common spelling is answered here.
+            match (compact(doc), general(doc)) {
+                (Some(plan), g) => {
+                    assert_eq!(Ok(plan), g, "{}", String::from_utf8_lossy(doc));
+                    answered += 1;
+                }
+                (None, Ok(_)) => panic!("a valid plan declined: {}", String::from_utf8_lossy(doc)),
+                (None, Err(_)) => {}
             }
             for _ in 0..500 {
                 let mut m = doc.clone();
