@@ -1575,8 +1575,8 @@ mod tests {
     /// reusing the id of a call still in flight is refused `-32600` and not
     /// forwarded, so the call's reservation is still committed when the
     /// server answers (before, the second request replaced the call's entry
-    /// and the attempt was never counted; found by the `mcp_lines` fuzz
-    /// target).
+    /// and the attempt was never counted; found while writing the
+    /// `mcp_lines` fuzz target, whose reservation check fails on it).
     #[test]
     fn a_request_reusing_the_id_of_a_call_in_flight_is_refused() {
         let s = Setup::new();
