@@ -9,7 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 seconds="${FUZZ_SECONDS:-20}"
-targets=(action_json plan_json run_events link_frames ledger_record usage_json duty_window run_record)
+# 12 targets × 20 s ≈ 4 min of fuzzing, plus one build of the fuzz crate
+# (about 8 min from nothing: the host targets build budgetgate with SQLite).
+targets=(action_json plan_json run_events link_frames ledger_record usage_json duty_window
+         hook_event hook_transcript mcp_lines replay_formats run_record)
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
     rustup toolchain install nightly --profile minimal

@@ -12,6 +12,11 @@ Writes fuzz/corpus/<target>/<sha1> files (the corpus folder is not committed):
   link_frames: a few framed request streams (PROPOSE with vector proposals,
                STATUS, HELLO, RESET), sealed with CRC-32 as the link does, plus
                a corrupted checksum, a missing one and an overlong line.
+  hook_event, hook_transcript, mcp_lines, replay_formats: the small
+               hand-written events, transcript lines, JSON-RPC lines and
+               recordings in host_seeds() below (the shapes of Claude Code's
+               hook events and transcripts, MCP's stdio transport and the
+               replay formats), plus the recordings in examples/replay/.
 Usage: python3 fuzz/seed-corpus.py   (from anywhere)
 """
 import binascii
@@ -71,8 +76,112 @@ def elements(text, start):
         i += 1
 
 
+def assistant_line(msg_id, request_id, model, usage, content, extra=""):
+    return json.dumps({
+        "parentUuid": "u0", "isSidechain": False, "type": "assistant", "uuid": "u-" + msg_id,
+        "timestamp": "2026-01-05T10:00:01.200Z", "requestId": request_id, "sessionId": "s1",
+        "message": {"model": model, "id": msg_id, "type": "message", "role": "assistant",
+                    "content": content, "stop_reason": None, "usage": usage}},
+        separators=(",", ":")) + extra
+
+
+def host_seeds(seeds):
+    """Seeds of the host-side targets, written here in the real shapes."""
+    tool_use = [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}]
+    lines = [
+        assistant_line("msg_1", "req_1", "claude-x", {"input_tokens": 12, "output_tokens": 3,
+                       "cache_creation_input_tokens": 200, "cache_read_input_tokens": 0}, tool_use),
+        assistant_line("msg_1", "req_1", "claude-x", {"input_tokens": 12, "output_tokens": 30}, tool_use),
+        assistant_line("msg_2", "req_2", "<synthetic>", {"input_tokens": 0, "output_tokens": 0}, []),
+        assistant_line("msg_3", "req_3", "claude-unpriced", None, [{"type": "text", "text": "lone \\ud83d"}]),
+        json.dumps({"type": "user", "uuid": "u1", "message": {"role": "user", "content": "hi"}}),
+        '{"type":"assistant","message":{"id":"m","usage":{"input_tokens":1},"usage":{}}}',
+        '{"type":"assistant","requestId":"r","message":{"id":"m","model":"claude-x","usage":{"input_tokens":1e400}}}',
+        '{"type":"assistant","message":{"model":"claude-x","content":[[[[{"x":"}"}]]]]}}',
+    ]
+    for line in lines:
+        seeds["hook_transcript"].add(line.encode())
+    transcript_a = ("\n".join(lines[:2]) + "\n").encode()
+    transcript_b = ("\n".join(lines[2:5]) + "\n" + lines[0][:40]).encode()
+
+    def event(name, **extra):
+        e = {"session_id": "s1", "transcript_path": "/tmp/t.jsonl", "cwd": "/home/u",
+             "permission_mode": "default", "hook_event_name": name}
+        e.update(extra)
+        return json.dumps(e).encode()
+
+    events = [
+        event("PreToolUse", tool_name="Bash", tool_input={"command": "ls"}, tool_use_id="toolu_1"),
+        event("PreToolUse", tool_name="Write", tool_input={"file_path": "/x", "content": "y"}, tool_use_id="toolu_2"),
+        event("PreToolUse", tool_name="mcp__srv__do it", tool_input={}, tool_use_id="toolu_3"),
+        event("PreToolUse", tool_name="Read", tool_input={}, tool_use_id="toolu_4", agent_id="a1", agent_type="Explore"),
+        event("PostToolUse", tool_name="Read", tool_input={}, tool_response={"ok": True}, tool_use_id="toolu_1"),
+        event("UserPromptSubmit", prompt="hello"),
+        event("Stop", stop_hook_active=False),
+        event("SubagentStop", stop_hook_active=False, agent_id="a1"),
+        event("SessionStart", source="startup"),
+        b'{"session_id":"s1","session_id":"s2","transcript_path":"/t","cwd":"/","hook_event_name":"Stop"}',
+        b'{"session_id":"","transcript_path":"/t","cwd":"/","hook_event_name":"Stop"}',
+        b'{"session_id":"s1","transcript_path":"/t","hook_event_name":"PreToolUse","tool_name":"Read"}',
+    ]
+    for i, e in enumerate(events):
+        seeds["hook_event"].add(bytes([i % 2]) + e)
+        seeds["hook_event"].add(bytes([i % 2]) + e + b"\0" + transcript_a + b"\0" + transcript_b)
+
+    rpc = [
+        '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}}',
+        '{"jsonrpc":"2.0","method":"notifications/initialized"}',
+        '{"jsonrpc":"2.0","id":1,"method":"tools/list"}',
+        '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}',
+        '{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"Write","arguments":{"p":1}}}',
+        '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"user"}}',
+        '[{"jsonrpc":"2.0","id":3,"method":"ping"},{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo"}}]',
+        '{"jsonrpc":"2.0","id":"budgetgate-approval-1","result":{"action":"accept","content":{}}}',
+        '{"jsonrpc":"1.0","id":5,"method":"ping"}',
+        '{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"echo","arguments":[1]}}',
+        '{"jsonrpc":"2.0","id":7,"id":8,"method":"ping"}',
+        '{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo"',
+        '[]',
+    ]
+    server = [
+        '\x01{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"s","version":"1"}}}',
+        '\x01{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo","inputSchema":{"type":"object"}},{"name":"denied","inputSchema":{"type":"object"}}]}}',
+        '\x01{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"hi"}],"isError":false}}',
+        '\x01{"jsonrpc":"2.0","id":4,"error":{"code":-32000,"message":"boom"}}',
+        '\x01{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":0.5}}',
+    ]
+    for script in (0x00, 0x1b, 0xe4, 0xff):
+        seeds["mcp_lines"].add(bytes([script]) + "\n".join(rpc[:6] + server[:3]).encode() + b"\n")
+        seeds["mcp_lines"].add(bytes([script]) + "\n".join(rpc[6:] + server[3:] + ["\x02"]).encode())
+    seeds["mcp_lines"].add(b"\x00" + b"\xff\xfe not utf-8\n" + b"x" * 300 + b"\n\r\n")
+
+    recordings = [p.read_bytes() for p in sorted((ROOT.parent / "examples" / "replay").glob("*"))]
+    recordings += [
+        b"\n".join(line.encode() for line in lines[:5]),
+        json.dumps({"request": {"model": "claude-x", "max_tokens": 64, "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+                                "messages": [{"role": "user", "content": "hi"}]},
+                    "response": {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+                                 "content": tool_use, "stop_reason": "tool_use",
+                                 "usage": {"input_tokens": 10, "output_tokens": 5}}}).encode(),
+        b"interactions:\n- request:\n    method: POST\n    uri: https://api.openai.com/v1/chat/completions\n"
+        b"    body: '{\"model\":\"gpt-x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n"
+        b"  response:\n    status: {code: 200, message: OK}\n    headers: {Date: ['Mon, 05 Jan 2026 10:00:00 GMT']}\n"
+        b"    body: {string: '{\"object\":\"chat.completion\",\"choices\":[{\"message\":{\"role\":\"assistant\",\"tool_calls\":"
+        b"[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"bash\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}],"
+        b"\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":3}}'}\n",
+        json.dumps({"trajectory": [{"action": "rm -rf /tmp/x\n", "observation": "", "response": "", "thought": ""}],
+                    "info": {"exit_status": "submitted", "model_stats": {"tokens_sent": 100, "tokens_received": 7}}}).encode(),
+        json.dumps({"type": "system", "subtype": "init", "session_id": "s1", "tools": ["Bash"]}).encode() + b"\n"
+        + json.dumps({"type": "assistant", "session_id": "s1", "message": {"id": "m1", "model": "claude-x", "role": "assistant",
+                      "content": tool_use, "stop_reason": "tool_use", "usage": {"input_tokens": 3, "output_tokens": 1}}}).encode() + b"\n",
+    ]
+    for i, r in enumerate(recordings):
+        seeds["replay_formats"].add(bytes([i % 2]) + r)
+
+
 def main():
-    seeds = {"action_json": set(), "plan_json": set(), "run_events": set(), "link_frames": set()}
+    seeds = {"action_json": set(), "plan_json": set(), "run_events": set(), "link_frames": set(),
+             "hook_event": set(), "hook_transcript": set(), "mcp_lines": set(), "replay_formats": set()}
     for path in sorted(VECTORS.glob("*.jsonl")):
         for line in path.read_text(encoding="utf-8").split("\n"):
             if not line.strip():
@@ -123,6 +232,7 @@ def main():
         run_record(1, 3, 4, (8, 0), [(1, 2)]),
         bytes([1]) + struct.pack("<I", 1) + bytes([0, 2]) + struct.pack("<Q", 5) + b"\x02c1\x0aHassTurnOn",
     }
+    host_seeds(seeds)
     for target, items in seeds.items():
         folder = ROOT / "corpus" / target
         folder.mkdir(parents=True, exist_ok=True)

@@ -942,6 +942,25 @@ mod tests {
         assert_eq!(l.first_exhausted(|_| true).unwrap().limit, Limit::ToolCalls);
     }
 
+    /// `SPEC C` (the `>=` check before each model call): a limit below its
+    /// maximum is not exhausted, reservations included; at its maximum and
+    /// past it, it is, with the figures (a mutant reading `<=` for `>=` was
+    /// missed by the core's tests, found by `scripts/mutants-diff`).
+    #[test]
+    fn a_limit_is_exhausted_at_and_past_its_maximum_never_below() {
+        let mut l = ledger();
+        l.record(Limit::Tokens, 998);
+        assert_eq!(l.first_exhausted(|_| true), None);
+        let held = l.try_reserve(Limit::Tokens, 1).unwrap();
+        assert_eq!(l.first_exhausted(|_| true), None, "998 + 1 of 1000");
+        l.commit(held, 2).unwrap();
+        let e = l.first_exhausted(|_| true).unwrap();
+        assert_eq!((e.limit, e.used, e.max), (Limit::Tokens, 1000, 1000));
+        l.record(Limit::Tokens, 5);
+        let e = l.first_exhausted(|_| true).unwrap();
+        assert_eq!((e.limit, e.used, e.max), (Limit::Tokens, 1005, 1000));
+    }
+
     #[test]
     fn a_reservation_holds_budget_until_committed_or_rolled_back() {
         let mut l = ledger();

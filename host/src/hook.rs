@@ -51,7 +51,7 @@ use serde_json::{json, Value};
 use crate::gate::{self, GateError, Ledgers};
 use crate::ledger::{state_dir, CountedUsage, Store, StoreError, Tx};
 
-mod transcript;
+pub mod transcript;
 use crate::replay::budget::{price_of, ReplayBudget};
 
 /// Longest transcript line read (a longer one is an error: the gate cannot

@@ -28,7 +28,8 @@
 //!   default 4096) are replaced by an error result saying so; **`tools/list`**
 //!   results lose the tools the budget denies outright (a cap of 0).
 //! * A line that is not JSON is answered `-32700`, one that is not a
-//!   JSON-RPC 2.0 message `-32600`; neither is forwarded. A line longer than
+//!   JSON-RPC 2.0 message, or a request (not a `tools/call`) reusing the id
+//!   of one still awaiting its answer, `-32600`; neither is forwarded. A line longer than
 //!   [`MAX_LINE`] is skipped as it is read (never held whole) and answered
 //!   `-32600`.
 //! * **Strict reading** (fail closed): a `tools/call` is read with
@@ -699,6 +700,23 @@ impl<G: CallGate> Proxy<G> {
         }
         match (msg.method.as_deref(), id) {
             (Some(method), Some(id)) => {
+                // An id still awaited would replace the request it names
+                // here: a call's reservation would then never be committed
+                // (the server's answer read as another request's) and the
+                // ledger would give back an attempt that ran. MCP forbids
+                // reusing an id within a session; refused, not forwarded.
+                // (A `tools/call` reusing one is the gate's: `duplicate-call-id`.)
+                if method != "tools/call"
+                    && (self.pending.contains_key(id)
+                        || self.approvals.values().any(|a| a.id == id))
+                {
+                    out.push(Out::Client(error_line(
+                        id,
+                        INVALID_REQUEST,
+                        &format!("Invalid Request: the id {id} is already used by a request awaiting its answer"),
+                    )));
+                    return false;
+                }
                 if self.in_flight() >= MAX_PENDING {
                     out.push(Out::Client(error_line(
                         id,
@@ -2089,6 +2107,47 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"Bash","name":"echo"}]}}"#;
         let got = client(&p.on_server(answer, T0));
         assert_eq!(got[0]["error"]["code"], GATEWAY_ERROR, "{got:?}");
+    }
+
+    /// `SPEC E` (fail closed), `SPEC C` (every attempt counted): a request
+    /// (not a `tools/call`, which the gate refuses `duplicate-call-id`)
+    /// reusing the id of a call still in flight is refused `-32600` and not
+    /// forwarded, so the call's reservation is still committed when the
+    /// server answers (before, the second request replaced the call's entry
+    /// and the attempt was never counted; found while writing the
+    /// `mcp_lines` fuzz target, whose reservation check fails on it).
+    #[test]
+    fn a_request_reusing_the_id_of_a_call_in_flight_is_refused() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        assert_eq!(
+            server(&p.on_client(&call(1, "echo", json!({})), T0)).len(),
+            1
+        );
+        for line in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        ] {
+            let outs = p.on_client(line.as_bytes(), T0);
+            assert!(server(&outs).is_empty(), "forwarded {line}");
+            let got = client(&outs);
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0]["error"]["code"], INVALID_REQUEST, "{}", got[0]);
+            assert_eq!(got[0]["id"], 1);
+        }
+        // A call reusing it is the gate's duplicate, as before.
+        let outs = p.on_client(&call(1, "other", json!({"a": 1})), T0);
+        assert!(server(&outs).is_empty());
+        assert_eq!(
+            client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"],
+            "duplicate-call-id"
+        );
+        assert_eq!(s.used(), (0, 1), "the first call is still reserved");
+        p.on_server(&answer(1, json!({"content": []})), T0);
+        assert_eq!(s.used(), (1, 0), "the call that ran is counted");
+        // Once answered, the id may be used again.
+        let outs = p.on_client(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, T0);
+        assert_eq!(server(&outs).len(), 1);
     }
 
     #[test]

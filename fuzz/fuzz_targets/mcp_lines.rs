@@ -1,0 +1,335 @@
+//! The MCP gateway's message handling (`host/src/mcp.rs`: [`Proxy`] and
+//! [`read_lines`], `SPEC C`, `SPEC E`) on arbitrary bytes.
+//!
+//! Input: `SCRIPT STREAM`. `SCRIPT` (one byte) picks the gate's verdicts in
+//! turn: run, refuse, ask, or fail. `STREAM` is cut into lines by the
+//! gateway's own reader (`read_lines`, with a small `MAX_LINE` of 256
+//! bytes); a line starting `\x01` is a server line, `\x02` moves the clock
+//! past every approval deadline, anything else is a client line. At the end
+//! the client goes away.
+//!
+//! The gate is a model written here that, like the ledger's, refuses a call
+//! id it has seen (`duplicate-call-id`) and keeps each reservation.
+//!
+//! Checks:
+//! * no panic; the reader hands on exactly the stream's lines (joined with
+//!   `\n` they give the stream back, none over its limit, an over-long one
+//!   reported as such);
+//! * a client line is either forwarded byte-identical (a batch: its
+//!   members, each byte-identical), answered, or gated; never forwarded
+//!   partly or changed: whatever reaches the server is JSON and is the line
+//!   (or members of it, or an earlier line held for an approval);
+//! * a line that is not UTF-8 is answered `-32700` with id `null`; a line
+//!   that is not JSON, or not a JSON-RPC 2.0 message, is answered `-32700`
+//!   or `-32600` and not forwarded, with its `id` kept when it is readable
+//!   (a strict JSON object with a string or number `id`);
+//! * a `tools/call` the gate refuses, fails on or asks about is never
+//!   forwarded with it; one the gate lets run is forwarded byte-identical;
+//! * every message to the client is a JSON-RPC 2.0 object; a refusal is a
+//!   `CallToolResult` with `isError: true` and a reason in
+//!   `_meta.budgetgate.reason`;
+//! * every reservation ends at most once (committed or given back) and,
+//!   once the client is gone and the proxy has nothing in flight, every
+//!   reservation has ended.
+#![no_main]
+
+use std::collections::HashMap;
+use std::sync::mpsc::sync_channel;
+
+use budgetgate::gate::{Refusal, ToolCall, Verdict};
+use budgetgate::mcp::{read_lines, CallGate, Event, Out, Proxy, INVALID_REQUEST, PARSE_ERROR};
+use libfuzzer_sys::fuzz_target;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+const MAX: usize = 256;
+
+#[derive(Default)]
+struct ModelGate {
+    script: u8,
+    decided: usize,
+    /// Every call id decided (the real ledger remembers them).
+    seen: Vec<String>,
+    /// Reservation key → ended.
+    reserved: HashMap<String, bool>,
+    /// The verdict of the last decision: 0 run, 1 refuse, 2 ask, 3 error.
+    last: Option<u8>,
+}
+
+impl ModelGate {
+    fn end(&mut self, key: &str, how: &str) {
+        match self.reserved.get_mut(key) {
+            Some(ended @ false) => *ended = true,
+            Some(true) => panic!("reservation {key} ended twice ({how})"),
+            None => panic!("{how} of {key}, never reserved"),
+        }
+    }
+}
+
+impl CallGate for ModelGate {
+    fn decide(&mut self, call: &ToolCall<'_>, _now: u64) -> Result<Verdict, String> {
+        assert!(
+            call.input.is_object(),
+            "arguments that are not an object reached the gate"
+        );
+        let pick = (self.script >> (2 * (self.decided % 4))) & 3;
+        self.decided += 1;
+        if self.seen.iter().any(|s| s == call.call_id) {
+            self.last = Some(1);
+            return Ok(Verdict::Refuse(Refusal::worded(
+                "duplicate-call-id",
+                "seen before",
+                "Not executed.",
+                "",
+            )));
+        }
+        self.seen.push(call.call_id.to_owned());
+        self.last = Some(pick);
+        match pick {
+            0 | 2 => {
+                self.reserved.insert(call.call_id.to_owned(), false);
+                Ok(if pick == 0 {
+                    Verdict::Run
+                } else {
+                    Verdict::Ask("needs approval".into())
+                })
+            }
+            1 => Ok(Verdict::Refuse(Refusal::worded(
+                "tool-budget",
+                "no attempts left",
+                "Not executed.",
+                "",
+            ))),
+            _ => Err("the ledger is down".into()),
+        }
+    }
+    fn commit(&mut self, key: &str, _tool: &str, _now: u64) -> Result<(), String> {
+        self.end(key, "commit");
+        Ok(())
+    }
+    fn roll_back(&mut self, key: &str, _now: u64) -> Result<(), String> {
+        self.end(key, "roll back");
+        Ok(())
+    }
+    fn denied(&self, tool: &str) -> bool {
+        tool == "denied"
+    }
+}
+
+fn is_json(text: &str) -> bool {
+    serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
+}
+
+fn check_client(text: &str) -> Value {
+    let v: Value = serde_json::from_str(text)
+        .unwrap_or_else(|e| panic!("to the client, not JSON ({e}): {text}"));
+    assert_eq!(v["jsonrpc"], "2.0", "to the client: {text}");
+    if let Some(result) = v.get("result") {
+        if result.get("isError") == Some(&Value::Bool(true)) {
+            if let Some(meta) = result.get("_meta") {
+                let reason = meta["budgetgate"]["reason"].as_str().unwrap_or_default();
+                assert!(!reason.is_empty(), "a refusal without a reason: {text}");
+                assert!(result["content"][0]["text"]
+                    .as_str()
+                    .is_some_and(|t| !t.is_empty()));
+            }
+        }
+    }
+    if let Some(error) = v.get("error") {
+        assert!(error["code"].is_i64(), "error without a code: {text}");
+        assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+    v
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&script, stream)) = data.split_first() else {
+        return;
+    };
+    // The gateway's own line reader, with a small limit.
+    let (tx, rx) = sync_channel(stream.len() + 8);
+    let (wake, _woken) = sync_channel(1);
+    read_lines(
+        stream,
+        MAX,
+        &tx,
+        &wake,
+        Event::Client,
+        || Event::ClientTooLong,
+        || Event::ClientClosed,
+    );
+    drop(tx);
+    let events: Vec<Event> = rx.into_iter().collect();
+    let expected: Vec<&[u8]> = {
+        let mut lines: Vec<&[u8]> = stream.split(|&b| b == b'\n').collect();
+        if stream.last() == Some(&b'\n') || stream.is_empty() {
+            lines.pop();
+        }
+        lines
+    };
+    assert!(
+        matches!(events.last(), Some(Event::ClientClosed)),
+        "the end is reported"
+    );
+    assert_eq!(events.len(), expected.len() + 1, "one event per line");
+    for (event, line) in events.iter().zip(&expected) {
+        match event {
+            Event::Client(got) => {
+                assert!(line.len() <= MAX, "a line over the limit was handed on");
+                assert_eq!(got.as_slice(), *line, "a line changed");
+            }
+            Event::ClientTooLong => assert!(line.len() > MAX, "a short line reported too long"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    let gate = ModelGate {
+        script,
+        ..ModelGate::default()
+    };
+    let mut proxy = Proxy::new(gate, "c1".into(), 64, 1_000);
+    let mut now = 1_000u64;
+    let mut held: Vec<String> = Vec::new();
+    for event in &events {
+        now += 1;
+        let line = match event {
+            Event::Client(line) => line,
+            Event::ClientTooLong => {
+                for out in proxy.on_client_too_long() {
+                    let Out::Client(text) = out else {
+                        panic!("a too-long line reached the server")
+                    };
+                    assert_eq!(check_client(&text)["error"]["code"], INVALID_REQUEST);
+                }
+                continue;
+            }
+            _ => continue,
+        };
+        if let Some(rest) = line.strip_prefix(b"\x01") {
+            for out in proxy.on_server(rest, now) {
+                match out {
+                    Out::Client(text) => assert!(is_json(&text), "to the client, not JSON: {text}"),
+                    Out::Server(text) => {
+                        panic!("a server line was sent back to the server: {text}")
+                    }
+                }
+            }
+            continue;
+        }
+        if line.first() == Some(&0x02) {
+            now += 10_000;
+            for out in proxy.on_tick(now) {
+                let Out::Client(text) = out else {
+                    panic!("a tick wrote to the server")
+                };
+                check_client(&text);
+            }
+            continue;
+        }
+        let decided_before = proxy.gate().decided;
+        let outs = proxy.on_client(line, now);
+        let Ok(text) = std::str::from_utf8(line) else {
+            assert_eq!(outs.len(), 1, "{outs:?}");
+            let Out::Client(answer) = &outs[0] else {
+                panic!("not UTF-8, forwarded")
+            };
+            let v = check_client(answer);
+            assert_eq!(v["error"]["code"], PARSE_ERROR);
+            assert_eq!(v["id"], Value::Null);
+            continue;
+        };
+        let text = text.trim_end_matches(['\n', '\r']);
+        let batch = text.trim_start().starts_with('[');
+        let gated = proxy.gate().decided > decided_before;
+        let verdict = proxy.gate().last;
+        let mut forwarded_whole = false;
+        for out in &outs {
+            match out {
+                Out::Server(s) => {
+                    assert!(is_json(s), "forwarded, not JSON: {s}");
+                    if s == text {
+                        forwarded_whole = true;
+                    } else if held.iter().any(|h| h == s) {
+                        // An approved call, held since its line.
+                    } else if batch {
+                        let members: Vec<&RawValue> = serde_json::from_str(s).expect("a batch");
+                        for m in members {
+                            assert!(
+                                text.contains(m.get()),
+                                "batch member {} not in the line",
+                                m.get()
+                            );
+                        }
+                    } else {
+                        panic!("forwarded {s:?} for the line {text:?}");
+                    }
+                }
+                Out::Client(answer) => {
+                    check_client(answer);
+                }
+            }
+        }
+        if batch || text.trim().is_empty() {
+            held.push(text.to_owned());
+            if let Ok(members) = serde_json::from_str::<Vec<&RawValue>>(text) {
+                held.extend(members.iter().map(|m| m.get().to_owned()));
+            }
+            continue;
+        }
+        held.push(text.to_owned());
+        let strict = budgetgate::strict::value_from_str(text).ok();
+        if forwarded_whole {
+            assert!(
+                is_json(text) && text.trim_start().starts_with('{'),
+                "forwarded a line that is no JSON object: {text}"
+            );
+            if let Some(v) = &strict {
+                assert_eq!(
+                    v["jsonrpc"], "2.0",
+                    "forwarded a line that is no JSON-RPC 2.0 message: {text}"
+                );
+            }
+        }
+        if !is_json(text) || strict.as_ref().is_some_and(|v| !v.is_object()) {
+            assert_eq!(outs.len(), 1, "{text:?} → {outs:?}");
+            let Out::Client(answer) = &outs[0] else {
+                unreachable!()
+            };
+            let v = check_client(answer);
+            let code = &v["error"]["code"];
+            assert!(*code == PARSE_ERROR || *code == INVALID_REQUEST, "{answer}");
+        }
+        if let Some(Value::Object(o)) = &strict {
+            let readable = o.get("id").filter(|id| id.is_string() || id.is_number());
+            for out in &outs {
+                if let Out::Client(answer) = out {
+                    let v: Value = serde_json::from_str(answer).expect("JSON");
+                    let code = &v["error"]["code"];
+                    if *code == PARSE_ERROR || *code == INVALID_REQUEST {
+                        if let Some(id) = readable {
+                            assert_eq!(&v["id"], id, "the id was lost: {text} → {answer}");
+                        }
+                    }
+                }
+            }
+        }
+        if gated {
+            match verdict {
+                Some(0) => assert!(
+                    forwarded_whole,
+                    "a call the gate let run was not forwarded: {text}"
+                ),
+                _ => assert!(
+                    !forwarded_whole,
+                    "a call the gate did not let run was forwarded: {text}"
+                ),
+            }
+        }
+    }
+    proxy.on_client_closed(now + 1);
+    if proxy.in_flight() == 0 {
+        for (key, ended) in &proxy.gate().reserved {
+            assert!(*ended, "reservation {key} never ended");
+        }
+    }
+});
