@@ -31,6 +31,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use budgetgate_core::budget::{Ledger, Limit};
 use budgetgate_core::turn::{
     Admission, Approver, ArgsFingerprint, CallVerdict, FingerprintBuilder, ProposeError,
     ProposedCall, RefusalReason, RunStatus, StopReason, TokenMode, TokenUsage, ToolName,
@@ -419,16 +420,20 @@ fn build_rules(
     Ok((rules, known, notes))
 }
 
-/// Why a budget with a `[subagent]` table is refused by replay.
-const SUBAGENT_NOT_APPLIED: &str = "[subagent] limits are applied by `budgetgate hook` only in this version; replay does not apply them yet, and refuses rather than replay as if they held (replay with a copy of the budget without its [subagent] table: sub-agents' spend still counts in the session's budget)";
+/// A sub-agent's own ledger under `[subagent]`: model calls, tokens and
+/// tool attempts, as the hook keeps it (`gate::apply_subagent`).
+fn subagent_ledger(limits: &budget::SubagentLimits) -> Ledger {
+    let mut ledger: Ledger = Ledger::new(0);
+    ledger.set_max(Limit::ModelCalls, limits.max_model_calls.map(u64::from));
+    ledger.set_max(Limit::Tokens, limits.max_tokens);
+    ledger.set_max(Limit::ToolCalls, limits.max_tool_calls.map(u64::from));
+    ledger
+}
 
 /// Replays a session through the gate.
 pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String> {
     // Known to the budget file, not yet applied by replay: refusing is the
     // only honest answer (a cost budget must never count a call as free).
-    if budget.subagent != budget::SubagentLimits::default() {
-        return Err(SUBAGENT_NOT_APPLIED.into());
-    }
     let (rules, known_tools, mut notes) = build_rules(session, budget)?;
     let limits = budget.limits;
     let mut gate = Box::new(ReplayGate::new(limits, rules, 0));
@@ -439,6 +444,9 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
             .map_err(|e| format!("budget file: [tools] max_calls: {name:?}: {e}"))?;
     }
     let mut unpriced: BTreeSet<String> = BTreeSet::new();
+    // `[subagent]`: each sub-agent's own counts, as the hook keeps them.
+    let mut agents: BTreeMap<String, Ledger> = BTreeMap::new();
+    let mut noted_agents: BTreeSet<String> = BTreeSet::new();
     let mut stopped: Option<Stopped> = None;
     let mut per_turn = Vec::with_capacity(session.turns.len());
     let mut running = TokenUsage::ZERO;
@@ -520,7 +528,46 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                         gate.count_server_calls(n)
                             .map_err(|e| format!("internal: turn {index}: {e}"))?;
                     }
+                    // A sub-agent's own limits, as the hook applies them: its
+                    // response is counted (the transcript holds it when its
+                    // calls are decided); once one of them is reached, its
+                    // calls are refused, and the session goes on.
+                    let sub = turn.agent.as_ref().map(|a| {
+                        let ledger = agents
+                            .entry(a.clone())
+                            .or_insert_with(|| subagent_ledger(&budget.subagent));
+                        ledger.record(Limit::ModelCalls, 1);
+                        ledger.record(Limit::Tokens, used.total());
+                        a.clone()
+                    });
                     for call in &turn.calls {
+                        let own = sub.as_ref().and_then(|a| agents.get(a)).and_then(|l| {
+                            l.first_exhausted(Limit::before_model_call)
+                                .map(|e| ("budget-exhausted", e))
+                                .or_else(|| {
+                                    l.first_exhausted(|limit| limit == Limit::ToolCalls)
+                                        .map(|e| ("tool-budget", e))
+                                })
+                        });
+                        if let Some((word, e)) = own {
+                            *extra_refusals.entry(word.into()).or_default() += 1;
+                            row.calls.push(CallReport {
+                                id: call.id.clone(),
+                                name: call.name.clone(),
+                                verdict: "refused",
+                                reason: Some(word.to_owned()),
+                                recorded: recorded_word(call),
+                            });
+                            let agent = sub.clone().unwrap_or_default();
+                            if !noted_agents.contains(&agent) {
+                                notes.push(format!(
+                                    "turn {index}: sub-agent {agent} reached its own {e} ([subagent]): its calls are refused from here; the session goes on"
+                                ));
+                                noted_agents.insert(agent);
+                            }
+                            continue;
+                        }
+                        let attempts_before = gate.tool_attempts();
                         let proposed = ProposedCall {
                             call_id: &call.id,
                             name: &call.name,
@@ -576,6 +623,11 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                             }
                             Err(e) => return Err(format!("turn {index}: call {}: {e}", call.id)),
                         };
+                        // The attempt the gate counted is the sub-agent's too.
+                        let counted = gate.tool_attempts().saturating_sub(attempts_before);
+                        if let Some(ledger) = sub.as_ref().and_then(|a| agents.get_mut(a)) {
+                            ledger.record(Limit::ToolCalls, u64::from(counted));
+                        }
                         row.calls.push(CallReport {
                             id: call.id.clone(),
                             name: call.name.clone(),
@@ -1265,11 +1317,7 @@ fn load_budget(args: &ReplayArgs) -> Result<ReplayBudget, (String, String)> {
             let name = input_name(path);
             let text = read_input(path, MAX_BUDGET_BYTES, "a budget file")
                 .map_err(|e| (name.clone(), e))?;
-            let budget = parse_budget(&text).map_err(|e| (name.clone(), e))?;
-            if budget.subagent != budget::SubagentLimits::default() {
-                return Err((name, SUBAGENT_NOT_APPLIED.into()));
-            }
-            budget
+            parse_budget(&text).map_err(|e| (name, e))?
         }
         None => ReplayBudget::default(),
     };

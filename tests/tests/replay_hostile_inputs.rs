@@ -1221,23 +1221,6 @@ fn a_fifo_is_refused_without_waiting_for_a_writer() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A budget replay cannot apply is refused naming the budget file, not the
-/// recording, and saying how to replay anyway.
-#[test]
-fn a_subagent_budget_is_refused_naming_the_budget_file() {
-    let budget = temp_file("b.toml", b"[subagent]\nmax_tokens = 10\n");
-    let mut a = args(example("claude-code.jsonl"));
-    a.budget = Some(budget);
-    let (status, _, err) = run(&a);
-    assert_eq!(status, ExitCode::from(2));
-    assert!(
-        err.starts_with("budgetgate replay: ") && err.contains("b.toml"),
-        "{err}"
-    );
-    assert!(!err.contains("claude-code.jsonl"), "{err}");
-    assert!(err.contains("without its [subagent] table"), "{err}");
-}
-
 /// The summary table of several recordings says where each stopped as its
 /// own report does (`at turn 3`: the response's own `max_tokens`, not
 /// "before turn 3"), and shows an overshoot even when the run also stopped.

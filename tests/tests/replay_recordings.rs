@@ -1522,3 +1522,45 @@ fn a_claude_code_log_read_line_by_line_is_the_log_read_whole() {
     let err = budgetgate::replay::read_large_claude_code(&broken).unwrap_err();
     assert!(err.starts_with("line 2: not JSON"), "{err}");
 }
+
+/// `[subagent]` in replay, as the hook applies it: a sub-agent's response
+/// is counted against its own limits; once one is reached (its tokens here:
+/// 510 of 500), the calls of that response are refused — their results
+/// would go back to it in a call its budget refuses — and the session goes
+/// on. A sub-agent's tool-call limit refuses its calls past it.
+#[test]
+fn a_subagent_budget_refuses_that_subagents_calls_and_the_session_goes_on() {
+    let dir = std::env::temp_dir().join(format!("budgetgate-subbudget-{}", std::process::id()));
+    let path = write_session_with_subagent(&dir);
+    let budget = dir.join("sub.toml");
+    std::fs::write(&budget, "[subagent]\nmax_tokens = 500\n").unwrap();
+    let (code, json) = replay_file(path.clone(), Some(budget.clone()));
+    assert_eq!(code, 0, "{json}");
+    let call = &json["per_turn"][1]["calls"][0];
+    assert_eq!(
+        (call["verdict"].clone(), call["reason"].clone()),
+        (json!("refused"), json!("budget-exhausted"))
+    );
+    assert_eq!(json["status"], "complete", "the session goes on");
+    assert_eq!(
+        json["per_turn"][0]["calls"][0]["verdict"], "execute",
+        "the main agent's Task ran"
+    );
+    assert!(
+        json["notes"]
+            .to_string()
+            .contains("sub-agent agent-a1b2c3 reached its own"),
+        "{}",
+        json["notes"]
+    );
+    // Just above its spend: nothing refused.
+    std::fs::write(&budget, "[subagent]\nmax_tokens = 511\n").unwrap();
+    let (_, json) = replay_file(path.clone(), Some(budget.clone()));
+    assert_eq!(json["per_turn"][1]["calls"][0]["verdict"], "execute");
+    // Its own tool calls: none allowed.
+    std::fs::write(&budget, "[subagent]\nmax_tool_calls = 0\n").unwrap();
+    let (_, json) = replay_file(path, Some(budget));
+    assert_eq!(json["per_turn"][1]["calls"][0]["reason"], "tool-budget");
+    assert_eq!(json["refusals"]["tool-budget"], 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
