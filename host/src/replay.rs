@@ -1161,7 +1161,20 @@ impl Report {
             self.status
         );
         if let Some(cost) = self.gate_cost_micro_usd {
-            let _ = writeln!(out, "gate cost: {} by the budget's prices", fmt_usd(cost));
+            let unpriced = self
+                .notes
+                .iter()
+                .any(|n| n.starts_with("no price in the budget for model"));
+            let _ = writeln!(
+                out,
+                "gate cost: {} by the budget's prices{}",
+                fmt_usd(cost),
+                if unpriced {
+                    ", responses of models without a price not included (their cost is unknown, not zero; see the notes)"
+                } else {
+                    ""
+                }
+            );
         }
         match &self.stopped {
             Some(s) => {

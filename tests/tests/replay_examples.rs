@@ -373,6 +373,10 @@ fn replay_stops_after_a_response_of_a_model_without_a_price() {
         .notes
         .iter()
         .any(|n| n.contains("claude-example-1") && n.contains("never counts a call as free")));
+    // The table never shows an unknown cost as a zero one.
+    assert!(report
+        .to_table("x")
+        .contains("their cost is unknown, not zero"));
 }
 
 /// `SPEC E` (per-tool caps), in replay: `[tools] max_calls` refuses a
