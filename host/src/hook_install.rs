@@ -193,13 +193,13 @@ pub fn with_ours(settings: &Value, command: &str) -> Result<Value, String> {
         .entry("hooks")
         .or_insert_with(|| Value::Object(Map::new()))
         .as_object_mut()
-        .ok_or("`hooks` in settings.json is not an object")?;
+        .ok_or("`hooks` in the settings file is not an object")?;
     for (event, matcher) in EVENTS {
         let groups = hooks
             .entry(event)
             .or_insert_with(|| Value::Array(Vec::new()))
             .as_array_mut()
-            .ok_or_else(|| format!("`hooks.{event}` in settings.json is not an array"))?;
+            .ok_or_else(|| format!("`hooks.{event}` in the settings file is not an array"))?;
         let entry = json!({"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S});
         let group = if matcher {
             json!({"matcher": "*", "hooks": [entry]})

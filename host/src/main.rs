@@ -248,8 +248,11 @@ deadline passed) on PreToolUse and UserPromptSubmit: Claude Code blocks the
 call and shows the reason (fail closed); 1 the same on other events, where
 blocking would make Claude keep working.
 
-Examples:
-  echo '{\"session_id\":\"s1\",\"transcript_path\":\"/tmp/t.jsonl\",\"cwd\":\"/tmp\",\"hook_event_name\":\"PreToolUse\",\"tool_name\":\"Bash\",\"tool_input\":{\"command\":\"ls\"},\"tool_use_id\":\"toolu_1\"}' | budgetgate hook claude-code --budget examples/claude-code-budget.toml
+Examples (event.json: one hook event as Claude Code sends it on stdin, e.g.
+{\"session_id\":\"s1\",\"transcript_path\":\"/tmp/t.jsonl\",\"cwd\":\"/tmp\",
+\"hook_event_name\":\"PreToolUse\",\"tool_name\":\"Bash\",
+\"tool_input\":{\"command\":\"ls\"},\"tool_use_id\":\"toolu_1\"}):
+  budgetgate hook claude-code --budget examples/claude-code-budget.toml < event.json
   budgetgate hook install --project --budget examples/claude-code-budget.toml --dry-run")]
     ClaudeCode(budgetgate::hook::ClaudeCodeArgs),
     /// Add budgetgate's hooks to Claude Code's settings.json.
@@ -257,11 +260,24 @@ Examples:
 Keeps every other setting; running it again replaces budgetgate's own
 entries (idempotent); the previous file is kept as settings.json.budgetgate-backup.
 
+Exit status: 0 installed (or, with --dry-run, the diff printed); 2 the
+settings file cannot be read, parsed or written (nothing changed).
+
 Examples:
   budgetgate hook install --project --budget examples/claude-code-budget.toml
   budgetgate hook install --user --dry-run")]
     Install(budgetgate::hook_install::InstallArgs),
     /// Remove exactly the hooks `hook install` added.
+    #[command(after_help = "\
+Leaves every other setting and hook as it is; running it again changes
+nothing.
+
+Exit status: 0 removed (or nothing to remove); 2 the settings file cannot be
+read, parsed or written (nothing changed).
+
+Examples:
+  budgetgate hook uninstall --project
+  budgetgate hook uninstall --user --dry-run")]
     Uninstall(budgetgate::hook_install::UninstallArgs),
 }
 
