@@ -19,6 +19,7 @@
 mod approval;
 mod batch;
 pub(crate) mod budget;
+mod claude_line;
 mod formats;
 mod openai;
 mod providers;

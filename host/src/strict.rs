@@ -12,66 +12,79 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// A JSON value whose objects, at every depth, have unique keys.
-struct UniqueKeys(Value);
+pub(crate) struct UniqueKeys(pub(crate) Value);
 
 impl<'de> Deserialize<'de> for UniqueKeys {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Value;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-                Ok(Value::Bool(v))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-                Ok(Value::from(v))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-                Ok(Value::from(v))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-                serde_json::Number::from_f64(v)
-                    .map(Value::Number)
-                    .ok_or_else(|| E::custom("a number that is not finite"))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-                Ok(Value::String(v.to_owned()))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Value, E> {
-                Ok(Value::String(v))
-            }
-            fn visit_unit<E>(self) -> Result<Value, E> {
-                Ok(Value::Null)
-            }
-            fn visit_none<E>(self) -> Result<Value, E> {
-                Ok(Value::Null)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-                let mut items = Vec::new();
-                while let Some(UniqueKeys(item)) = seq.next_element()? {
-                    items.push(item);
-                }
-                Ok(Value::Array(items))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-                let mut out = Map::new();
-                while let Some(key) = map.next_key::<String>()? {
-                    if out.contains_key(&key) {
-                        return Err(de::Error::custom(format_args!(
-                            "duplicate key {}",
-                            shown_key(&key)
-                        )));
-                    }
-                    let UniqueKeys(value) = map.next_value()?;
-                    out.insert(key, value);
-                }
-                Ok(Value::Object(out))
-            }
-        }
-        d.deserialize_any(V).map(UniqueKeys)
+        d.deserialize_any(UniqueKeysVisitor).map(UniqueKeys)
     }
+}
+
+/// Builds a [`Value`] whose objects have unique keys; readers that keep
+/// only part of a document hand it what they keep.
+pub(crate) struct UniqueKeysVisitor;
+
+impl<'de> Visitor<'de> for UniqueKeysVisitor {
+    type Value = Value;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        serde_json::Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("a number that is not finite"))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(UniqueKeys(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            refuse_repeated(&out, &key)?;
+            let UniqueKeys(value) = map.next_value()?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// [`value_from_str`]'s error for a key that `out` already holds (checked
+/// before the key's value is read, so the error's position is the key's).
+pub(crate) fn refuse_repeated<E: de::Error>(out: &Map<String, Value>, key: &str) -> Result<(), E> {
+    if out.contains_key(key) {
+        return Err(duplicate_key(key));
+    }
+    Ok(())
+}
+
+/// [`value_from_str`]'s error for a key given twice in one object.
+pub(crate) fn duplicate_key<E: de::Error>(key: &str) -> E {
+    E::custom(format_args!("duplicate key {}", shown_key(key)))
 }
 
 /// A key for an error message: in backquotes, cut to 64 characters.

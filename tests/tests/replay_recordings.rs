@@ -1521,6 +1521,40 @@ fn a_claude_code_log_read_line_by_line_is_the_log_read_whole() {
     std::fs::write(&broken, lines.join("\n")).unwrap();
     let err = budgetgate::replay::read_large_claude_code(&broken).unwrap_err();
     assert!(err.starts_with("line 2: not JSON"), "{err}");
+    // Bytes that are not UTF-8 after the lines that tell the format (only
+    // counted by the first pass): named by their line, as when read whole.
+    let mut bytes = lines
+        .join("\n")
+        .replacen("{oops", "{\"parentUuid\"", 1)
+        .into_bytes();
+    let fifth = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, &b)| b == b'\n')
+        .nth(3)
+        .map(|(at, _)| at + 2)
+        .unwrap();
+    bytes[fifth] = 0xff;
+    std::fs::write(&broken, &bytes).unwrap();
+    let err = budgetgate::replay::read_large_claude_code(&broken).unwrap_err();
+    assert!(err.starts_with("line 5: not UTF-8"), "{err}");
+    // CRLF line ends, and a log cut after a newline that ends no line.
+    for (name, text) in [
+        ("crlf.jsonl", sample.replace('\n', "\r\n")),
+        ("blank-end.jsonl", format!("{sample}\n\n")),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, &text).unwrap();
+        let mut by_line = budgetgate::replay::read_large_claude_code(&path)
+            .unwrap()
+            .unwrap();
+        by_line.notes.pop();
+        assert_eq!(
+            by_line,
+            budgetgate::replay::read_session(&text).unwrap(),
+            "{name}"
+        );
+    }
 }
 
 /// `[subagent]` in replay, as the hook applies it: a sub-agent's response

@@ -4,6 +4,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
+use super::claude_line::claude_code_line_from_str;
 use super::openai;
 use super::providers;
 use super::session::{billed_usage, Format, RecordedCall, RecordedTurn, Session, UsageGranularity};
@@ -101,17 +102,72 @@ struct LineKeys {
     session_id_camel: bool,
     session_id_snake: bool,
     request_and_response: bool,
+    request: bool,
+    response: bool,
+}
+
+/// What the lines' top-level keys say about the format, line by line.
+#[derive(Default)]
+struct FormatProbe {
+    /// Whether the first line is an object (`None`: no line yet).
+    first_is_object: Option<bool>,
+    /// Some line is not a `request`/`response` pair (a claude-trace log).
+    not_all_pairs: bool,
+    /// Some line has `type` and `sessionId` or `uuid` (a Claude Code log).
+    claude_code: bool,
+    /// Some line has `type` and `session_id` (stream-json output).
+    snake: bool,
+    /// Some line has `sessionId` (never in stream-json output).
+    camel: bool,
+}
+
+impl FormatProbe {
+    /// Takes the keys of the next non-blank line.
+    fn add(&mut self, keys: Option<LineKeys>) {
+        self.first_is_object.get_or_insert(keys.is_some());
+        self.not_all_pairs |= !keys.is_some_and(|k| k.request_and_response);
+        if let Some(k) = keys {
+            self.claude_code |= k.kind && (k.session_id_camel || k.uuid);
+            self.snake |= k.kind && k.session_id_snake;
+            self.camel |= k.session_id_camel;
+        }
+    }
+
+    /// Whether no later line can change [`Self::claude_code_format`]: a
+    /// Claude Code log is certain once a line has `sessionId` (so it is not
+    /// stream-json output) and one is not a trace pair.
+    fn settled(&self) -> bool {
+        self.first_is_object.is_some() && self.not_all_pairs && self.claude_code && self.camel
+    }
+
+    /// A Claude Code log or stream-json output, read line by line; `None`:
+    /// another format, read whole.
+    fn claude_code_format(&self) -> Option<Format> {
+        let stream_json = self.snake && !self.camel;
+        (self.first_is_object == Some(true)
+            && self.not_all_pairs
+            && (self.claude_code || stream_json))
+            .then_some(if stream_json {
+                Format::ClaudeCodeStreamJson
+            } else {
+                Format::ClaudeCode
+            })
+    }
 }
 
 fn line_keys(line: &str) -> Option<LineKeys> {
-    use std::borrow::Cow;
-    let keys: HashMap<Cow<'_, str>, serde::de::IgnoredAny> = serde_json::from_str(line).ok()?;
-    Some(LineKeys {
-        kind: keys.contains_key("type"),
-        uuid: keys.contains_key("uuid"),
-        session_id_camel: keys.contains_key("sessionId"),
-        session_id_snake: keys.contains_key("session_id"),
-        request_and_response: keys.contains_key("request") && keys.contains_key("response"),
+    super::claude_line::top_level_keys(line, |key, keys: &mut LineKeys| match key {
+        "type" => keys.kind = true,
+        "uuid" => keys.uuid = true,
+        "sessionId" => keys.session_id_camel = true,
+        "session_id" => keys.session_id_snake = true,
+        "request" => keys.request = true,
+        "response" => keys.response = true,
+        _ => {}
+    })
+    .map(|mut keys| {
+        keys.request_and_response = keys.request && keys.response;
+        keys
     })
 }
 
@@ -128,9 +184,8 @@ fn stream_lines<'a>(
         if line.trim().is_empty() {
             return None;
         }
-        Some(match value_from_str(line) {
-            Ok(mut value) => {
-                prune_claude_code_line(&mut value);
+        Some(match claude_code_line_from_str(line) {
+            Ok(value) => {
                 yielded += 1;
                 Ok((index + 1, value))
             }
@@ -183,36 +238,43 @@ pub fn read_large_claude_code(path: &std::path::Path) -> Result<Option<Session>,
     if std::io::Read::read_exact(&mut open()?, &mut magic).is_ok() && magic == [0x1f, 0x8b] {
         return Ok(None);
     }
-    let (mut first_is_object, mut seen_first) = (false, false);
-    let (mut all_pairs, mut claude_code, mut snake, mut camel) = (true, false, false, false);
+    let mut probe = FormatProbe::default();
+    // Lines as `split(b'\n')` yields them (the reading below): a last line
+    // without its newline is a line.
     let mut count = 0usize;
-    for (index, bytes) in open()?.split(b'\n').enumerate() {
-        let bytes = bytes.map_err(|e| format!("cannot read: {e}"))?;
-        count = index + 1;
-        let line = line_of(index, bytes)?;
-        if line.trim().is_empty() {
-            continue;
+    let mut reader = open()?;
+    let read_error = |e: std::io::Error| format!("cannot read: {e}");
+    let mut bytes = Vec::new();
+    while !probe.settled() {
+        bytes.clear();
+        if reader.read_until(b'\n', &mut bytes).map_err(read_error)? == 0 {
+            break;
         }
-        let keys = line_keys(line.trim_start_matches('\u{feff}'));
-        if !seen_first {
-            seen_first = true;
-            first_is_object = keys.is_some();
+        count += 1;
+        if bytes.last() == Some(&b'\n') {
+            bytes.pop();
         }
-        all_pairs &= keys.is_some_and(|k| k.request_and_response);
-        if let Some(k) = keys {
-            claude_code |= k.kind && (k.session_id_camel || k.uuid);
-            snake |= k.kind && k.session_id_snake;
-            camel |= k.session_id_camel;
+        let line = line_of(count - 1, std::mem::take(&mut bytes))?;
+        if !line.trim().is_empty() {
+            probe.add(line_keys(line.trim_start_matches('\u{feff}')));
         }
     }
-    let stream_json = snake && !camel;
-    if !first_is_object || all_pairs || !(claude_code || stream_json) {
+    // The format is known: the rest is only counted (the last line may be
+    // an interrupted write); the reading checks it is UTF-8.
+    let mut ends_with_newline = true;
+    loop {
+        let chunk = reader.fill_buf().map_err(read_error)?;
+        let Some(&last) = chunk.last() else { break };
+        count += memchr::memchr_iter(b'\n', chunk).count();
+        ends_with_newline = last == b'\n';
+        let n = chunk.len();
+        reader.consume(n);
+    }
+    if !ends_with_newline {
+        count += 1;
+    }
+    let Some(format) = probe.claude_code_format() else {
         return Ok(None);
-    }
-    let format = if stream_json {
-        Format::ClaudeCodeStreamJson
-    } else {
-        Format::ClaudeCode
     };
     let mut yielded = 0usize;
     let mut truncated = false;
@@ -235,9 +297,8 @@ pub fn read_large_claude_code(path: &std::path::Path) -> Result<Option<Session>,
             if text.trim().is_empty() {
                 return None;
             }
-            Some(match value_from_str(text) {
-                Ok(mut value) => {
-                    prune_claude_code_line(&mut value);
+            Some(match claude_code_line_from_str(text) {
+                Ok(value) => {
                     yielded += 1;
                     Ok((index + 1, value))
                 }
@@ -269,25 +330,14 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
     // The format from the lines' top-level keys (a cheap pass that builds
     // nothing): a Claude Code log or stream-json output is then read line by
     // line; the other formats take their lines whole.
-    let probes: Vec<Option<LineKeys>> = lines
-        .iter()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| line_keys(l))
-        .collect();
-    let probed = || probes.iter().flatten();
-    let first_is_object = probes.first().is_some_and(Option::is_some);
-    let all_pairs = probes
-        .iter()
-        .all(|p| p.is_some_and(|k| k.request_and_response));
-    let probe_claude_code = probed().any(|k| k.kind && (k.session_id_camel || k.uuid));
-    let probe_stream_json =
-        probed().any(|k| k.kind && k.session_id_snake) && !probed().any(|k| k.session_id_camel);
-    if first_is_object && !all_pairs && (probe_claude_code || probe_stream_json) {
-        let format = if probe_stream_json {
-            Format::ClaudeCodeStreamJson
-        } else {
-            Format::ClaudeCode
-        };
+    let mut probe = FormatProbe::default();
+    for line in lines.iter().filter(|l| !l.trim().is_empty()) {
+        probe.add(line_keys(line));
+        if probe.settled() {
+            break;
+        }
+    }
+    if let Some(format) = probe.claude_code_format() {
         let truncated = std::cell::Cell::new(false);
         let mut session = read_claude_code(stream_lines(&lines, &truncated), format)?;
         if truncated.get() {
@@ -364,8 +414,10 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
     Ok(session)
 }
 
-/// The keys of a Claude Code line (session log or stream-json) the readers
-/// use; the others are dropped as each line is read.
+/// The keys of a Claude Code line (session log or stream-json) kept when a
+/// file is read whole ([`from_json_lines`]'s general path); the Claude Code
+/// reader itself reads lines with `claude_code_line_from_str`, which keeps
+/// only what it reads.
 const CLAUDE_CODE_KEYS: [&str; 13] = [
     "type",
     "uuid",
@@ -498,7 +550,8 @@ fn brief(value: &Value) -> String {
 }
 
 /// The content blocks of a message turned into a turn (usage and times filled by the caller).
-fn turn_from_message(message: &Value) -> Result<RecordedTurn, String> {
+/// The turn `message` records; its calls' inputs are moved out of it.
+fn turn_from_message(message: &mut Value) -> Result<RecordedTurn, String> {
     let (usage, iterations) = match message.get("usage") {
         None | Some(Value::Null) => (TokenUsage::ZERO, Vec::new()),
         Some(u) => billed_usage(u)?,
@@ -514,14 +567,16 @@ fn turn_from_message(message: &Value) -> Result<RecordedTurn, String> {
             .map(str::to_owned),
         ..RecordedTurn::default()
     };
-    add_blocks(&mut turn, message.get("content"))?;
+    add_blocks(&mut turn, message.get_mut("content"))?;
     Ok(turn)
 }
 
-fn add_blocks(turn: &mut RecordedTurn, content: Option<&Value>) -> Result<(), String> {
+/// Adds `content`'s text, calls and server tool uses to `turn`; the calls'
+/// inputs are moved out of `content`.
+fn add_blocks(turn: &mut RecordedTurn, content: Option<&mut Value>) -> Result<(), String> {
     match content {
         Some(Value::Array(blocks)) => {
-            for (at, block) in blocks.iter().enumerate() {
+            for (at, block) in blocks.iter_mut().enumerate() {
                 match block.get("type").and_then(Value::as_str) {
                     Some("text") => {
                         turn.text_chars += block
@@ -538,11 +593,11 @@ fn add_blocks(turn: &mut RecordedTurn, content: Option<&Value>) -> Result<(), St
                                 brief(other)
                             )),
                         };
-                        let (id, name) = (field("id")?, field("name")?);
+                        let (id, name) = (field("id")?.to_owned(), field("name")?.to_owned());
                         turn.calls.push(RecordedCall {
-                            id: id.to_owned(),
-                            name: name.to_owned(),
-                            input: Some(block.get("input").cloned().unwrap_or(Value::Null)),
+                            id,
+                            name,
+                            input: Some(block.get_mut("input").map_or(Value::Null, Value::take)),
                             recorded_error: None,
                         });
                     }
@@ -700,7 +755,9 @@ fn read_claude_code(
     let mut repeated_blocks = 0usize;
     let mut lines_read = 0usize;
     for item in lines {
-        let (line_no, line) = item?;
+        let (line_no, mut line) = item?;
+        // Owned, so that its calls' inputs are moved, not copied.
+        let mut message = line.as_object_mut().and_then(|l| l.remove("message"));
         let (line_no, line) = (&line_no, &line);
         lines_read += 1;
         let time = match line.get("timestamp") {
@@ -717,7 +774,6 @@ fn read_claude_code(
             start = time;
         }
         let kind = line.get("type").and_then(Value::as_str).unwrap_or("");
-        let message = line.get("message");
         let thread: Option<String> = if stream_json {
             line.get("parent_tool_use_id")
                 .and_then(Value::as_str)
@@ -727,7 +783,7 @@ fn read_claude_code(
         };
         match kind {
             "assistant" => {
-                let Some(message) = message else {
+                let Some(message) = message.as_mut() else {
                     skipped += 1;
                     continue;
                 };
@@ -735,11 +791,12 @@ fn read_claude_code(
                     synthetic += 1;
                     continue;
                 }
-                let Some(id) = message.get("id").and_then(Value::as_str) else {
+                let Some(id) = message.get("id").and_then(Value::as_str).map(str::to_owned) else {
                     return Err(format!(
                         "line {line_no}: an assistant message without `message.id`"
                     ));
                 };
+                let id = id.as_str();
                 let request_key = if stream_json {
                     "request_id"
                 } else {
@@ -788,7 +845,7 @@ fn read_claude_code(
                             turn.stop_reason = Some(reason);
                         }
                         let before = turn.calls.len();
-                        add_blocks(turn, message.get("content")).map_err(context)?;
+                        add_blocks(turn, message.get_mut("content")).map_err(context)?;
                         let added = turn.calls.split_off(before);
                         let same_id = by_message.get(id).map_or(&[][..], Vec::as_slice);
                         let kept = drop_logged_again(&turns, same_id, added);
@@ -831,12 +888,12 @@ fn read_claude_code(
                 }
             }
             "user" => {
-                if let Some(message) = message {
+                if let Some(message) = &message {
                     collect_results(message.get("content"), &mut results);
                 }
                 if let Some(o) = opens.get_mut(&thread) {
                     o.user_since = true;
-                    if !only_results_of(message, &turns[o.turn].calls) {
+                    if !only_results_of(message.as_ref(), &turns[o.turn].calls) {
                         o.broken = true;
                     }
                 }
@@ -1774,8 +1831,8 @@ fn build_from_exchanges(
     let start = exchanges.iter().find_map(|e| e.time_ms);
     let request_start = exchanges.iter().find_map(|e| e.request_ms);
     let mut previous_time: Option<u64> = None;
-    for (index, exchange) in exchanges.iter().enumerate() {
-        let mut turn = turn_from_message(&exchange.response)
+    for (index, mut exchange) in exchanges.into_iter().enumerate() {
+        let mut turn = turn_from_message(&mut exchange.response)
             .map_err(|e| format!("{} (response {index}): {e}", exchange.label))?;
         if let Some(request) = &exchange.request {
             if turn.model.is_none() {
@@ -2266,7 +2323,132 @@ fn yaml_to_json(yaml: &yaml_rust2::Yaml, path: &mut Vec<String>) -> Result<Value
 
 #[cfg(test)]
 mod tests {
+    use super::super::claude_line::{LINE_KEYS, MESSAGE_KEYS};
     use super::*;
+
+    /// The old two-step reading of a Claude Code line: parse it whole, then
+    /// drop what no reader uses; and of that, what the Claude Code reader
+    /// reads.
+    fn parsed_then_pruned(line: &str) -> Result<Value, String> {
+        let mut value = value_from_str(line).map_err(|e| e.to_string())?;
+        if let Some(line) = value.as_object_mut() {
+            // Pruned as a Claude Code line, whatever its keys.
+            line.entry("uuid").or_insert(Value::Null);
+        }
+        prune_claude_code_line(&mut value);
+        if let Some(line) = value.as_object_mut() {
+            line.retain(|k, _| LINE_KEYS.contains(&k.as_str()));
+            if let Some(Value::Object(message)) = line.get_mut("message") {
+                message.retain(|k, _| MESSAGE_KEYS.contains(&k.as_str()));
+            }
+        }
+        Ok(value)
+    }
+
+    /// Issue 14 (throughput): the one-pass reader of Claude Code lines gives
+    /// exactly what parsing the line whole and pruning it gave of the keys
+    /// the Claude Code reader reads, whatever the
+    /// order of the keys that decide what is dropped (`type` before or after
+    /// `message`, a block's `type` before or after its `content`), for
+    /// escaped keys, and for lines that are not objects.
+    #[test]
+    fn the_one_pass_line_reader_keeps_what_parsing_and_pruning_kept() {
+        let sample = include_str!("../../../examples/replay/claude-code.jsonl");
+        let handmade = [
+            r#"{"uuid":"u","message":{"id":"m","content":[{"type":"tool_use","id":"t","name":"Bash","input":{"c":"ls"}}],"usage":{"input_tokens":3}},"type":"assistant","cwd":"/x"}"#,
+            r#"{"type":"user","uuid":"u","message":{"role":"user","content":[{"content":"file text","type":"tool_result","tool_use_id":"t","is_error":true},{"tool_use_id":"t2","type":"tool_result","content":[{"type":"text","text":"x"}]}]},"toolUseResult":{"stdout":"big"}}"#,
+            r#"{"type":"assistant","uuid":"u","message":{"id":"m","content":[{"thinking":"long","type":"thinking","signature":"sig"},{"type":"redacted_thinking","data":"opaque"},{"type":"text","text":"hi"}],"stop_reason":"end_turn"}}"#,
+            r#"{"message":{"content":[{"type":"tool_result","content":"x"}]},"uuid":"u","type":"summary","summary":"s"}"#,
+            r#"{"type":"progress","uuid":"u","sessionId":"s","data":{"message":{"type":"assistant","message":{"id":"m2"}}}}"#,
+            r#"{"type":"result","session_id":"s","subtype":"success","num_turns":3,"total_cost_usd":0.25,"is_error":false,"result":"done"}"#,
+            r#"{"t\u0079pe":"assistant","uuid":"u","mess\u0061ge":{"id":"m","content":"text"},"\u0063wd":"/x"}"#,
+            r#"{"type":"assistant","uuid":"u","message":"not an object"}"#,
+            r#"{"type":"assistant","uuid":"u","message":{"id":"m","content":{"type":"tool_result","content":"kept: not a list"}}}"#,
+            r#"{"type":"assistant","uuid":"u","message":{"id":"m","content":[1,"two",null,[{"type":"tool_result","content":"x"}]]}}"#,
+            r#"{"type":7,"uuid":"u","message":{"id":"m"}}"#,
+            r#"[1,{"type":"assistant"}]"#,
+            r#""a string""#,
+            "12.5",
+            "null",
+        ];
+        let lines: Vec<&str> = sample.lines().chain(handmade).collect();
+        for line in lines {
+            let old = parsed_then_pruned(line);
+            let new = claude_code_line_from_str(line).map_err(|e| e.to_string());
+            assert_eq!(new, old, "{line}");
+        }
+    }
+
+    /// Issue 14: a key repeated inside a part of a Claude Code line that no
+    /// reader reads (a tool's result, a thinking block's text, metadata) no
+    /// longer refuses the line; a key repeated where a reader reads is
+    /// refused as before, with the same error at the same position.
+    #[test]
+    fn a_repeated_key_refuses_a_claude_code_line_only_where_a_reader_reads() {
+        for line in [
+            r#"{"type":"user","uuid":"u","toolUseResult":{"a":1,"a":2},"message":{"content":[]}}"#,
+            r#"{"type":"user","uuid":"u","cwd":"/a","cwd":"/b","message":{"content":[]}}"#,
+            r#"{"type":"user","uuid":"u","message":{"content":[{"type":"tool_result","tool_use_id":"t","content":{"k":1,"k":2}}]}}"#,
+            r#"{"type":"assistant","uuid":"u","message":{"id":"m","content":[{"type":"thinking","thinking":"a","signature":{"s":1,"s":1}}]}}"#,
+            r#"{"type":"summary","uuid":"u","message":{"id":"m","id":"n"}}"#,
+            r#"{"type":"user","uuid":"u","cwd":"\ud800"}"#,
+        ] {
+            assert!(value_from_str(line).is_err(), "{line}");
+            assert!(claude_code_line_from_str(line).is_ok(), "{line}");
+        }
+        for line in [
+            r#"{"type":"assistant","uuid":"u","message":{"id":"m","usage":{"input_tokens":1,"input_tokens":9}}}"#,
+            r#"{"type":"assistant","type":"user","uuid":"u"}"#,
+            r#"{"type":"assistant","uuid":"u","message":{"id":"m","content":[{"type":"tool_use","id":"t","name":"A","name":"B","input":{}}]}}"#,
+            r#"{"type":"assistant","uuid":"u","message":{"id":"m"},"message":{"id":"n"}}"#,
+            r#"{"type":"summary","uuid":"u","message":{},"message":{}}"#,
+            r#"{"type":"user","uuid":"u","message":{"content":[{"type":"tool_result","tool_use_id":"a","tool_use_id":"b"}]}}"#,
+            r#"{"type":"user","uuid":"u","message":{"content":[{"type":"tool_result","content":"a","content":"b"}]}}"#,
+            r#"{"type":"user","uuid":"u","message":{"content":[{"content":"a","type":"tool_result","content":"b"}]}}"#,
+        ] {
+            let old = value_from_str(line).unwrap_err().to_string();
+            let new = claude_code_line_from_str(line).unwrap_err().to_string();
+            assert!(new.starts_with("duplicate key `"), "{line}: {new}");
+            assert_eq!(new, old, "{line}");
+        }
+    }
+
+    /// Issue 14: what is skipped is still JSON (bad syntax in a skipped
+    /// part, or trailing text after the line, is refused as before), and
+    /// nesting past serde_json's limit of 128 is refused where a reader
+    /// reads; in a skipped part, which is skipped without recursion, it is
+    /// not (nor a lone surrogate escape, which JSON's grammar allows).
+    #[test]
+    fn a_skipped_part_of_a_claude_code_line_must_still_be_json() {
+        let nested = |at: &str| {
+            format!(
+                r#"{{"type":"assistant","uuid":"u",{}{}{}}}"#,
+                at,
+                "[".repeat(200),
+                "]".repeat(200)
+            )
+        };
+        for line in [
+            r#"{"type":"user","uuid":"u","cwd":[1,}"#,
+            r#"{"type":"user","uuid":"u","cwd":"x"} trailing"#,
+            r#"{"type":"user","uuid":"u","cwd":tru}"#,
+            r#"{"type":"user","uuid":"u","message":{"content":[{"type":"tool_result","content":[1,}]}}"#,
+        ] {
+            assert!(value_from_str(line).is_err(), "{line}");
+            assert!(claude_code_line_from_str(line).is_err(), "{line}");
+        }
+        let deep_kept = format!(
+            r#"{{"type":"assistant","uuid":"u","message":{{"id":"m","content":[{{"type":"tool_use","input":{}{}}}]}}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let err = claude_code_line_from_str(&deep_kept).unwrap_err();
+        assert!(is_too_deep(&err), "{err}");
+        assert!(is_too_deep(&value_from_str(&deep_kept).unwrap_err()));
+        let deep_skipped = nested(r#""toolUseResult":"#);
+        assert!(is_too_deep(&value_from_str(&deep_skipped).unwrap_err()));
+        assert!(claude_code_line_from_str(&deep_skipped).is_ok());
+    }
 
     #[test]
     fn command_names() {

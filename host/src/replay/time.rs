@@ -45,8 +45,12 @@ pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
     if b.get(at) == Some(&b'.') {
         at += 1;
         let digits = b[at..].iter().take_while(|c| c.is_ascii_digit()).count();
-        let frac = text.get(at..at + digits.min(3))?;
-        ms = format!("{frac:0<3}").parse().ok()?;
+        // Milliseconds: the first three digits, padded with zeros.
+        ms = b[at..at + digits]
+            .iter()
+            .chain(b"000")
+            .take(3)
+            .fold(0, |ms, d| ms * 10 + u32::from(d - b'0'));
         at += digits;
     }
     let offset = match b.get(at) {
@@ -102,6 +106,17 @@ mod tests {
     fn rfc3339() {
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:01.5Z"), Some(1_500));
+        // Fractions: the first three digits are the milliseconds.
+        for (fraction, ms) in [
+            (".05", 50),
+            (".123456", 123),
+            (".999", 999),
+            (".", 0),
+            ("", 0),
+        ] {
+            let text = format!("1970-01-01T00:00:01{fraction}Z");
+            assert_eq!(parse_rfc3339_ms(&text), Some(1_000 + ms), "{text}");
+        }
         let a = parse_rfc3339_ms("2026-02-12T15:36:39.372Z").unwrap();
         let b = parse_rfc3339_ms("2026-02-12T15:37:37.047Z").unwrap();
         assert_eq!(b - a, 57_675);
