@@ -29,13 +29,14 @@ use crate::strict::{duplicate_key, refuse_repeated, UniqueKeys, UniqueKeysVisito
 
 /// The top-level keys of a Claude Code line (session log or stream-json)
 /// that its reader reads; the others are skipped as each line is read.
+/// (`message` first: the others are [`ClaudeLine`]'s fields, in order.)
 pub(super) const LINE_KEYS: [&str; 8] = [
+    "message",
     "type",
     "timestamp",
     "requestId",
     "request_id",
     "parent_tool_use_id",
-    "message",
     "num_turns",
     "total_cost_usd",
 ];
@@ -74,12 +75,96 @@ macro_rules! scalars_as_values {
     };
 }
 
-/// Reads one Claude Code line, keeping what the readers use (module docs).
-pub(super) fn claude_code_line_from_str(text: &str) -> Result<Value, serde_json::Error> {
+/// One Claude Code line: of the top-level keys, those in [`LINE_KEYS`]
+/// (`message` apart), each as it was written.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(super) struct ClaudeLine {
+    /// The values of [`LINE_KEYS`] but `message`, in that order.
+    fields: [Option<Value>; LINE_KEYS.len() - 1],
+    /// `message`, on `assistant` and `user` lines.
+    pub(super) message: Option<ClaudeMessage>,
+    /// The whole line when it is not an object (no reader reads it).
+    other: Option<Value>,
+}
+
+impl ClaudeLine {
+    /// The value of `key`, one of [`LINE_KEYS`] but `message`.
+    pub(super) fn get(&self, key: &str) -> Option<&Value> {
+        field_of(&self.fields, &LINE_KEYS[1..], key)
+    }
+
+    /// The line as a [`Value`] (the keys kept, in [`LINE_KEYS`] order).
+    #[cfg(test)]
+    pub(super) fn to_value(&self) -> Value {
+        if let Some(other) = &self.other {
+            return other.clone();
+        }
+        let mut out = Map::new();
+        for (key, value) in LINE_KEYS[1..].iter().zip(&self.fields) {
+            if let Some(value) = value {
+                out.insert((*key).to_owned(), value.clone());
+            }
+        }
+        if let Some(message) = &self.message {
+            out.insert("message".into(), message.to_value());
+        }
+        Value::Object(out)
+    }
+}
+
+/// A line's `message`: of its keys, those in [`MESSAGE_KEYS`].
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(super) struct ClaudeMessage {
+    /// The values of [`MESSAGE_KEYS`], in that order.
+    fields: [Option<Value>; MESSAGE_KEYS.len()],
+    /// The whole `message` when it is not an object (it has no keys).
+    other: Option<Value>,
+}
+
+impl ClaudeMessage {
+    /// The value of `key`, one of [`MESSAGE_KEYS`].
+    pub(super) fn get(&self, key: &str) -> Option<&Value> {
+        field_of(&self.fields, &MESSAGE_KEYS, key)
+    }
+
+    /// The value of `key`, one of [`MESSAGE_KEYS`], to move parts out of.
+    pub(super) fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
+        let at = MESSAGE_KEYS.iter().position(|k| *k == key)?;
+        self.fields[at].as_mut()
+    }
+
+    #[cfg(test)]
+    fn to_value(&self) -> Value {
+        if let Some(other) = &self.other {
+            return other.clone();
+        }
+        let mut out = Map::new();
+        for (key, value) in MESSAGE_KEYS.iter().zip(&self.fields) {
+            if let Some(value) = value {
+                out.insert((*key).to_owned(), value.clone());
+            }
+        }
+        Value::Object(out)
+    }
+}
+
+fn field_of<'a>(fields: &'a [Option<Value>], keys: &[&str], key: &str) -> Option<&'a Value> {
+    let at = keys.iter().position(|k| *k == key)?;
+    fields.get(at)?.as_ref()
+}
+
+/// Reads one Claude Code line, keeping what the reader reads (module docs).
+pub(super) fn claude_code_line_from_str(text: &str) -> Result<ClaudeLine, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_str(text);
-    let value = de.deserialize_any(LineVisitor)?;
+    let line = de.deserialize_any(LineVisitor)?;
     de.end()?;
-    Ok(value)
+    Ok(line)
+}
+
+/// A line already parsed whole, read as [`claude_code_line_from_str`] reads
+/// its text.
+pub(super) fn claude_code_line_from_value(value: Value) -> Result<ClaudeLine, serde_json::Error> {
+    value.deserialize_any(LineVisitor)
 }
 
 /// A map key, borrowed from the text when it has no escapes.
@@ -115,76 +200,144 @@ fn keeps_message(kind: Option<&Value>) -> bool {
 /// The top level of a line.
 struct LineVisitor;
 
-impl<'de> Visitor<'de> for LineVisitor {
-    type Value = Value;
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::new();
-        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
-            if !LINE_KEYS.contains(&&*key) {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            }
-            refuse_repeated(&out, &key)?;
-            let value = if key == "message" {
-                // A line whose type is already known not to keep it.
-                if out.contains_key("type") && !keeps_message(out.get("type")) {
-                    map.next_value::<IgnoredAny>()?;
-                    // Held as a marker, so a second `message` is refused.
-                    Value::Null
-                } else {
-                    map.next_value_seed(MessageSeed)?
-                }
-            } else {
-                map.next_value::<UniqueKeys>()?.0
-            };
-            out.insert(key.into_owned(), value);
-        }
-        if !keeps_message(out.get("type")) {
-            out.remove("message");
-        }
-        Ok(Value::Object(out))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
-        UniqueKeysVisitor.visit_seq(seq)
-    }
-    scalars_as_values!();
+/// A line that is not an object: held whole.
+fn other_line<E>(value: Value) -> Result<ClaudeLine, E> {
+    Ok(ClaudeLine {
+        other: Some(value),
+        ..ClaudeLine::default()
+    })
 }
 
-/// `message`: kept whole but for its `content` blocks.
+impl<'de> Visitor<'de> for LineVisitor {
+    type Value = ClaudeLine;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ClaudeLine, A::Error> {
+        let mut line = ClaudeLine::default();
+        let mut message_seen = false;
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            if key == "message" {
+                if message_seen {
+                    return Err(duplicate_key(&key));
+                }
+                message_seen = true;
+                // A line whose type is already known not to keep it.
+                if line.get("type").is_some() && !keeps_message(line.get("type")) {
+                    map.next_value::<IgnoredAny>()?;
+                } else {
+                    line.message = Some(map.next_value_seed(MessageSeed)?);
+                }
+                continue;
+            }
+            let Some(at) = LINE_KEYS[1..].iter().position(|k| **k == *key) else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            if line.fields[at].is_some() {
+                return Err(duplicate_key(&key));
+            }
+            line.fields[at] = Some(map.next_value::<UniqueKeys>()?.0);
+        }
+        if !keeps_message(line.get("type")) {
+            line.message = None;
+        }
+        Ok(line)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ClaudeLine, A::Error> {
+        other_line(UniqueKeysVisitor.visit_seq(seq)?)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<ClaudeLine, E> {
+        other_line(Value::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<ClaudeLine, E> {
+        other_line(Value::from(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<ClaudeLine, E> {
+        other_line(Value::from(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<ClaudeLine, E> {
+        other_line(UniqueKeysVisitor.visit_f64(v)?)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<ClaudeLine, E> {
+        other_line(Value::String(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<ClaudeLine, E> {
+        other_line(Value::String(v))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<ClaudeLine, E> {
+        other_line(Value::Null)
+    }
+}
+
+/// `message`: of its keys, [`MESSAGE_KEYS`], its `content` blocks pruned.
 struct MessageSeed;
 
 impl<'de> DeserializeSeed<'de> for MessageSeed {
-    type Value = Value;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(MessageVisitor)
+    type Value = ClaudeMessage;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<ClaudeMessage, D::Error> {
+        let value = d.deserialize_any(MessageVisitor)?;
+        Ok(value)
     }
 }
 
 struct MessageVisitor;
 
+/// A `message` that is not an object: held whole.
+fn other_message<E>(value: Value) -> Result<ClaudeMessage, E> {
+    Ok(ClaudeMessage {
+        other: Some(value),
+        ..ClaudeMessage::default()
+    })
+}
+
 impl<'de> Visitor<'de> for MessageVisitor {
-    type Value = Value;
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::new();
+    type Value = ClaudeMessage;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ClaudeMessage, A::Error> {
+        let mut message = ClaudeMessage::default();
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
-            if !MESSAGE_KEYS.contains(&&*key) {
+            let Some(at) = MESSAGE_KEYS.iter().position(|k| **k == *key) else {
                 map.next_value::<IgnoredAny>()?;
                 continue;
+            };
+            if message.fields[at].is_some() {
+                return Err(duplicate_key(&key));
             }
-            refuse_repeated(&out, &key)?;
-            let value = if key == "content" {
+            message.fields[at] = Some(if key == "content" {
                 map.next_value_seed(ContentSeed)?
             } else {
                 map.next_value::<UniqueKeys>()?.0
-            };
-            out.insert(key.into_owned(), value);
+            });
         }
-        Ok(Value::Object(out))
+        Ok(message)
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
-        UniqueKeysVisitor.visit_seq(seq)
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ClaudeMessage, A::Error> {
+        other_message(UniqueKeysVisitor.visit_seq(seq)?)
     }
-    scalars_as_values!();
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<ClaudeMessage, E> {
+        other_message(Value::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<ClaudeMessage, E> {
+        other_message(Value::from(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<ClaudeMessage, E> {
+        other_message(Value::from(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<ClaudeMessage, E> {
+        other_message(UniqueKeysVisitor.visit_f64(v)?)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<ClaudeMessage, E> {
+        other_message(Value::String(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<ClaudeMessage, E> {
+        other_message(Value::String(v))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<ClaudeMessage, E> {
+        other_message(Value::Null)
+    }
 }
 
 /// `message.content`: an array of blocks, each pruned; anything else whole.

@@ -4,7 +4,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use super::claude_line::claude_code_line_from_str;
+use super::claude_line::{
+    claude_code_line_from_str, claude_code_line_from_value, ClaudeLine, ClaudeMessage,
+};
 use super::openai;
 use super::providers;
 use super::session::{billed_usage, Format, RecordedCall, RecordedTurn, Session, UsageGranularity};
@@ -60,6 +62,13 @@ fn unrecognised() -> String {
     "not a recognised recording: expected a Claude Code session log or stream-json output (JSON Lines), a claude-trace log, Anthropic Messages API exchanges ({request, response} JSON or JSON Lines), a VCR cassette (interactions[], of Anthropic or OpenAI calls) or a SWE-agent .traj (trajectory[])".into()
 }
 
+/// A document that is one Claude Code line, as the reader takes it.
+fn one_line(value: Value) -> Result<(usize, ClaudeLine), String> {
+    claude_code_line_from_value(value)
+        .map(|line| (1, line))
+        .map_err(|e| format!("line 1: {e}"))
+}
+
 fn from_json_document(value: Value) -> Result<Session, String> {
     match &value {
         Value::Object(o) if o.contains_key("trajectory") => read_traj(&value),
@@ -68,10 +77,10 @@ fn from_json_document(value: Value) -> Result<Session, String> {
             read_exchanges(vec![("the document".into(), value)])
         }
         Value::Object(o) if o.contains_key("type") && o.contains_key("session_id") => {
-            read_claude_code([Ok((1, value))], Format::ClaudeCodeStreamJson)
+            read_claude_code([one_line(value)], Format::ClaudeCodeStreamJson)
         }
         Value::Object(o) if o.contains_key("type") && o.contains_key("uuid") => {
-            read_claude_code([Ok((1, value))], Format::ClaudeCode)
+            read_claude_code([one_line(value)], Format::ClaudeCode)
         }
         Value::Array(items)
             if !items.is_empty()
@@ -178,7 +187,7 @@ fn line_keys(line: &str) -> Option<LineKeys> {
 fn stream_lines<'a>(
     lines: &'a [&'a str],
     truncated: &'a std::cell::Cell<bool>,
-) -> impl Iterator<Item = Result<(usize, Value), String>> + 'a {
+) -> impl Iterator<Item = Result<(usize, ClaudeLine), String>> + 'a {
     let mut yielded = 0usize;
     lines.iter().enumerate().filter_map(move |(index, line)| {
         if line.trim().is_empty() {
@@ -391,10 +400,18 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
     let trace = values.iter().all(|(_, v)| is_trace_pair(v));
     let mut session = if trace {
         read_claude_trace(values)?
-    } else if stream_json {
-        read_claude_code(values.into_iter().map(Ok), Format::ClaudeCodeStreamJson)?
-    } else if claude_code {
-        read_claude_code(values.into_iter().map(Ok), Format::ClaudeCode)?
+    } else if stream_json || claude_code {
+        let format = if stream_json {
+            Format::ClaudeCodeStreamJson
+        } else {
+            Format::ClaudeCode
+        };
+        let lines = values.into_iter().map(|(at, value)| {
+            claude_code_line_from_value(value)
+                .map(|line| (at, line))
+                .map_err(|e| format!("line {at}: {e}"))
+        });
+        read_claude_code(lines, format)?
     } else if is_exchange(first) || is_message(first) || is_request(first) {
         read_exchanges(
             values
@@ -494,7 +511,32 @@ fn is_request(o: &Map<String, Value>) -> bool {
 
 /// A message's `stop_reason`: `None` when absent or null; any other type
 /// is an error (it is never taken for null).
-fn stop_reason_of(message: &Value) -> Result<Option<String>, String> {
+/// A response message's fields, as a [`Value`] or as a Claude Code line's
+/// [`ClaudeMessage`] holds them.
+trait MessageFields {
+    fn get(&self, key: &str) -> Option<&Value>;
+    fn get_mut(&mut self, key: &str) -> Option<&mut Value>;
+}
+
+impl MessageFields for Value {
+    fn get(&self, key: &str) -> Option<&Value> {
+        Value::get(self, key)
+    }
+    fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
+        Value::get_mut(self, key)
+    }
+}
+
+impl MessageFields for ClaudeMessage {
+    fn get(&self, key: &str) -> Option<&Value> {
+        ClaudeMessage::get(self, key)
+    }
+    fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
+        ClaudeMessage::get_mut(self, key)
+    }
+}
+
+fn stop_reason_of(message: &impl MessageFields) -> Result<Option<String>, String> {
     match message.get("stop_reason") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(reason)) => Ok(Some(reason.clone())),
@@ -551,7 +593,7 @@ fn brief(value: &Value) -> String {
 
 /// The content blocks of a message turned into a turn (usage and times filled by the caller).
 /// The turn `message` records; its calls' inputs are moved out of it.
-fn turn_from_message(message: &mut Value) -> Result<RecordedTurn, String> {
+fn turn_from_message(message: &mut impl MessageFields) -> Result<RecordedTurn, String> {
     let (usage, iterations) = match message.get("usage") {
         None | Some(Value::Null) => (TokenUsage::ZERO, Vec::new()),
         Some(u) => billed_usage(u)?,
@@ -685,7 +727,7 @@ impl OpenResponse {
 }
 
 /// Whether a user message holds only `tool_result` blocks answering `calls`.
-fn only_results_of(message: Option<&Value>, calls: &[RecordedCall]) -> bool {
+fn only_results_of(message: Option<&ClaudeMessage>, calls: &[RecordedCall]) -> bool {
     let Some(Value::Array(blocks)) = message.and_then(|m| m.get("content")) else {
         return false;
     };
@@ -732,7 +774,7 @@ fn drop_logged_again(
 }
 
 fn read_claude_code(
-    lines: impl IntoIterator<Item = Result<(usize, Value), String>>,
+    lines: impl IntoIterator<Item = Result<(usize, ClaudeLine), String>>,
     format: Format,
 ) -> Result<Session, String> {
     let stream_json = format == Format::ClaudeCodeStreamJson;
@@ -757,7 +799,7 @@ fn read_claude_code(
     for item in lines {
         let (line_no, mut line) = item?;
         // Owned, so that its calls' inputs are moved, not copied.
-        let mut message = line.as_object_mut().and_then(|l| l.remove("message"));
+        let mut message = line.message.take();
         let (line_no, line) = (&line_no, &line);
         lines_read += 1;
         let time = match line.get("timestamp") {
@@ -2374,8 +2416,15 @@ mod tests {
         let lines: Vec<&str> = sample.lines().chain(handmade).collect();
         for line in lines {
             let old = parsed_then_pruned(line);
-            let new = claude_code_line_from_str(line).map_err(|e| e.to_string());
+            let new = claude_code_line_from_str(line)
+                .map(|l| l.to_value())
+                .map_err(|e| e.to_string());
             assert_eq!(new, old, "{line}");
+            // A line parsed whole first (a one-line document) reads the same.
+            if let Ok(whole) = value_from_str(line) {
+                let from_value = claude_code_line_from_value(whole).map(|l| l.to_value());
+                assert_eq!(from_value.map_err(|e| e.to_string()), old, "{line}");
+            }
         }
     }
 
