@@ -244,7 +244,19 @@ fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     // A panic while logging the first one (e.g. inside the logger) must not
     // recurse: the second one exits without logging.
     if !PANICKING.swap(true, Ordering::SeqCst) {
-        defmt::error!("panic: {}", defmt::Display2Format(info));
+        // The message when it is a literal (an overflow, `panic!("…")`), and
+        // where: no `core::fmt` machinery in the image for a path that
+        // should never run (about 1.5 KiB of flash).
+        let message = info.message().as_str().unwrap_or("(formatted message)");
+        match info.location() {
+            Some(at) => defmt::error!(
+                "panic: {=str} at {=str}:{=u32}",
+                message,
+                at.file(),
+                at.line()
+            ),
+            None => defmt::error!("panic: {=str}", message),
+        }
     }
     board::exit(board::EXIT_PANIC)
 }
