@@ -573,7 +573,7 @@ fn observation<'a, R: Serialize>(
     call: &'a ToolCallRef<'_>,
     executed: bool,
     data: Data<&'a R>,
-    retry_after_ms: Option<u64>,
+    retry_after_ms: Option<u32>,
 ) -> Frame<'a, R> {
     Frame::Observation {
         run,
@@ -1548,17 +1548,16 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         spent: DutyExceeded,
     ) -> Result<(), W::Error> {
         let now = duty_clock(self.clock_ms);
-        // `u64::MAX`: a window that allows no on-time never lets it on.
-        let retry = (spent.retry_at_ms != u64::MAX).then(|| spent.retry_at_ms.saturating_sub(now));
+        // `u64::MAX`: a window that allows no on-time never lets it on;
+        // otherwise within the window's length (a `u32`).
+        let retry = (spent.retry_at_ms != u64::MAX)
+            .then(|| u32::try_from(spent.retry_at_ms.saturating_sub(now)).unwrap_or(u32::MAX));
         log!(
             info,
-            "run {=u32} step {=u8}: {=str} {=str}: duty window spent ({=u64} of {=u64} ms on); not executed",
+            "run {=u32} step {=u8}: {=str}: duty window spent; not executed",
             self.runs,
             step,
-            call.call_id.as_str(),
-            call.name.as_str(),
-            spent.on_ms,
-            spent.max_on_ms
+            call.call_id.as_str()
         );
         self.refuse_with(agent, step, call, word::DUTY_LIMIT, retry)
     }
@@ -1569,7 +1568,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         step: u8,
         call: &ToolCallRef<'_>,
         why: &'static str,
-        retry_after_ms: Option<u64>,
+        retry_after_ms: Option<u32>,
     ) -> Result<(), W::Error> {
         let progress = match self.run.refuse() {
             Ok(progress) => progress,

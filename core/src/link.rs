@@ -293,7 +293,7 @@ pub enum Reply<'a, D: Serialize> {
         /// lets it go on again (absent when it never does: a window that
         /// allows no on-time). Omitted from every other observation.
         #[serde(skip_serializing_if = "Option::is_none")]
-        retry_after_ms: Option<u64>,
+        retry_after_ms: Option<u32>,
     },
     /// The run stopped in this round with `status`.
     Stopped {
