@@ -209,10 +209,11 @@ def main():
         seeds["link_frames"].add(frame(b"HELLO") + stream + frame(b"STATUS"))
     seeds["link_frames"].add(frame(b"RESET") + b"\r\n\n" + frame(b"STATUS").replace(b"*", b"*0", 1))
     seeds["link_frames"].add(b"STATUS\n" + b"x" * 1100 + b"\n" + frame(b"HELLO")[:-1] + b"\r\n")
-    # Device run records (core/src/resume.rs layout, version 1) and audit
-    # entries: a fresh run, tool rows done and in flight, a stopped run.
-    def run_record(phase, stage, status, limits, rows):
-        body = b"BGR" + bytes([1]) + struct.pack("<I", 1) + bytes([phase, stage, status])
+    # Device run records (core/src/resume.rs layout, version 2) and audit
+    # entries: a fresh run, tool rows done and in flight, a stopped run, duty
+    # windows (actuator, window, most on-time, spans back from the record).
+    def run_record(phase, stage, status, limits, rows, duty=()):
+        body = b"BGR" + bytes([2]) + struct.pack("<I", 1) + bytes([phase, stage, status])
         body += struct.pack("<Q", 1234) + bytes([limits[0], limits[1]])
         tools = sum(1 for r in rows if r[0] == 2)
         body += bytes([tools, len(rows)])
@@ -221,6 +222,11 @@ def main():
                 body += bytes([2, row[1], len(row[2])]) + row[2] + bytes([len(row[3])]) + row[3]
             else:
                 body += bytes(row)
+        body += bytes([len(duty)])
+        for actuator, window, most, spans in duty:
+            body += bytes([actuator]) + struct.pack("<II", window, most) + bytes([len(spans)])
+            for ago, length in spans:
+                body += struct.pack("<II", ago, length)
         return body + struct.pack("<I", binascii.crc32(body))
 
     done = (2, 3, b"c1", b"HassTurnOn")
@@ -230,6 +236,8 @@ def main():
         run_record(1, 2, 0, (8, 4), [done, (2, 1, b"c2", b"HassValveOpen")]),
         run_record(1, 3, 1, (8, 4), [done, (0,)]),
         run_record(1, 3, 4, (8, 0), [(1, 2)]),
+        run_record(1, 0, 0, (8, 4), [done], [(1, 600000, 30000, [(0, 30000)])]),
+        run_record(1, 0, 0, (8, 4), [], [(0, 1000, 300, [(500, 100), (100, 200)]), (3, 10, 10, [])]),
         bytes([1]) + struct.pack("<I", 1) + bytes([0, 2]) + struct.pack("<Q", 5) + b"\x02c1\x0aHassTurnOn",
     }
     host_seeds(seeds)

@@ -469,6 +469,12 @@ pub struct DutyWindow<const N: usize = 8> {
     on_since: Option<u64>,
 }
 
+/// The duty windows of a device's actuators, by actuator number
+/// ([`crate::limits::MAX_DUTY_WINDOWS`]; `None`: that actuator has none), as
+/// the device gate keeps them and its run record stores them.
+pub type DutyWindows =
+    [Option<DutyWindow<{ crate::limits::DUTY_SPANS }>>; crate::limits::MAX_DUTY_WINDOWS];
+
 /// A switch-on refused by a duty window: the on-time in the window and its
 /// maximum, and when it may go on again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -507,9 +513,25 @@ impl<const N: usize> DutyWindow<N> {
         closed + self.on_since.map_or(0, |s| overlap(s, now_ms))
     }
 
-    /// Switches the actuator on at `now`, if the window has on-time left
-    /// (already on: nothing changes).
-    pub fn try_switch_on(&mut self, now_ms: u64) -> Result<(), DutyExceeded> {
+    /// The window's length, ms.
+    pub const fn window_ms(&self) -> u64 {
+        self.window_ms
+    }
+
+    /// The most on-time in any window, ms.
+    pub const fn max_on_ms(&self) -> u64 {
+        self.max_on_ms
+    }
+
+    /// The closed on-spans `[start, end)` kept, oldest first, not
+    /// overlapping (the open span, while on, is not among them).
+    pub fn spans(&self) -> &[(u64, u64)] {
+        &self.spans
+    }
+
+    /// Whether [`Self::try_switch_on`] at `now` would switch on (or the
+    /// actuator is on already), without switching it.
+    pub fn check_on(&self, now_ms: u64) -> Result<(), DutyExceeded> {
         if self.on_since.is_some() {
             return Ok(());
         }
@@ -521,8 +543,50 @@ impl<const N: usize> DutyWindow<N> {
                 retry_at_ms: self.first_time_below_max(now_ms),
             });
         }
-        self.on_since = Some(now_ms);
         Ok(())
+    }
+
+    /// Switches the actuator on at `now`, if the window has on-time left
+    /// (already on: nothing changes).
+    pub fn try_switch_on(&mut self, now_ms: u64) -> Result<(), DutyExceeded> {
+        self.check_on(now_ms)?;
+        self.on_since.get_or_insert(now_ms);
+        Ok(())
+    }
+
+    /// Adds an on-span `[start, end)` that is over (the window is off and
+    /// the span begins at or after the last one's end: a window rebuilt from
+    /// a record, oldest span first). Kept as [`Self::switch_off`] keeps
+    /// spans: merged with the oldest when the table is full. While on, or
+    /// for an empty span, nothing changes.
+    pub fn add_past_span(&mut self, start_ms: u64, end_ms: u64) {
+        if self.on_since.is_none() && start_ms < end_ms {
+            self.on_since = Some(start_ms);
+            self.switch_off(end_ms);
+        }
+    }
+
+    /// The window as a record keeps it, at `now`, and the instant it is
+    /// taken at. Off: as it is, at `now`. On: switched off at the instant
+    /// it must stop ([`Self::must_stop_at`]; `now` if it never must), the
+    /// longest it can stay on: a record cannot know when the power went,
+    /// and must never count less on-time than there was (it errs towards
+    /// off). Either way only what a later window can see is kept: spans
+    /// that ended before the last window are dropped, one across its start
+    /// is cut there, empty ones are dropped, and the spans are made not to
+    /// overlap.
+    pub fn settled(&self, now_ms: u64) -> (Self, u64) {
+        let mut kept = self.clone();
+        let at = self.must_stop_at(now_ms).unwrap_or(now_ms).max(now_ms);
+        kept.switch_off(at);
+        let mut from = at.saturating_sub(self.window_ms);
+        kept.spans.retain_mut(|(start, end)| {
+            *end = (*end).min(at);
+            *start = (*start).max(from);
+            from = from.max(*end);
+            start < end
+        });
+        (kept, at)
     }
 
     /// Switches the actuator off at `now` (already off: nothing changes).
@@ -1145,6 +1209,46 @@ mod tests {
         assert_eq!(d.must_stop_at(600_001), Some(630_001));
         assert_eq!(d.on_time(630_000), 29_999);
         assert_eq!(d.on_time(630_001), 30_000);
+    }
+
+    /// Issue 15 (duty windows persisted): a window as a record keeps it
+    /// holds only what a later window can see, and one that is on is
+    /// switched off at the instant it must stop, never earlier.
+    #[test]
+    fn a_settled_window_keeps_only_what_a_later_window_sees() {
+        let mut d: DutyWindow<4> = DutyWindow::new(2_000, 400);
+        for (on, off) in [(0, 100), (500, 500), (1_400, 1_600)] {
+            d.try_switch_on(on).unwrap();
+            d.switch_off(off);
+        }
+        assert_eq!(d.spans(), &[(0, 100), (500, 500), (1_400, 1_600)]);
+        let (off, at) = d.settled(2_150);
+        assert_eq!(at, 2_150);
+        // (0, 100) is before the last window, (500, 500) empty.
+        assert_eq!(off.spans(), &[(1_400, 1_600)]);
+        let (cut, _) = d.settled(3_500);
+        assert_eq!(cut.spans(), &[(1_500, 1_600)], "cut at the window's start");
+        let (early, _) = d.settled(2_050);
+        assert_eq!(early.spans(), &[(50, 100), (1_400, 1_600)]);
+        // On at 2 000 with 300 ms in the window: the first span leaves as
+        // fast as the new one grows, then 100 ms more: it must stop at 2 200.
+        d.try_switch_on(2_000).unwrap();
+        assert!(d.check_on(2_100).is_ok(), "on already");
+        let (on, at) = d.settled(2_050);
+        assert_eq!(at, 2_200);
+        assert!(!on.is_on() && d.is_on());
+        assert_eq!(on.spans(), &[(1_400, 1_600), (2_000, 2_200)]);
+        assert_eq!(on.on_time(2_200), 400);
+        // Rebuilt from its spans, it is the same window.
+        let mut again: DutyWindow<4> = DutyWindow::new(2_000, 400);
+        for &(s, e) in on.spans() {
+            again.add_past_span(s, e);
+        }
+        again.add_past_span(2_300, 2_300);
+        assert_eq!(again, on, "an empty span adds nothing");
+        again.try_switch_on(5_000).unwrap();
+        again.add_past_span(5_100, 5_200);
+        assert_eq!(again.spans(), on.spans(), "nothing added while on");
     }
 
     #[test]

@@ -26,6 +26,16 @@
 //! actuator, so what is left must be safe without supervision
 //! (`docs/FIRMWARE.md`, "Stopping").
 //!
+//! An actuator may also have a duty window ([`DeviceGate::set_duty_window`]:
+//! at most `max_on_ms` on in any `window_ms`, the budget an actuator
+//! governor keeps; issue 15): a call that would switch it on
+//! ([`Actuators::switches`]) when its window holds its most on-time is
+//! refused, not executed ([`word::DUTY_LIMIT`]), and [`DeviceGate::poll`]
+//! drives it to its safe state ([`Actuators::safe_state_of`]) the instant
+//! its window is spent. The windows are device-wide, not per run (a new run
+//! does not give on-time back), and are stored with the run
+//! ([`crate::resume`]).
+//!
 //! ```
 //! use budgetgate_core::device::{Actuators, DeviceGate, Timing, ToolFailure, ToolTable};
 //! use budgetgate_core::link::{self, FrameDecoder};
@@ -91,9 +101,9 @@ use embedded_io::Write;
 use serde::Serialize;
 
 use crate::action::{ActionRef, ArgumentsRef, ToolCallRef};
-use crate::budget::Watchdog;
+use crate::budget::{DutyExceeded, DutyWindow, DutyWindows, Watchdog};
 use crate::ident::Identifier;
-use crate::limits::{DEFAULT_MAX_RUN_MILLIS, MAX_STEPS, MAX_TOOLS};
+use crate::limits::{DEFAULT_MAX_RUN_MILLIS, MAX_DUTY_WINDOWS, MAX_STEPS, MAX_TOOLS};
 use crate::link::{self, FrameError, Reply, Request, FRAME_MAX, PROTOCOL_VERSION};
 use crate::registry::{tool_set, ToolSpec};
 use crate::resume::{self, AuditEntry, AuditVerdict, ResumeError, RunView, Stage};
@@ -121,6 +131,10 @@ pub mod word {
     pub const INVALID_ARGUMENTS: &str = "invalid-arguments";
     /// Observation data: the operator refused, or did not answer in time.
     pub const APPROVAL_DENIED: &str = "approval-denied";
+    /// Observation data: the call would switch on an actuator whose duty
+    /// window holds its most on-time; not executed (the observation's
+    /// `retry_after_ms` says when it may go on again).
+    pub const DUTY_LIMIT: &str = "duty-limit";
     /// Stop status (and observation data of a late approval): the run's
     /// time budget had passed.
     pub const TIME_BUDGET: &str = "time-budget";
@@ -206,6 +220,25 @@ pub trait Actuators {
     /// every actuator is in its safe state (`STATUS`'s `actuators`).
     fn read_back(&mut self) -> u32;
 
+    /// Which actuator tool number `tool` with checked arguments `args`
+    /// switches on or off, for its duty window
+    /// ([`DeviceGate::set_duty_window`]): the gate asks before it executes
+    /// the call. [`Switch::None`] (the default) for a tool that moves no
+    /// actuator with a window.
+    fn switches(&self, tool: usize, args: &ArgumentsRef<'_>) -> Switch {
+        let _ = (tool, args);
+        Switch::None
+    }
+
+    /// Drives actuator number `actuator` to its safe state: its duty window
+    /// is spent ([`DeviceGate::poll`]). By default every actuator
+    /// ([`Actuators::safe_state`]): the safe direction for all, though the
+    /// other windows go on counting (towards off).
+    fn safe_state_of(&mut self, actuator: usize) {
+        let _ = actuator;
+        self.safe_state();
+    }
+
     /// Called once per proposal when the gate has reached its verdict
     /// (checksum, request, validation, the run's decision and the argument
     /// check), before any actuator may move: a board can read its cycle
@@ -225,6 +258,59 @@ pub trait Actuators {
         let _ = (run, entry);
         Ok(())
     }
+}
+
+/// What a call does to an actuator with a duty window
+/// ([`Actuators::switches`]); actuators are numbered from 0, below
+/// [`MAX_DUTY_WINDOWS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Switch {
+    /// No actuator with a window: nothing is counted.
+    None,
+    /// Switches this actuator on: refused if its window is spent; its
+    /// on-time counts from the call's execution.
+    On(usize),
+    /// Switches this actuator off (the safe direction): its on-time stops
+    /// once the call has run without failing.
+    Off(usize),
+}
+
+/// Why [`DeviceGate::set_duty_window`] refused a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum DutyError {
+    /// The actuator's number is [`MAX_DUTY_WINDOWS`] or more.
+    Actuator(usize),
+    /// The window is 0 ms, or its most on-time is longer than it.
+    Window,
+}
+
+impl fmt::Display for DutyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Actuator(a) => write!(
+                f,
+                "actuator {a} is over the {MAX_DUTY_WINDOWS} that may have a duty window"
+            ),
+            Self::Window => f.write_str(
+                "a duty window must be at least 1 ms and its most on-time no longer than it",
+            ),
+        }
+    }
+}
+
+impl core::error::Error for DutyError {}
+
+/// The duty windows' clock runs this far ahead of the gate's, ms: a window
+/// resumed at boot (the gate's clock near 0) keeps the spans of the boot
+/// before at times that still exist. Any window (a `u32` of ms) fits.
+const DUTY_EPOCH_MS: u64 = 1 << 32;
+
+/// The duty windows' clock at the gate's `now_ms`.
+const fn duty_clock(now_ms: u64) -> u64 {
+    now_ms.saturating_add(DUTY_EPOCH_MS)
 }
 
 /// An observation's `data` on the wire: a tool's result or an error word.
@@ -479,13 +565,15 @@ struct Pending {
 
 type Frame<'a, R> = Reply<'a, Data<&'a R>>;
 
-/// The observation reply of `call`, round `step` of run `run`.
+/// The observation reply of `call`, round `step` of run `run`
+/// (`retry_after_ms`: with `duty-limit` only).
 fn observation<'a, R: Serialize>(
     run: u32,
     step: u8,
     call: &'a ToolCallRef<'_>,
     executed: bool,
     data: Data<&'a R>,
+    retry_after_ms: Option<u32>,
 ) -> Frame<'a, R> {
     Frame::Observation {
         run,
@@ -495,6 +583,7 @@ fn observation<'a, R: Serialize>(
         executed,
         ok: matches!(data, Data::Result(_)),
         data,
+        retry_after_ms,
     }
 }
 
@@ -550,6 +639,8 @@ pub struct DeviceGate<A: Actuators, const TOOLS: usize = MAX_TOOLS> {
     /// The dead-man switch's clock: fed by every valid frame on the agent
     /// link and every operator answer ([`Timing::dead_man_ms`]).
     dead_man: Watchdog,
+    /// The actuators' duty windows, in the windows' clock ([`duty_clock`]).
+    duty: DutyWindows,
 }
 
 impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
@@ -572,6 +663,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             halted: None,
             moved: false,
             dead_man: Watchdog::new(u64::from(timing.dead_man_ms), 0),
+            duty: DutyWindows::default(),
         }
     }
 
@@ -583,9 +675,14 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     /// counted). The actuators are driven to their safe state. A call that
     /// was executing or waiting for approval is recorded `interrupted`
     /// (journaled, with the stop it causes), and the agent's next proposal
-    /// goes on from there. Refuses (and changes nothing) a record that does
-    /// not decode ([`resume::decode`]), names a tool this gate does not
-    /// have as executed, or comes after a start.
+    /// goes on from there. The duty windows' on-spans come back re-based at
+    /// `now_ms` (time without power is not counted), into the windows this
+    /// gate has ([`Self::set_duty_window`], set before): the gate's
+    /// configuration is the board's, the record's history is kept; a stored
+    /// window of an actuator that has none here is dropped. Refuses (and
+    /// changes nothing) a record that does not decode ([`resume::decode`]),
+    /// names a tool this gate does not have as executed, or comes after a
+    /// start.
     pub fn resume(&mut self, bytes: &[u8], now_ms: u64) -> Result<Resumed, ResumeError> {
         if self.runs != 0 || self.phase != Phase::Idle {
             return Err(ResumeError::Field("a gate that has started a run"));
@@ -615,6 +712,12 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             self.run
                 .restore(RunLimits::DEFAULT, core::iter::empty(), 0, false, None);
             return Err(ResumeError::Field("rows"));
+        }
+        for stored in resume::duty(bytes, &header) {
+            if let Some(Some(window)) = self.duty.get_mut(usize::from(stored.actuator)) {
+                *window = DutyWindow::new(window.window_ms(), window.max_on_ms());
+                stored.restore_into(window, duty_clock(now_ms));
+            }
         }
         self.runs = header.run;
         self.clock_ms = now_ms;
@@ -722,6 +825,8 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             limits: self.run.limits(),
             tool_attempts: self.run.tool_attempts(),
             trace: self.run.trace(),
+            duty: &self.duty,
+            duty_clock_ms: duty_clock(self.clock_ms),
         };
         let entry = AuditEntry {
             run: self.runs,
@@ -789,6 +894,48 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     pub fn set_dead_man(&mut self, ms: u32) {
         self.timing.dead_man_ms = ms;
         self.dead_man.set_timeout(u64::from(ms));
+    }
+
+    /// Gives actuator number `actuator` a duty window: at most `max_on_ms`
+    /// of on-time in any `window_ms` (issue 15), counted from the calls
+    /// that switch it ([`Actuators::switches`]). A call that would switch it
+    /// on when the window holds that much is refused ([`word::DUTY_LIMIT`]);
+    /// [`Self::poll`] drives it safe when the window is spent. Replaces the
+    /// actuator's window and forgets its on-time so far: a board sets its
+    /// windows once, before [`Self::resume`] brings their history back.
+    /// Refuses an actuator number of [`MAX_DUTY_WINDOWS`] or more, a window
+    /// of 0 ms, and a most on-time longer than the window.
+    pub fn set_duty_window(
+        &mut self,
+        actuator: usize,
+        window_ms: u32,
+        max_on_ms: u32,
+    ) -> Result<(), DutyError> {
+        let slot = self
+            .duty
+            .get_mut(actuator)
+            .ok_or(DutyError::Actuator(actuator))?;
+        if window_ms == 0 || max_on_ms > window_ms {
+            return Err(DutyError::Window);
+        }
+        *slot = Some(DutyWindow::new(u64::from(window_ms), u64::from(max_on_ms)));
+        Ok(())
+    }
+
+    /// Actuator number `actuator`'s duty window, if it has one; its times
+    /// are in the windows' own clock, a fixed distance ahead of the gate's
+    /// (so that a resumed window keeps spans from before the boot).
+    pub fn duty_window(
+        &self,
+        actuator: usize,
+    ) -> Option<&DutyWindow<{ crate::limits::DUTY_SPANS }>> {
+        self.duty.get(actuator)?.as_ref()
+    }
+
+    /// The on-time of actuator number `actuator` in its duty window at
+    /// `now_ms` (the gate's clock), ms; `None` if it has no window.
+    pub fn duty_on_time(&self, actuator: usize, now_ms: u64) -> Option<u64> {
+        Some(self.duty_window(actuator)?.on_time(duty_clock(now_ms)))
     }
 
     /// The two clocks' settings.
@@ -1041,6 +1188,18 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             return self.refuse(agent, step, call, word::INVALID_ARGUMENTS);
         }
         if spec.needs_approval {
+            // No prompt for a call its duty window refuses now (execution
+            // checks again: the window may be spent by the answer).
+            if let Switch::On(actuator) = self.actuators.switches(tool, &call.arguments) {
+                if let Some(Err(spent)) = self
+                    .duty
+                    .get(actuator)
+                    .and_then(Option::as_ref)
+                    .map(|window| window.check_on(duty_clock(now_ms)))
+                {
+                    return self.refuse_duty(agent, step, call, spent);
+                }
+            }
             log!(
                 info,
                 "run {=u32} step {=u8}: {=str} {=str}: asking the operator",
@@ -1203,12 +1362,55 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         }
         self.check_dead_man(now_ms, console)
             .map_err(IoError::Console)?;
-        match &self.pending {
+        let shown = self.check_duty(now_ms, console);
+        let answered = match &self.pending {
             Some(p) if now_ms >= p.deadline_ms => self
                 .on_answer(Answer::Timeout, now_ms, agent, console)
                 .map(|_| ()),
             _ => Ok(()),
+        };
+        answered?;
+        shown.map_err(IoError::Console)
+    }
+
+    /// The duty windows at `now_ms`: every actuator whose window is spent
+    /// is driven to its safe state ([`Actuators::safe_state_of`]), its
+    /// window switched off, and that is logged ([`AuditVerdict::DutyOff`],
+    /// and `duty: actuator N …` on the console). The run goes on: a duty
+    /// limit is not a fault.
+    fn check_duty<C: Write>(&mut self, now_ms: u64, console: &mut C) -> Result<(), C::Error> {
+        let now = duty_clock(now_ms);
+        let mut shown = Ok(());
+        for actuator in 0..MAX_DUTY_WINDOWS {
+            let Some(Some(window)) = self.duty.get_mut(actuator) else {
+                continue;
+            };
+            if !window.must_stop(now) {
+                continue;
+            }
+            window.switch_off(now);
+            self.actuators.safe_state_of(actuator);
+            self.clock_ms = now_ms;
+            let number = u8::try_from(actuator).unwrap_or(u8::MAX);
+            let step = self.step();
+            self.journal(step, None, AuditVerdict::DutyOff(number));
+            log!(
+                info,
+                "run {=u32}: actuator {=u8} spent its duty window; driven safe",
+                self.runs,
+                number
+            );
+            if shown.is_ok() {
+                // One digit: MAX_DUTY_WINDOWS is at most 10.
+                shown = console
+                    .write_all(b"duty: actuator ")
+                    .and_then(|()| console.write_all(&[b'0' + number % 10]))
+                    .and_then(|()| {
+                        console.write_all(b" spent its duty window; driven to its safe state\n")
+                    });
+            }
         }
+        shown
     }
 
     /// The dead-man switch ([`Timing::dead_man_ms`]): trips when a tool ran
@@ -1240,10 +1442,15 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         )
     }
 
-    /// Drives every actuator to its safe state.
+    /// Drives every actuator to its safe state; their duty windows switch
+    /// off at the gate's clock.
     fn safe(&mut self) {
         self.actuators.safe_state();
         self.moved = false;
+        let now = duty_clock(self.clock_ms);
+        for window in self.duty.iter_mut().flatten() {
+            window.switch_off(now);
+        }
     }
 
     /// Runs an accepted, checked (and, if needed, approved) call and replies.
@@ -1255,6 +1462,17 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         tool: usize,
     ) -> Result<(), W::Error> {
         let ids = (call.call_id.as_str(), call.name.as_str());
+        let switch = self.actuators.switches(tool, &call.arguments);
+        let now = duty_clock(self.clock_ms);
+        if let Switch::On(actuator) = switch {
+            if let Some(Some(window)) = self.duty.get_mut(actuator) {
+                // On from here, before the journal: a record stored from
+                // now on counts the longest this call can keep it on.
+                if let Err(spent) = window.try_switch_on(now) {
+                    return self.refuse_duty(agent, step, call, spent);
+                }
+            }
+        }
         // Stored before the actuator may move: found at boot, this call is
         // known to have been executing.
         if !self.journal(step, Some(ids), AuditVerdict::Executing) {
@@ -1262,12 +1480,19 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         }
         self.moved = true;
         let result = self.actuators.execute(tool, &call.arguments).ok();
+        // A call that switches on and fails may have moved its actuator: its
+        // window stays on (towards off) until the actuator is made safe.
+        if let (Switch::Off(actuator), Some(_)) = (switch, &result) {
+            if let Some(Some(window)) = self.duty.get_mut(actuator) {
+                window.switch_off(now);
+            }
+        }
         // Sealed before the run measures it: a result the contract allows
         // (4096 bytes) that one reply frame cannot carry is a `tool-error`
         // here, in the run as on the wire, never an `ok` the agent cannot
         // read. The frame is written once either way.
         let sealed = result.as_ref().and_then(|result| {
-            let reply = observation(self.runs, step, call, true, Data::Result(result));
+            let reply = observation(self.runs, step, call, true, Data::Result(result), None);
             link::write_frame(&mut self.frame, &reply).ok()
         });
         let done = match self
@@ -1309,6 +1534,42 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         call: &ToolCallRef<'_>,
         why: &'static str,
     ) -> Result<(), W::Error> {
+        self.refuse_with(agent, step, call, why, None)
+    }
+
+    /// Refuses a call that would switch on an actuator whose duty window
+    /// is spent, as an approval refusal is: a counted attempt that did not
+    /// run. The reply says in how many ms the window lets it on again.
+    fn refuse_duty<W: Write>(
+        &mut self,
+        agent: &mut W,
+        step: u8,
+        call: &ToolCallRef<'_>,
+        spent: DutyExceeded,
+    ) -> Result<(), W::Error> {
+        let now = duty_clock(self.clock_ms);
+        // `u64::MAX`: a window that allows no on-time never lets it on;
+        // otherwise within the window's length (a `u32`).
+        let retry = (spent.retry_at_ms != u64::MAX)
+            .then(|| u32::try_from(spent.retry_at_ms.saturating_sub(now)).unwrap_or(u32::MAX));
+        log!(
+            info,
+            "run {=u32} step {=u8}: {=str}: duty window spent; not executed",
+            self.runs,
+            step,
+            call.call_id.as_str()
+        );
+        self.refuse_with(agent, step, call, word::DUTY_LIMIT, retry)
+    }
+
+    fn refuse_with<W: Write>(
+        &mut self,
+        agent: &mut W,
+        step: u8,
+        call: &ToolCallRef<'_>,
+        why: &'static str,
+        retry_after_ms: Option<u32>,
+    ) -> Result<(), W::Error> {
         let progress = match self.run.refuse() {
             Ok(progress) => progress,
             Err(e) => return self.internal(agent, e),
@@ -1317,6 +1578,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             word::INVALID_ARGUMENTS => AuditVerdict::InvalidArguments,
             word::APPROVAL_DENIED => AuditVerdict::ApprovalDenied,
             word::TIME_BUDGET => AuditVerdict::TimeBudget,
+            word::DUTY_LIMIT => AuditVerdict::DutyLimit,
             _ => AuditVerdict::StorageError,
         };
         self.journal(
@@ -1324,7 +1586,15 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             Some((call.call_id.as_str(), call.name.as_str())),
             verdict,
         );
-        self.observation(agent, step, call, false, Data::Word(why))?;
+        let reply = observation(
+            self.runs,
+            step,
+            call,
+            false,
+            Data::Word(why),
+            retry_after_ms,
+        );
+        self.send(agent, &reply)?;
         self.after(agent, step, progress)
     }
 
@@ -1357,7 +1627,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         executed: bool,
         data: Data<&A::Result>,
     ) -> Result<(), W::Error> {
-        let reply = observation(self.runs, step, call, executed, data);
+        let reply = observation(self.runs, step, call, executed, data, None);
         self.send(agent, &reply)
     }
 
@@ -1443,4 +1713,422 @@ fn prompt<C: Write>(
         Err(_) => console.write_all(b"{...}")?,
     }
     console.write_all(b" [y/n]\n")
+}
+
+#[cfg(test)]
+mod tests {
+    //! The duty windows through the gate (issue 15): tiny windows, the clock
+    //! a number the test moves, a lamp (actuator 0, no window) and a valve
+    //! (actuator 1).
+    use super::*;
+    use crate::registry::{Param, ParamKind};
+    use crate::resume::{AuditRecord, AUDIT_ENTRY_MAX, RUN_RECORD_MAX};
+    use std::string::String;
+    use std::vec::Vec;
+
+    const VALVE: Param = Param {
+        key: "name",
+        kind: ParamKind::Choice(&["valve"]),
+        required: true,
+    };
+
+    static SPECS: [ToolSpec; 4] = [
+        ToolSpec {
+            name: "HassTurnOn",
+            description: "lamp on",
+            params: &[],
+            needs_approval: false,
+        },
+        ToolSpec {
+            name: "ValveOpen",
+            description: "valve open, no approval",
+            params: &[VALVE],
+            needs_approval: false,
+        },
+        ToolSpec {
+            name: "HassTurnOff",
+            description: "valve closed",
+            params: &[VALVE],
+            needs_approval: false,
+        },
+        ToolSpec {
+            name: "HassValveOpen",
+            description: "valve open, approved",
+            params: &[VALVE],
+            needs_approval: true,
+        },
+    ];
+
+    #[derive(Default)]
+    struct Home {
+        lamp: bool,
+        valve: bool,
+        /// Actuators driven safe one by one (`safe_state_of`).
+        safe_of: Vec<usize>,
+        records: Vec<Vec<u8>>,
+        audit: Vec<AuditRecord>,
+    }
+
+    impl Actuators for Home {
+        type Result = bool;
+
+        fn execute(&mut self, tool: usize, _args: &ArgumentsRef<'_>) -> Result<bool, ToolFailure> {
+            match tool {
+                0 => self.lamp = true,
+                1 | 3 => self.valve = true,
+                2 => self.valve = false,
+                _ => return Err(ToolFailure),
+            }
+            Ok(true)
+        }
+
+        fn safe_state(&mut self) {
+            self.lamp = false;
+            self.valve = false;
+        }
+
+        fn read_back(&mut self) -> u32 {
+            u32::from(self.lamp) | (u32::from(self.valve) << 1)
+        }
+
+        fn switches(&self, tool: usize, _args: &ArgumentsRef<'_>) -> Switch {
+            match tool {
+                1 | 3 => Switch::On(1),
+                2 => Switch::Off(1),
+                _ => Switch::None,
+            }
+        }
+
+        fn safe_state_of(&mut self, actuator: usize) {
+            self.safe_of.push(actuator);
+            if actuator == 1 {
+                self.valve = false;
+            }
+        }
+
+        fn journal(
+            &mut self,
+            run: &RunView<'_>,
+            entry: &AuditEntry<'_>,
+        ) -> Result<(), JournalFailure> {
+            let mut buf = [0u8; RUN_RECORD_MAX];
+            let n = run.encode(&mut buf).map_err(|_| JournalFailure)?;
+            self.records.push(buf[..n].to_vec());
+            let mut e = [0u8; AUDIT_ENTRY_MAX];
+            let m = entry.encode(&mut e).map_err(|_| JournalFailure)?;
+            self.audit
+                .push(AuditRecord::decode(&e[..m]).map_err(|_| JournalFailure)?);
+            Ok(())
+        }
+    }
+
+    struct Device {
+        gate: DeviceGate<Home, 4>,
+        now_ms: u64,
+        agent: Vec<u8>,
+        console: Vec<u8>,
+    }
+
+    impl Device {
+        /// A gate whose valve may be open `max_on_ms` in any `window_ms`,
+        /// with a run started at 0.
+        fn new(window_ms: u32, max_on_ms: u32) -> Self {
+            let mut d = Self::booted(window_ms, max_on_ms);
+            d.gate.start(RunLimits::new(32, 16).unwrap(), 0).unwrap();
+            d
+        }
+
+        /// The same gate, no run started.
+        fn booted(window_ms: u32, max_on_ms: u32) -> Self {
+            let tools = ToolTable::new(&SPECS).unwrap();
+            let mut gate = DeviceGate::new(Home::default(), tools, Timing::DEFAULT);
+            // Windows of minutes outlast the default time budget.
+            gate.set_time_budget(u32::MAX);
+            gate.set_duty_window(1, window_ms, max_on_ms).unwrap();
+            Self {
+                gate,
+                now_ms: 0,
+                agent: Vec::new(),
+                console: Vec::new(),
+            }
+        }
+
+        /// Proposes `tool` (with `{"name":"valve"}`) as `id` at the clock;
+        /// the reply's payload, or "" if none (a prompt).
+        fn call(&mut self, id: &str, tool: &str) -> String {
+            let json = std::format!(
+                r#"PROPOSE {{"kind":"tool","call_id":"{id}","name":"{tool}","arguments":{{"name":"valve"}}}}"#
+            );
+            let json = if tool == "HassTurnOn" {
+                json.replace(r#"{"name":"valve"}"#, "{}")
+            } else {
+                json
+            };
+            self.gate
+                .on_frame(
+                    Ok(json.as_bytes()),
+                    self.now_ms,
+                    &mut self.agent,
+                    &mut self.console,
+                )
+                .unwrap();
+            self.reply()
+        }
+
+        fn reply(&mut self) -> String {
+            let Some(end) = self.agent.iter().position(|&b| b == b'\n') else {
+                return String::new();
+            };
+            let line: Vec<u8> = self.agent.drain(..=end).collect();
+            let payload = link::verify(&line[..end]).unwrap();
+            String::from_utf8(payload.to_vec()).unwrap()
+        }
+
+        fn wait_until(&mut self, now_ms: u64) {
+            self.now_ms = now_ms;
+            self.gate
+                .poll(now_ms, &mut self.agent, &mut self.console)
+                .unwrap();
+        }
+
+        fn valve(&self) -> bool {
+            self.gate.actuators().valve
+        }
+
+        fn verdicts(&self) -> Vec<AuditVerdict> {
+            self.gate
+                .actuators()
+                .audit
+                .iter()
+                .map(|e| e.verdict)
+                .collect()
+        }
+
+        fn last_verdict(&self) -> AuditVerdict {
+            *self.verdicts().last().unwrap()
+        }
+    }
+
+    /// Issue 15 (duty windows, checked before a command): a call that would
+    /// switch the valve on when its window is spent is not executed: the
+    /// observation is `duty-limit`, `executed:false`, with the ms until the
+    /// window allows it again; it is a counted attempt (like
+    /// approval-denied), audited `duty-limit`, and the valve never moves.
+    #[test]
+    fn a_switch_on_with_its_duty_window_spent_is_refused_not_executed() {
+        let mut d = Device::new(1_000, 100);
+        assert!(d.call("o1", "ValveOpen").contains(r#""executed":true"#));
+        d.wait_until(100);
+        assert!(!d.valve(), "driven closed at its most on-time");
+        d.now_ms = 300;
+        let refused = d.call("o2", "ValveOpen");
+        assert_eq!(
+            refused,
+            r#"{"type":"observation","run":1,"step":1,"call_id":"o2","name":"ValveOpen","executed":false,"ok":false,"data":"duty-limit","retry_after_ms":701}"#
+        );
+        assert!(!d.valve(), "the valve did not move");
+        assert_eq!(d.last_verdict(), AuditVerdict::DutyLimit);
+        let last = d.gate.actuators().audit.last().unwrap();
+        assert_eq!(
+            (last.call_id.as_str(), last.tool.as_str()),
+            ("o2", "ValveOpen")
+        );
+        assert!(matches!(
+            d.gate.trace().last(),
+            Some(TraceRow::Tool {
+                executed: false,
+                ok: false,
+                ..
+            })
+        ));
+        let run = d.gate.snapshot(300).unwrap();
+        assert_eq!(
+            (run.decisions, run.tool_attempts, run.state),
+            (2, 2, "running")
+        );
+        // Other tools go on: the run is not stopped.
+        assert!(d.call("l1", "HassTurnOn").contains(r#""executed":true"#));
+    }
+
+    /// Issue 15: the window slides; the call is allowed again exactly when
+    /// enough on-time has left it (the reply's `retry_after_ms`), not before.
+    #[test]
+    fn a_switch_on_is_allowed_again_once_the_window_slides() {
+        let mut d = Device::new(1_000, 100);
+        d.call("o1", "ValveOpen");
+        d.now_ms = 60;
+        assert!(d.call("c1", "HassTurnOff").contains(r#""executed":true"#));
+        d.now_ms = 70;
+        d.call("o2", "ValveOpen");
+        d.wait_until(110);
+        assert!(!d.valve(), "60 + 40 ms: spent");
+        d.now_ms = 1_000;
+        assert!(d.call("o3", "ValveOpen").contains(r#""retry_after_ms":1"#));
+        d.now_ms = 1_001;
+        assert!(d.call("o4", "ValveOpen").contains(r#""executed":true"#));
+        assert!(d.valve());
+        // 1 ms of the first span has left: it may stay on until the window
+        // holds 100 ms again.
+        assert_eq!(d.gate.duty_on_time(1, 1_001), Some(99));
+    }
+
+    /// Issue 15 (enforced by poll): the valve is driven closed at exactly
+    /// the instant its window holds its most on-time (`must_stop_at`), only
+    /// it (`safe_state_of`), audited `duty-off` with its number and said on
+    /// the console; the run goes on (a duty limit is not a fault).
+    #[test]
+    fn poll_drives_the_valve_closed_at_exactly_its_most_on_time() {
+        let mut d = Device::new(10_000, 300);
+        d.now_ms = 1_000;
+        d.call("l1", "HassTurnOn");
+        d.call("o1", "ValveOpen");
+        let stop_at = d
+            .gate
+            .duty_window(1)
+            .unwrap()
+            .must_stop_at(duty_clock(1_000))
+            .unwrap();
+        assert_eq!(stop_at, duty_clock(1_300));
+        d.wait_until(1_299);
+        assert!(d.valve(), "not before");
+        assert!(d.gate.actuators().safe_of.is_empty());
+        d.wait_until(1_300);
+        assert!(!d.valve(), "at exactly its most on-time");
+        assert!(d.gate.actuators().lamp, "only the valve");
+        assert_eq!(d.gate.actuators().safe_of, [1]);
+        assert_eq!(d.last_verdict(), AuditVerdict::DutyOff(1));
+        assert_eq!(
+            String::from_utf8(d.console.clone()).unwrap(),
+            "duty: actuator 1 spent its duty window; driven to its safe state\n"
+        );
+        assert_eq!(d.gate.state(), "running");
+        d.wait_until(2_000);
+        assert_eq!(d.gate.actuators().safe_of, [1], "once");
+        assert!(d.call("l2", "HassTurnOn").contains(r#""executed":true"#));
+    }
+
+    /// Issue 15: closing the valve stops its on-time; a failed or refused
+    /// call does not, and every drive to the safe state (a stop, a start)
+    /// switches the window off at that instant.
+    #[test]
+    fn only_a_switch_off_or_a_safe_state_ends_the_on_time() {
+        let mut d = Device::new(100_000, 50_000);
+        d.call("o1", "ValveOpen");
+        d.now_ms = 400;
+        d.call("c1", "HassTurnOff");
+        assert_eq!(d.gate.duty_on_time(1, 5_000), Some(400));
+        d.now_ms = 5_000;
+        d.call("o2", "ValveOpen");
+        d.now_ms = 5_100;
+        let json = br#"PROPOSE {"kind":"final","text":"done"}"#;
+        d.gate
+            .on_frame(Ok(json), 5_100, &mut d.agent, &mut d.console)
+            .unwrap();
+        assert!(d.reply().contains("final"));
+        assert!(
+            !d.gate.duty_window(1).unwrap().is_on(),
+            "the stop made it safe"
+        );
+        assert_eq!(d.gate.duty_on_time(1, 9_000), Some(500));
+        // A new run does not give the on-time back.
+        d.gate.start(RunLimits::DEFAULT, 9_000).unwrap();
+        assert_eq!(d.gate.duty_on_time(1, 9_000), Some(500));
+        d.now_ms = 9_000;
+        d.call("o3", "ValveOpen");
+        d.gate.start(RunLimits::DEFAULT, 9_250).unwrap();
+        assert_eq!(
+            d.gate.duty_on_time(1, 20_000),
+            Some(750),
+            "switched off at the start"
+        );
+    }
+
+    /// Issue 15 with approval (SPEC C): a call whose window is spent is
+    /// refused before any prompt; one whose window is spent while the
+    /// operator decides is refused at the approval, never executed.
+    #[test]
+    fn a_spent_window_refuses_an_approval_call_before_and_after_the_prompt() {
+        let mut d = Device::new(1_000, 100);
+        d.call("o1", "ValveOpen");
+        d.wait_until(100);
+        d.now_ms = 200;
+        let refused = d.call("a1", "HassValveOpen");
+        assert!(refused.contains(r#""data":"duty-limit""#), "{refused}");
+        assert!(!d.gate.awaiting_approval(), "no prompt");
+        assert!(d.console.ends_with(b"safe state\n"), "no prompt line");
+        // The valve on again, then a call that waits while it is spent.
+        d.now_ms = 1_150;
+        d.call("o2", "ValveOpen");
+        assert!(
+            d.call("a2", "HassValveOpen").is_empty(),
+            "prompted: on already"
+        );
+        d.wait_until(1_250);
+        assert!(!d.valve());
+        let answered = d
+            .gate
+            .on_answer(Answer::Approve, 1_260, &mut d.agent, &mut d.console)
+            .unwrap();
+        assert!(answered);
+        let reply = d.reply();
+        assert!(
+            reply.contains(r#""executed":false"#) && reply.contains("duty-limit"),
+            "{reply}"
+        );
+        assert!(!d.valve(), "the approval moved nothing");
+        assert_eq!(d.last_verdict(), AuditVerdict::DutyLimit);
+    }
+
+    /// Issue 15 (persisted with the ledger): a gate booted on the last
+    /// record resumes the window's on-time re-based at its own clock (time
+    /// without power not counted): the valve on when the power went counts
+    /// the longest it could have stayed on, and is refused until the window
+    /// slides past that.
+    #[test]
+    fn the_duty_window_survives_a_power_cut_re_based() {
+        let mut d = Device::new(600_000, 30_000);
+        d.now_ms = 50_000;
+        d.call("o1", "ValveOpen");
+        d.now_ms = 60_000;
+        d.call("l1", "HassTurnOn");
+        // The last record is of 60 000: 10 s open, and it may have stayed
+        // open 20 s more, to 80 000, before the power went. That instant is
+        // the resume's (7 ms after boot): 30 s open, ended then.
+        let record = d.gate.actuators().records.last().unwrap().clone();
+        let mut back = Device::booted(600_000, 30_000);
+        back.gate.resume(&record, 7).unwrap();
+        assert!(!back.valve());
+        assert_eq!(back.gate.duty_on_time(1, 7), Some(30_000));
+        back.now_ms = 7;
+        // Its first ms leaves the window 570 000 ms after it ended.
+        let refused = back.call("o2", "ValveOpen");
+        assert!(refused.contains(r#""retry_after_ms":570001"#), "{refused}");
+        back.now_ms = 570_007;
+        assert!(back.call("o4", "ValveOpen").contains("duty-limit"));
+        back.now_ms = 570_008;
+        assert!(back.call("o3", "ValveOpen").contains(r#""executed":true"#));
+        // A board with no window for the valve drops the stored one.
+        let tools = ToolTable::new(&SPECS).unwrap();
+        let mut bare: DeviceGate<Home, 4> =
+            DeviceGate::new(Home::default(), tools, Timing::DEFAULT);
+        bare.resume(&record, 0).unwrap();
+        assert!(bare.duty_window(1).is_none());
+    }
+
+    /// Fail closed on configuration: an actuator over the capacity, an
+    /// empty window or one that allows more on-time than its length is an
+    /// error, never a panic, and sets nothing.
+    #[test]
+    fn a_duty_window_out_of_range_is_refused() {
+        let mut d = Device::booted(1_000, 100);
+        assert_eq!(
+            d.gate.set_duty_window(MAX_DUTY_WINDOWS, 1_000, 10),
+            Err(DutyError::Actuator(MAX_DUTY_WINDOWS))
+        );
+        assert_eq!(d.gate.set_duty_window(0, 0, 0), Err(DutyError::Window));
+        assert_eq!(d.gate.set_duty_window(0, 10, 11), Err(DutyError::Window));
+        assert!(d.gate.duty_window(0).is_none());
+        assert_eq!(d.gate.set_duty_window(0, 10, 10), Ok(()));
+        assert!(DutyError::Actuator(9).to_string().contains("actuator 9"));
+    }
 }

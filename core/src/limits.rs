@@ -68,7 +68,14 @@ pub const MAX_TOOL_NAME_LEN: usize = 64;
 pub const MAX_FINGERPRINT_DEPTH: usize = 16;
 /// Most object keys in one raw JSON arguments document, for duplicate-key detection (`SPEC C`).
 pub const MAX_FINGERPRINT_KEYS: usize = 64;
+/// Most actuators with a duty window on one device gate, numbered from 0
+/// (`device::DeviceGate::set_duty_window`; issue 15).
+pub const MAX_DUTY_WINDOWS: usize = 4;
+/// On-spans one duty window keeps (`budget::DutyWindow`); when more must be
+/// kept the two oldest merge, which only counts more on-time (issue 15).
+pub const DUTY_SPANS: usize = 8;
 
 const _: () = assert!(MAX_DECISIONS as usize <= MAX_STEPS);
 const _: () = assert!(MAX_TOOL_CALLS as usize <= MAX_STEPS);
 const _: () = assert!(MAX_STEPS < u8::MAX as usize);
+const _: () = assert!(MAX_DUTY_WINDOWS <= 16 && DUTY_SPANS >= 2 && DUTY_SPANS < u8::MAX as usize);

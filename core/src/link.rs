@@ -287,8 +287,13 @@ pub enum Reply<'a, D: Serialize> {
         /// Whether `data` is the tool's result.
         ok: bool,
         /// The result, or an error word: `"unknown-tool"`, `"tool-error"`,
-        /// `"invalid-arguments"`, `"approval-denied"`.
+        /// `"invalid-arguments"`, `"approval-denied"`, `"duty-limit"`.
         data: D,
+        /// With `duty-limit` only: in how many ms the actuator's duty window
+        /// lets it go on again (absent when it never does: a window that
+        /// allows no on-time). Omitted from every other observation.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        retry_after_ms: Option<u32>,
     },
     /// The run stopped in this round with `status`.
     Stopped {

@@ -121,38 +121,12 @@ impl Sink for Slice<'_> {
     }
 }
 
-/// A tiny fixed buffer for `core::fmt` output of one number.
-struct NumBuf {
-    buf: [u8; 40],
-    len: usize,
-}
-
-impl NumBuf {
-    const fn new() -> Self {
-        Self {
-            buf: [0; 40],
-            len: 0,
-        }
-    }
-    fn as_bytes(&self) -> &[u8] {
-        self.buf.get(..self.len).unwrap_or(&[])
-    }
-}
-
-impl fmt::Write for NumBuf {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let end = self.len.checked_add(s.len()).ok_or(fmt::Error)?;
-        let dst = self.buf.get_mut(self.len..end).ok_or(fmt::Error)?;
-        dst.copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
-}
-
-fn put_display<S: Sink>(sink: &mut S, value: impl fmt::Display) -> Result<(), EncodeError> {
-    let mut num = NumBuf::new();
-    write!(num, "{value}").map_err(|_| EncodeError::Unsupported)?;
-    sink.put(num.as_bytes())
+/// Writes an integer in decimal (`itoa`: no `core::fmt`, whose machinery
+/// the firmware would otherwise carry for it). The encoder widens every
+/// integer to `i64` or `u64` first: one formatter of each in the image
+/// (itoa formats values under 10 000 without 64-bit division).
+fn put_int<S: Sink>(sink: &mut S, value: impl itoa::Integer) -> Result<(), EncodeError> {
+    sink.put(itoa::Buffer::new().format(value).as_bytes())
 }
 
 /// Writes `value` as Python's `float.__repr__` does.
@@ -246,7 +220,7 @@ fn put_float<S: Sink>(sink: &mut S, value: f64) -> Result<(), EncodeError> {
         if magnitude < 10 {
             sink.put(b"0")?;
         }
-        put_display(sink, magnitude)?;
+        put_int(sink, magnitude)?;
     }
     Ok(())
 }
@@ -352,34 +326,34 @@ impl<'a, S: Sink> ser::Serializer for &'a mut Encoder<S> {
         self.sink.put(if v { b"true" } else { b"false" })
     }
     fn serialize_i8(self, v: i8) -> Result<(), EncodeError> {
-        put_display(&mut self.sink, v)
+        put_int(&mut self.sink, i64::from(v))
     }
     fn serialize_i16(self, v: i16) -> Result<(), EncodeError> {
-        put_display(&mut self.sink, v)
+        put_int(&mut self.sink, i64::from(v))
     }
     fn serialize_i32(self, v: i32) -> Result<(), EncodeError> {
-        put_display(&mut self.sink, v)
+        put_int(&mut self.sink, i64::from(v))
     }
     fn serialize_i64(self, v: i64) -> Result<(), EncodeError> {
-        put_display(&mut self.sink, v)
+        put_int(&mut self.sink, v)
     }
     fn serialize_i128(self, v: i128) -> Result<(), EncodeError> {
-        put_display(&mut self.sink, v)
+        put_int(&mut self.sink, v)
     }
     fn serialize_u8(self, v: u8) -> Result<(), EncodeError> {
-        put_display(&mut self.sink, v)
+        put_int(&mut self.sink, u64::from(v))
     }
     fn serialize_u16(self, v: u16) -> Result<(), EncodeError> {
-        put_display(&mut self.sink, v)
+        put_int(&mut self.sink, u64::from(v))
     }
     fn serialize_u32(self, v: u32) -> Result<(), EncodeError> {
-        put_display(&mut self.sink, v)
+        put_int(&mut self.sink, u64::from(v))
     }
     fn serialize_u64(self, v: u64) -> Result<(), EncodeError> {
-        put_display(&mut self.sink, v)
+        put_int(&mut self.sink, v)
     }
     fn serialize_u128(self, v: u128) -> Result<(), EncodeError> {
-        put_display(&mut self.sink, v)
+        put_int(&mut self.sink, v)
     }
     fn serialize_f32(self, v: f32) -> Result<(), EncodeError> {
         put_float(&mut self.sink, f64::from(v))
@@ -605,9 +579,9 @@ struct KeyEncoder<'a, S> {
 }
 
 impl<S: Sink> KeyEncoder<'_, S> {
-    fn quoted(self, value: impl fmt::Display) -> Result<(), EncodeError> {
+    fn quoted(self, value: impl itoa::Integer) -> Result<(), EncodeError> {
         self.sink.put(b"\"")?;
-        put_display(self.sink, value)?;
+        put_int(self.sink, value)?;
         self.sink.put(b"\"")
     }
 }
@@ -795,6 +769,35 @@ mod tests {
         ] {
             assert_eq!(spelled(value).as_str(), python, "{value:e}");
         }
+    }
+
+    /// SPEC A2 (results measured as Python encodes them): integers of
+    /// every width, and integer map keys (quoted, as `json.dumps` quotes
+    /// them), in plain decimal, through the encoder's own digits.
+    #[test]
+    fn integers_of_every_width_are_spelled_as_python_does() {
+        fn text<T: Serialize + ?Sized>(value: &T) -> std::string::String {
+            let mut buf = [0u8; 128];
+            let n = encode(value, &mut buf).unwrap();
+            std::string::String::from_utf8(buf[..n].to_vec()).unwrap()
+        }
+        assert_eq!(text(&[i8::MIN as i64, -1, 0, 9, 10]), "[-128,-1,0,9,10]");
+        assert_eq!(
+            text(&(u8::MAX, i16::MIN, u16::MAX, i32::MIN, u32::MAX)),
+            "[255,-32768,65535,-2147483648,4294967295]"
+        );
+        assert_eq!(
+            text(&(i64::MIN, u64::MAX)),
+            "[-9223372036854775808,18446744073709551615]"
+        );
+        assert_eq!(
+            text(&(i128::MIN, u128::MAX)),
+            "[-170141183460469231731687303715884105728,340282366920938463463374607431768211455]"
+        );
+        let mut keys = std::collections::BTreeMap::new();
+        keys.insert(-7i32, 1u8);
+        keys.insert(10_000, 2);
+        assert_eq!(text(&keys), r#"{"-7":1,"10000":2}"#);
     }
 
     #[test]

@@ -20,17 +20,40 @@
 //! final, 1 rejected and the reason: 0 `invalid-policy-action`, 1
 //! `duplicate-call-id`, 2 `tool-budget`; 2 tool: a flag byte, bit 0
 //! executed, bit 1 ok, then the call id and the tool name, each as a length
-//! byte and its bytes); last the CRC-32 (ISO-HDLC) of everything before it.
-//! The record's size is that of the run's rows (23 bytes and 4 of CRC for a
-//! fresh run, 15 to 83 more per tool row): a flash store writes only what
-//! the run holds. There is one encoding per run: a record that decodes
-//! encodes back to the same bytes.
+//! byte and its bytes); then the actuators' duty windows (version 2): their
+//! number, and per window, in actuator order, the actuator (u8, below
+//! [`MAX_DUTY_WINDOWS`]), the window and its most on-time (ms, u32 each),
+//! the number of on-spans (at most [`DUTY_SPANS`]) and per span, oldest
+//! first, how long before the record's instant it ended and its length (ms,
+//! u32 each); last the CRC-32 (ISO-HDLC) of everything before it.
+//! The record's size is that of the run's rows and windows (24 bytes and 4
+//! of CRC for a fresh run without windows, 15 to 83 more per tool row, 10
+//! per window and 8 per span): a flash store writes only what the run holds.
+//! There is one encoding per run: a record that decodes encodes back to the
+//! same bytes.
 //!
-//! Decoding ([`decode`]) refuses another magic or version, a bad checksum,
-//! trailing bytes, and any run the gate could not have reached: steps out of
-//! order, a stop row not last, tool attempts that are not the tool rows, a
-//! repeated call id, more rows than the run's decisions, a status that does
-//! not follow from the rows. A refused record is an error, never a fresh run.
+//! The duty windows do not depend on the clock of the boot that wrote them
+//! (the gate's clock starts again at every boot): a span is stored as its
+//! distance back from the instant the record was written, and a resume
+//! re-bases it at its own instant ([`StoredDuty::window`]): time without
+//! power is not counted as passing, so the on-time stays in the window
+//! longer (towards off, as the time budget's `used_ms`). A window that was
+//! on is stored as switched off at the instant it would have been driven
+//! off, and that instant is its record's instant ([`DutyWindow::settled`]):
+//! the record cannot know when the power went, so it counts the longest the
+//! actuator can have stayed on. Only spans a later window can see are kept.
+//!
+//! Decoding ([`decode`]) refuses another magic or version (a version 1
+//! record, from before the duty windows, is [`ResumeError::Version`]), a bad
+//! checksum, trailing bytes, and any run the gate could not have reached:
+//! steps out of order, a stop row not last, tool attempts that are not the
+//! tool rows, a repeated call id, more rows than the run's decisions, a
+//! status that does not follow from the rows; and duty windows it could not
+//! have stored: an actuator over the capacity or out of order, an empty
+//! window or one whose most on-time is over its length, more spans than a
+//! window keeps, an empty span, a span reaching back past its window, spans
+//! out of order or overlapping. A refused record is an error, never a fresh
+//! run.
 //!
 //! An [`AuditEntry`] (run number, step, call id, tool, verdict, time) is
 //! encoded by [`AuditEntry::encode`] into at most [`AUDIT_ENTRY_MAX`] bytes
@@ -39,21 +62,28 @@
 
 use core::fmt;
 
+use crate::budget::{DutyWindow, DutyWindows};
 use crate::ident::Identifier;
-use crate::limits::{MAX_DECISIONS, MAX_TOOL_CALLS};
+use crate::limits::{DUTY_SPANS, MAX_DECISIONS, MAX_DUTY_WINDOWS, MAX_TOOL_CALLS};
 use crate::run::{RejectReason, RunLimits, Status, TraceRow};
 
 /// The run record's version; a record of another version is refused.
-pub const RUN_RECORD_VERSION: u8 = 1;
+/// Version 2 added the duty windows.
+pub const RUN_RECORD_VERSION: u8 = 2;
 const MAGIC: [u8; 3] = *b"BGR";
 /// Identifier capacity (call ids and tool names), bytes.
 const ID_MAX: usize = 40;
 const HEADER: usize = 3 + 1 + 4 + 1 + 1 + 1 + 8 + 1 + 1 + 1 + 1;
 const TOOL_ROW_MAX: usize = 1 + 1 + (1 + ID_MAX) * 2;
+/// A duty window with every span: actuator, window, most on-time, span
+/// count, spans.
+const DUTY_MAX: usize = 1 + 4 + 4 + 1 + DUTY_SPANS * (4 + 4);
 
 /// The most bytes a run record takes: the header, [`MAX_TOOL_CALLS`] tool
-/// rows of the longest ids and names, one stop row, the CRC (1 373 bytes).
-pub const RUN_RECORD_MAX: usize = HEADER + MAX_TOOL_CALLS as usize * TOOL_ROW_MAX + 2 + 4;
+/// rows of the longest ids and names, one stop row, every duty window with
+/// every span, the CRC (1 670 bytes).
+pub const RUN_RECORD_MAX: usize =
+    HEADER + MAX_TOOL_CALLS as usize * TOOL_ROW_MAX + 2 + 1 + MAX_DUTY_WINDOWS * DUTY_MAX + 4;
 
 /// The audit entry's layout version.
 pub const AUDIT_ENTRY_VERSION: u8 = 1;
@@ -111,6 +141,11 @@ pub struct RunView<'a> {
     pub tool_attempts: u8,
     /// The trace so far: one row per decision.
     pub trace: &'a [TraceRow],
+    /// The actuators' duty windows, in the windows' clock.
+    pub duty: &'a DutyWindows,
+    /// The windows' clock when the record is written, ms: the instant the
+    /// spans are stored back from.
+    pub duty_clock_ms: u64,
 }
 
 /// Why bytes are not a run record (or an audit entry) this build reads.
@@ -291,11 +326,177 @@ impl RunView<'_> {
                 }
             }
         }
+        let windows = self.duty.iter().flatten().count();
+        w.put(&[u8::try_from(windows).map_err(|_| ResumeError::Field("duty windows"))?])?;
+        for (actuator, window) in self.duty.iter().enumerate() {
+            if let Some(window) = window {
+                encode_duty(&mut w, actuator, window, self.duty_clock_ms)?;
+            }
+        }
         let body = w.at;
         let crc = CRC.checksum(w.buf.get(..body).unwrap_or_default());
         w.put(&crc.to_le_bytes())?;
         Ok(w.at)
     }
+}
+
+/// One window, settled at `now` ([`DutyWindow::settled`]), its spans back
+/// from its own instant.
+fn encode_duty(
+    w: &mut Writer<'_>,
+    actuator: usize,
+    window: &DutyWindow<DUTY_SPANS>,
+    now_ms: u64,
+) -> Result<(), ResumeError> {
+    let field = |n: u64| u32::try_from(n).map_err(|_| ResumeError::Field("duty window"));
+    if window.window_ms() == 0 || window.max_on_ms() > window.window_ms() {
+        // Not a window the gate keeps; it would not decode.
+        return Err(ResumeError::Field("duty window"));
+    }
+    let (settled, at) = window.settled(now_ms);
+    let actuator = u8::try_from(actuator).map_err(|_| ResumeError::Field("duty actuator"))?;
+    w.put(&[actuator])?;
+    w.put(&field(window.window_ms())?.to_le_bytes())?;
+    w.put(&field(window.max_on_ms())?.to_le_bytes())?;
+    let spans = settled.spans();
+    w.put(&[u8::try_from(spans.len()).map_err(|_| ResumeError::Field("duty spans"))?])?;
+    for &(start, end) in spans {
+        w.put(&field(at - end)?.to_le_bytes())?;
+        w.put(&field(end - start)?.to_le_bytes())?;
+    }
+    Ok(())
+}
+
+/// One actuator's duty window as a record stores it: its configuration, and
+/// its on-spans as (ms before the record's instant it ended, length), oldest
+/// first, as [`decode`] checked them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredDuty {
+    /// The actuator, below [`MAX_DUTY_WINDOWS`].
+    pub actuator: u8,
+    /// The window's length, ms (at least 1).
+    pub window_ms: u32,
+    /// Its most on-time, ms (at most the window).
+    pub max_on_ms: u32,
+    /// The on-spans: (ms back from the record's instant to the span's end,
+    /// length in ms).
+    pub spans: heapless::Vec<(u32, u32), DUTY_SPANS>,
+}
+
+impl StoredDuty {
+    /// The spans re-based at `now_ms` (the resume's instant, in the clock
+    /// the windows will run in): the record's instant becomes `now_ms`, so
+    /// time without power is not counted. Each is `[start, end)`, oldest
+    /// first; a span that would begin before 0 begins at 0 (give the
+    /// windows a clock that starts at least a window after 0, as the
+    /// device gate does, so that none is cut).
+    pub fn rebased(&self, now_ms: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.spans.iter().map(move |&(ago, len)| {
+            let end = now_ms.saturating_sub(u64::from(ago));
+            (end.saturating_sub(u64::from(len)), end)
+        })
+    }
+
+    /// The stored spans added, re-based at `now_ms` ([`Self::rebased`]), to
+    /// `window` (the device's own, whose configuration stays; it should be
+    /// off and hold no later span).
+    pub fn restore_into(&self, window: &mut DutyWindow<DUTY_SPANS>, now_ms: u64) {
+        for (start, end) in self.rebased(now_ms) {
+            window.add_past_span(start, end);
+        }
+    }
+
+    /// The stored window with its own configuration, re-based at `now_ms`.
+    pub fn window(&self, now_ms: u64) -> DutyWindow<DUTY_SPANS> {
+        let mut window = DutyWindow::new(u64::from(self.window_ms), u64::from(self.max_on_ms));
+        self.restore_into(&mut window, now_ms);
+        window
+    }
+}
+
+/// Reads one duty window and checks it (see the module's documentation).
+fn duty_window(c: &mut Cursor<'_>) -> Result<StoredDuty, ResumeError> {
+    let actuator = c.u8()?;
+    if usize::from(actuator) >= MAX_DUTY_WINDOWS {
+        return Err(ResumeError::Field("duty actuator"));
+    }
+    let (window_ms, max_on_ms) = (c.u32()?, c.u32()?);
+    if window_ms == 0 || max_on_ms > window_ms {
+        return Err(ResumeError::Field("duty window"));
+    }
+    let count = c.u8()?;
+    let mut spans = heapless::Vec::new();
+    // The earliest a span may end: the last one's start (spans are oldest
+    // first, and do not overlap).
+    let mut before = window_ms;
+    for _ in 0..count {
+        let (ago, len) = (c.u32()?, c.u32()?);
+        if len == 0 {
+            return Err(ResumeError::Field("an empty duty span"));
+        }
+        let start = ago
+            .checked_add(len)
+            .filter(|start| *start <= window_ms)
+            .ok_or(ResumeError::Field("a duty span longer than its window"))?;
+        if start > before {
+            return Err(ResumeError::Field("duty spans out of order"));
+        }
+        before = ago;
+        spans
+            .push((ago, len))
+            .map_err(|_| ResumeError::Field("duty spans"))?;
+    }
+    Ok(StoredDuty {
+        actuator,
+        window_ms,
+        max_on_ms,
+        spans,
+    })
+}
+
+/// Reads and checks the duty windows: at most one per actuator, in order.
+fn check_duty(c: &mut Cursor<'_>) -> Result<u8, ResumeError> {
+    let count = c.u8()?;
+    if usize::from(count) > MAX_DUTY_WINDOWS {
+        return Err(ResumeError::Field("duty windows"));
+    }
+    let mut next = 0u8;
+    for _ in 0..count {
+        let window = duty_window(c)?;
+        if window.actuator < next {
+            return Err(ResumeError::Field("duty windows out of order"));
+        }
+        next = window.actuator + 1;
+    }
+    Ok(count)
+}
+
+/// The duty windows of a record [`decode`] accepted, in actuator order.
+/// Yields nothing more once one does not read (which [`decode`] has ruled
+/// out).
+pub fn duty<'a>(bytes: &'a [u8], header: &Header) -> impl Iterator<Item = StoredDuty> + 'a {
+    let mut c = Cursor {
+        buf: bytes
+            .get(..bytes.len().saturating_sub(4))
+            .unwrap_or_default(),
+        at: HEADER,
+    };
+    let read = (0..header.rows).all(|step| row(&mut c, step).is_ok());
+    let count = if read { c.u8().unwrap_or(0) } else { 0 };
+    (0..count).map_while(move |_| duty_window(&mut c).ok())
+}
+
+/// The duty windows of a record [`decode`] accepted, each with its own
+/// configuration, re-based at `now_ms` ([`StoredDuty::window`]): what a
+/// [`RunView`] at `now_ms` encodes back to the same bytes.
+pub fn duty_windows(bytes: &[u8], header: &Header, now_ms: u64) -> DutyWindows {
+    let mut windows = DutyWindows::default();
+    for stored in duty(bytes, header) {
+        if let Some(slot) = windows.get_mut(usize::from(stored.actuator)) {
+            *slot = Some(stored.window(now_ms));
+        }
+    }
+    windows
 }
 
 /// A run record's fixed fields, as [`decode`] read and checked them. The
@@ -318,6 +519,8 @@ pub struct Header {
     pub tool_attempts: u8,
     /// Trace rows stored.
     pub rows: u8,
+    /// Duty windows stored ([`duty`] reads them).
+    pub duty: u8,
 }
 
 /// Reads and checks a record written by [`RunView::encode`]: the bytes,
@@ -363,7 +566,7 @@ pub fn decode(bytes: &[u8]) -> Result<Header, ResumeError> {
         .map_err(|_| ResumeError::Field("limits"))?;
     let tool_attempts = c.u8()?;
     let rows = c.u8()?;
-    let header = Header {
+    let mut header = Header {
         run,
         phase,
         stage,
@@ -372,8 +575,10 @@ pub fn decode(bytes: &[u8]) -> Result<Header, ResumeError> {
         limits,
         tool_attempts,
         rows,
+        duty: 0,
     };
     check(&header, &mut c)?;
+    header.duty = check_duty(&mut c)?;
     if !c.done() {
         return Err(ResumeError::Length(bytes.len()));
     }
@@ -549,6 +754,12 @@ pub enum AuditVerdict {
     /// actuator was out of its safe state: the gate drove it safe and
     /// refuses proposals until the operator starts a run.
     DeadMan,
+    /// The call would switch on an actuator whose duty window holds its
+    /// most on-time ([`crate::device::word::DUTY_LIMIT`]); nothing ran.
+    DutyLimit,
+    /// The actuator (its number) reached the most on-time of its duty
+    /// window: the gate drove it to its safe state; the run goes on.
+    DutyOff(u8),
 }
 
 impl AuditVerdict {
@@ -568,6 +779,8 @@ impl AuditVerdict {
             Self::Interrupted => "interrupted",
             Self::StorageError => "storage-error",
             Self::DeadMan => "dead-man",
+            Self::DutyLimit => "duty-limit",
+            Self::DutyOff(_) => "duty-off",
         }
     }
 
@@ -585,7 +798,9 @@ impl AuditVerdict {
             Self::Interrupted => 9,
             Self::StorageError => 10,
             Self::DeadMan => 11,
+            Self::DutyLimit => 12,
             Self::Stopped(status) => 16 + status_code(Some(status)),
+            Self::DutyOff(actuator) => 32u8.saturating_add(actuator),
         }
     }
 
@@ -603,6 +818,8 @@ impl AuditVerdict {
             9 => Self::Interrupted,
             10 => Self::StorageError,
             11 => Self::DeadMan,
+            12 => Self::DutyLimit,
+            32.. if usize::from(code - 32) < MAX_DUTY_WINDOWS => Self::DutyOff(code - 32),
             17..=21 => match status_of(code - 16)? {
                 Some(status) => Self::Stopped(status),
                 None => return Err(ResumeError::Field("verdict")),
@@ -735,6 +952,8 @@ mod tests {
         buf[..n].to_vec()
     }
 
+    static NO_DUTY: DutyWindows = [None, None, None, None];
+
     fn view(trace: &[TraceRow]) -> RunView<'_> {
         RunView {
             run: 3,
@@ -745,7 +964,200 @@ mod tests {
             limits: RunLimits::new(8, 4).unwrap(),
             tool_attempts: trace.len() as u8,
             trace,
+            duty: &NO_DUTY,
+            duty_clock_ms: 0,
         }
+    }
+
+    /// A fresh run's record with `section` in place of its duty windows,
+    /// sealed with a good CRC: what the decoder's duty checks see.
+    fn with_duty(section: &[u8]) -> std::vec::Vec<u8> {
+        let mut bytes = encode(&view(&[]));
+        bytes.truncate(bytes.len() - 5);
+        bytes.extend_from_slice(section);
+        let crc = CRC.checksum(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    /// One window's bytes: actuator, window, most on-time, spans.
+    fn window_bytes(
+        actuator: u8,
+        window: u32,
+        max: u32,
+        spans: &[(u32, u32)],
+    ) -> std::vec::Vec<u8> {
+        let mut out = std::vec![actuator];
+        out.extend_from_slice(&window.to_le_bytes());
+        out.extend_from_slice(&max.to_le_bytes());
+        out.push(spans.len() as u8);
+        for (ago, len) in spans {
+            out.extend_from_slice(&ago.to_le_bytes());
+            out.extend_from_slice(&len.to_le_bytes());
+        }
+        out
+    }
+
+    /// Issue 15 (duty windows persisted with the ledger): the windows of a
+    /// record decode, re-based at any later instant, to windows that encode
+    /// back to the same bytes (one encoding per run, SPEC E), and each span
+    /// keeps its distance back from the record's instant.
+    #[test]
+    fn duty_windows_round_trip_re_based() {
+        // Actuator 1: on 100..400 and 2 000..2 500 in a 10 s window; actuator 3:
+        // a 1 s window whose only span is long gone.
+        let mut valve: DutyWindow<DUTY_SPANS> = DutyWindow::new(10_000, 3_000);
+        for (on, off) in [(100, 400), (2_000, 2_500)] {
+            valve.try_switch_on(on).unwrap();
+            valve.switch_off(off);
+        }
+        let mut old: DutyWindow<DUTY_SPANS> = DutyWindow::new(1_000, 500);
+        old.try_switch_on(0).unwrap();
+        old.switch_off(10);
+        let windows: DutyWindows = [None, Some(valve), None, Some(old)];
+        let mut v = view(&[]);
+        v.duty = &windows;
+        v.duty_clock_ms = 3_000;
+        let bytes = encode(&v);
+        let header = decode(&bytes).unwrap();
+        assert_eq!(header.duty, 2);
+        let stored: std::vec::Vec<StoredDuty> = duty(&bytes, &header).collect();
+        assert_eq!(stored.len(), 2);
+        assert_eq!(
+            (stored[0].actuator, stored[0].window_ms, stored[0].max_on_ms),
+            (1, 10_000, 3_000)
+        );
+        assert_eq!(&stored[0].spans[..], &[(2_600, 300), (500, 500)]);
+        assert_eq!(
+            (stored[1].actuator, stored[1].spans.len()),
+            (3, 0),
+            "outside every later window"
+        );
+        assert_eq!(bytes.len(), HEADER + 1 + 2 * 10 + 2 * 8 + 4);
+        // Re-based at 50 000: the record's instant is 50 000; no time passed.
+        let back = duty_windows(&bytes, &header, 50_000);
+        let valve = back[1].as_ref().unwrap();
+        assert_eq!(valve.spans(), &[(47_100, 47_400), (49_000, 49_500)]);
+        assert_eq!(valve.on_time(50_000), 800);
+        let mut again = view(&[]);
+        again.duty = &back;
+        again.duty_clock_ms = 50_000;
+        assert_eq!(encode(&again), bytes);
+    }
+
+    /// Issue 15: a window that was on when the record was written is stored
+    /// as on until the instant it would have been driven off (the power may
+    /// have gone at any time before): never less on-time than there was.
+    #[test]
+    fn a_window_that_was_on_is_stored_at_its_longest() {
+        let mut valve: DutyWindow<DUTY_SPANS> = DutyWindow::new(600_000, 30_000);
+        valve.try_switch_on(1_000).unwrap();
+        let windows: DutyWindows = [None, Some(valve), None, None];
+        let mut v = view(&[]);
+        v.duty = &windows;
+        v.duty_clock_ms = 5_000;
+        let bytes = encode(&v);
+        let header = decode(&bytes).unwrap();
+        let stored: std::vec::Vec<StoredDuty> = duty(&bytes, &header).collect();
+        assert_eq!(&stored[0].spans[..], &[(0, 30_000)]);
+        let back = stored[0].window(1_000_000);
+        assert!(!back.is_on());
+        assert_eq!(back.on_time(1_000_000), 30_000);
+        assert!(back.check_on(1_000_000).is_err(), "the window is spent");
+    }
+
+    /// Fail closed (issue 15): duty windows the gate could not have stored
+    /// are refused, each naming what is wrong; the same bytes with good
+    /// windows decode.
+    #[test]
+    fn impossible_duty_windows_are_refused() {
+        let good = window_bytes(1, 1_000, 300, &[(500, 100), (100, 200)]);
+        let mut section = std::vec![1];
+        section.extend_from_slice(&good);
+        assert_eq!(decode(&with_duty(&section)).map(|h| h.duty), Ok(1));
+        let refused = |windows: &[std::vec::Vec<u8>]| {
+            let mut section = std::vec![windows.len() as u8];
+            for w in windows {
+                section.extend_from_slice(w);
+            }
+            decode(&with_duty(&section))
+        };
+        let field = |what| Err(ResumeError::Field(what));
+        assert_eq!(
+            refused(&[window_bytes(4, 1_000, 300, &[])]),
+            field("duty actuator")
+        );
+        assert_eq!(refused(&[window_bytes(0, 0, 0, &[])]), field("duty window"));
+        assert_eq!(
+            refused(&[window_bytes(0, 1_000, 1_001, &[])]),
+            field("duty window")
+        );
+        assert_eq!(
+            refused(&[window_bytes(0, 1_000, 300, &[(0, 0)])]),
+            field("an empty duty span")
+        );
+        assert_eq!(
+            refused(&[window_bytes(0, 1_000, 300, &[(901, 100)])]),
+            field("a duty span longer than its window")
+        );
+        assert_eq!(
+            refused(&[window_bytes(0, 1_000, 300, &[(u32::MAX, 2)])]),
+            field("a duty span longer than its window")
+        );
+        assert_eq!(
+            refused(&[window_bytes(0, 1_000, 300, &[(100, 200), (500, 100)])]),
+            field("duty spans out of order")
+        );
+        assert_eq!(
+            refused(&[window_bytes(0, 1_000, 300, &[(500, 100), (450, 100)])]),
+            field("duty spans out of order"),
+            "overlapping"
+        );
+        // Touching spans (off and on again in the same ms) are in order.
+        assert!(refused(&[window_bytes(0, 1_000, 300, &[(500, 100), (400, 100)])]).is_ok());
+        let many: std::vec::Vec<(u32, u32)> =
+            (0..=DUTY_SPANS as u32).rev().map(|i| (i * 10, 5)).collect();
+        assert_eq!(
+            refused(&[window_bytes(0, 1_000, 300, &many)]),
+            field("duty spans")
+        );
+        assert!(refused(&[window_bytes(0, 1_000, 300, &many[1..])]).is_ok());
+        let (w0, w2) = (
+            window_bytes(0, 1_000, 300, &[]),
+            window_bytes(2, 1_000, 300, &[]),
+        );
+        assert_eq!(
+            refused(&[w2.clone(), w0.clone()]),
+            field("duty windows out of order")
+        );
+        assert_eq!(
+            refused(&[w0.clone(), w0.clone()]),
+            field("duty windows out of order")
+        );
+        assert!(refused(&[w0.clone(), w2.clone()]).is_ok());
+        assert_eq!(
+            refused(&[w0.clone(), w0.clone(), w0.clone(), w0.clone(), w0.clone()]),
+            field("duty windows")
+        );
+        // A window count with fewer windows than it says: short.
+        assert!(matches!(
+            decode(&with_duty(&[1])),
+            Err(ResumeError::Length(_))
+        ));
+    }
+
+    /// Fail closed (issue 15): a record of version 1 (before the duty
+    /// windows) is refused as another version, checksum good or not.
+    #[test]
+    fn a_version_1_record_is_refused() {
+        let mut old = encode(&view(&[]));
+        old[3] = 1;
+        assert_eq!(decode(&old), Err(ResumeError::Version(1)));
+        // Resealed as version 1 would have sealed it (no duty section).
+        old.truncate(old.len() - 5);
+        let crc = CRC.checksum(&old);
+        old.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode(&old), Err(ResumeError::Version(1)));
     }
 
     /// SPEC E: one encoding per run — a record that decodes encodes back
@@ -765,9 +1177,11 @@ mod tests {
             limits: header.limits,
             tool_attempts: header.tool_attempts,
             trace: &rows,
+            duty: &NO_DUTY,
+            duty_clock_ms: 0,
         };
         assert_eq!(encode(&back), bytes);
-        assert_eq!(bytes.len(), HEADER + 4 + 2 * (2 + 3 + 11));
+        assert_eq!(bytes.len(), HEADER + 1 + 4 + 2 * (2 + 3 + 11));
     }
 
     /// Fail closed: runs the gate cannot reach are refused, each with the

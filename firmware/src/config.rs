@@ -40,6 +40,15 @@ pub const DEFAULT_LIMITS: RunLimits = match RunLimits::new(MAX_DECISIONS, MAX_TO
 /// sends `STATUS`). Not counted while a call waits for the operator.
 pub const DEAD_MAN_MS: u32 = 30_000;
 
+/// The valve's duty window (issue 15): open at most [`VALVE_MAX_OPEN_MS`]
+/// in any [`VALVE_DUTY_WINDOW_MS`]: 30 s in any 10 min. A `HassValveOpen`
+/// beyond it is refused (`duty-limit`), and the gate closes the valve the
+/// instant its window is spent (`DeviceGate::set_duty_window`).
+pub const VALVE_DUTY_WINDOW_MS: u32 = 600_000;
+
+/// The most the valve may be open in its duty window, ms.
+pub const VALVE_MAX_OPEN_MS: u32 = 30_000;
+
 /// How long an approval key must stay down (after it was seen up) to count
 /// as a press: switch bounce lasts a few milliseconds.
 #[cfg(feature = "keys")]
@@ -78,3 +87,4 @@ pub const BURST: usize = 64;
 const _: () = assert!(MAX_DECISIONS >= 1 && MAX_TOOL_CALLS <= 16);
 const _: () = assert!(APPROVAL_TIMEOUT_MS <= MAX_CONSOLE_MILLIS);
 const _: () = assert!(RUN_TIME_BUDGET_MS <= MAX_CONSOLE_MILLIS);
+const _: () = assert!(VALVE_MAX_OPEN_MS <= VALVE_DUTY_WINDOW_MS && VALVE_DUTY_WINDOW_MS > 0);

@@ -50,6 +50,7 @@ use crate::board::{Board, Uart};
 #[cfg(feature = "keys")]
 use crate::config::KEY_DEBOUNCE_MS;
 use crate::config::{BURST, CONSOLE_LINE_MAX, TIMING, TOOL_CAPACITY};
+use crate::config::{VALVE_DUTY_WINDOW_MS, VALVE_MAX_OPEN_MS};
 use crate::line::LineBuffer;
 use crate::rx::{LinkDecoder, RxQueue};
 use crate::tools::{Home, SPECS};
@@ -159,7 +160,8 @@ fn main() -> ! {
     }
 }
 
-/// Builds the tool table and the gate in its static; fails only if a tool
+/// Builds the tool table and the gate in its static, with the valve's duty
+/// window (before `persist::boot` resumes its history); fails only if a tool
 /// name in [`SPECS`] is invalid or repeated. Not inlined: the table (and
 /// any temporary) then lives in this short-lived frame, not in `main`'s,
 /// which lasts forever.
@@ -169,7 +171,20 @@ fn install(
     home: Home,
 ) -> Result<&'static mut Gate, ToolSetError> {
     let tools: ToolTable<TOOL_CAPACITY> = ToolTable::new(&SPECS)?;
-    Ok(slot.write(Gate::new(home, tools, TIMING)))
+    let gate = slot.write(Gate::new(home, tools, TIMING));
+    // In range by the config's own checks; a refusal would leave the valve
+    // without a window, so it is logged.
+    if gate
+        .set_duty_window(
+            tools::VALVE_ACTUATOR,
+            VALVE_DUTY_WINDOW_MS,
+            VALVE_MAX_OPEN_MS,
+        )
+        .is_err()
+    {
+        defmt::error!("the valve's duty window was refused");
+    }
+    Ok(gate)
 }
 
 /// Moves up to [`BURST`] entries from the agent link's receive queue (filled
@@ -244,7 +259,19 @@ fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     // A panic while logging the first one (e.g. inside the logger) must not
     // recurse: the second one exits without logging.
     if !PANICKING.swap(true, Ordering::SeqCst) {
-        defmt::error!("panic: {}", defmt::Display2Format(info));
+        // The message when it is a literal (an overflow, `panic!("…")`), and
+        // where: no `core::fmt` machinery in the image for a path that
+        // should never run (about 1.5 KiB of flash).
+        let message = info.message().as_str().unwrap_or("(formatted message)");
+        match info.location() {
+            Some(at) => defmt::error!(
+                "panic: {=str} at {=str}:{=u32}",
+                message,
+                at.file(),
+                at.line()
+            ),
+            None => defmt::error!("panic: {=str}", message),
+        }
     }
     board::exit(board::EXIT_PANIC)
 }

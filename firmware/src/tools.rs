@@ -26,7 +26,7 @@
 //! level, which the hardware cannot read back.
 #![forbid(unsafe_code)]
 
-use budgetgate_core::device::{self, Actuators as _, ToolFailure};
+use budgetgate_core::device::{self, Actuators as _, Switch, ToolFailure};
 use budgetgate_core::registry::{Param, ParamKind, ToolSpec};
 use budgetgate_core::{ArgumentsRef, ScalarRef};
 use embedded_hal::digital::{OutputPin, StatefulOutputPin};
@@ -38,6 +38,8 @@ use crate::board::{self, Led};
 pub const LAMP: &str = "lamp";
 /// The valve, LED1.
 pub const VALVE: &str = "valve";
+/// The valve's actuator number (its bit in `read_back`), for its duty window.
+pub const VALVE_ACTUATOR: usize = 1;
 
 const NAME_LAMP: Param = Param {
     key: "name",
@@ -269,6 +271,26 @@ impl device::Actuators for Home {
     /// The LED register: bit 0 the lamp, bit 1 the valve.
     fn read_back(&mut self) -> u32 {
         board::read_leds()
+    }
+
+    /// `HassValveOpen` opens the valve, `HassTurnOff` of the valve closes
+    /// it: its duty window counts the time between.
+    fn switches(&self, tool: usize, args: &ArgumentsRef<'_>) -> Switch {
+        match KINDS.get(tool) {
+            Some(Kind::ValveOpen) => Switch::On(VALVE_ACTUATOR),
+            Some(Kind::TurnOff) if name_of(args) == Some(VALVE) => Switch::Off(VALVE_ACTUATOR),
+            _ => Switch::None,
+        }
+    }
+
+    /// The valve closed (its duty window is spent); any other number: every
+    /// actuator safe.
+    fn safe_state_of(&mut self, actuator: usize) {
+        if actuator == VALVE_ACTUATOR {
+            let _ = self.valve.set_low();
+        } else {
+            self.safe_state();
+        }
     }
 
     fn on_verdict(&mut self) {

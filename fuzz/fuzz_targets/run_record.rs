@@ -2,12 +2,16 @@
 //! 15) and audit entries on arbitrary bytes.
 //!
 //! Invariants: never panics; a record that decodes encodes back to exactly
-//! the same bytes (one encoding per run); the same record with one bit
+//! the same bytes (one encoding per run), its duty windows re-based at any
+//! instant at least a window after 0 (issue 15: the record does not depend
+//! on the clock of the boot that wrote it); the same record with one bit
 //! flipped never decodes (the CRC, or the checks before it); an audit entry
 //! that decodes encodes back to the same bytes.
 #![no_main]
 
-use budgetgate_core::resume::{self, AuditEntry, AuditRecord, RunView, AUDIT_ENTRY_MAX, RUN_RECORD_MAX};
+use budgetgate_core::resume::{
+    self, AuditEntry, AuditRecord, RunView, AUDIT_ENTRY_MAX, RUN_RECORD_MAX,
+};
 use budgetgate_core::TraceRow;
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
@@ -16,6 +20,8 @@ use libfuzzer_sys::fuzz_target;
 struct Input {
     bytes: Vec<u8>,
     flip: u16,
+    /// Where the duty windows are re-based, past the longest window.
+    now: u32,
 }
 
 fuzz_target!(|input: Input| {
@@ -23,6 +29,9 @@ fuzz_target!(|input: Input| {
     if let Ok(header) = resume::decode(bytes) {
         let rows: Vec<TraceRow> = resume::rows(bytes, &header).collect();
         assert_eq!(rows.len(), usize::from(header.rows));
+        let now = (1u64 << 32) + u64::from(input.now);
+        let duty = resume::duty_windows(bytes, &header, now);
+        assert_eq!(duty.iter().flatten().count(), usize::from(header.duty));
         let view = RunView {
             run: header.run,
             phase: header.phase,
@@ -32,6 +41,8 @@ fuzz_target!(|input: Input| {
             limits: header.limits,
             tool_attempts: header.tool_attempts,
             trace: &rows,
+            duty: &duty,
+            duty_clock_ms: now,
         };
         let mut out = [0u8; RUN_RECORD_MAX];
         let n = view.encode(&mut out).expect("a decoded run encodes");

@@ -230,6 +230,10 @@ pub enum DeviceReply {
         ok: bool,
         /// The result, or an error word.
         data: Value,
+        /// With `duty-limit`: in how many ms the actuator's duty window
+        /// lets it go on again (`docs/PROTOCOL.md`); absent otherwise.
+        #[serde(default)]
+        retry_after_ms: Option<u64>,
     },
     /// The run stopped in this round.
     Stopped {
@@ -899,6 +903,14 @@ pub fn verdict(reply: &DeviceReply) -> String {
             data,
             ..
         } => format!("failed: {}", text_of(data)),
+        DeviceReply::Observation {
+            data,
+            retry_after_ms: Some(ms),
+            ..
+        } => format!(
+            "refused, not executed: {} (may go on again in {ms} ms)",
+            text_of(data)
+        ),
         DeviceReply::Observation { data, .. } => {
             format!("refused, not executed: {}", text_of(data))
         }
@@ -1605,6 +1617,12 @@ mod tests {
         );
         let r = parse_reply(br#"{"type":"observation","run":1,"step":2,"call_id":"c","name":"HassValveOpen","executed":false,"ok":false,"data":"approval-denied"}"#).unwrap();
         assert_eq!(verdict(&r.reply), "refused, not executed: approval-denied");
+        // Issue 15: a duty-limit refusal says when the actuator may go on.
+        let r = parse_reply(br#"{"type":"observation","run":1,"step":3,"call_id":"v2","name":"HassValveOpen","executed":false,"ok":false,"data":"duty-limit","retry_after_ms":570001}"#).unwrap();
+        assert_eq!(
+            verdict(&r.reply),
+            "refused, not executed: duty-limit (may go on again in 570001 ms)"
+        );
         assert!(parse_reply(br#"{"type":"mystery"}"#).is_err());
         assert!(parse_reply(b"\xff").is_err());
     }
@@ -2206,6 +2224,7 @@ mod tests {
                     executed: true,
                     ok: true,
                     data: 15,
+                    retry_after_ms: None,
                 },
                 DeviceReply::Observation {
                     run: 3,
@@ -2215,6 +2234,7 @@ mod tests {
                     executed: true,
                     ok: true,
                     data: Value::from(15),
+                    retry_after_ms: None,
                 },
             ),
             (

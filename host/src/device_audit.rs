@@ -51,7 +51,8 @@ pub struct AuditLine {
     pub tool: Option<String>,
     /// What happened: `started`, `executing`, `executed`, `tool-error`,
     /// `unknown-tool`, `invalid-arguments`, `asking`, `approval-denied`, a
-    /// stop status, `time-budget`, `interrupted`, `storage-error`.
+    /// stop status, `time-budget`, `interrupted`, `storage-error`, `dead-man`,
+    /// `duty-limit`, `duty-off`.
     pub verdict: String,
     /// The device's clock, ms since its boot.
     pub time_ms: u64,

@@ -213,6 +213,8 @@ mod tests {
             .collect()
     }
 
+    static NO_DUTY: budgetgate_core::budget::DutyWindows = [const { None }; 4];
+
     fn view(k: usize, trace: &[TraceRow]) -> RunView<'_> {
         RunView {
             run: 1,
@@ -227,6 +229,8 @@ mod tests {
             limits: RunLimits::new(32, 16).unwrap(),
             tool_attempts: trace.len() as u8,
             trace,
+            duty: &NO_DUTY,
+            duty_clock_ms: 0,
         }
     }
 
@@ -400,7 +404,7 @@ mod tests {
             l.bytes_written / saves as u64,
             l.erases
         );
-        // A record of up to 16 rows is at most 27 + 16 * 26 bytes here.
+        // A record of up to 16 rows is at most 28 + 16 * 26 bytes here.
         assert!(m.bytes_written / (saves as u64) < 500);
         assert!(l.bytes_written / (saves as u64) < 64);
     }
@@ -410,6 +414,28 @@ mod tests {
         let mut j = journal(flash(), flash());
         block_on(j.map.store_item(&mut j.buffer, &RUN_KEY, &&[7u8; 40][..])).unwrap();
         assert!(matches!(block_on(j.load()), Err(StoreError::Run(_))));
+    }
+
+    /// Fail closed (issue 15, duty windows bumped the record to version 2):
+    /// a flash holding a version 1 record loads as an error,
+    /// never as a fresh run or a run without its windows; the firmware then
+    /// stays idle until the operator starts a run, whose save replaces it.
+    #[test]
+    fn a_record_of_an_older_version_is_an_error_until_a_new_save() {
+        // The version is read before the checksum: a version 1 record is
+        // refused as such whatever follows it.
+        let mut old = record(2);
+        old[3] = 1;
+        let mut j = journal(flash(), flash());
+        block_on(j.map.store_item(&mut j.buffer, &RUN_KEY, &&old[..])).unwrap();
+        let (m, l) = j.into_flash();
+        let mut j = journal(m, l);
+        assert!(matches!(
+            block_on(j.load()),
+            Err(StoreError::Run(ResumeError::Version(1)))
+        ));
+        save(&mut j, 1).unwrap();
+        assert_eq!(block_on(j.load()).unwrap(), Some(&record(1)[..]));
     }
 
     #[test]

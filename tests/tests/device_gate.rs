@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 
 use budgetgate_core::device::{
-    Actuators, Answer, DeviceGate, StartError, Timing, ToolFailure, ToolTable,
+    Actuators, Answer, DeviceGate, StartError, Switch, Timing, ToolFailure, ToolTable,
 };
 use budgetgate_core::link::{self, FrameDecoder, FRAME_MAX};
 use budgetgate_core::registry::{Param, ParamKind, ToolSpec};
@@ -239,6 +239,24 @@ impl Actuators for Home {
 
     fn on_verdict(&mut self) {
         self.verdicts += 1;
+    }
+
+    /// As the firmware: `HassValveOpen` switches the valve (actuator 1) on,
+    /// `HassTurnOff` of the valve off.
+    fn switches(&self, tool: usize, args: &ArgumentsRef<'_>) -> Switch {
+        match tool {
+            4 => Switch::On(1),
+            2 if name_of(args) == Ok("valve") => Switch::Off(1),
+            _ => Switch::None,
+        }
+    }
+
+    fn safe_state_of(&mut self, actuator: usize) {
+        if actuator == 1 {
+            self.valve = false;
+        } else {
+            self.safe_state();
+        }
     }
 }
 
@@ -1093,4 +1111,43 @@ fn debounced_keys_answer_the_approval_prompt() {
         d.refused(0, "v1", "HassValveOpen", "approval-denied")
     );
     assert_eq!(d.leds(), 0);
+}
+
+/// Issue 15 (duty windows, with the firmware's tools and approval): the
+/// valve opened with the operator's approval is closed by `poll` the instant
+/// its window is spent (the lamp stays on, the run goes on); the next
+/// `HassValveOpen` is refused `duty-limit` without a prompt, with when it may
+/// open again; closing it is never refused.
+#[test]
+fn the_valves_duty_window_closes_it_and_refuses_the_next_opening() {
+    let mut d = Device::started();
+    d.gate.set_duty_window(1, 10_000, 500).expect("a window");
+    d.propose(&tool("on", "HassTurnOn", LAMP));
+    d.send_frame(&format!("PROPOSE {}", valve("v1")));
+    assert_eq!(d.read_console_line(), valve_prompt("v1"));
+    d.wait(100);
+    d.answer(Answer::Approve);
+    d.read_console_line();
+    assert!(d.read_frame().contains(r#""executed":true"#));
+    assert_eq!(d.leds(), 3);
+    d.wait(499);
+    assert_eq!(d.leds(), 3, "not yet");
+    d.wait(1);
+    assert_eq!(d.leds(), 1, "the valve closed at 500 ms open, the lamp on");
+    assert_eq!(
+        d.read_console_line(),
+        "duty: actuator 1 spent its duty window; driven to its safe state"
+    );
+    d.wait(400);
+    assert_eq!(
+        d.propose(&valve("v2")),
+        format!(
+            r#"{{"type":"observation","run":1,"step":2,"call_id":"v2","name":"HassValveOpen","executed":false,"ok":false,"data":"duty-limit","retry_after_ms":9101}}"#
+        )
+    );
+    assert!(d.console.is_empty(), "no prompt");
+    assert!(d
+        .propose(&tool("off", "HassTurnOff", r#"{"name":"valve"}"#))
+        .contains(r#""executed":true"#));
+    assert_eq!(d.status(), d.status_with(4, 8, 4, 4, "running", 1));
 }
