@@ -1180,6 +1180,26 @@ mod tests {
         assert_eq!(l.used(Limit::Millis), 500);
     }
 
+    /// Issue 15 (duty windows): a span that ended a whole window ago or
+    /// more can count in no later window and is dropped when the actuator
+    /// next goes off; one that ended later is kept. (Kept spans are few:
+    /// keeping dead ones would merge live ones sooner, counting on-time
+    /// that was not.)
+    #[test]
+    fn a_span_that_ended_a_whole_window_ago_is_dropped_when_the_actuator_goes_off() {
+        let mut d: DutyWindow<4> = DutyWindow::new(100, 50);
+        d.try_switch_on(0).unwrap();
+        d.switch_off(10);
+        d.try_switch_on(20).unwrap();
+        d.switch_off(21);
+        // At 110 the window is (10, 110]: the span ending at 10 is dead, the
+        // one ending at 21 is not.
+        d.try_switch_on(110).unwrap();
+        d.switch_off(110);
+        assert_eq!(d.spans(), &[(20, 21), (110, 110)]);
+        assert_eq!(d.on_time(110), 1);
+    }
+
     #[test]
     fn a_duty_window_allows_exactly_its_on_time_in_any_window() {
         // At most 30 s on in any 10 min.
