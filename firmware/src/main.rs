@@ -33,14 +33,15 @@ mod persist;
 mod rx;
 mod tools;
 
+use core::cell::Cell;
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicBool, Ordering};
 
 #[cfg(feature = "keys")]
 use budgetgate_core::device::ApprovalKeys;
 use budgetgate_core::device::{DeviceGate, ToolTable};
 use budgetgate_core::ToolSetError;
 use cortex_m_rt::entry;
+use critical_section::Mutex;
 use defmt_semihosting as _; // the global defmt logger
 #[cfg(feature = "keys")]
 use embedded_hal::digital::InputPin;
@@ -254,11 +255,13 @@ fn pump_console(
 /// with [`board::EXIT_PANIC`].
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
-    static PANICKING: AtomicBool = AtomicBool::new(false);
+    // A flag in a critical section, not `AtomicBool::swap`: a Cortex-M0
+    // (`thumbv6m`) has no atomic read-modify-write.
+    static PANICKING: Mutex<Cell<bool>> = Mutex::new(Cell::new(false));
     board::all_leds_off();
     // A panic while logging the first one (e.g. inside the logger) must not
     // recurse: the second one exits without logging.
-    if !PANICKING.swap(true, Ordering::SeqCst) {
+    if !critical_section::with(|cs| PANICKING.borrow(cs).replace(true)) {
         // The message when it is a literal (an overflow, `panic!("…")`), and
         // where: no `core::fmt` machinery in the image for a path that
         // should never run (about 1.5 KiB of flash).

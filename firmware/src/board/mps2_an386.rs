@@ -31,7 +31,6 @@
 use core::cell::Cell;
 use core::convert::Infallible;
 use core::fmt;
-use core::sync::atomic::{AtomicBool, Ordering};
 
 use cortex_m::interrupt::InterruptNumber;
 use cortex_m::peripheral::syst::SystClkSource;
@@ -613,8 +612,10 @@ impl Board {
     /// Initialises the board (UARTs on, LEDs off, 1 kHz SysTick, UART RX
     /// wake-up interrupts) and hands out its parts. `None` after the first call.
     pub fn take() -> Option<Self> {
-        static TAKEN: AtomicBool = AtomicBool::new(false);
-        if TAKEN.swap(true, Ordering::SeqCst) {
+        // Not `AtomicBool::swap`: a Cortex-M0 (`thumbv6m`) has no atomic
+        // read-modify-write; a critical section does the same on one core.
+        static TAKEN: Mutex<Cell<bool>> = Mutex::new(Cell::new(false));
+        if critical_section::with(|cs| TAKEN.borrow(cs).replace(true)) {
             return None;
         }
         let core = cortex_m::Peripherals::take()?;
