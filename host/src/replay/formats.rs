@@ -2379,6 +2379,11 @@ mod tests {
         }
         prune_claude_code_line(&mut value);
         if let Some(line) = value.as_object_mut() {
+            // A line without `type` was left whole; its message is read by
+            // no reader (only assistant and user lines' are).
+            if !line.contains_key("type") {
+                line.remove("message");
+            }
             line.retain(|k, _| LINE_KEYS.contains(&k.as_str()));
             if let Some(Value::Object(message)) = line.get_mut("message") {
                 message.retain(|k, _| MESSAGE_KEYS.contains(&k.as_str()));
@@ -2424,6 +2429,175 @@ mod tests {
             if let Ok(whole) = value_from_str(line) {
                 let from_value = claude_code_line_from_value(whole).map(|l| l.to_value());
                 assert_eq!(from_value.map_err(|e| e.to_string()), old, "{line}");
+            }
+        }
+    }
+
+    /// JSON text of a line shaped like a Claude Code line: a top level, a
+    /// `message` and its `content` blocks, each an object of the keys the
+    /// reader treats specially (mostly present) and others, in any order,
+    /// sometimes repeated, sometimes spelled with an escape, their values
+    /// the words that decide what is kept, or any JSON value.
+    fn claude_like_line() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        type Entry = (&'static str, String);
+        fn quoted(words: &'static [&'static str]) -> BoxedStrategy<String> {
+            proptest::sample::select(words)
+                .prop_map(|w| format!("\"{w}\""))
+                .boxed()
+        }
+        /// Each of `required` (each present nine times in ten) and 0 to 5
+        /// of `entries`, shuffled, as a JSON object.
+        fn object(
+            required: Vec<BoxedStrategy<Entry>>,
+            entries: BoxedStrategy<Entry>,
+        ) -> BoxedStrategy<String> {
+            let required: Vec<_> = required
+                .into_iter()
+                .map(|r| proptest::option::weighted(0.9, r))
+                .collect();
+            (required, prop::collection::vec(entries, 0..6))
+                .prop_flat_map(|(required, mut entries)| {
+                    entries.extend(required.into_iter().flatten());
+                    let n = entries.len();
+                    (
+                        Just(entries).prop_shuffle(),
+                        prop::collection::vec(proptest::bool::weighted(0.1), n),
+                    )
+                })
+                .prop_map(|(entries, escaped): (Vec<Entry>, Vec<bool>)| {
+                    let fields: Vec<String> = entries
+                        .iter()
+                        .zip(escaped)
+                        .map(|((k, v), escaped)| {
+                            let k = if escaped {
+                                format!("\\u{:04x}{}", u32::from(k.as_bytes()[0]), &k[1..])
+                            } else {
+                                (*k).to_owned()
+                            };
+                            format!("\"{k}\":{v}")
+                        })
+                        .collect();
+                    format!("{{{}}}", fields.join(","))
+                })
+                .boxed()
+        }
+        let leaf = prop_oneof![
+            4 => Just("null".to_owned()),
+            4 => Just("true".to_owned()),
+            4 => Just("7".to_owned()),
+            4 => Just("-2.5e3".to_owned()),
+            8 => quoted(&["x", "a\\nb", "tool_result", "assistant"]),
+            // Refused by the whole parse wherever it is: rare, or few
+            // lines would be compared.
+            1 => quoted(&["\\ud800"]),
+        ];
+        let any_key = proptest::sample::select(
+            &[
+                "type", "content", "data", "id", "message", "a", "b", "c", "d", "e", "f", "g",
+            ][..],
+        );
+        let value = leaf
+            .prop_recursive(3, 24, 4, move |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4)
+                        .prop_map(|items| format!("[{}]", items.join(","))),
+                    object(vec![], (any_key.clone(), inner).boxed()),
+                ]
+            })
+            .boxed();
+        // The keys a block may lose most often.
+        let block_key = proptest::sample::select(
+            &[
+                "content",
+                "content",
+                "content",
+                "thinking",
+                "thinking",
+                "signature",
+                "data",
+                "data",
+                "text",
+                "tool_use_id",
+                "id",
+                "name",
+                "input",
+                "is_error",
+            ][..],
+        );
+        let block_kind = || {
+            quoted(&[
+                "tool_result",
+                "thinking",
+                "redacted_thinking",
+                "tool_use",
+                "text",
+                "other",
+            ])
+            .prop_map(|w| ("type", w))
+            .boxed()
+        };
+        let block = object(
+            vec![block_kind()],
+            prop_oneof![1 => block_kind(), 6 => (block_key, value.clone())].boxed(),
+        );
+        let blocks = prop_oneof![
+            3 => prop::collection::vec(prop_oneof![3 => block, 1 => value.clone()], 0..4)
+                .prop_map(|items| format!("[{}]", items.join(","))),
+            1 => value.clone(),
+        ]
+        .boxed();
+        let message_key =
+            proptest::sample::select(&["id", "model", "usage", "stop_reason", "role", "type"][..]);
+        let content = blocks.prop_map(|b| ("content", b)).boxed();
+        let message = object(
+            vec![content.clone()],
+            prop_oneof![1 => content, 6 => (message_key, value.clone())].boxed(),
+        );
+        let line_kind = || {
+            prop_oneof![
+                4 => quoted(&["assistant", "user"]),
+                1 => quoted(&["summary", "progress"]),
+            ]
+            .prop_map(|k| ("type", k))
+            .boxed()
+        };
+        let line_message = prop_oneof![4 => message, 1 => value.clone()]
+            .prop_map(|m| ("message", m))
+            .boxed();
+        let line_key = proptest::sample::select(
+            &[
+                "timestamp",
+                "requestId",
+                "uuid",
+                "cwd",
+                "toolUseResult",
+                "num_turns",
+                "data",
+            ][..],
+        );
+        object(
+            vec![line_kind(), line_message],
+            prop_oneof![1 => line_kind(), 6 => (line_key, value)].boxed(),
+        )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+
+        /// Issue 14 (throughput), as a property: on lines shaped like
+        /// Claude Code lines, the one-pass reader accepts every line that
+        /// parsing whole accepts and gives exactly what parsing and pruning
+        /// gave of the keys the reader reads; and every line it refuses,
+        /// parsing whole refused too.
+        #[test]
+        fn the_one_pass_line_reader_agrees_with_parsing_whole(line in claude_like_line()) {
+            let old = parsed_then_pruned(&line);
+            let new = claude_code_line_from_str(&line).map(|l| l.to_value());
+            match (&old, &new) {
+                (Ok(old), Ok(new)) => proptest::prop_assert_eq!(new, old, "{}", line),
+                (Ok(_), Err(e)) => proptest::prop_assert!(false, "{line}: refused: {e}"),
+                (Err(_), _) => {}
             }
         }
     }
