@@ -15,10 +15,15 @@
 //!
 //! Per agent frame: a transport error or a request that is not a proposal
 //! uses no decision; `PROPOSE {json}` is validated by [`ActionRef::parse`]
-//! (one pass, strings left in the frame) and decided by [`Run::decide`]. An
+//! (one pass, strings left in the frame) and decided by [`Run::decide`],
+//! whose [`Verdict`] hands back the call it is about, borrowed from the
+//! frame: the gate keeps no copy of the proposal to match against it. An
 //! accepted call of a registered tool has its arguments checked against its
-//! [`ToolSpec`]; a tool that needs approval waits for the operator; then the
-//! tool runs and its result is measured by [`Run::complete`].
+//! [`ToolSpec`]; a tool that needs approval waits for the operator, the
+//! run's [`Pending`](crate::run::Pending) token kept with the call's bytes;
+//! then the tool runs and its result is measured by [`Run::complete`], which
+//! consumes the token (a refusal by [`Run::refuse`]). Every word the gate
+//! writes is the core's ([`word`], here re-exported from [`crate::word`]).
 //!
 //! Every stop of a run (any status, `final` included, and the time budget as
 //! soon as [`DeviceGate::poll`] sees it pass) drives every actuator to its
@@ -107,7 +112,8 @@ use crate::limits::{DEFAULT_MAX_RUN_MILLIS, MAX_DUTY_WINDOWS, MAX_STEPS, MAX_TOO
 use crate::link::{self, FrameError, Reply, Request, FRAME_MAX, PROTOCOL_VERSION};
 use crate::registry::{tool_set, ToolSpec};
 use crate::resume::{self, AuditEntry, AuditVerdict, ResumeError, RunView, Stage};
-use crate::run::{ObservationData, Progress, Run, RunError, RunLimits, Status, ToolSet, Verdict};
+use crate::run::{ObservationData, Pending as Token, Progress, Run, RunError, RunLimits, Status};
+use crate::run::{ToolSet, Verdict};
 use crate::run::{ToolSetError, TraceRow};
 
 /// `defmt::info!` with the `defmt` feature, nothing (the arguments only
@@ -121,47 +127,9 @@ macro_rules! log {
     }};
 }
 
-/// The words of the protocol (`docs/PROTOCOL.md`) the device gate spells.
-pub mod word {
-    /// Observation data: the tool name is not registered.
-    pub const UNKNOWN_TOOL: &str = "unknown-tool";
-    /// Observation data: the tool failed or its result was over 4096 bytes.
-    pub const TOOL_ERROR: &str = "tool-error";
-    /// Observation data: the arguments do not fit the tool's signature.
-    pub const INVALID_ARGUMENTS: &str = "invalid-arguments";
-    /// Observation data: the operator refused, or did not answer in time.
-    pub const APPROVAL_DENIED: &str = "approval-denied";
-    /// Observation data: the call would switch on an actuator whose duty
-    /// window holds its most on-time; not executed (the observation's
-    /// `retry_after_ms` says when it may go on again).
-    pub const DUTY_LIMIT: &str = "duty-limit";
-    /// Stop status (and observation data of a late approval): the run's
-    /// time budget had passed.
-    pub const TIME_BUDGET: &str = "time-budget";
-    /// Error: the verified payload is not a known request.
-    pub const UNKNOWN_REQUEST: &str = "unknown-request";
-    /// Error: `RESET` on the agent link.
-    pub const NOT_PERMITTED: &str = "not-permitted";
-    /// Error: a proposal after the run stopped.
-    pub const RUN_STOPPED: &str = "run-stopped";
-    /// Error: a proposal before the operator started a run.
-    pub const NO_RUN: &str = "no-run";
-    /// Error: the gate could not store its state (`Actuators::journal`
-    /// failed) and refuses every proposal until the operator starts a run
-    /// that it can store (fail closed).
-    pub const STORAGE_ERROR: &str = "storage-error";
-    /// Error, and status state: the dead-man switch tripped (no valid frame
-    /// on the agent link for [`super::Timing::dead_man_ms`] while an
-    /// actuator was out of its safe state); every proposal is refused until
-    /// the operator starts a run.
-    pub const DEAD_MAN: &str = "dead-man";
-    /// Error: the gate broke its own invariant (a bug; never expected).
-    pub const INTERNAL_ERROR: &str = "internal-error";
-    /// Status state: no run started since boot.
-    pub const IDLE: &str = "idle";
-    /// Status state: the run takes proposals.
-    pub const RUNNING: &str = "running";
-}
+/// The words of the protocol (`docs/PROTOCOL.md`) the device gate spells:
+/// the core's one module of words ([`crate::word`]).
+pub use crate::word;
 
 /// A tool that could not do what it was asked: its observation is
 /// `tool-error` (`SPEC A2` step 5). The tool was executed all the same.
@@ -551,15 +519,16 @@ enum Phase {
     TimeBudget,
 }
 
-/// A call waiting for the operator's answer. The proposal itself is kept as
-/// its bytes (in the gate's `pending_json`) and read again on the answer:
-/// 1 KiB of buffer instead of a parsed call, and no copy of one on the stack.
+/// A call waiting for the operator's answer, with the run's token for it.
+/// The proposal itself is kept as its bytes (in the gate's `pending_json`)
+/// and read again on the answer: 1 KiB of buffer instead of a parsed call,
+/// and no copy of one on the stack.
 #[derive(Debug)]
 struct Pending {
     len: usize,
     call_id: Identifier,
     tool: usize,
-    step: u8,
+    token: Token,
     deadline_ms: u64,
 }
 
@@ -730,8 +699,8 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         };
         self.safe();
         let mut interrupted = None;
-        if in_flight {
-            let step = self.step().saturating_sub(1);
+        if let Some(token) = self.run.restored_pending() {
+            let step = token.step();
             let ids = match self.run.trace().last() {
                 Some(crate::run::TraceRow::Tool { call_id, name, .. }) => {
                     Some((call_id.clone(), name.clone()))
@@ -739,8 +708,11 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                 _ => None,
             };
             let progress = match header.stage {
-                Stage::Executing => self.run.complete(None::<&()>).map(|done| done.progress),
-                _ => self.run.refuse(),
+                Stage::Executing => self
+                    .run
+                    .complete(token, None::<&()>)
+                    .map(|done| done.progress),
+                _ => self.run.refuse(token),
             };
             if let Some((call_id, name)) = ids {
                 log!(
@@ -796,9 +768,6 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     /// the gate halted, actuators safe) if it could not be stored, or the
     /// gate was halted already.
     fn journal(&mut self, step: u8, call: Option<(&str, &str)>, verdict: AuditVerdict) -> bool {
-        if self.halted.is_some() {
-            return false;
-        }
         let stage = if self.pending.is_some() {
             Stage::AwaitingApproval
         } else if self.run.awaiting_outcome() {
@@ -808,6 +777,20 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         } else {
             Stage::AwaitingProposal
         };
+        self.journal_in(stage, step, call, verdict)
+    }
+
+    /// [`Self::journal`] in `stage`.
+    fn journal_in(
+        &mut self,
+        stage: Stage,
+        step: u8,
+        call: Option<(&str, &str)>,
+        verdict: AuditVerdict,
+    ) -> bool {
+        if self.halted.is_some() {
+            return false;
+        }
         let phase = match self.phase {
             Phase::Idle => resume::Phase::Idle,
             Phase::Running { .. } => resume::Phase::Running,
@@ -1138,19 +1121,14 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         if !matches!(verdict, Verdict::Execute { .. }) {
             self.actuators.on_verdict();
         }
-        // The proposal stays where it was parsed; everything below borrows it.
-        let (tool, call) = match (verdict, &action) {
-            (Verdict::Stop(status), _) => {
-                log!(
-                    info,
-                    "run {=u32} step {=u8}: stopped: {=str}",
-                    run,
-                    step,
-                    status.as_str()
-                );
-                return self.stopped(agent, step, AuditVerdict::Stopped(status));
-            }
-            (Verdict::UnknownTool { progress }, Ok(ActionRef::Tool(call))) => {
+        // The proposal stays where it was parsed; the verdict borrows it.
+        let (tool, call, token) = match verdict {
+            Verdict::Execute {
+                tool,
+                call,
+                pending,
+            } => (tool, call, pending),
+            Verdict::UnknownTool { call, progress } => {
                 log!(
                     info,
                     "run {=u32} step {=u8}: {=str} {=str}: unknown tool",
@@ -1167,9 +1145,16 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                 self.observation(agent, step, call, false, Data::Word(word::UNKNOWN_TOOL))?;
                 return self.after(agent, step, progress);
             }
-            (Verdict::Execute { tool }, Ok(ActionRef::Tool(call))) => (tool, call),
-            (_, _) => return self.internal(agent, RunError::NoPendingCall),
+            Verdict::Final { .. } => {
+                return self.after(agent, step, Progress::Stopped(Status::Final))
+            }
+            Verdict::Stop { status, .. } => {
+                return self.after(agent, step, Progress::Stopped(status))
+            }
         };
+        // Not by type: the tool table gave the run its names, so every
+        // index has its spec. Never expected; the run then awaits an
+        // outcome it never gets, and refuses every later proposal.
         let Some(spec) = self.specs.get(tool) else {
             return self.internal(agent, RunError::NoPendingCall);
         };
@@ -1185,7 +1170,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                 call.name.as_str(),
                 e
             );
-            return self.refuse(agent, step, call, word::INVALID_ARGUMENTS);
+            return self.refuse(agent, call, token, word::INVALID_ARGUMENTS);
         }
         if spec.needs_approval {
             // No prompt for a call its duty window refuses now (execution
@@ -1197,7 +1182,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                     .and_then(Option::as_ref)
                     .map(|window| window.check_on(duty_clock(now_ms)))
                 {
-                    return self.refuse_duty(agent, step, call, spent);
+                    return self.refuse_duty(agent, call, token, spent);
                 }
             }
             log!(
@@ -1208,6 +1193,16 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                 call.call_id.as_str(),
                 call.name.as_str()
             );
+            let ids = (call.call_id.as_str(), call.name.as_str());
+            if !self.journal_in(
+                Stage::AwaitingApproval,
+                step,
+                Some(ids),
+                AuditVerdict::Asking,
+            ) {
+                // Not stored: nothing waits; the call is refused.
+                return self.refuse(agent, call, token, word::TOOL_ERROR);
+            }
             let len = json.len().min(FRAME_MAX);
             if let (Some(keep), Some(bytes)) = (self.pending_json.get_mut(..len), json.get(..len)) {
                 keep.copy_from_slice(bytes);
@@ -1216,21 +1211,15 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                 len,
                 call_id: call.call_id.clone(),
                 tool,
-                step,
+                token,
                 deadline_ms: now_ms.saturating_add(u64::from(self.timing.approval_timeout_ms)),
             });
-            let ids = (call.call_id.as_str(), call.name.as_str());
-            if !self.journal(step, Some(ids), AuditVerdict::Asking) {
-                // Not stored: nothing waits; the call is refused.
-                self.pending = None;
-                return self.refuse(agent, step, call, word::TOOL_ERROR);
-            }
             // Pending first: even if the console cannot be written, the
             // timeout still settles the call and the run goes on.
             *prompted = prompt(console, spec, call);
             return Ok(());
         }
-        self.execute(agent, step, call, tool)
+        self.execute(agent, call, tool, token)
     }
 
     /// Whether a run started at `started_ms` is out of time at `now_ms`.
@@ -1274,14 +1263,14 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             info,
             "run {=u32} step {=u8}: {=str}: operator {}",
             self.runs,
-            pending.step,
+            pending.token.step(),
             pending.call_id.as_str(),
             answer
         );
         // The console line and the reply fail apart: a console that cannot
         // be written never leaves the call without its answer.
         let mut shown = answered(console, answer, pending.call_id.as_str());
-        self.settle(&pending, answer, now_ms, agent, console, &mut shown)
+        self.settle(pending, answer, now_ms, agent, console, &mut shown)
             .map_err(IoError::Agent)?;
         shown.map_err(IoError::Console).map(|()| true)
     }
@@ -1290,7 +1279,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     /// and replies.
     fn settle<W: Write, C: Write>(
         &mut self,
-        pending: &Pending,
+        pending: Pending,
         answer: Answer,
         now_ms: u64,
         agent: &mut W,
@@ -1304,8 +1293,11 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         let json = kept.get(..pending.len).unwrap_or_default();
         let action = ActionRef::parse(json);
         let Ok(ActionRef::Tool(call)) = &action else {
+            // Not by type: the bytes were kept after they parsed to this
+            // call. Never expected; as above, the run refuses what follows.
             return self.internal(agent, RunError::NoPendingCall);
         };
+        let step = pending.token.step();
         // The time budget may have run out while the operator decided: an
         // approval that comes too late never moves the actuator (SPEC C: no
         // call runs past an exhausted budget), and the run stops on time.
@@ -1318,19 +1310,19 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                 info,
                 "run {=u32} step {=u8}: approval after the time budget",
                 self.runs,
-                pending.step
+                step
             );
-            self.refuse(agent, pending.step, call, word::TIME_BUDGET)?;
+            self.refuse(agent, call, pending.token, word::TIME_BUDGET)?;
             if self.run.status().is_none() {
                 self.phase = Phase::TimeBudget;
-                self.stopped(agent, pending.step, AuditVerdict::TimeBudget)?;
+                self.stopped(agent, step, AuditVerdict::TimeBudget)?;
             }
             return Ok(());
         }
         if answer == Answer::Approve {
-            self.execute(agent, pending.step, call, pending.tool)
+            self.execute(agent, call, pending.tool, pending.token)
         } else {
-            self.refuse(agent, pending.step, call, word::APPROVAL_DENIED)
+            self.refuse(agent, call, pending.token, word::APPROVAL_DENIED)
         }
     }
 
@@ -1457,10 +1449,11 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     fn execute<W: Write>(
         &mut self,
         agent: &mut W,
-        step: u8,
         call: &ToolCallRef<'_>,
         tool: usize,
+        token: Token,
     ) -> Result<(), W::Error> {
+        let step = token.step();
         let ids = (call.call_id.as_str(), call.name.as_str());
         let switch = self.actuators.switches(tool, &call.arguments);
         let now = duty_clock(self.clock_ms);
@@ -1469,14 +1462,14 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                 // On from here, before the journal: a record stored from
                 // now on counts the longest this call can keep it on.
                 if let Err(spent) = window.try_switch_on(now) {
-                    return self.refuse_duty(agent, step, call, spent);
+                    return self.refuse_duty(agent, call, token, spent);
                 }
             }
         }
         // Stored before the actuator may move: found at boot, this call is
         // known to have been executing.
         if !self.journal(step, Some(ids), AuditVerdict::Executing) {
-            return self.refuse(agent, step, call, word::TOOL_ERROR);
+            return self.refuse(agent, call, token, word::TOOL_ERROR);
         }
         self.moved = true;
         let result = self.actuators.execute(tool, &call.arguments).ok();
@@ -1497,7 +1490,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         });
         let done = match self
             .run
-            .complete(result.as_ref().filter(|_| sealed.is_some()))
+            .complete(token, result.as_ref().filter(|_| sealed.is_some()))
         {
             Ok(done) => done,
             Err(e) => return self.internal(agent, e),
@@ -1530,11 +1523,11 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     fn refuse<W: Write>(
         &mut self,
         agent: &mut W,
-        step: u8,
         call: &ToolCallRef<'_>,
+        token: Token,
         why: &'static str,
     ) -> Result<(), W::Error> {
-        self.refuse_with(agent, step, call, why, None)
+        self.refuse_with(agent, call, token, why, None)
     }
 
     /// Refuses a call that would switch on an actuator whose duty window
@@ -1543,8 +1536,8 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     fn refuse_duty<W: Write>(
         &mut self,
         agent: &mut W,
-        step: u8,
         call: &ToolCallRef<'_>,
+        token: Token,
         spent: DutyExceeded,
     ) -> Result<(), W::Error> {
         let now = duty_clock(self.clock_ms);
@@ -1556,21 +1549,22 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             info,
             "run {=u32} step {=u8}: {=str}: duty window spent; not executed",
             self.runs,
-            step,
+            token.step(),
             call.call_id.as_str()
         );
-        self.refuse_with(agent, step, call, word::DUTY_LIMIT, retry)
+        self.refuse_with(agent, call, token, word::DUTY_LIMIT, retry)
     }
 
     fn refuse_with<W: Write>(
         &mut self,
         agent: &mut W,
-        step: u8,
         call: &ToolCallRef<'_>,
+        token: Token,
         why: &'static str,
         retry_after_ms: Option<u32>,
     ) -> Result<(), W::Error> {
-        let progress = match self.run.refuse() {
+        let step = token.step();
+        let progress = match self.run.refuse(token) {
             Ok(progress) => progress,
             Err(e) => return self.internal(agent, e),
         };
@@ -1906,6 +1900,47 @@ mod tests {
 
         fn last_verdict(&self) -> AuditVerdict {
             *self.verdicts().last().unwrap()
+        }
+    }
+
+    /// Issue 11 (the pending token): a call waiting for approval is stored
+    /// as waiting (its stage before the prompt), and a call stored while
+    /// executing or waiting is ended at resume with the token the restored
+    /// run hands back: executed-not-ok if it was executing, not executed if
+    /// it waited (`SPEC E`, durable state).
+    #[test]
+    fn a_call_in_flight_is_stored_and_ended_at_resume_with_its_token() {
+        let mut d = Device::new(60_000, 60_000);
+        assert!(d.call("o1", "ValveOpen").contains(r#""ok":true"#));
+        assert_eq!(d.call("a2", "HassValveOpen"), "");
+        assert!(d.gate.awaiting_approval());
+        let records = &d.gate.actuators().records;
+        let audit = &d.gate.actuators().audit;
+        let at = |verdict: AuditVerdict| {
+            let i = audit.iter().position(|e| e.verdict == verdict).unwrap();
+            records[i].clone()
+        };
+        let (executing, asking) = (at(AuditVerdict::Executing), at(AuditVerdict::Asking));
+        assert_eq!(
+            resume::decode(&asking).unwrap().stage,
+            Stage::AwaitingApproval
+        );
+        assert_eq!(resume::decode(&executing).unwrap().stage, Stage::Executing);
+        for (record, step, executed) in [(executing, 0, true), (asking, 1, false)] {
+            let mut back = Device::booted(60_000, 60_000);
+            let resumed = back.gate.resume(&record, 5).unwrap();
+            assert_eq!(resumed.decisions, step + 1);
+            assert!(!back.gate.run.awaiting_outcome());
+            match back.gate.trace().last() {
+                Some(TraceRow::Tool {
+                    step: s,
+                    executed: e,
+                    ok: false,
+                    ..
+                }) => assert_eq!((*s, *e), (step, executed)),
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(back.last_verdict(), AuditVerdict::Interrupted);
         }
     }
 

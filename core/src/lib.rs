@@ -8,9 +8,15 @@
 //! What it implements (the behaviour contract, `SPEC.md`):
 //! * [`ActionRef::parse`]: action validation in one pass, stricter than the
 //!   reference at the JSON level, with every string left in the document
-//!   (`SPEC A1`); [`Action::parse`] adds an owned copy;
+//!   (`SPEC A1`); [`ActionRef::validate`] keeps, for an invalid one, the
+//!   rule broken and the byte offset where; [`Action::parse`] adds an owned
+//!   copy;
 //! * [`Run`]: the bounded run as a state machine (`SPEC A2`), with results
-//!   measured byte-exactly by [`pyjson`];
+//!   measured byte-exactly by [`pyjson`]; its [`Verdict`] hands back the
+//!   call it is about, borrowed from the proposal, with a [`Pending`] token
+//!   that [`Run::complete`] consumes;
+//! * [`word`]: every word the contract and the device protocol spell
+//!   (statuses, reasons, observation data), which every front-end uses;
 //! * [`trace_work`]: the work units of a trace (`SPEC A3`);
 //! * [`Plan::usage`] and [`Plan::bounded_workflow`]: plan usage and the
 //!   bounded workflow (`SPEC B1`, `SPEC B2`);
@@ -89,11 +95,12 @@ pub mod registry;
 pub mod resume;
 pub mod run;
 pub mod turn;
+pub mod word;
 pub mod work;
 
 pub use action::{
-    Action, ActionError, ActionRef, Arguments, ArgumentsRef, Field, JsonStr, Proposal, Scalar,
-    ScalarRef, ToolCall, ToolCallRef,
+    Action, ActionError, ActionRef, Arguments, ArgumentsRef, Field, InvalidAction, JsonStr,
+    Proposal, Scalar, ScalarRef, Shape, ToolCall, ToolCallRef,
 };
 pub use ident::{ArgumentKey, Identifier, IdentifierError, PlanId};
 pub use json::JsonError;
@@ -102,8 +109,8 @@ pub use plan::{
     Workflow, WorkflowReport,
 };
 pub use run::{
-    Completed, ObservationData, Progress, RejectReason, Run, RunError, RunLimits, RunLimitsError,
-    Status, ToolSet, ToolSetError, TraceRow, Verdict,
+    Completed, ObservationData, Pending, Progress, RejectReason, Run, RunError, RunLimits,
+    RunLimitsError, Status, ToolSet, ToolSetError, TraceRow, Verdict,
 };
 pub use turn::{RunStatus, TokenMode, TokenUsage, TurnGate, TurnLimits};
 pub use work::{run_trace_work, trace_work, TraceWorkError, Work, WorkRow};

@@ -66,6 +66,7 @@ use crate::budget::{DutyWindow, DutyWindows};
 use crate::ident::Identifier;
 use crate::limits::{DUTY_SPANS, MAX_DECISIONS, MAX_DUTY_WINDOWS, MAX_TOOL_CALLS};
 use crate::run::{RejectReason, RunLimits, Status, TraceRow};
+use crate::word;
 
 /// The run record's version; a record of another version is refused.
 /// Version 2 added the duty windows.
@@ -769,17 +770,17 @@ impl AuditVerdict {
             Self::Started => "started",
             Self::Executing => "executing",
             Self::Executed => "executed",
-            Self::ToolError => "tool-error",
-            Self::UnknownTool => "unknown-tool",
-            Self::InvalidArguments => "invalid-arguments",
+            Self::ToolError => word::TOOL_ERROR,
+            Self::UnknownTool => word::UNKNOWN_TOOL,
+            Self::InvalidArguments => word::INVALID_ARGUMENTS,
             Self::Asking => "asking",
-            Self::ApprovalDenied => "approval-denied",
+            Self::ApprovalDenied => word::APPROVAL_DENIED,
             Self::Stopped(status) => status.as_str(),
-            Self::TimeBudget => "time-budget",
+            Self::TimeBudget => word::TIME_BUDGET,
             Self::Interrupted => "interrupted",
-            Self::StorageError => "storage-error",
-            Self::DeadMan => "dead-man",
-            Self::DutyLimit => "duty-limit",
+            Self::StorageError => word::STORAGE_ERROR,
+            Self::DeadMan => word::DEAD_MAN,
+            Self::DutyLimit => word::DUTY_LIMIT,
             Self::DutyOff(_) => "duty-off",
         }
     }

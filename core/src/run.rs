@@ -1,24 +1,38 @@
 //! The bounded run: one decision round at a time, as a sans-IO state machine (`SPEC A2`).
 //!
 //! The run never calls a policy, a tool or a clock. The caller asks its policy,
-//! hands the proposal to [`Run::decide`], and gets a [`Verdict`]: stop with a
-//! status, or execute a registered tool. After executing it, the caller hands
-//! the tool's outcome to [`Run::complete`], which measures the result exactly as
-//! the reference does and records the observation's verdict and the trace row.
+//! hands the proposal to [`Run::decide`], and gets a [`Verdict`] that carries
+//! what it is about, borrowed from the proposal: the call to execute (with
+//! the tool's index and a [`Pending`] token), the unknown tool's call, the
+//! final answer's text, or the stop with the refused call. After executing
+//! the call, the caller hands the token and the tool's outcome to
+//! [`Run::complete`] (or the token alone to [`Run::refuse`] when the host
+//! would not run it), which measures the result exactly as the reference
+//! does and records the observation's verdict and the trace row. The token
+//! is the only way to end a call: it is not `Clone`, so a call is completed
+//! at most once, and only a verdict to execute makes one.
+//!
+//! Why the proposal was not a valid action is kept by the parse step
+//! ([`ActionRef::validate`](crate::ActionRef::validate): the
+//! [`ActionError`](crate::ActionError) and the byte offset), not by the run:
+//! the contract's run only knows that it was invalid.
 //!
 //! ```
-//! use budgetgate_core::{ActionRef, Run, RunLimits, ToolSet, Verdict, Status, Progress};
+//! use budgetgate_core::{ActionRef, Progress, Run, RunLimits, Status, ToolSet, Verdict};
 //!
 //! let mut tools = ToolSet::new();
 //! tools.try_add("add").unwrap();
 //! let mut run: Run = Run::new(RunLimits::DEFAULT, tools);
 //!
-//! let call = ActionRef::parse(br#"{"kind":"tool","call_id":"c1","name":"add","arguments":{"a":7,"b":8}}"#);
-//! let Verdict::Execute { tool: 0, .. } = run.decide(call.as_ref().ok()).unwrap() else { panic!() };
-//! assert_eq!(run.complete(Some(&15)).unwrap().progress, Progress::Continue);
+//! let proposal = ActionRef::parse(br#"{"kind":"tool","call_id":"c1","name":"add","arguments":{"a":7,"b":8}}"#);
+//! let Ok(Verdict::Execute { tool: 0, call, pending }) = run.decide(proposal.as_ref().ok()) else { panic!() };
+//! assert_eq!(call.arguments.get("b"), Some(budgetgate_core::ScalarRef::Int(8)));
+//! assert_eq!(run.complete(pending, Some(&15)).unwrap().progress, Progress::Continue);
 //!
 //! let answer = ActionRef::parse(br#"{"kind":"final","text":"15"}"#);
-//! assert_eq!(run.decide(answer.as_ref().ok()).unwrap(), Verdict::Stop(Status::Final));
+//! let Ok(Verdict::Final { text }) = run.decide(answer.as_ref().ok()) else { panic!() };
+//! assert!(*text == "15");
+//! assert_eq!(run.status(), Some(Status::Final));
 //! assert_eq!((run.trace().len(), run.tool_attempts()), (2, 1));
 //! ```
 
@@ -27,13 +41,14 @@ use core::fmt;
 use heapless::Vec;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use crate::action::Proposal;
+use crate::action::{Proposal, Shape};
 use crate::ident::{Identifier, IdentifierError};
 use crate::limits::{
     DEFAULT_MAX_DECISIONS, DEFAULT_MAX_TOOL_CALLS, MAX_DECISIONS, MAX_RESULT_BYTES, MAX_STEPS,
     MAX_TOOLS, MAX_TOOL_CALLS,
 };
 use crate::pyjson::encoded_len;
+use crate::word;
 
 /// How a run ended (`SPEC A2`); spelled as the contract spells it by [`Status::as_str`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,11 +70,11 @@ impl Status {
     /// The contract's spelling.
     pub const fn as_str(self) -> &'static str {
         match self {
-            Self::Final => "final",
-            Self::PolicyError => "policy-error",
-            Self::DuplicateCall => "duplicate-call",
-            Self::ToolBudget => "tool-budget",
-            Self::DecisionBudget => "decision-budget",
+            Self::Final => word::FINAL,
+            Self::PolicyError => word::POLICY_ERROR,
+            Self::DuplicateCall => word::DUPLICATE_CALL,
+            Self::ToolBudget => word::TOOL_BUDGET,
+            Self::DecisionBudget => word::DECISION_BUDGET,
         }
     }
 }
@@ -92,9 +107,9 @@ impl RejectReason {
     /// The contract's spelling.
     pub const fn as_str(self) -> &'static str {
         match self {
-            Self::InvalidPolicyAction => "invalid-policy-action",
-            Self::DuplicateCallId => "duplicate-call-id",
-            Self::ToolBudget => "tool-budget",
+            Self::InvalidPolicyAction => word::INVALID_POLICY_ACTION,
+            Self::DuplicateCallId => word::DUPLICATE_CALL_ID,
+            Self::ToolBudget => word::TOOL_BUDGET,
         }
     }
 }
@@ -314,24 +329,79 @@ impl<const N: usize> ToolSet<N> {
     }
 }
 
-/// What the caller must do after [`Run::decide`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum Verdict {
-    /// Call registered tool number `tool` with the proposal's arguments, then
-    /// report its outcome with [`Run::complete`]. The attempt is already counted.
+/// What the caller must do after [`Run::decide`], with what the verdict is
+/// about borrowed from the proposal: `C` is the proposal's tool call and
+/// `T` its final text ([`Proposal::Call`], [`Proposal::Text`]).
+#[derive(Debug, PartialEq)]
+pub enum Verdict<'p, C: ?Sized, T: ?Sized> {
+    /// Call registered tool number `tool` with `call`'s arguments, then
+    /// hand `pending` and the outcome to [`Run::complete`] (or `pending`
+    /// alone to [`Run::refuse`]). The attempt is already counted.
     Execute {
         /// Index of the tool in the [`ToolSet`].
         tool: usize,
+        /// The call to execute.
+        call: &'p C,
+        /// The run's token for this call's outcome.
+        pending: Pending,
     },
     /// The tool name is not registered: nothing is executed; the observation is
-    /// `{ok: false, data: "unknown-tool"}` and the row is recorded.
+    /// `{ok: false, data: "unknown-tool"}` ([`word::UNKNOWN_TOOL`]) and the
+    /// row is recorded.
     UnknownTool {
+        /// The call of the unknown tool.
+        call: &'p C,
         /// Whether the run continues or stopped on its decision budget.
         progress: Progress,
     },
-    /// The run stopped in this round with this status.
-    Stop(Status),
+    /// The policy answered: the run stopped with [`Status::Final`].
+    Final {
+        /// The answer.
+        text: &'p T,
+    },
+    /// The run stopped in this round with `status`: `policy-error`,
+    /// `duplicate-call` or `tool-budget`.
+    Stop {
+        /// Why the run stopped.
+        status: Status,
+        /// The tool call refused (`duplicate-call`, `tool-budget`); `None`
+        /// for `policy-error` (there was no valid proposal).
+        call: Option<&'p C>,
+    },
+}
+
+impl<C: ?Sized, T: ?Sized> Verdict<'_, C, T> {
+    /// The status the run stopped with in this round, if it did: the stop's,
+    /// `final`, or an unknown tool's round that used the last decision.
+    pub fn status(&self) -> Option<Status> {
+        match self {
+            Self::Execute { .. } => None,
+            Self::UnknownTool { progress, .. } => match progress {
+                Progress::Continue => None,
+                Progress::Stopped(status) => Some(*status),
+            },
+            Self::Final { .. } => Some(Status::Final),
+            Self::Stop { status, .. } => Some(*status),
+        }
+    }
+}
+
+/// The run's token for the one tool call awaiting its outcome: made only by
+/// [`Verdict::Execute`], consumed by [`Run::complete`] or [`Run::refuse`].
+/// Not `Clone`: an outcome is reported once. Small (its round number), so a
+/// caller that waits for an approval keeps it with the call.
+#[derive(Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[must_use = "a pending call ends with Run::complete or Run::refuse"]
+pub struct Pending {
+    step: u8,
+}
+
+impl Pending {
+    /// The round of the call, from 0 (its trace row's `step`).
+    pub const fn step(&self) -> u8 {
+        self.step
+    }
 }
 
 /// Whether the run goes on after a tool round.
@@ -354,9 +424,20 @@ pub enum ObservationData {
         /// Exact encoded size in UTF-8 bytes.
         bytes: usize,
     },
-    /// `ok: false, data: "tool-error"`: the tool failed, or its result was over
-    /// 4096 bytes or not encodable.
+    /// `ok: false, data: "tool-error"` ([`word::TOOL_ERROR`]): the tool
+    /// failed, or its result was over 4096 bytes or not encodable.
     ToolError,
+}
+
+impl ObservationData {
+    /// The observation's error word ([`word::TOOL_ERROR`]), `None` for a
+    /// result.
+    pub const fn word(self) -> Option<&'static str> {
+        match self {
+            Self::Result { .. } => None,
+            Self::ToolError => Some(word::TOOL_ERROR),
+        }
+    }
 }
 
 /// The verdict on one executed tool's outcome.
@@ -378,7 +459,9 @@ pub enum RunError {
     Stopped(Status),
     /// [`Run::decide`] was called while a tool outcome is still awaited.
     AwaitingOutcome,
-    /// [`Run::complete`] was called with no tool awaiting its outcome.
+    /// [`Run::complete`] or [`Run::refuse`] was given a [`Pending`] token
+    /// that is not the call this run awaits: a token of another run (a
+    /// run's own tokens always match).
     NoPendingCall,
 }
 
@@ -389,7 +472,7 @@ impl fmt::Display for RunError {
             Self::AwaitingOutcome => {
                 f.write_str("a tool outcome is awaited before the next decision")
             }
-            Self::NoPendingCall => f.write_str("no tool call is awaiting its outcome"),
+            Self::NoPendingCall => f.write_str("this run awaits no such tool call"),
         }
     }
 }
@@ -442,53 +525,53 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
     /// `proposal` is `None` when the policy failed or its proposal did not
     /// validate. The checks run in the contract's order: invalid proposal,
     /// final, duplicate call id, tool budget, then the attempt is counted.
-    pub fn decide<P: Proposal + ?Sized>(
+    /// The verdict borrows the call (or text) from `proposal`.
+    pub fn decide<'p, P: Proposal + ?Sized>(
         &mut self,
-        proposal: Option<&P>,
-    ) -> Result<Verdict, RunError> {
+        proposal: Option<&'p P>,
+    ) -> Result<Verdict<'p, P::Call, P::Text>, RunError> {
         match self.state {
             State::AwaitingProposal => {}
             State::AwaitingOutcome => return Err(RunError::AwaitingOutcome),
             State::Stopped(status) => return Err(RunError::Stopped(status)),
         }
         let step = self.next_step();
-        let call = match proposal {
+        let (call_id, name, call) = match proposal.map(Proposal::shape) {
             None => {
-                return Ok(self.stop(
-                    TraceRow::Rejected {
-                        step,
-                        reason: RejectReason::InvalidPolicyAction,
-                    },
-                    Status::PolicyError,
-                ))
+                let row = TraceRow::Rejected {
+                    step,
+                    reason: RejectReason::InvalidPolicyAction,
+                };
+                return Ok(self.stop(row, Status::PolicyError, None));
             }
-            Some(proposal) => match proposal.tool_call() {
-                None => return Ok(self.stop(TraceRow::Final { step }, Status::Final)),
-                Some(call) => call,
-            },
+            Some(Shape::Final(text)) => {
+                self.push(TraceRow::Final { step });
+                self.state = State::Stopped(Status::Final);
+                return Ok(Verdict::Final { text });
+            }
+            Some(Shape::Tool {
+                call_id,
+                name,
+                call,
+            }) => (call_id, name, call),
         };
-        let (call_id, name) = call;
         if self
             .trace
             .iter()
             .any(|row| matches!(row, TraceRow::Tool { call_id: seen, .. } if seen == call_id))
         {
-            return Ok(self.stop(
-                TraceRow::Rejected {
-                    step,
-                    reason: RejectReason::DuplicateCallId,
-                },
-                Status::DuplicateCall,
-            ));
+            let row = TraceRow::Rejected {
+                step,
+                reason: RejectReason::DuplicateCallId,
+            };
+            return Ok(self.stop(row, Status::DuplicateCall, Some(call)));
         }
         if self.tool_attempts >= self.limits.max_tool_calls {
-            return Ok(self.stop(
-                TraceRow::Rejected {
-                    step,
-                    reason: RejectReason::ToolBudget,
-                },
-                Status::ToolBudget,
-            ));
+            let row = TraceRow::Rejected {
+                step,
+                reason: RejectReason::ToolBudget,
+            };
+            return Ok(self.stop(row, Status::ToolBudget, Some(call)));
         }
         self.tool_attempts += 1;
         let tool = self.tools.position(name);
@@ -503,29 +586,33 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
             Some(tool) => {
                 self.push(row);
                 self.state = State::AwaitingOutcome;
-                Ok(Verdict::Execute { tool })
+                Ok(Verdict::Execute {
+                    tool,
+                    call,
+                    pending: Pending { step },
+                })
             }
             None => Ok(Verdict::UnknownTool {
+                call,
                 progress: self.end_round(row),
             }),
         }
     }
 
-    /// Records the outcome of the tool that [`Verdict::Execute`] named (`SPEC A2`, step 5-6).
+    /// Records the outcome of the call that `pending` stands for, the one
+    /// [`Verdict::Execute`] named (`SPEC A2`, step 5-6).
     ///
     /// `outcome` is the tool's return value, or `None` if it failed. The
     /// value is measured with the reference's encoder ([`crate::pyjson`]); over
     /// 4096 bytes or not encodable makes the observation a `tool-error`.
+    /// Errors only for a token of another run ([`RunError::NoPendingCall`],
+    /// or [`RunError::Stopped`] if this run has stopped); nothing changes.
     pub fn complete<T: Serialize + ?Sized>(
         &mut self,
+        pending: Pending,
         outcome: Option<&T>,
     ) -> Result<Completed, RunError> {
-        if self.state != State::AwaitingOutcome {
-            return Err(match self.state {
-                State::Stopped(status) => RunError::Stopped(status),
-                _ => RunError::NoPendingCall,
-            });
-        }
+        self.check(&pending)?;
         // Any encoding failure (too large, NaN, a non-string key) is the
         // reference's tool-error, as is a failed tool.
         let data = match outcome.map(|value| encoded_len(value, MAX_RESULT_BYTES)) {
@@ -543,18 +630,28 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
         })
     }
 
-    /// Ends the awaited call without running it: the host refused it after
-    /// [`Verdict::Execute`] (its arguments broke the tool's signature, or a
-    /// human said no). The attempt stays counted; the trace row records
-    /// `executed: false, ok: false`, so the trace says what really happened.
-    /// The contract has no such step (`SPEC A2` knows no approval); it is how
-    /// `SPEC C`'s refusals are recorded in an A2 run.
-    pub fn refuse(&mut self) -> Result<Progress, RunError> {
-        let done = self.complete(None::<&()>)?;
+    /// Ends the call that `pending` stands for without running it: the host
+    /// refused it after [`Verdict::Execute`] (its arguments broke the
+    /// tool's signature, or a human said no). The attempt stays counted; the
+    /// trace row records `executed: false, ok: false`, so the trace says
+    /// what really happened. The contract has no such step (`SPEC A2` knows
+    /// no approval); it is how `SPEC C`'s refusals are recorded in an A2
+    /// run. Errors as [`Run::complete`] does.
+    pub fn refuse(&mut self, pending: Pending) -> Result<Progress, RunError> {
+        let done = self.complete(pending, None::<&()>)?;
         if let Some(TraceRow::Tool { executed, .. }) = self.trace.last_mut() {
             *executed = false;
         }
         Ok(done.progress)
+    }
+
+    /// Whether `pending` is the call this run awaits.
+    fn check(&self, pending: &Pending) -> Result<(), RunError> {
+        match self.state {
+            State::AwaitingOutcome if self.trace.len() == usize::from(pending.step) + 1 => Ok(()),
+            State::Stopped(status) => Err(RunError::Stopped(status)),
+            _ => Err(RunError::NoPendingCall),
+        }
     }
 
     /// The status once stopped, `None` while running.
@@ -589,6 +686,15 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
     /// and neither [`Run::complete`] nor [`Run::refuse`] has been called).
     pub fn awaiting_outcome(&self) -> bool {
         self.state == State::AwaitingOutcome
+    }
+
+    /// The token of the call a restored run awaits ([`Run::restore`] with
+    /// a call in flight), so the caller can end it; `None` when no outcome
+    /// is awaited. Crate-only: outside, tokens come from verdicts alone.
+    pub(crate) fn restored_pending(&self) -> Option<Pending> {
+        self.awaiting_outcome().then(|| Pending {
+            step: self.next_step().saturating_sub(1),
+        })
     }
 
     /// Rebuilds this run in place from its stored parts (`crate::resume`),
@@ -638,10 +744,15 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
         let _ = self.trace.push(row);
     }
 
-    fn stop(&mut self, row: TraceRow, status: Status) -> Verdict {
+    fn stop<'p, C: ?Sized, T: ?Sized>(
+        &mut self,
+        row: TraceRow,
+        status: Status,
+        call: Option<&'p C>,
+    ) -> Verdict<'p, C, T> {
         self.push(row);
         self.state = State::Stopped(status);
-        Verdict::Stop(status)
+        Verdict::Stop { status, call }
     }
 
     fn end_round(&mut self, row: TraceRow) -> Progress {
@@ -662,7 +773,7 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::action::Action;
+    use crate::action::{Action, ActionRef, ToolCall};
 
     fn action(json: &str) -> Action<256> {
         Action::parse(json.as_bytes()).unwrap()
@@ -680,20 +791,40 @@ mod tests {
         t
     }
 
+    /// Decides `proposal`, which must be a call to execute: its token.
+    fn execute(run: &mut Run, proposal: &Action<256>) -> Pending {
+        let verdict = run.decide(Some(proposal));
+        assert_eq!(verdict.as_ref().map(Verdict::status), Ok(None));
+        match verdict {
+            Ok(Verdict::Execute { pending, .. }) => pending,
+            other => panic!("not executed: {other:?}"),
+        }
+    }
+
+    fn call_of(proposal: &Action<256>) -> &ToolCall<256> {
+        match proposal {
+            Action::Tool(call) => call,
+            Action::Final { .. } => panic!("not a call"),
+        }
+    }
+
     #[test]
     fn seed_example_repeat_policy_stops_on_tool_budget() {
         let mut run: Run = Run::new(RunLimits::new(3, 1).unwrap(), tools());
+        let first = add("c0");
+        let pending = execute(&mut run, &first);
+        assert_eq!(pending.step(), 0);
         assert_eq!(
-            run.decide(Some(&add("c0"))),
-            Ok(Verdict::Execute { tool: 0 })
-        );
-        assert_eq!(
-            run.complete(Some(&15)).unwrap().progress,
+            run.complete(pending, Some(&15)).unwrap().progress,
             Progress::Continue
         );
+        let second = add("c1");
         assert_eq!(
-            run.decide(Some(&add("c1"))),
-            Ok(Verdict::Stop(Status::ToolBudget))
+            run.decide(Some(&second)),
+            Ok(Verdict::Stop {
+                status: Status::ToolBudget,
+                call: Some(call_of(&second))
+            })
         );
         assert_eq!(run.trace().len(), 2);
         assert_eq!(run.tool_attempts(), 1);
@@ -703,28 +834,65 @@ mod tests {
         );
     }
 
+    /// `SPEC A2` step 5 (issue 11, decisions carry the call): the verdict
+    /// to execute hands back the proposal's own call, borrowed, with the
+    /// tool's index and a token for the round.
+    #[test]
+    fn execute_hands_back_the_call_of_the_proposal() {
+        let mut set = ToolSet::new();
+        set.try_add("sub").unwrap();
+        set.try_add("add").unwrap();
+        let mut run: Run = Run::new(RunLimits::DEFAULT, set);
+        let json = br#"{"kind":"tool","call_id":"c9","name":"add","arguments":{"a":7}}"#;
+        let proposal = ActionRef::parse(json).unwrap();
+        let Ok(Verdict::Execute {
+            tool,
+            call,
+            pending,
+        }) = run.decide(Some(&proposal))
+        else {
+            panic!("not executed")
+        };
+        assert_eq!(tool, 1);
+        assert!(core::ptr::eq(
+            call,
+            match &proposal {
+                ActionRef::Tool(c) => c,
+                ActionRef::Final { .. } => unreachable!(),
+            }
+        ));
+        assert_eq!(call.call_id.as_str(), "c9");
+        assert_eq!(pending, Pending { step: 0 });
+        assert_eq!(run.refuse(pending), Ok(Progress::Continue));
+    }
+
     #[test]
     fn seed_example_one_decision_is_decision_budget() {
         let mut run: Run = Run::new(RunLimits::new(1, 4).unwrap(), tools());
-        assert_eq!(
-            run.decide(Some(&add("c1"))),
-            Ok(Verdict::Execute { tool: 0 })
-        );
-        let done = run.complete(Some(&15)).unwrap();
+        let pending = execute(&mut run, &add("c1"));
+        let done = run.complete(pending, Some(&15)).unwrap();
         assert_eq!(done.progress, Progress::Stopped(Status::DecisionBudget));
         assert_eq!(done.data, ObservationData::Result { bytes: 2 });
+        assert_eq!(done.data.word(), None);
         assert_eq!(run.status(), Some(Status::DecisionBudget));
     }
 
     #[test]
     fn duplicate_call_id_is_checked_before_tool_budget() {
         let mut run: Run = Run::new(RunLimits::new(4, 1).unwrap(), tools());
-        run.decide(Some(&add("c1"))).unwrap();
-        run.complete(None::<&i32>).unwrap();
+        let pending = execute(&mut run, &add("c1"));
+        let done = run.complete(pending, None::<&i32>).unwrap();
+        assert_eq!(done.data.word(), Some("tool-error"));
+        let again = add("c1");
+        let verdict = run.decide(Some(&again));
         assert_eq!(
-            run.decide(Some(&add("c1"))),
-            Ok(Verdict::Stop(Status::DuplicateCall))
+            verdict,
+            Ok(Verdict::Stop {
+                status: Status::DuplicateCall,
+                call: Some(call_of(&again))
+            })
         );
+        assert_eq!(verdict.unwrap().status(), Some(Status::DuplicateCall));
         assert_eq!(
             run.trace().last(),
             Some(&TraceRow::Rejected {
@@ -734,19 +902,32 @@ mod tests {
         );
     }
 
+    /// `SPEC A2` step 2: a final answer stops the run, and the verdict
+    /// hands back its text.
     #[test]
     fn final_stops_even_with_no_tool_attempts_left() {
         let mut run: Run = Run::new(RunLimits::new(2, 0).unwrap(), tools());
         let fin = action(r#"{"kind":"final","text":"done"}"#);
-        assert_eq!(run.decide(Some(&fin)), Ok(Verdict::Stop(Status::Final)));
+        let verdict = run.decide(Some(&fin)).unwrap();
+        assert_eq!(verdict.status(), Some(Status::Final));
+        let Verdict::Final { text } = verdict else {
+            panic!("not final")
+        };
+        assert_eq!(text.as_str(), "done");
+        assert_eq!(run.status(), Some(Status::Final));
+        assert_eq!(run.trace(), &[TraceRow::Final { step: 0 }]);
     }
 
     #[test]
     fn zero_tool_budget_refuses_the_first_tool_action() {
         let mut run: Run = Run::new(RunLimits::new(2, 0).unwrap(), tools());
+        let call = add("c1");
         assert_eq!(
-            run.decide(Some(&add("c1"))),
-            Ok(Verdict::Stop(Status::ToolBudget))
+            run.decide(Some(&call)),
+            Ok(Verdict::Stop {
+                status: Status::ToolBudget,
+                call: Some(call_of(&call))
+            })
         );
         assert_eq!(run.tool_attempts(), 0);
     }
@@ -754,12 +935,16 @@ mod tests {
     #[test]
     fn unknown_tool_counts_an_attempt_without_executing() {
         let mut run: Run = Run::new(RunLimits::new(2, 4).unwrap(), ToolSet::new());
+        let call = add("c1");
+        let verdict = run.decide(Some(&call));
         assert_eq!(
-            run.decide(Some(&add("c1"))),
+            verdict,
             Ok(Verdict::UnknownTool {
+                call: call_of(&call),
                 progress: Progress::Continue
             })
         );
+        assert_eq!(verdict.unwrap().status(), None);
         assert_eq!(run.tool_attempts(), 1);
         assert!(matches!(
             run.trace()[0],
@@ -769,7 +954,11 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(run.complete(Some(&1)), Err(RunError::NoPendingCall));
+        assert!(!run.awaiting_outcome());
+        assert_eq!(run.restored_pending(), None);
+        let last = add("c2");
+        let verdict = run.decide(Some(&last)).unwrap();
+        assert_eq!(verdict.status(), Some(Status::DecisionBudget));
     }
 
     #[test]
@@ -777,7 +966,10 @@ mod tests {
         let mut run: Run = Run::new(RunLimits::DEFAULT, tools());
         assert_eq!(
             run.decide(None::<&Action<8>>),
-            Ok(Verdict::Stop(Status::PolicyError))
+            Ok(Verdict::Stop {
+                status: Status::PolicyError,
+                call: None
+            })
         );
         assert_eq!(
             run.trace(),
@@ -791,16 +983,16 @@ mod tests {
     #[test]
     fn oversize_result_is_a_tool_error_but_executed() {
         let mut run: Run = Run::new(RunLimits::DEFAULT, tools());
-        run.decide(Some(&add("c1"))).unwrap();
+        let pending = execute(&mut run, &add("c1"));
         let at_edge = "x".repeat(4094);
         assert_eq!(
-            run.complete(Some(at_edge.as_str())).unwrap().data,
+            run.complete(pending, Some(at_edge.as_str())).unwrap().data,
             ObservationData::Result { bytes: 4096 }
         );
-        run.decide(Some(&add("c2"))).unwrap();
+        let pending = execute(&mut run, &add("c2"));
         let over = "x".repeat(4095);
         assert_eq!(
-            run.complete(Some(over.as_str())).unwrap().data,
+            run.complete(pending, Some(over.as_str())).unwrap().data,
             ObservationData::ToolError
         );
         assert!(matches!(
@@ -811,9 +1003,9 @@ mod tests {
                 ..
             }
         ));
-        run.decide(Some(&add("c3"))).unwrap();
+        let pending = execute(&mut run, &add("c3"));
         assert_eq!(
-            run.complete(Some(&f64::NAN)).unwrap().data,
+            run.complete(pending, Some(&f64::NAN)).unwrap().data,
             ObservationData::ToolError
         );
     }
@@ -821,9 +1013,8 @@ mod tests {
     #[test]
     fn a_refused_call_is_counted_but_recorded_as_not_executed() {
         let mut run: Run = Run::new(RunLimits::new(2, 4).unwrap(), tools());
-        assert_eq!(run.refuse(), Err(RunError::NoPendingCall));
-        run.decide(Some(&add("c1"))).unwrap();
-        assert_eq!(run.refuse(), Ok(Progress::Continue));
+        let pending = execute(&mut run, &add("c1"));
+        assert_eq!(run.refuse(pending), Ok(Progress::Continue));
         assert_eq!(run.tool_attempts(), 1);
         assert!(matches!(
             run.trace()[0],
@@ -833,14 +1024,52 @@ mod tests {
                 ..
             }
         ));
-        run.decide(Some(&add("c2"))).unwrap();
-        assert_eq!(run.refuse(), Ok(Progress::Stopped(Status::DecisionBudget)));
+        let pending = execute(&mut run, &add("c2"));
+        assert_eq!(
+            run.refuse(pending),
+            Ok(Progress::Stopped(Status::DecisionBudget))
+        );
+    }
+
+    /// Issue 11: a token ends only the call it was made for; one of another
+    /// run changes nothing and is named for what it is.
+    #[test]
+    fn a_token_of_another_run_is_refused_and_changes_nothing() {
+        let mut a: Run = Run::new(RunLimits::DEFAULT, tools());
+        let mut b: Run = Run::new(RunLimits::DEFAULT, tools());
+        let foreign = execute(&mut a, &add("a1"));
+        // b awaits no outcome at all.
+        assert_eq!(
+            b.complete(Pending { step: 0 }, Some(&1)),
+            Err(RunError::NoPendingCall)
+        );
+        assert_eq!(b.refuse(Pending { step: 0 }), Err(RunError::NoPendingCall));
+        // b awaits the outcome of another round.
+        let own = execute(&mut b, &add("b1"));
+        b.complete(own, Some(&1)).unwrap();
+        let own = execute(&mut b, &add("b2"));
+        assert_eq!(b.complete(foreign, Some(&1)), Err(RunError::NoPendingCall));
+        assert!(b.awaiting_outcome());
+        assert_eq!(b.trace().len(), 2);
+        assert_eq!(b.restored_pending(), Some(Pending { step: 1 }));
+        assert_eq!(b.complete(own, Some(&1)).unwrap().data.word(), None);
+        // A stopped run says so.
+        let fin = action(r#"{"kind":"final","text":"done"}"#);
+        b.decide(Some(&fin)).unwrap();
+        assert_eq!(
+            b.complete(Pending { step: 2 }, Some(&1)),
+            Err(RunError::Stopped(Status::Final))
+        );
+        let stray = a.restored_pending().unwrap();
+        assert_eq!(stray.step(), 0);
+        assert_eq!(a.refuse(stray), Ok(Progress::Continue));
+        assert_eq!(a.restored_pending(), None);
     }
 
     #[test]
     fn out_of_order_calls_are_errors() {
         let mut run: Run = Run::new(RunLimits::DEFAULT, tools());
-        run.decide(Some(&add("c1"))).unwrap();
+        let _pending = execute(&mut run, &add("c1"));
         assert_eq!(run.decide(Some(&add("c2"))), Err(RunError::AwaitingOutcome));
     }
 
@@ -873,18 +1102,21 @@ mod tests {
     fn thirty_two_rounds_fill_the_trace_exactly() {
         let mut run: Run = Run::new(RunLimits::new(32, 16).unwrap(), ToolSet::new());
         for i in 0..16 {
-            let v = run.decide(Some(&add(&format!("c{i}")))).unwrap();
-            assert_eq!(
+            let proposal = add(&format!("c{i}"));
+            let v = run.decide(Some(&proposal)).unwrap();
+            assert!(matches!(
                 v,
                 Verdict::UnknownTool {
-                    progress: Progress::Continue
+                    progress: Progress::Continue,
+                    ..
                 }
-            );
+            ));
         }
         // 16 attempts used: every later tool round is refused with tool-budget.
+        let proposal = add("cx");
         assert_eq!(
-            run.decide(Some(&add("cx"))),
-            Ok(Verdict::Stop(Status::ToolBudget))
+            run.decide(Some(&proposal)).map(|v| v.status()),
+            Ok(Some(Status::ToolBudget))
         );
         assert_eq!(run.trace().len(), 17);
     }

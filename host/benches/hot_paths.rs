@@ -13,7 +13,7 @@ use budgetgate::driver::{run_bounded_agent, Observation, Proposal, Tool};
 use budgetgate::tools::DemoKind;
 use budgetgate_core::limits::MAX_TEXT_BYTES;
 use budgetgate_core::pyjson::encoded_len;
-use budgetgate_core::{Action, ActionRef, Limits, Plan, Run, RunLimits, ToolSet};
+use budgetgate_core::{Action, ActionRef, Limits, Plan, Run, RunLimits, ToolSet, Verdict};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use serde_json::{json, Value};
 
@@ -153,8 +153,10 @@ fn full_run(c: &mut Criterion) {
         b.iter(|| {
             let mut run: Run = Run::new(limits, tools.clone());
             for (action, result) in actions.iter().zip(&results) {
-                run.decide(Some(action)).expect("running");
-                run.complete(Some(result)).expect("awaiting");
+                let Ok(Verdict::Execute { pending, .. }) = run.decide(Some(action)) else {
+                    panic!("not executed");
+                };
+                run.complete(pending, Some(result)).expect("awaiting");
             }
             run.decide(actions.last()).expect("final");
             black_box(run.trace().len())

@@ -39,7 +39,7 @@ use budgetgate_core::limits::{DEFAULT_MAX_DECISIONS, DEFAULT_MAX_TOOL_CALLS};
 use budgetgate_core::link::{
     self, FrameDecoder, FrameError, CHECKSUM_LEN, FRAME_MAX, PROTOCOL_VERSION,
 };
-use budgetgate_core::RunLimits;
+use budgetgate_core::{word, RunLimits};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -1065,17 +1065,17 @@ impl Expected {
     /// The stop statuses that can answer this request.
     pub fn stops(&self) -> &'static [&'static str] {
         if self.decision_budget {
-            return &["decision-budget"];
+            return &[word::DECISION_BUDGET];
         }
         match self.call {
             ExpectedCall::Tool { .. } => &[
-                "policy-error",
-                "duplicate-call",
-                "tool-budget",
-                "time-budget",
+                word::POLICY_ERROR,
+                word::DUPLICATE_CALL,
+                word::TOOL_BUDGET,
+                word::TIME_BUDGET,
             ],
-            ExpectedCall::Final => &["final", "policy-error", "time-budget"],
-            ExpectedCall::Other => &["policy-error", "time-budget"],
+            ExpectedCall::Final => &[word::FINAL, word::POLICY_ERROR, word::TIME_BUDGET],
+            ExpectedCall::Other => &[word::POLICY_ERROR, word::TIME_BUDGET],
         }
     }
 

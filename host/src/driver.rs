@@ -4,8 +4,8 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use budgetgate_core::{
-    ActionRef, ArgumentsRef, ObservationData, Run, RunLimits, Status, ToolSet, ToolSetError,
-    TraceRow, Verdict,
+    word, ActionRef, ArgumentsRef, InvalidAction, ObservationData, Run, RunLimits, Status, ToolSet,
+    ToolSetError, TraceRow, Verdict,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -27,7 +27,7 @@ pub struct Observation {
     pub name: String,
     /// Whether `data` is the tool's result.
     pub ok: bool,
-    /// The result, or `"unknown-tool"` / `"tool-error"`.
+    /// The result, or [`word::UNKNOWN_TOOL`] / [`word::TOOL_ERROR`].
     pub data: Value,
 }
 
@@ -44,6 +44,30 @@ pub struct RunResult {
     pub trace: Vec<TraceRow>,
     /// Tool attempts counted.
     pub tool_attempts: u8,
+    /// Why the round that stopped the run was rejected, when one was
+    /// (`rejected` is the trace's last row): kept for explaining the stop,
+    /// never part of the result's JSON (the reference's dictionary has no
+    /// such key).
+    #[serde(skip)]
+    pub rejection: Option<Rejection>,
+}
+
+/// What was wrong with the proposal of a rejected round, as the run saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rejection {
+    /// The policy failed, with its message (`invalid-policy-action`).
+    PolicyFailed(String),
+    /// The proposal is not a valid action: which rule, and at which byte of
+    /// its text (`invalid-policy-action`).
+    Invalid(InvalidAction),
+    /// A tool call refused before it was counted (`duplicate-call-id`,
+    /// `tool-budget`).
+    Call {
+        /// The call id proposed.
+        call_id: String,
+        /// The tool name proposed.
+        name: String,
+    },
 }
 
 /// Why a run cannot start (an error before anything runs).
@@ -102,14 +126,15 @@ pub fn run_with_tools<'n, T: AsRef<str>>(
     let mut run: Run = Run::new(limits, set);
     let mut observations: Vec<Observation> = Vec::new();
     let mut answer = None;
+    let mut rejection = None;
     while run.status().is_none() {
         let proposal = catch_unwind(AssertUnwindSafe(|| policy(&observations)))
             .unwrap_or_else(|_| Err("policy panicked".into()));
-        let text = proposal.ok();
-        let action = text
-            .as_ref()
-            .and_then(|text| ActionRef::parse(text.as_ref().as_bytes()).ok());
-        let Ok(verdict) = run.decide(action.as_ref()) else {
+        let action = match &proposal {
+            Ok(text) => ActionRef::validate(text.as_ref().as_bytes()).map_err(Rejection::Invalid),
+            Err(message) => Err(Rejection::PolicyFailed(message.clone())),
+        };
+        let Ok(verdict) = run.decide(action.as_ref().ok()) else {
             break;
         };
         let observe = |call_id: &str, name: &str, ok: bool, data: Value| Observation {
@@ -118,23 +143,31 @@ pub fn run_with_tools<'n, T: AsRef<str>>(
             ok,
             data,
         };
-        match (verdict, &action) {
-            (Verdict::Stop(Status::Final), Some(ActionRef::Final { text })) => {
-                answer = Some(text.chars().collect())
+        match verdict {
+            Verdict::Final { text } => answer = Some(text.chars().collect()),
+            Verdict::Stop { call: Some(c), .. } => {
+                rejection = Some(Rejection::Call {
+                    call_id: c.call_id.to_string(),
+                    name: c.name.to_string(),
+                });
             }
-            (Verdict::Stop(_), _) => {}
-            (Verdict::UnknownTool { .. }, Some(ActionRef::Tool(call))) => {
+            Verdict::Stop { call: None, .. } => rejection = action.as_ref().err().cloned(),
+            Verdict::UnknownTool { call: c, .. } => {
                 observations.push(observe(
-                    &call.call_id,
-                    &call.name,
+                    &c.call_id,
+                    &c.name,
                     false,
-                    Value::from("unknown-tool"),
+                    Value::from(word::UNKNOWN_TOOL),
                 ));
             }
-            (Verdict::Execute { tool }, Some(ActionRef::Tool(proposed))) => {
+            Verdict::Execute {
+                tool,
+                call: proposed,
+                pending,
+            } => {
                 let outcome = catch_unwind(AssertUnwindSafe(|| call(tool, &proposed.arguments)))
                     .unwrap_or_else(|_| Err("tool panicked".into()));
-                let done = run.complete(outcome.as_ref().ok());
+                let done = run.complete(pending, outcome.as_ref().ok());
                 let observation = match (done, outcome) {
                     (Ok(c), Ok(value)) if matches!(c.data, ObservationData::Result { .. }) => {
                         observe(&proposed.call_id, &proposed.name, true, value)
@@ -143,12 +176,11 @@ pub fn run_with_tools<'n, T: AsRef<str>>(
                         &proposed.call_id,
                         &proposed.name,
                         false,
-                        Value::from("tool-error"),
+                        Value::from(word::TOOL_ERROR),
                     ),
                 };
                 observations.push(observation);
             }
-            _ => break,
         }
     }
     Ok(RunResult {
@@ -157,5 +189,6 @@ pub fn run_with_tools<'n, T: AsRef<str>>(
         observations,
         trace: run.trace().to_vec(),
         tool_attempts: run.tool_attempts(),
+        rejection,
     })
 }

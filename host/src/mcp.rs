@@ -67,6 +67,7 @@ use serde_json::{json, Value};
 use crate::gate::{self, Counting, GateError, Ledgers, Refusal, ToolCall, Verdict};
 use crate::ledger::{state_dir, LedgerTx, Store, StoreError};
 use crate::replay::budget::ReplayBudget;
+use budgetgate_core::word;
 
 /// Longest JSON-RPC line read from either side (16 MiB); a longer one is
 /// skipped while it is read and refused.
@@ -1198,7 +1199,7 @@ impl<G: CallGate> Proxy<G> {
                     return None;
                 };
                 self.commit(&key, &tool, now);
-                let mut refusal = Refusal::worded("tool-error", "", "", "");
+                let mut refusal = Refusal::worded(word::TOOL_ERROR, "", "", "");
                 match crate::strict::value_from_str(result.get()) {
                     Ok(value) if !over_limit(&value, self.max_result_bytes) => return None,
                     Ok(_) => {

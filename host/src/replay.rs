@@ -38,6 +38,7 @@ use budgetgate_core::turn::{
     ProposedCall, RefusalReason, RunStatus, StopReason, TokenMode, TokenUsage, ToolName,
     ToolOutcome, ToolRule, ToolRules, TurnEnd, TurnGate,
 };
+use budgetgate_core::word;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -547,7 +548,7 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                                 .map(|e| ("budget-exhausted", e))
                                 .or_else(|| {
                                     l.first_exhausted(|limit| limit == Limit::ToolCalls)
-                                        .map(|e| ("tool-budget", e))
+                                        .map(|e| (word::TOOL_BUDGET, e))
                                 })
                         });
                         if let Some((word, e)) = own {

@@ -15,8 +15,8 @@ use budgetgate_core::limits::MAX_TEXT_BYTES;
 use budgetgate_core::pyjson::{encode, encoded_len, EncodeError};
 use budgetgate_core::registry::{Param, ParamKind, ToolSpec};
 use budgetgate_core::{
-    run_trace_work, trace_work, Action, ActionRef, Identifier, Limits, Plan, Progress, Run,
-    RunLimits, ScalarRef, Status, ToolSet, Verdict, WorkRow,
+    run_trace_work, trace_work, Action, ActionRef, Identifier, Limits, Pending, Plan, Progress,
+    Run, RunLimits, ScalarRef, Status, ToolSet, Verdict, WorkRow,
 };
 
 /// A tool signature to check arguments against.
@@ -165,6 +165,14 @@ fn action_parse_allocates_nothing() {
     .is_err());
 }
 
+/// Decides `call`, which must be executed: the run's token for it.
+fn execute(run: &mut Run, call: &Action) -> Pending {
+    match run.decide(Some(call)) {
+        Ok(Verdict::Execute { pending, .. }) => pending,
+        _ => panic!("not executed"),
+    }
+}
+
 /// The longest possible run: 32 decisions allowed, 16 tool attempts (the
 /// most), each executed with a result at, over or around the 4096-byte edge,
 /// then a final answer: 17 rounds, the most rounds a run can decide before a
@@ -196,17 +204,25 @@ fn a_full_run_allocates_nothing() {
     no_heap("a 17-round run", || {
         let mut run: Run = Run::new(RunLimits::new(32, 16).expect("in range"), tools.clone());
         for (i, call) in calls.iter().take(16).enumerate() {
-            assert_eq!(run.decide(Some(call)), Ok(Verdict::Execute { tool: 0 }));
+            let Ok(Verdict::Execute {
+                tool: 0, pending, ..
+            }) = run.decide(Some(call))
+            else {
+                panic!("not executed");
+            };
             let done = match i % 4 {
-                0 => run.complete(Some(at_edge.as_str())),
-                1 => run.complete(Some(over_edge.as_str())),
-                2 => run.complete(Some(&value)),
-                _ => run.complete(Some(&f64::NAN)),
+                0 => run.complete(pending, Some(at_edge.as_str())),
+                1 => run.complete(pending, Some(over_edge.as_str())),
+                2 => run.complete(pending, Some(&value)),
+                _ => run.complete(pending, Some(&f64::NAN)),
             }
             .expect("awaiting");
             assert_eq!(done.progress, Progress::Continue);
         }
-        assert_eq!(run.decide(Some(&final_)), Ok(Verdict::Stop(Status::Final)));
+        assert!(matches!(
+            run.decide(Some(&final_)),
+            Ok(Verdict::Final { text }) if text.as_str() == "15"
+        ));
         assert_eq!(run.trace().len(), 17);
         let units = [("add", 3u32)];
         assert_eq!(
@@ -218,40 +234,49 @@ fn a_full_run_allocates_nothing() {
     no_heap("a run to its decision budget", || {
         let mut run: Run = Run::new(RunLimits::new(16, 16).expect("in range"), tools.clone());
         for call in calls.iter().take(15) {
-            run.decide(Some(call)).expect("running");
-            run.complete(None::<&u8>).expect("awaiting");
+            let pending = execute(&mut run, call);
+            run.complete(pending, None::<&u8>).expect("awaiting");
         }
         let v = run.decide(Some(&unknown)).expect("running");
-        assert_eq!(
+        assert!(matches!(
             v,
             Verdict::UnknownTool {
-                progress: Progress::Stopped(Status::DecisionBudget)
+                progress: Progress::Stopped(Status::DecisionBudget),
+                ..
             }
-        );
+        ));
     });
 
     no_heap("a run to its tool budget, then refused calls", || {
         let mut run: Run = Run::new(RunLimits::new(32, 1).expect("in range"), tools.clone());
-        run.decide(Some(&calls[0])).expect("running");
-        run.complete(Some(&15)).expect("awaiting");
-        assert_eq!(
+        let pending = execute(&mut run, &calls[0]);
+        run.complete(pending, Some(&15)).expect("awaiting");
+        assert!(matches!(
             run.decide(Some(&calls[1])),
-            Ok(Verdict::Stop(Status::ToolBudget))
-        );
+            Ok(Verdict::Stop {
+                status: Status::ToolBudget,
+                call: Some(_)
+            })
+        ));
         assert!(run.decide(Some(&calls[2])).is_err());
-        assert!(run.complete(Some(&1)).is_err());
         let mut dup: Run = Run::new(RunLimits::DEFAULT, tools.clone());
-        dup.decide(Some(&calls[0])).expect("running");
-        dup.complete(Some(&1)).expect("awaiting");
-        assert_eq!(
+        let pending = execute(&mut dup, &calls[0]);
+        dup.complete(pending, Some(&1)).expect("awaiting");
+        assert!(matches!(
             dup.decide(Some(&calls[0])),
-            Ok(Verdict::Stop(Status::DuplicateCall))
-        );
+            Ok(Verdict::Stop {
+                status: Status::DuplicateCall,
+                call: Some(_)
+            })
+        ));
         let mut bad: Run = Run::new(RunLimits::DEFAULT, tools.clone());
-        assert_eq!(
+        assert!(matches!(
             bad.decide(None::<&Action<8>>),
-            Ok(Verdict::Stop(Status::PolicyError))
-        );
+            Ok(Verdict::Stop {
+                status: Status::PolicyError,
+                call: None
+            })
+        ));
     });
 }
 

@@ -293,13 +293,22 @@ fn check_core(case: &Case) -> Result<(), TestCaseError> {
         };
         let verdict = run.decide(action.as_ref()).expect("awaiting a proposal");
         match (verdict, step) {
-            (Verdict::Execute { tool }, Some(Step::Tool { name, outcome, .. })) => {
+            (
+                Verdict::Execute {
+                    tool,
+                    call,
+                    pending,
+                },
+                Some(Step::Tool { name, outcome, .. }),
+            ) => {
                 prop_assert_eq!(case.tools[tool], *name, "the named tool is executed");
+                prop_assert_eq!(call.name.as_str(), NAMES[*name], "the proposal's own call");
+                prop_assert_eq!(pending.step(), index as u8);
                 prop_assert_eq!(run.decide(action.as_ref()), Err(RunError::AwaitingOutcome));
                 let done = match (outcome, outcome.value()) {
-                    (Outcome::Nan, _) => run.complete(Some(&f64::NAN)),
-                    (_, Some(v)) => run.complete(Some(&v)),
-                    (_, None) => run.complete(None::<&Value>),
+                    (Outcome::Nan, _) => run.complete(pending, Some(&f64::NAN)),
+                    (_, Some(v)) => run.complete(pending, Some(&v)),
+                    (_, None) => run.complete(pending, None::<&Value>),
                 }
                 .expect("awaiting an outcome");
                 results.push(match done.data {
@@ -310,15 +319,13 @@ fn check_core(case: &Case) -> Result<(), TestCaseError> {
                     prop_assert_eq!(done.progress, Progress::Stopped(Status::DecisionBudget));
                 }
             }
-            (Verdict::UnknownTool { .. }, Some(Step::Tool { name, .. })) => {
+            (Verdict::UnknownTool { call, .. }, Some(Step::Tool { name, .. })) => {
                 prop_assert!(!case.tools.contains(name));
-                let refused = match run.status() {
-                    Some(status) => RunError::Stopped(status),
-                    None => RunError::NoPendingCall,
-                };
-                prop_assert_eq!(run.complete(Some(&1)), Err(refused));
+                prop_assert_eq!(call.name.as_str(), NAMES[*name], "the proposal's own call");
+                // No token: completing the call is impossible by type.
+                prop_assert!(!run.awaiting_outcome());
             }
-            (Verdict::Stop(_), _) => {}
+            (Verdict::Final { .. } | Verdict::Stop { .. }, _) => {}
             (v, s) => prop_assert!(false, "verdict {:?} for step {:?}", v, s),
         }
         // Invariants after every round.
@@ -345,7 +352,6 @@ fn check_core(case: &Case) -> Result<(), TestCaseError> {
         run.decide(None::<&Action<8>>),
         Err(RunError::Stopped(status))
     );
-    prop_assert_eq!(run.complete(Some(&1)), Err(RunError::Stopped(status)));
     // Trace work of the run's own trace is the formula.
     let names: Vec<&str> = case.tools.iter().map(|t| NAMES[*t]).collect();
     let costs: Vec<(&str, u32)> = names

@@ -147,6 +147,32 @@ impl fmt::Display for ActionError {
 
 impl core::error::Error for ActionError {}
 
+/// A proposal that is not a valid action, and where its document went
+/// wrong: what [`ActionRef::validate`] hands back, so a caller can explain a
+/// rejection without reading the document again (`SPEC A1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct InvalidAction {
+    /// The first rule the document breaks.
+    pub error: ActionError,
+    /// Byte offset in the document where it went wrong: for invalid UTF-8
+    /// the first bad byte; for other JSON syntax where reading stopped; for
+    /// a rule about one member (a key outside the shape, a repeated key, a
+    /// field or an argument that breaks its rule, a ninth argument, a blank
+    /// text) the opening quote of that member's key; for a missing key the
+    /// object's closing brace; for a value that is not an object its first
+    /// byte. Always at most the document's length.
+    pub offset: usize,
+}
+
+impl fmt::Display for InvalidAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (at byte {})", self.error, self.offset)
+    }
+}
+
+impl core::error::Error for InvalidAction {}
+
 impl From<JsonError> for ActionError {
     fn from(e: JsonError) -> Self {
         Self::Json(e)
@@ -299,6 +325,21 @@ impl<'a> ActionRef<'a> {
     /// assert!(b == "é");
     /// ```
     pub fn parse(json: &'a [u8]) -> Result<Self, ActionError> {
+        Self::validate(json).map_err(|invalid| invalid.error)
+    }
+
+    /// [`ActionRef::parse`], keeping where the document went wrong: the
+    /// error comes with its byte offset ([`InvalidAction::offset`]).
+    ///
+    /// ```
+    /// use budgetgate_core::{ActionError, ActionRef};
+    ///
+    /// let json = br#"{"kind":"tool","call_id":"c1","name":"add","arguments":{"a":7,"b":[8]}}"#;
+    /// let invalid = ActionRef::validate(json).unwrap_err();
+    /// assert_eq!(invalid.error, ActionError::ArgumentNotScalar { index: 1 });
+    /// assert!(json[invalid.offset..].starts_with(br#""b":[8]"#));
+    /// ```
+    pub fn validate(json: &'a [u8]) -> Result<Self, InvalidAction> {
         scan::action(json)
     }
 
@@ -358,27 +399,65 @@ impl<const S: usize> Action<S> {
 }
 
 /// What a run needs to know of a validated proposal (`SPEC A2`): whether it
-/// is a final answer, or a tool call with its id and tool name. Implemented
-/// by [`Action`] and [`ActionRef`].
+/// is a final answer or a tool call, borrowed as the proposal holds them, so
+/// that a run's verdict can hand back the call (or the text) it is about.
+/// Implemented by [`Action`] (the call a [`ToolCall`], the text a
+/// `heapless::String`) and [`ActionRef`] (a [`ToolCallRef`] and a
+/// [`JsonStr`]).
 pub trait Proposal {
-    /// `None` for a final answer; the call id and tool name of a tool call.
-    fn tool_call(&self) -> Option<(&Identifier, &Identifier)>;
+    /// A tool call as the proposal holds it.
+    type Call: ?Sized;
+    /// A final answer's text as the proposal holds it.
+    type Text: ?Sized;
+
+    /// The proposal's shape, borrowed.
+    fn shape(&self) -> Shape<'_, Self::Call, Self::Text>;
+}
+
+/// A proposal read through [`Proposal::shape`]: borrowed, nothing copied.
+#[derive(Debug, PartialEq)]
+pub enum Shape<'p, C: ?Sized, T: ?Sized> {
+    /// `{"kind": "final", "text": ...}`.
+    Final(&'p T),
+    /// `{"kind": "tool", ...}`: the call, with its id and tool name.
+    Tool {
+        /// The call id.
+        call_id: &'p Identifier,
+        /// The tool name proposed.
+        name: &'p Identifier,
+        /// The whole call (arguments included).
+        call: &'p C,
+    },
 }
 
 impl<const S: usize> Proposal for Action<S> {
-    fn tool_call(&self) -> Option<(&Identifier, &Identifier)> {
+    type Call = ToolCall<S>;
+    type Text = String<S>;
+
+    fn shape(&self) -> Shape<'_, ToolCall<S>, String<S>> {
         match self {
-            Self::Final { .. } => None,
-            Self::Tool(call) => Some((&call.call_id, &call.name)),
+            Self::Final { text } => Shape::Final(text),
+            Self::Tool(call) => Shape::Tool {
+                call_id: &call.call_id,
+                name: &call.name,
+                call,
+            },
         }
     }
 }
 
-impl Proposal for ActionRef<'_> {
-    fn tool_call(&self) -> Option<(&Identifier, &Identifier)> {
+impl<'a> Proposal for ActionRef<'a> {
+    type Call = ToolCallRef<'a>;
+    type Text = JsonStr<'a>;
+
+    fn shape(&self) -> Shape<'_, ToolCallRef<'a>, JsonStr<'a>> {
         match self {
-            Self::Final { .. } => None,
-            Self::Tool(call) => Some((&call.call_id, &call.name)),
+            Self::Final { text } => Shape::Final(text),
+            Self::Tool(call) => Shape::Tool {
+                call_id: &call.call_id,
+                name: &call.name,
+                call,
+            },
         }
     }
 }
@@ -652,6 +731,139 @@ mod tests {
             }
         }
         assert!(floats > 10_000, "only {floats} floats in range");
+    }
+
+    /// Issue 11 (a rejection keeps its `ActionError` with the byte offset
+    /// where the document went wrong): each kind of rule points where the
+    /// `InvalidAction::offset` docs say.
+    #[test]
+    fn a_rejection_says_where_the_document_went_wrong() {
+        let at = |doc: &[u8]| {
+            let invalid = ActionRef::validate(doc).unwrap_err();
+            assert_eq!(ActionRef::parse(doc), Err(invalid.error));
+            (invalid.error, invalid.offset)
+        };
+        let rest = |doc: &'static str| {
+            let (error, offset) = at(doc.as_bytes());
+            (error, &doc[offset..])
+        };
+        let tool = |args: &str| {
+            std::format!(r#"{{"kind":"tool","call_id":"c","name":"n","arguments":{{{args}}}}}"#)
+        };
+        // Encoding: the first bad byte; a mark or an empty document at 0.
+        assert_eq!(
+            at(b"{\"kind\":\"final\",\"text\":\"\xff\"}"),
+            (ActionError::Json(JsonError::InvalidUtf8 { offset: 24 }), 24)
+        );
+        assert_eq!(
+            at(b"\xEF\xBB\xBF{}"),
+            (ActionError::Json(JsonError::ByteOrderMark), 0)
+        );
+        assert_eq!(at(b"  "), (ActionError::Json(JsonError::Empty), 0));
+        // Syntax: where reading stopped.
+        assert_eq!(
+            rest(r#"{"kind":"final","text":"x" "y"}"#),
+            (ActionError::Json(JsonError::Syntax), r#""y"}"#)
+        );
+        assert_eq!(
+            rest(r#"{"kind":"final","text":"x"}  x"#),
+            (ActionError::Json(JsonError::TrailingData), "x")
+        );
+        // Not an object: the value.
+        assert_eq!(rest("  [1]"), (ActionError::NotAnObject, "[1]"));
+        // A member: its key's opening quote.
+        assert_eq!(
+            rest(r#"{"kind":"final", "kind":"final","text":"x"}"#),
+            (
+                ActionError::Json(JsonError::DuplicateKey),
+                r#""kind":"final","text":"x"}"#
+            )
+        );
+        assert_eq!(
+            rest(r#"{"kind":"final","x":1,"text":"y"}"#),
+            (ActionError::UnexpectedKey, r#""x":1,"text":"y"}"#)
+        );
+        assert_eq!(
+            rest(r#"{"text":"y","kind":7}"#),
+            (ActionError::NotAString(Field::Kind), r#""kind":7}"#)
+        );
+        assert_eq!(
+            rest(r#"{"kind":"tool","call_id":"c","name":"n","arguments":[]}"#),
+            (ActionError::ArgumentsNotObject, r#""arguments":[]}"#)
+        );
+        for (args, error, from) in [
+            (
+                r#""a":1, "b":[2]"#,
+                ActionError::ArgumentNotScalar { index: 1 },
+                r#""b":[2]"#,
+            ),
+            (
+                r#""a":1,"a":2"#,
+                ActionError::Json(JsonError::DuplicateKey),
+                r#""a":2"#,
+            ),
+            (
+                r#""1a":1"#,
+                ActionError::InvalidArgumentKey {
+                    index: 0,
+                    reason: crate::IdentifierError::BadFirst,
+                },
+                r#""1a":1"#,
+            ),
+            (
+                r#""a":1,"b":2e7"#,
+                ActionError::ArgumentOutOfRange { index: 1 },
+                r#""b":2e7"#,
+            ),
+        ] {
+            let doc = tool(args);
+            let invalid = ActionRef::validate(doc.as_bytes()).unwrap_err();
+            assert_eq!(invalid.error, error, "{doc}");
+            assert!(
+                doc[invalid.offset..].starts_with(from),
+                "{doc}: {}",
+                invalid.offset
+            );
+        }
+        let nine: std::vec::Vec<_> = (0..9).map(|i| std::format!("\"k{i}\":{i}")).collect();
+        let doc = tool(&nine.join(","));
+        let invalid = ActionRef::validate(doc.as_bytes()).unwrap_err();
+        assert_eq!(invalid.error, ActionError::TooManyArguments);
+        assert!(doc[invalid.offset..].starts_with(r#""k8":8}"#));
+        // Rules of the whole object: the member they are about, or the
+        // closing brace where a missing key would have been.
+        assert_eq!(
+            rest(r#"{"kind":"final"} "#),
+            (ActionError::MissingKey(Field::Text), "} ")
+        );
+        assert_eq!(
+            rest(r#"{"kind":"final","text":" ","x":1}"#),
+            (ActionError::UnexpectedKey, r#""x":1}"#)
+        );
+        assert_eq!(
+            rest(r#"{"kind":"final","text":" "}"#),
+            (ActionError::TextBlank, r#""text":" "}"#)
+        );
+        assert_eq!(
+            rest(r#"{"kind":"final","text":"x","name":"n","call_id":"c"}"#),
+            (ActionError::UnexpectedKey, r#""name":"n","call_id":"c"}"#)
+        );
+        assert_eq!(
+            rest(r#"{"call_id":"c","kind":"final","text":"x","arguments":{}}"#),
+            (
+                ActionError::UnexpectedKey,
+                r#""call_id":"c","kind":"final","text":"x","arguments":{}}"#
+            )
+        );
+        assert_eq!(
+            rest(r#"{"kind":"tool","text":"x","call_id":"c","name":"n","arguments":{}}"#),
+            (
+                ActionError::UnexpectedKey,
+                r#""text":"x","call_id":"c","name":"n","arguments":{}}"#
+            )
+        );
+        let invalid = ActionRef::validate(br#"{"kind":"final"}"#).unwrap_err();
+        assert_eq!(std::format!("{invalid}"), "missing key `text` (at byte 15)");
     }
 
     /// Found by fuzzing the scanner: an identifier without its opening quote

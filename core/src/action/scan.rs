@@ -10,7 +10,7 @@
 use heapless::{String, Vec};
 
 use super::view::{ActionRef, ArgumentsRef, JsonStr, ScalarRef, ToolCallRef};
-use super::{ActionError, Field};
+use super::{ActionError, Field, InvalidAction};
 use crate::ident::{ArgumentKey, Identifier};
 use crate::json::{self, JsonError};
 use crate::limits::{
@@ -143,6 +143,9 @@ struct Scanner<'a> {
     text: &'a str,
     bytes: &'a [u8],
     at: usize,
+    /// Where the member being read starts (its key's opening quote): the
+    /// offset of an error about it.
+    mark: usize,
 }
 
 impl<'a> Scanner<'a> {
@@ -562,6 +565,7 @@ impl<'a> Scanner<'a> {
         let mut keys: Vec<JsonStr<'a>, MAX_ARGUMENTS> = Vec::new();
         let mut more = self.first_member()?;
         while more {
+            self.mark = self.at;
             let index = u8::try_from(keys.len()).unwrap_or(u8::MAX);
             let (key, checked) = self.argument_key()?;
             if keys.is_full() {
@@ -667,6 +671,7 @@ impl<'a> Members<'a> {
                 text: raw,
                 bytes: raw.as_bytes(),
                 at: 1,
+                mark: 1,
             },
             index: 0,
             done: false,
@@ -734,11 +739,39 @@ fn field(key: JsonStr<'_>) -> Option<Field> {
     })
 }
 
-/// Reads and validates one action document (`SPEC A1`); see [`ActionRef::parse`].
-pub(super) fn action(bytes: &[u8]) -> Result<ActionRef<'_>, ActionError> {
-    let text = json::check_document(bytes)?;
-    let mut s = Scanner { text, bytes, at: 0 };
+/// Reads and validates one action document (`SPEC A1`); see
+/// [`ActionRef::validate`] (and there, what the offset of an error is).
+pub(super) fn action(bytes: &[u8]) -> Result<ActionRef<'_>, InvalidAction> {
+    let text = json::check_document(bytes).map_err(|e| InvalidAction {
+        error: ActionError::Json(e),
+        offset: match e {
+            JsonError::InvalidUtf8 { offset } => offset,
+            _ => 0,
+        },
+    })?;
+    let mut s = Scanner {
+        text,
+        bytes,
+        at: 0,
+        mark: 0,
+    };
+    document(&mut s).map_err(|error| InvalidAction {
+        error,
+        offset: match error {
+            // Syntax is wrong where reading stopped; a repeated key, like
+            // every rule of the contract, at the member it is about.
+            ActionError::Json(JsonError::DuplicateKey) => s.mark,
+            ActionError::Json(_) => s.at,
+            _ => s.mark,
+        },
+    })
+}
+
+/// The action document at the cursor, to its end. On an error the scanner
+/// says where (see [`action`]): `mark` is the member a rule is about.
+fn document<'a>(s: &mut Scanner<'a>) -> Result<ActionRef<'a>, ActionError> {
     s.skip_space();
+    s.mark = s.at;
     match s.peek() {
         Some(b'{') => s.at += 1,
         Some(b'"') => {
@@ -751,6 +784,9 @@ pub(super) fn action(bytes: &[u8]) -> Result<ActionRef<'_>, ActionError> {
         }
     }
     let mut seen = 0u8;
+    // Where each field's member starts, by `Field as usize`, for the rules
+    // checked after the object's end.
+    let mut members = [0usize; 5];
     // Some(true) = final, Some(false) = tool.
     let mut kind: Option<bool> = None;
     let mut text = None;
@@ -759,6 +795,7 @@ pub(super) fn action(bytes: &[u8]) -> Result<ActionRef<'_>, ActionError> {
     let mut arguments = None;
     let mut more = s.first_member()?;
     while more {
+        s.mark = s.at;
         let field = match s.known_field() {
             Some(field) => field,
             None => field(s.string()?).ok_or(ActionError::UnexpectedKey)?,
@@ -767,6 +804,9 @@ pub(super) fn action(bytes: &[u8]) -> Result<ActionRef<'_>, ActionError> {
             return Err(ActionError::Json(JsonError::DuplicateKey));
         }
         seen |= field.bit();
+        if let Some(at) = members.get_mut(field as usize) {
+            *at = s.mark;
+        }
         s.expect(b':')?;
         match field {
             Field::Arguments => arguments = Some(s.arguments()?),
@@ -783,24 +823,36 @@ pub(super) fn action(bytes: &[u8]) -> Result<ActionRef<'_>, ActionError> {
         }
         more = s.next_member()?;
     }
+    // The closing brace: where a missing key would have been written.
+    s.mark = s.at.saturating_sub(1);
     s.skip_space();
-    if s.at != bytes.len() {
+    if s.at != s.bytes.len() {
         return Err(ActionError::Json(JsonError::TrailingData));
     }
+    let member = |field: Field| members.get(field as usize).copied().unwrap_or(0);
     match kind {
         None => Err(ActionError::MissingKey(Field::Kind)),
         Some(true) => {
-            if seen & (Field::CallId.bit() | Field::Name.bit() | Field::Arguments.bit()) != 0 {
+            let tool_keys = [Field::CallId, Field::Name, Field::Arguments];
+            if let Some(first) = tool_keys
+                .into_iter()
+                .filter(|f| seen & f.bit() != 0)
+                .map(member)
+                .min()
+            {
+                s.mark = first;
                 return Err(ActionError::UnexpectedKey);
             }
             let text = text.ok_or(ActionError::MissingKey(Field::Text))?;
             if text.is_blank() {
+                s.mark = member(Field::Text);
                 return Err(ActionError::TextBlank);
             }
             Ok(ActionRef::Final { text })
         }
         Some(false) => {
             if text.is_some() {
+                s.mark = member(Field::Text);
                 return Err(ActionError::UnexpectedKey);
             }
             Ok(ActionRef::Tool(ToolCallRef {

@@ -6,6 +6,7 @@ use core::fmt;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::usage::TokenUsage;
+use crate::word;
 
 /// Longest unknown stop reason kept, in bytes (`SPEC C`).
 pub const MAX_REASON_LEN: usize = 32;
@@ -350,16 +351,16 @@ impl RefusalReason {
         match self {
             Self::Repeat => "repeat",
             Self::ApprovalRefused => "approval-refused",
-            Self::UnknownTool => "unknown-tool",
-            Self::ToolBudget => "tool-budget",
+            Self::UnknownTool => word::UNKNOWN_TOOL,
+            Self::ToolBudget => word::TOOL_BUDGET,
             Self::CutOff => "cut-off",
             Self::NotToolTurn => "not-tool-turn",
-            Self::InvalidArguments => "invalid-arguments",
+            Self::InvalidArguments => word::INVALID_ARGUMENTS,
             Self::TurnCapacity => "turn-capacity",
             Self::RepeatCapacity => "repeat-capacity",
             Self::BudgetExhausted => "budget-exhausted",
             Self::InvalidName => "invalid-name",
-            Self::DuplicateCallId => "duplicate-call-id",
+            Self::DuplicateCallId => word::DUPLICATE_CALL_ID,
             Self::CallIdCapacity => "call-id-capacity",
             Self::ToolCap => "tool-cap",
         }

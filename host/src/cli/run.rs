@@ -3,17 +3,18 @@
 
 use std::fmt::Write as _;
 
-use budgetgate::driver::RunResult;
+use budgetgate::driver::{Rejection, RunResult};
 use budgetgate::eval::{EvalError, RunArgs as ScriptArgs};
 use budgetgate::strict::StrictObject;
 use budgetgate::tools::DemoKind;
 use budgetgate_core::limits::{MAX_DECISIONS, MAX_TOOL_CALLS, MAX_WORK_UNITS};
-use budgetgate_core::{run_trace_work, Action, ActionError, RunLimits, Status, TraceRow, Work};
-use clap::value_parser;
-
-use super::{
-    display_name, entry, object_entries, printable, read_input, shorten, table, write_stdout, Align,
+use budgetgate_core::{
+    run_trace_work, ActionError, InvalidAction, RejectReason, RunLimits, Status, TraceRow, Work,
 };
+use clap::value_parser;
+use serde::Deserialize;
+
+use super::{display_name, printable, read_input, shorten, table, write_stdout, Align};
 use super::{InputError, Outcome};
 
 /// Observations longer than this many characters are cut in the table.
@@ -163,34 +164,32 @@ fn yes_no(b: bool) -> String {
     if b { "yes" } else { "no" }.to_owned()
 }
 
-/// The proposal of round `step`, if the script has one and it is valid.
-fn proposal(script: &ScriptArgs, step: u8) -> Option<Action> {
-    let raw = script.script.get(usize::from(step))?;
-    Action::parse(raw.get().as_bytes()).ok()
-}
-
-/// Why the run stopped, in a person's words, when it did not end with `final`.
+/// Why the run stopped, in a person's words, when it did not end with `final`:
+/// from what the run kept of the rejected round ([`RunResult::rejection`]),
+/// never by reading the proposal again.
 fn why(script: &ScriptArgs, result: &RunResult) -> Option<String> {
     let limits = script.limits;
     match result.trace.last() {
         Some(TraceRow::Rejected { step, reason }) => {
             let raw = script.script.get(usize::from(*step));
-            Some(match (reason.as_str(), raw) {
-                ("invalid-policy-action", None) => format!(
+            Some(match (reason, raw, &result.rejection) {
+                (RejectReason::InvalidPolicyAction, None, _) => format!(
                     "step {step}: the script has no proposal left (it has {})",
                     script.script.len()
                 ),
-                ("invalid-policy-action", Some(raw)) => match <Action>::parse(raw.get().as_bytes())
-                {
-                    Err(e) => format!(
-                        "step {step}: the proposal is not a valid action: {e}{}",
+                (RejectReason::InvalidPolicyAction, Some(raw), Some(Rejection::Invalid(e))) => {
+                    format!(
+                        "step {step}: the proposal is not a valid action: {}{}",
+                        e.error,
                         which_key(raw.get(), e)
-                    ),
-                    Ok(_) => format!("step {step}: the policy failed"),
-                },
-                ("duplicate-call-id", _) => format!(
+                    )
+                }
+                (RejectReason::InvalidPolicyAction, Some(_), _) => {
+                    format!("step {step}: the policy failed")
+                }
+                (RejectReason::DuplicateCallId, _, rejection) => format!(
                     "step {step}: call id {} was already used by an earlier tool attempt",
-                    call_id(script, *step)
+                    rejected_call(rejection).map_or("?".to_owned(), |(id, _)| format!("`{id}`"))
                 ),
                 _ => format!(
                     "step {step}: a tool call with no tool attempts left (max_tool_calls {})",
@@ -208,41 +207,33 @@ fn why(script: &ScriptArgs, result: &RunResult) -> Option<String> {
 }
 
 /// The key an action error is about, as ` (key `k`)`, when the error names an
-/// argument by its position or an unexpected key; empty otherwise (or if the
-/// document is not JSON at all).
-fn which_key(raw: &str, error: ActionError) -> String {
-    let Some(action) = object_entries(raw) else {
-        return String::new();
-    };
-    let key = match error {
-        ActionError::InvalidArgumentKey { index, .. }
-        | ActionError::ArgumentNotScalar { index }
-        | ActionError::ArgumentTooLong { index }
-        | ActionError::ArgumentOutOfRange { index } => entry(&action, "arguments")
-            .and_then(object_entries)
-            .and_then(|arguments| arguments.into_iter().nth(usize::from(index)))
-            .map(|(key, _)| key),
-        ActionError::UnexpectedKey => {
-            let kind = entry(&action, "kind").and_then(|k| serde_json::from_str::<String>(k).ok());
-            let allowed: &[&str] = match kind.as_deref() {
-                Some("final") => &["kind", "text"],
-                _ => &["kind", "call_id", "name", "arguments"],
-            };
-            action
-                .into_iter()
-                .map(|(key, _)| key)
-                .find(|key| !allowed.contains(&key.as_str()))
-        }
-        _ => None,
-    };
+/// argument by its position or an unexpected key; empty otherwise. The key
+/// is read where the error points ([`InvalidAction::offset`]: the opening
+/// quote of the member at fault), not by reading the document again.
+fn which_key(raw: &str, invalid: &InvalidAction) -> String {
+    let about_a_key = matches!(
+        invalid.error,
+        ActionError::InvalidArgumentKey { .. }
+            | ActionError::ArgumentNotScalar { .. }
+            | ActionError::ArgumentTooLong { .. }
+            | ActionError::ArgumentOutOfRange { .. }
+            | ActionError::UnexpectedKey
+    );
+    let key = raw
+        .get(invalid.offset..)
+        .filter(|_| about_a_key)
+        .and_then(|member| {
+            String::deserialize(&mut serde_json::Deserializer::from_str(member)).ok()
+        });
     key.map(|key| format!(" (key `{}`)", printable(&key)))
         .unwrap_or_default()
 }
 
-fn call_id(script: &ScriptArgs, step: u8) -> String {
-    match proposal(script, step) {
-        Some(Action::Tool(call)) => format!("`{}`", call.call_id),
-        _ => "?".to_owned(),
+/// The call id and tool name of a tool call the run refused uncounted.
+fn rejected_call(rejection: &Option<Rejection>) -> Option<(&str, &str)> {
+    match rejection {
+        Some(Rejection::Call { call_id, name }) => Some((call_id, name)),
+        _ => None,
     }
 }
 
@@ -320,9 +311,11 @@ fn report(
                 ]
             }
             TraceRow::Rejected { step, reason } => {
-                let (call, tool) = match proposal(script, *step) {
-                    Some(Action::Tool(call)) => (call.call_id.to_string(), call.name.to_string()),
-                    _ => (dash(), dash()),
+                // A rejected round stops the run: it is the last row, and
+                // the run kept what it refused.
+                let (call, tool) = match rejected_call(&result.rejection) {
+                    Some((call_id, name)) => (call_id.to_owned(), name.to_owned()),
+                    None => (dash(), dash()),
                 };
                 vec![
                     step.to_string(),
