@@ -128,7 +128,12 @@ pub struct McpArgs {
     /// of stdio, in front of `--upstream` (ADDR: `PORT` or `HOST:PORT`; the
     /// host is 127.0.0.1 unless named; port 0 picks a free one, printed on
     /// stderr).
-    #[arg(long, value_name = "ADDR", requires = "upstream")]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        requires = "upstream",
+        conflicts_with = "command"
+    )]
     pub listen: Option<String>,
     /// The upstream MCP server's Streamable HTTP endpoint
     /// (`http://HOST:PORT/PATH`; no TLS in this build), with `--listen`.
@@ -144,11 +149,13 @@ pub struct McpArgs {
     #[arg(long, value_name = "S", default_value_t = 300,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub upstream_timeout: u64,
-    /// The MCP server's command and its arguments (after `--`); exactly one
-    /// of a command or `--upstream`.
+    /// The MCP server's command and its arguments, best after `--` (without
+    /// it, everything from the first word that is not one of the gateway's
+    /// options is the command's); exactly one of a command or `--upstream`.
     #[arg(
-        required_unless_present = "upstream",
-        last = true,
+        required_unless_present_any = ["upstream", "listen"],
+        trailing_var_arg = true,
+        num_args = 1..,
         value_name = "COMMAND"
     )]
     pub command: Vec<String>,

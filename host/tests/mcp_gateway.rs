@@ -965,3 +965,46 @@ fn a_redis_decision_made_on_figures_another_writer_changed_is_made_again() {
     );
     assert!(!first, "made again, a sees the id b took");
 }
+
+/// The command line: `--listen` with a command, or without `--upstream`,
+/// is refused before anything starts (exit 2, the clash named), never
+/// served on stdio; the server's command may follow the gateway's options
+/// with or without `--`, its own options included (`-c` below is the
+/// shell's, not the gateway's); an unknown option before it is refused.
+#[test]
+fn the_command_line_refuses_clashing_transports_and_takes_the_command_with_or_without_dashes() {
+    let state = std::env::temp_dir().join(format!("bg-mcp-cli-{}", std::process::id()));
+    let run = |args: &[&str]| {
+        Command::new(bin())
+            .args(args)
+            .env("BUDGETGATE_STATE_DIR", &state)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let clash = run(&["mcp", "--listen", "18080", "--", "cat"]);
+    assert_eq!(clash.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&clash.stderr).contains("cannot be used with"));
+    let alone = run(&["mcp", "--listen", "18080"]);
+    assert_eq!(alone.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&alone.stderr);
+    assert!(stderr.contains("--upstream <URL>"), "{stderr}");
+    assert!(!stderr.contains("  <COMMAND>"), "{stderr}");
+    let unknown = run(&["mcp", "--state", "/tmp", "cat"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("unexpected argument '--state'"));
+    // The client closes stdin at once: the server is stopped, exit 0.
+    for args in [
+        &["mcp", "sh", "-c", "cat"][..],
+        &["mcp", "--", "sh", "-c", "cat"][..],
+    ] {
+        let out = run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&state);
+}
