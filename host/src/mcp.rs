@@ -101,7 +101,8 @@ pub struct McpArgs {
     #[arg(long, value_name = "FILE")]
     pub budget: Option<PathBuf>,
     /// The ledger: `sqlite:FILE`, a state folder (its ledger.sqlite3), or
-    /// `redis://HOST:PORT/DB` for gateways on many machines.
+    /// `redis://HOST:PORT/DB` for gateways on many machines. The folder the
+    /// file or state folder is in must exist.
     /// Default: the hook's (BUDGETGATE_STATE_DIR, else
     /// $XDG_STATE_HOME/budgetgate, else ~/.local/state/budgetgate).
     #[arg(long, value_name = "URL")]
@@ -1600,6 +1601,14 @@ pub fn default_session(command: &[String]) -> String {
     format!("mcp-{base}-{hash:016x}")
 }
 
+/// The refusal of a `--ledger` in a folder that does not exist.
+fn missing_folder(url: &str, dir: &std::path::Path) -> String {
+    format!(
+        "--ledger {url}: the folder {} does not exist (create it first: a mistyped path would start an empty budget)",
+        dir.display()
+    )
+}
+
 /// Opens the ledger named by `--ledger`: `redis://…` (or `rediss://…`
 /// where the client supports it), `sqlite:FILE`, or a state folder.
 pub fn open_ledger(url: Option<&str>, wait: Duration) -> Result<Backend, String> {
@@ -1617,7 +1626,9 @@ pub fn open_ledger(url: Option<&str>, wait: Duration) -> Result<Backend, String>
             Some(file) => {
                 let file = std::path::Path::new(file);
                 if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                    if !dir.is_dir() {
+                        return Err(missing_folder(url, dir));
+                    }
                 }
                 Store::open_file(file, wait)
                     .map(Backend::Sqlite)
@@ -1626,9 +1637,17 @@ pub fn open_ledger(url: Option<&str>, wait: Duration) -> Result<Backend, String>
             None if url.contains("://") => Err(format!(
                 "--ledger {url}: not a ledger this build reads (redis://HOST:PORT/DB, sqlite:FILE or a state folder)"
             )),
-            None => Store::open(std::path::Path::new(url), wait)
-                .map(Backend::Sqlite)
-                .map_err(shown),
+            None => {
+                // The state folder itself may be new; the folder it is in
+                // must exist (a mistyped path never starts an empty budget).
+                let dir = std::path::Path::new(url);
+                if let Some(parent) = dir.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    if !parent.is_dir() {
+                        return Err(missing_folder(url, parent));
+                    }
+                }
+                Store::open(dir, wait).map(Backend::Sqlite).map_err(shown)
+            }
         },
     }
 }

@@ -1008,3 +1008,50 @@ fn the_command_line_refuses_clashing_transports_and_takes_the_command_with_or_wi
     }
     let _ = std::fs::remove_dir_all(&state);
 }
+
+/// `--ledger` in a folder that does not exist is refused before the server
+/// starts (exit 2, the folder named), for `sqlite:FILE` and a state folder
+/// alike: a mistyped path never starts an empty budget (fail closed). A new
+/// state folder in an existing one is made.
+#[test]
+fn a_ledger_in_a_folder_that_does_not_exist_is_refused() {
+    let base = std::env::temp_dir().join(format!("bg-mcp-ledger-{}", std::process::id()));
+    std::fs::create_dir_all(&base).unwrap();
+    let missing = base.join("no/such");
+    for ledger in [
+        format!("sqlite:{}", missing.join("l.sqlite3").display()),
+        missing.join("state").display().to_string(),
+    ] {
+        let out = Command::new(bin())
+            .args(["mcp", "--ledger", &ledger, "--", "sh", "-c", "cat"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{ledger}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("does not exist"), "{stderr}");
+    }
+    assert!(!base.join("no").exists(), "nothing was created");
+    let fresh = base.join("state");
+    let out = Command::new(bin())
+        .args([
+            "mcp",
+            "--ledger",
+            &fresh.display().to_string(),
+            "--",
+            "sh",
+            "-c",
+            "cat",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(fresh.join("ledger.sqlite3").exists());
+    let _ = std::fs::remove_dir_all(&base);
+}
