@@ -337,7 +337,7 @@ pub fn exhausted(
     if let Some(model) = tx.unpriced(session)? {
         return Ok(Some((
             format!(
-                "model {model:?} has no price in the budget, and a cost budget never counts a call as free"
+                "model {model:?} has no price in the budget, and a cost budget never counts a call as free: add [prices.{model:?}] (input, output, cache_read, cache_write: USD per million tokens) to the budget file"
             ),
             None,
         )));

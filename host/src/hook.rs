@@ -518,9 +518,11 @@ pub fn decide(
         // its own limit has its calls denied, and its stop is its own.
         (None, "UserPromptSubmit" | "Stop" | "SubagentStop") => {
             match gate::exhausted(tx, session, None, &ledgers)? {
-                Some((detail, _)) => Answer::Stop(format!(
+                Some((detail, Some(_))) => Answer::Stop(format!(
                     "budgetgate: {detail}; the session's budget is spent (see `budgetgate ledger show {session}`)"
                 )),
+                // No limit is spent: a model's cost cannot be counted.
+                Some((detail, None)) => Answer::Stop(format!("budgetgate: {detail}")),
                 None => Answer::Pass,
             }
         }

@@ -540,6 +540,14 @@ fn a_cost_budget_counts_priced_models_and_refuses_unpriced_ones() {
         denied.contains("has no price") && denied.contains("never counts a call as free"),
         "{denied}"
     );
+    // Both say what to add; the session's end does not claim a limit is
+    // spent (none is: the cost cannot be counted).
+    assert!(denied.contains("add [prices."), "{denied}");
+    let out = s2.run(&s2.event("Stop", json!({"stop_hook_active": false})));
+    assert_eq!(decision(&out), "stop");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("add [prices."), "{text}");
+    assert!(!text.contains("budget is spent"), "{text}");
 }
 
 #[test]
