@@ -1223,17 +1223,27 @@ fn a_fifo_is_refused_without_waiting_for_a_writer() {
 
 /// The summary table of several recordings says where each stopped as its
 /// own report does (`at turn 3`: the response's own `max_tokens`, not
-/// "before turn 3"), and shows an overshoot even when the run also stopped.
+/// "before turn 3", and said to be the response's, not the budget's
+/// `max_tokens`), shows an overshoot even when the run also stopped, and
+/// keeps an unreadable file's row short.
 #[test]
 fn the_summary_table_says_where_a_run_stopped_as_its_report_does() {
+    let junk = temp_file("not-a-recording.json", br#"{"hello": 1}"#);
     let mut a = args(example("anthropic-exchanges.jsonl"));
-    a.more = vec![example("claude-code.jsonl")];
+    a.more = vec![example("claude-code.jsonl"), junk];
     let (_, out, _) = run(&a);
+    // An unreadable file's row gives the first clause of the reason only.
+    let bad = out.lines().find(|l| l.contains("not-a-recording")).unwrap();
+    assert!(bad.contains("unreadable: not a recognised recording"), "{bad}");
+    assert!(!bad.contains("expected"), "{bad}");
     let row = out
         .lines()
         .find(|l| l.contains("anthropic-exchanges.jsonl"))
         .unwrap();
-    assert!(row.contains("stopped at turn 3: max_tokens"), "{row}");
+    assert!(
+        row.contains("ended at turn 3: the response's stop_reason max_tokens"),
+        "{row}"
+    );
     let budget = temp_file(
         "cost-overshoot.toml",
         b"[budget]\nmax_cost_usd = 0.01\n[prices.claude-example-1]\ninput = 3\noutput = 15\ncache_read = 0.3\ncache_write = 3.75\n",

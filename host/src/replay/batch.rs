@@ -6,6 +6,7 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use budgetgate_core::turn::ExhaustReason;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use serde_json::{Map, Value};
@@ -111,6 +112,18 @@ fn progress_bar(files: &[PathBuf]) -> ProgressBar {
     bar
 }
 
+/// The reasons of [`crate::replay::Stopped`] that are the gate's; any other
+/// is the recorded response's own stop reason.
+const GATE_STOPS: [ExhaustReason; 7] = [
+    ExhaustReason::Steps,
+    ExhaustReason::Tokens,
+    ExhaustReason::Time,
+    ExhaustReason::Cost,
+    ExhaustReason::Unpriced,
+    ExhaustReason::TokenReserve,
+    ExhaustReason::Closed,
+];
+
 /// Replays `files` in parallel and writes the summary (or JSON Lines) to
 /// `out`; a progress bar goes to standard error when it is a terminal
 /// ([`progress_bar`]). Returns the exit status: 2 if any recording cannot
@@ -174,12 +187,26 @@ pub fn run(
         for (name, result) in &results {
             let name = terminal_safe(name);
             match result {
-                Err(e) => writeln!(out, "{name:<48} unreadable: {}", terminal_safe(e))?,
+                // The first sentence: the whole reason is in `--json`
+                // and in the report of that file alone.
+                Err(e) => writeln!(
+                    out,
+                    "{name:<48} unreadable: {}",
+                    terminal_safe(brief_reason(e))
+                )?,
                 Ok(r) => {
                     // As the single report says it, and the overshoot too
                     // when the run was also stopped.
+                    // A budget's stop, or the response's own stop reason
+                    // (`max_tokens`: the model's limit, not the budget's).
                     let stopped = r.stopped.as_ref().map(|s| {
-                        format!("stopped {}: {}", r.stop_place(s), terminal_safe(&s.reason))
+                        let place = r.stop_place(s);
+                        let reason = terminal_safe(&s.reason);
+                        if GATE_STOPS.iter().any(|g| g.as_str() == s.reason) {
+                            format!("stopped {place}: {reason}")
+                        } else {
+                            format!("ended {place}: the response's stop_reason {reason}")
+                        }
                     });
                     let overshot = r
                         .overshoot
@@ -222,4 +249,10 @@ pub fn run(
         )?;
     }
     Ok(status)
+}
+
+/// A refusal's reason cut to its first clause (before `: expected`), so a
+/// table of many unreadable files stays one short line each.
+fn brief_reason(reason: &str) -> &str {
+    reason.find(": expected").map_or(reason, |at| &reason[..at])
 }
