@@ -1329,7 +1329,7 @@ fn load_session(path: &Path) -> Result<Session, String> {
 fn load_budget(args: &ReplayArgs) -> Result<ReplayBudget, (String, String)> {
     let mut budget = match &args.budget {
         Some(path) => {
-            let name = input_name(path);
+            let name = format!("budget file {}", input_name(path));
             let text = read_input(path, MAX_BUDGET_BYTES, "a budget file")
                 .map_err(|e| (name.clone(), e))?;
             parse_budget(&text).map_err(|e| (name, e))?

@@ -400,10 +400,10 @@ fn toml_error(text: &str, e: &toml::de::Error) -> String {
 
 /// Reads the budget file at `path`: a regular file (not a FIFO or a device,
 /// which could block or never end) of at most 1 MiB, parsed by
-/// [`parse_budget`]. The error names the file. Every command that takes
-/// `--budget` reads it this way.
+/// [`parse_budget`]. The error names the file (`budget file PATH: …`).
+/// Every command that takes `--budget` reads it this way.
 pub fn read_budget_file(path: &std::path::Path) -> Result<ReplayBudget, String> {
-    let shown = path.display();
+    let shown = format!("budget file {}", path.display());
     let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
     if !meta.is_file() {
         return Err(format!("{shown}: not a regular file"));
