@@ -1234,7 +1234,10 @@ fn the_summary_table_says_where_a_run_stopped_as_its_report_does() {
     let (_, out, _) = run(&a);
     // An unreadable file's row gives the first clause of the reason only.
     let bad = out.lines().find(|l| l.contains("not-a-recording")).unwrap();
-    assert!(bad.contains("unreadable: not a recognised recording"), "{bad}");
+    assert!(
+        bad.contains("unreadable: not a recognised recording"),
+        "{bad}"
+    );
     assert!(!bad.contains("expected"), "{bad}");
     let row = out
         .lines()

@@ -5,6 +5,14 @@
 //! this test moves, the agent link and the console are byte buffers, and the
 //! actuators are two booleans behind the firmware's tool table (copied here
 //! from `firmware/src/tools.rs`: the firmware is its own workspace).
+// A test states what it expects with `expect`, `unwrap`, `panic!` and
+// indexing: a failure is the test failing, as in the core's unit tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::collections::VecDeque;
 
@@ -14,8 +22,10 @@ use budgetgate_core::device::{
 use budgetgate_core::link::{self, FrameDecoder, FRAME_MAX};
 use budgetgate_core::registry::{Param, ParamKind, ToolSpec};
 use budgetgate_core::{ArgumentsRef, RunLimits, ScalarRef};
-use budgetgate_tests::qemu::frame;
 use serde::Serialize;
+
+mod common;
+use common::frame;
 
 // ---------------------------------------------------------------------------
 // The firmware's tools, over two booleans instead of two LEDs.

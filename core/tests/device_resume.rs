@@ -7,6 +7,14 @@
 //! a record that does not decode is refused (fail closed). Each test
 //! simulates a power cut by booting a fresh gate on a record the previous
 //! gate stored.
+// A test states what it expects with `expect`, `unwrap`, `panic!` and
+// indexing: a failure is the test failing, as in the core's unit tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use budgetgate_core::device::{
     Actuators, Answer, DeviceGate, JournalFailure, Timing, ToolFailure, ToolTable,
@@ -18,7 +26,9 @@ use budgetgate_core::resume::{
     RUN_RECORD_MAX,
 };
 use budgetgate_core::{ArgumentsRef, RunLimits, TraceRow};
-use budgetgate_tests::qemu::frame;
+
+mod common;
+use common::frame;
 
 static SPECS: [ToolSpec; 2] = [
     ToolSpec {
