@@ -240,4 +240,54 @@ mod tests {
         assert!(PlanId::new("a-1").is_ok());
         assert_eq!(Identifier::new("a\n"), Err(IdentifierError::BadCharacter));
     }
+
+    /// `SPEC A1`: the length rule holds in the character-wise check the
+    /// action scanner uses (`check_chars`, which builds nothing), not only
+    /// where a value is built; the same for every error, which each say what
+    /// is wrong.
+    #[test]
+    fn the_checks_without_building_refuse_what_building_refuses() {
+        let at_most = "a".repeat(MAX_IDENTIFIER_LEN);
+        let over = "a".repeat(MAX_IDENTIFIER_LEN + 1);
+        assert_eq!(Identifier::check_chars(at_most.chars()), Ok(()));
+        assert_eq!(
+            Identifier::check_chars(over.chars()),
+            Err(IdentifierError::TooLong)
+        );
+        assert_eq!(
+            ArgumentKey::check_chars("k".repeat(33).chars()),
+            Err(IdentifierError::TooLong)
+        );
+        for (text, error) in [
+            ("", IdentifierError::Empty),
+            (over.as_str(), IdentifierError::TooLong),
+            ("1", IdentifierError::BadFirst),
+            ("a b", IdentifierError::BadCharacter),
+        ] {
+            assert_eq!(
+                Identifier::check_chars(text.chars()),
+                Err(error),
+                "{text:?}"
+            );
+            assert_eq!(Identifier::new(text), Err(error), "{text:?}");
+        }
+        let words: std::vec::Vec<std::string::String> = [
+            IdentifierError::Empty,
+            IdentifierError::TooLong,
+            IdentifierError::BadFirst,
+            IdentifierError::BadCharacter,
+        ]
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+        assert_eq!(
+            words,
+            [
+                "is empty",
+                "is too long",
+                "starts with a character not allowed first",
+                "holds a character outside the allowed set"
+            ]
+        );
+    }
 }

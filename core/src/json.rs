@@ -980,6 +980,53 @@ mod tests {
         }
     }
 
+    /// Each reader error says what is wrong, in its own words.
+    #[test]
+    fn each_json_error_says_what_is_wrong() {
+        let words = [
+            (
+                JsonError::InvalidUtf8 { offset: 3 },
+                "invalid UTF-8 at byte 3",
+            ),
+            (JsonError::ByteOrderMark, "a byte-order mark is not allowed"),
+            (JsonError::Empty, "empty document"),
+            (JsonError::Syntax, "invalid JSON syntax"),
+            (
+                JsonError::InvalidEscape,
+                "invalid string escape or lone surrogate",
+            ),
+            (JsonError::TrailingData, "text after the JSON value"),
+            (JsonError::DuplicateKey, "duplicate object key"),
+            (
+                JsonError::StringTooLong,
+                "escaped strings longer than the buffer for them",
+            ),
+        ];
+        for (error, said) in words {
+            assert_eq!(error.to_string(), said);
+        }
+        assert!(JsonError::FloatPrecision
+            .to_string()
+            .starts_with("float literal too precise"));
+    }
+
+    /// `SPEC A1` (JSON numbers): an exponent may carry its sign, `+` as
+    /// well as `-`, in either case of `e`; each is read as written.
+    #[test]
+    fn an_exponent_with_a_sign_is_read_as_written() {
+        for (raw, value) in [
+            ("1e+5", 1e5),
+            ("2.5E+3", 2500.0),
+            ("-4e+0", -4.0),
+            ("1e-2", 0.01),
+            ("3E-1", 0.3),
+            ("7e5", 7e5),
+        ] {
+            assert_eq!(parse_float(raw), Ok(value), "{raw}");
+            assert_eq!(fast_float(raw), Ok(value), "{raw}");
+        }
+    }
+
     /// The fast path must agree bit for bit with the exact parser wherever
     /// it answers, and refuse the rest.
     #[test]

@@ -1161,3 +1161,29 @@ fn the_valves_duty_window_closes_it_and_refuses_the_next_opening() {
         .contains(r#""executed":true"#));
     assert_eq!(d.status(), d.status_with(4, 8, 4, 4, "running", 1));
 }
+
+/// The device gate's errors, as a board logs them: each says what failed.
+#[test]
+fn the_device_gates_errors_say_what_failed() {
+    use budgetgate_core::device::{IoError, JournalFailure, StartError, ToolFailure};
+    assert_eq!(ToolFailure.to_string(), "the tool failed");
+    assert_eq!(
+        JournalFailure.to_string(),
+        "the gate's state could not be stored"
+    );
+    assert_eq!(
+        StartError::ApprovalPending.to_string(),
+        "an approval prompt is waiting for its answer"
+    );
+    assert_eq!(
+        StartError::Storage.to_string(),
+        "the new run could not be stored"
+    );
+    let agent: IoError<&str, &str> = IoError::Agent("broken pipe");
+    assert_eq!(
+        agent.to_string(),
+        "agent link write failed: \"broken pipe\""
+    );
+    let console: IoError<&str, &str> = IoError::Console("full");
+    assert_eq!(console.to_string(), "console write failed: \"full\"");
+}

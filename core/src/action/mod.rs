@@ -472,6 +472,79 @@ mod tests {
         A::parse(s.as_bytes())
     }
 
+    /// `SPEC A1`: a refusal says what is wrong in words that name the key
+    /// (`Field::key`), the argument or the rule; no two say the same.
+    #[test]
+    fn every_refusal_says_what_is_wrong_naming_the_key() {
+        let said = |json: &str| parse(json).unwrap_err().to_string();
+        let cases = [
+            ("[1]", "an action must be a JSON object"),
+            (r#"{"kind":"final","text":"a","x":1}"#, "unexpected key"),
+            (r#"{"kind":"final"}"#, "missing key `text`"),
+            (
+                r#"{"kind":"tool","name":"n","arguments":{}}"#,
+                "missing key `call_id`",
+            ),
+            (
+                r#"{"kind":"tool","call_id":"c","arguments":{}}"#,
+                "missing key `name`",
+            ),
+            (
+                r#"{"kind":"tool","call_id":"c","name":"n"}"#,
+                "missing key `arguments`",
+            ),
+            (r#"{"text":"a"}"#, "missing key `kind`"),
+            (r#"{"kind":"other"}"#, "`kind` must be"),
+            (r#"{"kind":"final","text":1}"#, "`text` must be a string"),
+            (
+                r#"{"kind":"final","text":"  "}"#,
+                "`text` must not be empty",
+            ),
+            (
+                r#"{"kind":"tool","call_id":"1c","name":"n","arguments":{}}"#,
+                "`call_id` starts with",
+            ),
+            (
+                r#"{"kind":"tool","call_id":"c","name":"n m","arguments":{}}"#,
+                "`name` holds a character",
+            ),
+            (
+                r#"{"kind":"tool","call_id":"c","name":"n","arguments":[]}"#,
+                "`arguments` must be a JSON object",
+            ),
+            (
+                r#"{"kind":"tool","call_id":"c","name":"n","arguments":{"9":1}}"#,
+                "argument 0: key starts with",
+            ),
+            (
+                r#"{"kind":"tool","call_id":"c","name":"n","arguments":{"a":{}}}"#,
+                "argument 0: must be a string",
+            ),
+            ("{", "not acceptable JSON"),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for (json, words) in cases {
+            let text = said(json);
+            assert!(text.contains(words), "{json}: {text}");
+            assert!(seen.insert(text.clone()), "{json}: said twice: {text}");
+        }
+    }
+
+    /// `SPEC A1`: an owned tool call's arguments say whether there are any.
+    #[test]
+    fn arguments_say_whether_they_are_empty() {
+        let arguments = |json: &str| match parse(json) {
+            Ok(Action::Tool(call)) => call.arguments,
+            other => panic!("{other:?}"),
+        };
+        let none = arguments(r#"{"kind":"tool","call_id":"c","name":"n","arguments":{}}"#);
+        assert!(none.is_empty());
+        assert_eq!(none.len(), 0);
+        let one = arguments(r#"{"kind":"tool","call_id":"c","name":"n","arguments":{"a":1}}"#);
+        assert!(!one.is_empty());
+        assert_eq!(one.len(), 1);
+    }
+
     #[test]
     fn seed_example_tool_action_is_an_independent_copy() {
         let mut proposal = std::string::String::from(

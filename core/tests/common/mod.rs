@@ -1,6 +1,5 @@
 //! What the core's integration tests share.
 
-
 use budgetgate_core::link;
 
 /// `payload` sealed as one frame line: `*`, its CRC-32 in eight upper-case
