@@ -236,29 +236,48 @@ fn table(out: &mut String, entry: &ListedLedger) {
             return;
         }
     };
+    // One row per limit in use and per tool cap: a label (in the unit the
+    // figures are shown in), a bar, used / most; the labels padded to the
+    // longest, so the bars line up.
+    let mut rows: Vec<(String, String, String, String)> = Vec::new();
     for limit in Limit::ALL {
         let (used, max) = (ledger.used(limit), ledger.max(limit));
         if max.is_none() && used == 0 {
             continue;
         }
-        let _ = writeln!(
-            out,
-            "    {:<15} {} {:>12} / {}",
-            limit.key(),
+        rows.push((
+            label(limit).to_owned(),
             bar(used, max),
             figure(limit, used),
-            max.map_or("no limit".into(), |m| figure(limit, m))
-        );
+            max.map_or("no limit".into(), |m| figure(limit, m)),
+        ));
     }
     for cap in ledger.caps() {
-        let _ = writeln!(
-            out,
-            "    {:<15} {} {:>12} / {}",
+        rows.push((
             format!("{} calls", safe(cap.name())),
             bar(u64::from(cap.used()), Some(u64::from(cap.max()))),
-            cap.used(),
-            cap.max()
-        );
+            cap.used().to_string(),
+            cap.max().to_string(),
+        ));
+    }
+    let width = rows
+        .iter()
+        .map(|r| r.0.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(15);
+    for (label, bar, used, max) in rows {
+        let _ = writeln!(out, "    {label:<width$} {bar} {used:>12} / {max}");
+    }
+}
+
+/// A limit's row label in the table: its key, but for the two shown in
+/// other units than the ledger counts (seconds, dollars).
+fn label(limit: Limit) -> &'static str {
+    match limit {
+        Limit::Millis => "time",
+        Limit::CostMicros => "cost",
+        other => other.key(),
     }
 }
 

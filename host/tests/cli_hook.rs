@@ -995,3 +995,46 @@ fn processes_opening_a_new_ledger_at_once_all_decide() {
         }
     }
 }
+
+/// `ledger list`'s table: a row per limit in use and per tool cap, the time
+/// and cost rows labelled in the units they are shown in (seconds,
+/// dollars), and every bar in the same column, however long a tool's name.
+#[test]
+fn the_ledger_table_labels_its_units_and_lines_up_its_bars() {
+    let s = Setup::new(
+        "[budget]\nmax_seconds = 3600\nmax_cost_usd = 5\n[prices.claude-opus-4-5]\ninput = 5.0\noutput = 25.0\n[tools]\nmax_calls = { a_rather_long_tool_name = 2 }\n",
+    );
+    assert_eq!(
+        decision(&s.run(&s.pre("a_rather_long_tool_name", json!({}), "t1"))),
+        "none"
+    );
+    let out = Command::new(bin())
+        .args(["ledger", "list", "--state"])
+        .arg(s.path("state"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("    ")).collect();
+    let labels: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r.split_whitespace().next())
+        .collect();
+    assert!(
+        labels.contains(&"time") && labels.contains(&"cost"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("time_ms") && !text.contains("cost_micro_usd"),
+        "{text}"
+    );
+    assert!(text.contains("a_rather_long_tool_name calls"), "{text}");
+    // Characters, not bytes: the bars are multi-byte.
+    let column = |r: &str, of: &[char]| r.chars().position(|c| of.contains(&c));
+    let bar_at: Vec<usize> = rows.iter().filter_map(|r| column(r, &['█', '░'])).collect();
+    assert!(bar_at.len() >= 3, "{text}");
+    assert!(bar_at.windows(2).all(|w| w[0] == w[1]), "{text}");
+    let slash_at: Vec<usize> = rows.iter().filter_map(|r| column(r, &['/'])).collect();
+    assert_eq!(slash_at.len(), rows.len(), "{text}");
+    assert!(slash_at.windows(2).all(|w| w[0] == w[1]), "{text}");
+}
