@@ -64,6 +64,9 @@ pub struct ToolCall<'a> {
     pub call_id: &'a str,
     /// How the id is named to the model (`the tool_use_id "toolu_1"`).
     pub shown_id: &'a str,
+    /// Where the id must be unique, as the refusal says it (`in this
+    /// session`; `on this connection` for MCP's request ids).
+    pub id_scope: &'a str,
 }
 
 /// How an attempt let through is counted.
@@ -468,7 +471,7 @@ pub fn decide_tool_call(
         }
         return Ok(Verdict::Refuse(Refusal::new(
             RefusalReason::DuplicateCallId,
-            &format!("{} was already used in this session", call.shown_id),
+            &format!("{} was already used {}", call.shown_id, call.id_scope),
         )));
     }
     let verdict = decide_new_call(tx, cx, ledgers, call, fingerprint, counting)?;
@@ -641,6 +644,7 @@ mod tests {
                     input: &input,
                     call_id: id,
                     shown_id: &shown,
+                    id_scope: "in this session",
                 };
                 let cx = Context {
                     session: "s",

@@ -550,6 +550,7 @@ fn decide_call(
         input: &call.input,
         call_id: &call.id,
         shown_id: &shown_id,
+        id_scope: "in this session",
     };
     let cx = gate::Context {
         session: &event.session_id,

@@ -995,6 +995,9 @@ impl<G: CallGate> Proxy<G> {
             input: arguments,
             call_id: &key,
             shown_id: &shown_id,
+            // The key holds the connection: a client numbers its requests
+            // afresh on each connection.
+            id_scope: "on this connection",
         };
         let verdict = match self.gate.decide(&call, now) {
             Ok(v) => v,
@@ -2226,8 +2229,17 @@ mod tests {
         let spelled = br#"{"jsonrpc":"2.0","id":"\u0061","method":"tools/call","params":{"name":"echo","arguments":{"m":6}}}"#;
         assert_eq!(server(&p.on_client(spelled, T0)).len(), 1);
         let again = br#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"echo","arguments":{"m":7}}}"#;
-        let reason = &client(&p.on_client(again, T0))[0]["result"]["_meta"]["budgetgate"]["reason"];
-        assert_eq!(reason, "duplicate-call-id");
+        let refused = &client(&p.on_client(again, T0))[0]["result"];
+        assert_eq!(
+            refused["_meta"]["budgetgate"]["reason"],
+            "duplicate-call-id"
+        );
+        // Said to be unique where it is: on the connection.
+        let text = refused["content"][0]["text"].as_str().unwrap_or("");
+        assert!(
+            text.contains("the request id \"a\" was already used on this connection"),
+            "{text}"
+        );
         let answered = br#"{"jsonrpc":"2.0","id":"a","result":{"content":[]}}"#;
         assert_eq!(client(&p.on_server(answered, T0)).len(), 1);
         assert_eq!(
