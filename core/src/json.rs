@@ -980,6 +980,25 @@ mod tests {
         }
     }
 
+    /// The fast path's bounds (`SPEC A1` numbers read exactly): trailing
+    /// zeros of a long mantissa are dropped against a negative scale, so
+    /// `12.300000000000000000` is read by it; a mantissa of exactly 2^53 is
+    /// still exact, one more is not (the exact parser then reads it).
+    #[test]
+    fn the_fast_path_drops_trailing_zeros_and_stops_just_past_2_53() {
+        assert_eq!(exact_product(12_300_000_000_000_000_000, -18), Some(12.3));
+        assert_eq!(fast_float("12.300000000000000000"), Ok(12.3));
+        assert_eq!(exact_product(1 << 53, 0), Some(9_007_199_254_740_992.0));
+        assert_eq!(fast_float("9007199254740992"), Ok(9_007_199_254_740_992.0));
+        assert_eq!(exact_product((1 << 53) + 1, 0), None);
+        assert_eq!(
+            fast_float("9007199254740993"),
+            Err(JsonError::FloatPrecision)
+        );
+        assert_eq!(exact_product(0, -5), Some(0.0));
+        assert_eq!(exact_product(5, 23), None);
+    }
+
     /// Each reader error says what is wrong, in its own words.
     #[test]
     fn each_json_error_says_what_is_wrong() {
