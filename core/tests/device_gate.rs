@@ -1187,3 +1187,24 @@ fn the_device_gates_errors_say_what_failed() {
     let console: IoError<&str, &str> = IoError::Console("full");
     assert_eq!(console.to_string(), "console write failed: \"full\"");
 }
+
+/// The console's settings reach the gate's clocks, and `timing` reads them
+/// back (`SPEC C`: the time budget and the approval timeout; the dead-man
+/// switch).
+#[test]
+fn the_clocks_settings_are_read_back_as_set() {
+    let mut device = Device::boot();
+    let gate = &mut device.gate;
+    assert_eq!(gate.timing(), Timing::DEFAULT);
+    gate.set_approval_timeout(5_000);
+    gate.set_time_budget(7_000);
+    gate.set_dead_man(9_000);
+    assert_eq!(
+        gate.timing(),
+        Timing {
+            time_budget_ms: 7_000,
+            approval_timeout_ms: 5_000,
+            dead_man_ms: 9_000,
+        }
+    );
+}

@@ -434,3 +434,55 @@ fn run_numbers_and_attempts_go_on_after_a_resume() {
         .expect("the operator may start a new run");
     assert_eq!(back.gate.snapshot(0).expect("a run").run, 2);
 }
+
+/// The audit log names each refusal by its own word (issue 15, audit
+/// trail): arguments that break the tool's signature `invalid-arguments`,
+/// an operator's refusal `approval-denied`, an approval that came after the
+/// run's time budget `time-budget`; nothing moved for any of them.
+#[test]
+fn each_refusal_is_audited_with_its_own_word() {
+    let timing = Timing {
+        time_budget_ms: 10_000,
+        approval_timeout_ms: 60_000,
+        ..Timing::DEFAULT
+    };
+    let mut device = Device::boot(timing);
+    device
+        .gate
+        .start(RunLimits::new(8, 4).expect("budgets"), 0)
+        .expect("start");
+    let bad = device.request(
+        r#"PROPOSE {"kind":"tool","call_id":"c1","name":"HassTurnOn","arguments":{"name":"door"}}"#,
+    );
+    assert!(bad.contains(r#""data":"invalid-arguments""#), "{bad}");
+    device.valve("c2");
+    let (mut agent, mut console) = (Vec::new(), Vec::new());
+    device
+        .gate
+        .on_answer(Answer::Deny, 1_000, &mut agent, &mut console)
+        .expect("a Vec takes every byte");
+    device.valve("c3");
+    device
+        .gate
+        .on_answer(Answer::Approve, 20_000, &mut agent, &mut console)
+        .expect("a Vec takes every byte");
+    let refused: Vec<(&str, &str)> = device
+        .gate
+        .actuators()
+        .entries
+        .iter()
+        .filter(|e| !matches!(e.verdict, AuditVerdict::Started | AuditVerdict::Asking))
+        .map(|e| (e.call_id.as_str(), e.verdict.as_str()))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            ("c1", "invalid-arguments"),
+            ("c2", "approval-denied"),
+            ("c3", "time-budget"),
+            // Then the run's own stop, on its time budget.
+            ("", "time-budget"),
+        ]
+    );
+    assert!(!device.gate.actuators().valve && !device.gate.actuators().lamp);
+}
