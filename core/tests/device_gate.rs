@@ -1208,3 +1208,101 @@ fn the_clocks_settings_are_read_back_as_set() {
         }
     );
 }
+
+/// Physical approval (issue 15): a key pressed while the other is already
+/// held answers nothing, whichever is held (no guess between the two); once
+/// the held one is released, a press answers again.
+#[test]
+fn a_key_pressed_while_the_other_is_held_answers_nothing() {
+    use budgetgate_core::device::ApprovalKeys;
+    for approve_held in [true, false] {
+        let mut keys = ApprovalKeys::new(20);
+        // Both seen up, then one held down long past its debounce.
+        let sample = |keys: &mut ApprovalKeys, held: bool, pressed: bool, t: u64| {
+            if approve_held {
+                keys.sample(held, pressed, t)
+            } else {
+                keys.sample(pressed, held, t)
+            }
+        };
+        assert_eq!(sample(&mut keys, false, false, 0), None);
+        assert_eq!(sample(&mut keys, false, false, 30), None);
+        let held_answer = [(40, true), (70, true)]
+            .into_iter()
+            .filter_map(|(t, level)| sample(&mut keys, level, false, t))
+            .last();
+        let expected = if approve_held {
+            Answer::Approve
+        } else {
+            Answer::Deny
+        };
+        assert_eq!(held_answer, Some(expected), "the held key's own press");
+        // The other pressed, steady past its debounce, the first still down.
+        assert_eq!(sample(&mut keys, true, true, 80), None);
+        assert_eq!(
+            sample(&mut keys, true, true, 110),
+            None,
+            "approve_held {approve_held}"
+        );
+        assert_eq!(sample(&mut keys, true, true, 200), None);
+        // The held key released: the other, pressed again, answers.
+        assert_eq!(sample(&mut keys, false, false, 300), None);
+        assert_eq!(sample(&mut keys, false, false, 330), None);
+        assert_eq!(sample(&mut keys, false, true, 340), None);
+        let other = if approve_held {
+            Answer::Deny
+        } else {
+            Answer::Approve
+        };
+        assert_eq!(sample(&mut keys, false, true, 370), Some(other));
+    }
+}
+
+/// Issue 15 (duty windows): an actuator whose device maker did not write
+/// `safe_state_of` is still driven safe when its window is spent: the
+/// default drives every actuator to its safe state.
+#[test]
+fn a_spent_window_drives_the_actuator_safe_through_the_default() {
+    /// One valve; only `safe_state`, not `safe_state_of`.
+    struct Valve(bool);
+    static ONE: [ToolSpec; 1] = [ToolSpec {
+        name: "HassValveOpen",
+        description: "valve open",
+        params: &[],
+        needs_approval: false,
+    }];
+    impl Actuators for Valve {
+        type Result = &'static str;
+        fn execute(&mut self, _: usize, _: &ArgumentsRef<'_>) -> Result<&'static str, ToolFailure> {
+            self.0 = true;
+            Ok("open")
+        }
+        fn safe_state(&mut self) {
+            self.0 = false;
+        }
+        fn read_back(&mut self) -> u32 {
+            u32::from(self.0)
+        }
+        fn switches(&self, _: usize, _: &ArgumentsRef<'_>) -> Switch {
+            Switch::On(0)
+        }
+    }
+    let tools = ToolTable::new(&ONE).expect("the tool table");
+    let mut gate: DeviceGate<Valve, 1> = DeviceGate::new(Valve(false), tools, Timing::DEFAULT);
+    gate.set_duty_window(0, 1_000, 100).expect("a window");
+    gate.start(RunLimits::DEFAULT, 0).expect("start");
+    let (mut agent, mut console) = (Vec::new(), Vec::new());
+    let open = r#"PROPOSE {"kind":"tool","call_id":"v1","name":"HassValveOpen","arguments":{}}"#;
+    let mut rx: FrameDecoder = FrameDecoder::new();
+    for &b in &frame(open.as_bytes()) {
+        if let Some(f) = rx.push(b) {
+            gate.on_frame(f, 0, &mut agent, &mut console)
+                .expect("a Vec");
+        }
+    }
+    assert!(gate.actuators().0, "open");
+    gate.poll(99, &mut agent, &mut console).expect("a Vec");
+    assert!(gate.actuators().0, "still within its window");
+    gate.poll(100, &mut agent, &mut console).expect("a Vec");
+    assert!(!gate.actuators().0, "closed at its most on-time");
+}
