@@ -128,6 +128,11 @@ pub struct Stopped {
     pub reason: String,
     /// The reason in words.
     pub detail: String,
+    /// Whether a budget of the gate stopped the run (else the recorded
+    /// response's own stop reason ended it). Not in `--json`: `reason`
+    /// says which.
+    #[serde(skip)]
+    pub by_budget: bool,
 }
 
 /// A budget passed by the run the gate let happen (`SPEC C`, after-the-fact
@@ -498,6 +503,7 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                         turn: Some(index),
                         reason: e.reason.as_str().to_owned(),
                         detail: e.to_string(),
+                        by_budget: true,
                     });
                     row.outcome = "stopped before this call".into();
                 }
@@ -648,6 +654,7 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                             stopped = Some(Stopped {
                                 turn: Some(index),
                                 reason: reason.as_str().to_owned(),
+                                by_budget: false,
                                 detail: match &turn.cut_off {
                                     Some(why) => format!(
                                         "{why}: the reply is cut off, its calls never run, and the run ends with status error as for max_tokens"
@@ -718,6 +725,7 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
             stopped = Some(Stopped {
                 turn: None,
                 reason: "tokens".into(),
+                by_budget: true,
                 detail: format!(
                     "token limit ({} of {}) reached at a turn the recording cannot tell (run totals only)",
                     total.total(),
@@ -918,6 +926,7 @@ fn end_of_recording(
         *stopped = Some(Stopped {
             turn: Some(session.turns.len()),
             reason: e.reason.as_str().to_owned(),
+            by_budget: true,
             detail: format!(
                 "{e}: the recording ends after a tool turn, and the next model call, which must send the tool results back, would be refused"
             ),

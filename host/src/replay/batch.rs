@@ -6,7 +6,6 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use budgetgate_core::turn::ExhaustReason;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use serde_json::{Map, Value};
@@ -112,18 +111,6 @@ fn progress_bar(files: &[PathBuf]) -> ProgressBar {
     bar
 }
 
-/// The reasons of [`crate::replay::Stopped`] that are the gate's; any other
-/// is the recorded response's own stop reason.
-const GATE_STOPS: [ExhaustReason; 7] = [
-    ExhaustReason::Steps,
-    ExhaustReason::Tokens,
-    ExhaustReason::Time,
-    ExhaustReason::Cost,
-    ExhaustReason::Unpriced,
-    ExhaustReason::TokenReserve,
-    ExhaustReason::Closed,
-];
-
 /// Replays `files` in parallel and writes the summary (or JSON Lines) to
 /// `out`; a progress bar goes to standard error when it is a terminal
 /// ([`progress_bar`]). Returns the exit status: 2 if any recording cannot
@@ -202,7 +189,7 @@ pub fn run(
                     let stopped = r.stopped.as_ref().map(|s| {
                         let place = r.stop_place(s);
                         let reason = terminal_safe(&s.reason);
-                        if GATE_STOPS.iter().any(|g| g.as_str() == s.reason) {
+                        if s.by_budget {
                             format!("stopped {place}: {reason}")
                         } else {
                             format!("ended {place}: the response's stop_reason {reason}")

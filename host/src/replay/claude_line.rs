@@ -44,35 +44,42 @@ pub(super) const LINE_KEYS: [&str; 8] = [
 /// The keys of a line's `message` that its reader reads.
 pub(super) const MESSAGE_KEYS: [&str; 5] = ["id", "model", "usage", "stop_reason", "content"];
 
-/// The visits of a pruning visitor that build the value whole, as
-/// [`UniqueKeysVisitor`] does: every JSON value but objects and arrays.
-macro_rules! scalars_as_values {
-    () => {
+/// The visits of a pruning visitor for every JSON value but an object: the
+/// value built whole, as [`UniqueKeysVisitor`] builds it, and handed to
+/// `$wrap` ([`whole`] for a visitor of [`Value`]s; a line or a message that
+/// is not an object is held whole by its own).
+macro_rules! non_objects_as_values {
+    ($out:ty, $wrap:expr) => {
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("a JSON value")
         }
-        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
-            UniqueKeysVisitor.visit_bool(v)
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<$out, E> {
+            $wrap(UniqueKeysVisitor.visit_bool(v)?)
         }
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-            UniqueKeysVisitor.visit_i64(v)
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<$out, E> {
+            $wrap(UniqueKeysVisitor.visit_i64(v)?)
         }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-            UniqueKeysVisitor.visit_u64(v)
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<$out, E> {
+            $wrap(UniqueKeysVisitor.visit_u64(v)?)
         }
-        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-            UniqueKeysVisitor.visit_f64(v)
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<$out, E> {
+            $wrap(UniqueKeysVisitor.visit_f64(v)?)
         }
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
-            UniqueKeysVisitor.visit_str(v)
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<$out, E> {
+            $wrap(UniqueKeysVisitor.visit_str(v)?)
         }
-        fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
-            UniqueKeysVisitor.visit_string(v)
+        fn visit_string<E: de::Error>(self, v: String) -> Result<$out, E> {
+            $wrap(UniqueKeysVisitor.visit_string(v)?)
         }
-        fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
-            UniqueKeysVisitor.visit_unit()
+        fn visit_unit<E: de::Error>(self) -> Result<$out, E> {
+            $wrap(UniqueKeysVisitor.visit_unit()?)
         }
     };
+}
+
+/// A value kept as it was built.
+fn whole<E>(value: Value) -> Result<Value, E> {
+    Ok(value)
 }
 
 /// One Claude Code line: of the top-level keys, those in [`LINE_KEYS`]
@@ -210,9 +217,6 @@ fn other_line<E>(value: Value) -> Result<ClaudeLine, E> {
 
 impl<'de> Visitor<'de> for LineVisitor {
     type Value = ClaudeLine;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ClaudeLine, A::Error> {
         let mut line = ClaudeLine::default();
         let mut message_seen = false;
@@ -247,27 +251,7 @@ impl<'de> Visitor<'de> for LineVisitor {
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ClaudeLine, A::Error> {
         other_line(UniqueKeysVisitor.visit_seq(seq)?)
     }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<ClaudeLine, E> {
-        other_line(Value::Bool(v))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<ClaudeLine, E> {
-        other_line(Value::from(v))
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<ClaudeLine, E> {
-        other_line(Value::from(v))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<ClaudeLine, E> {
-        other_line(UniqueKeysVisitor.visit_f64(v)?)
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<ClaudeLine, E> {
-        other_line(Value::String(v.to_owned()))
-    }
-    fn visit_string<E: de::Error>(self, v: String) -> Result<ClaudeLine, E> {
-        other_line(Value::String(v))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<ClaudeLine, E> {
-        other_line(Value::Null)
-    }
+    non_objects_as_values!(ClaudeLine, other_line);
 }
 
 /// `message`: of its keys, [`MESSAGE_KEYS`], its `content` blocks pruned.
@@ -276,8 +260,7 @@ struct MessageSeed;
 impl<'de> DeserializeSeed<'de> for MessageSeed {
     type Value = ClaudeMessage;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<ClaudeMessage, D::Error> {
-        let value = d.deserialize_any(MessageVisitor)?;
-        Ok(value)
+        d.deserialize_any(MessageVisitor)
     }
 }
 
@@ -293,9 +276,6 @@ fn other_message<E>(value: Value) -> Result<ClaudeMessage, E> {
 
 impl<'de> Visitor<'de> for MessageVisitor {
     type Value = ClaudeMessage;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ClaudeMessage, A::Error> {
         let mut message = ClaudeMessage::default();
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
@@ -317,27 +297,7 @@ impl<'de> Visitor<'de> for MessageVisitor {
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ClaudeMessage, A::Error> {
         other_message(UniqueKeysVisitor.visit_seq(seq)?)
     }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<ClaudeMessage, E> {
-        other_message(Value::Bool(v))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<ClaudeMessage, E> {
-        other_message(Value::from(v))
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<ClaudeMessage, E> {
-        other_message(Value::from(v))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<ClaudeMessage, E> {
-        other_message(UniqueKeysVisitor.visit_f64(v)?)
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<ClaudeMessage, E> {
-        other_message(Value::String(v.to_owned()))
-    }
-    fn visit_string<E: de::Error>(self, v: String) -> Result<ClaudeMessage, E> {
-        other_message(Value::String(v))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<ClaudeMessage, E> {
-        other_message(Value::Null)
-    }
+    non_objects_as_values!(ClaudeMessage, other_message);
 }
 
 /// `message.content`: an array of blocks, each pruned; anything else whole.
@@ -364,7 +324,7 @@ impl<'de> Visitor<'de> for ContentVisitor {
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Value, A::Error> {
         UniqueKeysVisitor.visit_map(map)
     }
-    scalars_as_values!();
+    non_objects_as_values!(Value, whole);
 }
 
 /// The keys a block of `type` loses.
@@ -416,7 +376,7 @@ impl<'de> Visitor<'de> for BlockVisitor {
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
         UniqueKeysVisitor.visit_seq(seq)
     }
-    scalars_as_values!();
+    non_objects_as_values!(Value, whole);
 }
 
 /// Calls `seen` with each top-level key of the JSON object `text` (and the
