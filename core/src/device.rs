@@ -532,7 +532,7 @@ struct Pending {
     deadline_ms: u64,
 }
 
-type Frame<'a, R> = Reply<'a, Data<&'a R>>;
+type Frame<'a, R> = Reply<&'a str, Data<&'a R>>;
 
 /// The observation reply of `call`, round `step` of run `run`
 /// (`retry_after_ms`: with `duty-limit` only).

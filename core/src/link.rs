@@ -267,11 +267,18 @@ impl<'a> Request<'a> {
     }
 }
 
-/// A reply from the device, written with [`write_frame`]. `D` is the
-/// observation data's type.
+/// A reply from the device, written with [`write_frame`]: the one schema of
+/// the protocol's replies (`docs/PROTOCOL.md`, "Replies"), which the device
+/// writes and the host reads. `S` is the type of its words and names (the
+/// device writes `&str`; the host reads `String`), `D` the observation
+/// data's type (the host reads a `serde_json::Value`). With the `alloc`
+/// feature it is also `Deserialize` (serde reads an internally tagged enum
+/// through a buffer that needs an allocator); fields it does not know are
+/// ignored, as the protocol asks.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[cfg_attr(feature = "alloc", derive(serde::Deserialize))]
 #[serde(tag = "type", rename_all = "kebab-case")]
-pub enum Reply<'a, D: Serialize> {
+pub enum Reply<S, D> {
     /// A tool round: what was observed (`SPEC A2` observation plus trace row).
     Observation {
         /// The run this round belongs to (the console's run number, from 1).
@@ -279,9 +286,9 @@ pub enum Reply<'a, D: Serialize> {
         /// Round number from 0.
         step: u8,
         /// The call id.
-        call_id: &'a str,
+        call_id: S,
         /// The tool name.
-        name: &'a str,
+        name: S,
         /// Whether the tool ran.
         executed: bool,
         /// Whether `data` is the tool's result.
@@ -292,7 +299,7 @@ pub enum Reply<'a, D: Serialize> {
         /// With `duty-limit` only: in how many ms the actuator's duty window
         /// lets it go on again (absent when it never does: a window that
         /// allows no on-time). Omitted from every other observation.
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_after_ms: Option<u32>,
     },
     /// The run stopped in this round with `status`.
@@ -303,14 +310,14 @@ pub enum Reply<'a, D: Serialize> {
         step: u8,
         /// `final`, `policy-error`, `duplicate-call`, `tool-budget`,
         /// `decision-budget`, or `time-budget`.
-        status: &'a str,
+        status: S,
     },
     /// A request that consumed no decision was refused.
     Error {
         /// What went wrong (`frame-too-long`, `bad-checksum`,
         /// `missing-checksum`, `malformed-checksum`, `unknown-request`, `not-permitted`, `no-run`,
         /// `run-stopped`, `storage-error`; `internal-error` only for a device bug).
-        error: &'a str,
+        error: S,
     },
     /// The run's counters.
     Status {
@@ -326,7 +333,7 @@ pub enum Reply<'a, D: Serialize> {
         max_tool_calls: u8,
         /// `idle` (no run started yet), `running`, or the status the run
         /// stopped with (including `time-budget`).
-        state: &'a str,
+        state: S,
         /// The actuators as read back from the hardware, one bit each; 0 is
         /// every actuator in its safe state (the reference firmware: bit 0
         /// the lamp on, bit 1 the valve open).
@@ -443,7 +450,7 @@ mod tests {
     #[test]
     fn replies_are_sealed_compact_json() {
         let mut buf = [0u8; 256];
-        let reply: Reply<'_, ()> = Reply::Stopped {
+        let reply: Reply<&str, ()> = Reply::Stopped {
             run: 1,
             step: 2,
             status: "final",

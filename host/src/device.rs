@@ -21,11 +21,11 @@
 //! Every text printed from a script or a device goes through
 //! [`terminal_safe`] (or, for `--json`, [`json_terminal_safe`]).
 //!
-//! The host reads replies into its own [`DeviceReply`] (owned strings, serde
-//! `Deserialize`); the device writes them with the core's [`link::Reply`]
-//! (borrowed, `Serialize` only): borrowing cannot read a string with escapes.
-//! A test writes every core reply and reads it back here, so the two schemas
-//! cannot drift apart.
+//! Replies have one schema, the core's [`link::Reply`]: the device writes it
+//! with borrowed words (`Reply<&str, _>`), the host reads it with owned ones
+//! ([`DeviceReply`], `Reply<String, Value>`: an owned string can hold what a
+//! peer escaped). A test writes every kind of reply with the core's codec
+//! and reads it back here.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -209,71 +209,10 @@ impl Port for Box<dyn serialport::SerialPort> {
     }
 }
 
-/// A reply of the device (`docs/PROTOCOL.md`, "Replies"); fields it does not
-/// know are ignored, as the protocol asks.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(tag = "type", rename_all = "kebab-case")]
-pub enum DeviceReply {
-    /// A tool round was decided.
-    Observation {
-        /// The run it was decided in.
-        run: u32,
-        /// Round number from 0.
-        step: u8,
-        /// The call id.
-        call_id: String,
-        /// The tool name.
-        name: String,
-        /// Whether the tool ran.
-        executed: bool,
-        /// Whether `data` is the tool's result.
-        ok: bool,
-        /// The result, or an error word.
-        data: Value,
-        /// With `duty-limit`: in how many ms the actuator's duty window
-        /// lets it go on again (`docs/PROTOCOL.md`); absent otherwise.
-        #[serde(default)]
-        retry_after_ms: Option<u64>,
-    },
-    /// The run stopped in this round.
-    Stopped {
-        /// The run that stopped.
-        run: u32,
-        /// Round number from 0.
-        step: u8,
-        /// The stop status.
-        status: String,
-    },
-    /// The request used no decision and was refused.
-    Error {
-        /// The error word.
-        error: String,
-    },
-    /// The run's counters.
-    Status {
-        /// The run's number (0: no run yet).
-        run: u32,
-        /// Decision rounds used.
-        decisions: u8,
-        /// Most decision rounds.
-        max_decisions: u8,
-        /// Tool attempts used.
-        tool_attempts: u8,
-        /// Most tool attempts.
-        max_tool_calls: u8,
-        /// `idle`, `running` or the stop status.
-        state: String,
-        /// The actuator register read back (0: all in the safe state).
-        actuators: u32,
-    },
-    /// The protocol version and frame limit.
-    Hello {
-        /// Protocol version.
-        protocol: u32,
-        /// Most bytes of a frame.
-        frame_max: usize,
-    },
-}
+/// A reply of the device (`docs/PROTOCOL.md`, "Replies"): the core's one
+/// reply schema ([`link::Reply`]), read with owned words and the data as a
+/// JSON value; fields it does not know are ignored, as the protocol asks.
+pub type DeviceReply = link::Reply<String, Value>;
 
 /// A reply as received: its payload text and what it says.
 #[derive(Debug, Clone, PartialEq)]
@@ -2210,11 +2149,34 @@ mod tests {
         );
     }
 
-    /// The host reads every reply the core's codec writes (the device's
-    /// schema), field for field.
+    /// Issue 11 (the host's reply schema is the core's): the host reads
+    /// every kind of reply the core's codec writes, field for field, a
+    /// duty refusal's `retry_after_ms` included.
     #[test]
     fn every_reply_the_core_writes_is_read_by_the_host() {
-        let cases: Vec<(link::Reply<'_, i64>, DeviceReply)> = vec![
+        let cases: Vec<(link::Reply<&str, i64>, DeviceReply)> = vec![
+            (
+                link::Reply::Observation {
+                    run: 1,
+                    step: 3,
+                    call_id: "v2",
+                    name: "HassValveOpen",
+                    executed: false,
+                    ok: false,
+                    data: 0,
+                    retry_after_ms: Some(570_001),
+                },
+                DeviceReply::Observation {
+                    run: 1,
+                    step: 3,
+                    call_id: "v2".into(),
+                    name: "HassValveOpen".into(),
+                    executed: false,
+                    ok: false,
+                    data: Value::from(0),
+                    retry_after_ms: Some(570_001),
+                },
+            ),
             (
                 link::Reply::Observation {
                     run: 3,
@@ -2291,6 +2253,39 @@ mod tests {
             let n = link::write_frame(&mut buf, &written).unwrap();
             let payload = link::verify(&buf[..n - 1]).unwrap();
             assert_eq!(parse_reply(payload).unwrap().reply, read);
+        }
+    }
+
+    /// Issue 11 and `docs/PROTOCOL.md` ("Replies"): read with the core's
+    /// schema, a reply's unknown fields are ignored, an escaped word is read
+    /// (owned), and a reply that breaks the schema — an unknown type, a
+    /// missing field, a `retry_after_ms` past the protocol's 32 bits — is
+    /// a protocol error, never a reply.
+    #[test]
+    fn replies_are_read_by_the_core_schema_and_refused_outside_it() {
+        let r = parse_reply(
+            br#"{"type":"stopped","run":2,"step":0,"status":"fin\u0061l","extra":[1]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            r.reply,
+            DeviceReply::Stopped {
+                run: 2,
+                step: 0,
+                status: "final".into()
+            }
+        );
+        for bad in [
+            &br#"{"type":"stopping","run":2,"step":0,"status":"final"}"#[..],
+            br#"{"type":"stopped","run":2,"status":"final"}"#,
+            br#"{"type":"observation","run":1,"step":3,"call_id":"v2","name":"n","executed":false,"ok":false,"data":"duty-limit","retry_after_ms":4294967296}"#,
+            br#"{"type":"hello","protocol":-1,"frame_max":1024}"#,
+        ] {
+            assert!(
+                matches!(parse_reply(bad), Err(DeviceError::Protocol(_))),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
