@@ -241,6 +241,51 @@ pub(crate) fn hex4(bytes: &[u8], at: usize) -> Option<u16> {
     })
 }
 
+/// The escape whose backslash is at `at` in `bytes`: the character it
+/// stands for and how many bytes it takes (2; 6 for `\uXXXX`; 12 for a
+/// surrogate pair). The one place the escape rules live (`SPEC A1`), for
+/// the reader, the action scanner and the decoding of validated strings:
+/// an unknown escape, a `\u` without four hex digits, and a lone surrogate
+/// (a high one not followed by `\u` and a low one, or a low one first) are
+/// [`JsonError::InvalidEscape`].
+pub(crate) fn escape_at(bytes: &[u8], at: usize) -> Result<(char, usize), JsonError> {
+    let c = match bytes.get(at.saturating_add(1)) {
+        Some(b'"') => '"',
+        Some(b'\\') => '\\',
+        Some(b'/') => '/',
+        Some(b'b') => '\u{8}',
+        Some(b'f') => '\u{c}',
+        Some(b'n') => '\n',
+        Some(b'r') => '\r',
+        Some(b't') => '\t',
+        Some(b'u') => {
+            let unit = hex4(bytes, at.saturating_add(2)).ok_or(JsonError::InvalidEscape)?;
+            let (code, used) = match unit {
+                0xD800..=0xDBFF => {
+                    let low = match (
+                        bytes.get(at.saturating_add(6)),
+                        bytes.get(at.saturating_add(7)),
+                    ) {
+                        (Some(b'\\'), Some(b'u')) => hex4(bytes, at.saturating_add(8)),
+                        _ => None,
+                    }
+                    .filter(|low| (0xDC00..=0xDFFF).contains(low))
+                    .ok_or(JsonError::InvalidEscape)?;
+                    let pair =
+                        0x10000 + ((u32::from(unit) - 0xD800) << 10) + (u32::from(low) - 0xDC00);
+                    (pair, 12)
+                }
+                0xDC00..=0xDFFF => return Err(JsonError::InvalidEscape),
+                _ => (u32::from(unit), 6),
+            };
+            let c = char::from_u32(code).ok_or(JsonError::InvalidEscape)?;
+            return Ok((c, used));
+        }
+        _ => return Err(JsonError::InvalidEscape),
+    };
+    Ok((c, 2))
+}
+
 /// The checks every document passes first, whatever reads it: no byte-order
 /// mark, valid UTF-8 throughout, not empty. Returns the text.
 pub(crate) fn check_document(bytes: &[u8]) -> Result<&str, JsonError> {
@@ -601,39 +646,8 @@ impl<'a, 'b> Reader<'a, 'b> {
                 i += run;
                 continue;
             }
-            let c = match raw.get(i + 1) {
-                Some(b'"') => '"',
-                Some(b'\\') => '\\',
-                Some(b'/') => '/',
-                Some(b'b') => '\u{8}',
-                Some(b'f') => '\u{c}',
-                Some(b'n') => '\n',
-                Some(b'r') => '\r',
-                Some(b't') => '\t',
-                Some(b'u') => {
-                    let unit = hex4(raw, i + 2).ok_or(JsonError::InvalidEscape)?;
-                    i += 6;
-                    let code = match unit {
-                        0xD800..=0xDBFF => {
-                            let low = match (raw.get(i), raw.get(i + 1)) {
-                                (Some(b'\\'), Some(b'u')) => hex4(raw, i + 2),
-                                _ => None,
-                            }
-                            .filter(|low| (0xDC00..=0xDFFF).contains(low))
-                            .ok_or(JsonError::InvalidEscape)?;
-                            i += 6;
-                            0x10000 + ((u32::from(unit) - 0xD800) << 10) + (u32::from(low) - 0xDC00)
-                        }
-                        0xDC00..=0xDFFF => return Err(JsonError::InvalidEscape),
-                        _ => u32::from(unit),
-                    };
-                    let c = char::from_u32(code).ok_or(JsonError::InvalidEscape)?;
-                    len += self.put_char(len, c)?;
-                    continue;
-                }
-                _ => return Err(JsonError::InvalidEscape),
-            };
-            i += 2;
+            let (c, used) = escape_at(raw, i)?;
+            i += used;
             len += self.put_char(len, c)?;
         }
         let decoded = self.scratch.get(..len).ok_or(JsonError::StringTooLong)?;
@@ -669,6 +683,97 @@ impl<'a, 'b> Reader<'a, 'b> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `SPEC A1` (issue 11: one escape rule): `escape_at` decodes every
+    /// escape JSON has, with its length, at any offset, and refuses an
+    /// unknown escape, a short or non-hex `\u`, and every lone surrogate.
+    #[test]
+    fn one_escape_rule_decodes_every_escape_and_refuses_lone_surrogates() {
+        let good: [(&str, char, usize); 13] = [
+            (r#"\""#, '"', 2),
+            (r"\\", '\\', 2),
+            (r"\/", '/', 2),
+            (r"\b", '\u{8}', 2),
+            (r"\f", '\u{c}', 2),
+            (r"\n", '\n', 2),
+            (r"\r", '\r', 2),
+            (r"\t", '\t', 2),
+            (r"\u00e9", 'é', 6),
+            (r"\u0000", '\0', 6),
+            (r"\uFFFF", '\u{FFFF}', 6),
+            (r"\uD83D\uDE00x", '😀', 12),
+            (r"\udbff\udfff", '\u{10FFFF}', 12),
+        ];
+        for (text, c, used) in good {
+            assert_eq!(escape_at(text.as_bytes(), 0), Ok((c, used)), "{text}");
+            let shifted = std::format!("ab{text}");
+            assert_eq!(
+                escape_at(shifted.as_bytes(), 2),
+                Ok((c, used)),
+                "{text} at 2"
+            );
+        }
+        for bad in [
+            r"\x",
+            r"\",
+            r"\u12",
+            r"\u12G4",
+            r"\uDE00",
+            r"\uDFFF\uDC00",
+            r"\uD83D",
+            r"\uD83Dx",
+            r"\uD83D\u0041",
+            r"\uD83D\uD83D",
+            r"\uD83D\uDE0",
+            r"\uD83D/uDE00",
+        ] {
+            assert_eq!(
+                escape_at(bad.as_bytes(), 0),
+                Err(JsonError::InvalidEscape),
+                "{bad}"
+            );
+        }
+    }
+
+    /// Issue 11 (one escape rule): the reader, the action scanner and the
+    /// decoding of a validated action string agree on every escape: the
+    /// same documents accepted, the same characters read.
+    #[test]
+    fn the_reader_and_the_action_scanner_read_escapes_alike() {
+        let texts = [
+            r"plain",
+            r#"q\"uote"#,
+            r"back\\slash",
+            r"\/\b\f\n\r\t",
+            r"caf\u00e9",
+            r"\uD83D\uDE00 smile",
+            r"\u0041\u00DF\u6771",
+            r"lone \uD83D",
+            r"low \uDC00 first",
+            r"bad \x",
+            r"short \u12",
+            r"\uD83D\u0041",
+        ];
+        for text in texts {
+            let string = std::format!("\"{text}\"");
+            let mut scratch = [0u8; 256];
+            let read =
+                Reader::new(string.as_bytes(), &mut scratch).and_then(|mut r| match r.next()? {
+                    Event::String(t) => Ok(std::string::String::from(t.as_str())),
+                    _ => Err(JsonError::Syntax),
+                });
+            let action = std::format!(r#"{{"kind":"final","text":"{text}"}}"#);
+            let scanned = crate::ActionRef::parse(action.as_bytes()).map(|a| match a {
+                crate::ActionRef::Final { text } => text.chars().collect::<std::string::String>(),
+                crate::ActionRef::Tool(_) => std::string::String::new(),
+            });
+            match (&read, &scanned) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{text}"),
+                (Err(_), Err(_)) => {}
+                _ => panic!("{text}: reader {read:?}, scanner {scanned:?}"),
+            }
+        }
+    }
 
     /// Reads a whole document, every event, then its end.
     fn read_all(bytes: &[u8]) -> Result<(), JsonError> {

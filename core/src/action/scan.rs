@@ -269,39 +269,12 @@ impl<'a> Scanner<'a> {
         Some(field)
     }
 
-    /// Checks the escape whose backslash is at the cursor and steps over it.
+    /// Checks the escape whose backslash is at the cursor and steps over it
+    /// (the one escape rule, [`json::escape_at`]).
     fn escape(&mut self) -> Result<(), JsonError> {
-        match self.bytes.get(self.at + 1) {
-            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
-                self.at += 2;
-                Ok(())
-            }
-            Some(b'u') => {
-                let unit = self.unit(self.at + 2)?;
-                self.at += 6;
-                match unit {
-                    0xDC00..=0xDFFF => Err(JsonError::InvalidEscape),
-                    0xD800..=0xDBFF => {
-                        let low = match (self.peek(), self.bytes.get(self.at + 1)) {
-                            (Some(b'\\'), Some(b'u')) => self.unit(self.at + 2)?,
-                            _ => return Err(JsonError::InvalidEscape),
-                        };
-                        if !(0xDC00..=0xDFFF).contains(&low) {
-                            return Err(JsonError::InvalidEscape);
-                        }
-                        self.at += 6;
-                        Ok(())
-                    }
-                    _ => Ok(()),
-                }
-            }
-            _ => Err(JsonError::InvalidEscape),
-        }
-    }
-
-    /// The four hex digits at `at`.
-    fn unit(&self, at: usize) -> Result<u16, JsonError> {
-        json::hex4(self.bytes, at).ok_or(JsonError::InvalidEscape)
+        let (_, used) = json::escape_at(self.bytes, self.at)?;
+        self.at += used;
+        Ok(())
     }
 
     /// A value other than a string, at the cursor. Numbers and literals must

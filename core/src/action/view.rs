@@ -161,30 +161,12 @@ impl Iterator for Chars<'_> {
             self.rest = it.as_str();
             return Some(c);
         }
-        let bytes = self.rest.as_bytes();
-        let (decoded, used) = match bytes.get(1) {
-            Some(b'u') => {
-                let unit = json::hex4(bytes, 2).map_or(0, u32::from);
-                if (0xD800..0xDC00).contains(&unit) {
-                    let low = json::hex4(bytes, 8).map_or(0, u32::from);
-                    (
-                        0x10000 + ((unit - 0xD800) << 10) + (low.wrapping_sub(0xDC00) & 0x3FF),
-                        12,
-                    )
-                } else {
-                    (unit, 6)
-                }
-            }
-            Some(b'b') => (0x08, 2),
-            Some(b'f') => (0x0C, 2),
-            Some(b'n') => (0x0A, 2),
-            Some(b'r') => (0x0D, 2),
-            Some(b't') => (0x09, 2),
-            Some(&other) => (u32::from(other), 2),
-            None => (u32::from('\\'), 1),
-        };
+        // The string was validated, so the escape is well formed; were it
+        // not, it would read as one replacement character for its backslash.
+        let (decoded, used) =
+            json::escape_at(self.rest.as_bytes(), 0).unwrap_or((char::REPLACEMENT_CHARACTER, 1));
         self.rest = self.rest.get(used..).unwrap_or_default();
-        Some(char::from_u32(decoded).unwrap_or(char::REPLACEMENT_CHARACTER))
+        Some(decoded)
     }
 }
 
