@@ -14,8 +14,9 @@
 //!
 //! Actions, the hot path, are read instead by a scanner specialised to their
 //! two shapes (`action::scan`), which applies the same rules in one pass:
-//! the document checks (`check_document`) and float reading (`parse_float`)
-//! are shared by both.
+//! the document checks (`check_document`), the escape rule with its
+//! surrogates (`escape_at`, also used to decode a validated action string)
+//! and float reading (`parse_float`) are shared by both.
 
 use core::fmt;
 

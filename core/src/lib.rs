@@ -35,9 +35,9 @@
 //!   signatures for a device.
 //!
 //! Sizes with the default capacities (x86_64, checked by the `state_sizes`
-//! test): [`Run`] 3736 bytes, [`device::DeviceGate`] 5912 bytes (its two
-//! 1 KiB frame buffers and a run, with actuators of no size), [`Plan`] 1800
-//! bytes, [`TurnGate`] 4208 bytes,
+//! test): [`Run`] 3736 bytes, [`device::DeviceGate`] 6656 bytes (its two
+//! 1 KiB frame buffers, a run and four duty windows, with actuators of no
+//! size), [`Plan`] 1800 bytes, [`TurnGate`] 6080 bytes,
 //! [`ActionRef`] 120 bytes whatever the action holds; an owned [`Action`]
 //! 64560 bytes (its strings hold 2000 characters of 4-byte UTF-8 each; a
 //! smaller capacity such as `Action<256>` refuses longer strings).
