@@ -276,7 +276,7 @@ pub(crate) fn escape_at(bytes: &[u8], at: usize) -> Result<(char, usize), JsonEr
                         0x10000 + ((u32::from(unit) - 0xD800) << 10) + (u32::from(low) - 0xDC00);
                     (pair, 12)
                 }
-                0xDC00..=0xDFFF => return Err(JsonError::InvalidEscape),
+                // A low surrogate first is no character: `from_u32` refuses it.
                 _ => (u32::from(unit), 6),
             };
             let c = char::from_u32(code).ok_or(JsonError::InvalidEscape)?;
