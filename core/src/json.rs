@@ -685,6 +685,20 @@ impl<'a, 'b> Reader<'a, 'b> {
 mod tests {
     use super::*;
 
+    /// `SPEC A1`: a number or literal runs to a delimiter, so `01` (a
+    /// leading zero), `1x` or `truex` is a syntax error where it stands,
+    /// not a value followed by trailing data. Found by cargo-mutants (the
+    /// whole-core run, shard 1/4): the delimiter check could be dropped.
+    #[test]
+    fn a_number_or_literal_runs_to_a_delimiter() {
+        for doc in ["01", "1x", "-0x", "1.5e3e", "truex", "nulln", "falsefalse"] {
+            assert_eq!(read_all(doc.as_bytes()), Err(JsonError::Syntax), "{doc}");
+        }
+        for doc in ["0", "1 ", "-0.5e3\n", "true", "[1,2]", "{\"a\":null}"] {
+            assert_eq!(read_all(doc.as_bytes()), Ok(()), "{doc}");
+        }
+    }
+
     /// `SPEC A1` (issue 11: one escape rule): `escape_at` decodes every
     /// escape JSON has, with its length, at any offset, and refuses an
     /// unknown escape, a short or non-hex `\u`, and every lone surrogate.
