@@ -11,7 +11,8 @@
 //! Concurrency and crashes are SQLite's: every decision is one
 //! `BEGIN IMMEDIATE` transaction (writers queue on the database lock, so two
 //! hook processes never decide on the same figures), the journal is WAL with
-//! `synchronous = FULL`, and a process killed mid-decision leaves the
+//! `synchronous = FULL` (the gateway's `--durability normal` chooses
+//! `NORMAL`: [`Durability`]), and a process killed mid-decision leaves the
 //! transaction rolled back: the ledger of before that decision. A record that
 //! does not decode (another version, a bad checksum) is an error, and the
 //! caller refuses; it is never replaced by an empty ledger.
@@ -31,6 +32,32 @@ pub const SCHEMA_VERSION: i64 = 2;
 
 /// The ledger file's name inside the state folder.
 pub const FILE_NAME: &str = "ledger.sqlite3";
+
+/// How durable a committed decision is (SQLite's `synchronous` with the WAL
+/// journal; `docs/MCP.md`, "Durability").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Durability {
+    /// `synchronous = FULL`: every decision is on disk (fsync) before it is
+    /// answered; it survives a crash of the process and a power cut.
+    #[default]
+    Full,
+    /// `synchronous = NORMAL`: a decision survives a crash of the process
+    /// (it is in the WAL, which the system writes out), but a power cut or a
+    /// crash of the system may lose the last decisions before a checkpoint,
+    /// giving their budget back. About four times faster per gated call on
+    /// a disk (`docs/BENCHMARKS.md`).
+    Normal,
+}
+
+impl Durability {
+    /// SQLite's `synchronous` value for it.
+    pub const fn synchronous(self) -> &'static str {
+        match self {
+            Self::Full => "FULL",
+            Self::Normal => "NORMAL",
+        }
+    }
+}
 
 /// Why the store could not answer; the caller refuses (fail closed).
 #[derive(Debug, thiserror::Error)]
@@ -119,18 +146,41 @@ pub struct Store {
 
 impl Store {
     /// Opens (creating if needed) the ledger in `dir`; waits at most `wait`
-    /// for another process's lock on every statement.
+    /// for another process's lock on every statement. Fully durable
+    /// ([`Durability::Full`]).
     pub fn open(dir: &Path, wait: Duration) -> Result<Self, StoreError> {
+        Self::open_with(dir, wait, Durability::Full)
+    }
+
+    /// [`Store::open`] with the durability of this connection's commits.
+    pub fn open_with(
+        dir: &Path,
+        wait: Duration,
+        durability: Durability,
+    ) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Folder {
             path: dir.display().to_string(),
             source,
         })?;
-        Self::open_file(&dir.join(FILE_NAME), wait)
+        Self::open_file_with(&dir.join(FILE_NAME), wait, durability)
     }
 
     /// Opens (creating if needed) the ledger file `file` itself (its folder
-    /// must exist); waits at most `wait` for another process's lock.
+    /// must exist); waits at most `wait` for another process's lock. Fully
+    /// durable ([`Durability::Full`]).
     pub fn open_file(file: &Path, wait: Duration) -> Result<Self, StoreError> {
+        Self::open_file_with(file, wait, Durability::Full)
+    }
+
+    /// [`Store::open_file`] with the durability of this connection's
+    /// commits. The setting is the connection's own: processes sharing one
+    /// file may differ, and a `Full` commit also makes every earlier commit
+    /// in the WAL durable.
+    pub fn open_file_with(
+        file: &Path,
+        wait: Duration,
+        durability: Durability,
+    ) -> Result<Self, StoreError> {
         let path = file.display().to_string();
         let sql = |source| StoreError::Sqlite {
             path: path.clone(),
@@ -139,7 +189,7 @@ impl Store {
         let conn = Connection::open(file).map_err(sql)?;
         conn.busy_timeout(wait).map_err(sql)?;
         // WAL: readers never block the writer; FULL: a committed decision
-        // survives a power cut, not only a crash.
+        // survives a power cut, not only a crash (NORMAL: a crash only).
         // Several processes opening a new file at once race to switch it to
         // WAL, and the loser is told "busy" at once (the busy timeout does
         // not cover it): retried until the wait is over.
@@ -155,7 +205,7 @@ impl Store {
                 Err(e) => return Err(sql(e)),
             }
         }
-        conn.pragma_update(None, "synchronous", "FULL")
+        conn.pragma_update(None, "synchronous", durability.synchronous())
             .map_err(sql)?;
         let mut store = Self { conn, path };
         store.migrate()?;
@@ -877,5 +927,40 @@ impl Tx<'_> {
         )
         .map_err(self.sql())?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 13 (`--durability`): a store opened `Normal` commits with
+    /// `synchronous = NORMAL` (1), one opened `Full` (the default of
+    /// `open` and `open_file`) with `FULL` (2); both in WAL.
+    #[test]
+    fn the_durability_is_the_connections_synchronous_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let setting = |store: &Store| -> (i64, String) {
+            let sync = store
+                .conn
+                .query_row("PRAGMA synchronous", [], |r| r.get(0))
+                .unwrap();
+            let journal = store
+                .conn
+                .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+                .unwrap();
+            (sync, journal)
+        };
+        let wait = Duration::from_secs(5);
+        let normal = Store::open_with(dir.path(), wait, Durability::Normal).unwrap();
+        assert_eq!(setting(&normal), (1, "wal".into()));
+        let full = Store::open(dir.path(), wait).unwrap();
+        assert_eq!(setting(&full), (2, "wal".into()));
+        let file = dir.path().join(FILE_NAME);
+        assert_eq!(setting(&Store::open_file(&file, wait).unwrap()).0, 2);
+        assert_eq!(
+            setting(&Store::open_file_with(&file, wait, Durability::Normal).unwrap()).0,
+            1
+        );
     }
 }

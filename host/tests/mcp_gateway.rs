@@ -1055,3 +1055,51 @@ fn a_ledger_in_a_folder_that_does_not_exist_is_refused() {
     assert!(fresh.join("ledger.sqlite3").exists());
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// Issue 13 (`--durability`): with `normal`, decisions are made and
+/// counted as with `full`, and a gateway killed outright (SIGKILL, no
+/// shutdown) leaves every answered call counted in the ledger: NORMAL
+/// keeps what a crash of the process would lose. A Redis ledger with
+/// `--durability normal` is refused (its durability is the server's), and
+/// an unknown level is refused by the command line.
+#[test]
+fn a_gateway_with_normal_durability_keeps_its_decisions_when_killed() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 2\n");
+    let server = python_server(&s, false);
+    let server: Vec<&str> = server.iter().map(String::as_str).collect();
+    let args = s.gateway_args(&["--durability", "normal"], &server);
+    let mut gw = Gateway::start(&args);
+    for (id, ran) in [(1, true), (2, true), (3, false)] {
+        let a = gw.call(id, "echo", json!({"message": format!("m{id}")}));
+        assert_eq!(a["result"]["isError"] != true, ran, "call {id}: {a}");
+    }
+    gw.child.kill().expect("kill");
+    let _ = gw.child.wait();
+    assert_eq!(
+        s.tool_calls(),
+        (2, 0),
+        "both answered calls are in the ledger"
+    );
+
+    for (extra, ledger, said) in [
+        (
+            vec!["--durability", "normal"],
+            Some("redis://127.0.0.1:1/0"),
+            "appendfsync",
+        ),
+        (vec!["--durability", "sometimes"], None, "sometimes"),
+    ] {
+        let mut args = s.gateway_args(&extra, &["sh", "-c", "cat"]);
+        if let Some(url) = ledger {
+            args = with_ledger(args, url);
+        }
+        let out = Command::new(&args[0])
+            .args(&args[1..])
+            .stdin(Stdio::null())
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(said), "{extra:?}: {stderr}");
+    }
+}
