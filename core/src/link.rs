@@ -352,6 +352,33 @@ pub enum Reply<S, D> {
 mod tests {
     use super::*;
 
+    /// `docs/PROTOCOL.md`: what the host and the console print for a frame
+    /// or request the device refuses names the rule. Found by
+    /// cargo-mutants (the whole-core run, shard 1/4).
+    #[test]
+    fn frame_and_request_errors_say_the_rule() {
+        assert_eq!(
+            FrameError::TooLong.to_string(),
+            "frame longer than 1024 bytes"
+        );
+        assert_eq!(
+            FrameError::MissingChecksum.to_string(),
+            "frame has no *CRC32 suffix"
+        );
+        assert_eq!(
+            FrameError::MalformedChecksum.to_string(),
+            "frame checksum is not 8 upper-case hex digits"
+        );
+        assert_eq!(
+            FrameError::BadChecksum.to_string(),
+            "frame checksum does not match"
+        );
+        assert_eq!(
+            RequestError::UnknownVerb.to_string(),
+            "unknown request; expected PROPOSE, STATUS, HELLO or RESET"
+        );
+    }
+
     fn frame(payload: &str) -> std::vec::Vec<u8> {
         let mut b = payload.as_bytes().to_vec();
         b.resize(payload.len() + CHECKSUM_LEN + 1, 0);

@@ -914,6 +914,53 @@ impl<const N: usize> Serialize for WorkflowReport<'_, N> {
 mod tests {
     use super::*;
 
+    /// `SPEC B1`, `SPEC B2`: a row's figures read back as written, and
+    /// every stop reason and error is spelled as the contract and the docs
+    /// spell it (the words `plan --json` prints). Found by cargo-mutants
+    /// (the whole-core run, shard 1/4): the accessors and words could
+    /// answer anything.
+    #[test]
+    fn rows_read_back_and_reasons_and_errors_are_spelled() {
+        let plan: Plan = Plan::parse(
+            br#"[{"id":"a","parent":null,"tokens":7,"output":3},
+                 {"id":"b","parent":"a","tokens":0,"output":10000}]"#,
+        )
+        .unwrap();
+        let rows = plan.rows();
+        assert_eq!(
+            (rows[0].tokens(), rows[0].output(), rows[0].parent()),
+            (7, 3, None)
+        );
+        assert_eq!(
+            (rows[1].tokens(), rows[1].output(), rows[1].parent()),
+            (0, 10000, Some(0))
+        );
+        assert_eq!(StopReason::Complete.as_str(), "complete");
+        for key in LimitKey::ALL {
+            assert_eq!(StopReason::Limit(key).as_str(), key.key());
+        }
+        assert_eq!(
+            PlanError::NotAList.to_string(),
+            "a plan must be a JSON array of rows"
+        );
+        assert_eq!(
+            PlanError::TooManyRows.to_string(),
+            "a plan has at most 32 rows"
+        );
+        assert_eq!(
+            LimitsError::NotAnObject.to_string(),
+            "limits must be a JSON object"
+        );
+        assert_eq!(
+            LimitsError::MissingKey(LimitKey::Steps).to_string(),
+            "missing limit `steps`"
+        );
+        assert_eq!(
+            LimitsError::OutOfRange(LimitKey::Steps).to_string(),
+            "limit `steps` must be an integer 0..=32"
+        );
+    }
+
     fn seed_plan() -> Plan {
         Plan::parse(br#"[{"id":"a","parent":null,"tokens":2,"output":1},{"id":"b","parent":"a","tokens":3,"output":2}]"#)
             .unwrap()
