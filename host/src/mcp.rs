@@ -57,7 +57,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -1292,6 +1292,11 @@ impl<G: CallGate> Proxy<G> {
         out
     }
 
+    /// Whether a request the proxy forwarded awaits the server's answer.
+    pub fn awaits_server(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     /// The client is gone. Calls the server was running may have run
     /// (the server is stopped next, not asked): they count, as the safe
     /// side. Calls still awaiting approval never reached it: given back.
@@ -1401,8 +1406,12 @@ pub fn read_lines(
 /// How [`serve`] ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {
-    /// The client closed its stdin (or stopped reading).
-    ClientClosed,
+    /// The client closed its stdin (or stopped reading) at `at`: the
+    /// server's shutdown deadline counts from then.
+    ClientClosed {
+        /// When the gateway saw it.
+        at: Instant,
+    },
     /// The server closed its stdout or exited (`why`).
     ServerGone(String),
 }
@@ -1415,7 +1424,11 @@ fn now() -> u64 {
 /// Runs `proxy` between the client (`client_in`, `client_out`) and the
 /// server (`server_in`, `server_out`) until one side ends. `server_exited`
 /// is polled a few times a second and tells whether (and how) the server
-/// process ended.
+/// process ended. When the client closes its stdin (MCP's stdio shutdown),
+/// the server's stdin is closed and what the server still answers to
+/// requests it was running is relayed, through the proxy, until it closes
+/// its stdout or exits, nothing is pending any more, or `shutdown` has
+/// passed; what is still running then is counted.
 pub fn serve<G: CallGate>(
     proxy: &mut Proxy<G>,
     client_in: impl Read + Send + 'static,
@@ -1423,6 +1436,7 @@ pub fn serve<G: CallGate>(
     server_in: impl Write + Send + 'static,
     server_out: impl Read + Send + 'static,
     server_exited: &mut dyn FnMut() -> Option<String>,
+    shutdown: Duration,
 ) -> Ending {
     // One bounded channel per input, and one to the server's writer. The
     // proxy never blocks on the server's stdin: what does not fit waits in
@@ -1503,7 +1517,7 @@ pub fn serve<G: CallGate>(
             let outs = proxy.on_tick(now());
             if write_client(client_out, &outs).is_err() {
                 proxy.on_client_closed(now());
-                return Ending::ClientClosed;
+                return Ending::ClientClosed { at: Instant::now() };
             }
         }
         let Some(event) = event else {
@@ -1533,8 +1547,14 @@ pub fn serve<G: CallGate>(
             Event::Client(line) => proxy.on_client(&line, now()),
             Event::ClientTooLong => proxy.on_client_too_long(),
             Event::ClientClosed => {
+                let at = Instant::now();
+                // The writer sends what it holds, then closes the server's
+                // stdin (the backlog is empty: a client event is only taken
+                // when it is).
+                drop(to_server);
+                drain(proxy, client_out, &server_rx, server_exited, at + shutdown);
                 proxy.on_client_closed(now());
-                return Ending::ClientClosed;
+                return Ending::ClientClosed { at };
             }
             Event::Server(line) => proxy.on_server(&line, now()),
             Event::ServerTooLong => {
@@ -1559,7 +1579,7 @@ pub fn serve<G: CallGate>(
                 };
                 let outs = proxy.on_server_exit(&why, now());
                 if write_client(client_out, &outs).is_err() {
-                    return Ending::ClientClosed;
+                    return Ending::ClientClosed { at: Instant::now() };
                 }
                 return Ending::ServerGone(why);
             }
@@ -1573,7 +1593,47 @@ pub fn serve<G: CallGate>(
         }
         if write_client(client_out, &to_client).is_err() {
             proxy.on_client_closed(now());
-            return Ending::ClientClosed;
+            return Ending::ClientClosed { at: Instant::now() };
+        }
+    }
+}
+
+/// After the client closed its stdin: relays what the server still sends
+/// (answers to the requests it was running, through the proxy, so a call
+/// answered is committed and its result bounded as ever) until it closes
+/// its stdout or exits, no request is pending, the client stops reading,
+/// or `until`. What the server asks of the client meanwhile is dropped:
+/// there is no one to answer it.
+fn drain<G: CallGate>(
+    proxy: &mut Proxy<G>,
+    client_out: &mut dyn Write,
+    server_rx: &Receiver<Event>,
+    server_exited: &mut dyn FnMut() -> Option<String>,
+    until: Instant,
+) {
+    while proxy.awaits_server() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        match server_rx.recv_timeout(left.min(Duration::from_millis(100))) {
+            Ok(Event::Server(line)) => {
+                let outs: Vec<Out> = proxy
+                    .on_server(&line, now())
+                    .into_iter()
+                    .filter(|o| matches!(o, Out::Client(_)))
+                    .collect();
+                if write_client(client_out, &outs).is_err() {
+                    return;
+                }
+            }
+            Ok(Event::ServerTooLong) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if server_exited().is_some() {
+                    return;
+                }
+            }
+            Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
         }
     }
 }
@@ -1773,12 +1833,14 @@ pub fn command(args: &McpArgs) -> ExitCode {
         server_in,
         server_out,
         &mut || describe_exit(&mut child),
+        Duration::from_millis(args.shutdown_ms),
     );
     match ending {
-        Ending::ClientClosed => {
+        Ending::ClientClosed { at } => {
             // The server's stdin is closed by now (its writer ended with the
-            // proxy's channel); give it the deadline, then kill it.
-            let deadline = Instant::now() + Duration::from_millis(args.shutdown_ms);
+            // proxy's channel); it has the deadline from the client's close
+            // to exit, then it is killed.
+            let deadline = at + Duration::from_millis(args.shutdown_ms);
             while Instant::now() < deadline {
                 if describe_exit(&mut child).is_some() {
                     // What it started and left behind goes with it.
@@ -2572,6 +2634,7 @@ mod tests {
             server_in,
             server_out,
             &mut || None,
+            Duration::from_secs(2),
         );
         assert_eq!(ending, Ending::ServerGone("closed its stdout".into()));
         let lines: Vec<Value> = out
@@ -2645,13 +2708,14 @@ mod tests {
                 server_in,
                 server_out,
                 &mut || None,
+                Duration::from_secs(2),
             );
             let _ = done_tx.send(ending);
         });
         let ending = done
             .recv_timeout(Duration::from_secs(90))
             .expect("no deadlock");
-        assert_eq!(ending, Ending::ClientClosed);
+        assert!(matches!(ending, Ending::ClientClosed { .. }), "{ending:?}");
         let lines = closed
             .recv_timeout(Duration::from_secs(5))
             .expect("the client")

@@ -670,6 +670,49 @@ fn closing_stdin_stops_the_server_and_one_that_lingers_is_killed_with_what_it_st
     }
 }
 
+/// MCP's stdio shutdown (issue 13: the client closing stdin shuts the
+/// server down within a deadline): a client that writes its calls and
+/// closes stdin at once (`printf … | budgetgate mcp -- server`) still gets
+/// the answers the server gives while it shuts down, and they are counted;
+/// a server that never answers is killed at the deadline, counted from
+/// the client's close, and its call is counted, never given back.
+#[test]
+fn answers_given_while_the_server_shuts_down_reach_a_client_that_closed_stdin() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 5\n");
+    let server = python_server(&s, false);
+    let server: Vec<&str> = server.iter().map(String::as_str).collect();
+    let mut g = Gateway::start(&s.gateway_args(&[], &server));
+    for id in 1..=2u64 {
+        g.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"n": id}}}));
+    }
+    drop(g.stdin.take());
+    for id in 1..=2u64 {
+        let answer = g.answer(&json!(id));
+        assert_eq!(text_of(&answer), format!(r#"{{"n": {id}}}"#), "{answer}");
+    }
+    let (code, err) = g.end(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(s.tool_calls(), (2, 0));
+
+    // A server that reads nothing and answers nothing.
+    let silent = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 5\n");
+    let started = Instant::now();
+    let mut g = Gateway::start(&silent.gateway_args(
+        &["--shutdown-ms", "300"],
+        &["sh", "-c", "trap '' TERM; sleep 30; true"],
+    ));
+    g.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"n": 1}}}));
+    silent.wait_for((0, 1), "the call in flight");
+    drop(g.stdin.take());
+    let (code, err) = g.end(Duration::from_secs(5));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("killed"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(silent.tool_calls(), (1, 0), "the unanswered call counts");
+}
+
 #[test]
 fn a_server_that_exits_names_its_status_and_pending_requests_are_answered() {
     let s = Setup::new("[budget]\nmax_seconds = 3600\n");
