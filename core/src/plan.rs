@@ -1011,6 +1011,40 @@ mod tests {
         assert_eq!(empty.reason, StopReason::Complete);
     }
 
+    /// `SPEC B2`: each limit stops the workflow on its own, before the
+    /// first step whose would-be total passes it (equality allowed):
+    /// output accumulates over the accepted steps. Found by cargo-mutants
+    /// (the whole-core run, shard 1/4): only the tokens and steps limits
+    /// were checked alone here.
+    #[test]
+    fn each_limit_alone_stops_before_the_step_that_passes_it() {
+        let plan = seed_plan(); // output 1 then 2, depth 1 then 2
+        let w = plan.bounded_workflow(&limits(4, 100, 2, 4, 4));
+        assert_eq!(
+            (w.accepted, w.stopped, w.reason, w.usage.output),
+            (1, Some(1), StopReason::Limit(LimitKey::Output), 1)
+        );
+        let w = plan.bounded_workflow(&limits(4, 100, 3, 4, 4));
+        assert_eq!(
+            (w.accepted, w.reason, w.usage.output),
+            (2, StopReason::Complete, 3)
+        );
+        let w = plan.bounded_workflow(&limits(4, 100, 10, 1, 4));
+        assert_eq!(
+            (w.accepted, w.reason),
+            (1, StopReason::Limit(LimitKey::Depth))
+        );
+        let fan = Plan::<32>::parse(
+            br#"[{"id":"a","parent":null,"tokens":0,"output":0},{"id":"b","parent":null,"tokens":0,"output":0}]"#,
+        )
+        .unwrap();
+        let w = fan.bounded_workflow(&limits(4, 0, 0, 4, 1));
+        assert_eq!(
+            (w.accepted, w.reason),
+            (1, StopReason::Limit(LimitKey::Fanout))
+        );
+    }
+
     #[test]
     fn stop_order_when_several_limits_break() {
         let plan = seed_plan();
