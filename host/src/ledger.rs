@@ -37,15 +37,15 @@ pub const FILE_NAME: &str = "ledger.sqlite3";
 /// journal; `docs/MCP.md`, "Durability").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Durability {
-    /// `synchronous = FULL`: every decision is on disk (fsync) before it is
-    /// answered; it survives a crash of the process and a power cut.
+    /// Every decision is on disk (fsync) before it is answered: it
+    /// survives a crash of the process and a power cut (SQLite
+    /// `synchronous = FULL`).
     #[default]
     Full,
-    /// `synchronous = NORMAL`: a decision survives a crash of the process
-    /// (it is in the WAL, which the system writes out), but a power cut or a
-    /// crash of the system may lose the last decisions before a checkpoint,
-    /// giving their budget back. About four times faster per gated call on
-    /// a disk (`docs/BENCHMARKS.md`).
+    /// A decision survives a crash of the process, not a power cut or a
+    /// crash of the system, which may lose the last decisions and give
+    /// their budget back; about four times faster per gated call on a disk
+    /// (SQLite `synchronous = NORMAL`).
     Normal,
 }
 

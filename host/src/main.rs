@@ -220,6 +220,7 @@ JSON-RPC error; tools in needs_approval are refused over HTTP.
 Examples:
   budgetgate mcp --budget examples/mcp-budget.toml -- npx -y @modelcontextprotocol/server-everything
   budgetgate mcp --session team-a --ledger sqlite:/var/lib/budgetgate/ledger.sqlite3 -- ./my-server
+  budgetgate mcp --durability normal -- ./my-server    # faster; a power cut may forget the last calls
   budgetgate mcp --listen 8080 --upstream http://127.0.0.1:3001/mcp --session remote")]
     Mcp(budgetgate::mcp::McpArgs),
 

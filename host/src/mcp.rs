@@ -111,11 +111,8 @@ pub struct McpArgs {
     /// the command's file name and a hash of the whole command line).
     #[arg(long, value_name = "NAME")]
     pub session: Option<String>,
-    /// How durable each decision is in a SQLite ledger: `full` (on disk
-    /// before the call goes on: survives a power cut) or `normal` (survives
-    /// a crash of the gateway, not a power cut, which can give the last
-    /// calls' budget back; about four times faster on a disk). A Redis
-    /// ledger's durability is the server's own (`appendfsync`).
+    /// How durable each decision is in a SQLite ledger (docs/MCP.md,
+    /// "Durability"); a Redis ledger's is the server's own (`appendfsync`).
     #[arg(long, value_enum, value_name = "LEVEL", default_value_t = Durability::Full)]
     pub durability: Durability,
     /// Seconds the client has to answer an approval request.
