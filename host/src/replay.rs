@@ -46,7 +46,10 @@ pub use crate::term::terminal_safe;
 pub use approval::{PolicyApprover, PromptApprover};
 pub use budget::{parse_budget, ApprovePolicy, ReplayBudget};
 pub use formats::{read_large_claude_code, read_session, MAX_YAML_ALIAS_WEIGHT, MAX_YAML_DEPTH};
-pub use session::{Format, RecordedCall, RecordedTurn, Session, UsageGranularity, UsageIteration};
+pub use session::{
+    Format, RecordedArguments, RecordedCall, RecordedTurn, Session, UsageGranularity,
+    UsageIteration,
+};
 
 /// The version of the `--json` report's schema (`schema_version`), raised
 /// whenever a key changes meaning or goes away (new keys keep it).
@@ -346,7 +349,22 @@ fn fmt_usd(micros: u64) -> String {
 /// Fingerprints a JSON value's canonical form (`SPEC C`); `None` if it
 /// nests deeper than 128 levels.
 pub fn fingerprint_value(value: &Value) -> Option<ArgsFingerprint> {
-    fn walk(b: &mut FingerprintBuilder<128>, v: &Value) -> Option<()> {
+    fingerprint_walk(value, false).0
+}
+
+/// [`fingerprint_value`], with every float `-0.0` read as `0.0` when
+/// `unsigned_zeros`; also says whether a `-0.0` was met (before the walk
+/// ends, when too deep).
+pub(crate) fn fingerprint_walk(
+    value: &Value,
+    unsigned_zeros: bool,
+) -> (Option<ArgsFingerprint>, bool) {
+    fn walk(
+        b: &mut FingerprintBuilder<128>,
+        v: &Value,
+        unsigned_zeros: bool,
+        negative_zero: &mut bool,
+    ) -> Option<()> {
         match v {
             Value::Null => b.null().ok(),
             Value::Bool(x) => b.bool(*x).ok(),
@@ -356,14 +374,21 @@ pub fn fingerprint_value(value: &Value) -> Option<ArgsFingerprint> {
                 } else if let Some(u) = n.as_u64() {
                     b.u64(u).ok()
                 } else {
-                    b.f64(n.as_f64()?).ok()
+                    let mut x = n.as_f64()?;
+                    if x == 0.0 && x.is_sign_negative() {
+                        *negative_zero = true;
+                        if unsigned_zeros {
+                            x = 0.0;
+                        }
+                    }
+                    b.f64(x).ok()
                 }
             }
             Value::String(s) => b.str(s).ok(),
             Value::Array(items) => {
                 b.begin_array().ok()?;
                 for item in items {
-                    walk(b, item)?;
+                    walk(b, item, unsigned_zeros, negative_zero)?;
                 }
                 b.end_array().ok()
             }
@@ -371,15 +396,17 @@ pub fn fingerprint_value(value: &Value) -> Option<ArgsFingerprint> {
                 b.begin_object().ok()?;
                 for (k, item) in map {
                     b.key(k).ok()?;
-                    walk(b, item)?;
+                    walk(b, item, unsigned_zeros, negative_zero)?;
                 }
                 b.end_object().ok()
             }
         }
     }
     let mut builder = FingerprintBuilder::<128>::new();
-    walk(&mut builder, value)?;
-    builder.finish().ok()
+    let mut negative_zero = false;
+    let fingerprint = walk(&mut builder, value, unsigned_zeros, &mut negative_zero)
+        .and_then(|()| builder.finish().ok());
+    (fingerprint, negative_zero)
 }
 
 fn build_rules(
@@ -579,7 +606,7 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                         let proposed = ProposedCall {
                             call_id: &call.id,
                             name: &call.name,
-                            arguments: call.input.as_ref().and_then(fingerprint_value),
+                            arguments: call.arguments.fingerprint(),
                             input: b"",
                         };
                         let mut asked = false;

@@ -9,7 +9,9 @@ use super::claude_line::{
 };
 use super::openai;
 use super::providers;
-use super::session::{billed_usage, Format, RecordedCall, RecordedTurn, Session, UsageGranularity};
+use super::session::{
+    billed_usage, Format, RecordedArguments, RecordedCall, RecordedTurn, Session, UsageGranularity,
+};
 use super::time::{parse_http_date_ms, parse_rfc3339_ms};
 use crate::strict::value_from_str;
 use budgetgate_core::turn::TokenUsage;
@@ -509,21 +511,15 @@ fn is_request(o: &Map<String, Value>) -> bool {
     o.contains_key("messages") && !o.contains_key("stop_reason")
 }
 
-/// A message's `stop_reason`: `None` when absent or null; any other type
-/// is an error (it is never taken for null).
 /// A response message's fields, as a [`Value`] or as a Claude Code line's
 /// [`ClaudeMessage`] holds them.
 trait MessageFields {
     fn get(&self, key: &str) -> Option<&Value>;
-    fn get_mut(&mut self, key: &str) -> Option<&mut Value>;
 }
 
 impl MessageFields for Value {
     fn get(&self, key: &str) -> Option<&Value> {
         Value::get(self, key)
-    }
-    fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
-        Value::get_mut(self, key)
     }
 }
 
@@ -531,11 +527,10 @@ impl MessageFields for ClaudeMessage {
     fn get(&self, key: &str) -> Option<&Value> {
         ClaudeMessage::get(self, key)
     }
-    fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
-        ClaudeMessage::get_mut(self, key)
-    }
 }
 
+/// A message's `stop_reason`: `None` when absent or null; any other type
+/// is an error (it is never taken for null).
 fn stop_reason_of(message: &impl MessageFields) -> Result<Option<String>, String> {
     match message.get("stop_reason") {
         None | Some(Value::Null) => Ok(None),
@@ -591,9 +586,12 @@ fn brief(value: &Value) -> String {
     }
 }
 
-/// The content blocks of a message turned into a turn (usage and times filled by the caller).
-/// The turn `message` records; its calls' inputs are moved out of it.
-fn turn_from_message(message: &mut impl MessageFields) -> Result<RecordedTurn, String> {
+/// The turn `message` records (times filled by the caller); its calls'
+/// inputs are read by `read_input`.
+fn turn_from_message(
+    message: &impl MessageFields,
+    read_input: ReadInput,
+) -> Result<RecordedTurn, String> {
     let (usage, iterations) = match message.get("usage") {
         None | Some(Value::Null) => (TokenUsage::ZERO, Vec::new()),
         Some(u) => billed_usage(u)?,
@@ -609,16 +607,38 @@ fn turn_from_message(message: &mut impl MessageFields) -> Result<RecordedTurn, S
             .map(str::to_owned),
         ..RecordedTurn::default()
     };
-    add_blocks(&mut turn, message.get_mut("content"))?;
+    add_blocks(&mut turn, message.get("content"), read_input)?;
     Ok(turn)
 }
 
+/// How a reader keeps a call's `input`: its fingerprints, taken as the call
+/// is read (the value is not kept).
+type ReadInput = fn(&Value) -> RecordedArguments;
+
+/// A Claude Code log's `input`: always read, whatever it holds.
+fn recorded_input(input: &Value) -> RecordedArguments {
+    RecordedArguments::of_value(input)
+}
+
+/// An exchange's `input`: a string with the [`UNREADABLE`] mark, which the
+/// stream rebuilders write for arguments cut off mid-way, is unreadable.
+fn exchange_input(input: &Value) -> RecordedArguments {
+    match input {
+        Value::String(s) if s.starts_with(UNREADABLE) => RecordedArguments::Unreadable,
+        _ => RecordedArguments::of_value(input),
+    }
+}
+
 /// Adds `content`'s text, calls and server tool uses to `turn`; the calls'
-/// inputs are moved out of `content`.
-fn add_blocks(turn: &mut RecordedTurn, content: Option<&mut Value>) -> Result<(), String> {
+/// inputs are read by `read_input`.
+fn add_blocks(
+    turn: &mut RecordedTurn,
+    content: Option<&Value>,
+    read_input: ReadInput,
+) -> Result<(), String> {
     match content {
         Some(Value::Array(blocks)) => {
-            for (at, block) in blocks.iter_mut().enumerate() {
+            for (at, block) in blocks.iter().enumerate() {
                 match block.get("type").and_then(Value::as_str) {
                     Some("text") => {
                         turn.text_chars += block
@@ -639,7 +659,7 @@ fn add_blocks(turn: &mut RecordedTurn, content: Option<&mut Value>) -> Result<()
                         turn.calls.push(RecordedCall {
                             id,
                             name,
-                            input: Some(block.get_mut("input").map_or(Value::Null, Value::take)),
+                            arguments: read_input(block.get("input").unwrap_or(&Value::Null)),
                             recorded_error: None,
                         });
                     }
@@ -762,8 +782,9 @@ fn drop_logged_again(
     let mut kept: Vec<RecordedCall> = Vec::with_capacity(calls.len());
     let mut dropped = 0;
     for call in calls {
-        let same =
-            |c: &&RecordedCall| c.id == call.id && c.name == call.name && c.input == call.input;
+        let same = |c: &&RecordedCall| {
+            c.id == call.id && c.name == call.name && c.arguments.same_value(&call.arguments)
+        };
         if earlier.iter().any(same) || kept.iter().any(|c| same(&c)) {
             dropped += 1;
         } else {
@@ -797,9 +818,8 @@ fn read_claude_code(
     let mut repeated_blocks = 0usize;
     let mut lines_read = 0usize;
     for item in lines {
-        let (line_no, mut line) = item?;
-        // Owned, so that its calls' inputs are moved, not copied.
-        let mut message = line.message.take();
+        let (line_no, line) = item?;
+        let message = line.message.as_ref();
         let (line_no, line) = (&line_no, &line);
         lines_read += 1;
         let time = match line.get("timestamp") {
@@ -825,7 +845,7 @@ fn read_claude_code(
         };
         match kind {
             "assistant" => {
-                let Some(message) = message.as_mut() else {
+                let Some(message) = message else {
                     skipped += 1;
                     continue;
                 };
@@ -887,7 +907,8 @@ fn read_claude_code(
                             turn.stop_reason = Some(reason);
                         }
                         let before = turn.calls.len();
-                        add_blocks(turn, message.get_mut("content")).map_err(context)?;
+                        add_blocks(turn, message.get("content"), recorded_input)
+                            .map_err(context)?;
                         let added = turn.calls.split_off(before);
                         let same_id = by_message.get(id).map_or(&[][..], Vec::as_slice);
                         let kept = drop_logged_again(&turns, same_id, added);
@@ -895,7 +916,8 @@ fn read_claude_code(
                         turns[index].calls.extend(kept.0);
                     }
                     None => {
-                        let mut turn = turn_from_message(message).map_err(context)?;
+                        let mut turn =
+                            turn_from_message(message, recorded_input).map_err(context)?;
                         let calls = std::mem::take(&mut turn.calls);
                         let same_id = by_message.get(id).map_or(&[][..], Vec::as_slice);
                         let kept = drop_logged_again(&turns, same_id, calls);
@@ -930,12 +952,12 @@ fn read_claude_code(
                 }
             }
             "user" => {
-                if let Some(message) = &message {
+                if let Some(message) = message {
                     collect_results(message.get("content"), &mut results);
                 }
                 if let Some(o) = opens.get_mut(&thread) {
                     o.user_since = true;
-                    if !only_results_of(message.as_ref(), &turns[o.turn].calls) {
+                    if !only_results_of(message, &turns[o.turn].calls) {
                         o.broken = true;
                     }
                 }
@@ -1873,8 +1895,8 @@ fn build_from_exchanges(
     let start = exchanges.iter().find_map(|e| e.time_ms);
     let request_start = exchanges.iter().find_map(|e| e.request_ms);
     let mut previous_time: Option<u64> = None;
-    for (index, mut exchange) in exchanges.into_iter().enumerate() {
-        let mut turn = turn_from_message(&mut exchange.response)
+    for (index, exchange) in exchanges.into_iter().enumerate() {
+        let mut turn = turn_from_message(&exchange.response, exchange_input)
             .map_err(|e| format!("{} (response {index}): {e}", exchange.label))?;
         if let Some(request) = &exchange.request {
             if turn.model.is_none() {
@@ -1949,13 +1971,6 @@ fn build_from_exchanges(
                 exchange.label
             ));
             turn.cut_off = Some(why.clone());
-        }
-        for call in &mut turn.calls {
-            if let Some(Value::String(s)) = &call.input {
-                if s.starts_with(UNREADABLE) {
-                    call.input = None;
-                }
-            }
         }
         turns.push(turn);
     }
@@ -2033,18 +2048,17 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
                 // reuse ids), so the recorded id decides nothing.
                 id: format!("step-{index}"),
                 name: f.name.clone(),
-                input: Some(
-                    f.arguments
-                        .clone()
-                        .unwrap_or_else(|| serde_json::json!({ "command": action })),
-                ),
+                arguments: match &f.arguments {
+                    Some(arguments) => RecordedArguments::of_value(arguments),
+                    None => RecordedArguments::of_value(&serde_json::json!({ "command": action })),
+                },
                 recorded_error: Some(false),
             }]
         } else {
             vec![RecordedCall {
                 id: format!("step-{index}"),
                 name: command_name(action),
-                input: Some(serde_json::json!({ "command": action })),
+                arguments: RecordedArguments::of_value(&serde_json::json!({ "command": action })),
                 recorded_error: Some(false),
             }]
         };
