@@ -1,6 +1,6 @@
 //! Detecting a recording's format and reading it into a [`Session`].
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
 use serde_json::{Map, Value};
 
@@ -761,22 +761,58 @@ fn only_results_of(message: Option<&ClaudeMessage>, calls: &[RecordedCall]) -> b
         })
 }
 
+/// The turns of each `message.id`, kept by the reader so that a long log is
+/// not scanned once per line, without a second copy of the ids: the last
+/// turn of each id's hash, and for each turn the one before it of the same
+/// hash. A walk compares the turns' ids themselves, so two ids of one hash
+/// never mix.
+#[derive(Default)]
+struct TurnsById<S = std::hash::RandomState> {
+    hasher: S,
+    /// The id's hash to its last turn.
+    last: HashMap<u64, usize>,
+    /// For each turn, in order, the one before it whose id has its hash.
+    before: Vec<Option<usize>>,
+}
+
+impl<S: std::hash::BuildHasher> TurnsById<S> {
+    /// The turns whose `message.id` is `id`, the latest first.
+    fn of<'a>(
+        &'a self,
+        id: &'a str,
+        turns: &'a [RecordedTurn],
+    ) -> impl Iterator<Item = usize> + 'a {
+        let mut next = self.last.get(&self.hasher.hash_one(id)).copied();
+        std::iter::from_fn(move || {
+            let at = next?;
+            next = self.before.get(at).copied().flatten();
+            Some(at)
+        })
+        .filter(move |&at| turns.get(at).and_then(|t| t.message_id.as_deref()) == Some(id))
+    }
+
+    /// Adds the next turn, whose `message.id` is `id`.
+    fn push(&mut self, id: &str) {
+        let turn = self.before.len();
+        self.before
+            .push(self.last.insert(self.hasher.hash_one(id), turn));
+    }
+}
+
 /// `calls` without the blocks that are an earlier line's block logged again:
 /// the same call id, name and input in a response of the same `message.id`
 /// (Claude Code writes one response over several lines and may repeat a
 /// block). Such a repeat is one call, not a reuse of its id; a block that
 /// reuses an id with another name or input is kept, and the gate refuses it.
 /// Returns the calls kept and how many were dropped.
-/// `same_id` holds the indices of the turns of that `message.id` (kept by
-/// the reader, so that a long log is not scanned once per line).
+/// `same_id` gives the indices of the turns of that `message.id`.
 fn drop_logged_again(
     turns: &[RecordedTurn],
-    same_id: &[usize],
+    same_id: impl Iterator<Item = usize>,
     calls: Vec<RecordedCall>,
 ) -> (Vec<RecordedCall>, usize) {
     let earlier: Vec<&RecordedCall> = same_id
-        .iter()
-        .filter_map(|&at| turns.get(at))
+        .filter_map(|at| turns.get(at))
         .flat_map(|t| &t.calls)
         .collect();
     let mut kept: Vec<RecordedCall> = Vec::with_capacity(calls.len());
@@ -805,9 +841,9 @@ fn read_claude_code(
     // (parallel sub-agents' lines interleave).
     let mut opens: HashMap<Option<String>, OpenResponse> = HashMap::new();
     let mut result_notes = Vec::new();
-    let mut by_message: HashMap<String, Vec<usize>> = HashMap::new();
-
-    let mut seen_ids: HashSet<String> = HashSet::new();
+    // The turns of each `message.id`; an id met again in a new turn is one
+    // split in several.
+    let mut by_message: TurnsById = TurnsById::default();
     let mut split_ids: Vec<String> = Vec::new();
     let mut results = HashMap::new();
     let mut start: Option<u64> = None;
@@ -910,16 +946,20 @@ fn read_claude_code(
                         add_blocks(turn, message.get("content"), recorded_input)
                             .map_err(context)?;
                         let added = turn.calls.split_off(before);
-                        let same_id = by_message.get(id).map_or(&[][..], Vec::as_slice);
+                        let same_id = by_message.of(id, &turns);
                         let kept = drop_logged_again(&turns, same_id, added);
                         repeated_blocks += kept.1;
-                        turns[index].calls.extend(kept.0);
+                        // Held to the end: no room to spare (pushing a
+                        // call left room for four).
+                        let calls = &mut turns[index].calls;
+                        calls.extend(kept.0);
+                        calls.shrink_to_fit();
                     }
                     None => {
                         let mut turn =
                             turn_from_message(message, recorded_input).map_err(context)?;
                         let calls = std::mem::take(&mut turn.calls);
-                        let same_id = by_message.get(id).map_or(&[][..], Vec::as_slice);
+                        let same_id = by_message.of(id, &turns);
                         let kept = drop_logged_again(&turns, same_id, calls);
                         repeated_blocks += kept.1;
                         turn.calls = kept.0;
@@ -928,13 +968,10 @@ fn read_claude_code(
                         // Absolute for now; counted from the first model
                         // call once every response is read.
                         turn.requested_at_ms = last_time;
-                        if !seen_ids.insert(id.to_owned()) {
+                        if by_message.of(id, &turns).next().is_some() {
                             split_ids.push(id.to_owned());
                         }
-                        by_message
-                            .entry(id.to_owned())
-                            .or_default()
-                            .push(turns.len());
+                        by_message.push(id);
                         turn.agent = thread.as_ref().map(|t| format!("Task {t}"));
                         opens.insert(
                             thread.clone(),
@@ -2701,6 +2738,56 @@ mod tests {
         ] {
             assert_eq!(command_name(rm), "rm", "{rm}");
         }
+    }
+
+    /// Issue 14 (memory): the reader finds the turns of a `message.id` from
+    /// their ids' hashes without a second copy of the ids, and two ids of
+    /// one hash never mix: with a hasher under which every id collides, each
+    /// id still gives exactly its own turns, the latest first.
+    #[test]
+    fn turns_by_id_never_mix_two_ids_of_one_hash() {
+        #[derive(Default)]
+        struct Colliding;
+        impl std::hash::BuildHasher for Colliding {
+            type Hasher = Constant;
+            fn build_hasher(&self) -> Constant {
+                Constant
+            }
+        }
+        struct Constant;
+        impl std::hash::Hasher for Constant {
+            fn finish(&self) -> u64 {
+                7
+            }
+            fn write(&mut self, _: &[u8]) {}
+        }
+        let ids = ["msg_a", "msg_b", "msg_a", "msg_c", "msg_b", "msg_a"];
+        let mut by_id = TurnsById::<Colliding>::default();
+        let mut turns = Vec::new();
+        for id in ids {
+            assert_eq!(
+                by_id.of(id, &turns).next().is_some(),
+                turns
+                    .iter()
+                    .any(|t: &RecordedTurn| t.message_id.as_deref() == Some(id))
+            );
+            by_id.push(id);
+            turns.push(RecordedTurn {
+                message_id: Some(id.to_owned()),
+                ..RecordedTurn::default()
+            });
+        }
+        let of = |id: &str| by_id.of(id, &turns).collect::<Vec<_>>();
+        assert_eq!(of("msg_a"), [5, 2, 0]);
+        assert_eq!(of("msg_b"), [4, 1]);
+        assert_eq!(of("msg_c"), [3]);
+        assert_eq!(of("msg_d"), [] as [usize; 0]);
+        // With the real hasher too.
+        let mut real: TurnsById = TurnsById::default();
+        for id in ids {
+            real.push(id);
+        }
+        assert_eq!(real.of("msg_a", &turns).collect::<Vec<_>>(), [5, 2, 0]);
     }
 
     #[test]
