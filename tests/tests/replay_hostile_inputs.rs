@@ -775,7 +775,7 @@ fn a_claude_code_block_logged_again_is_one_call_not_a_reused_id() {
 /// `-0.0` and `0.0` (and `-0`, which serde_json reads as `-0.0`) are the
 /// same input, `1` and `1.0` are not (`duplicate-call-id`); in a Claude
 /// Code log a string input is arguments like any other, even one that
-/// starts like the exchanges' mark for arguments cut off, and runs.
+/// starts like the exchanges' mark for unreadable arguments, and runs.
 #[test]
 fn a_block_logged_again_is_told_by_its_kept_fingerprint_as_by_its_input() {
     let line = |uuid: &str, input: &str| {
