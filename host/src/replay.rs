@@ -46,7 +46,10 @@ pub use crate::term::terminal_safe;
 pub use approval::{PolicyApprover, PromptApprover};
 pub use budget::{parse_budget, ApprovePolicy, ReplayBudget};
 pub use formats::{read_large_claude_code, read_session, MAX_YAML_ALIAS_WEIGHT, MAX_YAML_DEPTH};
-pub use session::{Format, RecordedCall, RecordedTurn, Session, UsageGranularity, UsageIteration};
+pub use session::{
+    Format, RecordedArguments, RecordedCall, RecordedTurn, Session, UsageGranularity,
+    UsageIteration,
+};
 
 /// The version of the `--json` report's schema (`schema_version`), raised
 /// whenever a key changes meaning or goes away (new keys keep it).
@@ -279,9 +282,11 @@ pub struct BudgetReport {
     pub count_server_tools: bool,
 }
 
-/// The result of a replay; `--json` prints it as one object.
+/// The result of a replay; `--json` prints it as one object. Its per-turn
+/// rows are held (`Vec<TurnReport>`, what [`replay`] gives), or made when
+/// they are written ([`DecidedTurns`], what [`decide`] gives).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Report {
+pub struct Report<Rows = Vec<TurnReport>> {
     /// The version of this schema ([`REPORT_SCHEMA_VERSION`]).
     pub schema_version: u32,
     /// The format detected.
@@ -335,7 +340,192 @@ pub struct Report {
     /// response), when the recording has sub-agents; empty otherwise.
     pub agents: Vec<AgentReport>,
     /// One entry per response.
-    pub per_turn: Vec<TurnReport>,
+    pub per_turn: Rows,
+}
+
+/// A report's per-turn rows, in order: held, or made one at a time.
+pub trait TurnRows {
+    /// How many rows (one per response).
+    fn count(&self) -> usize;
+
+    /// Calls `each` with every row in order; stops at its first error.
+    fn try_for_each_row<E>(&self, each: impl FnMut(&TurnReport) -> Result<(), E>) -> Result<(), E>;
+}
+
+impl TurnRows for Vec<TurnReport> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn try_for_each_row<E>(&self, each: impl FnMut(&TurnReport) -> Result<(), E>) -> Result<(), E> {
+        self.iter().try_for_each(each)
+    }
+}
+
+/// What the gate made of a response it let happen (the outcome of its row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TurnOutcome {
+    /// `continue`.
+    Continue,
+    /// `complete`.
+    Complete,
+    /// `error: REASON`: the stop reason ended the run.
+    Error(StopReason),
+}
+
+/// The gate's decision on one call of a response it let happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CallDecision {
+    /// `execute`, `approved` or `refused`.
+    verdict: &'static str,
+    /// Why it was refused.
+    reason: Option<&'static str>,
+}
+
+/// A session's per-turn rows as the gate decided them, each made from the
+/// recorded response and its decisions only when it is written: the rows of
+/// a long session (its `--json` report is about 650 bytes a response) are
+/// never all held. Only the responses the gate let happen, which come
+/// first, have decisions; every later one is `not reached`.
+#[derive(Debug, Clone)]
+pub struct DecidedTurns<'s> {
+    session: &'s Session,
+    /// The outcome of each response the gate let happen: the first ones.
+    outcomes: Vec<TurnOutcome>,
+    /// The decision on each call of those responses, in order.
+    calls: Vec<CallDecision>,
+    /// The response before which the budget stopped the run, if it did.
+    stopped_before: Option<usize>,
+}
+
+impl DecidedTurns<'_> {
+    /// Whether the gate let the last response happen.
+    fn last_reached(&self) -> bool {
+        !self.session.turns.is_empty() && self.outcomes.len() == self.session.turns.len()
+    }
+
+    /// Whether the gate let the last response happen and ran every call of
+    /// it.
+    fn last_ran(&self) -> bool {
+        let last = self.session.turns.last().map_or(0, |t| t.calls.len());
+        self.last_reached()
+            && self
+                .calls
+                .iter()
+                .rev()
+                .take(last)
+                .all(|c| matches!(c.verdict, "execute" | "approved"))
+    }
+
+    /// The rows, in order, each made when it is taken.
+    pub fn rows(&self) -> impl Iterator<Item = TurnReport> + '_ {
+        let mut running = TokenUsage::ZERO;
+        let mut decided = self.calls.iter();
+        self.session
+            .turns
+            .iter()
+            .enumerate()
+            .map(move |(index, turn)| {
+                if let Some(u) = turn.usage {
+                    running = running.saturating_add(u);
+                }
+                let (stop_reason, stop_reason_inferred) = turn.effective_stop_reason();
+                let report = |call: &RecordedCall, verdict, reason: Option<&str>| CallReport {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    verdict,
+                    reason: reason.map(str::to_owned),
+                    recorded: recorded_word(call),
+                };
+                let outcome = self.outcomes.get(index);
+                let calls = match outcome {
+                    // One decision per call, in order.
+                    Some(_) => turn
+                        .calls
+                        .iter()
+                        .zip(decided.by_ref())
+                        .map(|(call, d)| report(call, d.verdict, d.reason))
+                        .collect(),
+                    None => turn
+                        .calls
+                        .iter()
+                        .map(|call| report(call, "not-reached", None))
+                        .collect(),
+                };
+                TurnReport {
+                    turn: index,
+                    message_id: turn.message_id.clone(),
+                    stop_reason,
+                    stop_reason_inferred,
+                    usage: turn.usage,
+                    running_total: turn.usage.map(|_| running),
+                    reached: outcome.is_some(),
+                    outcome: match outcome {
+                        Some(TurnOutcome::Continue) => "continue".into(),
+                        Some(TurnOutcome::Complete) => "complete".into(),
+                        Some(TurnOutcome::Error(reason)) => format!("error: {reason}"),
+                        None if self.stopped_before == Some(index) => {
+                            "stopped before this call".into()
+                        }
+                        None => "not reached".into(),
+                    },
+                    calls,
+                    usage_iterations: turn.iterations.clone(),
+                    server_tool_calls: turn.server_calls.clone(),
+                    cut_off: turn.cut_off.clone(),
+                    agent: turn.agent.clone(),
+                }
+            })
+    }
+}
+
+impl TurnRows for DecidedTurns<'_> {
+    fn count(&self) -> usize {
+        self.session.turns.len()
+    }
+
+    fn try_for_each_row<E>(
+        &self,
+        mut each: impl FnMut(&TurnReport) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.rows().try_for_each(|row| each(&row))
+    }
+}
+
+impl Serialize for DecidedTurns<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.rows())
+    }
+}
+
+impl<'s> Report<DecidedTurns<'s>> {
+    /// The same report with every row made and held.
+    pub fn held(self) -> Report {
+        Report {
+            per_turn: self.per_turn.rows().collect(),
+            schema_version: self.schema_version,
+            format: self.format,
+            format_description: self.format_description,
+            turns: self.turns,
+            tool_calls: self.tool_calls,
+            server_tool_calls: self.server_tool_calls,
+            usage: self.usage,
+            usage_per_turn: self.usage_per_turn,
+            usage_known: self.usage_known,
+            stopped: self.stopped,
+            overshoot: self.overshoot,
+            status: self.status,
+            refusals: self.refusals,
+            executed: self.executed,
+            approved: self.approved,
+            reached_turns: self.reached_turns,
+            gate_usage: self.gate_usage,
+            gate_cost_micro_usd: self.gate_cost_micro_usd,
+            budget: self.budget,
+            notes: self.notes,
+            agents: self.agents,
+        }
+    }
 }
 
 /// Micro-dollars as dollars for a person: `$2.500000`.
@@ -346,7 +536,22 @@ fn fmt_usd(micros: u64) -> String {
 /// Fingerprints a JSON value's canonical form (`SPEC C`); `None` if it
 /// nests deeper than 128 levels.
 pub fn fingerprint_value(value: &Value) -> Option<ArgsFingerprint> {
-    fn walk(b: &mut FingerprintBuilder<128>, v: &Value) -> Option<()> {
+    fingerprint_walk(value, false).0
+}
+
+/// [`fingerprint_value`], with every float `-0.0` read as `0.0` when
+/// `unsigned_zeros`; also says whether a `-0.0` was met (before the walk
+/// ends, when too deep).
+pub(crate) fn fingerprint_walk(
+    value: &Value,
+    unsigned_zeros: bool,
+) -> (Option<ArgsFingerprint>, bool) {
+    fn walk(
+        b: &mut FingerprintBuilder<128>,
+        v: &Value,
+        unsigned_zeros: bool,
+        negative_zero: &mut bool,
+    ) -> Option<()> {
         match v {
             Value::Null => b.null().ok(),
             Value::Bool(x) => b.bool(*x).ok(),
@@ -356,14 +561,21 @@ pub fn fingerprint_value(value: &Value) -> Option<ArgsFingerprint> {
                 } else if let Some(u) = n.as_u64() {
                     b.u64(u).ok()
                 } else {
-                    b.f64(n.as_f64()?).ok()
+                    let mut x = n.as_f64()?;
+                    if x == 0.0 && x.is_sign_negative() {
+                        *negative_zero = true;
+                        if unsigned_zeros {
+                            x = 0.0;
+                        }
+                    }
+                    b.f64(x).ok()
                 }
             }
             Value::String(s) => b.str(s).ok(),
             Value::Array(items) => {
                 b.begin_array().ok()?;
                 for item in items {
-                    walk(b, item)?;
+                    walk(b, item, unsigned_zeros, negative_zero)?;
                 }
                 b.end_array().ok()
             }
@@ -371,15 +583,17 @@ pub fn fingerprint_value(value: &Value) -> Option<ArgsFingerprint> {
                 b.begin_object().ok()?;
                 for (k, item) in map {
                     b.key(k).ok()?;
-                    walk(b, item)?;
+                    walk(b, item, unsigned_zeros, negative_zero)?;
                 }
                 b.end_object().ok()
             }
         }
     }
     let mut builder = FingerprintBuilder::<128>::new();
-    walk(&mut builder, value)?;
-    builder.finish().ok()
+    let mut negative_zero = false;
+    let fingerprint = walk(&mut builder, value, unsigned_zeros, &mut negative_zero)
+        .and_then(|()| builder.finish().ok());
+    (fingerprint, negative_zero)
 }
 
 fn build_rules(
@@ -437,8 +651,19 @@ fn subagent_ledger(limits: &budget::SubagentLimits) -> Ledger {
     ledger
 }
 
-/// Replays a session through the gate.
+/// Replays a session through the gate, every row of the report held.
 pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String> {
+    decide(session, budget).map(Report::held)
+}
+
+/// Replays a session through the gate; the report's rows are made from the
+/// session and the gate's decisions when they are written
+/// ([`DecidedTurns`]), so that a long session is not held a second time as
+/// rows. The same report as [`replay`]'s.
+pub fn decide<'s>(
+    session: &'s Session,
+    budget: &ReplayBudget,
+) -> Result<Report<DecidedTurns<'s>>, String> {
     // Known to the budget file, not yet applied by replay: refusing is the
     // only honest answer (a cost budget must never count a call as free).
     let (rules, known_tools, mut notes) = build_rules(session, budget)?;
@@ -455,32 +680,18 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
     let mut agents: BTreeMap<String, Ledger> = BTreeMap::new();
     let mut noted_agents: BTreeSet<String> = BTreeSet::new();
     let mut stopped: Option<Stopped> = None;
-    let mut per_turn = Vec::with_capacity(session.turns.len());
-    let mut running = TokenUsage::ZERO;
+    let mut decided = DecidedTurns {
+        session,
+        outcomes: Vec::new(),
+        calls: Vec::new(),
+        stopped_before: None,
+    };
     let mut extra_refusals: BTreeMap<String, u32> = BTreeMap::new();
     let (mut executed, mut approved, mut reached_turns, mut new_questions) = (0, 0, 0, 0);
     let mut policy = PolicyApprover(budget.approve.clone());
     for (index, turn) in session.turns.iter().enumerate() {
-        if let Some(u) = turn.usage {
-            running = running.saturating_add(u);
-        }
-        let (stop_text, inferred) = turn.effective_stop_reason();
-        let mut row = TurnReport {
-            turn: index,
-            message_id: turn.message_id.clone(),
-            stop_reason: stop_text.clone(),
-            stop_reason_inferred: inferred,
-            usage: turn.usage,
-            running_total: turn.usage.map(|_| running),
-            reached: false,
-            outcome: "not reached".into(),
-            calls: Vec::new(),
-            usage_iterations: turn.iterations.clone(),
-            server_tool_calls: turn.server_calls.clone(),
-            cut_off: turn.cut_off.clone(),
-            agent: turn.agent.clone(),
-        };
         if stopped.is_none() {
+            let (stop_text, _) = turn.effective_stop_reason();
             if gate.status() == RunStatus::Complete {
                 gate.resume().map_err(|e| format!("internal: {e}"))?;
                 new_questions += 1;
@@ -505,11 +716,10 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                         detail: e.to_string(),
                         by_budget: true,
                     });
-                    row.outcome = "stopped before this call".into();
+                    decided.stopped_before = Some(index);
                 }
                 Admission::Proceed { .. } => {
                     reached_turns += 1;
-                    row.reached = true;
                     let stop = StopReason::parse(&stop_text)
                         .map_err(|e| format!("turn {index}: stop reason {stop_text:?}: {e}"))?;
                     let used = turn.usage.unwrap_or(TokenUsage::ZERO);
@@ -559,12 +769,9 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                         });
                         if let Some((word, e)) = own {
                             *extra_refusals.entry(word.into()).or_default() += 1;
-                            row.calls.push(CallReport {
-                                id: call.id.clone(),
-                                name: call.name.clone(),
+                            decided.calls.push(CallDecision {
                                 verdict: "refused",
-                                reason: Some(word.to_owned()),
-                                recorded: recorded_word(call),
+                                reason: Some(word),
                             });
                             let agent = sub.clone().unwrap_or_default();
                             if !noted_agents.contains(&agent) {
@@ -579,7 +786,7 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                         let proposed = ProposedCall {
                             call_id: &call.id,
                             name: &call.name,
-                            arguments: call.input.as_ref().and_then(fingerprint_value),
+                            arguments: call.arguments.fingerprint(),
                             input: b"",
                         };
                         let mut asked = false;
@@ -587,7 +794,6 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                             asked = true;
                             policy.answer(c)
                         };
-                        let recorded = recorded_word(call);
                         let (verdict, reason) = match gate.propose_with(&proposed, &mut approver) {
                             Ok(CallVerdict::Execute) => {
                                 let outcome = if call.recorded_error == Some(true) {
@@ -605,7 +811,7 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                                     ("execute", None)
                                 }
                             }
-                            Ok(CallVerdict::Refused(r)) => ("refused", Some(r.as_str().to_owned())),
+                            Ok(CallVerdict::Refused(r)) => ("refused", Some(r.as_str())),
                             Ok(CallVerdict::NeedsApproval) => {
                                 return Err(format!(
                                     "internal: turn {index}: approval left pending"
@@ -617,7 +823,7 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                                     "turn {index}: call id {:?} {e}; refused",
                                     call.id
                                 ));
-                                ("refused", Some("invalid-call-id".to_owned()))
+                                ("refused", Some("invalid-call-id"))
                             }
                             Err(ProposeError::DuplicateCallId) => {
                                 *extra_refusals
@@ -627,7 +833,7 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                                     "turn {index}: call id {:?} appears more than once in the response; the later call ({}) is refused",
                                     call.id, call.name
                                 ));
-                                ("refused", Some("duplicate-call-id".to_owned()))
+                                ("refused", Some("duplicate-call-id"))
                             }
                             Err(e) => return Err(format!("turn {index}: call {}: {e}", call.id)),
                         };
@@ -636,20 +842,14 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                         if let Some(ledger) = sub.as_ref().and_then(|a| agents.get_mut(a)) {
                             ledger.record(Limit::ToolCalls, u64::from(counted));
                         }
-                        row.calls.push(CallReport {
-                            id: call.id.clone(),
-                            name: call.name.clone(),
-                            verdict,
-                            reason,
-                            recorded,
-                        });
+                        decided.calls.push(CallDecision { verdict, reason });
                     }
-                    row.outcome = match gate
+                    let outcome = match gate
                         .finish_turn()
                         .map_err(|e| format!("internal: turn {index}: {e}"))?
                     {
-                        TurnEnd::Continue => "continue".into(),
-                        TurnEnd::Complete => "complete".into(),
+                        TurnEnd::Continue => TurnOutcome::Continue,
+                        TurnEnd::Complete => TurnOutcome::Complete,
                         TurnEnd::Stopped(reason) => {
                             stopped = Some(Stopped {
                                 turn: Some(index),
@@ -664,28 +864,15 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
                                     ),
                                 },
                             });
-                            format!("error: {reason}")
+                            TurnOutcome::Error(reason)
                         }
                     };
+                    decided.outcomes.push(outcome);
                 }
             }
         }
-        if !row.reached {
-            row.calls = turn
-                .calls
-                .iter()
-                .map(|call| CallReport {
-                    id: call.id.clone(),
-                    name: call.name.clone(),
-                    verdict: "not-reached",
-                    reason: None,
-                    recorded: recorded_word(call),
-                })
-                .collect();
-        }
-        per_turn.push(row);
     }
-    end_of_recording(session, &gate, &mut stopped, &per_turn);
+    end_of_recording(session, &gate, &mut stopped, decided.last_reached());
     if new_questions > 0 {
         notes.push(format!(
             "{new_questions} response(s) follow an end_turn: each starts a new question on the same budget"
@@ -703,14 +890,7 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
         // The recording says the agent finished with its last response (a
         // trajectory `submitted`): complete, if the gate let that response
         // and every call in it run as recorded.
-        let last_ran = per_turn.last().is_some_and(|row| {
-            row.reached
-                && row
-                    .calls
-                    .iter()
-                    .all(|c| matches!(c.verdict, "execute" | "approved"))
-        });
-        if last_ran {
+        if decided.last_ran() {
             status = RunStatus::Complete.as_str();
             notes.push("the recording says the run finished after its last response (exit_status submitted): status complete".into());
         } else {
@@ -805,7 +985,7 @@ pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String
         },
         notes: all_notes,
         agents: agent_reports(session),
-        per_turn,
+        per_turn: decided,
     })
 }
 
@@ -904,9 +1084,8 @@ fn end_of_recording(
     session: &Session,
     gate: &ReplayGate,
     stopped: &mut Option<Stopped>,
-    per_turn: &[TurnReport],
+    last_reached: bool,
 ) {
-    let last_reached = per_turn.last().is_some_and(|row| row.reached);
     // A trajectory that says its last step finished the run (`submitted`)
     // needs no further call.
     if stopped.is_some()
@@ -948,11 +1127,18 @@ pub fn replay_text(text: &str, budget: &ReplayBudget) -> Result<Report, String> 
     replay(&session, budget)
 }
 
-impl Report {
+impl<Rows: TurnRows + Serialize> Report<Rows> {
     /// The report as one line of JSON (what `--json` prints), with every
     /// character that is unsafe on a terminal escaped.
     pub fn to_json(&self) -> Result<String, String> {
         crate::term::to_safe_json(self)
+    }
+
+    /// [`to_json`](Self::to_json) and a newline, written to `out` as they
+    /// are made (the rows are never all held as text).
+    pub fn write_json(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        crate::term::write_safe_json(self, &mut *out)?;
+        out.write_all(b"\n")
     }
 
     /// Where the run stopped, in words: `at turn T` (before that call, or
@@ -961,7 +1147,7 @@ impl Report {
     pub fn stop_place(&self, stopped: &Stopped) -> String {
         match stopped.turn {
             None => "at an unknown turn".to_owned(),
-            Some(t) if t == self.per_turn.len() => {
+            Some(t) if t == self.per_turn.count() => {
                 format!("before turn {t}, the call after the last response")
             }
             Some(t) => format!("at turn {t}"),
@@ -972,6 +1158,15 @@ impl Report {
     /// taken from the recording (and the file name) is shown through
     /// [`terminal_safe`].
     pub fn to_table(&self, file: &str) -> String {
+        let mut out = Vec::new();
+        // Writing to a `Vec` does not fail.
+        let _ = self.write_table(file, &mut out);
+        String::from_utf8(out)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }
+
+    /// [`to_table`](Self::to_table) written to `out` a row at a time.
+    pub fn write_table(&self, file: &str, sink: &mut dyn Write) -> std::io::Result<()> {
         let safe = terminal_safe;
         let mut out = String::new();
         let b = &self.budget;
@@ -1031,7 +1226,9 @@ impl Report {
                 safe(&stop.detail)
             );
         };
-        for row in &self.per_turn {
+        let mut inferred = false;
+        self.per_turn.try_for_each_row(|row| {
+            inferred |= row.stop_reason_inferred;
             if let Some(stop) = &self.stopped {
                 if stop.turn == Some(row.turn) && !row.reached {
                     stop_line(&mut out, stop);
@@ -1115,13 +1312,16 @@ impl Report {
                     stop_line(&mut out, stop);
                 }
             }
-        }
+            sink.write_all(out.as_bytes())?;
+            out.clear();
+            Ok::<(), std::io::Error>(())
+        })?;
         if let Some(stop) = &self.stopped {
-            if stop.turn == Some(self.per_turn.len()) {
+            if stop.turn == Some(self.per_turn.count()) {
                 stop_line(&mut out, stop);
             }
         }
-        if self.per_turn.iter().any(|r| r.stop_reason_inferred) {
+        if inferred {
             let _ = writeln!(out, "(* stop_reason inferred: recorded as null or absent)");
         }
         let _ = writeln!(out);
@@ -1236,7 +1436,7 @@ impl Report {
                 .collect();
             let _ = writeln!(out, "refusals: {}", list.join(", "));
         }
-        out
+        sink.write_all(out.as_bytes())
     }
 }
 
@@ -1424,7 +1624,7 @@ pub fn command_to(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -
     if let Err((source, detail)) = add_subagents(&args.file, &mut session) {
         return fail(&source, &detail);
     }
-    let report = match replay(&session, &budget) {
+    let report = match decide(&session, &budget) {
         Ok(report) => report,
         Err(detail) => return fail(&file, &detail),
     };
@@ -1432,15 +1632,14 @@ pub fn command_to(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -
     // asks "does this session fit the budget?" must not pass an overshoot.
     let exceeded = report.stopped.is_some() || report.overshoot.is_some();
     let status = ExitCode::from(u8::from(exceeded));
-    let printed = if args.json {
-        match report.to_json() {
-            Ok(line) => line + "\n",
-            Err(e) => return fail(&file, &e),
-        }
+    // Written as it is made: the rows of a long session are never all held.
+    let mut buffered = std::io::BufWriter::with_capacity(1 << 16, &mut *out);
+    let written = if args.json {
+        report.write_json(&mut buffered)
     } else {
-        report.to_table(&file)
+        report.write_table(&file, &mut buffered)
     };
-    match out.write_all(printed.as_bytes()).and_then(|()| out.flush()) {
+    match written.and_then(|()| buffered.flush()) {
         Ok(()) => status,
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => status,
         Err(e) => fail("<stdout>", &format!("cannot write the report: {e}")),
@@ -1550,6 +1749,55 @@ mod tests {
             );
         }
         assert_eq!(json["schema_version"], REPORT_SCHEMA_VERSION);
+    }
+
+    /// Issue 14 (memory): the report `replay` writes as it is made
+    /// ([`decide`], rows made one at a time) is byte for byte the one held
+    /// whole ([`replay`], [`Report::to_json`], [`Report::to_table`]): on
+    /// every example, with a budget that stops a run before a call, one that
+    /// lets every response happen, and approvals.
+    #[test]
+    fn the_report_written_as_it_is_made_is_the_one_held_whole() {
+        let roomy = parse_budget(
+            "[budget]\nmax_model_calls = 1000\nmax_tokens = 100000000\n[tools]\nneeds_approval = [\"issue_refund\"]\n",
+        )
+        .unwrap();
+        let tight = parse_budget("[budget]\nmax_model_calls = 1\n").unwrap();
+        let mut budgets = vec![ReplayBudget::default(), roomy, tight];
+        let mut approving =
+            parse_budget(&std::fs::read_to_string(example("budget.toml")).unwrap()).unwrap();
+        approving.approve = ApprovePolicy::parse_for("all", &approving.needs_approval).unwrap();
+        budgets.push(approving);
+        let mut compared = 0;
+        for file in [
+            "replay/claude-code.jsonl",
+            "replay/anthropic-exchanges.jsonl",
+            "replay/swe-agent.traj",
+            "replay/vcr-cassette.yaml",
+        ] {
+            let session = read_session(&std::fs::read_to_string(example(file)).unwrap()).unwrap();
+            for budget in &budgets {
+                let held = replay(&session, budget).unwrap();
+                let made = decide(&session, budget).unwrap();
+                let mut json = Vec::new();
+                made.write_json(&mut json).unwrap();
+                assert_eq!(
+                    String::from_utf8(json).unwrap(),
+                    held.to_json().unwrap() + "\n",
+                    "{file}"
+                );
+                let mut table = Vec::new();
+                made.write_table(file, &mut table).unwrap();
+                assert_eq!(
+                    String::from_utf8(table).unwrap(),
+                    held.to_table(file),
+                    "{file}"
+                );
+                assert_eq!(made.held(), held);
+                compared += 1;
+            }
+        }
+        assert_eq!(compared, 16);
     }
 
     #[test]

@@ -83,11 +83,21 @@ impl serde_json::ser::Formatter for TerminalSafeJson {
 /// [`unsafe_on_terminal`]); what every `--json` output prints.
 pub fn to_safe_json<T: Serialize + ?Sized>(value: &T) -> Result<String, String> {
     let mut bytes = Vec::new();
-    let mut serializer = serde_json::Serializer::with_formatter(&mut bytes, TerminalSafeJson);
+    write_safe_json(value, &mut bytes).map_err(|e| e.to_string())?;
+    String::from_utf8(bytes).map_err(|e| e.to_string())
+}
+
+/// [`to_safe_json`] written to `writer` as it is made, never held whole
+/// (a long replay's report). An error is the writer's, or, if `value`
+/// cannot be written as JSON, one of kind `InvalidData`.
+pub fn write_safe_json<T: Serialize + ?Sized>(
+    value: &T,
+    writer: impl Write,
+) -> std::io::Result<()> {
+    let mut serializer = serde_json::Serializer::with_formatter(writer, TerminalSafeJson);
     value
         .serialize(&mut serializer)
-        .map_err(|e| e.to_string())?;
-    String::from_utf8(bytes).map_err(|e| e.to_string())
+        .map_err(std::io::Error::from)
 }
 
 #[cfg(test)]

@@ -770,6 +770,41 @@ fn a_claude_code_block_logged_again_is_one_call_not_a_reused_id() {
     assert_eq!(report.executed, 1);
 }
 
+/// Issue 14 (memory): a block logged again is told from a reused call id
+/// by comparing the kept fingerprints, exactly as comparing the inputs did:
+/// `-0.0` and `0.0` (and `-0`, which serde_json reads as `-0.0`) are the
+/// same input, `1` and `1.0` are not (`duplicate-call-id`); in a Claude
+/// Code log a string input is arguments like any other, even one that
+/// starts like the exchanges' mark for unreadable arguments, and runs.
+#[test]
+fn a_block_logged_again_is_told_by_its_kept_fingerprint_as_by_its_input() {
+    let line = |uuid: &str, input: &str| {
+        format!(
+            r#"{{"type":"assistant","uuid":"{uuid}","requestId":"req_1","timestamp":"2026-01-05T10:00:01Z","message":{{"id":"msg_1","role":"assistant","content":[{{"type":"tool_use","id":"t1","name":"Read","input":{input}}}],"stop_reason":null,"usage":{{"input_tokens":10,"output_tokens":3}}}}}}"#
+        )
+    };
+    let read = |a: &str, b: &str| {
+        let text = format!("{}\n{}\n", line("a", a), line("b", b));
+        replay_text(&text, &ReplayBudget::default()).unwrap()
+    };
+    for (a, b) in [
+        (r#"{"x":-0.0}"#, r#"{"x":0.0}"#),
+        (r#"{"x":-0}"#, r#"{"x":0.0}"#),
+        (r#"{"x":1,"y":2}"#, r#"{"y":2,"x":1}"#),
+    ] {
+        let report = read(a, b);
+        assert_eq!((report.tool_calls, report.executed), (1, 1), "{a} {b}");
+        assert!(report.notes.iter().any(|n| n.contains("logged again")));
+    }
+    let report = read(r#"{"x":1}"#, r#"{"x":1.0}"#);
+    assert_eq!(report.tool_calls, 2);
+    assert_eq!(report.refusals.get("duplicate-call-id"), Some(&1));
+    let marked = r#""\u0000unreadable-arguments:{""#;
+    let report = read(marked, marked);
+    assert_eq!((report.tool_calls, report.executed), (1, 1));
+    assert!(report.refusals.is_empty(), "{:?}", report.refusals);
+}
+
 // --------------------------------------------------- 14. Duplicate JSON keys
 
 #[test]

@@ -1135,6 +1135,46 @@ fn openai_responses_map_to_the_turn_gate() {
         .any(|n| n.contains("response resp_2 again")));
 }
 
+/// Issue 14 (memory), SPEC C: a call's arguments are kept only as their
+/// fingerprint, taken as the call is read; arguments that cannot be read (a
+/// function call's `arguments` that is not JSON, the mark the stream
+/// rebuilders leave) are still refused `invalid-arguments` in a completed
+/// tool turn, and the readable call beside them still runs; the same
+/// arguments again in the next response are still the same call (the
+/// repetition rule counts the kept fingerprint).
+#[test]
+fn unreadable_arguments_are_still_refused_once_inputs_are_not_kept() {
+    let response = |id: &str, output: Value| {
+        json!({"request": {"method": "POST", "uri": "https://api.openai.com/v1/responses",
+                           "parsed_body": {"model": "gpt-example", "input": []}},
+               "response": {"status": {"code": 200, "message": "OK"}, "parsed_body": {
+                   "id": id, "object": "response", "status": "completed", "output": output,
+                   "usage": {"input_tokens": 10, "output_tokens": 5}}}})
+    };
+    let call = |id: &str, arguments: &str| json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id, "name": "lookup", "arguments": arguments});
+    let cassette = json!({"interactions": [
+        response("resp_1", json!([call("c1", "{\"q\": "), call("c2", "{\"q\": 1}")])),
+        response("resp_2", json!([call("c3", "{\"q\": 1}"), call("c4", "{\"q\": 1}")])),
+    ]})
+    .to_string();
+    let report = run(&cassette, "");
+    assert_eq!(report.per_turn[0].stop_reason, "tool_use");
+    assert_eq!(
+        verdicts(&report, 0),
+        [
+            ("c1".into(), "refused", Some("invalid-arguments".into())),
+            ("c2".into(), "execute", None)
+        ]
+    );
+    assert_eq!(
+        verdicts(&report, 1),
+        [
+            ("c3".into(), "execute", None),
+            ("c4".into(), "refused", Some("repeat".into()))
+        ]
+    );
+}
+
 /// Amazon Bedrock Converse, in the shape of pydantic-ai's
 /// `tests/models/bedrock/cassettes/test_cache/test_bedrock_single_tool_choice_preserves_cache[anthropic].yaml`
 /// (`output.message.content[].toolUse`, `stopReason`, `usage.inputTokens`

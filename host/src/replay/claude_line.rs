@@ -134,12 +134,6 @@ impl ClaudeMessage {
         field_of(&self.fields, &MESSAGE_KEYS, key)
     }
 
-    /// The value of `key`, one of [`MESSAGE_KEYS`], to move parts out of.
-    pub(super) fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
-        let at = MESSAGE_KEYS.iter().position(|k| *k == key)?;
-        self.fields[at].as_mut()
-    }
-
     #[cfg(test)]
     fn to_value(&self) -> Value {
         if let Some(other) = &self.other {

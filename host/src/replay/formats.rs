@@ -1,6 +1,6 @@
 //! Detecting a recording's format and reading it into a [`Session`].
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
 use serde_json::{Map, Value};
 
@@ -9,7 +9,9 @@ use super::claude_line::{
 };
 use super::openai;
 use super::providers;
-use super::session::{billed_usage, Format, RecordedCall, RecordedTurn, Session, UsageGranularity};
+use super::session::{
+    billed_usage, Format, RecordedArguments, RecordedCall, RecordedTurn, Session, UsageGranularity,
+};
 use super::time::{parse_http_date_ms, parse_rfc3339_ms};
 use crate::strict::value_from_str;
 use budgetgate_core::turn::TokenUsage;
@@ -509,21 +511,15 @@ fn is_request(o: &Map<String, Value>) -> bool {
     o.contains_key("messages") && !o.contains_key("stop_reason")
 }
 
-/// A message's `stop_reason`: `None` when absent or null; any other type
-/// is an error (it is never taken for null).
 /// A response message's fields, as a [`Value`] or as a Claude Code line's
 /// [`ClaudeMessage`] holds them.
 trait MessageFields {
     fn get(&self, key: &str) -> Option<&Value>;
-    fn get_mut(&mut self, key: &str) -> Option<&mut Value>;
 }
 
 impl MessageFields for Value {
     fn get(&self, key: &str) -> Option<&Value> {
         Value::get(self, key)
-    }
-    fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
-        Value::get_mut(self, key)
     }
 }
 
@@ -531,11 +527,10 @@ impl MessageFields for ClaudeMessage {
     fn get(&self, key: &str) -> Option<&Value> {
         ClaudeMessage::get(self, key)
     }
-    fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
-        ClaudeMessage::get_mut(self, key)
-    }
 }
 
+/// A message's `stop_reason`: `None` when absent or null; any other type
+/// is an error (it is never taken for null).
 fn stop_reason_of(message: &impl MessageFields) -> Result<Option<String>, String> {
     match message.get("stop_reason") {
         None | Some(Value::Null) => Ok(None),
@@ -591,9 +586,12 @@ fn brief(value: &Value) -> String {
     }
 }
 
-/// The content blocks of a message turned into a turn (usage and times filled by the caller).
-/// The turn `message` records; its calls' inputs are moved out of it.
-fn turn_from_message(message: &mut impl MessageFields) -> Result<RecordedTurn, String> {
+/// The turn `message` records (times filled by the caller); its calls'
+/// inputs are read by `read_input`.
+fn turn_from_message(
+    message: &impl MessageFields,
+    read_input: ReadInput,
+) -> Result<RecordedTurn, String> {
     let (usage, iterations) = match message.get("usage") {
         None | Some(Value::Null) => (TokenUsage::ZERO, Vec::new()),
         Some(u) => billed_usage(u)?,
@@ -609,16 +607,38 @@ fn turn_from_message(message: &mut impl MessageFields) -> Result<RecordedTurn, S
             .map(str::to_owned),
         ..RecordedTurn::default()
     };
-    add_blocks(&mut turn, message.get_mut("content"))?;
+    add_blocks(&mut turn, message.get("content"), read_input)?;
     Ok(turn)
 }
 
+/// How a reader keeps a call's `input`: its fingerprints, taken as the call
+/// is read (the value is not kept).
+type ReadInput = fn(&Value) -> RecordedArguments;
+
+/// A Claude Code log's `input`: always read, whatever it holds.
+fn recorded_input(input: &Value) -> RecordedArguments {
+    RecordedArguments::of_value(input)
+}
+
+/// An exchange's `input`: a string with the [`UNREADABLE`] mark, which the
+/// stream rebuilders write for arguments cut off mid-way, is unreadable.
+fn exchange_input(input: &Value) -> RecordedArguments {
+    match input {
+        Value::String(s) if s.starts_with(UNREADABLE) => RecordedArguments::Unreadable,
+        _ => RecordedArguments::of_value(input),
+    }
+}
+
 /// Adds `content`'s text, calls and server tool uses to `turn`; the calls'
-/// inputs are moved out of `content`.
-fn add_blocks(turn: &mut RecordedTurn, content: Option<&mut Value>) -> Result<(), String> {
+/// inputs are read by `read_input`.
+fn add_blocks(
+    turn: &mut RecordedTurn,
+    content: Option<&Value>,
+    read_input: ReadInput,
+) -> Result<(), String> {
     match content {
         Some(Value::Array(blocks)) => {
-            for (at, block) in blocks.iter_mut().enumerate() {
+            for (at, block) in blocks.iter().enumerate() {
                 match block.get("type").and_then(Value::as_str) {
                     Some("text") => {
                         turn.text_chars += block
@@ -639,7 +659,7 @@ fn add_blocks(turn: &mut RecordedTurn, content: Option<&mut Value>) -> Result<()
                         turn.calls.push(RecordedCall {
                             id,
                             name,
-                            input: Some(block.get_mut("input").map_or(Value::Null, Value::take)),
+                            arguments: read_input(block.get("input").unwrap_or(&Value::Null)),
                             recorded_error: None,
                         });
                     }
@@ -741,29 +761,66 @@ fn only_results_of(message: Option<&ClaudeMessage>, calls: &[RecordedCall]) -> b
         })
 }
 
+/// The turns of each `message.id`, kept by the reader so that a long log is
+/// not scanned once per line, without a second copy of the ids: the last
+/// turn of each id's hash, and for each turn the one before it of the same
+/// hash. A walk compares the turns' ids themselves, so two ids of one hash
+/// never mix.
+#[derive(Default)]
+struct TurnsById<S = std::hash::RandomState> {
+    hasher: S,
+    /// The id's hash to its last turn.
+    last: HashMap<u64, usize>,
+    /// For each turn, in order, the one before it whose id has its hash.
+    before: Vec<Option<usize>>,
+}
+
+impl<S: std::hash::BuildHasher> TurnsById<S> {
+    /// The turns whose `message.id` is `id`, the latest first.
+    fn of<'a>(
+        &'a self,
+        id: &'a str,
+        turns: &'a [RecordedTurn],
+    ) -> impl Iterator<Item = usize> + 'a {
+        let mut next = self.last.get(&self.hasher.hash_one(id)).copied();
+        std::iter::from_fn(move || {
+            let at = next?;
+            next = self.before.get(at).copied().flatten();
+            Some(at)
+        })
+        .filter(move |&at| turns.get(at).and_then(|t| t.message_id.as_deref()) == Some(id))
+    }
+
+    /// Adds the next turn, whose `message.id` is `id`.
+    fn push(&mut self, id: &str) {
+        let turn = self.before.len();
+        self.before
+            .push(self.last.insert(self.hasher.hash_one(id), turn));
+    }
+}
+
 /// `calls` without the blocks that are an earlier line's block logged again:
 /// the same call id, name and input in a response of the same `message.id`
 /// (Claude Code writes one response over several lines and may repeat a
 /// block). Such a repeat is one call, not a reuse of its id; a block that
 /// reuses an id with another name or input is kept, and the gate refuses it.
 /// Returns the calls kept and how many were dropped.
-/// `same_id` holds the indices of the turns of that `message.id` (kept by
-/// the reader, so that a long log is not scanned once per line).
+/// `same_id` gives the indices of the turns of that `message.id`.
 fn drop_logged_again(
     turns: &[RecordedTurn],
-    same_id: &[usize],
+    same_id: impl Iterator<Item = usize>,
     calls: Vec<RecordedCall>,
 ) -> (Vec<RecordedCall>, usize) {
     let earlier: Vec<&RecordedCall> = same_id
-        .iter()
-        .filter_map(|&at| turns.get(at))
+        .filter_map(|at| turns.get(at))
         .flat_map(|t| &t.calls)
         .collect();
     let mut kept: Vec<RecordedCall> = Vec::with_capacity(calls.len());
     let mut dropped = 0;
     for call in calls {
-        let same =
-            |c: &&RecordedCall| c.id == call.id && c.name == call.name && c.input == call.input;
+        let same = |c: &&RecordedCall| {
+            c.id == call.id && c.name == call.name && c.arguments.same_value(&call.arguments)
+        };
         if earlier.iter().any(same) || kept.iter().any(|c| same(&c)) {
             dropped += 1;
         } else {
@@ -784,9 +841,9 @@ fn read_claude_code(
     // (parallel sub-agents' lines interleave).
     let mut opens: HashMap<Option<String>, OpenResponse> = HashMap::new();
     let mut result_notes = Vec::new();
-    let mut by_message: HashMap<String, Vec<usize>> = HashMap::new();
-
-    let mut seen_ids: HashSet<String> = HashSet::new();
+    // The turns of each `message.id`; an id met again in a new turn is one
+    // split in several.
+    let mut by_message: TurnsById = TurnsById::default();
     let mut split_ids: Vec<String> = Vec::new();
     let mut results = HashMap::new();
     let mut start: Option<u64> = None;
@@ -797,9 +854,8 @@ fn read_claude_code(
     let mut repeated_blocks = 0usize;
     let mut lines_read = 0usize;
     for item in lines {
-        let (line_no, mut line) = item?;
-        // Owned, so that its calls' inputs are moved, not copied.
-        let mut message = line.message.take();
+        let (line_no, line) = item?;
+        let message = line.message.as_ref();
         let (line_no, line) = (&line_no, &line);
         lines_read += 1;
         let time = match line.get("timestamp") {
@@ -825,7 +881,7 @@ fn read_claude_code(
         };
         match kind {
             "assistant" => {
-                let Some(message) = message.as_mut() else {
+                let Some(message) = message else {
                     skipped += 1;
                     continue;
                 };
@@ -887,17 +943,23 @@ fn read_claude_code(
                             turn.stop_reason = Some(reason);
                         }
                         let before = turn.calls.len();
-                        add_blocks(turn, message.get_mut("content")).map_err(context)?;
+                        add_blocks(turn, message.get("content"), recorded_input)
+                            .map_err(context)?;
                         let added = turn.calls.split_off(before);
-                        let same_id = by_message.get(id).map_or(&[][..], Vec::as_slice);
+                        let same_id = by_message.of(id, &turns);
                         let kept = drop_logged_again(&turns, same_id, added);
                         repeated_blocks += kept.1;
-                        turns[index].calls.extend(kept.0);
+                        // Held to the end: no room to spare (pushing a
+                        // call left room for four).
+                        let calls = &mut turns[index].calls;
+                        calls.extend(kept.0);
+                        calls.shrink_to_fit();
                     }
                     None => {
-                        let mut turn = turn_from_message(message).map_err(context)?;
+                        let mut turn =
+                            turn_from_message(message, recorded_input).map_err(context)?;
                         let calls = std::mem::take(&mut turn.calls);
-                        let same_id = by_message.get(id).map_or(&[][..], Vec::as_slice);
+                        let same_id = by_message.of(id, &turns);
                         let kept = drop_logged_again(&turns, same_id, calls);
                         repeated_blocks += kept.1;
                         turn.calls = kept.0;
@@ -906,13 +968,10 @@ fn read_claude_code(
                         // Absolute for now; counted from the first model
                         // call once every response is read.
                         turn.requested_at_ms = last_time;
-                        if !seen_ids.insert(id.to_owned()) {
+                        if by_message.of(id, &turns).next().is_some() {
                             split_ids.push(id.to_owned());
                         }
-                        by_message
-                            .entry(id.to_owned())
-                            .or_default()
-                            .push(turns.len());
+                        by_message.push(id);
                         turn.agent = thread.as_ref().map(|t| format!("Task {t}"));
                         opens.insert(
                             thread.clone(),
@@ -930,12 +989,12 @@ fn read_claude_code(
                 }
             }
             "user" => {
-                if let Some(message) = &message {
+                if let Some(message) = message {
                     collect_results(message.get("content"), &mut results);
                 }
                 if let Some(o) = opens.get_mut(&thread) {
                     o.user_since = true;
-                    if !only_results_of(message.as_ref(), &turns[o.turn].calls) {
+                    if !only_results_of(message, &turns[o.turn].calls) {
                         o.broken = true;
                     }
                 }
@@ -1873,8 +1932,8 @@ fn build_from_exchanges(
     let start = exchanges.iter().find_map(|e| e.time_ms);
     let request_start = exchanges.iter().find_map(|e| e.request_ms);
     let mut previous_time: Option<u64> = None;
-    for (index, mut exchange) in exchanges.into_iter().enumerate() {
-        let mut turn = turn_from_message(&mut exchange.response)
+    for (index, exchange) in exchanges.into_iter().enumerate() {
+        let mut turn = turn_from_message(&exchange.response, exchange_input)
             .map_err(|e| format!("{} (response {index}): {e}", exchange.label))?;
         if let Some(request) = &exchange.request {
             if turn.model.is_none() {
@@ -1949,13 +2008,6 @@ fn build_from_exchanges(
                 exchange.label
             ));
             turn.cut_off = Some(why.clone());
-        }
-        for call in &mut turn.calls {
-            if let Some(Value::String(s)) = &call.input {
-                if s.starts_with(UNREADABLE) {
-                    call.input = None;
-                }
-            }
         }
         turns.push(turn);
     }
@@ -2033,18 +2085,17 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
                 // reuse ids), so the recorded id decides nothing.
                 id: format!("step-{index}"),
                 name: f.name.clone(),
-                input: Some(
-                    f.arguments
-                        .clone()
-                        .unwrap_or_else(|| serde_json::json!({ "command": action })),
-                ),
+                arguments: match &f.arguments {
+                    Some(arguments) => RecordedArguments::of_value(arguments),
+                    None => RecordedArguments::of_value(&serde_json::json!({ "command": action })),
+                },
                 recorded_error: Some(false),
             }]
         } else {
             vec![RecordedCall {
                 id: format!("step-{index}"),
                 name: command_name(action),
-                input: Some(serde_json::json!({ "command": action })),
+                arguments: RecordedArguments::of_value(&serde_json::json!({ "command": action })),
                 recorded_error: Some(false),
             }]
         };
@@ -2687,6 +2738,56 @@ mod tests {
         ] {
             assert_eq!(command_name(rm), "rm", "{rm}");
         }
+    }
+
+    /// Issue 14 (memory): the reader finds the turns of a `message.id` from
+    /// their ids' hashes without a second copy of the ids, and two ids of
+    /// one hash never mix: with a hasher under which every id collides, each
+    /// id still gives exactly its own turns, the latest first.
+    #[test]
+    fn turns_by_id_never_mix_two_ids_of_one_hash() {
+        #[derive(Default)]
+        struct Colliding;
+        impl std::hash::BuildHasher for Colliding {
+            type Hasher = Constant;
+            fn build_hasher(&self) -> Constant {
+                Constant
+            }
+        }
+        struct Constant;
+        impl std::hash::Hasher for Constant {
+            fn finish(&self) -> u64 {
+                7
+            }
+            fn write(&mut self, _: &[u8]) {}
+        }
+        let ids = ["msg_a", "msg_b", "msg_a", "msg_c", "msg_b", "msg_a"];
+        let mut by_id = TurnsById::<Colliding>::default();
+        let mut turns = Vec::new();
+        for id in ids {
+            assert_eq!(
+                by_id.of(id, &turns).next().is_some(),
+                turns
+                    .iter()
+                    .any(|t: &RecordedTurn| t.message_id.as_deref() == Some(id))
+            );
+            by_id.push(id);
+            turns.push(RecordedTurn {
+                message_id: Some(id.to_owned()),
+                ..RecordedTurn::default()
+            });
+        }
+        let of = |id: &str| by_id.of(id, &turns).collect::<Vec<_>>();
+        assert_eq!(of("msg_a"), [5, 2, 0]);
+        assert_eq!(of("msg_b"), [4, 1]);
+        assert_eq!(of("msg_c"), [3]);
+        assert_eq!(of("msg_d"), [] as [usize; 0]);
+        // With the real hasher too.
+        let mut real: TurnsById = TurnsById::default();
+        for id in ids {
+            real.push(id);
+        }
+        assert_eq!(real.of("msg_a", &turns).collect::<Vec<_>>(), [5, 2, 0]);
     }
 
     #[test]

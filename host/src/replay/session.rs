@@ -1,8 +1,10 @@
 //! The recorded session every format is read into: one entry per model
 //! response, counted once, with its usage, stop reason and tool calls.
 
-use budgetgate_core::turn::TokenUsage;
+use budgetgate_core::turn::{ArgsFingerprint, TokenUsage};
 use serde_json::Value;
+
+use super::fingerprint_walk;
 
 /// The recording formats `budgetgate replay` reads (`SPEC C`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,12 +67,96 @@ pub struct RecordedCall {
     pub id: String,
     /// The tool's name (for SWE-agent, the command's first word).
     pub name: String,
-    /// The arguments, or `None` when they could not be read (a streamed
-    /// `input_json_delta` cut off mid-way).
-    pub input: Option<Value>,
+    /// What its arguments are kept as: their fingerprints, taken when the
+    /// call is read, never the arguments themselves.
+    pub arguments: RecordedArguments,
     /// The result the recording holds for it: `Some(true)` an error result,
     /// `Some(false)` a result, `None` no result recorded.
     pub recorded_error: Option<bool>,
+}
+
+/// A call's arguments as replay keeps them: fingerprints taken when the call
+/// is read, the value itself dropped at once (issue 14: Write and Edit
+/// inputs hold whole files, and the gate only counts repeats by the
+/// fingerprint, `SPEC C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordedArguments {
+    /// They could not be read (a streamed `input_json_delta` cut off
+    /// mid-way): the gate refuses the call as `invalid-arguments`.
+    Unreadable,
+    /// Read; they nest deeper than 128 levels and cannot be fingerprinted:
+    /// refused as `invalid-arguments` too.
+    TooDeep,
+    /// Read and fingerprinted ([`fingerprint_value`](super::fingerprint_value)).
+    Read(ArgsFingerprint),
+    /// Read, holding a float `-0.0`: the fingerprint (where `-0.0` and
+    /// `0.0` differ, as `json.dumps` writes them) and that of the same value
+    /// with every `-0.0` read as `0.0`, which tells whether two inputs are
+    /// equal as `serde_json` compares them (`-0.0 == 0.0`).
+    ReadWithNegativeZero {
+        /// What the gate counts repeats by.
+        fingerprint: ArgsFingerprint,
+        /// The fingerprint with the zeros' signs dropped.
+        unsigned_zeros: ArgsFingerprint,
+    },
+}
+
+impl RecordedArguments {
+    /// What `input`, just read, is kept as.
+    pub fn of_value(input: &Value) -> Self {
+        match fingerprint_walk(input, false) {
+            (None, _) => Self::TooDeep,
+            (Some(fingerprint), false) => Self::Read(fingerprint),
+            (Some(fingerprint), true) => match fingerprint_walk(input, true) {
+                (Some(unsigned_zeros), _) => Self::ReadWithNegativeZero {
+                    fingerprint,
+                    unsigned_zeros,
+                },
+                // The same value at the same depth: not reached.
+                (None, _) => Self::TooDeep,
+            },
+        }
+    }
+
+    /// The fingerprint the gate counts repeats by (`SPEC C`), or `None` when
+    /// the arguments could not be read or fingerprinted (the gate then
+    /// refuses the call as `invalid-arguments`).
+    pub fn fingerprint(&self) -> Option<ArgsFingerprint> {
+        match *self {
+            Self::Unreadable | Self::TooDeep => None,
+            Self::Read(fingerprint) | Self::ReadWithNegativeZero { fingerprint, .. } => {
+                Some(fingerprint)
+            }
+        }
+    }
+
+    /// Whether two calls' arguments were the same JSON value, as `serde_json`
+    /// compares values (object keys in any order, `-0.0 == 0.0`, `1 != 1.0`),
+    /// or both unreadable: what tells a block logged again from a reused
+    /// call id. Arguments too deep to fingerprint are never the same (the
+    /// stricter answer: the block is kept and its reused id refused; a Claude
+    /// Code line nests at most 128 levels in all, so its inputs never are).
+    pub fn same_value(&self, other: &Self) -> bool {
+        match (self.value_key(), other.value_key()) {
+            (Ok(a), Ok(b)) => a == b,
+            (Err(a), Err(b)) => a && b,
+            _ => false,
+        }
+    }
+
+    /// The fingerprint of the value with every `-0.0` as `0.0`, or whether
+    /// the arguments are unreadable (`true`) or too deep (`false`).
+    fn value_key(&self) -> Result<ArgsFingerprint, bool> {
+        match *self {
+            Self::Unreadable => Err(true),
+            Self::TooDeep => Err(false),
+            Self::Read(key)
+            | Self::ReadWithNegativeZero {
+                unsigned_zeros: key,
+                ..
+            } => Ok(key),
+        }
+    }
 }
 
 /// How usage is recorded.
@@ -319,4 +405,87 @@ pub fn usage_from_value(value: &Value) -> Result<TokenUsage, String> {
         }
     }
     Ok(usage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::fingerprint_value;
+    use serde_json::json;
+
+    fn of(text: &str) -> RecordedArguments {
+        RecordedArguments::of_value(&crate::strict::value_from_str(text).unwrap())
+    }
+
+    /// Issue 14 (memory), SPEC C repetitions: the fingerprint kept for a
+    /// call, taken as it is read, is the one the gate used to take from the
+    /// whole input when it proposed the call; arguments too deep for it are
+    /// `None` as before, refused `invalid-arguments`.
+    #[test]
+    fn the_fingerprint_kept_is_the_one_taken_from_the_whole_input() {
+        for text in [
+            r#"{"file_path":"/a","content":"whole file\n"}"#,
+            r#"{"b":[1,2.5,-3,18446744073709551615],"a":{"x":null,"y":true}}"#,
+            r#"{"x":-0.0}"#,
+            r#""\u0000unreadable-arguments:{""#,
+            "null",
+        ] {
+            let value = crate::strict::value_from_str(text).unwrap();
+            let kept = RecordedArguments::of_value(&value);
+            assert_eq!(kept.fingerprint(), fingerprint_value(&value), "{text}");
+            assert!(kept.fingerprint().is_some(), "{text}");
+        }
+        let mut deep = Value::Null;
+        for _ in 0..129 {
+            deep = Value::Array(vec![deep]);
+        }
+        assert_eq!(
+            RecordedArguments::of_value(&deep),
+            RecordedArguments::TooDeep
+        );
+        assert_eq!(RecordedArguments::TooDeep.fingerprint(), None);
+        assert_eq!(RecordedArguments::Unreadable.fingerprint(), None);
+    }
+
+    /// Issue 14 (memory): whether two kept inputs are the same value answers
+    /// as `serde_json`'s `==` on the inputs did (what told a block logged
+    /// again from a reused call id): keys in any order alike, `1` and `1.0`
+    /// apart, `-0.0` and `0.0` alike (while their fingerprints stay apart,
+    /// as `json.dumps` writes them); two unreadable inputs alike.
+    #[test]
+    fn kept_inputs_are_the_same_value_exactly_when_serde_json_said_so() {
+        let pairs = [
+            (r#"{"a":1,"b":[2,3]}"#, r#"{"b":[2,3],"a":1}"#),
+            (r#"{"a":1}"#, r#"{"a":1.0}"#),
+            (r#"{"a":[1,2]}"#, r#"{"a":[2,1]}"#),
+            (r#"{"x":-0.0}"#, r#"{"x":0.0}"#),
+            (r#"{"x":-0}"#, r#"{"x":0.0}"#),
+            (r#"{"x":-0.0,"y":"s"}"#, r#"{"y":"s","x":-0.0}"#),
+            (r#"{"x":-0.0}"#, r#"{"x":0}"#),
+            (r#"{"a":"1"}"#, r#"{"a":1}"#),
+            (r#"{}"#, r#"[]"#),
+            ("null", "null"),
+        ];
+        for (a, b) in pairs {
+            let (va, vb) = (
+                crate::strict::value_from_str(a).unwrap(),
+                crate::strict::value_from_str(b).unwrap(),
+            );
+            assert_eq!(of(a).same_value(&of(b)), va == vb, "{a} vs {b}");
+            assert_eq!(of(b).same_value(&of(a)), va == vb, "{b} vs {a}");
+        }
+        assert_ne!(
+            of(r#"{"x":-0.0}"#).fingerprint(),
+            of(r#"{"x":0.0}"#).fingerprint()
+        );
+        let unreadable = RecordedArguments::Unreadable;
+        assert!(unreadable.same_value(&unreadable));
+        assert!(!unreadable.same_value(&of("null")));
+        assert!(!of("null").same_value(&unreadable));
+        // Too deep to fingerprint: never the same (kept, its reused id refused).
+        let too_deep = RecordedArguments::TooDeep;
+        assert!(!too_deep.same_value(&too_deep));
+        assert!(!too_deep.same_value(&unreadable));
+        assert!(of("1").same_value(&RecordedArguments::of_value(&json!(1))));
+    }
 }

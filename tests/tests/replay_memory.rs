@@ -1,0 +1,149 @@
+//! Issue 14 (memory): `budgetgate replay` of a long Claude Code log keeps
+//! neither the calls' inputs nor its report: the heap a replay holds at its
+//! peak, measured with the counting global allocator of `allocation_counter`
+//! (per thread, only inside `measure`; a single recording is replayed on the
+//! calling thread), stays far below the inputs it read and the report it
+//! wrote. No timing is measured.
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use budgetgate::replay::{
+    command_to, decide, parse_budget, read_session, replay, ReplayArgs, ReplayBudget,
+    STREAM_FROM_BYTES,
+};
+use serde_json::json;
+
+/// Counts what is written to it, holding nothing.
+#[derive(Default)]
+struct Counted(u64);
+
+impl Write for Counted {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0 += bytes.len() as u64;
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The sample log repeated `copies` times, each copy with its own message,
+/// request and call ids (as the criterion bench builds it).
+fn repeated_sample(copies: usize) -> String {
+    let sample = include_str!("../../examples/replay/claude-code.jsonl");
+    (0..copies)
+        .map(|copy| {
+            sample
+                .replace("msg_ex_", &format!("msg_{copy}_"))
+                .replace("req_ex_", &format!("req_{copy}_"))
+                .replace("toolu_ex_", &format!("toolu_{copy}_"))
+        })
+        .collect()
+}
+
+/// A budget under which every response of the sample happens.
+fn roomy() -> ReplayBudget {
+    parse_budget(
+        "[budget]\nmax_model_calls = 100000\nmax_tokens = 10000000000\nmax_seconds = 100000000\n",
+    )
+    .unwrap()
+}
+
+/// Issue 14 (memory): a Claude Code log of more than
+/// [`STREAM_FROM_BYTES`], read line by line, whose responses each write a
+/// 16 KiB file (`Write` inputs hold whole files), is replayed through the
+/// command with `--json` at a peak heap of less than a quarter of the
+/// inputs it read: the inputs are kept as fingerprints only, and the report
+/// is written as it is made. Its report still says what the gate decided.
+#[test]
+fn a_long_log_is_replayed_without_holding_its_inputs() {
+    let dir = std::env::temp_dir().join(format!("budgetgate-memory-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("long.jsonl");
+    let mut log = io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let (mut inputs, mut written, mut responses) = (0u64, 0u64, 0usize);
+    while written <= STREAM_FROM_BYTES {
+        let content = format!("{responses:08} {}\n", "x".repeat(16 << 10));
+        inputs += content.len() as u64;
+        let assistant = json!({"type": "assistant", "uuid": format!("a{responses}"),
+            "requestId": format!("req_{responses}"), "timestamp": "2026-01-05T10:00:01Z",
+            "message": {"id": format!("msg_{responses}"), "model": "claude-sonnet-4-5",
+                "content": [{"type": "tool_use", "id": format!("toolu_{responses}"), "name": "Write",
+                    "input": {"file_path": format!("/src/f{responses}.rs"), "content": content}}],
+                "stop_reason": "tool_use", "usage": {"input_tokens": 3, "output_tokens": 5}}});
+        let user = json!({"type": "user", "uuid": format!("u{responses}"), "timestamp": "2026-01-05T10:00:02Z",
+            "message": {"role": "user", "content": [{"type": "tool_result",
+                "tool_use_id": format!("toolu_{responses}"), "content": "written"}]}});
+        let lines = format!("{assistant}\n{user}\n");
+        log.write_all(lines.as_bytes()).unwrap();
+        written += lines.len() as u64;
+        responses += 1;
+    }
+    log.flush().unwrap();
+    drop(log);
+    let args = ReplayArgs {
+        file: path,
+        more: Vec::new(),
+        budget: None,
+        approve: None,
+        json: true,
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let mut status = ExitCode::SUCCESS;
+    let used = allocation_counter::measure(|| status = command_to(&args, &mut out, &mut err));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(String::from_utf8_lossy(&err), "");
+    // The default budget stops the run after its token limit or 15 calls.
+    assert_eq!(status, ExitCode::from(1));
+    let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(report["turns"], responses);
+    assert_eq!(report["per_turn"][0]["calls"][0]["verdict"], "execute");
+    assert_eq!(report["per_turn"][0]["calls"][0]["recorded"], "ok");
+    assert!(report["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n.as_str().unwrap().contains("read line by line")));
+    assert!(
+        used.bytes_max < inputs / 4,
+        "peak heap {} bytes for {inputs} bytes of inputs in {responses} responses",
+        used.bytes_max
+    );
+}
+
+/// Issue 14 (memory): a decided report is written a row at a time: writing
+/// the `--json` report or the table of 2 000 responses holds less than
+/// 16 KiB at once while it writes more than 400 KiB, with every
+/// response reached or most not reached; holding the same report's text
+/// whole (what `to_json` gives) takes at least its length, which shows the
+/// counter sees it.
+#[test]
+fn a_decided_report_is_written_a_row_at_a_time() {
+    let text = repeated_sample(500);
+    let session = read_session(&text).unwrap();
+    assert_eq!(session.turns.len(), 2000);
+    for budget in [ReplayBudget::default(), roomy()] {
+        let report = decide(&session, &budget).unwrap();
+        for table in [false, true] {
+            let mut sink = Counted::default();
+            let used = allocation_counter::measure(|| {
+                if table {
+                    report.write_table("sample", &mut sink).unwrap();
+                } else {
+                    report.write_json(&mut sink).unwrap();
+                }
+            });
+            assert!(
+                used.bytes_max < 16 << 10 && sink.0 > 400 << 10,
+                "table {table}: {} bytes held to write {}",
+                used.bytes_max,
+                sink.0
+            );
+        }
+        let held = replay(&session, &budget).unwrap();
+        let mut json = String::new();
+        let used = allocation_counter::measure(|| json = held.to_json().unwrap());
+        assert!(used.bytes_max >= json.len() as u64);
+    }
+}
