@@ -535,13 +535,22 @@ fn fmt_usd(micros: u64) -> String {
 
 /// Fingerprints a JSON value's canonical form (`SPEC C`); `None` if it
 /// nests deeper than 128 levels.
+///
+/// `serde_json` reads `-0` as the float `-0.0`, so the literal is lost:
+/// Python reads `-0` as the integer 0 (`json.dumps` writes `0`, a repeat
+/// of `0`) but `-0.0` and `-0e0` as the float `-0.0` (written `-0.0`, not a
+/// repeat of `0`). A value `-0.0` is fingerprinted as the integer 0, so a
+/// `-0` repeating `0` is counted as the reference counts it; a `-0.0`
+/// after a `0` is then counted as a repeat too, which the reference would
+/// not count: stricter, never looser.
 pub fn fingerprint_value(value: &Value) -> Option<ArgsFingerprint> {
     fingerprint_walk(value, false).0
 }
 
-/// [`fingerprint_value`], with every float `-0.0` read as `0.0` when
-/// `unsigned_zeros`; also says whether a `-0.0` was met (before the walk
-/// ends, when too deep).
+/// [`fingerprint_value`], with every float `-0.0` read as the float `0.0`
+/// when `unsigned_zeros` (as `serde_json` compares them), otherwise as the
+/// integer 0; also says whether a `-0.0` was met (before the walk ends,
+/// when too deep).
 pub(crate) fn fingerprint_walk(
     value: &Value,
     unsigned_zeros: bool,
@@ -561,12 +570,14 @@ pub(crate) fn fingerprint_walk(
                 } else if let Some(u) = n.as_u64() {
                     b.u64(u).ok()
                 } else {
-                    let mut x = n.as_f64()?;
+                    let x = n.as_f64()?;
                     if x == 0.0 && x.is_sign_negative() {
                         *negative_zero = true;
                         if unsigned_zeros {
-                            x = 0.0;
+                            return b.f64(0.0).ok();
                         }
+                        // `-0` as Python reads it (see `fingerprint_value`).
+                        return b.i64(0).ok();
                     }
                     b.f64(x).ok()
                 }

@@ -310,6 +310,18 @@ fn fingerprints_follow_json_dumps_sort_keys() {
     let core =
         budgetgate_core::turn::ArgsFingerprint::of_json(raw.as_bytes(), &mut [0u8; 64]).unwrap();
     assert_eq!(fp(raw), core);
+    // `-0` is Python's integer 0: a repeat of `0`, as the core's raw reader
+    // has it. serde_json reads `-0` as `-0.0`, so `-0.0` is taken as 0 too
+    // (stricter than the reference, which keeps `-0.0` apart from `0`);
+    // `0.0` stays a float, apart from `0`.
+    let minus_zero = r#"{"a":-0}"#;
+    let core =
+        budgetgate_core::turn::ArgsFingerprint::of_json(minus_zero.as_bytes(), &mut [0u8; 64])
+            .unwrap();
+    assert_eq!(fp(minus_zero), core);
+    assert_eq!(fp(minus_zero), fp(r#"{"a":0}"#));
+    assert_eq!(fp(r#"{"a":-0.0}"#), fp(r#"{"a":0}"#));
+    assert_ne!(fp(r#"{"a":0.0}"#), fp(r#"{"a":0}"#));
     let _ = replay(
         &read_session(&example("swe-agent.traj")).unwrap(),
         &ReplayBudget::default(),
