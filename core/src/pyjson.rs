@@ -876,6 +876,140 @@ mod tests {
         assert_eq!(encoded_len(&Repeat("é", 2200), 5000), Ok(4402));
     }
 
+    /// `SPEC A2` (a tool's result is measured as Python would encode it):
+    /// every shape of serde's data model a tool's result can have is
+    /// written compactly, as `serde_json` writes it (the oracle, for these
+    /// values without floats or non-ASCII text), bytes are refused, and a
+    /// map key of each kind is written as `json.dumps` writes the key
+    /// (`{True: 1}` as `{"true":1}`, `{1.5: 1}` as `{"1.5":1}`, `{None: 1}`
+    /// as `{"null":1}`), or refused when JSON has no key for it. Found by
+    /// cargo-mutants (the whole-core run, shard 1/4): most of the data
+    /// model's methods could write nothing unnoticed.
+    #[test]
+    fn every_shape_of_the_data_model_is_written_as_json_and_python_write_it() {
+        use serde::ser::{SerializeMap, Serializer};
+        use serde::Serialize as S;
+
+        #[derive(S)]
+        struct Unit;
+        #[derive(S)]
+        struct Newtype(u8);
+        #[derive(S)]
+        struct Pair(u8, i8);
+        #[derive(S)]
+        enum E {
+            A,
+            B(u8),
+            C(u8, u8),
+            D { x: u8, y: bool },
+        }
+        #[derive(S)]
+        struct All {
+            f32: f32,
+            ch: char,
+            none: Option<u8>,
+            some: Option<u8>,
+            unit: (),
+            unit_struct: Unit,
+            newtype: Newtype,
+            pair: Pair,
+            variants: (E, E, E, E),
+        }
+        let all = All {
+            f32: 1.5,
+            ch: 'x',
+            none: None,
+            some: Some(3),
+            unit: (),
+            unit_struct: Unit,
+            newtype: Newtype(5),
+            pair: Pair(1, -2),
+            variants: (E::A, E::B(5), E::C(1, 2), E::D { x: 1, y: true }),
+        };
+        let text =
+            |value: &dyn erased_serde_like::Value| -> Result<std::string::String, EncodeError> {
+                let mut buf = [0u8; 512];
+                let n = value.encode(&mut buf)?;
+                Ok(std::string::String::from_utf8(buf[..n].to_vec()).unwrap())
+            };
+        assert_eq!(text(&all).unwrap(), serde_json::to_string(&all).unwrap());
+        assert_eq!(
+            text(&all).unwrap(),
+            r#"{"f32":1.5,"ch":"x","none":null,"some":3,"unit":null,"unit_struct":null,"newtype":5,"pair":[1,-2],"variants":["A",{"B":5},{"C":[1,2]},{"D":{"x":1,"y":true}}]}"#
+        );
+
+        struct Bytes;
+        impl S for Bytes {
+            fn serialize<Z: Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
+                s.serialize_bytes(b"ab")
+            }
+        }
+        assert_eq!(text(&Bytes), Err(EncodeError::Unsupported));
+
+        /// A map of one entry whose key is `K`.
+        struct OneKey<K>(K);
+        impl<K: S> S for OneKey<K> {
+            fn serialize<Z: Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
+                let mut map = s.serialize_map(Some(1))?;
+                map.serialize_entry(&self.0, &1)?;
+                map.end()
+            }
+        }
+        struct Shown;
+        impl S for Shown {
+            fn serialize<Z: Serializer>(&self, s: Z) -> Result<Z::Ok, Z::Error> {
+                s.collect_str(&format_args!("{}-{}", "a", 7))
+            }
+        }
+        let keys: [(&dyn erased_serde_like::Value, &str); 21] = [
+            (&OneKey(true), r#"{"true":1}"#),
+            (&OneKey(false), r#"{"false":1}"#),
+            (&OneKey(-8i8), r#"{"-8":1}"#),
+            (&OneKey(-16i16), r#"{"-16":1}"#),
+            (&OneKey(-32i32), r#"{"-32":1}"#),
+            (&OneKey(-64i64), r#"{"-64":1}"#),
+            (&OneKey(-128i128), r#"{"-128":1}"#),
+            (&OneKey(8u8), r#"{"8":1}"#),
+            (&OneKey(16u16), r#"{"16":1}"#),
+            (&OneKey(32u32), r#"{"32":1}"#),
+            (&OneKey(64u64), r#"{"64":1}"#),
+            (&OneKey(128u128), r#"{"128":1}"#),
+            (&OneKey(1.5f32), r#"{"1.5":1}"#),
+            (&OneKey(1e16f64), r#"{"1e+16":1}"#),
+            (&OneKey('k'), r#"{"k":1}"#),
+            (&OneKey(Shown), r#"{"a-7":1}"#),
+            (&OneKey(None::<u8>), r#"{"null":1}"#),
+            (&OneKey(Some(4u8)), r#"{"4":1}"#),
+            (&OneKey(()), r#"{"null":1}"#),
+            (&OneKey(Unit), r#"{"null":1}"#),
+            (&OneKey(Newtype(9)), r#"{"9":1}"#),
+        ];
+        for (value, python) in keys {
+            assert_eq!(text(value).as_deref(), Ok(python));
+        }
+        assert_eq!(text(&OneKey(E::A)).as_deref(), Ok(r#"{"A":1}"#));
+        for refused in [
+            &OneKey(E::B(1)) as &dyn erased_serde_like::Value,
+            &OneKey(Bytes),
+            &OneKey([1u8]),
+            &OneKey((1u8, 2u8)),
+        ] {
+            assert_eq!(text(refused), Err(EncodeError::KeyNotString));
+        }
+    }
+
+    /// Values of any type behind one reference, for the table above.
+    mod erased_serde_like {
+        pub trait Value {
+            fn encode(&self, buf: &mut [u8]) -> Result<usize, super::EncodeError>;
+        }
+        impl<T: serde::Serialize> Value for T {
+            fn encode(&self, buf: &mut [u8]) -> Result<usize, super::EncodeError> {
+                super::encode(self, buf)
+            }
+        }
+    }
+
     #[test]
     fn containers_are_compact() {
         let mut buf = [0u8; 64];

@@ -196,6 +196,43 @@ pub fn tool_set<const N: usize>(specs: &[ToolSpec]) -> Result<ToolSet<N>, ToolSe
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 15 (typed signatures): each argument error has its own word
+    /// and names the parameter (or the argument's position) and the rule
+    /// in its text. Found by cargo-mutants (the whole-core run, shard 1/4).
+    #[test]
+    fn argument_errors_have_a_word_each_and_say_which_parameter() {
+        let cases = [
+            (
+                ArgumentError::Missing("name"),
+                "missing-argument",
+                "missing argument `name`",
+            ),
+            (
+                ArgumentError::Unexpected { index: 2 },
+                "unexpected-argument",
+                "argument 2 is not a parameter of this tool",
+            ),
+            (
+                ArgumentError::WrongType("a"),
+                "wrong-type",
+                "argument `a` has the wrong type",
+            ),
+            (
+                ArgumentError::OutOfRange("brightness"),
+                "out-of-range",
+                "argument `brightness` is out of range",
+            ),
+            (
+                ArgumentError::NotAChoice("name"),
+                "not-a-choice",
+                "argument `name` is not one of the allowed values",
+            ),
+        ];
+        for (error, word, text) in cases {
+            assert_eq!((error.as_str(), error.to_string().as_str()), (word, text));
+        }
+    }
     use crate::action::ActionRef;
 
     const LIGHT_SET: ToolSpec = ToolSpec {
