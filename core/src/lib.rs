@@ -172,7 +172,10 @@ mod tests {
     struct On;
 
     impl device::Command for On {
-        fn parse(_: usize, _: &ArgumentsRef<'_>) -> Result<Self, device::CommandError> {
+        fn parse(
+            _: usize,
+            _: &registry::CheckedArguments<'_>,
+        ) -> Result<Self, device::CommandError> {
             Ok(On)
         }
     }

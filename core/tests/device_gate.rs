@@ -21,8 +21,8 @@ use budgetgate_core::device::{
     ToolTable,
 };
 use budgetgate_core::link::{self, FrameDecoder, FRAME_MAX};
-use budgetgate_core::registry::{ArgumentError, Param, ParamKind, ToolSpec};
-use budgetgate_core::{ArgumentsRef, RunLimits, ScalarRef};
+use budgetgate_core::registry::{ArgumentError, CheckedArguments, Param, ParamKind, ToolSpec};
+use budgetgate_core::{RunLimits, ScalarRef};
 use serde::Serialize;
 
 mod common;
@@ -196,8 +196,8 @@ impl Target {
         }
     }
 
-    fn parse(args: &ArgumentsRef<'_>) -> Result<Self, CommandError> {
-        match ToolSpec::text(args, "name") {
+    fn parse(args: &CheckedArguments<'_>) -> Result<Self, CommandError> {
+        match args.text("name") {
             Some(name) if name == "lamp" => Ok(Self::Lamp),
             Some(name) if name == "valve" => Ok(Self::Valve),
             _ => Err(ArgumentError::NotAChoice("name").into()),
@@ -213,7 +213,7 @@ enum Number {
 }
 
 impl Number {
-    fn parse(args: &ArgumentsRef<'_>, key: &'static str) -> Result<Self, CommandError> {
+    fn parse(args: &CheckedArguments<'_>, key: &'static str) -> Result<Self, CommandError> {
         match args.get(key) {
             Some(ScalarRef::Int(v)) => i32::try_from(v)
                 .map(Self::Int)
@@ -246,13 +246,14 @@ enum HomeCommand {
 }
 
 impl Command for HomeCommand {
-    fn parse(tool: usize, args: &ArgumentsRef<'_>) -> Result<Self, CommandError> {
+    fn parse(tool: usize, args: &CheckedArguments<'_>) -> Result<Self, CommandError> {
         Ok(match tool {
             0 => Self::Add(Number::parse(args, "a")?, Number::parse(args, "b")?),
             1 => Self::TurnOn,
             2 => Self::TurnOff(Target::parse(args)?),
             3 => Self::LightSet {
-                brightness: ToolSpec::int(args, "brightness")
+                brightness: args
+                    .int("brightness")
                     .and_then(|b| u8::try_from(b).ok())
                     .filter(|b| *b <= 100)
                     .ok_or(ArgumentError::OutOfRange("brightness"))?,
@@ -261,7 +262,8 @@ impl Command for HomeCommand {
             5 => Self::GetState,
             6 => Self::Broken,
             7 => Self::Big {
-                len: ToolSpec::int(args, "len")
+                len: args
+                    .int("len")
                     .and_then(|len| usize::try_from(len).ok())
                     .filter(|len| *len >= 2)
                     .ok_or(ArgumentError::OutOfRange("len"))?,
@@ -1351,7 +1353,7 @@ fn a_spent_window_drives_the_actuator_safe_through_the_default() {
     /// Its one command.
     struct Open;
     impl Command for Open {
-        fn parse(_: usize, _: &ArgumentsRef<'_>) -> Result<Self, CommandError> {
+        fn parse(_: usize, _: &CheckedArguments<'_>) -> Result<Self, CommandError> {
             Ok(Open)
         }
     }

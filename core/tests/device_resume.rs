@@ -21,12 +21,12 @@ use budgetgate_core::device::{
     ToolTable,
 };
 use budgetgate_core::link::{self, FrameDecoder};
-use budgetgate_core::registry::{Param, ParamKind, ToolSpec};
+use budgetgate_core::registry::{CheckedArguments, Param, ParamKind, ToolSpec};
 use budgetgate_core::resume::{
     self, AuditEntry, AuditRecord, AuditVerdict, ResumeError, RunView, AUDIT_ENTRY_MAX,
     RUN_RECORD_MAX,
 };
-use budgetgate_core::{ArgumentsRef, RunLimits, TraceRow};
+use budgetgate_core::{RunLimits, TraceRow};
 
 mod common;
 use common::frame;
@@ -74,7 +74,7 @@ enum On {
 }
 
 impl Command for On {
-    fn parse(tool: usize, _args: &ArgumentsRef<'_>) -> Result<Self, CommandError> {
+    fn parse(tool: usize, _args: &CheckedArguments<'_>) -> Result<Self, CommandError> {
         match tool {
             0 => Ok(Self::Lamp),
             1 => Ok(Self::Valve),
