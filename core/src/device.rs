@@ -4,12 +4,13 @@
 //! protocol version [`PROTOCOL_VERSION`]).
 //!
 //! Frames in, replies and actuator commands out, time passed in: the gate
-//! never reads a clock or a port. The device maker implements [`Actuators`]
-//! (a tool index and its checked arguments in, a result out; the safe
-//! state; the actuators read back) and lists its tools as [`ToolSpec`]s; the
-//! board's main loop feeds [`DeviceGate::on_frame`] every frame the
-//! [`link::FrameDecoder`] completes, [`DeviceGate::on_answer`] every operator
-//! answer and [`DeviceGate::poll`] the clock. Replies are sealed frames
+//! never reads a clock or a port. The device maker lists its tools as
+//! [`ToolSpec`]s, types their calls as one [`Command`] (parsed once from a
+//! checked call) and implements [`Actuators`] (a command in, a result out;
+//! the safe state; the actuators read back); the board's main loop feeds
+//! [`DeviceGate::on_frame`] every frame the [`link::FrameDecoder`]
+//! completes, [`DeviceGate::on_answer`] every operator answer and
+//! [`DeviceGate::poll`] the clock. Replies are sealed frames
 //! written to the agent link; approval prompts and their outcomes are lines
 //! written to the operator console. Both are [`embedded_io::Write`]rs.
 //!
@@ -19,11 +20,15 @@
 //! whose [`Verdict`] hands back the call it is about, borrowed from the
 //! frame: the gate keeps no copy of the proposal to match against it. An
 //! accepted call of a registered tool has its arguments checked against its
-//! [`ToolSpec`]; a tool that needs approval waits for the operator, the
-//! run's [`Pending`](crate::run::Pending) token kept with the call's bytes;
-//! then the tool runs and its result is measured by [`Run::complete`], which
-//! consumes the token (a refusal by [`Run::refuse`]). Every word the gate
-//! writes is the core's ([`word`], here re-exported from [`crate::word`]).
+//! [`ToolSpec`] and is parsed, once, into the device's [`Command`] (parse,
+//! then trust: a call that does not parse is refused as `invalid-arguments`,
+//! and [`Actuators::execute`] sees only the command, never the raw
+//! arguments); a tool that needs approval waits for the operator, the
+//! command and the run's [`Pending`](crate::run::Pending) token kept with
+//! the call's bytes; then the command runs and its result is measured by
+//! [`Run::complete`], which consumes the token (a refusal by
+//! [`Run::refuse`]). Every word the gate writes is the core's ([`word`],
+//! here re-exported from [`crate::word`]).
 //!
 //! Every stop of a run (any status, `final` included, and the time budget as
 //! soon as [`DeviceGate::poll`] sees it pass) drives every actuator to its
@@ -42,10 +47,12 @@
 //! ([`crate::resume`]).
 //!
 //! ```
-//! use budgetgate_core::device::{Actuators, DeviceGate, Timing, ToolFailure, ToolTable};
+//! use budgetgate_core::device::{
+//!     Actuators, Command, CommandError, DeviceGate, Timing, ToolFailure, ToolTable,
+//! };
 //! use budgetgate_core::link::{self, FrameDecoder};
-//! use budgetgate_core::registry::{Param, ParamKind, ToolSpec};
-//! use budgetgate_core::{ArgumentsRef, RunLimits};
+//! use budgetgate_core::registry::{CheckedArguments, Param, ParamKind, ToolSpec};
+//! use budgetgate_core::RunLimits;
 //!
 //! /// One lamp; its safe state is off.
 //! struct Lamp(bool);
@@ -57,12 +64,26 @@
 //!     needs_approval: false,
 //! }];
 //!
-//! impl Actuators for Lamp {
-//!     type Result = &'static str;
-//!     fn execute(&mut self, tool: usize, _args: &ArgumentsRef<'_>) -> Result<&'static str, ToolFailure> {
+//! /// The lamp's calls, typed: tool 0, whose `name` can only be "lamp".
+//! enum LampCommand {
+//!     On,
+//! }
+//!
+//! impl Command for LampCommand {
+//!     fn parse(tool: usize, _args: &CheckedArguments<'_>) -> Result<Self, CommandError> {
 //!         match tool {
-//!             0 => { self.0 = true; Ok("on") }
-//!             _ => Err(ToolFailure),
+//!             0 => Ok(Self::On),
+//!             _ => Err(CommandError::Tool(tool)),
+//!         }
+//!     }
+//! }
+//!
+//! impl Actuators for Lamp {
+//!     type Command = LampCommand;
+//!     type Result = &'static str;
+//!     fn execute(&mut self, command: LampCommand) -> Result<&'static str, ToolFailure> {
+//!         match command {
+//!             LampCommand::On => { self.0 = true; Ok("on") }
 //!         }
 //!     }
 //!     fn safe_state(&mut self) { self.0 = false; }
@@ -105,12 +126,12 @@ pub use embedded_io;
 use embedded_io::Write;
 use serde::Serialize;
 
-use crate::action::{ActionRef, ArgumentsRef, ToolCallRef};
+use crate::action::{ActionRef, ToolCallRef};
 use crate::budget::{DutyExceeded, DutyWindow, DutyWindows, Watchdog};
 use crate::ident::Identifier;
 use crate::limits::{DEFAULT_MAX_RUN_MILLIS, MAX_DUTY_WINDOWS, MAX_STEPS, MAX_TOOLS};
 use crate::link::{self, FrameError, Reply, Request, FRAME_MAX, PROTOCOL_VERSION};
-use crate::registry::{tool_set, ToolSpec};
+use crate::registry::{tool_set, ArgumentError, CheckedArguments, ToolSpec};
 use crate::resume::{self, AuditEntry, AuditVerdict, ResumeError, RunView, Stage};
 use crate::run::{ObservationData, Pending as Token, Progress, Run, RunError, RunLimits, Status};
 use crate::run::{ToolSet, Verdict};
@@ -159,11 +180,66 @@ impl fmt::Display for JournalFailure {
 
 impl core::error::Error for JournalFailure {}
 
+/// Why a call whose arguments fit its [`ToolSpec`] does not become its
+/// tool's [`Command`] ([`Command::parse`]). The gate refuses it exactly as
+/// it refuses arguments that break the signature: `invalid-arguments`, not
+/// executed, a counted attempt, audited [`AuditVerdict::InvalidArguments`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum CommandError {
+    /// This tool number (its index in the gate's [`ToolSpec`] list) has
+    /// no command: the tool list and the command type disagree.
+    Tool(usize),
+    /// An argument the signature allows and the command cannot take (a
+    /// rule between arguments, a narrower range): which, and why.
+    Argument(ArgumentError),
+}
+
+impl From<ArgumentError> for CommandError {
+    fn from(e: ArgumentError) -> Self {
+        Self::Argument(e)
+    }
+}
+
+impl fmt::Display for CommandError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Tool(tool) => write!(f, "tool {tool} has no command"),
+            Self::Argument(e) => fmt::Display::fmt(e, f),
+        }
+    }
+}
+
+impl core::error::Error for CommandError {}
+
+/// A device's tool call as a typed value: what [`Actuators::execute`] runs.
+/// Parse, then trust: the gate parses a call once, from the arguments its
+/// [`ToolSpec::check`] handed back, before any prompt or actuator, and from
+/// then on only this value exists; a call waiting for approval keeps it,
+/// and `execute` never sees the raw arguments. So a command holds what it
+/// needs by value (an enum with a variant per tool, the arguments as the
+/// types the tool works in), nothing borrowed from the frame.
+pub trait Command: Sized {
+    /// The command of tool number `tool` (its index in the gate's
+    /// [`ToolSpec`] list), from the arguments that passed that spec's check
+    /// (each of its parameter's type and range, read once): take them as
+    /// the types the tool works in, and refuse what a signature cannot say
+    /// (a rule between two arguments). A refusal is the observation
+    /// `invalid-arguments` (`SPEC A2` step 5: a counted attempt, not
+    /// executed); nothing runs.
+    fn parse(tool: usize, args: &CheckedArguments<'_>) -> Result<Self, CommandError>;
+}
+
 /// What a device maker implements: the device's tools acting on its
 /// actuators. The gate calls [`Actuators::execute`] only for a call that
-/// the run accepted, whose arguments passed its [`ToolSpec::check`], and
-/// that the operator approved if its spec says so.
+/// the run accepted, whose arguments passed its [`ToolSpec::check`] and
+/// parsed to its [`Command`], and that the operator approved if its spec
+/// says so.
 pub trait Actuators {
+    /// The device's tool calls, typed ([`Command::parse`]).
+    type Command: Command;
+
     /// A tool's result: compact JSON on the wire, measured by the run
     /// (`SPEC A2`: at most 4096 bytes, or the observation is `tool-error`).
     /// Stricter on a device: its observation must also fit one reply frame
@@ -172,13 +248,9 @@ pub trait Actuators {
     /// `tool-error` too, in the run's trace as on the wire.
     type Result: Serialize;
 
-    /// Runs tool number `tool` (its index in the gate's [`ToolSpec`] list)
-    /// with checked arguments. A failure is the observation `tool-error`.
-    fn execute(
-        &mut self,
-        tool: usize,
-        args: &ArgumentsRef<'_>,
-    ) -> Result<Self::Result, ToolFailure>;
+    /// Runs `command`, parsed from an accepted, checked (and, if its tool
+    /// needs it, approved) call. A failure is the observation `tool-error`.
+    fn execute(&mut self, command: Self::Command) -> Result<Self::Result, ToolFailure>;
 
     /// Drives every actuator to its safe state (the state at boot). Called
     /// on every start and every stop of a run.
@@ -188,13 +260,12 @@ pub trait Actuators {
     /// every actuator is in its safe state (`STATUS`'s `actuators`).
     fn read_back(&mut self) -> u32;
 
-    /// Which actuator tool number `tool` with checked arguments `args`
-    /// switches on or off, for its duty window
-    /// ([`DeviceGate::set_duty_window`]): the gate asks before it executes
-    /// the call. [`Switch::None`] (the default) for a tool that moves no
-    /// actuator with a window.
-    fn switches(&self, tool: usize, args: &ArgumentsRef<'_>) -> Switch {
-        let _ = (tool, args);
+    /// Which actuator `command` switches on or off, for its duty window
+    /// ([`DeviceGate::set_duty_window`]): the gate asks before it prompts
+    /// for and before it executes the call. [`Switch::None`] (the default)
+    /// for a command that moves no actuator with a window.
+    fn switches(&self, command: &Self::Command) -> Switch {
+        let _ = command;
         Switch::None
     }
 
@@ -208,9 +279,10 @@ pub trait Actuators {
     }
 
     /// Called once per proposal when the gate has reached its verdict
-    /// (checksum, request, validation, the run's decision and the argument
-    /// check), before any actuator may move: a board can read its cycle
-    /// counter here to measure the gate's work. Does nothing by default.
+    /// (checksum, request, validation, the run's decision, the argument
+    /// check and the command's parse), before any actuator may move: a
+    /// board can read its cycle counter here to measure the gate's work.
+    /// Does nothing by default.
     fn on_verdict(&mut self) {}
 
     /// Stores the run (`run`, encoded by [`RunView::encode`]) and appends
@@ -519,15 +591,15 @@ enum Phase {
     TimeBudget,
 }
 
-/// A call waiting for the operator's answer, with the run's token for it.
-/// The proposal itself is kept as its bytes (in the gate's `pending_json`)
-/// and read again on the answer: 1 KiB of buffer instead of a parsed call,
-/// and no copy of one on the stack.
-#[derive(Debug)]
-struct Pending {
+/// A call waiting for the operator's answer, with its command (parsed once,
+/// before the prompt) and the run's token for it. The proposal itself is
+/// kept as its bytes (in the gate's `pending_json`) and read again on the
+/// answer, for the ids of its reply: 1 KiB of buffer instead of a parsed
+/// call, and no copy of one on the stack.
+struct Pending<C> {
     len: usize,
     call_id: Identifier,
-    tool: usize,
+    command: C,
     token: Token,
     deadline_ms: u64,
 }
@@ -591,7 +663,7 @@ pub struct DeviceGate<A: Actuators, const TOOLS: usize = MAX_TOOLS> {
     phase: Phase,
     runs: u32,
     timing: Timing,
-    pending: Option<Pending>,
+    pending: Option<Pending<A::Command>>,
     pending_json: [u8; FRAME_MAX],
     actuators: A,
     frame: [u8; FRAME_MAX + 1],
@@ -1158,24 +1230,37 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         let Some(spec) = self.specs.get(tool) else {
             return self.internal(agent, RunError::NoPendingCall);
         };
-        let checked = spec.check(&call.arguments);
+        // Parse, then trust: the call becomes its command once, here; a
+        // command that does not parse is refused as arguments that break
+        // the signature are, and from here on only the command exists.
+        // Checked in place, never moved: the checked arguments are about
+        // 200 bytes on a 32-bit board, and each move a `memcpy` of about as
+        // many instructions before the verdict.
+        let mut args = CheckedArguments::new();
+        let parsed = match spec.check_into(&call.arguments, &mut args) {
+            Ok(()) => A::Command::parse(tool, &args),
+            Err(e) => Err(CommandError::Argument(e)),
+        };
         self.actuators.on_verdict();
-        if let Err(e) = checked {
-            log!(
-                info,
-                "run {=u32} step {=u8}: {=str} {=str}: invalid arguments: {}",
-                run,
-                step,
-                call.call_id.as_str(),
-                call.name.as_str(),
-                e
-            );
-            return self.refuse(agent, call, token, word::INVALID_ARGUMENTS);
-        }
+        let command = match parsed {
+            Ok(command) => command,
+            Err(e) => {
+                log!(
+                    info,
+                    "run {=u32} step {=u8}: {=str} {=str}: invalid arguments: {}",
+                    run,
+                    step,
+                    call.call_id.as_str(),
+                    call.name.as_str(),
+                    e
+                );
+                return self.refuse(agent, call, token, word::INVALID_ARGUMENTS);
+            }
+        };
         if spec.needs_approval {
             // No prompt for a call its duty window refuses now (execution
             // checks again: the window may be spent by the answer).
-            if let Switch::On(actuator) = self.actuators.switches(tool, &call.arguments) {
+            if let Switch::On(actuator) = self.actuators.switches(&command) {
                 if let Some(Err(spent)) = self
                     .duty
                     .get(actuator)
@@ -1210,7 +1295,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             self.pending = Some(Pending {
                 len,
                 call_id: call.call_id.clone(),
-                tool,
+                command,
                 token,
                 deadline_ms: now_ms.saturating_add(u64::from(self.timing.approval_timeout_ms)),
             });
@@ -1219,7 +1304,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             *prompted = prompt(console, spec, call);
             return Ok(());
         }
-        self.execute(agent, call, tool, token)
+        self.execute(agent, call, command, token)
     }
 
     /// Whether a run started at `started_ms` is out of time at `now_ms`.
@@ -1279,7 +1364,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     /// and replies.
     fn settle<W: Write, C: Write>(
         &mut self,
-        pending: Pending,
+        pending: Pending<A::Command>,
         answer: Answer,
         now_ms: u64,
         agent: &mut W,
@@ -1320,7 +1405,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             return Ok(());
         }
         if answer == Answer::Approve {
-            self.execute(agent, call, pending.tool, pending.token)
+            self.execute(agent, call, pending.command, pending.token)
         } else {
             self.refuse(agent, call, pending.token, word::APPROVAL_DENIED)
         }
@@ -1445,17 +1530,18 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         }
     }
 
-    /// Runs an accepted, checked (and, if needed, approved) call and replies.
+    /// Runs the command of an accepted, checked (and, if needed, approved)
+    /// call and replies.
     fn execute<W: Write>(
         &mut self,
         agent: &mut W,
         call: &ToolCallRef<'_>,
-        tool: usize,
+        command: A::Command,
         token: Token,
     ) -> Result<(), W::Error> {
         let step = token.step();
         let ids = (call.call_id.as_str(), call.name.as_str());
-        let switch = self.actuators.switches(tool, &call.arguments);
+        let switch = self.actuators.switches(&command);
         let now = duty_clock(self.clock_ms);
         if let Switch::On(actuator) = switch {
             if let Some(Some(window)) = self.duty.get_mut(actuator) {
@@ -1472,7 +1558,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             return self.refuse(agent, call, token, word::TOOL_ERROR);
         }
         self.moved = true;
-        let result = self.actuators.execute(tool, &call.arguments).ok();
+        let result = self.actuators.execute(command).ok();
         // A call that switches on and fails may have moved its actuator: its
         // window stays on (towards off) until the actuator is made safe.
         if let (Switch::Off(actuator), Some(_)) = (switch, &result) {
@@ -1763,15 +1849,35 @@ mod tests {
         audit: Vec<AuditRecord>,
     }
 
+    /// The calls of [`SPECS`], typed: the valve's two tools that open it
+    /// are one command.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum HomeCommand {
+        LampOn,
+        ValveOpen,
+        ValveClose,
+    }
+
+    impl Command for HomeCommand {
+        fn parse(tool: usize, _args: &CheckedArguments<'_>) -> Result<Self, CommandError> {
+            match tool {
+                0 => Ok(Self::LampOn),
+                1 | 3 => Ok(Self::ValveOpen),
+                2 => Ok(Self::ValveClose),
+                _ => Err(CommandError::Tool(tool)),
+            }
+        }
+    }
+
     impl Actuators for Home {
+        type Command = HomeCommand;
         type Result = bool;
 
-        fn execute(&mut self, tool: usize, _args: &ArgumentsRef<'_>) -> Result<bool, ToolFailure> {
-            match tool {
-                0 => self.lamp = true,
-                1 | 3 => self.valve = true,
-                2 => self.valve = false,
-                _ => return Err(ToolFailure),
+        fn execute(&mut self, command: HomeCommand) -> Result<bool, ToolFailure> {
+            match command {
+                HomeCommand::LampOn => self.lamp = true,
+                HomeCommand::ValveOpen => self.valve = true,
+                HomeCommand::ValveClose => self.valve = false,
             }
             Ok(true)
         }
@@ -1785,11 +1891,11 @@ mod tests {
             u32::from(self.lamp) | (u32::from(self.valve) << 1)
         }
 
-        fn switches(&self, tool: usize, _args: &ArgumentsRef<'_>) -> Switch {
-            match tool {
-                1 | 3 => Switch::On(1),
-                2 => Switch::Off(1),
-                _ => Switch::None,
+        fn switches(&self, command: &HomeCommand) -> Switch {
+            match command {
+                HomeCommand::ValveOpen => Switch::On(1),
+                HomeCommand::ValveClose => Switch::Off(1),
+                HomeCommand::LampOn => Switch::None,
             }
         }
 
@@ -2165,5 +2271,281 @@ mod tests {
         assert!(d.gate.duty_window(0).is_none());
         assert_eq!(d.gate.set_duty_window(0, 10, 10), Ok(()));
         assert!(DutyError::Actuator(9).to_string().contains("actuator 9"));
+    }
+}
+
+#[cfg(test)]
+mod command_tests {
+    //! Parse, then trust (issue 15): a call becomes its device's command
+    //! once, right after its signature check, and only the command reaches
+    //! the actuators. A timer that switches a lamp or a valve on for hours
+    //! `from..to`: a rule between two arguments that no signature states,
+    //! so only the command's parse can refuse `to <= from`.
+    use super::*;
+    use crate::registry::{Param, ParamKind};
+    use crate::resume::{AuditRecord, AUDIT_ENTRY_MAX};
+    use std::cell::Cell;
+    use std::string::{String, ToString};
+    use std::vec::Vec;
+
+    const HOUR: ParamKind = ParamKind::Int { min: 0, max: 24 };
+    const FROM_TO: &[Param] = &[
+        Param {
+            key: "from",
+            kind: HOUR,
+            required: true,
+        },
+        Param {
+            key: "to",
+            kind: HOUR,
+            required: true,
+        },
+    ];
+
+    static SPECS: [ToolSpec; 3] = [
+        ToolSpec {
+            name: "LampSchedule",
+            description: "the lamp on from one hour to a later one",
+            params: FROM_TO,
+            needs_approval: false,
+        },
+        ToolSpec {
+            name: "ValveSchedule",
+            description: "the valve open from one hour to a later one",
+            params: FROM_TO,
+            needs_approval: true,
+        },
+        // In the tool list, and no command parses it.
+        ToolSpec {
+            name: "Unwired",
+            description: "a tool the command type does not know",
+            params: &[],
+            needs_approval: false,
+        },
+    ];
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Actuator {
+        Lamp,
+        Valve,
+    }
+
+    /// On from hour `from` to hour `to`, `from < to`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct Schedule {
+        actuator: Actuator,
+        from: u8,
+        to: u8,
+    }
+
+    std::thread_local! {
+        /// `Schedule::parse` calls on this test's thread.
+        static PARSES: Cell<u32> = const { Cell::new(0) };
+    }
+
+    impl Command for Schedule {
+        fn parse(tool: usize, args: &CheckedArguments<'_>) -> Result<Self, CommandError> {
+            PARSES.with(|n| n.set(n.get() + 1));
+            let actuator = match tool {
+                0 => Actuator::Lamp,
+                1 => Actuator::Valve,
+                _ => return Err(CommandError::Tool(tool)),
+            };
+            let hour = |key| {
+                args.int(key)
+                    .and_then(|h| u8::try_from(h).ok())
+                    .ok_or(ArgumentError::WrongType(key))
+            };
+            let (from, to) = (hour("from")?, hour("to")?);
+            if to <= from {
+                return Err(ArgumentError::OutOfRange("to").into());
+            }
+            Ok(Self { actuator, from, to })
+        }
+    }
+
+    /// Every command it ran, every verdict and every audit entry.
+    #[derive(Default)]
+    struct Timer {
+        executed: Vec<Schedule>,
+        verdicts: u32,
+        audit: Vec<AuditRecord>,
+    }
+
+    impl Actuators for Timer {
+        type Command = Schedule;
+        /// The hours on.
+        type Result = u8;
+
+        fn execute(&mut self, command: Schedule) -> Result<u8, ToolFailure> {
+            self.executed.push(command);
+            Ok(command.to - command.from)
+        }
+
+        fn safe_state(&mut self) {}
+
+        fn read_back(&mut self) -> u32 {
+            0
+        }
+
+        fn on_verdict(&mut self) {
+            self.verdicts += 1;
+        }
+
+        fn journal(
+            &mut self,
+            _run: &RunView<'_>,
+            entry: &AuditEntry<'_>,
+        ) -> Result<(), JournalFailure> {
+            let mut e = [0u8; AUDIT_ENTRY_MAX];
+            let m = entry.encode(&mut e).map_err(|_| JournalFailure)?;
+            self.audit
+                .push(AuditRecord::decode(&e[..m]).map_err(|_| JournalFailure)?);
+            Ok(())
+        }
+    }
+
+    struct Device {
+        gate: DeviceGate<Timer, 3>,
+        agent: Vec<u8>,
+        console: Vec<u8>,
+    }
+
+    impl Device {
+        fn started() -> Self {
+            PARSES.with(|n| n.set(0));
+            let tools = ToolTable::new(&SPECS).unwrap();
+            let mut gate = DeviceGate::new(Timer::default(), tools, Timing::DEFAULT);
+            gate.start(RunLimits::new(16, 16).unwrap(), 0).unwrap();
+            Self {
+                gate,
+                agent: Vec::new(),
+                console: Vec::new(),
+            }
+        }
+
+        /// Proposes `tool` with `arguments` as `id`; the reply's payload,
+        /// or "" if none (a prompt).
+        fn call(&mut self, id: &str, tool: &str, arguments: &str) -> String {
+            let json = std::format!(
+                r#"PROPOSE {{"kind":"tool","call_id":"{id}","name":"{tool}","arguments":{arguments}}}"#
+            );
+            self.gate
+                .on_frame(Ok(json.as_bytes()), 10, &mut self.agent, &mut self.console)
+                .unwrap();
+            self.reply()
+        }
+
+        fn reply(&mut self) -> String {
+            let Some(end) = self.agent.iter().position(|&b| b == b'\n') else {
+                return String::new();
+            };
+            let line: Vec<u8> = self.agent.drain(..=end).collect();
+            String::from_utf8(link::verify(&line[..end]).unwrap().to_vec()).unwrap()
+        }
+
+        fn parses() -> u32 {
+            PARSES.with(Cell::get)
+        }
+    }
+
+    fn refused(step: u8, id: &str, tool: &str) -> String {
+        std::format!(
+            r#"{{"type":"observation","run":1,"step":{step},"call_id":"{id}","name":"{tool}","executed":false,"ok":false,"data":"invalid-arguments"}}"#
+        )
+    }
+
+    /// Issue 15 (parse, then trust; SPEC A2 step 5): a call whose arguments
+    /// fit its signature but whose command does not parse (`to` before
+    /// `from`; a tool the command type lacks) is refused exactly as one
+    /// that breaks its signature: the same reply word `invalid-arguments`,
+    /// a counted attempt not executed, the same audit entry, one verdict;
+    /// nothing reaches `execute`, and a tool that needs approval asks no one.
+    #[test]
+    fn a_command_that_does_not_parse_is_refused_as_invalid_arguments_and_never_executed() {
+        let mut d = Device::started();
+        let calls = [
+            // Breaks the signature: never parsed.
+            ("s1", "LampSchedule", r#"{"from":20,"to":25}"#),
+            // Fits it; the command refuses it.
+            ("p1", "LampSchedule", r#"{"from":9,"to":7}"#),
+            ("p2", "ValveSchedule", r#"{"from":3,"to":3}"#),
+            ("p3", "Unwired", "{}"),
+        ];
+        for (step, (id, tool, arguments)) in (0u8..).zip(calls) {
+            assert_eq!(d.call(id, tool, arguments), refused(step, id, tool));
+        }
+        assert_eq!(Device::parses(), 3, "s1 failed its check first");
+        let timer = d.gate.actuators();
+        assert!(timer.executed.is_empty(), "{:?}", timer.executed);
+        assert_eq!(timer.verdicts, 4);
+        let audited: Vec<(&str, AuditVerdict)> = timer
+            .audit
+            .iter()
+            .skip(1)
+            .map(|e| (e.call_id.as_str(), e.verdict))
+            .collect();
+        assert_eq!(
+            audited,
+            calls.map(|(id, ..)| (id, AuditVerdict::InvalidArguments))
+        );
+        assert!(d.gate.trace().iter().all(|row| matches!(
+            row,
+            TraceRow::Tool {
+                executed: false,
+                ok: false,
+                ..
+            }
+        )));
+        assert!(
+            !d.gate.awaiting_approval() && d.console.is_empty(),
+            "no prompt"
+        );
+        let run = d.gate.snapshot(10).unwrap();
+        assert_eq!((run.tool_attempts, run.state), (4, "running"));
+    }
+
+    /// Issue 15 (parse, then trust): a call that parses reaches `execute`
+    /// as the command it parsed to (the arguments in any order), parsed
+    /// once; a call that waits for approval keeps its command and runs it
+    /// on the answer without being parsed again.
+    #[test]
+    fn a_parsed_command_reaches_execute_as_parsed() {
+        let mut d = Device::started();
+        let ran = d.call("l1", "LampSchedule", r#"{"to":18,"from":6}"#);
+        assert!(
+            ran.ends_with(r#""executed":true,"ok":true,"data":12}"#),
+            "{ran}"
+        );
+        assert_eq!(Device::parses(), 1);
+        assert_eq!(d.call("v1", "ValveSchedule", r#"{"from":1,"to":4}"#), "");
+        assert!(d.gate.awaiting_approval());
+        assert_eq!(Device::parses(), 2, "parsed before the prompt");
+        d.gate
+            .on_answer(Answer::Approve, 20, &mut d.agent, &mut d.console)
+            .unwrap();
+        assert!(d.reply().ends_with(r#""data":3}"#));
+        assert_eq!(Device::parses(), 2, "not parsed again at the answer");
+        let lamp = Schedule {
+            actuator: Actuator::Lamp,
+            from: 6,
+            to: 18,
+        };
+        let valve = Schedule {
+            actuator: Actuator::Valve,
+            from: 1,
+            to: 4,
+        };
+        assert_eq!(d.gate.actuators().executed, [lamp, valve]);
+    }
+
+    /// A parse error says which rule failed: the argument's own words, or
+    /// the tool that has no command.
+    #[test]
+    fn a_command_error_names_its_argument_or_tool() {
+        let e = CommandError::from(ArgumentError::OutOfRange("to"));
+        assert_eq!(e, CommandError::Argument(ArgumentError::OutOfRange("to")));
+        assert_eq!(e.to_string(), "argument `to` is out of range");
+        assert_eq!(CommandError::Tool(2).to_string(), "tool 2 has no command");
     }
 }

@@ -168,9 +168,22 @@ mod tests {
     /// An actuator of no size, to size the device gate alone.
     struct Lamp;
 
+    /// A command of no size (its only call turns the lamp on).
+    struct On;
+
+    impl device::Command for On {
+        fn parse(
+            _: usize,
+            _: &registry::CheckedArguments<'_>,
+        ) -> Result<Self, device::CommandError> {
+            Ok(On)
+        }
+    }
+
     impl device::Actuators for Lamp {
+        type Command = On;
         type Result = ();
-        fn execute(&mut self, _: usize, _: &ArgumentsRef<'_>) -> Result<(), device::ToolFailure> {
+        fn execute(&mut self, _: On) -> Result<(), device::ToolFailure> {
             Ok(())
         }
         fn safe_state(&mut self) {}

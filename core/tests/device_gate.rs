@@ -17,11 +17,12 @@
 use std::collections::VecDeque;
 
 use budgetgate_core::device::{
-    Actuators, Answer, DeviceGate, StartError, Switch, Timing, ToolFailure, ToolTable,
+    Actuators, Answer, Command, CommandError, DeviceGate, StartError, Switch, Timing, ToolFailure,
+    ToolTable,
 };
 use budgetgate_core::link::{self, FrameDecoder, FRAME_MAX};
-use budgetgate_core::registry::{Param, ParamKind, ToolSpec};
-use budgetgate_core::{ArgumentsRef, RunLimits, ScalarRef};
+use budgetgate_core::registry::{ArgumentError, CheckedArguments, Param, ParamKind, ToolSpec};
+use budgetgate_core::{RunLimits, ScalarRef};
 use serde::Serialize;
 
 mod common;
@@ -164,13 +165,15 @@ impl Home {
         }
     }
 
-    fn switch(&self, name: &'static str) -> ToolResult {
-        let state = if name == "valve" {
-            self.valve_state()
-        } else {
-            self.lamp_state()
+    fn switch(&self, target: Target) -> ToolResult {
+        let state = match target {
+            Target::Lamp => self.lamp_state(),
+            Target::Valve => self.valve_state(),
         };
-        ToolResult::Switch { name, state }
+        ToolResult::Switch {
+            name: target.name(),
+            state,
+        }
     }
 
     fn leds(&self) -> u32 {
@@ -178,62 +181,138 @@ impl Home {
     }
 }
 
-fn name_of(args: &ArgumentsRef<'_>) -> Result<&'static str, ToolFailure> {
-    let name = ToolSpec::text(args, "name").ok_or(ToolFailure)?;
-    ["lamp", "valve"]
-        .into_iter()
-        .find(|known| name == *known)
-        .ok_or(ToolFailure)
+/// An actuator a call names, as the firmware's `tools::Target`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Lamp,
+    Valve,
+}
+
+impl Target {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Lamp => "lamp",
+            Self::Valve => "valve",
+        }
+    }
+
+    fn parse(args: &CheckedArguments<'_>) -> Result<Self, CommandError> {
+        match args.text("name") {
+            Some(name) if name == "lamp" => Ok(Self::Lamp),
+            Some(name) if name == "valve" => Ok(Self::Valve),
+            _ => Err(ArgumentError::NotAChoice("name").into()),
+        }
+    }
+}
+
+/// A number argument, as the firmware's `tools::Number`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Number {
+    Int(i32),
+    Float(f64),
+}
+
+impl Number {
+    fn parse(args: &CheckedArguments<'_>, key: &'static str) -> Result<Self, CommandError> {
+        match args.get(key) {
+            Some(ScalarRef::Int(v)) => i32::try_from(v)
+                .map(Self::Int)
+                .map_err(|_| ArgumentError::OutOfRange(key).into()),
+            Some(ScalarRef::Float(v)) => Ok(Self::Float(v)),
+            _ => Err(ArgumentError::WrongType(key).into()),
+        }
+    }
+
+    fn as_f64(self) -> f64 {
+        match self {
+            Self::Int(v) => f64::from(v),
+            Self::Float(v) => v,
+        }
+    }
+}
+
+/// The calls of [`SPECS`], typed, as the firmware's `tools::Command`, with
+/// the two tools the firmware lacks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum HomeCommand {
+    Add(Number, Number),
+    TurnOn,
+    TurnOff(Target),
+    LightSet { brightness: u8 },
+    ValveOpen,
+    GetState,
+    Broken,
+    Big { len: usize },
+}
+
+impl Command for HomeCommand {
+    fn parse(tool: usize, args: &CheckedArguments<'_>) -> Result<Self, CommandError> {
+        Ok(match tool {
+            0 => Self::Add(Number::parse(args, "a")?, Number::parse(args, "b")?),
+            1 => Self::TurnOn,
+            2 => Self::TurnOff(Target::parse(args)?),
+            3 => Self::LightSet {
+                brightness: args
+                    .int("brightness")
+                    .and_then(|b| u8::try_from(b).ok())
+                    .filter(|b| *b <= 100)
+                    .ok_or(ArgumentError::OutOfRange("brightness"))?,
+            },
+            4 => Self::ValveOpen,
+            5 => Self::GetState,
+            6 => Self::Broken,
+            7 => Self::Big {
+                len: args
+                    .int("len")
+                    .and_then(|len| usize::try_from(len).ok())
+                    .filter(|len| *len >= 2)
+                    .ok_or(ArgumentError::OutOfRange("len"))?,
+            },
+            _ => return Err(CommandError::Tool(tool)),
+        })
+    }
 }
 
 impl Actuators for Home {
+    type Command = HomeCommand;
     type Result = ToolResult;
 
-    fn execute(&mut self, tool: usize, args: &ArgumentsRef<'_>) -> Result<ToolResult, ToolFailure> {
-        Ok(match tool {
-            0 => match (args.get("a"), args.get("b")) {
-                (Some(ScalarRef::Int(a)), Some(ScalarRef::Int(b))) => ToolResult::Int(a + b),
-                _ => ToolResult::Float(
-                    ToolSpec::number(args, "a").ok_or(ToolFailure)?
-                        + ToolSpec::number(args, "b").ok_or(ToolFailure)?,
-                ),
-            },
-            1 => {
+    fn execute(&mut self, command: HomeCommand) -> Result<ToolResult, ToolFailure> {
+        Ok(match command {
+            HomeCommand::Add(Number::Int(a), Number::Int(b)) => {
+                ToolResult::Int(i64::from(a) + i64::from(b))
+            }
+            HomeCommand::Add(a, b) => ToolResult::Float(a.as_f64() + b.as_f64()),
+            HomeCommand::TurnOn => {
                 self.lamp = true;
-                self.switch("lamp")
+                self.switch(Target::Lamp)
             }
-            2 => {
-                let name = name_of(args)?;
-                if name == "valve" {
-                    self.valve = false;
-                } else {
-                    self.lamp = false;
+            HomeCommand::TurnOff(target) => {
+                match target {
+                    Target::Lamp => self.lamp = false,
+                    Target::Valve => self.valve = false,
                 }
-                self.switch(name)
+                self.switch(target)
             }
-            3 => {
-                let brightness = ToolSpec::int(args, "brightness").ok_or(ToolFailure)?;
+            HomeCommand::LightSet { brightness } => {
                 self.lamp = brightness > 0;
                 ToolResult::Light {
                     name: "lamp",
-                    brightness: brightness as u8,
+                    brightness,
                     state: self.lamp_state(),
                 }
             }
-            4 => {
+            HomeCommand::ValveOpen => {
                 self.valve = true;
-                self.switch("valve")
+                self.switch(Target::Valve)
             }
-            5 => ToolResult::State {
+            HomeCommand::GetState => ToolResult::State {
                 lamp: self.lamp_state(),
                 valve: self.valve_state(),
                 leds: self.leds(),
             },
-            7 => {
-                let len = ToolSpec::int(args, "len").ok_or(ToolFailure)? as usize;
-                ToolResult::Text("x".repeat(len - 2).leak())
-            }
-            _ => return Err(ToolFailure),
+            HomeCommand::Broken => return Err(ToolFailure),
+            HomeCommand::Big { len } => ToolResult::Text("x".repeat(len - 2).leak()),
         })
     }
 
@@ -253,10 +332,10 @@ impl Actuators for Home {
 
     /// As the firmware: `HassValveOpen` switches the valve (actuator 1) on,
     /// `HassTurnOff` of the valve off.
-    fn switches(&self, tool: usize, args: &ArgumentsRef<'_>) -> Switch {
-        match tool {
-            4 => Switch::On(1),
-            2 if name_of(args) == Ok("valve") => Switch::Off(1),
+    fn switches(&self, command: &HomeCommand) -> Switch {
+        match command {
+            HomeCommand::ValveOpen => Switch::On(1),
+            HomeCommand::TurnOff(Target::Valve) => Switch::Off(1),
             _ => Switch::None,
         }
     }
@@ -1271,9 +1350,17 @@ fn a_spent_window_drives_the_actuator_safe_through_the_default() {
         params: &[],
         needs_approval: false,
     }];
+    /// Its one command.
+    struct Open;
+    impl Command for Open {
+        fn parse(_: usize, _: &CheckedArguments<'_>) -> Result<Self, CommandError> {
+            Ok(Open)
+        }
+    }
     impl Actuators for Valve {
+        type Command = Open;
         type Result = &'static str;
-        fn execute(&mut self, _: usize, _: &ArgumentsRef<'_>) -> Result<&'static str, ToolFailure> {
+        fn execute(&mut self, _: Open) -> Result<&'static str, ToolFailure> {
             self.0 = true;
             Ok("open")
         }
@@ -1283,7 +1370,7 @@ fn a_spent_window_drives_the_actuator_safe_through_the_default() {
         fn read_back(&mut self) -> u32 {
             u32::from(self.0)
         }
-        fn switches(&self, _: usize, _: &ArgumentsRef<'_>) -> Switch {
+        fn switches(&self, _: &Open) -> Switch {
             Switch::On(0)
         }
     }

@@ -17,15 +17,16 @@
 )]
 
 use budgetgate_core::device::{
-    Actuators, Answer, DeviceGate, JournalFailure, Timing, ToolFailure, ToolTable,
+    Actuators, Answer, Command, CommandError, DeviceGate, JournalFailure, Timing, ToolFailure,
+    ToolTable,
 };
 use budgetgate_core::link::{self, FrameDecoder};
-use budgetgate_core::registry::{Param, ParamKind, ToolSpec};
+use budgetgate_core::registry::{CheckedArguments, Param, ParamKind, ToolSpec};
 use budgetgate_core::resume::{
     self, AuditEntry, AuditRecord, AuditVerdict, ResumeError, RunView, AUDIT_ENTRY_MAX,
     RUN_RECORD_MAX,
 };
-use budgetgate_core::{ArgumentsRef, RunLimits, TraceRow};
+use budgetgate_core::{RunLimits, TraceRow};
 
 mod common;
 use common::frame;
@@ -66,18 +67,30 @@ struct Board {
     fail_after: Option<usize>,
 }
 
+/// The calls of [`SPECS`]: each tool has one target.
+enum On {
+    Lamp,
+    Valve,
+}
+
+impl Command for On {
+    fn parse(tool: usize, _args: &CheckedArguments<'_>) -> Result<Self, CommandError> {
+        match tool {
+            0 => Ok(Self::Lamp),
+            1 => Ok(Self::Valve),
+            _ => Err(CommandError::Tool(tool)),
+        }
+    }
+}
+
 impl Actuators for Board {
+    type Command = On;
     type Result = &'static str;
 
-    fn execute(
-        &mut self,
-        tool: usize,
-        _args: &ArgumentsRef<'_>,
-    ) -> Result<&'static str, ToolFailure> {
-        match tool {
-            0 => self.lamp = true,
-            1 => self.valve = true,
-            _ => return Err(ToolFailure),
+    fn execute(&mut self, command: On) -> Result<&'static str, ToolFailure> {
+        match command {
+            On::Lamp => self.lamp = true,
+            On::Valve => self.valve = true,
         }
         Ok("on")
     }

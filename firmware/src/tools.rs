@@ -20,15 +20,20 @@
 //! covers exactly the consequential action. Closing it (`HassTurnOff`) is the
 //! safe direction and needs no approval.
 //!
+//! A call that passed its signature is parsed once into a [`Command`]
+//! (parse, then trust): [`Home`]'s `execute` matches on it and re-checks
+//! nothing; the gate refuses a call that does not parse as
+//! `invalid-arguments`, as one that breaks its signature.
+//!
 //! Every result reports the actuator state **read back from the LED
 //! register**, never a shadow copy. The board has no PWM: `HassLightSet`
 //! drives the lamp on for any brightness above 0 and reports the commanded
 //! level, which the hardware cannot read back.
 #![forbid(unsafe_code)]
 
-use budgetgate_core::device::{self, Actuators as _, Switch, ToolFailure};
-use budgetgate_core::registry::{Param, ParamKind, ToolSpec};
-use budgetgate_core::{ArgumentsRef, ScalarRef};
+use budgetgate_core::device::{self, Actuators as _, CommandError, Switch, ToolFailure};
+use budgetgate_core::registry::{ArgumentError, CheckedArguments, Param, ParamKind, ToolSpec};
+use budgetgate_core::ScalarRef;
 use embedded_hal::digital::{OutputPin, StatefulOutputPin};
 use serde::Serialize;
 
@@ -58,7 +63,7 @@ const NAME_ANY: Param = Param {
 };
 const NUMBER: ParamKind = ParamKind::Number;
 
-/// What each tool does; `KINDS[i]` is the behaviour of `SPECS[i]`.
+/// Which tool a call names; `KINDS[i]` is the tool of `SPECS[i]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
 pub enum Kind {
     /// `add`
@@ -133,7 +138,7 @@ pub const SPECS: [ToolSpec; 6] = [
     },
 ];
 
-/// The behaviour of each entry of [`SPECS`], same order.
+/// The tool of each entry of [`SPECS`], same order.
 pub const KINDS: [Kind; SPECS.len()] = [
     Kind::Add,
     Kind::TurnOn,
@@ -144,6 +149,116 @@ pub const KINDS: [Kind; SPECS.len()] = [
 ];
 
 const _: () = assert!(SPECS.len() <= crate::config::TOOL_CAPACITY);
+
+/// An actuator a call names (its `name` argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// `"lamp"`, LED0.
+    Lamp,
+    /// `"valve"`, LED1.
+    Valve,
+}
+
+impl Target {
+    /// The actuator's name on the wire.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Lamp => LAMP,
+            Self::Valve => VALVE,
+        }
+    }
+
+    /// The `name` argument of a checked call.
+    #[inline(always)]
+    fn parse(args: &CheckedArguments<'_>) -> Result<Self, CommandError> {
+        match args.text("name") {
+            Some(name) if name == LAMP => Ok(Self::Lamp),
+            Some(name) if name == VALVE => Ok(Self::Valve),
+            Some(_) => Err(ArgumentError::NotAChoice("name").into()),
+            None => Err(ArgumentError::Missing("name").into()),
+        }
+    }
+}
+
+/// A number argument ([`ParamKind::Number`]): an integer, or a float.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Number {
+    /// An integer; `|x| <= 1e6` (`SPEC A1`), so any two add without
+    /// overflow as `i64`.
+    Int(i32),
+    /// A float, finite, `|x| <= 1e6`.
+    Float(f64),
+}
+
+impl Number {
+    /// Argument `key` of a checked call.
+    #[inline(always)]
+    fn parse(args: &CheckedArguments<'_>, key: &'static str) -> Result<Self, CommandError> {
+        match args.get(key) {
+            Some(ScalarRef::Int(v)) => i32::try_from(v)
+                .map(Self::Int)
+                .map_err(|_| ArgumentError::OutOfRange(key).into()),
+            Some(ScalarRef::Float(v)) => Ok(Self::Float(v)),
+            Some(_) => Err(ArgumentError::WrongType(key).into()),
+            None => Err(ArgumentError::Missing(key).into()),
+        }
+    }
+
+    /// As an `f64`: exact, for every integer it can hold.
+    fn as_f64(self) -> f64 {
+        match self {
+            Self::Int(v) => f64::from(v),
+            Self::Float(v) => v,
+        }
+    }
+}
+
+/// A tool call of [`SPECS`], typed: parsed once from a call whose arguments
+/// passed its signature ([`device::Command::parse`]), run by [`Home`] with
+/// no further checks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Command {
+    /// `add`: `a + b`.
+    Add(Number, Number),
+    /// `HassTurnOn`: the lamp on (its only `name`).
+    TurnOn,
+    /// `HassTurnOff`: the lamp off, or the valve closed.
+    TurnOff(Target),
+    /// `HassLightSet` of the lamp (its only `name`): on iff above 0.
+    LightSet {
+        /// Percent, 0..=100.
+        brightness: u8,
+    },
+    /// `HassValveOpen`: the valve open (approved by the operator).
+    ValveOpen,
+    /// `HassGetState`: both actuators read back.
+    GetState,
+}
+
+impl device::Command for Command {
+    // Inlined into the gate's one call: built for size, the returned
+    // `Result` was assembled and taken apart again with `memcpy` calls,
+    // about 60 instructions each, before the verdict.
+    #[inline(always)]
+    fn parse(tool: usize, args: &CheckedArguments<'_>) -> Result<Self, CommandError> {
+        let kind = KINDS.get(tool).copied().ok_or(CommandError::Tool(tool))?;
+        Ok(match kind {
+            Kind::Add => Self::Add(Number::parse(args, "a")?, Number::parse(args, "b")?),
+            Kind::TurnOn => Self::TurnOn,
+            Kind::TurnOff => Self::TurnOff(Target::parse(args)?),
+            Kind::LightSet => {
+                let brightness = args
+                    .int("brightness")
+                    .and_then(|b| u8::try_from(b).ok())
+                    .filter(|b| *b <= 100)
+                    .ok_or(ArgumentError::OutOfRange("brightness"))?;
+                Self::LightSet { brightness }
+            }
+            Kind::ValveOpen => Self::ValveOpen,
+            Kind::GetState => Self::GetState,
+        })
+    }
+}
 
 /// A tool's result: compact JSON on the wire, measured by the run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -244,22 +359,64 @@ impl Home {
         }
     }
 
-    fn switch(&mut self, name: &'static str) -> ToolResult {
-        let state = if name == VALVE {
-            self.valve_state()
-        } else {
-            self.lamp_state()
+    fn switch(&mut self, target: Target) -> ToolResult {
+        let state = match target {
+            Target::Lamp => self.lamp_state(),
+            Target::Valve => self.valve_state(),
         };
-        ToolResult::Switch { name, state }
+        ToolResult::Switch {
+            name: target.name(),
+            state,
+        }
     }
 }
 
 impl device::Actuators for Home {
+    type Command = Command;
     type Result = ToolResult;
 
-    fn execute(&mut self, tool: usize, args: &ArgumentsRef<'_>) -> Result<ToolResult, ToolFailure> {
-        let kind = KINDS.get(tool).copied().ok_or(ToolFailure)?;
-        execute(kind, args, self).ok_or(ToolFailure)
+    /// Runs `command`; every state in its result is read back. Never
+    /// fails: the sum of two `i32`s fits an `i64`, and the other tools only
+    /// drive and read pins.
+    fn execute(&mut self, command: Command) -> Result<ToolResult, ToolFailure> {
+        Ok(match command {
+            Command::Add(Number::Int(a), Number::Int(b)) => {
+                ToolResult::Int(i64::from(a) + i64::from(b))
+            }
+            Command::Add(a, b) => ToolResult::Float(a.as_f64() + b.as_f64()),
+            Command::TurnOn => {
+                let _ = self.lamp.set_high();
+                self.switch(Target::Lamp)
+            }
+            Command::TurnOff(target) => {
+                let _ = match target {
+                    Target::Lamp => self.lamp.set_low(),
+                    Target::Valve => self.valve.set_low(),
+                };
+                self.switch(target)
+            }
+            Command::LightSet { brightness } => {
+                let _ = if brightness > 0 {
+                    self.lamp.set_high()
+                } else {
+                    self.lamp.set_low()
+                };
+                ToolResult::Light {
+                    name: LAMP,
+                    brightness,
+                    state: self.lamp_state(),
+                }
+            }
+            Command::ValveOpen => {
+                let _ = self.valve.set_high();
+                self.switch(Target::Valve)
+            }
+            Command::GetState => ToolResult::State {
+                lamp: self.lamp_state(),
+                valve: self.valve_state(),
+                leds: board::read_leds(),
+            },
+        })
     }
 
     /// Lamp off, valve closed.
@@ -275,10 +432,10 @@ impl device::Actuators for Home {
 
     /// `HassValveOpen` opens the valve, `HassTurnOff` of the valve closes
     /// it: its duty window counts the time between.
-    fn switches(&self, tool: usize, args: &ArgumentsRef<'_>) -> Switch {
-        match KINDS.get(tool) {
-            Some(Kind::ValveOpen) => Switch::On(VALVE_ACTUATOR),
-            Some(Kind::TurnOff) if name_of(args) == Some(VALVE) => Switch::Off(VALVE_ACTUATOR),
+    fn switches(&self, command: &Command) -> Switch {
+        match command {
+            Command::ValveOpen => Switch::On(VALVE_ACTUATOR),
+            Command::TurnOff(Target::Valve) => Switch::Off(VALVE_ACTUATOR),
             _ => Switch::None,
         }
     }
@@ -309,64 +466,4 @@ impl device::Actuators for Home {
             None => Ok(()),
         }
     }
-}
-
-fn name_of(args: &ArgumentsRef<'_>) -> Option<&'static str> {
-    let name = ToolSpec::text(args, "name")?;
-    [LAMP, VALVE].into_iter().find(|known| name == *known)
-}
-
-/// Runs tool `kind` with arguments that passed its [`ToolSpec::check`].
-/// `None` is a failed tool (`tool-error`); it cannot happen for checked
-/// arguments, but a tool never trusts that.
-fn execute(kind: Kind, args: &ArgumentsRef<'_>, actuators: &mut Home) -> Option<ToolResult> {
-    Some(match kind {
-        Kind::Add => match (args.get("a")?, args.get("b")?) {
-            (ScalarRef::Int(a), ScalarRef::Int(b)) => ToolResult::Int(a.checked_add(b)?),
-            _ => {
-                let sum = ToolSpec::number(args, "a")? + ToolSpec::number(args, "b")?;
-                ToolResult::Float(sum)
-            }
-        },
-        Kind::TurnOn => {
-            name_of(args).filter(|n| *n == LAMP)?;
-            let _ = actuators.lamp.set_high();
-            actuators.switch(LAMP)
-        }
-        Kind::TurnOff => {
-            let name = name_of(args)?;
-            if name == VALVE {
-                let _ = actuators.valve.set_low();
-            } else {
-                let _ = actuators.lamp.set_low();
-            }
-            actuators.switch(name)
-        }
-        Kind::LightSet => {
-            name_of(args).filter(|n| *n == LAMP)?;
-            let brightness = u8::try_from(ToolSpec::int(args, "brightness")?)
-                .ok()
-                .filter(|b| *b <= 100)?;
-            let _ = if brightness > 0 {
-                actuators.lamp.set_high()
-            } else {
-                actuators.lamp.set_low()
-            };
-            ToolResult::Light {
-                name: LAMP,
-                brightness,
-                state: actuators.lamp_state(),
-            }
-        }
-        Kind::ValveOpen => {
-            name_of(args).filter(|n| *n == VALVE)?;
-            let _ = actuators.valve.set_high();
-            actuators.switch(VALVE)
-        }
-        Kind::GetState => ToolResult::State {
-            lamp: actuators.lamp_state(),
-            valve: actuators.valve_state(),
-            leds: board::read_leds(),
-        },
-    })
 }
