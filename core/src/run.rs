@@ -1098,6 +1098,26 @@ mod tests {
         ));
     }
 
+    /// `SPEC A2`: the run's budgets are checked when they are made, and a
+    /// budget out of range is refused with the range it must be in (what
+    /// `budgetgate run` and the device console print). Found by
+    /// cargo-mutants (a rerun over the whole-core shard 1/4's functions).
+    #[test]
+    fn budgets_out_of_range_are_refused_with_their_range() {
+        assert_eq!(RunLimits::new(0, 4), Err(RunLimitsError::MaxDecisions));
+        assert_eq!(RunLimits::new(33, 4), Err(RunLimitsError::MaxDecisions));
+        assert_eq!(RunLimits::new(8, 17), Err(RunLimitsError::MaxToolCalls));
+        assert!(RunLimits::new(32, 16).is_ok() && RunLimits::new(1, 0).is_ok());
+        assert_eq!(
+            RunLimitsError::MaxDecisions.to_string(),
+            "max_decisions must be an integer 1..=32"
+        );
+        assert_eq!(
+            RunLimitsError::MaxToolCalls.to_string(),
+            "max_tool_calls must be an integer 0..=16"
+        );
+    }
+
     #[test]
     fn thirty_two_rounds_fill_the_trace_exactly() {
         let mut run: Run = Run::new(RunLimits::new(32, 16).unwrap(), ToolSet::new());
