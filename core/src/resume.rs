@@ -88,7 +88,7 @@ pub const RUN_RECORD_MAX: usize =
 
 /// The audit entry's layout version.
 pub const AUDIT_ENTRY_VERSION: u8 = 1;
-/// The most bytes an audit entry takes (96).
+/// The most bytes an audit entry takes (97).
 pub const AUDIT_ENTRY_MAX: usize = 1 + 4 + 1 + 1 + 8 + (1 + ID_MAX) * 2;
 
 const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
@@ -936,6 +936,77 @@ impl AuditRecord {
 mod tests {
     use super::*;
     use heapless::Vec;
+
+    /// Issue 15 (the run's record in flash): `RUN_RECORD_MAX` is what the
+    /// largest run a device can hold encodes to, exactly — sixteen tool
+    /// rows of the longest ids and names, a stop row, every duty window
+    /// with every span — and that record decodes; an audit entry of the
+    /// longest ids is `AUDIT_ENTRY_MAX` bytes, exactly. A buffer sized by a wrong
+    /// bound would truncate the record or waste flash. Found by
+    /// cargo-mutants (the whole-core run, shard 2/4): nothing tied the
+    /// layout's constants to what is written.
+    #[test]
+    fn the_largest_run_encodes_to_exactly_the_record_bound() {
+        assert_eq!((RUN_RECORD_MAX, AUDIT_ENTRY_MAX), (1670, 97));
+        let id = |n: usize, c: char| {
+            let mut s: std::string::String = std::iter::repeat(c).take(39).collect();
+            s.insert(0, char::from(b'a' + (n % 26) as u8));
+            Identifier::new(&s).unwrap()
+        };
+        let mut trace: std::vec::Vec<TraceRow> = (0..MAX_TOOL_CALLS as usize)
+            .map(|n| TraceRow::Tool {
+                step: n as u8,
+                call_id: id(n, 'c'),
+                name: id(n, 'n'),
+                executed: true,
+                ok: n % 2 == 0,
+            })
+            .collect();
+        trace.push(TraceRow::Rejected {
+            step: MAX_TOOL_CALLS as u8,
+            reason: RejectReason::ToolBudget,
+        });
+        let window = 600_000u64;
+        let full = || {
+            let mut w = crate::budget::DutyWindow::<DUTY_SPANS>::new(window, 30_000);
+            for k in 0..DUTY_SPANS as u64 {
+                w.add_past_span(1_000 + k * 10_000, 1_000 + k * 10_000 + 1_000);
+            }
+            assert_eq!(w.spans().len(), DUTY_SPANS);
+            Some(w)
+        };
+        let duty: DutyWindows = [full(), full(), full(), full()];
+        let run = RunView {
+            run: u32::MAX,
+            phase: Phase::Running,
+            stage: Stage::Stopped,
+            status: Some(Status::ToolBudget),
+            used_ms: 1234,
+            limits: RunLimits::new(32, MAX_TOOL_CALLS).unwrap(),
+            tool_attempts: MAX_TOOL_CALLS as u8,
+            trace: &trace,
+            duty: &duty,
+            duty_clock_ms: 100_000,
+        };
+        let bytes = encode(&run);
+        assert_eq!(bytes.len(), RUN_RECORD_MAX);
+        assert!(decode(&bytes).is_ok(), "{:?}", decode(&bytes));
+        let mut short = [0u8; RUN_RECORD_MAX - 1];
+        assert!(run.encode(&mut short).is_err(), "one byte short is refused");
+
+        let (call, tool) = (id(0, 'c'), id(1, 't'));
+        let entry = AuditEntry {
+            run: u32::MAX,
+            step: 31,
+            call_id: call.as_str(),
+            tool: tool.as_str(),
+            verdict: AuditVerdict::Executed,
+            time_ms: u64::MAX,
+        };
+        let mut buf = [0u8; AUDIT_ENTRY_MAX];
+        assert_eq!(entry.encode(&mut buf), Ok(AUDIT_ENTRY_MAX));
+        assert!(entry.encode(&mut buf[..AUDIT_ENTRY_MAX - 1]).is_err());
+    }
 
     fn tool(step: u8, id: &str, executed: bool, ok: bool) -> TraceRow {
         TraceRow::Tool {
