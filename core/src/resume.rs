@@ -1293,6 +1293,361 @@ mod tests {
         assert!(decode(&bytes).is_err(), "a trailing byte decoded");
     }
 
+    /// Issue 15 (a budget that survives power loss): every state a run
+    /// can be stored in comes back as it was — each stop row with its
+    /// status, the decision budget used up, each time phase, a call
+    /// awaiting approval or executing — and re-encodes to the same bytes;
+    /// every field out of its range, and each run the gate cannot reach,
+    /// is refused naming the field. Found by cargo-mutants (the whole-core
+    /// run, shard 2/4): only some codes and checks were exercised.
+    #[test]
+    fn every_storable_state_round_trips_and_every_bad_field_is_refused() {
+        let one = [tool(0, "c1", true, true)];
+        let in_flight = [tool(0, "c1", true, false)];
+        let stops = [
+            (TraceRow::Final { step: 1 }, Status::Final),
+            (
+                TraceRow::Rejected {
+                    step: 1,
+                    reason: RejectReason::InvalidPolicyAction,
+                },
+                Status::PolicyError,
+            ),
+            (
+                TraceRow::Rejected {
+                    step: 1,
+                    reason: RejectReason::DuplicateCallId,
+                },
+                Status::DuplicateCall,
+            ),
+            (
+                TraceRow::Rejected {
+                    step: 1,
+                    reason: RejectReason::ToolBudget,
+                },
+                Status::ToolBudget,
+            ),
+        ];
+        let mut cases: std::vec::Vec<(std::vec::Vec<TraceRow>, Phase, Stage, Option<Status>, u8)> =
+            std::vec::Vec::new();
+        for (row, status) in stops {
+            cases.push((
+                std::vec![one[0].clone(), row],
+                Phase::Running,
+                Stage::Stopped,
+                Some(status),
+                8,
+            ));
+        }
+        let two = std::vec![tool(0, "c1", true, true), tool(1, "c2", false, false)];
+        cases.push((
+            two,
+            Phase::Running,
+            Stage::Stopped,
+            Some(Status::DecisionBudget),
+            2,
+        ));
+        cases.push((
+            one.to_vec(),
+            Phase::TimeUp,
+            Stage::AwaitingProposal,
+            None,
+            8,
+        ));
+        cases.push((one.to_vec(), Phase::TimeBudget, Stage::Stopped, None, 8));
+        cases.push((
+            in_flight.to_vec(),
+            Phase::Running,
+            Stage::AwaitingApproval,
+            None,
+            8,
+        ));
+        cases.push((in_flight.to_vec(), Phase::TimeUp, Stage::Executing, None, 8));
+        for (trace, phase, stage, status, max_decisions) in &cases {
+            let mut v = view(trace);
+            v.phase = *phase;
+            v.stage = *stage;
+            v.status = *status;
+            v.limits = RunLimits::new(u32::from(*max_decisions), 4).unwrap();
+            v.tool_attempts = trace
+                .iter()
+                .filter(|r| matches!(r, TraceRow::Tool { .. }))
+                .count() as u8;
+            let bytes = encode(&v);
+            let header =
+                decode(&bytes).unwrap_or_else(|e| panic!("{phase:?} {stage:?} {status:?}: {e:?}"));
+            assert_eq!(
+                (
+                    header.phase,
+                    header.stage,
+                    header.status,
+                    header.tool_attempts
+                ),
+                (*phase, *stage, *status, v.tool_attempts)
+            );
+            let back: Vec<TraceRow, 32> = rows(&bytes, &header).collect();
+            assert_eq!(&back[..], &trace[..]);
+            assert_eq!(
+                back.iter()
+                    .map(TraceRow::step)
+                    .collect::<std::vec::Vec<_>>(),
+                (0..trace.len() as u8).collect::<std::vec::Vec<_>>()
+            );
+        }
+        let mut idle = view(&[]);
+        idle.run = 0;
+        idle.phase = Phase::Idle;
+        assert!(decode(&encode(&idle)).is_ok());
+
+        // Each field out of its range, sealed with a good CRC.
+        let reseal = |mut bytes: std::vec::Vec<u8>, at: usize, value: u8| {
+            bytes[at] = value;
+            let body = bytes.len() - 4;
+            let crc = CRC.checksum(&bytes[..body]);
+            bytes[body..].copy_from_slice(&crc.to_le_bytes());
+            decode(&bytes)
+        };
+        let base = encode(&view(&one));
+        let (phase_at, stage_at, status_at) = (8, 9, 10);
+        assert_eq!(
+            reseal(base.clone(), phase_at, 4),
+            Err(ResumeError::Field("phase"))
+        );
+        assert_eq!(
+            reseal(base.clone(), stage_at, 4),
+            Err(ResumeError::Field("stage"))
+        );
+        assert_eq!(
+            reseal(base.clone(), status_at, 6),
+            Err(ResumeError::Field("status"))
+        );
+        let row_at = HEADER;
+        assert_eq!(
+            reseal(base.clone(), row_at, 3),
+            Err(ResumeError::Field("row kind"))
+        );
+        assert_eq!(
+            reseal(base.clone(), row_at + 1, 2),
+            Err(ResumeError::Field("tool row flags"))
+        );
+        assert_eq!(
+            reseal(base.clone(), row_at + 1, 4),
+            Err(ResumeError::Field("tool row flags"))
+        );
+        let stop = [TraceRow::Rejected {
+            step: 0,
+            reason: RejectReason::ToolBudget,
+        }];
+        let mut v = view(&stop);
+        v.stage = Stage::Stopped;
+        v.status = Some(Status::ToolBudget);
+        v.tool_attempts = 0;
+        let rejected = encode(&v);
+        assert_eq!(
+            reseal(rejected, row_at + 1, 3),
+            Err(ResumeError::Field("reject reason"))
+        );
+
+        // Runs the gate cannot reach.
+        let mut numbered_idle = view(&[]);
+        numbered_idle.phase = Phase::Idle;
+        assert_eq!(
+            decode(&encode(&numbered_idle)),
+            Err(ResumeError::Field("idle run"))
+        );
+        let mut idle_rows = view(&one);
+        idle_rows.run = 0;
+        idle_rows.phase = Phase::Idle;
+        assert_eq!(
+            decode(&encode(&idle_rows)),
+            Err(ResumeError::Field("idle run"))
+        );
+        let mut idle_staged = view(&[]);
+        idle_staged.run = 0;
+        idle_staged.phase = Phase::Idle;
+        idle_staged.stage = Stage::Stopped;
+        assert_eq!(
+            decode(&encode(&idle_staged)),
+            Err(ResumeError::Field("idle run"))
+        );
+        let mut unnumbered = view(&one);
+        unnumbered.run = 0;
+        assert_eq!(
+            decode(&encode(&unnumbered)),
+            Err(ResumeError::Field("run number"))
+        );
+        let three = [
+            tool(0, "c1", true, true),
+            tool(1, "c2", true, true),
+            tool(2, "c3", true, true),
+        ];
+        let mut over_decisions = view(&three);
+        over_decisions.limits = RunLimits::new(2, 4).unwrap();
+        assert_eq!(
+            decode(&encode(&over_decisions)),
+            Err(ResumeError::Field("rows"))
+        );
+        let mut over_tools = view(&three);
+        over_tools.limits = RunLimits::new(8, 2).unwrap();
+        assert_eq!(
+            decode(&encode(&over_tools)),
+            Err(ResumeError::Field("tool attempts"))
+        );
+        let mut at_tools = view(&three);
+        at_tools.limits = RunLimits::new(8, 3).unwrap();
+        assert!(
+            decode(&encode(&at_tools)).is_ok(),
+            "as many attempts as the budget"
+        );
+    }
+
+    /// Fail closed on what no gate writes: a record with a byte after its
+    /// fields (sealed with a good CRC) is refused for its length, a duty
+    /// window of no length or allowing more on-time than it is long is
+    /// never written, an audit entry's id over 40 bytes is refused, and
+    /// each error says what is wrong with the record. Found by
+    /// cargo-mutants (the whole-core run, shard 2/4).
+    #[test]
+    fn what_no_gate_writes_is_refused_and_errors_say_why() {
+        let mut bytes = encode(&view(&[tool(0, "c1", true, true)]));
+        let body = bytes.len() - 4;
+        bytes.insert(body, 0);
+        let crc = CRC.checksum(&bytes[..body + 1]);
+        bytes[body + 1..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode(&bytes), Err(ResumeError::Length(bytes.len())));
+
+        for (window, max_on) in [(0, 0), (1_000, 1_001)] {
+            let duty: DutyWindows = [
+                Some(crate::budget::DutyWindow::new(window, max_on)),
+                None,
+                None,
+                None,
+            ];
+            let mut v = view(&[]);
+            v.duty = &duty;
+            let mut buf = [0u8; RUN_RECORD_MAX];
+            assert_eq!(
+                v.encode(&mut buf),
+                Err(ResumeError::Field("duty window")),
+                "{window} {max_on}"
+            );
+        }
+
+        let long = "x".repeat(41);
+        for (call_id, tool) in [(long.as_str(), "t"), ("c1", long.as_str())] {
+            let entry = AuditEntry {
+                run: 1,
+                step: 0,
+                call_id,
+                tool,
+                verdict: AuditVerdict::Started,
+                time_ms: 0,
+            };
+            let mut buf = [0u8; 2 * AUDIT_ENTRY_MAX];
+            assert_eq!(
+                entry.encode(&mut buf),
+                Err(ResumeError::Field("identifier"))
+            );
+        }
+
+        for (error, said) in [
+            (
+                ResumeError::Length(7),
+                "run record: 7 bytes do not hold its fields",
+            ),
+            (ResumeError::Magic, "not a budgetgate run record"),
+            (
+                ResumeError::Version(1),
+                "run record version 1; this build reads version 2",
+            ),
+            (
+                ResumeError::Checksum,
+                "run record checksum mismatch (torn or corrupted)",
+            ),
+            (
+                ResumeError::Field("phase"),
+                "run record field out of range: phase",
+            ),
+        ] {
+            assert_eq!(error.to_string(), said);
+        }
+    }
+
+    /// Issue 15 (the audit log): every verdict an entry can carry comes
+    /// back as it was written, with its word; a code no verdict has is
+    /// refused. Found by cargo-mutants (the whole-core run, shard 2/4).
+    #[test]
+    fn every_audit_verdict_round_trips_with_its_word() {
+        let mut verdicts = std::vec![
+            AuditVerdict::Started,
+            AuditVerdict::Executing,
+            AuditVerdict::Executed,
+            AuditVerdict::ToolError,
+            AuditVerdict::UnknownTool,
+            AuditVerdict::InvalidArguments,
+            AuditVerdict::Asking,
+            AuditVerdict::ApprovalDenied,
+            AuditVerdict::TimeBudget,
+            AuditVerdict::Interrupted,
+            AuditVerdict::StorageError,
+            AuditVerdict::DeadMan,
+            AuditVerdict::DutyLimit,
+        ];
+        for status in [
+            Status::Final,
+            Status::PolicyError,
+            Status::DuplicateCall,
+            Status::ToolBudget,
+            Status::DecisionBudget,
+        ] {
+            verdicts.push(AuditVerdict::Stopped(status));
+        }
+        for actuator in 0..MAX_DUTY_WINDOWS as u8 {
+            verdicts.push(AuditVerdict::DutyOff(actuator));
+        }
+        let mut words = std::collections::BTreeSet::new();
+        for verdict in verdicts {
+            let entry = AuditEntry {
+                run: 1,
+                step: 0,
+                call_id: "c1",
+                tool: "t",
+                verdict,
+                time_ms: 5,
+            };
+            let mut buf = [0u8; AUDIT_ENTRY_MAX];
+            let n = entry.encode(&mut buf).unwrap();
+            let back = AuditRecord::decode(&buf[..n]).unwrap();
+            assert_eq!(back.verdict, verdict);
+            assert_eq!(back.verdict.to_string(), verdict.as_str());
+            assert!(!verdict.as_str().is_empty());
+            words.insert((
+                verdict.as_str(),
+                matches!(verdict, AuditVerdict::DutyOff(_)),
+            ));
+        }
+        // Each verdict but the duty-off of each actuator has its own word.
+        assert_eq!(words.len(), 13 + 5 + 1);
+        for code in [13u8, 16, 22, 31, 32 + MAX_DUTY_WINDOWS as u8] {
+            let entry = AuditEntry {
+                run: 1,
+                step: 0,
+                call_id: "",
+                tool: "",
+                verdict: AuditVerdict::Started,
+                time_ms: 0,
+            };
+            let mut buf = [0u8; AUDIT_ENTRY_MAX];
+            let n = entry.encode(&mut buf).unwrap();
+            buf[6] = code;
+            assert_eq!(
+                AuditRecord::decode(&buf[..n]),
+                Err(ResumeError::Field("verdict")),
+                "code {code}"
+            );
+        }
+    }
+
     #[test]
     fn an_audit_entry_round_trips_and_refuses_another_version() {
         let entry = AuditEntry {

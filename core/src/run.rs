@@ -1098,6 +1098,53 @@ mod tests {
         ));
     }
 
+    /// `SPEC A2`: every status and rejection reason is spelled as the
+    /// contract spells it (the words of `--json` traces and the device's
+    /// replies), and the run's errors say what went wrong. Found by
+    /// cargo-mutants (the whole-core run, shard 2/4).
+    #[test]
+    fn statuses_reasons_and_errors_are_spelled_as_the_contract_and_say_why() {
+        for (status, said) in [
+            (Status::Final, "final"),
+            (Status::PolicyError, "policy-error"),
+            (Status::DuplicateCall, "duplicate-call"),
+            (Status::ToolBudget, "tool-budget"),
+            (Status::DecisionBudget, "decision-budget"),
+        ] {
+            assert_eq!((status.as_str(), status.to_string().as_str()), (said, said));
+        }
+        for (reason, said) in [
+            (RejectReason::InvalidPolicyAction, "invalid-policy-action"),
+            (RejectReason::DuplicateCallId, "duplicate-call-id"),
+            (RejectReason::ToolBudget, "tool-budget"),
+        ] {
+            assert_eq!(reason.as_str(), said);
+        }
+        assert_eq!(
+            ToolSetError::Duplicate.to_string(),
+            "tool name registered twice"
+        );
+        assert_eq!(ToolSetError::Full.to_string(), "more than 8 tools");
+        let invalid = ToolSet::<8>::new().try_add("1a").unwrap_err();
+        assert!(invalid.to_string().starts_with("tool name "), "{invalid}");
+        assert!(
+            invalid.to_string().contains(Identifier::PATTERN),
+            "{invalid}"
+        );
+        assert_eq!(
+            RunError::Stopped(Status::Final).to_string(),
+            "the run has stopped (final)"
+        );
+        assert_eq!(
+            RunError::AwaitingOutcome.to_string(),
+            "a tool outcome is awaited before the next decision"
+        );
+        assert_eq!(
+            RunError::NoPendingCall.to_string(),
+            "this run awaits no such tool call"
+        );
+    }
+
     /// `SPEC A2`: the run's budgets are checked when they are made, and a
     /// budget out of range is refused with the range it must be in (what
     /// `budgetgate run` and the device console print). Found by
