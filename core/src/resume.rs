@@ -949,7 +949,7 @@ mod tests {
     fn the_largest_run_encodes_to_exactly_the_record_bound() {
         assert_eq!((RUN_RECORD_MAX, AUDIT_ENTRY_MAX), (1670, 97));
         let id = |n: usize, c: char| {
-            let mut s: std::string::String = std::iter::repeat(c).take(39).collect();
+            let mut s: std::string::String = std::iter::repeat_n(c, 39).collect();
             s.insert(0, char::from(b'a' + (n % 26) as u8));
             Identifier::new(&s).unwrap()
         };
@@ -1328,8 +1328,9 @@ mod tests {
                 Status::ToolBudget,
             ),
         ];
-        let mut cases: std::vec::Vec<(std::vec::Vec<TraceRow>, Phase, Stage, Option<Status>, u8)> =
-            std::vec::Vec::new();
+        /// Rows, phase, stage, status, most decisions.
+        type Case = (std::vec::Vec<TraceRow>, Phase, Stage, Option<Status>, u8);
+        let mut cases: std::vec::Vec<Case> = std::vec::Vec::new();
         for (row, status) in stops {
             cases.push((
                 std::vec![one[0].clone(), row],
