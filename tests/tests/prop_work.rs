@@ -5,6 +5,9 @@
 //!
 //! Cases per property: 256, or `PROPTEST_CASES`.
 
+// Shared with the core's own property tests (core/tests/), which
+// cargo-mutants runs against every core mutant.
+#[path = "../../core/tests/prop_common/mod.rs"]
 mod prop_common;
 
 use budgetgate::eval::{handle, EvalError};

@@ -5,6 +5,15 @@
 //!
 //! Cases per property: 256 (1024 for single floats), or `PROPTEST_CASES`.
 
+// A test states what it expects with `expect`, `unwrap`, `panic!` and
+// indexing: a failure is the test failing, as in the core's unit tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 mod prop_common;
 
 use budgetgate_core::pyjson::{encode, encoded_len, EncodeError};

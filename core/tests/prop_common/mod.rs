@@ -1,4 +1,5 @@
-//! Shared pieces of the property tests (`tests/tests/prop_*.rs`).
+//! Shared pieces of the property tests (`core/tests/prop_*.rs`, and
+//! `tests/tests/prop_*.rs`, which include this file by path).
 //!
 //! * [`J`]: a JSON document tree whose *spelling* the test controls (string
 //!   escapes, number literals, whitespace, a BOM, trailing text), rendered to

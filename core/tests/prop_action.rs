@@ -5,6 +5,17 @@
 //!
 //! Cases per property: 256, or `PROPTEST_CASES`.
 
+// A test states what it expects with `expect`, `unwrap`, `panic!` and
+// indexing: a failure is the test failing, as in the core's unit tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+// The models read every float exactly, as the default build does.
+#![cfg(feature = "exact-floats")]
+
 mod prop_common;
 
 use budgetgate_core::limits::MAX_TEXT_BYTES;
