@@ -176,6 +176,38 @@ pub fn run_trace_work(
 mod tests {
     use super::*;
 
+    /// `SPEC A3`: each error of a trace's work says which input and rule
+    /// (what `budgetgate eval` answers). Found by cargo-mutants (a rerun of
+    /// the whole-core shard 2/4's missed mutants).
+    #[test]
+    fn trace_work_errors_name_the_input_and_the_rule() {
+        for (error, said) in [
+            (TraceWorkError::TooManyRows, "a trace has at most 32 rows"),
+            (
+                TraceWorkError::DecisionUnits,
+                "decision_units must be an integer 0..=1000",
+            ),
+            (
+                TraceWorkError::TooManyToolUnits,
+                "tool_units has at most 8 entries",
+            ),
+            (
+                TraceWorkError::ToolCost { index: 2 },
+                "tool_units entry 2: cost must be an integer 0..=1000",
+            ),
+            (
+                TraceWorkError::StepOutOfOrder { row: 3 },
+                "row 3: step must be 3",
+            ),
+            (
+                TraceWorkError::MissingCost { row: 1 },
+                "row 1: executed tool has no cost in tool_units",
+            ),
+        ] {
+            assert_eq!(error.to_string(), said);
+        }
+    }
+
     #[test]
     fn seed_example_two_decisions_one_add() {
         let rows = [
