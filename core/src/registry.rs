@@ -259,33 +259,6 @@ impl ToolSpec {
         }
         Ok(())
     }
-
-    /// The integer argument `key`, once [`ToolSpec::check`] has passed.
-    pub fn int(args: &ArgumentsRef<'_>, key: &str) -> Option<i64> {
-        match args.get(key) {
-            Some(ScalarRef::Int(v)) => Some(v),
-            _ => None,
-        }
-    }
-
-    /// The numeric argument `key` (integer or float) as an `f64`, once
-    /// [`ToolSpec::check`] has passed. Exact: every integer an action may
-    /// carry (`|x| <= 1e6`) is an `f64`.
-    pub fn number(args: &ArgumentsRef<'_>, key: &str) -> Option<f64> {
-        match args.get(key) {
-            Some(ScalarRef::Int(v)) => Some(v as f64),
-            Some(ScalarRef::Float(v)) => Some(v),
-            _ => None,
-        }
-    }
-
-    /// The string argument `key`, once [`ToolSpec::check`] has passed.
-    pub fn text<'a>(args: &ArgumentsRef<'a>, key: &str) -> Option<JsonStr<'a>> {
-        match args.get(key) {
-            Some(ScalarRef::Str(s)) => Some(s),
-            _ => None,
-        }
-    }
 }
 
 /// The names of `specs`, registered in order: tool index `i` of a run built
@@ -444,9 +417,10 @@ mod tests {
             Err(ArgumentError::WrongType("b"))
         );
         with_args(r#"{"a":7,"b":0.5}"#, |both| {
-            assert_eq!(ToolSpec::number(both, "a"), Some(7.0));
-            assert_eq!(ToolSpec::number(both, "b"), Some(0.5));
-            assert_eq!(ToolSpec::number(both, "c"), None);
+            let both = ADD.check(both).unwrap();
+            assert_eq!(both.number("a"), Some(7.0));
+            assert_eq!(both.number("b"), Some(0.5));
+            assert_eq!(both.number("c"), None);
         });
     }
 

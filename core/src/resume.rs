@@ -1047,9 +1047,20 @@ mod tests {
         let mut bytes = encode(&view(&[]));
         bytes.truncate(bytes.len() - 5);
         bytes.extend_from_slice(section);
-        let crc = CRC.checksum(&bytes);
-        bytes.extend_from_slice(&crc.to_le_bytes());
-        bytes
+        sealed(bytes)
+    }
+
+    /// `body` with its CRC appended: a record as a gate would seal it.
+    fn sealed(mut body: std::vec::Vec<u8>) -> std::vec::Vec<u8> {
+        let crc = CRC.checksum(&body);
+        body.extend_from_slice(&crc.to_le_bytes());
+        body
+    }
+
+    /// `record`'s body (its CRC dropped), to change and seal again.
+    fn body_of(mut record: std::vec::Vec<u8>) -> std::vec::Vec<u8> {
+        record.truncate(record.len() - 4);
+        record
     }
 
     /// One window's bytes: actuator, window, most on-time, spans.
@@ -1227,9 +1238,7 @@ mod tests {
         assert_eq!(decode(&old), Err(ResumeError::Version(1)));
         // Resealed as version 1 would have sealed it (no duty section).
         old.truncate(old.len() - 5);
-        let crc = CRC.checksum(&old);
-        old.extend_from_slice(&crc.to_le_bytes());
-        assert_eq!(decode(&old), Err(ResumeError::Version(1)));
+        assert_eq!(decode(&sealed(old)), Err(ResumeError::Version(1)));
     }
 
     /// SPEC E: one encoding per run — a record that decodes encodes back
@@ -1401,12 +1410,10 @@ mod tests {
         assert!(decode(&encode(&idle)).is_ok());
 
         // Each field out of its range, sealed with a good CRC.
-        let reseal = |mut bytes: std::vec::Vec<u8>, at: usize, value: u8| {
-            bytes[at] = value;
-            let body = bytes.len() - 4;
-            let crc = CRC.checksum(&bytes[..body]);
-            bytes[body..].copy_from_slice(&crc.to_le_bytes());
-            decode(&bytes)
+        let reseal = |record: std::vec::Vec<u8>, at: usize, value: u8| {
+            let mut body = body_of(record);
+            body[at] = value;
+            decode(&sealed(body))
         };
         let base = encode(&view(&one));
         let (phase_at, stage_at, status_at) = (8, 9, 10);
@@ -1510,11 +1517,9 @@ mod tests {
     /// cargo-mutants (the whole-core run, shard 2/4).
     #[test]
     fn what_no_gate_writes_is_refused_and_errors_say_why() {
-        let mut bytes = encode(&view(&[tool(0, "c1", true, true)]));
-        let body = bytes.len() - 4;
-        bytes.insert(body, 0);
-        let crc = CRC.checksum(&bytes[..body + 1]);
-        bytes[body + 1..].copy_from_slice(&crc.to_le_bytes());
+        let mut body = body_of(encode(&view(&[tool(0, "c1", true, true)])));
+        body.push(0);
+        let bytes = sealed(body);
         assert_eq!(decode(&bytes), Err(ResumeError::Length(bytes.len())));
 
         for (window, max_on) in [(0, 0), (1_000, 1_001)] {
