@@ -36,7 +36,8 @@
 //!   [`crate::strict::value_from_str`] and refused, never forwarded, when
 //!   it repeats a key anywhere (`-32600`: the gate and the server could read
 //!   different calls), when its id is `null` or not a string or an integer
-//!   (`-32600`, id `null`), or when its `params` cannot be read or are not
+//!   (`-32600`, with the id when it is a number, else `null`), or when its
+//!   `params` cannot be read or are not
 //!   an object with a string `name` (`-32602`, naming the problem).
 //!   `initialize`, `notifications/cancelled` and answers to the gateway's
 //!   approval questions, whose content it reads, are refused when they
@@ -833,7 +834,8 @@ impl<G: CallGate> Proxy<G> {
     /// without being forwarded (fail closed), each answered with the rule
     /// it breaks: a key given twice anywhere in it (`-32600`: the gate and
     /// the server could read different calls), an id that is `null` or
-    /// not a string or an integer (`-32600`, id `null`), a number out of
+    /// not a string or an integer (`-32600`, with the id when it is a
+    /// number, else `null`), a number out of
     /// range or a lone surrogate (`-32602` when in `params`), `params`
     /// that is not an object with a string `name` or non-object
     /// `arguments` (`-32602`). Without an id (a notification, which
@@ -869,9 +871,13 @@ impl<G: CallGate> Proxy<G> {
             Ok(v @ Value::String(_)) => v.to_string(),
             Ok(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
             Ok(v) => {
+                // A number is an id JSON-RPC knows (MCP wants an integer):
+                // answered with it as sent, so the client can match the
+                // refusal to its request; other kinds are no id at all.
+                let answer_id = if v.is_number() { raw_id.get() } else { "null" };
                 return refuse(
                     out,
-                    "null",
+                    answer_id,
                     INVALID_REQUEST,
                     format!(
                         "Invalid Request: a tools/call id must be a string or an integer, not {} (refused, not forwarded)",
@@ -2152,7 +2158,10 @@ mod tests {
     /// A `tools/call` whose id is `null` is answered `-32600` (id `null`)
     /// instead of being dropped unanswered; one whose id is not a string or
     /// an integer (an object, a float, a boolean, an array, a number out
-    /// of range) likewise, never forwarded (`SPEC E`, every call answered).
+    /// of range) likewise, never forwarded (`SPEC E`, every call answered);
+    /// a number JSON-RPC reads (a float, an integer past 64 bits) is
+    /// answered with that id, as sent, so the client can match the answer
+    /// (found by the `mcp_lines` fuzz target's id rule).
     #[test]
     fn calls_with_a_null_or_non_integer_id_are_answered_and_never_forwarded() {
         let s = Setup::new();
@@ -2174,7 +2183,9 @@ mod tests {
             assert!(server(&outs).is_empty(), "{line}");
             let got = client(&outs);
             assert_eq!(got.len(), 1, "{line}");
-            assert_eq!(got[0]["id"], Value::Null, "{line}");
+            let sent: Value = serde_json::from_str(id).unwrap_or(Value::Null);
+            let kept = if sent.is_number() { sent } else { Value::Null };
+            assert_eq!(got[0]["id"], kept, "{line}");
             assert_eq!(got[0]["error"]["code"], INVALID_REQUEST, "{line}");
             let message = got[0]["error"]["message"].as_str().unwrap_or("");
             assert!(
