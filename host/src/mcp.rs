@@ -368,7 +368,7 @@ pub(crate) struct Message<'a> {
     #[serde(borrow)]
     pub(crate) id: Option<&'a RawValue>,
     #[serde(borrow)]
-    params: Option<&'a RawValue>,
+    pub(crate) params: Option<&'a RawValue>,
     #[serde(borrow)]
     result: Option<&'a RawValue>,
     #[serde(borrow)]
@@ -567,11 +567,53 @@ impl<G: CallGate> Proxy<G> {
         }
     }
 
-    /// Never asks for approval: calls to tools in `needs_approval` are
-    /// refused (`approval-refused`) with `why` as the reason (the
-    /// Streamable HTTP transport, which has no channel to ask on).
-    pub fn never_ask(&mut self, why: String) {
-        self.cannot_ask = Some(why);
+    /// Whether approval may be asked: with `Some(why)`, calls to tools in
+    /// `needs_approval` are refused (`approval-refused`) with `why` as the
+    /// reason, as when the client declared no elicitation capability (a
+    /// Streamable HTTP POST whose answer cannot be a stream, which is where
+    /// the question would go); `None` asks again.
+    pub fn set_cannot_ask(&mut self, why: Option<String>) {
+        self.cannot_ask = why;
+    }
+
+    /// The name of this client's session in the ledger's call ids.
+    pub fn connection(&self) -> &str {
+        &self.connection
+    }
+
+    /// The approval questions awaiting the client's answer: each
+    /// question's id (compact JSON) and its deadline.
+    pub fn asking(&self) -> Vec<(String, u64)> {
+        self.approvals
+            .iter()
+            .map(|(eid, a)| (eid.clone(), a.deadline_ms))
+            .collect()
+    }
+
+    /// Whether `eid` (compact JSON) is the id of a question this proxy
+    /// asked (`"budgetgate-approval-N"`), answered or not.
+    fn asked_once(&self, eid: &str) -> bool {
+        eid.strip_prefix("\"budgetgate-approval-")
+            .and_then(|n| n.strip_suffix('"'))
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| {
+                (1..=self.next_approval).contains(&n)
+                    && eid == format!("\"budgetgate-approval-{n}\"")
+            })
+    }
+
+    /// Whether the question `eid` (compact JSON) awaits its answer.
+    pub fn asks(&self, eid: &str) -> bool {
+        self.approvals.contains_key(eid)
+    }
+
+    /// The id of the question asked about the call whose request id is
+    /// `id` (compact JSON), while it awaits its answer.
+    pub fn question_about(&self, id: &str) -> Option<&str> {
+        self.approvals
+            .iter()
+            .find(|(_, a)| a.id == id)
+            .map(|(eid, _)| eid.as_str())
     }
 
     /// Whether the request `id` (its compact JSON) awaits the server's answer.
@@ -776,7 +818,9 @@ impl<G: CallGate> Proxy<G> {
                     self.approval_answer(approval, msg.result, now, out);
                     return false;
                 }
-                true
+                // A late answer to a question already withdrawn is the
+                // gateway's: the server never asked it.
+                !self.asked_once(id)
             }
             _ => {
                 out.push(Out::Client(error_line(
@@ -1140,16 +1184,25 @@ impl<G: CallGate> Proxy<G> {
             .map(|(k, _)| k.clone())
             .collect();
         for eid in late {
-            if let Some(approval) = self.approvals.remove(&eid) {
-                out.push(Out::Client(format!(
-                    r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{eid},"reason":"no answer in time"}}}}"#
-                )));
-                let answer = format!(
-                    "no answer came within {} s",
-                    self.approval_timeout_ms.div_ceil(1000)
-                );
-                self.refuse_approval(approval, &answer, now, &mut out);
-            }
+            out.extend(self.expire(&eid, now));
+        }
+        out
+    }
+
+    /// The question `eid` had no answer in time: withdrawn from the client
+    /// (`notifications/cancelled`) and its call refused (`approval-refused`;
+    /// the attempt counts). Nothing when it is no longer asked.
+    pub fn expire(&mut self, eid: &str, now: u64) -> Vec<Out> {
+        let mut out = Vec::new();
+        if let Some(approval) = self.approvals.remove(eid) {
+            out.push(Out::Client(format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{eid},"reason":"no answer in time"}}}}"#
+            )));
+            let answer = format!(
+                "no answer came within {} s",
+                self.approval_timeout_ms.div_ceil(1000)
+            );
+            self.refuse_approval(approval, &answer, now, &mut out);
         }
         out
     }
@@ -2450,6 +2503,66 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("no answer came within 1 s"));
+        // The late answer to that withdrawn question is the gateway's own:
+        // never forwarded, and it changes nothing.
+        let late = json!({"jsonrpc": "2.0", "id": outs[0]["params"]["requestId"], "result": {"action": "accept"}});
+        assert!(p
+            .on_client(late.to_string().as_bytes(), T0 + 1_001)
+            .is_empty());
+        // An answer with an id the gateway never asked is the server's.
+        for id in [
+            json!("budgetgate-approval-99"),
+            json!("budgetgate-approval-+1"),
+            json!(1),
+        ] {
+            let other = json!({"jsonrpc": "2.0", "id": id, "result": {}});
+            let outs = p.on_client(other.to_string().as_bytes(), T0 + 1_001);
+            assert_eq!(server(&outs).len(), 1, "{id}");
+        }
+    }
+
+    /// Over Streamable HTTP the asking transport says which question is
+    /// asked, about which call, and expires each on its own deadline.
+    #[test]
+    fn each_question_is_known_by_its_id_and_expires_on_its_own() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"send_mail\"]\n";
+        let mut p = s.proxy(budget);
+        p.on_client(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#, T0);
+        let first = client(&p.on_client(&call(1, "send_mail", json!({"to": "a"})), T0))[0]["id"]
+            .to_string();
+        let second = client(&p.on_client(&call(2, "send_mail", json!({"to": "b"})), T0 + 500))[0]
+            ["id"]
+            .to_string();
+        let mut asking = p.asking();
+        asking.sort();
+        assert_eq!(
+            asking,
+            [(first.clone(), T0 + 1_000), (second.clone(), T0 + 1_500)]
+        );
+        assert_eq!(p.question_about("2"), Some(second.as_str()));
+        assert_eq!(p.question_about("3"), None);
+        assert!(p.asks(&first) && !p.asks("\"budgetgate-approval-3\""));
+        // The second expires first when told to; the first is still asked.
+        let outs = client(&p.expire(&second, T0 + 600));
+        assert_eq!(outs[0]["params"]["requestId"].to_string(), second);
+        assert_eq!(outs[1]["id"], 2);
+        assert_eq!(
+            outs[1]["result"]["_meta"]["budgetgate"]["reason"],
+            "approval-refused"
+        );
+        assert!(p.expire(&second, T0 + 600).is_empty());
+        assert!(p.asks(&first));
+        // A transport that cannot carry the question refuses with its reason.
+        p.set_cannot_ask(Some("no stream".into()));
+        let outs = client(&p.on_client(&call(3, "send_mail", json!({"to": "c"})), T0));
+        assert!(outs[0]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("and no stream"));
+        p.set_cannot_ask(None);
+        let outs = client(&p.on_client(&call(4, "send_mail", json!({"to": "d"})), T0));
+        assert_eq!(outs[0]["method"], "elicitation/create");
     }
 
     #[test]

@@ -28,16 +28,20 @@
 //!   in it was answered): each request awaiting it is answered with a
 //!   JSON-RPC error `-32000` naming the cause, and its reservation rolled
 //!   back (fail closed).
-//! * **Approval** cannot be asked over this transport yet: a tool in
-//!   `needs_approval` is refused (`approval-refused`) with a reason that
-//!   says so.
+//! * **Approval** (`needs_approval`): the call's POST is answered with an
+//!   SSE stream whose first event is the gateway's `elicitation/create`;
+//!   the client's answer, in a POST of its own, goes to the task that asked
+//!   ([`route_answers`]), which forwards the call and relays its answer on
+//!   that stream, or writes the refusal there (declined, cancelled, no
+//!   answer within `--approval-timeout`).
 //!
 //! One tokio current-thread runtime runs hyper (HTTP/1.1, the server) and
 //! reqwest (the upstream client, no TLS). The ledger's transactions are
 //! short and synchronous, made under the session's lock, never across an
 //! await.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -49,7 +53,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming};
-use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::value::RawValue;
 
@@ -115,8 +119,24 @@ pub struct Gateway {
     upstream_timeout: Duration,
     gate: Gate,
     max_result_bytes: u64,
+    approval_timeout_ms: u64,
     connection: String,
     sessions: Mutex<Sessions>,
+    /// The approval questions awaiting the client's answer, keyed by
+    /// [`waiter_key`]: where to hand the answer (the task that holds the
+    /// stream the question went out on).
+    waiters: Mutex<HashMap<String, Waiter>>,
+}
+
+/// Hands the client's answer to a question (its JSON-RPC response, or a
+/// `notifications/cancelled` of the call asked about) to the task that
+/// asked it.
+type Waiter = tokio::sync::oneshot::Sender<String>;
+
+/// A question's key among the gateway's waiters: the session's ledger
+/// name and the question's id (question ids are numbered per session).
+fn waiter_key(connection: &str, eid: &str) -> String {
+    format!("{connection}\n{eid}")
 }
 
 struct Sessions {
@@ -156,6 +176,7 @@ impl Gateway {
         gate: LedgerGate,
         max_result_bytes: u64,
         upstream_timeout: Duration,
+        approval_timeout: Duration,
         connection: String,
     ) -> Result<Self, String> {
         let client = reqwest::Client::builder()
@@ -170,24 +191,22 @@ impl Gateway {
             upstream_timeout,
             gate: Arc::new(Mutex::new(gate)),
             max_result_bytes,
+            approval_timeout_ms: u64::try_from(approval_timeout.as_millis()).unwrap_or(u64::MAX),
             connection,
             sessions: Mutex::new(Sessions {
                 map: HashMap::new(),
                 made: 0,
             }),
+            waiters: Mutex::new(HashMap::new()),
         })
     }
 
     fn new_proxy(&self, made: u64) -> Session {
-        let mut proxy = Proxy::new(
+        let proxy = Proxy::new(
             Arc::clone(&self.gate),
             format!("{}-{made}", self.connection),
             self.max_result_bytes,
-            1_000,
-        );
-        proxy.never_ask(
-            "the gateway cannot ask one over Streamable HTTP (approval needs the stdio transport)"
-                .into(),
+            self.approval_timeout_ms,
         );
         Arc::new(Mutex::new(proxy))
     }
@@ -581,7 +600,7 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
             &format!("budgetgate: more than {MAX_SESSIONS} MCP sessions are open"),
         );
     };
-    let (local, forward) = {
+    let (local, forward, asked, connection) = {
         let Ok(mut p) = proxy.lock() else {
             return error_reply(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -589,6 +608,15 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
                 "budgetgate: the session's lock is poisoned",
             );
         };
+        // Answers to the gateway's own questions go to the task that
+        // asked, whose stream carries the call's outcome.
+        let Some(body) = route_answers(gw, &p, &body) else {
+            return full(StatusCode::ACCEPTED, "text/plain", "");
+        };
+        p.set_cannot_ask((!accepts_stream(&headers)).then(|| {
+            "this client's POST does not accept `text/event-stream`, the stream the question would be sent on".into()
+        }));
+        let before: HashSet<String> = p.asking().into_iter().map(|(eid, _)| eid).collect();
         let mut local = Vec::new();
         let mut forward = None;
         for out in p.on_client(&body, now()) {
@@ -597,8 +625,16 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
                 Out::Server(t) => forward = Some(t),
             }
         }
-        (local, forward)
+        let asked: Vec<(String, u64)> = p
+            .asking()
+            .into_iter()
+            .filter(|(eid, _)| !before.contains(eid))
+            .collect();
+        (local, forward, asked, p.connection().to_owned())
     };
+    if !asked.is_empty() {
+        return ask(gw, &proxy, &connection, headers, local, forward, asked);
+    }
     let Some(forward) = forward else {
         // Answered here, or nothing to answer (a notification dropped).
         if local.is_empty() {
@@ -720,6 +756,250 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
         return with_headers(full(StatusCode::ACCEPTED, "text/plain", ""), &up_headers);
     }
     with_headers(json_reply(StatusCode::OK, merged(&texts)), &up_headers)
+}
+
+/// Whether a client's request accepts an SSE stream as its answer.
+fn accepts_stream(headers: &HeaderMap) -> bool {
+    headers.get_all(ACCEPT).iter().any(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',').any(|t| {
+                let t = t.split(';').next().unwrap_or("").trim();
+                t.eq_ignore_ascii_case("text/event-stream")
+                    || t.eq_ignore_ascii_case("text/*")
+                    || t == "*/*"
+            })
+        })
+    })
+}
+
+/// Hands each answer to one of the gateway's questions in `body` (one
+/// message or a batch) to the task that asked it: the client's JSON-RPC
+/// response to the question, or its `notifications/cancelled` of the call
+/// asked about. The rest of the body (the whole of it when nothing was
+/// an answer), `None` when nothing is left.
+fn route_answers<'b>(gw: &Gateway, p: &Proxy<Gate>, body: &'b [u8]) -> Option<Cow<'b, [u8]>> {
+    let whole = Some(Cow::Borrowed(body));
+    let Ok(text) = std::str::from_utf8(body) else {
+        return whole;
+    };
+    let batch = text.trim_start().starts_with('[');
+    let items: Vec<&str> = if batch {
+        match serde_json::from_str::<Vec<&RawValue>>(text) {
+            Ok(items) => items.iter().map(|i| i.get()).collect(),
+            Err(_) => return whole,
+        }
+    } else {
+        vec![text]
+    };
+    let Ok(mut waiters) = gw.waiters.lock() else {
+        return whole;
+    };
+    let mut rest = Vec::new();
+    for item in &items {
+        let waiter = question_answered(p, item)
+            .and_then(|eid| waiters.remove(&waiter_key(p.connection(), &eid)));
+        match waiter {
+            // The asker may just have given up (its deadline): the answer
+            // is then not read, as after the deadline.
+            Some(w) => drop(w.send((*item).to_owned())),
+            None => rest.push(*item),
+        }
+    }
+    if rest.len() == items.len() {
+        return whole;
+    }
+    match rest.as_slice() {
+        [] => None,
+        [one] if !batch => Some(Cow::Owned(one.as_bytes().to_vec())),
+        _ => Some(Cow::Owned(format!("[{}]", rest.join(",")).into_bytes())),
+    }
+}
+
+/// The question a client message answers: its id when it is a response
+/// to one of the gateway's questions, or the question about the call a
+/// `notifications/cancelled` cancels.
+fn question_answered(p: &Proxy<Gate>, text: &str) -> Option<String> {
+    let msg: Message<'_> = serde_json::from_str(text).ok()?;
+    match msg.method.as_deref() {
+        None => Some(normal_id(msg.id?)).filter(|eid| p.asks(eid)),
+        Some("notifications/cancelled") if msg.id.is_none() => {
+            let params: serde_json::Value = serde_json::from_str(msg.params?.get()).ok()?;
+            let target = params.get("requestId")?.to_string();
+            p.question_about(&target).map(str::to_owned)
+        }
+        Some(_) => None,
+    }
+}
+
+/// A POST with calls that wait for a person (`needs_approval`): answered
+/// with a stream that carries at once the questions (`elicitation/create`)
+/// and whatever else the proxy answered here, then the answers to what was
+/// forwarded, and each asked call's outcome once the client answers its
+/// question in another POST (the call forwarded and its result relayed, or
+/// its refusal), or its deadline passes (refused). The stream ends when
+/// all of them are done.
+fn ask(
+    gw: &Arc<Gateway>,
+    proxy: &Session,
+    connection: &str,
+    headers: HeaderMap,
+    local: Vec<String>,
+    forward: Option<String>,
+    asked: Vec<(String, u64)>,
+) -> Reply {
+    let (tx, rx) = tokio::sync::mpsc::channel(EVENT_QUEUE);
+    let mut answers = Vec::new();
+    let mut waiters = gw.waiters.lock().ok();
+    for (eid, deadline) in asked {
+        // Kept before the question is sent, so that no answer can come
+        // before its waiter. (Without the table, poisoned, the waiter is
+        // dropped: the question expires at once, refused.)
+        let (waiter, answer) = tokio::sync::oneshot::channel();
+        let key = waiter_key(connection, &eid);
+        if let Some(w) = waiters.as_mut() {
+            w.insert(key.clone(), waiter);
+        }
+        answers.push((key, eid, deadline, answer));
+    }
+    drop(waiters);
+    let (gw, proxy) = (Arc::clone(gw), Arc::clone(proxy));
+    tokio::spawn(async move {
+        let mut open = true;
+        for t in &local {
+            open = open && tx.send(sse_event(t)).await.is_ok();
+        }
+        for (key, eid, deadline, answer) in answers {
+            let wait = Waiting {
+                gw: Arc::clone(&gw),
+                proxy: Arc::clone(&proxy),
+                headers: headers.clone(),
+                key,
+                eid,
+                deadline,
+            };
+            tokio::spawn(wait.outcome(answer, tx.clone()));
+        }
+        if let Some(forward) = forward {
+            deliver(&gw, &headers, &proxy, forward, tx).await;
+        }
+    });
+    sse_reply(200, rx)
+}
+
+/// A question awaiting its answer, and what its call needs once answered.
+struct Waiting {
+    gw: Arc<Gateway>,
+    proxy: Session,
+    /// The asking POST's headers (its session, protocol version and
+    /// authorization), for forwarding the call once approved.
+    headers: HeaderMap,
+    key: String,
+    eid: String,
+    deadline: u64,
+}
+
+impl Waiting {
+    /// Waits for the answer until the deadline, then writes the call's
+    /// outcome into `tx`: the server's answer once approved, the refusal
+    /// otherwise (`approval-refused`, the attempt counted), nothing once
+    /// the call was cancelled (its reservation given back).
+    async fn outcome(
+        self,
+        mut answer: tokio::sync::oneshot::Receiver<String>,
+        tx: tokio::sync::mpsc::Sender<Bytes>,
+    ) {
+        let wait = Duration::from_millis(self.deadline.saturating_sub(now()));
+        let came = tokio::time::timeout(wait, &mut answer)
+            .await
+            .ok()
+            .and_then(Result::ok);
+        let outs = {
+            let Ok(mut p) = self.proxy.lock() else {
+                return;
+            };
+            let came = came.or_else(|| {
+                // Past the deadline no answer is handed over any more; one
+                // handed over just before is still read.
+                if let Ok(mut waiters) = self.gw.waiters.lock() {
+                    waiters.remove(&self.key);
+                }
+                answer.try_recv().ok()
+            });
+            match came {
+                Some(text) if p.asks(&self.eid) => p.on_client(text.as_bytes(), now()),
+                Some(_) => Vec::new(),
+                None => p.expire(&self.eid, now()),
+            }
+        };
+        let mut open = true;
+        for out in outs {
+            match out {
+                Out::Client(t) => open = open && tx.send(sse_event(&t)).await.is_ok(),
+                Out::Server(line) => {
+                    deliver(&self.gw, &self.headers, &self.proxy, line, tx.clone()).await;
+                }
+            }
+        }
+    }
+}
+
+/// POSTs `forward` (what the proxy let through) upstream and writes the
+/// answers to its requests into the stream `tx` as events: the upstream's
+/// own stream relayed, a JSON answer as one event, a failure as an error
+/// for each request (its reservation rolled back).
+async fn deliver(
+    gw: &Arc<Gateway>,
+    headers: &HeaderMap,
+    proxy: &Session,
+    forward: String,
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+) {
+    let ids = request_ids(&forward);
+    let rb = upstream_request(
+        gw,
+        reqwest::Method::POST,
+        headers,
+        "application/json, text/event-stream",
+    )
+    .header("content-type", "application/json")
+    .body(forward);
+    let texts = match send(gw, rb).await {
+        Err(why) => fail_pending(proxy, &ids, &why),
+        Ok(resp) if resp.status().is_success() && is_sse(resp.headers()) => {
+            let upstream = gw.upstream.clone();
+            relay(resp, Arc::clone(proxy), ids, Vec::new(), tx, upstream).await;
+            return;
+        }
+        Ok(resp) if !resp.status().is_success() => {
+            let why = format!("at {} answered HTTP {}", gw.upstream, resp.status());
+            fail_pending(proxy, &ids, &why)
+        }
+        Ok(mut resp) => match read_upstream(&mut resp, MAX_BODY).await {
+            Ok(Some(body)) => {
+                let mut texts = proxy
+                    .lock()
+                    .map(|mut p| to_client(p.on_server(&body, now())))
+                    .unwrap_or_default();
+                texts.extend(fail_pending(
+                    proxy,
+                    &ids,
+                    "answered without answering every request",
+                ));
+                texts
+            }
+            Ok(None) => fail_pending(
+                proxy,
+                &ids,
+                &format!("answered with more than {} MiB (refused)", MAX_BODY >> 20),
+            ),
+            Err(e) => fail_pending(proxy, &ids, &format!("broke off its answer ({e})")),
+        },
+    };
+    for t in texts {
+        if tx.send(sse_event(&t)).await.is_err() {
+            break;
+        }
+    }
 }
 
 fn sse_reply(status: u16, rx: tokio::sync::mpsc::Receiver<Bytes>) -> Reply {
@@ -1046,6 +1326,7 @@ pub fn command(args: &McpArgs, upstream: &str) -> ExitCode {
         gate,
         max_result_bytes,
         Duration::from_secs(args.upstream_timeout),
+        Duration::from_secs(args.approval_timeout),
         connection,
     ) {
         Ok(g) => Arc::new(g),
@@ -1141,6 +1422,7 @@ mod tests {
             gate,
             4096,
             Duration::from_secs(1),
+            Duration::from_secs(1),
             "t".into(),
         )
         .expect("gateway");
@@ -1159,6 +1441,96 @@ mod tests {
         assert!(held("s0") && held("new") && held("s2"));
         assert!(!held("s1"));
         assert_eq!(gw.sessions.lock().expect("lock").map.len(), MAX_SESSIONS);
+    }
+
+    /// Approval over HTTP (docs/MCP.md, "Streamable HTTP"): a client's
+    /// answer to one of the gateway's questions, or its cancelling of the
+    /// call asked about, goes to the task that asked; everything else in
+    /// the body stays, a batch a batch.
+    #[test]
+    fn answers_to_the_gateways_questions_go_to_the_task_that_asked() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = crate::ledger::Store::open(dir.path(), Duration::from_secs(5)).expect("ledger");
+        let budget = crate::replay::budget::parse_budget(
+            "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"mail\"]\n",
+        )
+        .expect("budget");
+        let gate = LedgerGate::new(store, budget, "s".into(), 60_000);
+        let gw = Gateway::new(
+            "http://127.0.0.1:1/mcp".into(),
+            gate,
+            4096,
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            "t".into(),
+        )
+        .expect("gateway");
+        let (proxy, _) = gw.session("s").expect("session");
+        let mut p = proxy.lock().expect("lock");
+        p.on_client(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#, 1);
+        let call = |id: u64| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"mail","arguments":{{"n":{id}}}}}}}"#
+            )
+        };
+        p.on_client(call(1).as_bytes(), 1);
+        p.on_client(call(2).as_bytes(), 1);
+        let mut asked: Vec<String> = p.asking().into_iter().map(|(eid, _)| eid).collect();
+        asked.sort();
+        let mut waiting = Vec::new();
+        for eid in &asked {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            gw.waiters
+                .lock()
+                .expect("lock")
+                .insert(waiter_key(p.connection(), eid), tx);
+            waiting.push(rx);
+        }
+        let answer = format!(
+            r#"{{"jsonrpc":"2.0","id":{},"result":{{"action":"accept"}}}}"#,
+            asked[0]
+        );
+        let cancel =
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}"#;
+        let ping = r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#;
+        // Not an answer: the body as it came.
+        assert!(matches!(
+            route_answers(&gw, &p, ping.as_bytes()),
+            Some(Cow::Borrowed(_))
+        ));
+        let batch = format!("[{answer}, {ping},{cancel}]");
+        let rest = route_answers(&gw, &p, batch.as_bytes()).expect("the ping is left");
+        assert_eq!(
+            std::str::from_utf8(&rest).expect("text"),
+            format!("[{ping}]")
+        );
+        assert_eq!(waiting[0].try_recv().expect("handed over"), answer);
+        let got = waiting[1].try_recv().expect("handed over");
+        assert_eq!(got, cancel);
+        assert!(gw.waiters.lock().expect("lock").is_empty());
+        // A waiter gone (its deadline passed): the answer stays in the body,
+        // and the proxy drops it as its own.
+        assert!(matches!(
+            route_answers(&gw, &p, answer.as_bytes()),
+            Some(Cow::Borrowed(_))
+        ));
+        assert_eq!(route_answers(&gw, &p, b"[]").as_deref(), Some(&b"[]"[..]));
+    }
+
+    #[test]
+    fn a_post_may_be_answered_with_a_stream_when_it_accepts_one() {
+        let accepts = |values: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append(ACCEPT, HeaderValue::from_str(v).expect("value"));
+            }
+            accepts_stream(&h)
+        };
+        assert!(accepts(&["application/json, text/event-stream"]));
+        assert!(accepts(&["application/json", "Text/Event-Stream;q=0.5"]));
+        assert!(accepts(&["*/*"]) && accepts(&["text/*"]));
+        assert!(!accepts(&["application/json"]) && !accepts(&[]));
+        assert!(!accepts(&["text/event-streams"]));
     }
 
     #[test]

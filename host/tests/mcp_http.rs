@@ -224,12 +224,17 @@ impl Setup {
     }
     /// Starts the gateway in front of `upstream`; the process and its URL.
     fn gateway(&self, upstream: &str) -> (Proc, String, Arc<Mutex<String>>) {
+        self.gateway_with(upstream, &[])
+    }
+    /// The same, with more of the gateway's options.
+    fn gateway_with(&self, upstream: &str, more: &[&str]) -> (Proc, String, Arc<Mutex<String>>) {
         let mut cmd = Command::new(bin());
         cmd.args(["mcp", "--listen", "127.0.0.1:0", "--budget"])
             .arg(self.path("budget.toml"))
             .arg("--ledger")
             .arg(format!("sqlite:{}", self.path("ledger.sqlite3").display()))
-            .args(["--session", "e2e", "--upstream", upstream]);
+            .args(["--session", "e2e", "--upstream", upstream])
+            .args(more);
         let (p, line, rest) = start(cmd, "listening on http://");
         let url = line
             .split_whitespace()
@@ -261,10 +266,16 @@ impl Setup {
 
 /// Runs the Python client's scenario against the gateway at `url`.
 fn python(parts: &Parts, scenario: Value, url: &str) -> Vec<Value> {
+    python_with(parts, scenario, url, &[])
+}
+
+/// The same, with the client's options (`--approve ACTION`, `--delay S`).
+fn python_with(parts: &Parts, scenario: Value, url: &str, more: &[&str]) -> Vec<Value> {
     let out = Command::new(&parts.python)
         .arg(mcp_dir().join("http_client.py"))
         .arg(scenario.to_string())
         .arg(url)
+        .args(more)
         .output()
         .expect("python runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -490,31 +501,109 @@ fn a_json_answering_sessionless_upstream_is_gated_the_same_way() {
     assert!(count(&back.lock().unwrap(), "content-type: application/json") > 0);
 }
 
-/// Approval over Streamable HTTP (docs/MCP.md): a tool in `needs_approval`
-/// is refused (`approval-refused`) with a reason naming the transport, and
-/// never reaches the server.
+/// Approval over Streamable HTTP (docs/MCP.md, "Streamable HTTP"): for a
+/// tool in `needs_approval` the gateway asks the client by
+/// `elicitation/create` on the stream of the call's POST; the client's
+/// answer comes in another POST. Accepted, the call reaches the server and
+/// its result comes back on that stream; declined, it is refused
+/// (`approval-refused`) and never reaches the server. Each asked call
+/// counts as an attempt, as on stdio.
 #[test]
-fn a_call_needing_approval_is_refused_over_http() {
+fn approval_over_http_asks_by_elicitation_and_runs_only_what_is_accepted() {
     let Some(parts) = parts() else { return };
     let s = Setup::new("[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"echo\"]\n");
     let (_server, port) = everything(&parts);
     let (tap_port, seen) = tap(port);
     let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{tap_port}/mcp"));
-    let got = python(
+    let got = python_with(
         &parts,
-        json!([{"call": "echo", "arguments": {"message": "needs-a-person"}},
+        json!([{"call": "echo", "arguments": {"message": "a-person-said-yes"}},
                {"call": "get-sum", "arguments": {"a": 2, "b": 3}}]),
         &url,
+        &["--approve", "accept"],
     );
-    assert_eq!(got[1]["is_error"], true, "{got:?}");
-    assert_eq!(got[1]["meta"]["reason"], "approval-refused");
+    let asked = got[1]["elicitation"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{got:?}"));
+    assert!(asked.contains("wants to call echo"), "{asked}");
+    assert!(asked.contains("a-person-said-yes"), "{asked}");
+    assert_eq!(got[2]["is_error"], false, "{got:?}");
+    assert_eq!(got[2]["text"], "Echo: a-person-said-yes", "{got:?}");
+    assert!(got[3]["text"].as_str().unwrap().contains('5'), "{got:?}");
+    assert_eq!(count(&seen.lock().unwrap(), "a-person-said-yes"), 1);
+    // The gateway's question and its answer are between it and the client.
+    assert_eq!(count(&seen.lock().unwrap(), "budgetgate-approval"), 0);
+    assert_eq!(s.tool_calls(), (2, 0));
+
+    let got = python_with(
+        &parts,
+        json!([{"call": "echo", "arguments": {"message": "a-person-said-no"}},
+               {"call": "get-sum", "arguments": {"a": 1, "b": 1}}]),
+        &url,
+        &["--approve", "decline"],
+    );
+    assert!(got[1]["elicitation"].is_string(), "{got:?}");
+    assert_eq!(got[2]["is_error"], true, "{got:?}");
+    assert_eq!(got[2]["meta"]["reason"], "approval-refused");
+    assert!(
+        got[2]["text"]
+            .as_str()
+            .unwrap()
+            .contains("the person declined it"),
+        "{got:?}"
+    );
+    assert!(got[3]["text"].as_str().unwrap().contains('2'), "{got:?}");
+    assert_eq!(count(&seen.lock().unwrap(), "a-person-said-no"), 0);
+    assert_eq!(s.tool_calls(), (4, 0));
+}
+
+/// A question over HTTP that is not answered within `--approval-timeout`
+/// refuses its call (`approval-refused`, "no answer came within"), which
+/// never reaches the server, and the late answer is not forwarded; a
+/// client that did not declare elicitation is refused with that reason.
+#[test]
+fn approval_over_http_refuses_when_no_answer_comes_in_time_or_none_can() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"echo\"]\n");
+    let (_server, port) = everything(&parts);
+    let (tap_port, seen) = tap(port);
+    let (_gw, url, _) = s.gateway_with(
+        &format!("http://127.0.0.1:{tap_port}/mcp"),
+        &["--approval-timeout", "1"],
+    );
+    let got = python_with(
+        &parts,
+        json!([{"call": "echo", "arguments": {"message": "too-late"}},
+               {"call": "get-sum", "arguments": {"a": 2, "b": 2}}]),
+        &url,
+        &["--approve", "accept", "--delay", "2.5"],
+    );
+    assert!(got[1]["elicitation"].is_string(), "{got:?}");
+    assert_eq!(got[2]["is_error"], true, "{got:?}");
+    assert_eq!(got[2]["meta"]["reason"], "approval-refused");
+    assert!(
+        got[2]["text"]
+            .as_str()
+            .unwrap()
+            .contains("no answer came within 1 s"),
+        "{got:?}"
+    );
+    assert!(got[3]["text"].as_str().unwrap().contains('4'), "{got:?}");
+    assert_eq!(count(&seen.lock().unwrap(), "too-late"), 0);
+    assert_eq!(count(&seen.lock().unwrap(), "budgetgate-approval"), 0);
+
+    let got = python(
+        &parts,
+        json!([{"call": "echo", "arguments": {"message": "nobody-to-ask"}}]),
+        &url,
+    );
+    assert_eq!(got[1]["meta"]["reason"], "approval-refused", "{got:?}");
     assert!(got[1]["text"]
         .as_str()
         .unwrap()
-        .contains("cannot ask one over Streamable HTTP"));
-    assert_eq!(got[2]["is_error"], false, "{got:?}");
-    assert!(got[2]["text"].as_str().unwrap().contains('5'), "{got:?}");
-    assert_eq!(count(&seen.lock().unwrap(), "needs-a-person"), 0);
+        .contains("did not declare the elicitation capability"));
+    assert_eq!(count(&seen.lock().unwrap(), "nobody-to-ask"), 0);
+    assert_eq!(s.tool_calls(), (3, 0));
 }
 
 /// Transparency over Streamable HTTP: a request the gateway does not gate

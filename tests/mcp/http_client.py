@@ -5,7 +5,11 @@ Used by host/tests/mcp_http.rs: it connects to URL (the gateway's /mcp),
 performs the steps of SCENARIO and prints one JSON line per observation,
 which the Rust test checks.
 
-    python http_client.py SCENARIO URL
+    python http_client.py SCENARIO URL [--approve accept|decline|cancel] [--delay S]
+
+--approve declares the elicitation capability and answers each question
+with that action (after S seconds with --delay), printing
+{"elicitation": MESSAGE} when asked.
 
 SCENARIO is a JSON array of steps: {"list": true} or
 {"call": NAME, "arguments": {...}, "progress": true} (progress: ask for
@@ -17,7 +21,7 @@ import asyncio
 import json
 import sys
 
-from mcp import ClientSession
+from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
@@ -29,8 +33,19 @@ def emit(**fields):
 async def main(argv):
     scenario = json.loads(argv[0])
     url = argv[1]
+    approve = argv[argv.index("--approve") + 1] if "--approve" in argv else None
+    delay = float(argv[argv.index("--delay") + 1]) if "--delay" in argv else 0.0
+
+    async def on_elicit(context, params):
+        emit(elicitation=params.message)
+        if delay:
+            await asyncio.sleep(delay)
+        return types.ElicitResult(action=approve, content={} if approve == "accept" else None)
+
     async with streamable_http_client(url) as (read, write, session_id):
-        async with ClientSession(read, write) as session:
+        async with ClientSession(
+            read, write, elicitation_callback=on_elicit if approve else None
+        ) as session:
             init = await session.initialize()
             emit(initialized=init.serverInfo.name, session=session_id())
             for step in scenario:
