@@ -212,6 +212,7 @@ fuzz_target!(|data: &[u8]| {
                     Out::Server(text) => {
                         panic!("a server line was sent back to the server: {text}")
                     }
+                    other => panic!("the terminal, which this proxy has not, was used: {other:?}"),
                 }
             }
             continue;
@@ -267,6 +268,7 @@ fuzz_target!(|data: &[u8]| {
                 Out::Client(answer) => {
                     check_client(answer);
                 }
+                other => panic!("the terminal, which this proxy has not, was used: {other:?}"),
             }
         }
         if batch || text.trim().is_empty() {

@@ -22,6 +22,8 @@ pub mod ledger_cli;
 pub mod ledger_redis;
 pub mod mcp;
 pub mod mcp_http;
+#[cfg(unix)]
+pub mod mcp_terminal;
 pub mod replay;
 pub mod strict;
 pub mod term;

@@ -22,8 +22,10 @@
 //!   `elicitation/create` when the client declared the `elicitation`
 //!   capability in `initialize`; `accept` forwards the call, `decline`,
 //!   `cancel`, an error or no answer within the deadline refuses it. A
-//!   client without the capability cannot be asked: the call is refused and
-//!   the reason says so.
+//!   client without the capability is not asked; the person at the
+//!   gateway's controlling terminal is ([`crate::mcp_terminal`],
+//!   `--terminal auto`), and only that person answers. With neither, the
+//!   call is refused and the reason says so.
 //! * **Results** over `max_result_bytes` (compact JSON of the `result`,
 //!   default 4096) are replaced by an error result saying so; **`tools/list`**
 //!   results lose the tools the budget denies outright (a cap of 0).
@@ -116,7 +118,14 @@ pub struct McpArgs {
     /// "Durability"); a Redis ledger's is the server's own (`appendfsync`).
     #[arg(long, value_enum, value_name = "LEVEL", default_value_t = Durability::Full)]
     pub durability: Durability,
-    /// Seconds the client has to answer an approval request.
+    /// Where to ask approval when the client cannot (it declared no
+    /// `elicitation` capability): `auto` asks the person at the gateway's
+    /// controlling terminal (/dev/tty, not stdin) when there is one; `never`
+    /// refuses such calls.
+    #[arg(long, value_enum, value_name = "WHERE", default_value_t = TerminalUse::Auto)]
+    pub terminal: TerminalUse,
+    /// Seconds the client (or the person at the terminal) has to answer an
+    /// approval request.
     #[arg(long, value_name = "S", default_value_t = 120,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub approval_timeout: u64,
@@ -165,6 +174,15 @@ pub struct McpArgs {
         value_name = "COMMAND"
     )]
     pub command: Vec<String>,
+}
+
+/// Whether approval may be asked at the gateway's terminal (`--terminal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TerminalUse {
+    /// At the controlling terminal, when there is one.
+    Auto,
+    /// Never: a call the client cannot be asked about is refused.
+    Never,
 }
 
 /// What both transports share: the gate on the ledger, and the budget's
@@ -375,13 +393,47 @@ pub(crate) struct Message<'a> {
     error: Option<&'a RawValue>,
 }
 
-/// One message out of the proxy, a JSON text without its newline.
+/// One message out of the proxy: a JSON text without its newline, or a
+/// question for the person at the gateway's terminal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Out {
     /// To the client (the gateway's stdout).
     Client(String),
     /// To the server (its stdin).
     Server(String),
+    /// To the person at the terminal: a question to ask
+    /// ([`crate::mcp_terminal`]); the answer comes back through
+    /// [`Proxy::on_person`].
+    Ask(Question),
+    /// To the person at the terminal: the question `eid` is no longer
+    /// asked (`why`: its deadline passed, its call was cancelled).
+    Withdraw {
+        /// The question's id.
+        eid: String,
+        /// Why, for the terminal.
+        why: String,
+    },
+}
+
+/// An approval question for the person at the terminal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Question {
+    /// The question's id (as a client's question would have: compact JSON).
+    pub eid: String,
+    /// What is asked, one line (the tool and its arguments, shortened; not
+    /// yet escaped for a terminal).
+    pub text: String,
+    /// When it is no longer asked (the proxy's clock, milliseconds).
+    pub deadline_ms: u64,
+}
+
+/// Who was asked about a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asker {
+    /// The client, by `elicitation/create`.
+    Client,
+    /// The person at the gateway's terminal.
+    Terminal,
 }
 
 pub(crate) fn error_line(id: &str, code: i64, message: &str) -> String {
@@ -494,6 +546,20 @@ fn is_read(msg: &Message<'_>, awaited: impl Fn(&str) -> bool) -> bool {
     }
 }
 
+/// The question `eid`, asked of `by`, withdrawn (`why`): a
+/// `notifications/cancelled` to the client, or word to the terminal.
+fn withdrawn(eid: &str, by: Asker, why: &str) -> Out {
+    match by {
+        Asker::Client => Out::Client(format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{eid},"reason":"{why}"}}}}"#
+        )),
+        Asker::Terminal => Out::Withdraw {
+            eid: eid.to_owned(),
+            why: why.to_owned(),
+        },
+    }
+}
+
 /// At most `max` characters of `text`, cut on a character boundary.
 fn shortened(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
@@ -527,6 +593,7 @@ struct Approval {
     /// The request line, forwarded once approved.
     line: String,
     deadline_ms: u64,
+    by: Asker,
 }
 
 /// The gateway's logic without I/O: lines in, [`Out`] messages out, the
@@ -539,6 +606,9 @@ pub struct Proxy<G> {
     elicitation: bool,
     /// Set when the transport cannot ask a person: why (approval refused).
     cannot_ask: Option<String>,
+    /// A person at the gateway's terminal can be asked (when the client
+    /// cannot).
+    terminal: bool,
     pending: HashMap<String, Pending>,
     approvals: HashMap<String, Approval>,
     next_approval: u64,
@@ -561,6 +631,7 @@ impl<G: CallGate> Proxy<G> {
             approval_timeout_ms,
             elicitation: false,
             cannot_ask: None,
+            terminal: false,
             pending: HashMap::new(),
             approvals: HashMap::new(),
             next_approval: 0,
@@ -574,6 +645,12 @@ impl<G: CallGate> Proxy<G> {
     /// the question would go); `None` asks again.
     pub fn set_cannot_ask(&mut self, why: Option<String>) {
         self.cannot_ask = why;
+    }
+
+    /// Whether the person at the gateway's terminal may be asked about a
+    /// call when the client cannot be (no `elicitation` capability).
+    pub fn ask_on_terminal(&mut self, yes: bool) {
+        self.terminal = yes;
     }
 
     /// The name of this client's session in the ledger's call ids.
@@ -602,9 +679,10 @@ impl<G: CallGate> Proxy<G> {
             })
     }
 
-    /// Whether the question `eid` (compact JSON) awaits its answer.
-    pub fn asks(&self, eid: &str) -> bool {
-        self.approvals.contains_key(eid)
+    /// Who was asked the question `eid` (compact JSON), while it awaits
+    /// its answer.
+    pub fn asks(&self, eid: &str) -> Option<Asker> {
+        self.approvals.get(eid).map(|a| a.by)
     }
 
     /// The id of the question asked about the call whose request id is
@@ -814,6 +892,12 @@ impl<G: CallGate> Proxy<G> {
             }
             (Some(_), None) => true,
             (None, Some(id)) if msg.result.is_some() || msg.error.is_some() => {
+                if self.asks(id) == Some(Asker::Terminal) {
+                    // Only the person at the terminal answers a question
+                    // asked there; the agent's client cannot.
+                    eprintln!("budgetgate mcp: the client answered {id}, a question asked at the terminal (dropped)");
+                    return false;
+                }
                 if let Some(approval) = self.approvals.remove(id) {
                     self.approval_answer(approval, msg.result, now, out);
                     return false;
@@ -845,9 +929,7 @@ impl<G: CallGate> Proxy<G> {
         if let Some(eid) = waiting {
             if let Some(a) = self.approvals.remove(&eid) {
                 self.roll_back(&a.key, now);
-                out.push(Out::Client(format!(
-                    r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{eid},"reason":"the call was cancelled"}}}}"#
-                )));
+                out.push(withdrawn(&eid, a.by, "the call was cancelled"));
             }
             return false;
         }
@@ -1086,11 +1168,13 @@ impl<G: CallGate> Proxy<G> {
                 );
                 true
             }
-            Verdict::Ask(_) if !self.elicitation || self.cannot_ask.is_some() => {
+            Verdict::Ask(_)
+                if self.cannot_ask.is_some() || !(self.elicitation || self.terminal) =>
+            {
                 // The attempt counts, as a refused approval does.
                 self.commit(&key, name, now);
                 let why = self.cannot_ask.clone().unwrap_or_else(|| {
-                    "this client cannot ask one: it did not declare the elicitation capability"
+                    "this client cannot ask one: it did not declare the elicitation capability (and no terminal is attached to the gateway)"
                         .into()
                 });
                 let refusal = Refusal::worded(
@@ -1108,15 +1192,26 @@ impl<G: CallGate> Proxy<G> {
                 self.next_approval += 1;
                 let eid = format!("\"budgetgate-approval-{}\"", self.next_approval);
                 let shown = shortened(&arguments.to_string(), 400);
-                let request = json!({
-                    "message": format!(
-                        "budgetgate: the agent wants to call {name} with {shown}. Allow it?"
-                    ),
-                    "requestedSchema": {"type": "object", "properties": {}},
-                });
-                out.push(Out::Client(format!(
-                    r#"{{"jsonrpc":"2.0","id":{eid},"method":"elicitation/create","params":{request}}}"#
-                )));
+                let message =
+                    format!("budgetgate: the agent wants to call {name} with {shown}. Allow it?");
+                let deadline_ms = now.saturating_add(self.approval_timeout_ms);
+                let by = if self.elicitation {
+                    let request = json!({
+                        "message": message,
+                        "requestedSchema": {"type": "object", "properties": {}},
+                    });
+                    out.push(Out::Client(format!(
+                        r#"{{"jsonrpc":"2.0","id":{eid},"method":"elicitation/create","params":{request}}}"#
+                    )));
+                    Asker::Client
+                } else {
+                    out.push(Out::Ask(Question {
+                        eid: eid.clone(),
+                        text: message,
+                        deadline_ms,
+                    }));
+                    Asker::Terminal
+                };
                 self.approvals.insert(
                     eid,
                     Approval {
@@ -1124,7 +1219,8 @@ impl<G: CallGate> Proxy<G> {
                         key,
                         tool: name.to_owned(),
                         line: text.to_owned(),
-                        deadline_ms: now.saturating_add(self.approval_timeout_ms),
+                        deadline_ms,
+                        by,
                     },
                 );
                 false
@@ -1142,7 +1238,31 @@ impl<G: CallGate> Proxy<G> {
         let action = result
             .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
             .and_then(|r| r.get("action").and_then(Value::as_str).map(str::to_owned));
-        if action.as_deref() == Some("accept") {
+        self.approval_action(approval, action.as_deref(), now, out);
+    }
+
+    /// The person at the terminal answered the question `eid`: `approved`
+    /// forwards its call, otherwise it is refused (`approval-refused`).
+    /// Nothing when that question is not asked there (any more).
+    pub fn on_person(&mut self, eid: &str, approved: bool, now: u64) -> Vec<Out> {
+        let mut out = Vec::new();
+        if self.asks(eid) == Some(Asker::Terminal) {
+            if let Some(approval) = self.approvals.remove(eid) {
+                let action = if approved { "accept" } else { "decline" };
+                self.approval_action(approval, Some(action), now, &mut out);
+            }
+        }
+        out
+    }
+
+    fn approval_action(
+        &mut self,
+        approval: Approval,
+        action: Option<&str>,
+        now: u64,
+        out: &mut Vec<Out>,
+    ) {
+        if action == Some("accept") {
             out.push(Out::Server(approval.line));
             self.pending.insert(
                 approval.id,
@@ -1154,7 +1274,10 @@ impl<G: CallGate> Proxy<G> {
             );
             return;
         }
-        let answer = match action.as_deref() {
+        let answer = match action {
+            Some("decline") if approval.by == Asker::Terminal => {
+                "the person at the gateway's terminal declined it"
+            }
             Some("decline") => "the person declined it",
             Some("cancel") => "the person dismissed the request",
             _ => "the client could not ask",
@@ -1193,16 +1316,28 @@ impl<G: CallGate> Proxy<G> {
     /// (`notifications/cancelled`) and its call refused (`approval-refused`;
     /// the attempt counts). Nothing when it is no longer asked.
     pub fn expire(&mut self, eid: &str, now: u64) -> Vec<Out> {
+        let answer = format!(
+            "no answer came within {} s",
+            self.approval_timeout_ms.div_ceil(1000)
+        );
+        self.refuse_question(eid, "no answer in time", &answer, now)
+    }
+
+    /// The question `eid` cannot be answered any more: withdrawn
+    /// (`withdrawn` says why to whoever was asked) and its call refused
+    /// (`approval-refused`, "… and `answer`"; the attempt counts). Nothing
+    /// when it is no longer asked.
+    pub fn refuse_question(
+        &mut self,
+        eid: &str,
+        withdrawn_why: &str,
+        answer: &str,
+        now: u64,
+    ) -> Vec<Out> {
         let mut out = Vec::new();
         if let Some(approval) = self.approvals.remove(eid) {
-            out.push(Out::Client(format!(
-                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{eid},"reason":"no answer in time"}}}}"#
-            )));
-            let answer = format!(
-                "no answer came within {} s",
-                self.approval_timeout_ms.div_ceil(1000)
-            );
-            self.refuse_approval(approval, &answer, now, &mut out);
+            out.push(withdrawn(eid, approval.by, withdrawn_why));
+            self.refuse_approval(approval, answer, now, &mut out);
         }
         out
     }
@@ -1485,6 +1620,7 @@ fn now() -> u64 {
 /// requests it was running is relayed, through the proxy, until it closes
 /// its stdout or exits, nothing is pending any more, or `shutdown` has
 /// passed; what is still running then is counted.
+#[allow(clippy::too_many_arguments)]
 pub fn serve<G: CallGate>(
     proxy: &mut Proxy<G>,
     client_in: impl Read + Send + 'static,
@@ -1493,6 +1629,7 @@ pub fn serve<G: CallGate>(
     server_out: impl Read + Send + 'static,
     server_exited: &mut dyn FnMut() -> Option<String>,
     shutdown: Duration,
+    terminal: Option<std::fs::File>,
 ) -> Ending {
     // One bounded channel per input, and one to the server's writer. The
     // proxy never blocks on the server's stdin: what does not fit waits in
@@ -1527,6 +1664,16 @@ pub fn serve<G: CallGate>(
             || Event::ServerClosed,
         );
     });
+    // The person at the terminal, asked when the client cannot be.
+    let (person_tx, person_rx) = sync_channel::<(String, bool)>(CHANNEL_MESSAGES);
+    let w = wake_tx.clone();
+    let terminal = terminal.and_then(|tty| {
+        asker(tty, move |eid, yes| {
+            let _ = person_tx.send((eid, yes));
+            let _ = w.try_send(());
+        })
+    });
+    proxy.ask_on_terminal(terminal.is_some());
     let (to_server, from_proxy) = sync_channel::<String>(CHANNEL_MESSAGES);
     // Set while the backlog waits for room: only then does each write wake
     // the proxy (a wake per message would cost every message a thread hop).
@@ -1569,8 +1716,20 @@ pub fn serve<G: CallGate>(
             Err(_) if backlog.is_empty() => client_rx.try_recv().ok(),
             Err(_) => None,
         };
+        let mut person = Vec::new();
+        while let Ok((eid, yes)) = person_rx.try_recv() {
+            person.extend(proxy.on_person(&eid, yes, now()));
+        }
         if proxy.next_deadline().is_some_and(|d| d <= now()) {
-            let outs = proxy.on_tick(now());
+            person.extend(proxy.on_tick(now()));
+        }
+        if !person.is_empty() {
+            let outs = to_terminal(proxy, terminal.as_ref(), person);
+            for out in &outs {
+                if let Out::Server(line) = out {
+                    backlog.push_back(line.clone());
+                }
+            }
             if write_client(client_out, &outs).is_err() {
                 proxy.on_client_closed(now());
                 return Ending::ClientClosed { at: Instant::now() };
@@ -1641,7 +1800,7 @@ pub fn serve<G: CallGate>(
             }
         };
         let mut to_client = Vec::new();
-        for out in outs {
+        for out in to_terminal(proxy, terminal.as_ref(), outs) {
             match out {
                 Out::Server(line) => backlog.push_back(line),
                 client => to_client.push(client),
@@ -1692,6 +1851,63 @@ fn drain<G: CallGate>(
             Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
         }
     }
+}
+
+#[cfg(unix)]
+type Terminal = crate::mcp_terminal::Terminal;
+
+#[cfg(unix)]
+fn asker(tty: std::fs::File, answered: impl Fn(String, bool) + Send + 'static) -> Option<Terminal> {
+    Some(Terminal::on(tty, answered))
+}
+
+/// No approval at a terminal off Unix.
+#[cfg(not(unix))]
+struct Terminal;
+
+#[cfg(not(unix))]
+impl Terminal {
+    fn ask(&self, _: String, _: &Question) -> bool {
+        false
+    }
+    fn withdraw(&self, _: String, _: &str) {}
+}
+
+#[cfg(not(unix))]
+fn asker(_: std::fs::File, _: impl Fn(String, bool) + Send + 'static) -> Option<Terminal> {
+    None
+}
+
+/// Hands the terminal its part of `outs` (a question it cannot take is
+/// refused at once, through the proxy) and returns the rest.
+fn to_terminal<G: CallGate>(
+    proxy: &mut Proxy<G>,
+    terminal: Option<&Terminal>,
+    outs: Vec<Out>,
+) -> Vec<Out> {
+    let mut rest = Vec::new();
+    let mut todo: std::collections::VecDeque<Out> = outs.into();
+    while let Some(out) = todo.pop_front() {
+        match out {
+            Out::Ask(q) => {
+                if !terminal.is_some_and(|t| t.ask(q.eid.clone(), &q)) {
+                    todo.extend(proxy.refuse_question(
+                        &q.eid,
+                        "not asked",
+                        "the gateway's terminal could not take the question",
+                        now(),
+                    ));
+                }
+            }
+            Out::Withdraw { eid, why } => {
+                if let Some(t) = terminal {
+                    t.withdraw(eid, &why);
+                }
+            }
+            other => rest.push(other),
+        }
+    }
+    rest
 }
 
 fn write_client(client_out: &mut dyn Write, outs: &[Out]) -> std::io::Result<()> {
@@ -1796,6 +2012,17 @@ pub fn open_ledger(
     }
 }
 
+/// The terminal to ask approval at (`--terminal auto`: the controlling
+/// terminal, when the gateway has one).
+pub fn terminal(args: &McpArgs) -> Option<std::fs::File> {
+    #[cfg(unix)]
+    if args.terminal == TerminalUse::Auto {
+        return crate::mcp_terminal::controlling();
+    }
+    let _ = args;
+    None
+}
+
 /// Kills the server and its process group (what it started), and reaps it.
 fn kill(child: &mut Child) {
     #[cfg(unix)]
@@ -1890,6 +2117,7 @@ pub fn command(args: &McpArgs) -> ExitCode {
         server_out,
         &mut || describe_exit(&mut child),
         Duration::from_millis(args.shutdown_ms),
+        terminal(args),
     );
     match ending {
         Ending::ClientClosed { at } => {
@@ -1978,7 +2206,7 @@ mod tests {
         outs.iter()
             .filter_map(|o| match o {
                 Out::Client(l) => Some(serde_json::from_str(l).expect("JSON")),
-                Out::Server(_) => None,
+                _ => None,
             })
             .collect()
     }
@@ -1987,7 +2215,7 @@ mod tests {
         outs.iter()
             .filter_map(|o| match o {
                 Out::Server(l) => Some(l.as_str()),
-                Out::Client(_) => None,
+                _ => None,
             })
             .collect()
     }
@@ -2521,6 +2749,97 @@ mod tests {
         }
     }
 
+    /// Approval at the terminal (docs/MCP.md, "Approval"): a client
+    /// without the elicitation capability is not asked, the terminal is;
+    /// only the person there answers (the client's answer to that
+    /// question is dropped), and a question withdrawn is said so to the
+    /// terminal, not to the client.
+    #[test]
+    fn without_elicitation_the_terminal_is_asked_and_only_it_answers() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"send_mail\"]\n";
+        let mut p = s.proxy(budget);
+        p.ask_on_terminal(true);
+        p.on_client(
+            br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}"#,
+            T0,
+        );
+        let line = call(1, "send_mail", json!({"to": "a"}));
+        let outs = p.on_client(&line, T0);
+        let [Out::Ask(q)] = outs.as_slice() else {
+            panic!("{outs:?}")
+        };
+        assert!(
+            q.text
+                .contains("wants to call send_mail with {\"to\":\"a\"}"),
+            "{q:?}"
+        );
+        assert_eq!(q.deadline_ms, T0 + 1_000);
+        let eid = q.eid.clone();
+        assert_eq!(p.asks(&eid), Some(Asker::Terminal));
+        // The client cannot answer it.
+        let forged = json!({"jsonrpc": "2.0", "id": serde_json::from_str::<Value>(&eid).unwrap(), "result": {"action": "accept"}});
+        assert!(p.on_client(forged.to_string().as_bytes(), T0).is_empty());
+        assert_eq!(p.asks(&eid), Some(Asker::Terminal));
+        assert!(p
+            .on_person("\"budgetgate-approval-9\"", true, T0)
+            .is_empty());
+        assert_eq!(
+            p.on_person(&eid, true, T0),
+            [Out::Server(String::from_utf8(line).unwrap())]
+        );
+        assert!(p.on_person(&eid, true, T0).is_empty(), "answered once");
+        // No: refused, with who said so.
+        let outs = p.on_client(&call(2, "send_mail", json!({"to": "b"})), T0);
+        let [Out::Ask(q)] = outs.as_slice() else {
+            panic!("{outs:?}")
+        };
+        let refused = client(&p.on_person(&q.eid, false, T0));
+        assert_eq!(refused[0]["id"], 2);
+        assert!(refused[0]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("the person at the gateway's terminal declined it"));
+        // Cancelled by the client, or past its deadline: withdrawn at the
+        // terminal; only the deadline's refusal goes to the client.
+        let outs = p.on_client(&call(3, "send_mail", json!({"to": "c"})), T0);
+        let [Out::Ask(q)] = outs.as_slice() else {
+            panic!("{outs:?}")
+        };
+        let cancel =
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#;
+        assert_eq!(
+            p.on_client(cancel, T0),
+            [Out::Withdraw {
+                eid: q.eid.clone(),
+                why: "the call was cancelled".into()
+            }]
+        );
+        let outs = p.on_client(&call(4, "send_mail", json!({"to": "d"})), T0);
+        let [Out::Ask(q)] = outs.as_slice() else {
+            panic!("{outs:?}")
+        };
+        let outs = p.on_tick(T0 + 1_000);
+        assert_eq!(
+            outs[0],
+            Out::Withdraw {
+                eid: q.eid.clone(),
+                why: "no answer in time".into()
+            }
+        );
+        assert_eq!(client(&outs[1..])[0]["id"], 4);
+        // Without a terminal either: refused, and the reason says both.
+        p.ask_on_terminal(false);
+        let outs = client(&p.on_client(&call(5, "send_mail", json!({"to": "e"})), T0));
+        assert!(outs[0]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("no terminal is attached"));
+        // 2, 4 and 5 count; 1 runs (reserved until the server answers); 3
+        // was given back.
+        assert_eq!(s.used(), (3, 1));
+    }
+
     /// Over Streamable HTTP the asking transport says which question is
     /// asked, about which call, and expires each on its own deadline.
     #[test]
@@ -2542,7 +2861,8 @@ mod tests {
         );
         assert_eq!(p.question_about("2"), Some(second.as_str()));
         assert_eq!(p.question_about("3"), None);
-        assert!(p.asks(&first) && !p.asks("\"budgetgate-approval-3\""));
+        assert_eq!(p.asks(&first), Some(Asker::Client));
+        assert_eq!(p.asks("\"budgetgate-approval-3\""), None);
         // The second expires first when told to; the first is still asked.
         let outs = client(&p.expire(&second, T0 + 600));
         assert_eq!(outs[0]["params"]["requestId"].to_string(), second);
@@ -2552,7 +2872,7 @@ mod tests {
             "approval-refused"
         );
         assert!(p.expire(&second, T0 + 600).is_empty());
-        assert!(p.asks(&first));
+        assert!(p.asks(&first).is_some());
         // A transport that cannot carry the question refuses with its reason.
         p.set_cannot_ask(Some("no stream".into()));
         let outs = client(&p.on_client(&call(3, "send_mail", json!({"to": "c"})), T0));
@@ -2756,6 +3076,7 @@ mod tests {
             server_out,
             &mut || None,
             Duration::from_secs(2),
+            None,
         );
         assert_eq!(ending, Ending::ServerGone("closed its stdout".into()));
         let lines: Vec<Value> = out
@@ -2830,6 +3151,7 @@ mod tests {
                 server_out,
                 &mut || None,
                 Duration::from_secs(2),
+                None,
             );
             let _ = done_tx.send(ending);
         });

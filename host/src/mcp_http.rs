@@ -58,8 +58,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::value::RawValue;
 
 use crate::mcp::{
-    error_line, normal_id, LedgerGate, McpArgs, Message, Out, Proxy, Setup, GATEWAY_ERROR,
-    INVALID_REQUEST, PARSE_ERROR,
+    error_line, normal_id, Asker, LedgerGate, McpArgs, Message, Out, Proxy, Question, Setup,
+    GATEWAY_ERROR, INVALID_REQUEST, PARSE_ERROR,
 };
 
 /// Largest request body read from the client, and largest JSON body or SSE
@@ -122,16 +122,28 @@ pub struct Gateway {
     approval_timeout_ms: u64,
     connection: String,
     sessions: Mutex<Sessions>,
-    /// The approval questions awaiting the client's answer, keyed by
+    /// The approval questions awaiting an answer, keyed by
     /// [`waiter_key`]: where to hand the answer (the task that holds the
     /// stream the question went out on).
-    waiters: Mutex<HashMap<String, Waiter>>,
+    waiters: Waiters,
+    /// The person at the gateway's terminal, asked when a client cannot be.
+    #[cfg(unix)]
+    terminal: Option<crate::mcp_terminal::Terminal>,
 }
 
-/// Hands the client's answer to a question (its JSON-RPC response, or a
-/// `notifications/cancelled` of the call asked about) to the task that
-/// asked it.
-type Waiter = tokio::sync::oneshot::Sender<String>;
+/// An answer to one of the gateway's questions.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    /// From the client: its JSON-RPC response to the question, or its
+    /// `notifications/cancelled` of the call asked about.
+    Client(String),
+    /// From the person at the terminal: allowed or not.
+    Person(bool),
+}
+
+/// Hands an answer to the task that asked the question.
+type Waiter = tokio::sync::oneshot::Sender<Answer>;
+type Waiters = Arc<Mutex<HashMap<String, Waiter>>>;
 
 /// A question's key among the gateway's waiters: the session's ledger
 /// name and the question's id (question ids are numbered per session).
@@ -178,6 +190,7 @@ impl Gateway {
         upstream_timeout: Duration,
         approval_timeout: Duration,
         connection: String,
+        terminal: Option<std::fs::File>,
     ) -> Result<Self, String> {
         let client = reqwest::Client::builder()
             .no_proxy()
@@ -185,6 +198,19 @@ impl Gateway {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("the HTTP client: {e}"))?;
+        let waiters: Waiters = Arc::default();
+        #[cfg(unix)]
+        let terminal = terminal.map(|tty| {
+            let waiters = Arc::clone(&waiters);
+            crate::mcp_terminal::Terminal::on(tty, move |key, yes| {
+                let waiter = waiters.lock().ok().and_then(|mut w| w.remove(&key));
+                if let Some(w) = waiter {
+                    let _ = w.send(Answer::Person(yes));
+                }
+            })
+        });
+        #[cfg(not(unix))]
+        let _ = terminal;
         Ok(Self {
             upstream,
             client,
@@ -197,17 +223,20 @@ impl Gateway {
                 map: HashMap::new(),
                 made: 0,
             }),
-            waiters: Mutex::new(HashMap::new()),
+            waiters,
+            #[cfg(unix)]
+            terminal,
         })
     }
 
     fn new_proxy(&self, made: u64) -> Session {
-        let proxy = Proxy::new(
+        let mut proxy = Proxy::new(
             Arc::clone(&self.gate),
             format!("{}-{made}", self.connection),
             self.max_result_bytes,
             self.approval_timeout_ms,
         );
+        proxy.ask_on_terminal(self.has_terminal());
         Arc::new(Mutex::new(proxy))
     }
 
@@ -241,6 +270,34 @@ impl Gateway {
                     .or_insert_with(|| (Arc::clone(proxy), tick));
             }
         }
+    }
+
+    fn has_terminal(&self) -> bool {
+        #[cfg(unix)]
+        return self.terminal.is_some();
+        #[cfg(not(unix))]
+        false
+    }
+
+    /// Asks `question` at the terminal under `key`; `false`: it cannot be.
+    fn ask_person(&self, key: String, question: &Question) -> bool {
+        #[cfg(unix)]
+        return self.terminal.as_ref().is_some_and(|t| t.ask(key, question));
+        #[cfg(not(unix))]
+        {
+            let _ = (key, question);
+            false
+        }
+    }
+
+    /// The question `key` is no longer asked at the terminal.
+    fn withdraw_person(&self, key: String, why: &str) {
+        #[cfg(unix)]
+        if let Some(t) = &self.terminal {
+            t.withdraw(key, why);
+        }
+        #[cfg(not(unix))]
+        let _ = (key, why);
     }
 
     fn forget(&self, key: &str) -> Option<Session> {
@@ -378,7 +435,7 @@ fn to_client(outs: Vec<Out>) -> Vec<String> {
     outs.into_iter()
         .filter_map(|o| match o {
             Out::Client(t) => Some(t),
-            Out::Server(_) => None,
+            _ => None,
         })
         .collect()
 }
@@ -619,10 +676,15 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
         let before: HashSet<String> = p.asking().into_iter().map(|(eid, _)| eid).collect();
         let mut local = Vec::new();
         let mut forward = None;
+        let mut questions = Vec::new();
         for out in p.on_client(&body, now()) {
             match out {
                 Out::Client(t) => local.push(t),
                 Out::Server(t) => forward = Some(t),
+                Out::Ask(q) => questions.push(q),
+                Out::Withdraw { eid, why } => {
+                    gw.withdraw_person(waiter_key(p.connection(), &eid), &why);
+                }
             }
         }
         let asked: Vec<(String, u64)> = p
@@ -630,9 +692,14 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
             .into_iter()
             .filter(|(eid, _)| !before.contains(eid))
             .collect();
-        (local, forward, asked, p.connection().to_owned())
+        (
+            local,
+            forward,
+            (asked, questions),
+            p.connection().to_owned(),
+        )
     };
-    if !asked.is_empty() {
+    if !asked.0.is_empty() {
         return ask(gw, &proxy, &connection, headers, local, forward, asked);
     }
     let Some(forward) = forward else {
@@ -801,7 +868,7 @@ fn route_answers<'b>(gw: &Gateway, p: &Proxy<Gate>, body: &'b [u8]) -> Option<Co
         match waiter {
             // The asker may just have given up (its deadline): the answer
             // is then not read, as after the deadline.
-            Some(w) => drop(w.send((*item).to_owned())),
+            Some(w) => drop(w.send(Answer::Client((*item).to_owned()))),
             None => rest.push(*item),
         }
     }
@@ -816,12 +883,13 @@ fn route_answers<'b>(gw: &Gateway, p: &Proxy<Gate>, body: &'b [u8]) -> Option<Co
 }
 
 /// The question a client message answers: its id when it is a response
-/// to one of the gateway's questions, or the question about the call a
-/// `notifications/cancelled` cancels.
+/// to one of the gateway's questions to the client (not one asked at the
+/// terminal, which only the person there answers), or the question about
+/// the call a `notifications/cancelled` cancels.
 fn question_answered(p: &Proxy<Gate>, text: &str) -> Option<String> {
     let msg: Message<'_> = serde_json::from_str(text).ok()?;
     match msg.method.as_deref() {
-        None => Some(normal_id(msg.id?)).filter(|eid| p.asks(eid)),
+        None => Some(normal_id(msg.id?)).filter(|eid| p.asks(eid) == Some(Asker::Client)),
         Some("notifications/cancelled") if msg.id.is_none() => {
             let params: serde_json::Value = serde_json::from_str(msg.params?.get()).ok()?;
             let target = params.get("requestId")?.to_string();
@@ -845,7 +913,7 @@ fn ask(
     headers: HeaderMap,
     local: Vec<String>,
     forward: Option<String>,
-    asked: Vec<(String, u64)>,
+    (asked, questions): (Vec<(String, u64)>, Vec<Question>),
 ) -> Reply {
     let (tx, rx) = tokio::sync::mpsc::channel(EVENT_QUEUE);
     let mut answers = Vec::new();
@@ -862,6 +930,15 @@ fn ask(
         answers.push((key, eid, deadline, answer));
     }
     drop(waiters);
+    for q in questions {
+        let key = waiter_key(connection, &q.eid);
+        if !gw.ask_person(key.clone(), &q) {
+            // Not asked: its waiter goes, and the question expires at once.
+            if let Ok(mut w) = gw.waiters.lock() {
+                w.remove(&key);
+            }
+        }
+    }
     let (gw, proxy) = (Arc::clone(gw), Arc::clone(proxy));
     tokio::spawn(async move {
         let mut open = true;
@@ -905,7 +982,7 @@ impl Waiting {
     /// the call was cancelled (its reservation given back).
     async fn outcome(
         self,
-        mut answer: tokio::sync::oneshot::Receiver<String>,
+        mut answer: tokio::sync::oneshot::Receiver<Answer>,
         tx: tokio::sync::mpsc::Sender<Bytes>,
     ) {
         let wait = Duration::from_millis(self.deadline.saturating_sub(now()));
@@ -926,8 +1003,11 @@ impl Waiting {
                 answer.try_recv().ok()
             });
             match came {
-                Some(text) if p.asks(&self.eid) => p.on_client(text.as_bytes(), now()),
-                Some(_) => Vec::new(),
+                Some(Answer::Person(yes)) => p.on_person(&self.eid, yes, now()),
+                Some(Answer::Client(text)) if p.asks(&self.eid).is_some() => {
+                    p.on_client(text.as_bytes(), now())
+                }
+                Some(Answer::Client(_)) => Vec::new(),
                 None => p.expire(&self.eid, now()),
             }
         };
@@ -938,6 +1018,8 @@ impl Waiting {
                 Out::Server(line) => {
                     deliver(&self.gw, &self.headers, &self.proxy, line, tx.clone()).await;
                 }
+                Out::Withdraw { why, .. } => self.gw.withdraw_person(self.key.clone(), &why),
+                Out::Ask(_) => {}
             }
         }
     }
@@ -1328,6 +1410,7 @@ pub fn command(args: &McpArgs, upstream: &str) -> ExitCode {
         Duration::from_secs(args.upstream_timeout),
         Duration::from_secs(args.approval_timeout),
         connection,
+        crate::mcp::terminal(args),
     ) {
         Ok(g) => Arc::new(g),
         Err(e) => return fail(e),
@@ -1424,6 +1507,7 @@ mod tests {
             Duration::from_secs(1),
             Duration::from_secs(1),
             "t".into(),
+            None,
         )
         .expect("gateway");
         for i in 0..MAX_SESSIONS {
@@ -1463,6 +1547,7 @@ mod tests {
             Duration::from_secs(1),
             Duration::from_secs(1),
             "t".into(),
+            None,
         )
         .expect("gateway");
         let (proxy, _) = gw.session("s").expect("session");
@@ -1504,9 +1589,12 @@ mod tests {
             std::str::from_utf8(&rest).expect("text"),
             format!("[{ping}]")
         );
-        assert_eq!(waiting[0].try_recv().expect("handed over"), answer);
+        assert_eq!(
+            waiting[0].try_recv().expect("handed over"),
+            Answer::Client(answer.clone())
+        );
         let got = waiting[1].try_recv().expect("handed over");
-        assert_eq!(got, cancel);
+        assert_eq!(got, Answer::Client(cancel.into()));
         assert!(gw.waiters.lock().expect("lock").is_empty());
         // A waiter gone (its deadline passed): the answer stays in the body,
         // and the proxy drops it as its own.

@@ -89,6 +89,9 @@ impl Setup {
             format!("sqlite:{}", self.path("ledger.sqlite3").display()),
             "--session".into(),
             "e2e".into(),
+            // A test run from a terminal must not ask there.
+            "--terminal".into(),
+            "never".into(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         args.push("--".into());
@@ -336,6 +339,93 @@ fn python_client_lists_calls_within_budget_and_is_refused_over_it() {
         "{}",
         out[6]
     );
+    assert_eq!(s.tool_calls(), (3, 0));
+}
+
+/// Approval at the gateway's terminal (docs/MCP.md, "Approval"): a client
+/// without the elicitation capability is not asked; the person at the
+/// gateway's controlling terminal is. `y` runs the call on the server, any
+/// other answer refuses it, and the client cannot answer the terminal's
+/// question itself: its answer is dropped and the deadline refuses the call.
+/// What the agent put in the arguments is shown escaped, so it cannot
+/// rewrite the prompt.
+#[test]
+fn without_elicitation_the_person_at_the_gateways_terminal_is_asked() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"echo\"]\n");
+    let everything = parts.everything.display().to_string();
+    let mut args = s.gateway_args(
+        &["--approval-timeout", "2"],
+        &[everything.as_str(), "stdio"],
+    );
+    // The helper's `--terminal never`, made `auto` for this one.
+    let at = args
+        .iter()
+        .position(|a| a == "never")
+        .expect("--terminal never");
+    args[at] = "auto".into();
+    let steps = json!([
+        {"call": "echo", "arguments": {"message": "yes-at-the-terminal\u{1b}[2K\u{202e}"}, "type": "y\n"},
+        {"call": "echo", "arguments": {"message": "no-at-the-terminal"}, "type": "n\n"},
+        {"call": "echo", "arguments": {"message": "the-agent-approves-itself"}, "client_answers": "accept"},
+    ]);
+    let out = Command::new(&parts.python)
+        .arg(mcp_dir().join("terminal_client.py"))
+        .arg(steps.to_string())
+        .arg("--")
+        .args(&args)
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(got.len(), 3, "{got:?}");
+    let asked = got[0]["asked"].as_str().unwrap();
+    assert!(asked.contains("wants to call echo"), "{asked}");
+    assert!(
+        asked.contains("allow? [y/N]") && asked.contains("allowed"),
+        "{asked}"
+    );
+    // What the agent sent to move the cursor or turn the text around is
+    // shown as text, never sent to the terminal.
+    assert!(
+        !asked.contains('\u{1b}') && asked.contains("\\u001b[2K"),
+        "{asked:?}"
+    );
+    assert!(
+        !asked.contains('\u{202e}') && asked.contains("\\u{202e}"),
+        "{asked:?}"
+    );
+    assert_eq!(
+        text_of(&got[0]["answer"]),
+        "Echo: yes-at-the-terminal\u{1b}[2K\u{202e}",
+        "{got:?}"
+    );
+    let refused = &got[1]["answer"]["result"];
+    assert_eq!(refused["isError"], true, "{got:?}");
+    assert_eq!(refused["_meta"]["budgetgate"]["reason"], "approval-refused");
+    assert!(text_of(&got[1]["answer"]).contains("the person at the gateway's terminal declined it"));
+    let late = &got[2]["answer"]["result"];
+    assert_eq!(
+        late["_meta"]["budgetgate"]["reason"], "approval-refused",
+        "{got:?}"
+    );
+    assert!(
+        text_of(&got[2]["answer"]).contains("no answer came within 2 s"),
+        "{got:?}"
+    );
+    assert!(got[2]["asked"]
+        .as_str()
+        .unwrap()
+        .contains("no answer in time"));
+    // Every asked call is an attempt; only the one allowed ran.
     assert_eq!(s.tool_calls(), (3, 0));
 }
 

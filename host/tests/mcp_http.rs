@@ -228,13 +228,41 @@ impl Setup {
     }
     /// The same, with more of the gateway's options.
     fn gateway_with(&self, upstream: &str, more: &[&str]) -> (Proc, String, Arc<Mutex<String>>) {
-        let mut cmd = Command::new(bin());
+        self.gateway_in(Command::new(bin()), upstream, more)
+    }
+    /// The gateway with a terminal of its own (`tests/mcp/with_terminal.py`),
+    /// where `answers` are typed in turn; what the terminal showed is kept
+    /// in the file `terminal.log`.
+    fn gateway_at_terminal(
+        &self,
+        parts: &Parts,
+        upstream: &str,
+        answers: &[&str],
+    ) -> (Proc, String, Arc<Mutex<String>>) {
+        let mut cmd = Command::new(&parts.python);
+        cmd.arg(mcp_dir().join("with_terminal.py"))
+            .arg(json!(answers).to_string())
+            .arg(self.path("terminal.log"))
+            .arg("--")
+            .arg(bin());
+        self.gateway_in(cmd, upstream, &["--terminal", "auto"])
+    }
+    fn gateway_in(
+        &self,
+        mut cmd: Command,
+        upstream: &str,
+        more: &[&str],
+    ) -> (Proc, String, Arc<Mutex<String>>) {
         cmd.args(["mcp", "--listen", "127.0.0.1:0", "--budget"])
             .arg(self.path("budget.toml"))
             .arg("--ledger")
             .arg(format!("sqlite:{}", self.path("ledger.sqlite3").display()))
             .args(["--session", "e2e", "--upstream", upstream])
             .args(more);
+        if !more.contains(&"--terminal") {
+            // A test run from a terminal must not ask there.
+            cmd.args(["--terminal", "never"]);
+        }
         let (p, line, rest) = start(cmd, "listening on http://");
         let url = line
             .split_whitespace()
@@ -555,6 +583,43 @@ fn approval_over_http_asks_by_elicitation_and_runs_only_what_is_accepted() {
     assert!(got[3]["text"].as_str().unwrap().contains('2'), "{got:?}");
     assert_eq!(count(&seen.lock().unwrap(), "a-person-said-no"), 0);
     assert_eq!(s.tool_calls(), (4, 0));
+}
+
+/// Approval at the terminal over HTTP (docs/MCP.md, "Approval"): a client
+/// without the elicitation capability is not asked, the person at the
+/// gateway's terminal is; the call's POST waits on its stream for the
+/// answer. `y` runs the call on the server, `n` refuses it.
+#[test]
+fn over_http_the_person_at_the_gateways_terminal_is_asked_when_the_client_cannot_be() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"echo\"]\n");
+    let (_server, port) = everything(&parts);
+    let (tap_port, seen) = tap(port);
+    let (_gw, url, _) = s.gateway_at_terminal(
+        &parts,
+        &format!("http://127.0.0.1:{tap_port}/mcp"),
+        &["y\n", "n\n"],
+    );
+    let got = python(
+        &parts,
+        json!([{"call": "echo", "arguments": {"message": "said-yes-at-the-terminal"}},
+               {"call": "echo", "arguments": {"message": "said-no-at-the-terminal"}}]),
+        &url,
+    );
+    assert_eq!(got[1]["text"], "Echo: said-yes-at-the-terminal", "{got:?}");
+    assert_eq!(got[2]["meta"]["reason"], "approval-refused", "{got:?}");
+    assert!(got[2]["text"]
+        .as_str()
+        .unwrap()
+        .contains("the person at the gateway's terminal declined it"));
+    assert_eq!(count(&seen.lock().unwrap(), "said-yes-at-the-terminal"), 1);
+    assert_eq!(count(&seen.lock().unwrap(), "said-no-at-the-terminal"), 0);
+    let shown = std::fs::read_to_string(s.path("terminal.log")).expect("the terminal's log");
+    assert!(
+        shown.contains("wants to call echo with {\"message\":\"said-yes-at-the-terminal\"}"),
+        "{shown}"
+    );
+    assert_eq!(s.tool_calls(), (2, 0));
 }
 
 /// A question over HTTP that is not answered within `--approval-timeout`
