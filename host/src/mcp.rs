@@ -1858,7 +1858,7 @@ type Terminal = crate::mcp_terminal::Terminal;
 
 #[cfg(unix)]
 fn asker(tty: std::fs::File, answered: impl Fn(String, bool) + Send + 'static) -> Option<Terminal> {
-    Some(Terminal::on(tty, answered))
+    Terminal::on(tty, answered)
 }
 
 /// No approval at a terminal off Unix.

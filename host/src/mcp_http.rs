@@ -200,7 +200,7 @@ impl Gateway {
             .map_err(|e| format!("the HTTP client: {e}"))?;
         let waiters: Waiters = Arc::default();
         #[cfg(unix)]
-        let terminal = terminal.map(|tty| {
+        let terminal = terminal.and_then(|tty| {
             let waiters = Arc::clone(&waiters);
             crate::mcp_terminal::Terminal::on(tty, move |key, yes| {
                 let waiter = waiters.lock().ok().and_then(|mut w| w.remove(&key));

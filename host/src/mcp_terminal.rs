@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
+use std::time::Duration;
 
 use crate::mcp::Question;
 
@@ -41,6 +42,20 @@ enum Cmd {
 /// The gateway's terminal, asking approval questions.
 pub struct Terminal {
     tx: SyncSender<Cmd>,
+    /// The terminal itself, to see whether the gateway may use it now.
+    tty: File,
+}
+
+/// Whether the gateway may read and write `tty` now without being stopped:
+/// it is not the gateway's controlling terminal (no job control applies),
+/// or the gateway's process group is its foreground one. A gateway run in
+/// the background of a shell (`budgetgate mcp … &`) is stopped by the
+/// first read (SIGTTIN), so it asks nothing there.
+fn foreground(tty: &File) -> bool {
+    match rustix::termios::tcgetpgrp(tty) {
+        Ok(group) => group == rustix::process::getpgrp(),
+        Err(_) => true,
+    }
 }
 
 /// The gateway's controlling terminal (`/dev/tty`, opened to read and
@@ -61,22 +76,26 @@ fn now() -> u64 {
 impl Terminal {
     /// Asks on `tty` (a terminal, or for tests any readable and writable
     /// file).
-    pub fn on(tty: File, answered: impl Fn(String, bool) + Send + 'static) -> Self {
+    pub fn on(tty: File, answered: impl Fn(String, bool) + Send + 'static) -> Option<Self> {
         let (tx, rx) = sync_channel(QUEUE);
+        let own = tty.try_clone().ok()?;
         std::thread::spawn(move || ask_each(tty, &rx, &answered));
-        Self { tx }
+        Some(Self { tx, tty: own })
     }
 
     /// Queues `question`, answered under `id`. `false`: it cannot be
-    /// asked (the queue is full or the terminal gone): refuse it.
+    /// asked (the gateway is in the background of its terminal, the queue
+    /// is full, or the terminal gone): refuse it.
     pub fn ask(&self, id: String, question: &Question) -> bool {
-        self.tx
-            .try_send(Cmd::Ask {
-                id,
-                text: question.text.clone(),
-                deadline_ms: question.deadline_ms,
-            })
-            .is_ok()
+        foreground(&self.tty)
+            && self
+                .tx
+                .try_send(Cmd::Ask {
+                    id,
+                    text: question.text.clone(),
+                    deadline_ms: question.deadline_ms,
+                })
+                .is_ok()
     }
 
     /// The question `id` is no longer asked (`why`).
@@ -119,8 +138,9 @@ fn ask_each(mut tty: File, rx: &Receiver<Cmd>, answered: &dyn Fn(String, bool)) 
         let Some((id, text, deadline)) = queue.pop_front() else {
             continue;
         };
-        if deadline <= now() {
-            // Refused by the proxy already, while it waited its turn.
+        if deadline <= now() || !foreground(&tty) {
+            // Refused by the proxy already, while it waited its turn; or
+            // the gateway went to the background: the deadline refuses it.
             continue;
         }
         // Keys typed before the question was shown answer nothing.
@@ -175,6 +195,12 @@ fn answer(
         if left == 0 {
             return Ended::Late;
         }
+        if !foreground(tty) {
+            // Sent to the background while asking: reading would stop the
+            // gateway; the deadline refuses the call.
+            std::thread::sleep(Duration::from_millis(left.min(100)));
+            continue;
+        }
         let wait = rustix::event::Timespec {
             tv_sec: 0,
             tv_nsec: i64::try_from(left.min(100) * 1_000_000).unwrap_or(100_000_000),
@@ -222,7 +248,7 @@ fn answer(
 mod tests {
     use super::*;
     use std::os::unix::fs::OpenOptionsExt;
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
     /// A pseudo-terminal: its controlling side, and the terminal the asker
     /// is given (not made the test's controlling terminal).
@@ -280,7 +306,8 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let t = Terminal::on(slave, move |id, yes| {
             let _ = tx.send((id, yes));
-        });
+        })
+        .expect("the asker");
         let mut seen = String::new();
         assert!(t.ask(
             "1".into(),

@@ -429,6 +429,61 @@ fn without_elicitation_the_person_at_the_gateways_terminal_is_asked() {
     assert_eq!(s.tool_calls(), (3, 0));
 }
 
+/// A gateway in the background of its terminal (`budgetgate mcp … &` in a
+/// shell) asks nothing there: reading the terminal would stop it
+/// (SIGTTIN). The call is refused at once with that reason, and the
+/// gateway goes on answering.
+#[test]
+fn a_gateway_in_the_background_of_its_terminal_refuses_instead_of_asking() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"echo\"]\n");
+    let everything = parts.everything.display().to_string();
+    let mut args = s.gateway_args(&[], &[everything.as_str(), "stdio"]);
+    let at = args
+        .iter()
+        .position(|a| a == "never")
+        .expect("--terminal never");
+    args[at] = "auto".into();
+    let steps = json!([
+        {"call": "echo", "arguments": {"message": "from-the-background"}, "no_question": true},
+        {"call": "get-sum", "arguments": {"a": 1, "b": 2}, "no_question": true},
+    ]);
+    let started = Instant::now();
+    let out = Command::new(&parts.python)
+        .arg(mcp_dir().join("terminal_client.py"))
+        .arg(steps.to_string())
+        .args(["--background", "--"])
+        .args(&args)
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let refused = &got[0]["answer"]["result"];
+    assert_eq!(
+        refused["_meta"]["budgetgate"]["reason"], "approval-refused",
+        "{got:?}"
+    );
+    assert!(
+        text_of(&got[0]["answer"]).contains("the gateway's terminal could not take the question"),
+        "{got:?}"
+    );
+    assert!(
+        !got[0]["asked"].as_str().unwrap().contains("allow?"),
+        "{got:?}"
+    );
+    assert!(text_of(&got[1]["answer"]).contains('3'), "{got:?}");
+    // Refused at once, not at the deadline (120 s).
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
+
 #[test]
 fn python_client_approves_by_elicitation_accept_and_decline() {
     let Some(parts) = parts() else { return };

@@ -6,7 +6,11 @@ made controlling) and pipes as its stdin and stdout, as a client without
 the elicitation capability would. It speaks JSON-RPC on the pipes and plays
 the person at the terminal on the pty's master side:
 
-    python terminal_client.py STEPS -- GATEWAY ARGS...
+    python terminal_client.py STEPS [--background] -- GATEWAY ARGS...
+
+--background starts the gateway as a background job of a shell with job
+control on that terminal (`set -m; GATEWAY & wait`), as `budgetgate mcp … &`
+typed in a terminal would be.
 
 STEPS is a JSON array; each step calls a tool and says how the person (or
 the client) answers the question that appears at the terminal:
@@ -14,6 +18,8 @@ the client) answers the question that appears at the terminal:
     {"call": NAME, "arguments": {...}, "client_answers": "accept", "type": null}
         the client answers the question's id itself, nobody types; the
         gateway's deadline decides
+    {"call": NAME, "arguments": {...}, "no_question": true}
+        no question is expected at the terminal
 Prints one JSON line per step: {"call", "asked" (what the terminal showed),
 "answer" (the JSON-RPC answer to the call)}.
 """
@@ -32,6 +38,8 @@ def main(argv):
     split = argv.index("--")
     steps = json.loads(argv[0])
     gateway = argv[split + 1:]
+    if "--background" in argv[:split]:
+        gateway = ["sh", "-c", 'set -m; "$@" & wait "$!"', "sh"] + gateway
     master, slave = os.openpty()
 
     def controlling_terminal():
@@ -80,7 +88,7 @@ def main(argv):
         send({"jsonrpc": "2.0", "id": n, "method": "tools/call",
               "params": {"name": step["call"], "arguments": step.get("arguments", {})}})
         # Wait for the question at the terminal (or an answer with none).
-        deadline = time.time() + 30
+        deadline = time.time() + (0 if step.get("no_question") else 30)
         while b"allow? [y/N]" not in shown[start:] and time.time() < deadline:
             ready, _, _ = select.select([master], [], [], 0.1)
             if master in ready:
