@@ -840,6 +840,260 @@ fn document<'a>(s: &mut Scanner<'a>) -> Result<ActionRef<'a>, ActionError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ident::IdentifierError;
+    use std::format;
+    use std::string::String;
+
+    /// The refusal of `doc` and its byte offset.
+    fn refusal(doc: &str) -> (ActionError, usize) {
+        let invalid = action(doc.as_bytes()).unwrap_err();
+        (invalid.error, invalid.offset)
+    }
+
+    /// A tool call with `args` as its arguments' members.
+    fn tool(args: &str) -> String {
+        format!(r#"{{"kind":"tool","call_id":"c","name":"n","arguments":{{{args}}}}}"#)
+    }
+
+    /// `SPEC A1` (exactly the keys of the two shapes): a key that only
+    /// begins like a field name, or has one of its bytes changed, is an
+    /// unexpected key, refused at its opening quote, wherever it stands and
+    /// whatever follows it. The field names are compared whole as four and
+    /// two bytes at fixed distances from the quote; the sweep places keys
+    /// made of those pieces at many offsets, after a first member or none,
+    /// and fills what comes before and after with each piece compared, so a
+    /// comparison made at the wrong distance would see a field's bytes.
+    #[test]
+    fn a_key_that_only_begins_like_a_field_name_is_an_unexpected_key() {
+        for key in [
+            "kinx",
+            "kin",
+            "kindd",
+            "texx",
+            "namx",
+            "named",
+            "call_idx",
+            "calxxxx",
+            "call_i",
+            "cal_idx",
+            "argumentsx",
+            "argumenxx",
+            "argxxxxts",
+            "argl_idts",
+            "",
+        ] {
+            let doc = format!(r#"{{"{key}":"n"}}"#);
+            assert_eq!(refusal(&doc), (ActionError::UnexpectedKey, 1), "{doc}");
+        }
+        let fields = ["kind", "text", "name", "call_id", "arguments"];
+        let pieces = [
+            "", "d", "t", "e", "l", "x", "xx", "ts", "_id", "l_id", "umen",
+        ];
+        let fills = ["\"", "d\"", "t\"", "e\"", "l_id", "umen", "ts"];
+        let mut checked = 0;
+        for start in ["kin", "tex", "nam", "cal", "arg"] {
+            for a in pieces {
+                for b in pieces {
+                    let key = format!("{start}{a}{b}");
+                    if fields.contains(&key.as_str()) {
+                        continue;
+                    }
+                    for fill in fills {
+                        for pad in 0..=10 {
+                            let spaces = " ".repeat(pad);
+                            for before in [
+                                format!("{{{spaces}"),
+                                format!(
+                                    r#"{{"text":"{}",{spaces}"#,
+                                    fill.replace('"', "q").repeat(4)
+                                ),
+                            ] {
+                                let at = before.len();
+                                let after = fill.repeat((12 * at + 16) / fill.len() + 1);
+                                let doc = format!(r#"{before}"{key}":{after}"#);
+                                assert_eq!(
+                                    refusal(&doc),
+                                    (ActionError::UnexpectedKey, at),
+                                    "{doc}"
+                                );
+                                checked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 80_000, "{checked}");
+    }
+
+    /// `SPEC A1` (`kind` is `"final"` or `"tool"`): a kind that only begins
+    /// or ends like `"tool"` is an unknown kind, refused at its member,
+    /// wherever its value stands and whatever follows it (the common
+    /// spelling is compared whole, as four and two bytes).
+    #[test]
+    fn a_kind_that_only_looks_like_tool_is_an_unknown_kind() {
+        let pieces = ["", "too", "tool", "fo", "o", "l", "x", "ls", "final"];
+        let mut checked = 0;
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    let kind = format!("{a}{b}{c}");
+                    if kind == "tool" || kind == "final" {
+                        continue;
+                    }
+                    for pad in 0..=8 {
+                        let at = 8 + pad;
+                        let after = "l\"".repeat(2 * at + 8);
+                        let doc = format!(r#"{{"kind":{}"{kind}"{after}"#, " ".repeat(pad));
+                        assert_eq!(refusal(&doc), (ActionError::UnknownKind, 1), "{doc}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 5_000, "{checked}");
+    }
+
+    /// `SPEC A1` (JSON as RFC 8259 has it): a number or a literal is read
+    /// whole, and must end where a value may end, even where a string or an
+    /// object is required and it will be refused anyway: `{"kind":truex}`
+    /// and `{"kind":1.}` are syntax errors where reading stopped, not the
+    /// shape error of a valid value (which `{"kind":1}` is).
+    #[test]
+    fn a_misplaced_number_or_literal_must_still_be_valid_json() {
+        let syntax = ActionError::Json(JsonError::Syntax);
+        let arguments = r#"{"kind":"tool","call_id":"c","name":"n","arguments":"#;
+        for (doc, rest) in [
+            (String::from(r#"{"kind":truex}"#), "x}"),
+            (String::from(r#"{"kind":1x}"#), "x}"),
+            (String::from(r#"{"text":"t","kind":nullx}"#), "x}"),
+            (String::from(r#"{"kind":"tool","call_id":7x}"#), "x}"),
+            (String::from(r#"{"kind":"tool","name":falsex}"#), "x}"),
+            (format!("{arguments}12x}}"), "x}"),
+            (format!("{arguments}truex}}"), "x}"),
+            (String::from("1x"), "x"),
+            (String::from("  nullx "), "x "),
+            (String::from(r#"{"kind":1.}"#), "}"),
+            (String::from(r#"{"kind":1.e5}"#), "e5}"),
+            (String::from(r#"{"kind":12.}"#), "}"),
+            (String::from(r#"{"kind":-}"#), "}"),
+            (String::from(r#"{"kind":1e}"#), "}"),
+            (format!("{arguments}3.}}"), "}"),
+            (String::from("1."), ""),
+        ] {
+            let (error, offset) = refusal(&doc);
+            assert_eq!((error, &doc[offset..]), (syntax, rest), "{doc}");
+        }
+        assert_eq!(
+            refusal(r#"{"kind":1}"#),
+            (ActionError::NotAString(Field::Kind), 1)
+        );
+        assert_eq!(
+            refusal(r#"{"kind":1.5}"#).0,
+            ActionError::NotAString(Field::Kind)
+        );
+        assert_eq!(refusal("1.5 ").0, ActionError::NotAnObject);
+        assert_eq!(
+            refusal(&format!("{arguments}12}}")).0,
+            ActionError::ArgumentsNotObject
+        );
+    }
+
+    /// `SPEC A1` (JSON as RFC 8259 has it): an argument's key must be
+    /// followed by a value; `:` then `}` or `,` is a syntax error there.
+    #[test]
+    fn an_argument_without_a_value_is_a_syntax_error() {
+        for (args, rest) in [
+            (r#""x":"#, "}}"),
+            (r#""x": "#, "}}"),
+            (r#""x":,"y":1"#, r#","y":1}}"#),
+            (r#""x":-"#, "}}"),
+            (r#""x":-,"y":1"#, r#","y":1}}"#),
+            (r#""a":1,"x":"#, "}}"),
+        ] {
+            let doc = tool(args);
+            let (error, offset) = refusal(&doc);
+            assert_eq!(
+                (error, &doc[offset..]),
+                (ActionError::Json(JsonError::Syntax), rest),
+                "{doc}"
+            );
+        }
+    }
+
+    /// `SPEC A1` (integers of magnitude at most 1e6): an integer beyond 64
+    /// bits is out of range, never read modulo 2^64 (where 2^64 would be 0).
+    #[test]
+    fn an_integer_beyond_64_bits_is_out_of_range() {
+        for value in [
+            "18446744073709551616",
+            "18446744073709551621",
+            "-18446744073709551617",
+            "36893488147419103232",
+            "1000000000000000000000",
+        ] {
+            let doc = tool(&format!(r#""a":1,"x":{value}"#));
+            let (error, offset) = refusal(&doc);
+            assert_eq!(
+                (error, &doc[offset..]),
+                (
+                    ActionError::ArgumentOutOfRange { index: 1 },
+                    &*format!(r#""x":{value}}}}}"#)
+                ),
+                "{doc}"
+            );
+        }
+    }
+
+    /// `SPEC A1` (floats read as Python's `float` reads them): a float of
+    /// more than 19 digits is read exactly, not from its digits modulo
+    /// 2^64 (`1.8446744073709551621` is not `5e-19`); without the
+    /// `exact-floats` feature it is refused as needing the exact reader.
+    #[test]
+    fn a_float_of_more_than_19_digits_is_read_exactly() {
+        for value in [
+            "1.8446744073709551621",
+            "0.18446744073709551621e1",
+            "184467.44073709551621",
+            "-1.8446744073709551616",
+        ] {
+            let doc = tool(&format!(r#""x":{value}"#));
+            let got = match action(doc.as_bytes()) {
+                Ok(ActionRef::Tool(call)) => Ok(call.arguments.get("x")),
+                Ok(other) => panic!("{other:?}"),
+                Err(invalid) => Err(invalid.error),
+            };
+            #[cfg(feature = "exact-floats")]
+            let want = Ok(Some(ScalarRef::Float(value.parse::<f64>().unwrap())));
+            #[cfg(not(feature = "exact-floats"))]
+            let want = Err(ActionError::Json(JsonError::FloatPrecision));
+            assert_eq!(got, want, "{doc}");
+        }
+    }
+
+    /// `SPEC A1` (argument keys: at most 32 characters): a key of 33 plain
+    /// letters is refused at its member, by the borrowed view as by the
+    /// owned action; one of 32 is accepted.
+    #[test]
+    fn an_argument_key_of_33_characters_is_refused() {
+        let longest = "k".repeat(MAX_ARGUMENT_KEY_LEN);
+        assert!(action(tool(&format!(r#""{longest}":1"#)).as_bytes()).is_ok());
+        for key in [
+            format!("{longest}k"),
+            format!("{longest}_9"),
+            "a".repeat(64),
+        ] {
+            let doc = tool(&format!(r#""a":1,"{key}":2"#));
+            let (error, offset) = refusal(&doc);
+            let want = ActionError::InvalidArgumentKey {
+                index: 1,
+                reason: IdentifierError::TooLong,
+            };
+            assert_eq!(error, want, "{doc}");
+            assert!(doc[offset..].starts_with(&format!(r#""{key}":2"#)), "{doc}");
+            assert_eq!(crate::Action::<64>::parse(doc.as_bytes()), Err(want));
+        }
+    }
 
     /// The word test agrees with the table on every byte in every position.
     #[test]
