@@ -201,7 +201,8 @@ Examples:
     /// {"isError": true, "content": [{"type": "text", "text": REASON}],
     /// "_meta": {"budgetgate": {reason, limit, used, max, retry_after}}} and
     /// never reaches the server. Tools in needs_approval are asked about
-    /// with elicitation/create when the client supports it, otherwise
+    /// with elicitation/create when the client supports it, otherwise at
+    /// the gateway's terminal when it has one (--terminal), otherwise
     /// refused. Results over max_result_bytes are replaced by an error
     /// result; lines over 16 MiB are refused.
     #[command(after_help = "\
@@ -215,7 +216,8 @@ transport at http://ADDR/mcp (ADDR: PORT on 127.0.0.1, or HOST:PORT) in front
 of the upstream server's URL instead of starting a command; it runs until
 SIGINT or SIGTERM (exit 0). A request the upstream cannot answer (not
 reachable, a 5xx, no answer within --upstream-timeout) is answered with a
-JSON-RPC error; tools in needs_approval are refused over HTTP.
+JSON-RPC error. Approval works over HTTP too (the question goes on the call's
+stream, the answer comes in a POST of its own).
 
 Examples:
   budgetgate mcp --budget examples/mcp-budget.toml -- npx -y @modelcontextprotocol/server-everything

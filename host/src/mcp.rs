@@ -381,16 +381,16 @@ impl CallGate for LedgerGate {
 /// alone. A member given twice is refused.
 #[derive(Deserialize)]
 pub(crate) struct Message<'a> {
-    jsonrpc: Option<String>,
+    pub(crate) jsonrpc: Option<String>,
     pub(crate) method: Option<String>,
     #[serde(borrow)]
     pub(crate) id: Option<&'a RawValue>,
     #[serde(borrow)]
     pub(crate) params: Option<&'a RawValue>,
     #[serde(borrow)]
-    result: Option<&'a RawValue>,
+    pub(crate) result: Option<&'a RawValue>,
     #[serde(borrow)]
-    error: Option<&'a RawValue>,
+    pub(crate) error: Option<&'a RawValue>,
 }
 
 /// One message out of the proxy: a JSON text without its newline, or a
@@ -612,6 +612,9 @@ pub struct Proxy<G> {
     pending: HashMap<String, Pending>,
     approvals: HashMap<String, Approval>,
     next_approval: u64,
+    /// A secret of this proxy's, in every question id, so that a client
+    /// cannot answer a question it has not been sent (ids are not guessed).
+    question_salt: u64,
 }
 
 impl<G: CallGate> Proxy<G> {
@@ -635,6 +638,11 @@ impl<G: CallGate> Proxy<G> {
             pending: HashMap::new(),
             approvals: HashMap::new(),
             next_approval: 0,
+            question_salt: {
+                use std::hash::BuildHasher;
+                std::collections::hash_map::RandomState::new()
+                    .hash_one(std::time::SystemTime::now())
+            },
         }
     }
 
@@ -667,16 +675,24 @@ impl<G: CallGate> Proxy<G> {
             .collect()
     }
 
+    /// The id (compact JSON) of this proxy's question number `n`:
+    /// `"budgetgate-approval-N-SECRET"`, SECRET 16 hex digits that depend on
+    /// the proxy's secret and `n`, so a client cannot answer a question
+    /// before it has been sent.
+    fn question_id(&self, n: u64) -> String {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (self.question_salt, n).hash(&mut h);
+        format!("\"budgetgate-approval-{n}-{:016x}\"", h.finish())
+    }
+
     /// Whether `eid` (compact JSON) is the id of a question this proxy
-    /// asked (`"budgetgate-approval-N"`), answered or not.
+    /// asked, answered or not.
     fn asked_once(&self, eid: &str) -> bool {
         eid.strip_prefix("\"budgetgate-approval-")
-            .and_then(|n| n.strip_suffix('"'))
-            .and_then(|n| n.parse::<u64>().ok())
-            .is_some_and(|n| {
-                (1..=self.next_approval).contains(&n)
-                    && eid == format!("\"budgetgate-approval-{n}\"")
-            })
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(n, _)| n.parse::<u64>().ok())
+            .is_some_and(|n| (1..=self.next_approval).contains(&n) && eid == self.question_id(n))
     }
 
     /// Who was asked the question `eid` (compact JSON), while it awaits
@@ -899,7 +915,14 @@ impl<G: CallGate> Proxy<G> {
                     return false;
                 }
                 if let Some(approval) = self.approvals.remove(id) {
-                    self.approval_answer(approval, msg.result, now, out);
+                    // Both a result and an error (JSON-RPC forbids it) is
+                    // not an accept.
+                    let result = if msg.error.is_some() {
+                        None
+                    } else {
+                        msg.result
+                    };
+                    self.approval_answer(approval, result, msg.error.is_some(), now, out);
                     return false;
                 }
                 // A late answer to a question already withdrawn is the
@@ -1174,7 +1197,7 @@ impl<G: CallGate> Proxy<G> {
                 // The attempt counts, as a refused approval does.
                 self.commit(&key, name, now);
                 let why = self.cannot_ask.clone().unwrap_or_else(|| {
-                    "this client cannot ask one: it did not declare the elicitation capability (and no terminal is attached to the gateway)"
+                    "this client cannot ask one: it did not declare the elicitation capability (and the gateway asks no one at a terminal: none is attached, or --terminal never)"
                         .into()
                 });
                 let refusal = Refusal::worded(
@@ -1190,7 +1213,7 @@ impl<G: CallGate> Proxy<G> {
             }
             Verdict::Ask(_) => {
                 self.next_approval += 1;
-                let eid = format!("\"budgetgate-approval-{}\"", self.next_approval);
+                let eid = self.question_id(self.next_approval);
                 let shown = shortened(&arguments.to_string(), 400);
                 let message =
                     format!("budgetgate: the agent wants to call {name} with {shown}. Allow it?");
@@ -1232,13 +1255,32 @@ impl<G: CallGate> Proxy<G> {
         &mut self,
         approval: Approval,
         result: Option<&RawValue>,
+        error: bool,
         now: u64,
         out: &mut Vec<Out>,
     ) {
         let action = result
             .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
             .and_then(|r| r.get("action").and_then(Value::as_str).map(str::to_owned));
-        self.approval_action(approval, action.as_deref(), now, out);
+        match action.as_deref() {
+            Some("accept" | "decline" | "cancel") => {
+                self.approval_action(approval, action.as_deref(), now, out);
+            }
+            Some(other) => {
+                let answer = format!(
+                    "the client answered {}, not accept",
+                    Value::from(shortened(other, 40))
+                );
+                self.refuse_approval(approval, &answer, now, out);
+            }
+            None if error => self.approval_action(approval, None, now, out),
+            None => self.refuse_approval(
+                approval,
+                "the client's answer had no `action` of accept, decline or cancel",
+                now,
+                out,
+            ),
+        }
     }
 
     /// The person at the terminal answered the question `eid`: `approved`
@@ -2834,10 +2876,53 @@ mod tests {
         assert!(outs[0]["result"]["content"][0]["text"]
             .as_str()
             .unwrap()
-            .contains("no terminal is attached"));
+            .contains("none is attached, or --terminal never"));
         // 2, 4 and 5 count; 1 runs (reserved until the server answers); 3
         // was given back.
         assert_eq!(s.used(), (3, 1));
+    }
+
+    /// Approval (docs/MCP.md, "Approval"): a question's id cannot be
+    /// guessed, so a client cannot answer a question before it is sent; an
+    /// answer that is not a plain accept (an error beside the result, an
+    /// action the gateway does not know) refuses the call, saying what came.
+    #[test]
+    fn only_a_plain_accept_of_a_question_sent_runs_its_call() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"send_mail\"]\n";
+        let mut p = s.proxy(budget);
+        p.on_client(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#, T0);
+        // Sent in one batch with the call: the guessed id answers nothing.
+        let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"send_mail","arguments":{}}},{"jsonrpc":"2.0","id":"budgetgate-approval-1","result":{"action":"accept"}}]"#;
+        let outs = p.on_client(batch, T0);
+        let ask = &client(&outs)[0];
+        let eid = ask["id"].as_str().unwrap().to_owned();
+        assert!(
+            eid.starts_with("budgetgate-approval-1-") && eid.len() > 30,
+            "{eid}"
+        );
+        assert!(
+            !server(&outs).iter().any(|l| l.contains("tools/call")),
+            "{outs:?}"
+        );
+        let both = json!({"jsonrpc": "2.0", "id": eid, "result": {"action": "accept"}, "error": {"code": 1, "message": "x"}});
+        let refused = client(&p.on_client(both.to_string().as_bytes(), T0));
+        assert_eq!(refused[0]["id"], 1);
+        assert_eq!(
+            refused[0]["result"]["_meta"]["budgetgate"]["reason"],
+            "approval-refused"
+        );
+        for (n, action, says) in [
+            (2, json!("ACCEPT"), "answered \"ACCEPT\", not accept"),
+            (3, json!(["accept"]), "had no `action`"),
+        ] {
+            let outs = p.on_client(&call(n, "send_mail", json!({ "n": n })), T0);
+            let eid = client(&outs)[0]["id"].clone();
+            let answer = json!({"jsonrpc": "2.0", "id": eid, "result": {"action": action}});
+            let refused = client(&p.on_client(answer.to_string().as_bytes(), T0));
+            let text = refused[0]["result"]["content"][0]["text"].as_str().unwrap();
+            assert!(text.contains(says), "{text}");
+        }
     }
 
     /// Over Streamable HTTP the asking transport says which question is

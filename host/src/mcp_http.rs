@@ -882,14 +882,22 @@ fn route_answers<'b>(gw: &Gateway, p: &Proxy<Gate>, body: &'b [u8]) -> Option<Co
     }
 }
 
-/// The question a client message answers: its id when it is a response
-/// to one of the gateway's questions to the client (not one asked at the
-/// terminal, which only the person there answers), or the question about
-/// the call a `notifications/cancelled` cancels.
+/// The question a client message answers: its id when it is a JSON-RPC
+/// 2.0 response (a result or an error) to one of the gateway's questions to
+/// the client (not one asked at the terminal, which only the person there
+/// answers), or the question about the call a `notifications/cancelled`
+/// cancels. A message that is not a valid answer stays in the body, where
+/// the proxy answers it as on stdio (`-32600`) and the question goes on.
 fn question_answered(p: &Proxy<Gate>, text: &str) -> Option<String> {
     let msg: Message<'_> = serde_json::from_str(text).ok()?;
+    if msg.jsonrpc.as_deref() != Some("2.0") {
+        return None;
+    }
     match msg.method.as_deref() {
-        None => Some(normal_id(msg.id?)).filter(|eid| p.asks(eid) == Some(Asker::Client)),
+        None if msg.result.is_some() || msg.error.is_some() => {
+            Some(normal_id(msg.id?)).filter(|eid| p.asks(eid) == Some(Asker::Client))
+        }
+        None => None,
         Some("notifications/cancelled") if msg.id.is_none() => {
             let params: serde_json::Value = serde_json::from_str(msg.params?.get()).ok()?;
             let target = params.get("requestId")?.to_string();
@@ -976,6 +984,45 @@ struct Waiting {
 }
 
 impl Waiting {
+    /// Reads what came for the question (`None`: nothing, by the
+    /// deadline): the proxy's outs, and whether the question is settled; a
+    /// question still asked gets a new waiter in `answer`. `None` when the
+    /// session's lock is poisoned.
+    fn settle(
+        &self,
+        came: Option<Answer>,
+        answer: &mut tokio::sync::oneshot::Receiver<Answer>,
+    ) -> Option<(Vec<Out>, bool)> {
+        let mut p = self.proxy.lock().ok()?;
+        let came = came.or_else(|| {
+            // Past the deadline no answer is handed over any more; one
+            // handed over just before is still read.
+            if let Ok(mut waiters) = self.gw.waiters.lock() {
+                waiters.remove(&self.key);
+            }
+            answer.try_recv().ok()
+        });
+        let outs = match came {
+            Some(Answer::Person(yes)) => p.on_person(&self.eid, yes, now()),
+            Some(Answer::Client(text)) if p.asks(&self.eid).is_some() => {
+                p.on_client(text.as_bytes(), now())
+            }
+            Some(Answer::Client(_)) => Vec::new(),
+            None => p.expire(&self.eid, now()),
+        };
+        if p.asks(&self.eid).is_none() {
+            return Some((outs, true));
+        }
+        // Still asked (what came did not answer it): wait on with a new
+        // waiter until the deadline, which then refuses it.
+        let (waiter, again) = tokio::sync::oneshot::channel();
+        if let Ok(mut w) = self.gw.waiters.lock() {
+            w.insert(self.key.clone(), waiter);
+        }
+        *answer = again;
+        Some((outs, false))
+    }
+
     /// Waits for the answer until the deadline, then writes the call's
     /// outcome into `tx`: the server's answer once approved, the refusal
     /// otherwise (`approval-refused`, the attempt counted), nothing once
@@ -985,30 +1032,22 @@ impl Waiting {
         mut answer: tokio::sync::oneshot::Receiver<Answer>,
         tx: tokio::sync::mpsc::Sender<Bytes>,
     ) {
-        let wait = Duration::from_millis(self.deadline.saturating_sub(now()));
-        let came = tokio::time::timeout(wait, &mut answer)
-            .await
-            .ok()
-            .and_then(Result::ok);
-        let outs = {
-            let Ok(mut p) = self.proxy.lock() else {
+        let outs = loop {
+            let wait = Duration::from_millis(self.deadline.saturating_sub(now()));
+            let came = tokio::time::timeout(wait, &mut answer)
+                .await
+                .ok()
+                .and_then(Result::ok);
+            let Some((outs, done)) = self.settle(came, &mut answer) else {
                 return;
             };
-            let came = came.or_else(|| {
-                // Past the deadline no answer is handed over any more; one
-                // handed over just before is still read.
-                if let Ok(mut waiters) = self.gw.waiters.lock() {
-                    waiters.remove(&self.key);
+            if done {
+                break outs;
+            }
+            for out in outs {
+                if let Out::Client(t) = out {
+                    let _ = tx.send(sse_event(&t)).await;
                 }
-                answer.try_recv().ok()
-            });
-            match came {
-                Some(Answer::Person(yes)) => p.on_person(&self.eid, yes, now()),
-                Some(Answer::Client(text)) if p.asks(&self.eid).is_some() => {
-                    p.on_client(text.as_bytes(), now())
-                }
-                Some(Answer::Client(_)) => Vec::new(),
-                None => p.expire(&self.eid, now()),
             }
         };
         let mut open = true;
@@ -1578,7 +1617,26 @@ mod tests {
         let cancel =
             r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}"#;
         let ping = r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#;
-        // Not an answer: the body as it came.
+        // Not an answer: the body as it came. Nor is a message to a
+        // question's id that is not a JSON-RPC 2.0 result or error: the
+        // proxy answers it (-32600) and the question goes on.
+        for bad in [
+            format!(
+                r#"{{"jsonrpc":"1.0","id":{},"result":{{"action":"accept"}}}}"#,
+                asked[0]
+            ),
+            format!(r#"{{"id":{},"result":{{"action":"accept"}}}}"#, asked[0]),
+            format!(r#"{{"jsonrpc":"2.0","id":{},"result":null}}"#, asked[0]),
+            format!(r#"{{"jsonrpc":"2.0","id":{}}}"#, asked[0]),
+        ] {
+            assert!(
+                matches!(
+                    route_answers(&gw, &p, bad.as_bytes()),
+                    Some(Cow::Borrowed(_))
+                ),
+                "{bad}"
+            );
+        }
         assert!(matches!(
             route_answers(&gw, &p, ping.as_bytes()),
             Some(Cow::Borrowed(_))
