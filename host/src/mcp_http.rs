@@ -31,7 +31,7 @@
 //! * **Approval** (`needs_approval`): the call's POST is answered with an
 //!   SSE stream whose first event is the gateway's `elicitation/create`;
 //!   the client's answer, in a POST of its own, goes to the task that asked
-//!   ([`route_answers`]), which forwards the call and relays its answer on
+//!   (`route_answers`), which forwards the call and relays its answer on
 //!   that stream, or writes the refusal there (declined, cancelled, no
 //!   answer within `--approval-timeout`).
 //!
