@@ -22,7 +22,6 @@ pub mod ledger_cli;
 pub mod ledger_redis;
 pub mod mcp;
 pub mod mcp_http;
-#[cfg(unix)]
 pub mod mcp_terminal;
 pub mod replay;
 pub mod strict;

@@ -69,6 +69,7 @@ use serde_json::{json, Value};
 
 use crate::gate::{self, Counting, GateError, Ledgers, Refusal, ToolCall, Verdict};
 use crate::ledger::{state_dir, Durability, LedgerTx, Store, StoreError};
+use crate::mcp_terminal::Terminal;
 use crate::replay::budget::ReplayBudget;
 use budgetgate_core::word;
 
@@ -1710,7 +1711,7 @@ pub fn serve<G: CallGate>(
     let (person_tx, person_rx) = sync_channel::<(String, bool)>(CHANNEL_MESSAGES);
     let w = wake_tx.clone();
     let terminal = terminal.and_then(|tty| {
-        asker(tty, move |eid, yes| {
+        Terminal::on(tty, move |eid, yes| {
             let _ = person_tx.send((eid, yes));
             let _ = w.try_send(());
         })
@@ -1895,31 +1896,6 @@ fn drain<G: CallGate>(
     }
 }
 
-#[cfg(unix)]
-type Terminal = crate::mcp_terminal::Terminal;
-
-#[cfg(unix)]
-fn asker(tty: std::fs::File, answered: impl Fn(String, bool) + Send + 'static) -> Option<Terminal> {
-    Terminal::on(tty, answered)
-}
-
-/// No approval at a terminal off Unix.
-#[cfg(not(unix))]
-struct Terminal;
-
-#[cfg(not(unix))]
-impl Terminal {
-    fn ask(&self, _: String, _: &Question) -> bool {
-        false
-    }
-    fn withdraw(&self, _: String, _: &str) {}
-}
-
-#[cfg(not(unix))]
-fn asker(_: std::fs::File, _: impl Fn(String, bool) + Send + 'static) -> Option<Terminal> {
-    None
-}
-
 /// Hands the terminal its part of `outs` (a question it cannot take is
 /// refused at once, through the proxy) and returns the rest.
 fn to_terminal<G: CallGate>(
@@ -2057,12 +2033,10 @@ pub fn open_ledger(
 /// The terminal to ask approval at (`--terminal auto`: the controlling
 /// terminal, when the gateway has one).
 pub fn terminal(args: &McpArgs) -> Option<std::fs::File> {
-    #[cfg(unix)]
-    if args.terminal == TerminalUse::Auto {
-        return crate::mcp_terminal::controlling();
+    match args.terminal {
+        TerminalUse::Auto => crate::mcp_terminal::controlling(),
+        TerminalUse::Never => None,
     }
-    let _ = args;
-    None
 }
 
 /// Kills the server and its process group (what it started), and reaps it.
@@ -2798,6 +2772,11 @@ mod tests {
     /// terminal, not to the client.
     #[test]
     fn without_elicitation_the_terminal_is_asked_and_only_it_answers() {
+        // The one question asked at the terminal.
+        let asked = |outs: Vec<Out>| match outs.as_slice() {
+            [Out::Ask(q)] => q.clone(),
+            _ => panic!("{outs:?}"),
+        };
         let s = Setup::new();
         let budget = "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"send_mail\"]\n";
         let mut p = s.proxy(budget);
@@ -2807,10 +2786,7 @@ mod tests {
             T0,
         );
         let line = call(1, "send_mail", json!({"to": "a"}));
-        let outs = p.on_client(&line, T0);
-        let [Out::Ask(q)] = outs.as_slice() else {
-            panic!("{outs:?}")
-        };
+        let q = asked(p.on_client(&line, T0));
         assert!(
             q.text
                 .contains("wants to call send_mail with {\"to\":\"a\"}"),
@@ -2832,10 +2808,7 @@ mod tests {
         );
         assert!(p.on_person(&eid, true, T0).is_empty(), "answered once");
         // No: refused, with who said so.
-        let outs = p.on_client(&call(2, "send_mail", json!({"to": "b"})), T0);
-        let [Out::Ask(q)] = outs.as_slice() else {
-            panic!("{outs:?}")
-        };
+        let q = asked(p.on_client(&call(2, "send_mail", json!({"to": "b"})), T0));
         let refused = client(&p.on_person(&q.eid, false, T0));
         assert_eq!(refused[0]["id"], 2);
         assert!(refused[0]["result"]["content"][0]["text"]
@@ -2844,10 +2817,7 @@ mod tests {
             .contains("the person at the gateway's terminal declined it"));
         // Cancelled by the client, or past its deadline: withdrawn at the
         // terminal; only the deadline's refusal goes to the client.
-        let outs = p.on_client(&call(3, "send_mail", json!({"to": "c"})), T0);
-        let [Out::Ask(q)] = outs.as_slice() else {
-            panic!("{outs:?}")
-        };
+        let q = asked(p.on_client(&call(3, "send_mail", json!({"to": "c"})), T0));
         let cancel =
             br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#;
         assert_eq!(
@@ -2857,10 +2827,7 @@ mod tests {
                 why: "the call was cancelled".into()
             }]
         );
-        let outs = p.on_client(&call(4, "send_mail", json!({"to": "d"})), T0);
-        let [Out::Ask(q)] = outs.as_slice() else {
-            panic!("{outs:?}")
-        };
+        let q = asked(p.on_client(&call(4, "send_mail", json!({"to": "d"})), T0));
         let outs = p.on_tick(T0 + 1_000);
         assert_eq!(
             outs[0],

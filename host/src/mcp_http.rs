@@ -127,7 +127,6 @@ pub struct Gateway {
     /// stream the question went out on).
     waiters: Waiters,
     /// The person at the gateway's terminal, asked when a client cannot be.
-    #[cfg(unix)]
     terminal: Option<crate::mcp_terminal::Terminal>,
 }
 
@@ -199,7 +198,6 @@ impl Gateway {
             .build()
             .map_err(|e| format!("the HTTP client: {e}"))?;
         let waiters: Waiters = Arc::default();
-        #[cfg(unix)]
         let terminal = terminal.and_then(|tty| {
             let waiters = Arc::clone(&waiters);
             crate::mcp_terminal::Terminal::on(tty, move |key, yes| {
@@ -209,8 +207,6 @@ impl Gateway {
                 }
             })
         });
-        #[cfg(not(unix))]
-        let _ = terminal;
         Ok(Self {
             upstream,
             client,
@@ -224,7 +220,6 @@ impl Gateway {
                 made: 0,
             }),
             waiters,
-            #[cfg(unix)]
             terminal,
         })
     }
@@ -236,7 +231,7 @@ impl Gateway {
             self.max_result_bytes,
             self.approval_timeout_ms,
         );
-        proxy.ask_on_terminal(self.has_terminal());
+        proxy.ask_on_terminal(self.terminal.is_some());
         Arc::new(Mutex::new(proxy))
     }
 
@@ -272,32 +267,16 @@ impl Gateway {
         }
     }
 
-    fn has_terminal(&self) -> bool {
-        #[cfg(unix)]
-        return self.terminal.is_some();
-        #[cfg(not(unix))]
-        false
-    }
-
     /// Asks `question` at the terminal under `key`; `false`: it cannot be.
     fn ask_person(&self, key: String, question: &Question) -> bool {
-        #[cfg(unix)]
-        return self.terminal.as_ref().is_some_and(|t| t.ask(key, question));
-        #[cfg(not(unix))]
-        {
-            let _ = (key, question);
-            false
-        }
+        self.terminal.as_ref().is_some_and(|t| t.ask(key, question))
     }
 
     /// The question `key` is no longer asked at the terminal.
     fn withdraw_person(&self, key: String, why: &str) {
-        #[cfg(unix)]
         if let Some(t) = &self.terminal {
             t.withdraw(key, why);
         }
-        #[cfg(not(unix))]
-        let _ = (key, why);
     }
 
     fn forget(&self, key: &str) -> Option<Session> {
@@ -846,6 +825,10 @@ fn accepts_stream(headers: &HeaderMap) -> bool {
 /// an answer), `None` when nothing is left.
 fn route_answers<'b>(gw: &Gateway, p: &Proxy<Gate>, body: &'b [u8]) -> Option<Cow<'b, [u8]>> {
     let whole = Some(Cow::Borrowed(body));
+    if p.next_deadline().is_none() {
+        // No question awaits an answer: nothing to read here.
+        return whole;
+    }
     let Ok(text) = std::str::from_utf8(body) else {
         return whole;
     };
@@ -1531,14 +1514,12 @@ async fn stop_signal() {
 mod tests {
     use super::*;
 
-    /// Bounded memory (docs/MCP.md, "Streamable HTTP"): at most
-    /// [`MAX_SESSIONS`] proxies; a new session takes the place of the least
-    /// recently used idle one, never of one with a request in flight.
-    #[test]
-    fn sessions_are_bounded_and_the_least_recently_used_idle_one_gives_way() {
+    /// A gateway in front of nothing, on a ledger in a new folder (kept
+    /// while the folder is).
+    fn gateway(budget: crate::replay::ReplayBudget) -> (tempfile::TempDir, Gateway) {
         let dir = tempfile::tempdir().expect("dir");
         let store = crate::ledger::Store::open(dir.path(), Duration::from_secs(5)).expect("ledger");
-        let gate = LedgerGate::new(store, Default::default(), "s".into(), 60_000);
+        let gate = LedgerGate::new(store, budget, "s".into(), 60_000);
         let gw = Gateway::new(
             "http://127.0.0.1:1/mcp".into(),
             gate,
@@ -1549,6 +1530,15 @@ mod tests {
             None,
         )
         .expect("gateway");
+        (dir, gw)
+    }
+
+    /// Bounded memory (docs/MCP.md, "Streamable HTTP"): at most
+    /// [`MAX_SESSIONS`] proxies; a new session takes the place of the least
+    /// recently used idle one, never of one with a request in flight.
+    #[test]
+    fn sessions_are_bounded_and_the_least_recently_used_idle_one_gives_way() {
+        let (_dir, gw) = gateway(Default::default());
         for i in 0..MAX_SESSIONS {
             assert!(gw.session(&format!("s{i}")).is_some());
         }
@@ -1572,23 +1562,11 @@ mod tests {
     /// the body stays, a batch a batch.
     #[test]
     fn answers_to_the_gateways_questions_go_to_the_task_that_asked() {
-        let dir = tempfile::tempdir().expect("dir");
-        let store = crate::ledger::Store::open(dir.path(), Duration::from_secs(5)).expect("ledger");
         let budget = crate::replay::budget::parse_budget(
             "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"mail\"]\n",
         )
         .expect("budget");
-        let gate = LedgerGate::new(store, budget, "s".into(), 60_000);
-        let gw = Gateway::new(
-            "http://127.0.0.1:1/mcp".into(),
-            gate,
-            4096,
-            Duration::from_secs(1),
-            Duration::from_secs(1),
-            "t".into(),
-            None,
-        )
-        .expect("gateway");
+        let (_dir, gw) = gateway(budget);
         let (proxy, _) = gw.session("s").expect("session");
         let mut p = proxy.lock().expect("lock");
         p.on_client(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#, 1);

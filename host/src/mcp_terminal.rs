@@ -11,6 +11,10 @@
 //! A question withdrawn (its deadline passed, its call cancelled) is said
 //! so and the next one asked. A terminal that goes away asks nothing more:
 //! the questions left are refused at their deadlines by the proxy.
+//!
+//! Off Unix there is no terminal to ask: [`controlling`] and
+//! [`Terminal::on`] give `None`, and the callers refuse as without one.
+#![cfg_attr(not(unix), allow(dead_code, unused_imports))]
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -20,8 +24,7 @@ use std::time::Duration;
 
 use crate::mcp::Question;
 
-/// Questions queued for the terminal at most (more are refused at once:
-/// the proxy's own bound on requests in flight is lower).
+/// Questions queued for the terminal at most (more are refused at once).
 const QUEUE: usize = 256;
 
 /// The questions waiting their turn: id, text, deadline.
@@ -51,6 +54,7 @@ pub struct Terminal {
 /// or the gateway's process group is its foreground one. A gateway run in
 /// the background of a shell (`budgetgate mcp … &`) is stopped by the
 /// first read (SIGTTIN), so it asks nothing there.
+#[cfg(unix)]
 fn foreground(tty: &File) -> bool {
     match rustix::termios::tcgetpgrp(tty) {
         Ok(group) => group == rustix::process::getpgrp(),
@@ -58,9 +62,17 @@ fn foreground(tty: &File) -> bool {
     }
 }
 
+#[cfg(not(unix))]
+fn foreground(_: &File) -> bool {
+    false
+}
+
 /// The gateway's controlling terminal (`/dev/tty`, opened to read and
 /// write), when it has one.
 pub fn controlling() -> Option<File> {
+    if cfg!(not(unix)) {
+        return None;
+    }
     std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -76,11 +88,19 @@ fn now() -> u64 {
 impl Terminal {
     /// Asks on `tty` (a terminal, or for tests any readable and writable
     /// file).
+    #[cfg(unix)]
     pub fn on(tty: File, answered: impl Fn(String, bool) + Send + 'static) -> Option<Self> {
         let (tx, rx) = sync_channel(QUEUE);
         let own = tty.try_clone().ok()?;
         std::thread::spawn(move || ask_each(tty, &rx, &answered));
         Some(Self { tx, tty: own })
+    }
+
+    /// No asker off Unix.
+    #[cfg(not(unix))]
+    pub fn on(tty: File, answered: impl Fn(String, bool) + Send + 'static) -> Option<Self> {
+        let _ = (tty, answered);
+        None
     }
 
     /// Queues `question`, answered under `id`. `false`: it cannot be
@@ -115,6 +135,7 @@ enum Ended {
     Gone,
 }
 
+#[cfg(unix)]
 fn ask_each(mut tty: File, rx: &Receiver<Cmd>, answered: &dyn Fn(String, bool)) {
     let mut queue: Queue = VecDeque::new();
     let take = |queue: &mut Queue, cmd: Cmd| match cmd {
@@ -174,6 +195,7 @@ fn ask_each(mut tty: File, rx: &Receiver<Cmd>, answered: &dyn Fn(String, bool)) 
 
 /// Reads the person's answer to question `id` until `deadline`, taking
 /// the other commands as they come.
+#[cfg(unix)]
 fn answer(
     tty: &mut File,
     rx: &Receiver<Cmd>,
@@ -244,7 +266,7 @@ fn answer(
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
     use std::os::unix::fs::OpenOptionsExt;

@@ -98,6 +98,43 @@ impl Setup {
         args.extend(server.iter().map(|s| s.to_string()));
         args
     }
+    /// Runs `tests/mcp/terminal_client.py`'s `steps` through the gateway
+    /// (with `extra` options and `--terminal auto`) in front of
+    /// server-everything, on a pseudo-terminal of its own (`background`: as
+    /// a shell's background job there); its JSON lines.
+    fn at_terminal(
+        &self,
+        parts: &Parts,
+        steps: Value,
+        extra: &[&str],
+        background: bool,
+    ) -> Vec<Value> {
+        let everything = parts.everything.display().to_string();
+        let mut args = self.gateway_args(extra, &[everything.as_str(), "stdio"]);
+        // The helper's `--terminal never`, made `auto`.
+        let at = args
+            .iter()
+            .position(|a| a == "never")
+            .expect("--terminal never");
+        args[at] = "auto".into();
+        let mut cmd = Command::new(&parts.python);
+        cmd.arg(mcp_dir().join("terminal_client.py"))
+            .arg(steps.to_string());
+        if background {
+            cmd.arg("--background");
+        }
+        let out = cmd.arg("--").args(&args).output().expect("python runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    }
     /// Tool calls (used, reserved) in the session's ledger.
     fn tool_calls(&self) -> (u64, u64) {
         let store = budgetgate::ledger::Store::open_file(
@@ -353,39 +390,12 @@ fn python_client_lists_calls_within_budget_and_is_refused_over_it() {
 fn without_elicitation_the_person_at_the_gateways_terminal_is_asked() {
     let Some(parts) = parts() else { return };
     let s = Setup::new("[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"echo\"]\n");
-    let everything = parts.everything.display().to_string();
-    let mut args = s.gateway_args(
-        &["--approval-timeout", "2"],
-        &[everything.as_str(), "stdio"],
-    );
-    // The helper's `--terminal never`, made `auto` for this one.
-    let at = args
-        .iter()
-        .position(|a| a == "never")
-        .expect("--terminal never");
-    args[at] = "auto".into();
     let steps = json!([
         {"call": "echo", "arguments": {"message": "yes-at-the-terminal\u{1b}[2K\u{202e}"}, "type": "y\n"},
         {"call": "echo", "arguments": {"message": "no-at-the-terminal"}, "type": "n\n"},
         {"call": "echo", "arguments": {"message": "the-agent-approves-itself"}, "client_answers": "accept"},
     ]);
-    let out = Command::new(&parts.python)
-        .arg(mcp_dir().join("terminal_client.py"))
-        .arg(steps.to_string())
-        .arg("--")
-        .args(&args)
-        .output()
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let got = s.at_terminal(&parts, steps, &["--approval-timeout", "2"], false);
     assert_eq!(got.len(), 3, "{got:?}");
     let asked = got[0]["asked"].as_str().unwrap();
     assert!(asked.contains("wants to call echo"), "{asked}");
@@ -437,35 +447,12 @@ fn without_elicitation_the_person_at_the_gateways_terminal_is_asked() {
 fn a_gateway_in_the_background_of_its_terminal_refuses_instead_of_asking() {
     let Some(parts) = parts() else { return };
     let s = Setup::new("[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"echo\"]\n");
-    let everything = parts.everything.display().to_string();
-    let mut args = s.gateway_args(&[], &[everything.as_str(), "stdio"]);
-    let at = args
-        .iter()
-        .position(|a| a == "never")
-        .expect("--terminal never");
-    args[at] = "auto".into();
     let steps = json!([
         {"call": "echo", "arguments": {"message": "from-the-background"}, "no_question": true},
         {"call": "get-sum", "arguments": {"a": 1, "b": 2}, "no_question": true},
     ]);
     let started = Instant::now();
-    let out = Command::new(&parts.python)
-        .arg(mcp_dir().join("terminal_client.py"))
-        .arg(steps.to_string())
-        .args(["--background", "--"])
-        .args(&args)
-        .output()
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let got = s.at_terminal(&parts, steps, &[], true);
     let refused = &got[0]["answer"]["result"];
     assert_eq!(
         refused["_meta"]["budgetgate"]["reason"], "approval-refused",
