@@ -6,8 +6,11 @@
 //! decisions are made by different processes or across a reset: the Claude
 //! Code hook (one process per hook event), the MCP gateway, the device's
 //! flash. It holds a used and an optional maximum per [`Limit`], the amounts
-//! reserved by work in flight, per-tool call caps, and the instant the run
-//! began. [`Ledger::to_record`] encodes it into a fixed-size, versioned,
+//! reserved by work in flight, the calls counted for each capped tool, and
+//! the instant the run began. The caps themselves are configuration, kept
+//! with the tools' rules in the one tool table ([`crate::tools::ToolTable`]);
+//! a call's cap is passed in where its call is counted.
+//! [`Ledger::to_record`] encodes it into a fixed-size, versioned,
 //! checksummed [`Record`]; [`Ledger::from_record`] refuses a record of
 //! another version, another length, or with a bad checksum. Stores (SQLite,
 //! Redis, flash) keep these bytes and never interpret budgets themselves.
@@ -35,7 +38,7 @@ use core::fmt;
 use heapless::Vec;
 
 use crate::limits::MAX_TOOLS;
-use crate::turn::ToolName;
+use crate::tools::{ToolName, ToolTable};
 
 /// One budget dimension (`SPEC C`, `SPEC E`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -140,12 +143,11 @@ impl fmt::Display for Exceeded {
     }
 }
 
-/// A per-tool cap reached: the tool's own call count and maximum.
+/// A per-tool cap reached: the tool's own call count and its cap (from the
+/// tool table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct CapReached {
-    /// The tool's position in the ledger's cap table.
-    pub cap: u8,
     /// Calls made.
     pub used: u32,
     /// Its cap.
@@ -176,10 +178,8 @@ pub enum LedgerError {
     /// The reservation is larger than what the ledger holds reserved for its
     /// limit (committed or rolled back twice, or from another ledger).
     NotReserved(Reservation),
-    /// The cap table is full.
+    /// More capped tools than the ledger has count slots (`TOOLS`).
     CapsFull,
-    /// A cap for this tool is already in the table.
-    DuplicateCap,
     /// The amounts reserved against this limit would pass `u64::MAX` (only
     /// reachable with no maximum set); refused rather than saturated, since a
     /// saturated sum would give budget back when one of them is released.
@@ -197,7 +197,6 @@ impl fmt::Display for LedgerError {
                 r.limit.unit()
             ),
             Self::CapsFull => write!(f, "at most {MAX_TOOLS} per-tool caps"),
-            Self::DuplicateCap => f.write_str("a cap for this tool is given twice"),
             Self::Overflow(limit) => write!(f, "reservations against {limit} overflow"),
         }
     }
@@ -205,15 +204,15 @@ impl fmt::Display for LedgerError {
 
 impl core::error::Error for LedgerError {}
 
-/// One per-tool call cap.
+/// The calls counted for one capped tool (state; its cap is in the tool
+/// table).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolCap {
+pub struct ToolCount {
     name: ToolName,
     used: u32,
-    max: u32,
 }
 
-impl ToolCap {
+impl ToolCount {
     /// The tool.
     pub fn name(&self) -> &str {
         self.name.as_str()
@@ -222,21 +221,18 @@ impl ToolCap {
     pub const fn used(&self) -> u32 {
         self.used
     }
-    /// The cap.
-    pub const fn max(&self) -> u32 {
-        self.max
-    }
 }
 
-/// Used, maximum and reserved per [`Limit`], per-tool caps, and the instant
-/// the run began (`SPEC E`). `TOOLS` is the cap table's capacity.
+/// Used, maximum and reserved per [`Limit`], the calls counted per capped
+/// tool, and the instant the run began (`SPEC E`). `TOOLS` is how many
+/// capped tools it can count (8 by default).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ledger<const TOOLS: usize = MAX_TOOLS> {
     started_ms: u64,
     used: [u64; Limit::COUNT],
     reserved: [u64; Limit::COUNT],
     max: [Option<u64>; Limit::COUNT],
-    caps: Vec<ToolCap, TOOLS>,
+    counts: Vec<ToolCount, TOOLS>,
 }
 
 impl<const TOOLS: usize> Ledger<TOOLS> {
@@ -248,7 +244,7 @@ impl<const TOOLS: usize> Ledger<TOOLS> {
             used: [0; Limit::COUNT],
             reserved: [0; Limit::COUNT],
             max: [None; Limit::COUNT],
-            caps: Vec::new(),
+            counts: Vec::new(),
         }
     }
 
@@ -259,32 +255,31 @@ impl<const TOOLS: usize> Ledger<TOOLS> {
         }
     }
 
-    /// Adds a per-tool call cap (`Bash` at most 20 calls).
-    pub fn try_add_cap(&mut self, name: ToolName, max: u32) -> Result<(), LedgerError> {
-        if self.caps.iter().any(|c| c.name == name) {
-            return Err(LedgerError::DuplicateCap);
-        }
-        self.caps
-            .push(ToolCap { name, used: 0, max })
-            .map_err(|_| LedgerError::CapsFull)
-    }
-
-    /// Sets the cap of tool `name` to `max`, adding it when the tool has none
-    /// (a budget file that changed between decisions); calls counted stay.
-    pub fn set_cap(&mut self, name: ToolName, max: u32) -> Result<(), LedgerError> {
-        match self.caps.iter_mut().find(|c| c.name == name) {
-            Some(cap) => {
-                cap.max = max;
-                Ok(())
+    /// Counts the calls of exactly the tools `tools` caps: a capped tool
+    /// without a count gets one (0 calls), the count of a tool the table no
+    /// longer caps is dropped (its cap was lifted: a budget file changed
+    /// between decisions), the calls counted for a tool still capped stay.
+    /// Errors [`LedgerError::CapsFull`] when `tools` caps more than `TOOLS`
+    /// tools; the ledger then counts the capped tools it already counted and
+    /// as many more as fit, and refuses a call of any other capped tool
+    /// ([`Self::try_count_tool`]).
+    pub fn track_caps<const N: usize>(&mut self, tools: &ToolTable<N>) -> Result<(), LedgerError> {
+        self.counts.retain(|c| tools.cap(c.name.as_str()).is_some());
+        for (name, _) in tools.caps() {
+            if self.count_of(name.as_str()).is_none() {
+                self.counts
+                    .push(ToolCount {
+                        name: name.clone(),
+                        used: 0,
+                    })
+                    .map_err(|_| LedgerError::CapsFull)?;
             }
-            None => self.try_add_cap(name, max),
         }
+        Ok(())
     }
 
-    /// Keeps only the caps of the tools `keep` names (a budget file whose
-    /// caps changed between decisions); the calls counted for those stay.
-    pub fn retain_caps(&mut self, keep: impl Fn(&str) -> bool) {
-        self.caps.retain(|cap| keep(cap.name.as_str()));
+    fn count_of(&self, name: &str) -> Option<&ToolCount> {
+        self.counts.iter().find(|c| c.name.as_str() == name)
     }
 
     /// When the run began.
@@ -307,9 +302,15 @@ impl<const TOOLS: usize> Ledger<TOOLS> {
         self.max.get(limit.index()).copied().flatten()
     }
 
-    /// The per-tool caps.
-    pub fn caps(&self) -> &[ToolCap] {
-        &self.caps
+    /// The calls counted per capped tool, in the order they were first
+    /// counted or tracked ([`Self::track_caps`]).
+    pub fn counts(&self) -> &[ToolCount] {
+        &self.counts
+    }
+
+    /// The calls counted for tool `name` (0 for a tool never counted).
+    pub fn tool_used(&self, name: &str) -> u32 {
+        self.count_of(name).map_or(0, ToolCount::used)
     }
 
     /// Brings the time used up to `now_ms` (a clock that went back counts
@@ -403,25 +404,29 @@ impl<const TOOLS: usize> Ledger<TOOLS> {
         }
     }
 
-    /// Checks the cap of tool `name`, if it has one, and counts the call
-    /// when it fits (equality allowed: a cap of 1 allows one call).
-    pub fn try_count_tool(&mut self, name: &str) -> Result<(), CapReached> {
-        let found = self
-            .caps
-            .iter_mut()
-            .enumerate()
-            .find(|(_, c)| c.name.as_str() == name);
-        if let Some((at, cap)) = found {
-            if cap.used >= cap.max {
-                return Err(CapReached {
-                    cap: u8::try_from(at).unwrap_or(u8::MAX),
-                    used: cap.used,
-                    max: cap.max,
-                });
-            }
-            cap.used += 1;
+    /// Checks a call of tool `name` against its cap `cap` (the tool
+    /// table's, [`ToolTable::cap`]) and counts the call when it fits
+    /// (equality allowed: a cap of 1 allows one call, a cap of 0 none). A
+    /// tool without a cap (`None`) is neither checked nor counted. Fails
+    /// closed: a capped tool that cannot be counted (`name` outside the
+    /// grammar, or no count slot left: see [`Self::track_caps`]) is refused
+    /// as if its cap were reached.
+    pub fn try_count_tool(&mut self, name: &str, cap: Option<u32>) -> Result<(), CapReached> {
+        let Some(max) = cap else {
+            return Ok(());
+        };
+        let used = self.tool_used(name);
+        if used >= max {
+            return Err(CapReached { used, max });
         }
-        Ok(())
+        if let Some(count) = self.counts.iter_mut().find(|c| c.name.as_str() == name) {
+            count.used += 1;
+            return Ok(());
+        }
+        let name = ToolName::new(name).map_err(|_| CapReached { used: max, max })?;
+        self.counts
+            .push(ToolCount { name, used: 1 })
+            .map_err(|_| CapReached { used: max, max })
     }
 
     /// Gives back one call of tool `name`'s cap, counted by
@@ -429,23 +434,17 @@ impl<const TOOLS: usize> Ledger<TOOLS> {
     /// (a cancelled call, a server that failed). A tool without a cap, or
     /// with no call counted, is left as it is (never below zero).
     pub fn release_tool(&mut self, name: &str) {
-        if let Some(cap) = self.caps.iter_mut().find(|c| c.name.as_str() == name) {
-            cap.used = cap.used.saturating_sub(1);
+        if let Some(count) = self.counts.iter_mut().find(|c| c.name.as_str() == name) {
+            count.used = count.used.saturating_sub(1);
         }
     }
 
-    /// Whether `name` has a cap and it is reached (no state change).
-    pub fn cap_reached(&self, name: &str) -> Option<CapReached> {
-        let (at, cap) = self
-            .caps
-            .iter()
-            .enumerate()
-            .find(|(_, c)| c.name.as_str() == name)?;
-        (cap.used >= cap.max).then(|| CapReached {
-            cap: u8::try_from(at).unwrap_or(u8::MAX),
-            used: cap.used,
-            max: cap.max,
-        })
+    /// Whether tool `name`, capped at `cap` (the tool table's), has reached
+    /// it (no state change). `None` for a tool without a cap.
+    pub fn cap_reached(&self, name: &str, cap: Option<u32>) -> Option<CapReached> {
+        let max = cap?;
+        let used = self.tool_used(name);
+        (used >= max).then_some(CapReached { used, max })
     }
 }
 
@@ -723,30 +722,38 @@ impl Watchdog {
 
 // ------------------------------------------------------------------ record
 
-/// The record's version; a record of another version is refused.
-pub const RECORD_VERSION: u8 = 1;
+/// The record's version; a record of another version is refused. Version
+/// 2: a capped tool's slot keeps its calls counted, no longer its cap (the
+/// cap is the tool table's, issue 11); a version-1 record is refused.
+pub const RECORD_VERSION: u8 = 2;
 const MAGIC: [u8; 3] = *b"BGL";
-const CAP_BYTES: usize = 1 + crate::limits::MAX_TOOL_NAME_LEN + 8;
+const COUNT_BYTES: usize = 1 + crate::limits::MAX_TOOL_NAME_LEN + 4;
 const HEADER: usize = 3 + 1 + 1 + 8;
 const LIMIT_BYTES: usize = Limit::COUNT * (8 + 8 + 8 + 1);
 
-/// Bytes of the record of a ledger with cap capacity `tools`: header,
-/// per-limit used / reserved / maximum, the caps, a CRC-32.
+/// Bytes of the record of a ledger with count capacity `tools`: header,
+/// per-limit used / reserved / maximum, the tool counts, a CRC-32.
 pub const fn record_len(tools: usize) -> usize {
-    HEADER + LIMIT_BYTES + 1 + tools * CAP_BYTES + 4
+    HEADER + LIMIT_BYTES + 1 + tools * COUNT_BYTES + 4
 }
 
 /// The record of a ledger with the default capacity.
 pub const RECORD_LEN: usize = record_len(MAX_TOOLS);
 
+/// A version-1 record's length: each tool slot also kept the tool's cap
+/// (a `u32`), which the tool table holds now ([`Ledger::from_record`]
+/// still reads it).
+const RECORD_V1_LEN: usize = RECORD_LEN + MAX_TOOLS * 4;
+
 /// A ledger's stored form: fixed size (so a flash slot or a database column
 /// always holds the same bytes), little-endian, CRC-32 (ISO-HDLC) last.
 ///
-/// Layout, version 1: `"BGL"`, version, cap capacity, `started_ms` (u64);
+/// Layout, version 2: `"BGL"`, version, count capacity, `started_ms` (u64);
 /// per limit in [`Limit::ALL`] order: used, reserved, maximum (u64 each) and
-/// a flag (1: the maximum is set); the number of caps, then per cap slot its
-/// name length, the name padded with zeros to 64 bytes, used and max (u32
-/// each); the CRC of everything before it. Postcard is not used: its
+/// a flag (1: the maximum is set); the number of tool counts, then per slot
+/// the tool's name length, the name padded with zeros to 64 bytes, and its
+/// calls counted (u32); the CRC of everything before it. (Version 1 also
+/// kept each tool's cap; caps are configuration now, in the tool table.) Postcard is not used: its
 /// variable-length integers make the size depend on the values, and a
 /// fixed-size slot is what flash pages and atomic database updates want.
 #[derive(Clone, PartialEq, Eq)]
@@ -867,23 +874,22 @@ impl Ledger<MAX_TOOLS> {
             w.put(&self.max(limit).unwrap_or(0).to_le_bytes());
             w.put(&[u8::from(self.max(limit).is_some())]);
         }
-        w.put(&[self.caps.len() as u8]);
+        w.put(&[self.counts.len() as u8]);
         for slot in 0..MAX_TOOLS {
             let mut name = [0u8; crate::limits::MAX_TOOL_NAME_LEN];
-            let (len, used, max) = match self.caps.get(slot) {
-                Some(cap) => {
-                    let n = cap.name.as_str().as_bytes();
+            let (len, used) = match self.counts.get(slot) {
+                Some(count) => {
+                    let n = count.name.as_str().as_bytes();
                     if let Some(dst) = name.get_mut(..n.len()) {
                         dst.copy_from_slice(n);
                     }
-                    (n.len() as u8, cap.used, cap.max)
+                    (n.len() as u8, count.used)
                 }
-                None => (0, 0, 0),
+                None => (0, 0),
             };
             w.put(&[len]);
             w.put(&name);
             w.put(&used.to_le_bytes());
-            w.put(&max.to_le_bytes());
         }
         let body = w.at;
         let crc = CRC.checksum(bytes.get(..body).unwrap_or_default());
@@ -893,19 +899,26 @@ impl Ledger<MAX_TOOLS> {
         Record { bytes }
     }
 
-    /// Reads a record written by [`Self::to_record`]. Refuses another
-    /// length, magic or version, a bad checksum and any field out of range.
+    /// Reads a record written by [`Self::to_record`], or by a build of
+    /// version 1 (before the caps moved to the tool table): its caps'
+    /// maxima are dropped (the tool table's count now) and their calls kept
+    /// as the tools' counts, so a ledger an older build stored carries its
+    /// budget over, never less. Refuses another length (for its version),
+    /// magic or version, a bad checksum and any field out of range.
     pub fn from_record(bytes: &[u8]) -> Result<Self, RecordError> {
-        if bytes.len() != RECORD_LEN {
+        // Version 1's slots also held the cap (a u32 after the count).
+        let v1 = bytes.get(3) == Some(&1);
+        let len = if v1 { RECORD_V1_LEN } else { RECORD_LEN };
+        if bytes.len() != len {
             return Err(RecordError::Length(bytes.len()));
         }
-        let (body, crc) = bytes.split_at(RECORD_LEN - 4);
+        let (body, crc) = bytes.split_at(len - 4);
         let mut c = Cursor { buf: body, at: 0 };
         if c.take(3)? != MAGIC {
             return Err(RecordError::Magic);
         }
         let version = c.u8()?;
-        if version != RECORD_VERSION {
+        if version != RECORD_VERSION && !v1 {
             return Err(RecordError::Version(version));
         }
         let mut stored = [0u8; 4];
@@ -942,9 +955,10 @@ impl Ledger<MAX_TOOLS> {
         for slot in 0..MAX_TOOLS {
             let len = usize::from(c.u8()?);
             let name = c.take(crate::limits::MAX_TOOL_NAME_LEN)?;
-            let (used, max) = (c.u32()?, c.u32()?);
+            let used = c.u32()?;
+            let old_cap = if v1 { c.u32()? } else { 0 };
             if slot >= count {
-                if len != 0 || used != 0 || max != 0 || name.iter().any(|&b| b != 0) {
+                if len != 0 || used != 0 || old_cap != 0 || name.iter().any(|&b| b != 0) {
                     return Err(RecordError::Field("unused cap slot"));
                 }
                 continue;
@@ -955,11 +969,11 @@ impl Ledger<MAX_TOOLS> {
                 .ok_or(RecordError::Field("cap name"))?;
             let name = ToolName::new(text).map_err(|_| RecordError::Field("cap name"))?;
             ledger
-                .caps
-                .push(ToolCap { name, used, max })
+                .counts
+                .push(ToolCount { name, used })
                 .map_err(|_| RecordError::Field("cap count"))?;
             if ledger
-                .caps
+                .counts
                 .iter()
                 .filter(|c| c.name.as_str() == text)
                 .count()
@@ -980,8 +994,18 @@ mod tests {
         let mut l = Ledger::new(100);
         l.set_max(Limit::Tokens, Some(1000));
         l.set_max(Limit::ToolCalls, Some(2));
-        l.try_add_cap(ToolName::new("Bash").unwrap(), 1).unwrap();
+        l.track_caps(&tools()).unwrap();
         l
+    }
+
+    /// `Bash` capped at 1 call, as the tool table says.
+    const BASH: Option<u32> = Some(1);
+
+    fn tools() -> ToolTable<8> {
+        let mut t = ToolTable::new();
+        t.set_others(crate::tools::ToolRule::Run);
+        t.try_add_cap("Bash", 1).unwrap();
+        t
     }
 
     #[test]
@@ -1084,48 +1108,55 @@ mod tests {
     #[test]
     fn a_released_tool_call_gives_its_cap_back_and_never_goes_below_zero() {
         let mut l = ledger();
-        l.try_count_tool("Bash").unwrap();
-        assert!(l.cap_reached("Bash").is_some());
+        l.try_count_tool("Bash", BASH).unwrap();
+        assert!(l.cap_reached("Bash", BASH).is_some());
         l.release_tool("Bash");
-        assert_eq!(l.cap_reached("Bash"), None);
+        assert_eq!(l.cap_reached("Bash", BASH), None);
         l.release_tool("Bash");
         l.release_tool("Read");
-        l.try_count_tool("Bash").unwrap();
-        assert!(l.try_count_tool("Bash").is_err());
+        l.try_count_tool("Bash", BASH).unwrap();
+        assert!(l.try_count_tool("Bash", BASH).is_err());
     }
 
     #[test]
     fn a_per_tool_cap_allows_exactly_its_maximum() {
         let mut l = ledger();
-        assert_eq!(l.cap_reached("Bash"), None);
-        l.try_count_tool("Bash").unwrap();
-        let reached = l.try_count_tool("Bash").unwrap_err();
+        assert_eq!(l.cap_reached("Bash", BASH), None);
+        l.try_count_tool("Bash", BASH).unwrap();
+        let reached = l.try_count_tool("Bash", BASH).unwrap_err();
         assert_eq!((reached.used, reached.max), (1, 1));
-        assert_eq!(l.cap_reached("Bash"), Some(reached));
-        // Another tool has no cap.
+        assert_eq!(l.cap_reached("Bash", BASH), Some(reached));
+        // Another tool has no cap: never refused, never counted.
         for _ in 0..10 {
-            l.try_count_tool("Read").unwrap();
+            l.try_count_tool("Read", None).unwrap();
         }
-        assert_eq!(
-            l.try_add_cap(ToolName::new("Bash").unwrap(), 3),
-            Err(LedgerError::DuplicateCap)
-        );
+        assert_eq!(l.cap_reached("Read", None), None);
+        assert_eq!(l.tool_used("Read"), 0);
+        // The table holds one cap per tool (`ToolTableError::Duplicate`).
+        assert!(tools().try_add_cap("Bash", 3).is_err());
     }
 
     #[test]
     fn a_cap_set_again_keeps_its_calls_and_a_new_one_is_added() {
         let mut l = ledger();
-        l.try_count_tool("Bash").unwrap();
-        l.set_cap(ToolName::new("Bash").unwrap(), 3).unwrap();
-        l.set_cap(ToolName::new("Read").unwrap(), 2).unwrap();
+        l.try_count_tool("Bash", BASH).unwrap();
+        // The budget file now caps Bash at 3 and Read at 2.
+        let mut t: ToolTable<8> = ToolTable::new();
+        t.try_add_cap("Bash", 3).unwrap();
+        t.try_add_cap("Read", 2).unwrap();
+        l.track_caps(&t).unwrap();
         let caps: std::vec::Vec<_> = l
-            .caps()
+            .counts()
             .iter()
-            .map(|c| (c.name(), c.used(), c.max()))
+            .map(|c| (c.name(), c.used(), t.cap(c.name())))
             .collect();
-        assert_eq!(caps, [("Bash", 1, 3), ("Read", 0, 2)]);
-        l.retain_caps(|name| name == "Read");
-        assert_eq!(l.caps().len(), 1);
+        assert_eq!(caps, [("Bash", 1, Some(3)), ("Read", 0, Some(2))]);
+        // Then only Read: Bash's cap is lifted and its count dropped.
+        let mut only_read: ToolTable<8> = ToolTable::new();
+        only_read.try_add_cap("Read", 2).unwrap();
+        l.track_caps(&only_read).unwrap();
+        assert_eq!(l.counts().len(), 1);
+        assert_eq!(l.tool_used("Bash"), 0);
         assert_eq!(l.started_ms(), 100);
     }
 
@@ -1167,7 +1198,7 @@ mod tests {
         );
         assert_eq!(
             RecordError::Version(9).to_string(),
-            "ledger record version 9; this build reads version 1"
+            "ledger record version 9; this build reads version 2"
         );
     }
 
@@ -1426,7 +1457,7 @@ mod tests {
         l.set_max(Limit::CostMicros, Some(5_000_000));
         l.record(Limit::Tokens, 123);
         let _held = l.try_reserve(Limit::ToolCalls, 1).unwrap();
-        l.try_count_tool("Bash").unwrap();
+        l.try_count_tool("Bash", BASH).unwrap();
         let record = l.to_record();
         assert_eq!(record.as_bytes().len(), RECORD_LEN);
         assert_eq!(Ledger::from_record(record.as_bytes()), Ok(l.clone()));
@@ -1489,7 +1520,7 @@ mod tests {
         let good = ledger().to_record().as_bytes().to_vec();
         let limit_at = |i: usize| HEADER + i * (8 + 8 + 8 + 1);
         let caps_at = HEADER + LIMIT_BYTES;
-        let slot_at = |i: usize| caps_at + 1 + i * CAP_BYTES;
+        let slot_at = |i: usize| caps_at + 1 + i * COUNT_BYTES;
         let cases: std::vec::Vec<(&str, std::vec::Vec<u8>)> = std::vec![
             ("maximum flag", {
                 // No maximum, yet a maximum written.
@@ -1527,15 +1558,15 @@ mod tests {
             }),
             ("unused cap slot", {
                 let mut b = good.clone();
-                b[slot_at(1) + 1 + crate::limits::MAX_TOOL_NAME_LEN + 6] = 1;
+                b[slot_at(1) + 1 + crate::limits::MAX_TOOL_NAME_LEN + 3] = 1;
                 b
             }),
             ("cap name given twice", {
                 // Slot 1 a copy of slot 0, and two caps counted.
                 let mut b = good.clone();
                 let (s0, s1) = (slot_at(0), slot_at(1));
-                let slot: std::vec::Vec<u8> = b[s0..s0 + CAP_BYTES].to_vec();
-                b[s1..s1 + CAP_BYTES].copy_from_slice(&slot);
+                let slot: std::vec::Vec<u8> = b[s0..s0 + COUNT_BYTES].to_vec();
+                b[s1..s1 + COUNT_BYTES].copy_from_slice(&slot);
                 b[caps_at] = 2;
                 b
             }),
@@ -1580,17 +1611,148 @@ mod tests {
     #[test]
     fn a_full_cap_table_round_trips() {
         let mut l: Ledger = Ledger::new(5);
+        let mut t: ToolTable<9> = ToolTable::new();
         for (i, name) in ["a", "b", "c", "d", "e", "f", "g", "h"]
             .into_iter()
             .enumerate()
         {
-            l.try_add_cap(ToolName::new(name).unwrap(), i as u32)
-                .unwrap();
+            t.try_add_cap(name, i as u32 + 1).unwrap();
         }
+        l.track_caps(&t).unwrap();
+        for name in ["a", "h"] {
+            l.try_count_tool(name, t.cap(name)).unwrap();
+        }
+        t.try_add_cap("i", 1).unwrap();
+        assert_eq!(l.track_caps(&t), Err(LedgerError::CapsFull));
+        // Fail closed: a capped tool that cannot be counted is refused.
         assert_eq!(
-            l.try_add_cap(ToolName::new("i").unwrap(), 1),
-            Err(LedgerError::CapsFull)
+            l.try_count_tool("i", Some(1)),
+            Err(CapReached { used: 1, max: 1 })
         );
         assert_eq!(Ledger::from_record(l.to_record().as_bytes()), Ok(l));
+    }
+
+    /// Issue 11 (one tool table): a cap of 0 in the table denies every call
+    /// of its tool, and counts none.
+    #[test]
+    fn a_cap_of_zero_denies_every_call() {
+        let mut l: Ledger = Ledger::new(0);
+        let mut t: ToolTable<2> = ToolTable::new();
+        t.try_add_cap("send_email", 0).unwrap();
+        l.track_caps(&t).unwrap();
+        let cap = t.cap("send_email");
+        assert_eq!(
+            l.try_count_tool("send_email", cap),
+            Err(CapReached { used: 0, max: 0 })
+        );
+        assert_eq!(
+            l.cap_reached("send_email", cap),
+            Some(CapReached { used: 0, max: 0 })
+        );
+        assert_eq!(l.tool_used("send_email"), 0);
+    }
+
+    /// Issue 11: a tool capped in the table but never tracked is counted on
+    /// its first call (a slot is taken then), up to its cap; a name outside
+    /// the grammar is refused, never counted.
+    #[test]
+    fn a_cap_reached_refuses_the_next_call_even_untracked() {
+        let mut l: Ledger = Ledger::new(0);
+        l.try_count_tool("Bash", Some(2)).unwrap();
+        l.try_count_tool("Bash", Some(2)).unwrap();
+        assert_eq!(
+            l.try_count_tool("Bash", Some(2)),
+            Err(CapReached { used: 2, max: 2 })
+        );
+        assert_eq!(l.tool_used("Bash"), 2);
+        assert_eq!(
+            l.try_count_tool("Ba sh", Some(2)),
+            Err(CapReached { used: 2, max: 2 })
+        );
+        assert_eq!(l.counts().len(), 1);
+    }
+
+    /// Issue 11, `SPEC E` (a stored budget is never lost): a record of
+    /// version 1, which kept each tool's cap beside its count, is read:
+    /// the calls counted are kept, the cap (the tool table's now) dropped;
+    /// it is checked as strictly as a version-2 record (its own length,
+    /// checksum, unused slots empty), and a record of another version is
+    /// refused.
+    #[test]
+    fn a_version_1_record_is_read_with_its_counts() {
+        // A version-1 record: header, limits (tool calls: 3 used of 5),
+        // one cap (Bash: 2 calls of 4) and seven empty 73-byte slots (name
+        // length, name, used, max), then its CRC.
+        let v1 = |caps: &[(&str, u32, u32)], tail: u32| {
+            let mut v = std::vec::Vec::new();
+            v.extend_from_slice(b"BGL");
+            v.extend_from_slice(&[1, MAX_TOOLS as u8]);
+            v.extend_from_slice(&7u64.to_le_bytes());
+            for limit in Limit::ALL {
+                let (used, max) = if limit == Limit::ToolCalls {
+                    (3u64, Some(5u64))
+                } else {
+                    (0, None)
+                };
+                v.extend_from_slice(&used.to_le_bytes());
+                v.extend_from_slice(&0u64.to_le_bytes());
+                v.extend_from_slice(&max.unwrap_or(0).to_le_bytes());
+                v.push(u8::from(max.is_some()));
+            }
+            v.push(caps.len() as u8);
+            for slot in 0..MAX_TOOLS {
+                let (name, used, max) = caps.get(slot).copied().unwrap_or(("", 0, 0));
+                let mut padded = [0u8; 64];
+                padded[..name.len()].copy_from_slice(name.as_bytes());
+                v.push(name.len() as u8);
+                v.extend_from_slice(&padded);
+                v.extend_from_slice(&used.to_le_bytes());
+                let max = if slot + 1 == MAX_TOOLS { tail } else { max };
+                v.extend_from_slice(&max.to_le_bytes());
+            }
+            let crc = CRC.checksum(&v);
+            v.extend_from_slice(&crc.to_le_bytes());
+            v
+        };
+        let old = v1(&[("Bash", 2, 4)], 0);
+        assert_eq!(old.len(), RECORD_V1_LEN);
+        let back = Ledger::from_record(&old).unwrap();
+        assert_eq!(back.used(Limit::ToolCalls), 3);
+        assert_eq!(back.max(Limit::ToolCalls), Some(5));
+        assert_eq!(back.started_ms, 7);
+        assert_eq!(
+            back.counts()
+                .iter()
+                .map(|c| (c.name.as_str(), c.used))
+                .collect::<std::vec::Vec<_>>(),
+            [("Bash", 2)]
+        );
+        // Stored again, it is a version-2 record with the same figures.
+        let again = back.to_record();
+        assert_eq!(again.as_bytes()[3], RECORD_VERSION);
+        assert_eq!(Ledger::from_record(again.as_bytes()), Ok(back));
+        // As strict as version 2: a cap in an unused slot, a bad checksum,
+        // the other version's length.
+        assert_eq!(
+            Ledger::from_record(&v1(&[("Bash", 2, 4)], 9)),
+            Err(RecordError::Field("unused cap slot"))
+        );
+        let mut flipped = old.clone();
+        flipped[20] ^= 1;
+        assert_eq!(Ledger::from_record(&flipped), Err(RecordError::Checksum));
+        assert_eq!(
+            Ledger::from_record(&old[..RECORD_LEN]),
+            Err(RecordError::Length(RECORD_LEN))
+        );
+        // Any other version is refused, whatever its length.
+        for version in [0u8, 3, 9] {
+            let mut other = ledger().to_record().as_bytes().to_vec();
+            other[3] = version;
+            assert_eq!(
+                Ledger::from_record(&other),
+                Err(RecordError::Version(version))
+            );
+        }
+        assert_eq!(RECORD_VERSION, 2);
     }
 }

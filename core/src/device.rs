@@ -5,7 +5,8 @@
 //!
 //! Frames in, replies and actuator commands out, time passed in: the gate
 //! never reads a clock or a port. The device maker lists its tools as
-//! [`ToolSpec`]s, types their calls as one [`Command`] (parsed once from a
+//! [`ToolSpec`](crate::registry::ToolSpec)s (registered in the run's one tool table by
+//! [`ToolSet::from_specs`]), types their calls as one [`Command`] (parsed once from a
 //! checked call) and implements [`Actuators`] (a command in, a result out;
 //! the safe state; the actuators read back); the board's main loop feeds
 //! [`DeviceGate::on_frame`] every frame the [`link::FrameDecoder`]
@@ -20,7 +21,7 @@
 //! whose [`Verdict`] hands back the call it is about, borrowed from the
 //! frame: the gate keeps no copy of the proposal to match against it. An
 //! accepted call of a registered tool has its arguments checked against its
-//! [`ToolSpec`] and is parsed, once, into the device's [`Command`] (parse,
+//! [`ToolSpec`](crate::registry::ToolSpec) and is parsed, once, into the device's [`Command`] (parse,
 //! then trust: a call that does not parse is refused as `invalid-arguments`,
 //! and [`Actuators::execute`] sees only the command, never the raw
 //! arguments); a tool that needs approval waits for the operator, the
@@ -48,11 +49,11 @@
 //!
 //! ```
 //! use budgetgate_core::device::{
-//!     Actuators, Command, CommandError, DeviceGate, Timing, ToolFailure, ToolTable,
+//!     Actuators, Command, CommandError, DeviceGate, Timing, ToolFailure,
 //! };
 //! use budgetgate_core::link::{self, FrameDecoder};
 //! use budgetgate_core::registry::{CheckedArguments, Param, ParamKind, ToolSpec};
-//! use budgetgate_core::RunLimits;
+//! use budgetgate_core::{RunLimits, ToolSet};
 //!
 //! /// One lamp; its safe state is off.
 //! struct Lamp(bool);
@@ -92,7 +93,7 @@
 //!
 //! // The agent link and the console; a board passes its UARTs.
 //! let (mut agent, mut console) = ([0u8; 256], [0u8; 64]);
-//! let tools = ToolTable::new(&TOOLS)?;
+//! let tools = ToolSet::from_specs(&TOOLS)?;
 //! let mut gate: DeviceGate<Lamp, 1> = DeviceGate::new(Lamp(false), tools, Timing::DEFAULT);
 //! gate.start(RunLimits::DEFAULT, 0)?;
 //!
@@ -131,11 +132,11 @@ use crate::budget::{DutyExceeded, DutyWindow, DutyWindows, Watchdog};
 use crate::ident::Identifier;
 use crate::limits::{DEFAULT_MAX_RUN_MILLIS, MAX_DUTY_WINDOWS, MAX_STEPS, MAX_TOOLS};
 use crate::link::{self, FrameError, Reply, Request, FRAME_MAX, PROTOCOL_VERSION};
-use crate::registry::{tool_set, ArgumentError, CheckedArguments, ToolSpec};
+use crate::registry::{check_into, ArgumentError, CheckedArguments};
 use crate::resume::{self, AuditEntry, AuditVerdict, ResumeError, RunView, Stage};
 use crate::run::{ObservationData, Pending as Token, Progress, Run, RunError, RunLimits, Status};
-use crate::run::{ToolSet, Verdict};
-use crate::run::{ToolSetError, TraceRow};
+use crate::run::{ToolSet, TraceRow, Verdict};
+use crate::tools::{ToolRule, ToolTable};
 
 /// `defmt::info!` with the `defmt` feature, nothing (the arguments only
 /// borrowed) without it: the core never needs a global logger.
@@ -180,7 +181,7 @@ impl fmt::Display for JournalFailure {
 
 impl core::error::Error for JournalFailure {}
 
-/// Why a call whose arguments fit its [`ToolSpec`] does not become its
+/// Why a call whose arguments fit its [`ToolSpec`](crate::registry::ToolSpec) does not become its
 /// tool's [`Command`] ([`Command::parse`]). The gate refuses it exactly as
 /// it refuses arguments that break the signature: `invalid-arguments`, not
 /// executed, a counted attempt, audited [`AuditVerdict::InvalidArguments`].
@@ -188,7 +189,7 @@ impl core::error::Error for JournalFailure {}
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum CommandError {
-    /// This tool number (its index in the gate's [`ToolSpec`] list) has
+    /// This tool number (its index in the gate's [`ToolSpec`](crate::registry::ToolSpec) list) has
     /// no command: the tool list and the command type disagree.
     Tool(usize),
     /// An argument the signature allows and the command cannot take (a
@@ -215,14 +216,14 @@ impl core::error::Error for CommandError {}
 
 /// A device's tool call as a typed value: what [`Actuators::execute`] runs.
 /// Parse, then trust: the gate parses a call once, from the arguments its
-/// [`ToolSpec::check`] handed back, before any prompt or actuator, and from
+/// [`ToolSpec::check`](crate::registry::ToolSpec::check) handed back, before any prompt or actuator, and from
 /// then on only this value exists; a call waiting for approval keeps it,
 /// and `execute` never sees the raw arguments. So a command holds what it
 /// needs by value (an enum with a variant per tool, the arguments as the
 /// types the tool works in), nothing borrowed from the frame.
 pub trait Command: Sized {
     /// The command of tool number `tool` (its index in the gate's
-    /// [`ToolSpec`] list), from the arguments that passed that spec's check
+    /// [`ToolSpec`](crate::registry::ToolSpec) list), from the arguments that passed that spec's check
     /// (each of its parameter's type and range, read once): take them as
     /// the types the tool works in, and refuse what a signature cannot say
     /// (a rule between two arguments). A refusal is the observation
@@ -233,7 +234,7 @@ pub trait Command: Sized {
 
 /// What a device maker implements: the device's tools acting on its
 /// actuators. The gate calls [`Actuators::execute`] only for a call that
-/// the run accepted, whose arguments passed its [`ToolSpec::check`] and
+/// the run accepted, whose arguments passed its [`ToolSpec::check`](crate::registry::ToolSpec::check) and
 /// parsed to its [`Command`], and that the operator approved if its spec
 /// says so.
 pub trait Actuators {
@@ -628,38 +629,14 @@ fn observation<'a, R: Serialize>(
     }
 }
 
-/// A device's tools: their [`ToolSpec`]s (tool index `i` is `specs[i]`)
-/// and their names as the run looks them up. Built once, before the gate.
-#[derive(Debug, Clone)]
-pub struct ToolTable<const TOOLS: usize = MAX_TOOLS> {
-    specs: &'static [ToolSpec],
-    names: ToolSet<TOOLS>,
-}
-
-impl<const TOOLS: usize> ToolTable<TOOLS> {
-    /// Registers `specs` in order. Fails as [`ToolSet::try_add`] does: an
-    /// invalid or repeated name, or more than `TOOLS` specs.
-    pub fn new(specs: &'static [ToolSpec]) -> Result<Self, ToolSetError> {
-        Ok(Self {
-            specs,
-            names: tool_set(specs)?,
-        })
-    }
-
-    /// The specs, in index order.
-    pub fn specs(&self) -> &'static [ToolSpec] {
-        self.specs
-    }
-}
-
 /// The device gate: the run, the tool registry, the actuators, the approval
 /// state and the time budget. `TOOLS` is the tool capacity (at most 8,
 /// `SPEC A2`). About 6 KiB with the defaults (two 1 KiB frame buffers and
 /// a [`Run`] of 32 steps), so a board keeps it in a `static`.
 pub struct DeviceGate<A: Actuators, const TOOLS: usize = MAX_TOOLS> {
-    /// The run; its [`ToolSet`] is the tool table's names.
+    /// The run; its tool table holds the tools' names, signatures and
+    /// approval rules.
     run: Run<MAX_STEPS, TOOLS>,
-    specs: &'static [ToolSpec],
     phase: Phase,
     runs: u32,
     timing: Timing,
@@ -687,11 +664,10 @@ pub struct DeviceGate<A: Actuators, const TOOLS: usize = MAX_TOOLS> {
 impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     /// A gate with no run (the operator starts one) over `tools` and
     /// `actuators`, which are driven to their safe state.
-    pub fn new(mut actuators: A, tools: ToolTable<TOOLS>, timing: Timing) -> Self {
+    pub fn new(mut actuators: A, tools: ToolSet<TOOLS>, timing: Timing) -> Self {
         actuators.safe_state();
         Self {
-            run: Run::new(RunLimits::DEFAULT, tools.names),
-            specs: tools.specs,
+            run: Run::new(RunLimits::DEFAULT, tools),
             phase: Phase::Idle,
             runs: 0,
             timing,
@@ -912,7 +888,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         if self.pending.is_some() {
             return Err(StartError::ApprovalPending);
         }
-        self.run = Run::new(limits, self.run.tools().clone());
+        self.run.restart(limits);
         self.phase = Phase::Running { started_ms: now_ms };
         self.runs = self.runs.wrapping_add(1);
         self.clock_ms = now_ms;
@@ -998,9 +974,10 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         self.timing
     }
 
-    /// The registered tools, in index order.
-    pub fn specs(&self) -> &'static [ToolSpec] {
-        self.specs
+    /// The registered tools (tool index `i` is entry `i`): names, approval
+    /// rules and signatures.
+    pub fn tools(&self) -> &ToolTable<TOOLS> {
+        self.run.tools()
     }
 
     /// The actuators.
@@ -1224,12 +1201,17 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                 return self.after(agent, step, Progress::Stopped(status))
             }
         };
-        // Not by type: the tool table gave the run its names, so every
-        // index has its spec. Never expected; the run then awaits an
-        // outcome it never gets, and refuses every later proposal.
-        let Some(spec) = self.specs.get(tool) else {
+        // Not by type: the run's verdict names an entry of its own table.
+        // Never expected; the run then awaits an outcome it never gets, and
+        // refuses every later proposal.
+        let Some(entry) = self.run.tools().get(tool) else {
             return self.internal(agent, RunError::NoPendingCall);
         };
+        // A tool without a signature takes no arguments here.
+        let (params, needs_approval) = (
+            entry.signature().unwrap_or(&[]),
+            entry.rule() == ToolRule::NeedsApproval,
+        );
         // Parse, then trust: the call becomes its command once, here; a
         // command that does not parse is refused as arguments that break
         // the signature are, and from here on only the command exists.
@@ -1237,7 +1219,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         // 200 bytes on a 32-bit board, and each move a `memcpy` of about as
         // many instructions before the verdict.
         let mut args = CheckedArguments::new();
-        let parsed = match spec.check_into(&call.arguments, &mut args) {
+        let parsed = match check_into(params, &call.arguments, &mut args) {
             Ok(()) => A::Command::parse(tool, &args),
             Err(e) => Err(CommandError::Argument(e)),
         };
@@ -1257,7 +1239,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                 return self.refuse(agent, call, token, word::INVALID_ARGUMENTS);
             }
         };
-        if spec.needs_approval {
+        if needs_approval {
             // No prompt for a call its duty window refuses now (execution
             // checks again: the window may be spent by the answer).
             if let Switch::On(actuator) = self.actuators.switches(&command) {
@@ -1301,7 +1283,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             });
             // Pending first: even if the console cannot be written, the
             // timeout still settles the call and the run goes on.
-            *prompted = prompt(console, spec, call);
+            *prompted = prompt(console, call);
             return Ok(());
         }
         self.execute(agent, call, command, token)
@@ -1775,16 +1757,13 @@ fn answered<C: Write>(console: &mut C, answer: Answer, call_id: &str) -> Result<
 }
 
 /// `approve? c3 HassValveOpen {"name":"valve"} [y/n]` on the console.
-fn prompt<C: Write>(
-    console: &mut C,
-    spec: &ToolSpec,
-    call: &ToolCallRef<'_>,
-) -> Result<(), C::Error> {
+fn prompt<C: Write>(console: &mut C, call: &ToolCallRef<'_>) -> Result<(), C::Error> {
     let mut args = [0u8; 128];
     console.write_all(b"approve? ")?;
     console.write_all(call.call_id.as_bytes())?;
     console.write_all(b" ")?;
-    console.write_all(spec.name.as_bytes())?;
+    // The name the run matched exactly against the tool's entry.
+    console.write_all(call.name.as_bytes())?;
     console.write_all(b" ")?;
     // Checked arguments of an approval tool are short; a longer encoding
     // is elided rather than cut.
@@ -1801,7 +1780,7 @@ mod tests {
     //! a number the test moves, a lamp (actuator 0, no window) and a valve
     //! (actuator 1).
     use super::*;
-    use crate::registry::{Param, ParamKind};
+    use crate::registry::{Param, ParamKind, ToolSpec};
     use crate::resume::{AuditRecord, AUDIT_ENTRY_MAX, RUN_RECORD_MAX};
     use std::string::String;
     use std::vec::Vec;
@@ -1940,7 +1919,7 @@ mod tests {
 
         /// The same gate, no run started.
         fn booted(window_ms: u32, max_on_ms: u32) -> Self {
-            let tools = ToolTable::new(&SPECS).unwrap();
+            let tools = ToolSet::from_specs(&SPECS).unwrap();
             let mut gate = DeviceGate::new(Home::default(), tools, Timing::DEFAULT);
             // Windows of minutes outlast the default time budget.
             gate.set_time_budget(u32::MAX);
@@ -2249,7 +2228,7 @@ mod tests {
         back.now_ms = 570_008;
         assert!(back.call("o3", "ValveOpen").contains(r#""executed":true"#));
         // A board with no window for the valve drops the stored one.
-        let tools = ToolTable::new(&SPECS).unwrap();
+        let tools = ToolSet::from_specs(&SPECS).unwrap();
         let mut bare: DeviceGate<Home, 4> =
             DeviceGate::new(Home::default(), tools, Timing::DEFAULT);
         bare.resume(&record, 0).unwrap();
@@ -2282,7 +2261,7 @@ mod command_tests {
     //! `from..to`: a rule between two arguments that no signature states,
     //! so only the command's parse can refuse `to <= from`.
     use super::*;
-    use crate::registry::{Param, ParamKind};
+    use crate::registry::{Param, ParamKind, ToolSpec};
     use crate::resume::{AuditRecord, AUDIT_ENTRY_MAX};
     use std::cell::Cell;
     use std::string::{String, ToString};
@@ -2414,7 +2393,7 @@ mod command_tests {
     impl Device {
         fn started() -> Self {
             PARSES.with(|n| n.set(0));
-            let tools = ToolTable::new(&SPECS).unwrap();
+            let tools = ToolSet::from_specs(&SPECS).unwrap();
             let mut gate = DeviceGate::new(Timer::default(), tools, Timing::DEFAULT);
             gate.start(RunLimits::new(16, 16).unwrap(), 0).unwrap();
             Self {

@@ -79,12 +79,17 @@ pub(crate) fn check(
 
 macro_rules! identifier {
     ($(#[$doc:meta])* $name:ident, $cap:expr, $first:expr, $rest:expr, $pattern:literal) => {
+        $crate::ident::identifier!($(#[$doc])* $name, $cap, usize, $first, $rest, $pattern);
+    };
+    // `$len`: the type of the stored length (`u8` keeps a value of up to
+    // 255 bytes one byte longer than its text, where `usize` adds eight).
+    ($(#[$doc:meta])* $name:ident, $cap:expr, $len:ty, $first:expr, $rest:expr, $pattern:literal) => {
         $(#[$doc])*
         // Equality is the bytes' (as derived), compared without a call to
         // `memcmp` for short values; `Hash` and `Ord` agree with it.
         #[allow(clippy::derived_hash_with_manual_eq)]
         #[derive(Debug, Clone, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(heapless::String<{ $cap }>);
+        pub struct $name(heapless::String<{ $cap }, $len>);
 
         impl PartialEq for $name {
             fn eq(&self, other: &Self) -> bool {

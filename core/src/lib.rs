@@ -15,6 +15,11 @@
 //!   measured byte-exactly by [`pyjson`]; its [`Verdict`] hands back the
 //!   call it is about, borrowed from the proposal, with a [`Pending`] token
 //!   that [`Run::complete`] consumes;
+//! * [`tools::ToolTable`]: the one tool table — per tool a rule (run, ask a
+//!   person, deny as `unknown-tool`), an optional call cap and an optional
+//!   typed signature, and a rule for every other name — which the run
+//!   (through [`ToolSet`]), the turn gate and the device gate read
+//!   (`SPEC A2`, `SPEC C`, `SPEC E`);
 //! * [`word`]: every word the contract and the device protocol spell
 //!   (statuses, reasons, observation data), which every front-end uses;
 //! * [`trace_work`]: the work units of a trace (`SPEC A3`);
@@ -35,9 +40,9 @@
 //!   signatures for a device.
 //!
 //! Sizes with the default capacities (x86_64, checked by the `state_sizes`
-//! test): [`Run`] 3736 bytes, [`device::DeviceGate`] 6656 bytes (its two
+//! test): [`Run`] 4064 bytes, [`device::DeviceGate`] 6960 bytes (its two
 //! 1 KiB frame buffers, a run and four duty windows, with actuators of no
-//! size), [`Plan`] 1800 bytes, [`TurnGate`] 6080 bytes,
+//! size), [`Plan`] 1800 bytes, [`TurnGate`] 6112 bytes,
 //! [`ActionRef`] 120 bytes whatever the action holds; an owned [`Action`]
 //! 64560 bytes (its strings hold 2000 characters of 4-byte UTF-8 each; a
 //! smaller capacity such as `Action<256>` refuses longer strings).
@@ -94,6 +99,7 @@ pub mod pyjson;
 pub mod registry;
 pub mod resume;
 pub mod run;
+pub mod tools;
 pub mod turn;
 pub mod word;
 pub mod work;

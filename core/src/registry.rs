@@ -7,7 +7,9 @@
 //! back those that fit as [`CheckedArguments`], each value read once and
 //! kept with its parameter (what a device's command is parsed from);
 //! [`tool_set`] registers a list of specs with a [`Run`](crate::Run) so that
-//! the run's tool index is the spec's index.
+//! the run's tool index is the spec's index. A spec is how a device
+//! declares a tool in a `static`; the run keeps it as an entry of the one
+//! tool table ([`crate::tools::ToolTable`]: name, approval rule, signature).
 
 use core::fmt;
 
@@ -123,7 +125,7 @@ pub struct CheckedArguments<'a> {
 }
 
 impl<'a> CheckedArguments<'a> {
-    /// None yet: what [`ToolSpec::check_into`] fills.
+    /// None yet: what [`check_arguments`] fills.
     pub(crate) const fn new() -> Self {
         Self {
             params: &[],
@@ -191,85 +193,91 @@ impl<'a> CheckedArguments<'a> {
 }
 
 impl ToolSpec {
-    /// Checks `args` against the signature: no unknown keys, every required
-    /// parameter present, each value of its type and within its range. The
-    /// arguments that fit come back with their parameters
-    /// ([`CheckedArguments`]).
+    /// Checks `args` against the signature ([`check_arguments`] with this
+    /// spec's parameters).
     pub fn check<'a>(
         &self,
         args: &ArgumentsRef<'a>,
     ) -> Result<CheckedArguments<'a>, ArgumentError> {
-        let mut checked = CheckedArguments::new();
-        self.check_into(args, &mut checked)?;
-        Ok(checked)
-    }
-
-    /// [`Self::check`] into `checked` (emptied first; left partly filled
-    /// on an error): the device gate keeps the checked arguments in its own
-    /// frame, where a returned value would be copied in with `memcpy`
-    /// (about 200 bytes on a 32-bit board, as many instructions before the
-    /// verdict).
-    // Kept out of line: inlined into a caller built for size (the firmware),
-    // its moves would become calls to `memcpy`.
-    #[inline(never)]
-    pub(crate) fn check_into<'a>(
-        &self,
-        args: &ArgumentsRef<'a>,
-        checked: &mut CheckedArguments<'a>,
-    ) -> Result<(), ArgumentError> {
-        checked.params = self.params;
-        checked.values.clear();
-        // One pass over the arguments (a lookup per parameter would be a
-        // pass each): every argument is matched to its parameter, then the
-        // parameters are checked in their order. The matches are what the
-        // call's command is parsed from.
-        let found = &mut checked.values;
-        for (index, (key, value)) in args.iter().enumerate() {
-            let param = self
-                .params
-                .iter()
-                .position(|p| key == p.key)
-                .ok_or(ArgumentError::Unexpected { index: index as u8 })?;
-            // Cannot fail: there are at most MAX_ARGUMENTS arguments.
-            let _ = found.push((param, value));
-        }
-        for (at, param) in self.params.iter().enumerate() {
-            let value = found.iter().find(|(p, _)| *p == at).map(|(_, v)| *v);
-            let Some(value) = value else {
-                if param.required {
-                    return Err(ArgumentError::Missing(param.key));
-                }
-                continue;
-            };
-            match (param.kind, value) {
-                (ParamKind::Int { min, max }, ScalarRef::Int(v)) => {
-                    if !(min..=max).contains(&v) {
-                        return Err(ArgumentError::OutOfRange(param.key));
-                    }
-                }
-                (ParamKind::Bool, ScalarRef::Bool(_)) => {}
-                (ParamKind::Number, ScalarRef::Int(_) | ScalarRef::Float(_)) => {}
-                (ParamKind::Choice(choices), ScalarRef::Str(s)) => {
-                    if !choices.iter().any(|c| s == *c) {
-                        return Err(ArgumentError::NotAChoice(param.key));
-                    }
-                }
-                _ => return Err(ArgumentError::WrongType(param.key)),
-            }
-        }
-        Ok(())
+        check_arguments(self.params, args)
     }
 }
 
-/// The names of `specs`, registered in order: tool index `i` of a run built
-/// with this set is `specs[i]`. Fails as [`ToolSet::try_add`] does (an invalid
-/// or repeated name, more than `N` tools).
-pub fn tool_set<const N: usize>(specs: &[ToolSpec]) -> Result<ToolSet<N>, ToolSetError> {
-    let mut set = ToolSet::new();
-    for spec in specs {
-        set.try_add(spec.name)?;
+/// Checks `args` against the signature `params` (a [`ToolSpec`]'s, or a
+/// [`crate::tools::ToolEntry`]'s): no unknown keys, every required
+/// parameter present, each value of its type and within its range. The
+/// arguments that fit come back with their parameters
+/// ([`CheckedArguments`]); the first that does not is the error.
+pub fn check_arguments<'a>(
+    params: &'static [Param],
+    args: &ArgumentsRef<'a>,
+) -> Result<CheckedArguments<'a>, ArgumentError> {
+    let mut checked = CheckedArguments::new();
+    check_into(params, args, &mut checked)?;
+    Ok(checked)
+}
+
+/// [`check_arguments`] into `checked` (emptied first; left partly filled
+/// on an error): the device gate keeps the checked arguments in its own
+/// frame, where a returned value would be copied in with `memcpy`
+/// (about 200 bytes on a 32-bit board, as many instructions before the
+/// verdict).
+// Kept out of line: inlined into a caller built for size (the firmware),
+// its moves would become calls to `memcpy`.
+#[inline(never)]
+pub(crate) fn check_into<'a>(
+    params: &'static [Param],
+    args: &ArgumentsRef<'a>,
+    checked: &mut CheckedArguments<'a>,
+) -> Result<(), ArgumentError> {
+    checked.params = params;
+    checked.values.clear();
+    // One pass over the arguments (a lookup per parameter would be a
+    // pass each): every argument is matched to its parameter, then the
+    // parameters are checked in their order. The matches are what the
+    // call's command is parsed from.
+    let found = &mut checked.values;
+    for (index, (key, value)) in args.iter().enumerate() {
+        let param = params
+            .iter()
+            .position(|p| key == p.key)
+            .ok_or(ArgumentError::Unexpected { index: index as u8 })?;
+        // Cannot fail: there are at most MAX_ARGUMENTS arguments.
+        let _ = found.push((param, value));
     }
-    Ok(set)
+    for (at, param) in params.iter().enumerate() {
+        let value = found.iter().find(|(p, _)| *p == at).map(|(_, v)| *v);
+        let Some(value) = value else {
+            if param.required {
+                return Err(ArgumentError::Missing(param.key));
+            }
+            continue;
+        };
+        match (param.kind, value) {
+            (ParamKind::Int { min, max }, ScalarRef::Int(v)) => {
+                if !(min..=max).contains(&v) {
+                    return Err(ArgumentError::OutOfRange(param.key));
+                }
+            }
+            (ParamKind::Bool, ScalarRef::Bool(_)) => {}
+            (ParamKind::Number, ScalarRef::Int(_) | ScalarRef::Float(_)) => {}
+            (ParamKind::Choice(choices), ScalarRef::Str(s)) => {
+                if !choices.iter().any(|c| s == *c) {
+                    return Err(ArgumentError::NotAChoice(param.key));
+                }
+            }
+            _ => return Err(ArgumentError::WrongType(param.key)),
+        }
+    }
+    Ok(())
+}
+
+/// The tools of `specs`, registered in order ([`ToolSet::from_specs`]):
+/// tool index `i` of a run built with this set is `specs[i]`. Fails as
+/// [`ToolSet::try_add`] does (an invalid or repeated name, more than `N`
+/// tools).
+pub fn tool_set<const N: usize>(specs: &[ToolSpec]) -> Result<ToolSet<N>, ToolSetError> {
+    ToolSet::from_specs(specs)
 }
 
 #[cfg(test)]

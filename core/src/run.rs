@@ -48,6 +48,8 @@ use crate::limits::{
     MAX_TOOLS, MAX_TOOL_CALLS,
 };
 use crate::pyjson::encoded_len;
+use crate::registry::{Param, ToolSpec};
+use crate::tools::{ToolName, ToolRule, ToolTable, ToolTableError};
 use crate::word;
 
 /// How a run ended (`SPEC A2`); spelled as the contract spells it by [`Status::as_str`].
@@ -287,11 +289,15 @@ impl fmt::Display for ToolSetError {
 
 impl core::error::Error for ToolSetError {}
 
-/// The names of the registered tools, at most `N` (8 by default). A tool is
-/// referred to by its index in registration order.
+/// The tools registered for a bounded run (`SPEC A2`), at most `N` (8 by
+/// default): the registration front of the one tool table
+/// ([`ToolTable`]). It keeps A2's rules, which are stricter than the
+/// table's: a name matches `[A-Za-z][A-Za-z0-9_-]{0,39}` (`SPEC A1`), every
+/// name not registered is unknown (no rule for others), and there are no
+/// caps. A tool is referred to by its index in registration order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolSet<const N: usize = MAX_TOOLS> {
-    names: Vec<Identifier, N>,
+    table: ToolTable<N>,
 }
 
 impl<const N: usize> Default for ToolSet<N> {
@@ -303,29 +309,76 @@ impl<const N: usize> Default for ToolSet<N> {
 impl<const N: usize> ToolSet<N> {
     /// No tools.
     pub const fn new() -> Self {
-        Self { names: Vec::new() }
+        Self {
+            table: ToolTable::new(),
+        }
     }
 
-    /// Registers `name` and returns its index.
+    /// Registers `name` (rule [`ToolRule::Run`], no signature) and returns
+    /// its index. Errors: [`ToolSetError::InvalidName`] outside
+    /// `[A-Za-z][A-Za-z0-9_-]{0,39}`, [`ToolSetError::Duplicate`],
+    /// [`ToolSetError::Full`] past `N` tools; the set is unchanged then.
     pub fn try_add(&mut self, name: &str) -> Result<usize, ToolSetError> {
-        let id = Identifier::new(name).map_err(ToolSetError::InvalidName)?;
-        if self.position(name).is_some() {
-            return Err(ToolSetError::Duplicate);
+        self.try_add_with(name, ToolRule::Run, None)
+    }
+
+    /// Registers a device's tool: `spec`'s name, its signature, and
+    /// [`ToolRule::NeedsApproval`] if the spec asks for approval
+    /// ([`ToolRule::Run`] otherwise). Errors as [`Self::try_add`].
+    pub fn try_add_spec(&mut self, spec: &ToolSpec) -> Result<usize, ToolSetError> {
+        let rule = if spec.needs_approval {
+            ToolRule::NeedsApproval
+        } else {
+            ToolRule::Run
+        };
+        self.try_add_with(spec.name, rule, Some(spec.params))
+    }
+
+    /// Registers `specs` in order ([`Self::try_add_spec`]): tool index `i`
+    /// is `specs[i]`. Fails on the first spec that cannot be registered.
+    pub fn from_specs(specs: &[ToolSpec]) -> Result<Self, ToolSetError> {
+        let mut set = Self::new();
+        for spec in specs {
+            set.try_add_spec(spec)?;
         }
-        self.names.push(id).map_err(|_| ToolSetError::Full)?;
-        Ok(self.names.len() - 1)
+        Ok(set)
+    }
+
+    fn try_add_with(
+        &mut self,
+        name: &str,
+        rule: ToolRule,
+        signature: Option<&'static [Param]>,
+    ) -> Result<usize, ToolSetError> {
+        // A1's grammar, stricter than the table's: a letter first, at most
+        // 40 characters. A name that passes is a valid table name. (The
+        // check is `Identifier::new`, which the action scanner's build
+        // already holds: on a device no second copy of the grammar.)
+        Identifier::new(name).map_err(ToolSetError::InvalidName)?;
+        let name = ToolName::from_checked(name).map_err(ToolSetError::InvalidName)?;
+        self.table
+            .try_push(name, rule, signature)
+            .map_err(|e| match e {
+                ToolTableError::InvalidName(e) => ToolSetError::InvalidName(e),
+                ToolTableError::Duplicate | ToolTableError::DuplicateCap => ToolSetError::Duplicate,
+                ToolTableError::Full => ToolSetError::Full,
+            })
     }
 
     /// The index of `name`, if registered.
     pub fn position(&self, name: &str) -> Option<usize> {
-        self.names
-            .iter()
-            .position(|n| crate::ident::same_bytes(n.as_bytes(), name.as_bytes()))
+        self.table.position(name)
     }
 
-    /// The registered names in order.
-    pub fn names(&self) -> &[Identifier] {
-        &self.names
+    /// The tool table the run decides with.
+    pub fn table(&self) -> &ToolTable<N> {
+        &self.table
+    }
+
+    /// The tool table, for [`Run::new`]. Not `const`: a set holds a
+    /// `heapless::Vec`, whose destructor a `const fn` cannot run.
+    pub fn into_table(self) -> ToolTable<N> {
+        self.table
     }
 }
 
@@ -338,7 +391,7 @@ pub enum Verdict<'p, C: ?Sized, T: ?Sized> {
     /// hand `pending` and the outcome to [`Run::complete`] (or `pending`
     /// alone to [`Run::refuse`]). The attempt is already counted.
     Execute {
-        /// Index of the tool in the [`ToolSet`].
+        /// Index of the tool in the run's [`ToolTable`] (its [`ToolSet`]).
         tool: usize,
         /// The call to execute.
         call: &'p C,
@@ -495,7 +548,7 @@ enum State {
 #[derive(Debug, Clone)]
 pub struct Run<const STEPS: usize = MAX_STEPS, const TOOLS: usize = MAX_TOOLS> {
     limits: RunLimits,
-    tools: ToolSet<TOOLS>,
+    tools: ToolTable<TOOLS>,
     trace: Vec<TraceRow, STEPS>,
     tool_attempts: u8,
     state: State,
@@ -507,8 +560,23 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
         "a run needs room for 32 trace rows"
     );
 
-    /// A run that has not asked its policy yet.
-    pub const fn new(limits: RunLimits, tools: ToolSet<TOOLS>) -> Self {
+    /// A run that has not asked its policy yet, over the tools of `tools`.
+    pub fn new(limits: RunLimits, tools: ToolSet<TOOLS>) -> Self {
+        Self::with_table(limits, tools.into_table())
+    }
+
+    /// Starts this run again from nothing with `limits`, over the same
+    /// tools (a device gate starting its next run): no copy of the tool
+    /// table is made.
+    pub(crate) fn restart(&mut self, limits: RunLimits) {
+        self.limits = limits;
+        self.trace.clear();
+        self.tool_attempts = 0;
+        self.state = State::AwaitingProposal;
+    }
+
+    /// [`Run::new`] with the table of a [`ToolSet`].
+    const fn with_table(limits: RunLimits, tools: ToolTable<TOOLS>) -> Self {
         #[allow(clippy::let_unit_value)]
         let () = Self::FITS;
         Self {
@@ -677,8 +745,8 @@ impl<const STEPS: usize, const TOOLS: usize> Run<STEPS, TOOLS> {
         self.limits
     }
 
-    /// The registered tools.
-    pub fn tools(&self) -> &ToolSet<TOOLS> {
+    /// The registered tools: the tool table of the run's [`ToolSet`].
+    pub fn tools(&self) -> &ToolTable<TOOLS> {
         &self.tools
     }
 
@@ -1096,6 +1164,54 @@ mod tests {
             set.try_add("1a"),
             Err(ToolSetError::InvalidName(_))
         ));
+    }
+
+    /// Issue 11 (one tool table), `SPEC A2`: a run's tools are entries of
+    /// the one table, registered under A1's stricter names (the table
+    /// itself takes `[A-Za-z0-9_-]{1,64}`): a leading digit or a 41st
+    /// character is refused, and refused as the table refuses nothing; the
+    /// run's table has every registered tool at its index with rule `run`,
+    /// a spec's approval and signature, no rule for others and no cap.
+    #[test]
+    fn a_tool_set_keeps_a1_names_on_the_one_table() {
+        use crate::registry::{ParamKind, ToolSpec};
+        let mut set = ToolSet::<4>::new();
+        let long = "x".repeat(41);
+        for name in ["0abc", "-a", long.as_str()] {
+            assert!(crate::tools::ToolName::new(name).is_ok(), "{name:?}");
+            assert!(
+                matches!(set.try_add(name), Err(ToolSetError::InvalidName(_))),
+                "{name:?}"
+            );
+        }
+        assert!(set.table().is_empty());
+        assert_eq!(set.try_add(&"x".repeat(40)), Ok(0));
+        const P: &[Param] = &[Param {
+            key: "on",
+            kind: ParamKind::Bool,
+            required: true,
+        }];
+        let spec = ToolSpec {
+            name: "valve",
+            description: "",
+            params: P,
+            needs_approval: true,
+        };
+        assert_eq!(set.try_add_spec(&spec), Ok(1));
+        assert_eq!(set.try_add_spec(&spec), Err(ToolSetError::Duplicate));
+        let run: Run<32, 4> = Run::new(RunLimits::DEFAULT, set);
+        let tools = run.tools();
+        assert_eq!(tools.others(), ToolRule::Unknown);
+        assert_eq!(
+            tools.get(0).map(|e| (e.rule(), e.signature())),
+            Some((ToolRule::Run, None))
+        );
+        let valve = tools.get(1).unwrap();
+        assert_eq!(
+            (valve.rule(), valve.signature(), valve.cap()),
+            (ToolRule::NeedsApproval, Some(P), None)
+        );
+        assert_eq!(tools.caps().count(), 0);
     }
 
     /// `SPEC A2`: every status and rejection reason is spelled as the

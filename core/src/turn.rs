@@ -348,7 +348,8 @@ mod tests {
         g.approve("c", false).unwrap();
         assert_eq!(g.tool_attempts(), 2);
         assert_eq!(g.refusals().get(RefusalReason::ToolCap), 1);
-        assert_eq!(g.ledger().caps()[0].used(), 1);
+        assert_eq!(g.ledger().counts()[0].used(), 1);
+        assert_eq!(g.rules().cap("search"), Some(1));
     }
 
     /// `SPEC C` reserve mode on the ledger: the worst case is held while the

@@ -18,11 +18,10 @@ use std::collections::VecDeque;
 
 use budgetgate_core::device::{
     Actuators, Answer, Command, CommandError, DeviceGate, StartError, Switch, Timing, ToolFailure,
-    ToolTable,
 };
 use budgetgate_core::link::{self, FrameDecoder, FRAME_MAX};
 use budgetgate_core::registry::{ArgumentError, CheckedArguments, Param, ParamKind, ToolSpec};
-use budgetgate_core::{RunLimits, ScalarRef};
+use budgetgate_core::{RunLimits, ScalarRef, ToolSet};
 use serde::Serialize;
 
 mod common;
@@ -366,7 +365,7 @@ struct Device {
 
 impl Device {
     fn boot() -> Self {
-        let tools = ToolTable::new(&SPECS).expect("the tool table");
+        let tools = ToolSet::from_specs(&SPECS).expect("the tool table");
         Self {
             gate: DeviceGate::new(Home::default(), tools, Timing::DEFAULT),
             rx: FrameDecoder::new(),
@@ -1052,16 +1051,16 @@ fn a_console_that_cannot_be_written_never_leaves_a_call_unanswered() {
 fn the_tool_table_is_checked_before_the_gate() {
     use budgetgate_core::ToolSetError;
     assert_eq!(
-        ToolTable::<2>::new(&SPECS).map(|_| ()),
+        ToolSet::<2>::from_specs(&SPECS).map(|_| ()),
         Err(ToolSetError::Full)
     );
     static TWICE: [ToolSpec; 2] = [SPECS[0], SPECS[0]];
     assert_eq!(
-        ToolTable::<8>::new(&TWICE).map(|_| ()),
+        ToolSet::<8>::from_specs(&TWICE).map(|_| ()),
         Err(ToolSetError::Duplicate)
     );
-    let table = ToolTable::<8>::new(&SPECS).expect("eight fit eight");
-    assert_eq!(table.specs().len(), 8);
+    let table = ToolSet::<8>::from_specs(&SPECS).expect("eight fit eight");
+    assert_eq!(table.table().len(), 8);
 }
 
 /// A result the contract allows (at most 4096 bytes) that one reply frame
@@ -1374,7 +1373,7 @@ fn a_spent_window_drives_the_actuator_safe_through_the_default() {
             Switch::On(0)
         }
     }
-    let tools = ToolTable::new(&ONE).expect("the tool table");
+    let tools = ToolSet::from_specs(&ONE).expect("the tool table");
     let mut gate: DeviceGate<Valve, 1> = DeviceGate::new(Valve(false), tools, Timing::DEFAULT);
     gate.set_duty_window(0, 1_000, 100).expect("a window");
     gate.start(RunLimits::DEFAULT, 0).expect("start");

@@ -18,7 +18,6 @@
 
 use budgetgate_core::device::{
     Actuators, Answer, Command, CommandError, DeviceGate, JournalFailure, Timing, ToolFailure,
-    ToolTable,
 };
 use budgetgate_core::link::{self, FrameDecoder};
 use budgetgate_core::registry::{CheckedArguments, Param, ParamKind, ToolSpec};
@@ -26,6 +25,7 @@ use budgetgate_core::resume::{
     self, AuditEntry, AuditRecord, AuditVerdict, ResumeError, RunView, AUDIT_ENTRY_MAX,
     RUN_RECORD_MAX,
 };
+use budgetgate_core::ToolSet;
 use budgetgate_core::{RunLimits, TraceRow};
 
 mod common;
@@ -128,7 +128,7 @@ struct Device {
 
 impl Device {
     fn boot(timing: Timing) -> Self {
-        let tools = ToolTable::new(&SPECS).expect("the tool table");
+        let tools = ToolSet::from_specs(&SPECS).expect("the tool table");
         Self {
             gate: DeviceGate::new(Board::default(), tools, timing),
             now_ms: 0,

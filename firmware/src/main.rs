@@ -38,8 +38,8 @@ use core::mem::MaybeUninit;
 
 #[cfg(feature = "keys")]
 use budgetgate_core::device::ApprovalKeys;
-use budgetgate_core::device::{DeviceGate, ToolTable};
-use budgetgate_core::ToolSetError;
+use budgetgate_core::device::DeviceGate;
+use budgetgate_core::{ToolSet, ToolSetError};
 use cortex_m_rt::entry;
 use critical_section::Mutex;
 use defmt_semihosting as _; // the global defmt logger
@@ -171,7 +171,7 @@ fn install(
     slot: &'static mut MaybeUninit<Gate>,
     home: Home,
 ) -> Result<&'static mut Gate, ToolSetError> {
-    let tools: ToolTable<TOOL_CAPACITY> = ToolTable::new(&SPECS)?;
+    let tools: ToolSet<TOOL_CAPACITY> = ToolSet::from_specs(&SPECS)?;
     let gate = slot.write(Gate::new(home, tools, TIMING));
     // In range by the config's own checks; a refusal would leave the valve
     // without a window, so it is logged.

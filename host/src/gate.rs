@@ -24,11 +24,12 @@
 //! reservations ([`roll_back_expired`]).
 
 use budgetgate_core::budget::{Exceeded, Ledger, Limit, Reservation};
+use budgetgate_core::tools::{ToolRule, ToolTable};
 use budgetgate_core::turn::{RefusalReason, ToolName};
 use serde_json::Value;
 
 use crate::ledger::{LedgerTx, StoreError};
-use crate::replay::budget::ReplayBudget;
+use crate::replay::budget::{ReplayBudget, BUDGET_TOOLS};
 
 /// The reason word of a full `[rate]` window (the core has no clock
 /// windows: they are the host's, checked after the core's rules).
@@ -207,23 +208,25 @@ impl Verdict {
     }
 }
 
-/// The session's fresh ledger with the budget's maxima.
-pub fn apply_budget(ledger: &mut Ledger, budget: &ReplayBudget) -> Result<(), GateError> {
+/// The session's fresh ledger with the budget's maxima and the caps of
+/// `tools`, the budget's tool table ([`ReplayBudget::tool_table`]).
+pub fn apply_budget(
+    ledger: &mut Ledger,
+    budget: &ReplayBudget,
+    tools: &ToolTable<BUDGET_TOOLS>,
+) -> Result<(), GateError> {
     let l = &budget.limits;
     ledger.set_max(Limit::ModelCalls, Some(u64::from(l.max_model_calls)));
     ledger.set_max(Limit::Tokens, Some(l.max_tokens));
     ledger.set_max(Limit::Millis, Some(l.max_millis));
     ledger.set_max(Limit::CostMicros, l.max_cost_micros);
     ledger.set_max(Limit::ToolCalls, l.max_tool_calls.map(u64::from));
-    // The caps are the budget file's as it is now: a cap removed from it is
-    // lifted, the calls counted under a cap that stays are kept.
-    ledger.retain_caps(|name| budget.tool_caps.iter().any(|(n, _)| n == name));
-    for (name, max) in &budget.tool_caps {
-        let name = ToolName::new(name).map_err(|e| GateError::Budget(e.to_string()))?;
-        ledger
-            .set_cap(name, *max)
-            .map_err(|e| GateError::Budget(e.to_string()))?;
-    }
+    // The caps are the budget file's tool table as it is now: the calls of
+    // a tool whose cap was removed are forgotten (its cap is lifted), those
+    // counted under a cap that stays are kept.
+    ledger
+        .track_caps(tools)
+        .map_err(|e| GateError::Budget(e.to_string()))?;
     Ok(())
 }
 
@@ -241,6 +244,9 @@ pub struct Ledgers {
     pub session: Ledger,
     /// Sub-agents' ledgers loaded so far.
     pub agents: Vec<(String, Ledger)>,
+    /// The budget's tool table, built once per decision
+    /// ([`ReplayBudget::tool_table`]).
+    pub tools: Box<ToolTable<BUDGET_TOOLS>>,
 }
 
 impl Ledgers {
@@ -261,10 +267,12 @@ impl Ledgers {
             }
             None => Ledger::new(now),
         };
-        apply_budget(&mut ledger, budget)?;
+        let tools = budget.tool_table().map_err(GateError::Budget)?;
+        apply_budget(&mut ledger, budget, &tools)?;
         Ok(Self {
             session: ledger,
             agents: Vec::new(),
+            tools,
         })
     }
 
@@ -386,12 +394,16 @@ pub fn roll_back_expired(
 
 /// Ends reservation `key` of `session`: the call counts. A reservation
 /// that expired (and was rolled back) meanwhile is counted now, once.
+///
+/// `cap` is the tool's cap in the budget's tool table
+/// ([`ReplayBudget::tool_table`]).
 pub fn commit_reservation(
     tx: &(impl LedgerTx + ?Sized),
     session: &str,
     ledger: &mut Ledger,
     key: &str,
     tool: &str,
+    cap: Option<u32>,
 ) -> Result<(), GateError> {
     match tx.take_reservation(session, key)? {
         Some(_) => {
@@ -401,7 +413,7 @@ pub fn commit_reservation(
         }
         None => {
             ledger.record(Limit::ToolCalls, 1);
-            let _ = ledger.try_count_tool(tool);
+            let _ = ledger.try_count_tool(tool, cap);
         }
     }
     Ok(())
@@ -542,7 +554,8 @@ fn decide_new_call(
             }
         }
     }
-    if let Some(cap) = owners[0].cap_reached(call.name) {
+    let tool_cap = ledgers.tools.cap(call.name);
+    if let Some(cap) = owners[0].cap_reached(call.name, tool_cap) {
         return Ok(Verdict::Refuse(
             Refusal::new(
                 RefusalReason::ToolCap,
@@ -585,9 +598,12 @@ fn decide_new_call(
     // 8. The attempt counts.
     match counting {
         Counting::Record => {
+            // The caps are the session's: a sub-agent's ledger counts no
+            // tool of its own.
+            let mut cap = tool_cap;
             for ledger in owners {
                 ledger.record(Limit::ToolCalls, 1);
-                let _ = ledger.try_count_tool(call.name);
+                let _ = ledger.try_count_tool(call.name, cap.take());
             }
         }
         Counting::Reserve { key, expires_ms } => {
@@ -599,11 +615,10 @@ fn decide_new_call(
                 let _held = ledger
                     .try_reserve(Limit::ToolCalls, 1)
                     .map_err(|e| GateError::Input(e.to_string()))?;
-                let _ = ledger.try_count_tool(call.name);
+                let _ = ledger.try_count_tool(call.name, tool_cap);
             }
             for ledger in owners {
                 ledger.record(Limit::ToolCalls, 1);
-                let _ = ledger.try_count_tool(call.name);
             }
             tx.put_reservation(session, key, call.name, expires_ms)?;
         }
@@ -611,7 +626,7 @@ fn decide_new_call(
     if budget.rate.any() {
         tx.add_rate_call(session, now, 86_400_000)?;
     }
-    if budget.needs_approval.iter().any(|n| n == call.name) {
+    if ledgers.tools.rule(call.name) == ToolRule::NeedsApproval {
         return Ok(Verdict::Ask(format!(
             "budgetgate: {} needs a person's approval (needs_approval in the budget)",
             call.name
@@ -665,7 +680,7 @@ mod tests {
         (
             ledger.used(Limit::ToolCalls),
             ledger.reserved(Limit::ToolCalls),
-            ledger.caps()[0].used(),
+            ledger.counts()[0].used(),
         )
     }
 
@@ -697,6 +712,47 @@ mod tests {
             panic!("refused")
         };
         assert_eq!(r.limit.as_deref(), Some("per_hour"));
+    }
+
+    /// Issue 11 (one tool table): a capped tool's calls are counted in the
+    /// session's ledger only, a sub-agent's call too; a sub-agent's ledger
+    /// counts no tool of its own (it has no caps).
+    #[test]
+    fn a_sub_agents_call_counts_toward_the_sessions_cap_only() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut store = Store::open(dir.path(), Duration::from_secs(5)).expect("store");
+        let budget = crate::replay::budget::parse_budget(
+            "[budget]\nmax_seconds = 100000\n[tools]\nmax_calls = { t = 1 }\n[subagent]\nmax_tool_calls = 10\n",
+        )
+        .expect("budget");
+        store
+            .decide(|tx| {
+                let mut ledgers = Ledgers::load(tx, "s", &budget, 0)?;
+                ledgers.agent(tx, "s", "A", &budget, 0)?;
+                let cx = Context {
+                    session: "s",
+                    agent: Some("A"),
+                    budget: &budget,
+                    now: 1,
+                };
+                for (id, expected) in [("a1", true), ("a2", false)] {
+                    let input = json!({ "id": id });
+                    let shown = format!("the id {id}");
+                    let call = ToolCall {
+                        name: "t",
+                        input: &input,
+                        call_id: id,
+                        shown_id: &shown,
+                        id_scope: "in this session",
+                    };
+                    let v = decide_tool_call(tx, &cx, &mut ledgers, &call, Counting::Record)?;
+                    assert_eq!(v == Verdict::Run, expected, "{id}: {v:?}");
+                }
+                assert_eq!(ledgers.session.tool_used("t"), 1);
+                assert!(ledgers.agents[0].1.counts().is_empty());
+                Ok::<_, GateError>(())
+            })
+            .expect("decided");
     }
 
     #[test]
@@ -740,7 +796,8 @@ mod tests {
             store
                 .decide(|tx| {
                     let mut l = Ledgers::load(tx, "s", &budget, 0)?;
-                    commit_reservation(tx, "s", &mut l.session, key, "t")?;
+                    let cap = l.tools.cap("t");
+                    commit_reservation(tx, "s", &mut l.session, key, "t", cap)?;
                     l.store(tx, "s", 2_500)
                 })
                 .expect("commit");

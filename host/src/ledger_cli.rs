@@ -197,13 +197,15 @@ fn as_json(entry: &ListedLedger) -> Value {
                     )
                 })
                 .collect();
+            // A cap is the budget file's (the tool table), not the
+            // ledger's: the record keeps only the calls counted.
             let caps: serde_json::Map<String, Value> = ledger
-                .caps()
+                .counts()
                 .iter()
                 .map(|c| {
                     (
                         c.name().to_owned(),
-                        json!({"used": c.used(), "max": c.max()}),
+                        json!({"used": c.used(), "max": Value::Null}),
                     )
                 })
                 .collect();
@@ -252,12 +254,14 @@ fn table(out: &mut String, entry: &ListedLedger) {
             max.map_or("no limit".into(), |m| figure(limit, m)),
         ));
     }
-    for cap in ledger.caps() {
+    // The caps themselves are in the budget file (the tool table); the
+    // ledger keeps the calls counted under them.
+    for count in ledger.counts() {
         rows.push((
-            format!("{} calls", safe(cap.name())),
-            bar(u64::from(cap.used()), Some(u64::from(cap.max()))),
-            cap.used().to_string(),
-            cap.max().to_string(),
+            format!("{} calls", safe(count.name())),
+            bar(u64::from(count.used()), None),
+            count.used().to_string(),
+            "cap in the budget file".to_owned(),
         ));
     }
     let width = rows

@@ -356,7 +356,8 @@ impl CallGate for LedgerGate {
 
     fn commit(&mut self, key: &str, tool: &str, now: u64) -> Result<(), String> {
         self.end(now, |tx, session, l| {
-            gate::commit_reservation(tx, session, &mut l.session, key, tool)
+            let cap = l.tools.cap(tool);
+            gate::commit_reservation(tx, session, &mut l.session, key, tool, cap)
         })
     }
 
@@ -367,10 +368,11 @@ impl CallGate for LedgerGate {
     }
 
     fn denied(&self, tool: &str) -> bool {
+        // A cap of 0 in the budget's tool table; a table that cannot be
+        // built (fail closed) denies every tool.
         self.budget
-            .tool_caps
-            .iter()
-            .any(|(name, max)| name == tool && *max == 0)
+            .tool_table()
+            .map_or(true, |tools| tools.cap(tool) == Some(0))
             || self.budget.limits.max_tool_calls == Some(0)
     }
 }
@@ -599,7 +601,7 @@ struct Approval {
 
 /// The gateway's logic without I/O: lines in, [`Out`] messages out, the
 /// time passed in (milliseconds; the ledger's clock).
-pub struct Proxy<G> {
+pub struct Proxy<G: CallGate> {
     gate: G,
     connection: String,
     max_result_bytes: u64,
@@ -616,6 +618,10 @@ pub struct Proxy<G> {
     /// A secret of this proxy's, in every question id, so that a client
     /// cannot answer a question it has not been sent (ids are not guessed).
     question_salt: u64,
+    /// Calls the server answered whose reservations are not committed
+    /// yet ([`Self::on_server_unsettled`]): committed by [`Self::settle`],
+    /// which every other entry point (and dropping the proxy) runs first.
+    unsettled: Vec<(String, String)>,
 }
 
 impl<G: CallGate> Proxy<G> {
@@ -644,6 +650,18 @@ impl<G: CallGate> Proxy<G> {
                 std::collections::hash_map::RandomState::new()
                     .hash_one(std::time::SystemTime::now())
             },
+            unsettled: Vec::new(),
+        }
+    }
+
+    /// Commits the reservations of the calls the server answered through
+    /// [`Self::on_server_unsettled`] (in the order they were answered).
+    /// Every entry point of the proxy settles first, so a commit is never
+    /// left for longer than until the next event, and never behind a later
+    /// decision.
+    pub fn settle(&mut self, now: u64) {
+        for (key, tool) in std::mem::take(&mut self.unsettled) {
+            self.commit(&key, &tool, now);
         }
     }
 
@@ -733,6 +751,7 @@ impl<G: CallGate> Proxy<G> {
 
     /// A line from the client.
     pub fn on_client(&mut self, line: &[u8], now: u64) -> Vec<Out> {
+        self.settle(now);
         let mut out = Vec::new();
         let Ok(text) = std::str::from_utf8(line) else {
             out.push(Out::Client(error_line(
@@ -1288,6 +1307,7 @@ impl<G: CallGate> Proxy<G> {
     /// forwards its call, otherwise it is refused (`approval-refused`).
     /// Nothing when that question is not asked there (any more).
     pub fn on_person(&mut self, eid: &str, approved: bool, now: u64) -> Vec<Out> {
+        self.settle(now);
         let mut out = Vec::new();
         if self.asks(eid) == Some(Asker::Terminal) {
             if let Some(approval) = self.approvals.remove(eid) {
@@ -1342,6 +1362,7 @@ impl<G: CallGate> Proxy<G> {
 
     /// Refuses the calls whose approval is past its deadline.
     pub fn on_tick(&mut self, now: u64) -> Vec<Out> {
+        self.settle(now);
         let mut out = Vec::new();
         let late: Vec<String> = self
             .approvals
@@ -1359,6 +1380,7 @@ impl<G: CallGate> Proxy<G> {
     /// (`notifications/cancelled`) and its call refused (`approval-refused`;
     /// the attempt counts). Nothing when it is no longer asked.
     pub fn expire(&mut self, eid: &str, now: u64) -> Vec<Out> {
+        self.settle(now);
         let answer = format!(
             "no answer came within {} s",
             self.approval_timeout_ms.div_ceil(1000)
@@ -1377,6 +1399,7 @@ impl<G: CallGate> Proxy<G> {
         answer: &str,
         now: u64,
     ) -> Vec<Out> {
+        self.settle(now);
         let mut out = Vec::new();
         if let Some(approval) = self.approvals.remove(eid) {
             out.push(withdrawn(eid, approval.by, withdrawn_why));
@@ -1385,8 +1408,22 @@ impl<G: CallGate> Proxy<G> {
         out
     }
 
-    /// A line from the server.
+    /// A line from the server: the calls it answers are committed before
+    /// this returns.
     pub fn on_server(&mut self, line: &[u8], now: u64) -> Vec<Out> {
+        let out = self.on_server_unsettled(line, now);
+        self.settle(now);
+        out
+    }
+
+    /// A line from the server, whose answers to calls are committed by the
+    /// next [`Self::settle`] (or any other entry point): the transport
+    /// writes the answer to the client first, so the commit's transaction
+    /// (with `--durability full`, its fsync) is not in the call's round
+    /// trip. A crash between the two leaves the call reserved, as a crash
+    /// while the server ran it does: the crash window is the same.
+    pub fn on_server_unsettled(&mut self, line: &[u8], now: u64) -> Vec<Out> {
+        self.settle(now);
         let Ok(text) = std::str::from_utf8(line) else {
             eprintln!("budgetgate mcp: the server sent a line that is not UTF-8 (dropped)");
             return Vec::new();
@@ -1454,7 +1491,7 @@ impl<G: CallGate> Proxy<G> {
                     self.roll_back(&key, now);
                     return None;
                 };
-                self.commit(&key, &tool, now);
+                self.unsettled.push((key, tool.clone()));
                 let mut refusal = Refusal::worded(word::TOOL_ERROR, "", "", "");
                 match crate::strict::value_from_str(result.get()) {
                     Ok(value) if !over_limit(&value, self.max_result_bytes) => return None,
@@ -1503,6 +1540,7 @@ impl<G: CallGate> Proxy<G> {
     /// The server is gone (`why`): every request awaiting it or an
     /// approver is answered with an error, and their reservations given back.
     pub fn on_server_exit(&mut self, why: &str, now: u64) -> Vec<Out> {
+        self.settle(now);
         let mut out = Vec::new();
         let message = format!("budgetgate: the MCP server {why} before answering");
         let mut pending: Vec<(String, Pending)> = self.pending.drain().collect();
@@ -1535,6 +1573,7 @@ impl<G: CallGate> Proxy<G> {
     /// (the server is stopped next, not asked): they count, as the safe
     /// side. Calls still awaiting approval never reached it: given back.
     pub fn on_client_closed(&mut self, now: u64) {
+        self.settle(now);
         let running: Vec<(String, String)> = self
             .pending
             .drain()
@@ -1553,6 +1592,16 @@ impl<G: CallGate> Proxy<G> {
         let asked: Vec<String> = self.approvals.drain().map(|(_, a)| a.key).collect();
         for key in asked {
             self.roll_back(&key, now);
+        }
+    }
+}
+
+/// A proxy dropped with answered calls not yet committed commits them:
+/// a call that ran is counted whichever way the transport ends.
+impl<G: CallGate> Drop for Proxy<G> {
+    fn drop(&mut self) {
+        if !self.unsettled.is_empty() {
+            self.settle(now());
         }
     }
 }
@@ -1814,7 +1863,8 @@ pub fn serve<G: CallGate>(
                 proxy.on_client_closed(now());
                 return Ending::ClientClosed { at };
             }
-            Event::Server(line) => proxy.on_server(&line, now()),
+            // Answered first, committed right after (`settle` below).
+            Event::Server(line) => proxy.on_server_unsettled(&line, now()),
             Event::ServerTooLong => {
                 eprintln!(
                     "budgetgate mcp: the server sent a message longer than {} MiB (dropped)",
@@ -1853,6 +1903,7 @@ pub fn serve<G: CallGate>(
             proxy.on_client_closed(now());
             return Ending::ClientClosed { at: Instant::now() };
         }
+        proxy.settle(now());
     }
 }
 
@@ -1877,11 +1928,13 @@ fn drain<G: CallGate>(
         match server_rx.recv_timeout(left.min(Duration::from_millis(100))) {
             Ok(Event::Server(line)) => {
                 let outs: Vec<Out> = proxy
-                    .on_server(&line, now())
+                    .on_server_unsettled(&line, now())
                     .into_iter()
                     .filter(|o| matches!(o, Out::Client(_)))
                     .collect();
-                if write_client(client_out, &outs).is_err() {
+                let written = write_client(client_out, &outs);
+                proxy.settle(now());
+                if written.is_err() {
                     return;
                 }
             }
@@ -2639,6 +2692,59 @@ mod tests {
             (2, 0),
             "the answer to the id spelled another way committed it"
         );
+    }
+
+    /// SPEC E (reserve, then commit): the stdio transport writes an
+    /// answer before its commit; the call stays reserved (counted) until
+    /// the commit, which the next event, an explicit settle or the proxy's
+    /// end makes, and never after a later decision.
+    #[test]
+    fn an_answer_written_first_is_committed_before_anything_else_happens() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        p.on_client(&call(1, "echo", json!({"m": 1})), T0);
+        let ok = answer(1, json!({"content": []}));
+        assert_eq!(
+            p.on_server_unsettled(&ok, T0),
+            [Out::Client(String::from_utf8(ok.clone()).unwrap())]
+        );
+        assert_eq!(s.used(), (0, 1), "still reserved: counted, not committed");
+        p.settle(T0);
+        assert_eq!(s.used(), (1, 0), "settled");
+        p.settle(T0);
+        assert_eq!(s.used(), (1, 0), "settled once");
+        // The next event commits first: its decision sees the commit.
+        p.on_client(&call(2, "echo", json!({"m": 2})), T0);
+        p.on_server_unsettled(&answer(2, json!({"content": []})), T0);
+        assert_eq!(s.used(), (1, 1));
+        let outs = p.on_client(&call(3, "echo", json!({"m": 3})), T0);
+        assert_eq!(s.used(), (2, 0), "committed before call 3 was decided");
+        let meta = &client(&outs)[0]["result"]["_meta"]["budgetgate"];
+        assert_eq!(
+            (meta["reason"].clone(), meta["used"].clone()),
+            (json!("tool-budget"), json!(2))
+        );
+        // A proxy that ends with an answer unsettled commits it.
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        p.on_client(&call(1, "echo", json!({"m": 1})), T0);
+        p.on_server_unsettled(&answer(1, json!({"content": []})), T0);
+        drop(p);
+        assert_eq!(s.used(), (1, 0), "committed when the proxy was dropped");
+        // So do the transport's other events: the server's exit, the
+        // client's close, the clock.
+        for end in 0..3 {
+            let s = Setup::new();
+            let mut p = s.proxy(BUDGET);
+            p.on_client(&call(1, "echo", json!({"m": 1})), T0);
+            p.on_server_unsettled(&answer(1, json!({"content": []})), T0);
+            match end {
+                0 => drop(p.on_server_exit("exited", T0)),
+                1 => p.on_client_closed(T0),
+                _ => drop(p.on_tick(T0)),
+            }
+            assert_eq!(s.used(), (1, 0), "event {end}");
+        }
     }
 
     #[test]

@@ -615,7 +615,8 @@ fn calls_repeating_a_key_or_with_a_bad_id_are_answered_and_never_reach_the_serve
         "the server answered a refused call: {:?}",
         g.early
     );
-    assert_eq!(s.tool_calls(), (1, 0), "only the well-formed call counts");
+    // The commit follows the answer (the answer is written first).
+    s.wait_for((1, 0), "only the well-formed call counts");
     drop(g.stdin.take());
     let (code, _) = g.end(Duration::from_secs(10));
     assert_eq!(code, Some(0));
@@ -640,7 +641,7 @@ fn a_cancelled_call_gives_its_reservation_back() {
     // The budget of one call is free again.
     let ok = g.call(2, "echo", json!({"message": "after"}));
     assert_eq!(text_of(&ok), "Echo: after", "{ok}");
-    assert_eq!(s.tool_calls(), (1, 0));
+    s.wait_for((1, 0), "the call after the cancelled one committed");
     drop(g.stdin.take());
     let (code, _) = g.end(Duration::from_secs(10));
     assert_eq!(code, Some(0));

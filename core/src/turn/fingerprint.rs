@@ -86,6 +86,13 @@ impl ArgsFingerprint {
         self.0
     }
 
+    /// The fingerprint [`as_u128`](Self::as_u128) gave, back from a store
+    /// that keeps it as a number (the host's replay keeps a long recording's
+    /// calls in a temporary file) (`SPEC C`).
+    pub const fn from_u128(value: u128) -> Self {
+        Self(value)
+    }
+
     /// Fingerprints validated scalar arguments (`SPEC A1` actions), equal to
     /// [`ArgsFingerprint::of_json`] of the same object in any key order (`SPEC C`).
     pub fn of_arguments<const S: usize>(arguments: &Arguments<S>) -> Self {

@@ -11,7 +11,7 @@ use super::ids::{CallIds, Seen};
 use super::outcome::{
     ErrorResult, ExhaustReason, Exhaustion, RefusalCounts, RefusalReason, RunStatus, StopReason,
 };
-use super::rules::{CallId, NameError, ToolName, ToolRule, ToolRules};
+use super::rules::{CallId, NameError, ToolName, ToolRule, ToolRules, ToolRulesError};
 use super::usage::TokenUsage;
 use crate::budget::{Exceeded, Ledger, LedgerError, Limit, Reservation};
 use crate::limits::{
@@ -619,6 +619,8 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         ledger.set_max(Limit::Millis, Some(limits.max_millis));
         ledger.set_max(Limit::CostMicros, limits.max_cost_micros);
         ledger.set_max(Limit::ToolCalls, limits.max_tool_calls.map(u64::from));
+        // Cannot fail: the ledger counts as many tools as the table lists.
+        let _ = ledger.track_caps(&rules);
         Self {
             limits,
             rules,
@@ -903,8 +905,13 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         if self.ledger.exhausted_at(Limit::ToolCalls, 0).is_some() {
             return CallVerdict::Refused(RefusalReason::ToolBudget);
         }
-        // The tool's own cap, if the caller set one ([`Self::try_add_cap`]).
-        if self.ledger.try_count_tool(call.name).is_err() {
+        // The tool's own cap, if the table has one ([`Self::try_add_cap`]);
+        // its calls are counted in the ledger.
+        if self
+            .ledger
+            .try_count_tool(call.name, self.rules.cap(call.name))
+            .is_err()
+        {
             return CallVerdict::Refused(RefusalReason::ToolCap);
         }
         self.ledger.record(Limit::ToolCalls, 1);
@@ -1090,8 +1097,9 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         self.ledger.used(Limit::CostMicros)
     }
 
-    /// The budget ledger: used and maximum per [`Limit`] and the per-tool
-    /// caps (`SPEC E`), e.g. to store it ([`Ledger::to_record`]).
+    /// The budget ledger: used and maximum per [`Limit`] and the calls
+    /// counted per capped tool (`SPEC E`), e.g. to store it
+    /// ([`Ledger::to_record`]).
     pub fn ledger(&self) -> &Ledger<TOOLS> {
         &self.ledger
     }
@@ -1099,10 +1107,15 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
     /// Caps the calls of tool `name` at `max` over the run (`SPEC E`:
     /// per-tool caps): a call past it is refused `tool-cap`, after the
     /// repetition and tool-attempt checks, and is not counted as an
-    /// attempt. Fails when the tool has a cap already or `TOOLS` caps are
-    /// set.
-    pub fn try_add_cap(&mut self, name: ToolName, max: u32) -> Result<(), LedgerError> {
-        self.ledger.try_add_cap(name, max)
+    /// attempt. The cap is the tool table's ([`ToolRules::try_add_cap`]:
+    /// a tool not listed is listed with the rule for others), its count the
+    /// ledger's. Fails as the table does: the tool has a cap already
+    /// ([`ToolRulesError::DuplicateCap`]) or the table is full.
+    pub fn try_add_cap(&mut self, name: ToolName, max: u32) -> Result<(), ToolRulesError> {
+        self.rules.try_add_cap(name.as_str(), max)?;
+        // Cannot fail: the ledger counts as many tools as the table lists.
+        let _ = self.ledger.track_caps(&self.rules);
+        Ok(())
     }
 
     /// Tokens so far, field by field (`SPEC C`).

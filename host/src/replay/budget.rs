@@ -1,6 +1,7 @@
 //! The budget file of `budgetgate replay` (TOML; documented in
 //! `docs/TURN-GATE.md`, example `examples/budget.toml`).
 
+use budgetgate_core::tools::{ToolRule, ToolTable};
 use budgetgate_core::turn::{TokenMode, ToolName, TurnLimits};
 use serde::Deserialize;
 
@@ -190,6 +191,37 @@ pub struct ReplayBudget {
     /// Largest tool result passed on, in bytes of its compact JSON
     /// (`[budget] max_result_bytes`, default 4096, the contract's bound).
     pub max_result_bytes: u64,
+}
+
+/// Most tools a budget's tool table lists (`needs_approval` and
+/// `max_calls` together), as replay's rules hold them.
+pub const BUDGET_TOOLS: usize = 256;
+
+impl ReplayBudget {
+    /// The budget file's tools as the core's one tool table, as the hook
+    /// and the MCP gateway decide with it: each `needs_approval` tool asks
+    /// a person, each `max_calls` tool has its cap, and every other name
+    /// runs (those front-ends see only the agent's own tools; saying
+    /// `unknown-tool` is replay's, which lists `known` tools itself).
+    /// Errors name the key and the tool (a name outside the grammar, more
+    /// than `BUDGET_TOOLS` (256) tools).
+    pub fn tool_table(&self) -> Result<Box<ToolTable<BUDGET_TOOLS>>, String> {
+        let mut table = Box::new(ToolTable::new());
+        table.set_others(ToolRule::Run);
+        for name in &self.needs_approval {
+            if !table.contains(name) {
+                table
+                    .try_add(name, ToolRule::NeedsApproval)
+                    .map_err(|e| format!("[tools] needs_approval: {name:?}: {e}"))?;
+            }
+        }
+        for (name, max) in &self.tool_caps {
+            table
+                .try_add_cap(name, *max)
+                .map_err(|e| format!("[tools] max_calls: {name:?}: {e}"))?;
+        }
+        Ok(table)
+    }
 }
 
 /// The contract's result bound (`SPEC A2`): 4096 bytes of compact JSON.
@@ -556,6 +588,27 @@ mod tests {
             parse_budget("[tools]\napprove = \"all\"").unwrap().approve,
             ApprovePolicy::All
         );
+    }
+
+    /// Issue 11 (one tool table): the hook's and the gateway's tools are
+    /// the core's table built from the budget file: `needs_approval` asks,
+    /// `max_calls` caps (a tool both capped and asked keeps both), every
+    /// other name runs, and a name outside the grammar never does.
+    #[test]
+    fn a_budgets_tool_table_asks_caps_and_runs_the_rest() {
+        let b = parse_budget(
+            "[tools]\nneeds_approval = [\"send_email\"]\nmax_calls = { Bash = 20, send_email = 1 }\n",
+        )
+        .unwrap();
+        let t = b.tool_table().unwrap();
+        assert_eq!(t.rule("send_email"), ToolRule::NeedsApproval);
+        assert_eq!(t.cap("send_email"), Some(1));
+        assert_eq!((t.rule("Bash"), t.cap("Bash")), (ToolRule::Run, Some(20)));
+        assert_eq!((t.rule("Read"), t.cap("Read")), (ToolRule::Run, None));
+        assert_eq!(t.rule("Read all"), ToolRule::Unknown);
+        let mut many = b.clone();
+        many.needs_approval = (0..=BUDGET_TOOLS).map(|i| format!("t{i}")).collect();
+        assert!(many.tool_table().unwrap_err().contains("needs_approval"));
     }
 
     #[test]
