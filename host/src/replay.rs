@@ -24,6 +24,7 @@ mod formats;
 mod openai;
 mod providers;
 pub(crate) mod session;
+mod spill;
 mod time;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -45,11 +46,15 @@ use serde_json::Value;
 pub use crate::term::terminal_safe;
 pub use approval::{PolicyApprover, PromptApprover};
 pub use budget::{parse_budget, ApprovePolicy, ReplayBudget};
-pub use formats::{read_large_claude_code, read_session, MAX_YAML_ALIAS_WEIGHT, MAX_YAML_DEPTH};
+pub use formats::{
+    read_large_claude_code, read_large_claude_code_spilled, read_session, MAX_YAML_ALIAS_WEIGHT,
+    MAX_YAML_DEPTH,
+};
 pub use session::{
     Format, RecordedArguments, RecordedCall, RecordedTurn, Session, UsageGranularity,
     UsageIteration,
 };
+pub use spill::SpilledTurns;
 
 /// The version of the `--json` report's schema (`schema_version`), raised
 /// whenever a key changes meaning or goes away (new keys keep it).
@@ -348,8 +353,12 @@ pub trait TurnRows {
     /// How many rows (one per response).
     fn count(&self) -> usize;
 
-    /// Calls `each` with every row in order; stops at its first error.
-    fn try_for_each_row<E>(&self, each: impl FnMut(&TurnReport) -> Result<(), E>) -> Result<(), E>;
+    /// Calls `each` with every row in order; stops at its first error (or
+    /// the first error reading a row back).
+    fn try_for_each_row<E: From<std::io::Error>>(
+        &self,
+        each: impl FnMut(&TurnReport) -> Result<(), E>,
+    ) -> Result<(), E>;
 }
 
 impl TurnRows for Vec<TurnReport> {
@@ -357,7 +366,10 @@ impl TurnRows for Vec<TurnReport> {
         self.len()
     }
 
-    fn try_for_each_row<E>(&self, each: impl FnMut(&TurnReport) -> Result<(), E>) -> Result<(), E> {
+    fn try_for_each_row<E: From<std::io::Error>>(
+        &self,
+        each: impl FnMut(&TurnReport) -> Result<(), E>,
+    ) -> Result<(), E> {
         self.iter().try_for_each(each)
     }
 }
@@ -373,13 +385,32 @@ enum TurnOutcome {
     Error(StopReason),
 }
 
-/// The gate's decision on one call of a response it let happen.
+/// The gate's decision on one call of a response it let happen: two bytes,
+/// kept for every call the gate decided (issue 14, memory).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct CallDecision {
-    /// `execute`, `approved` or `refused`.
-    verdict: &'static str,
-    /// Why it was refused.
-    reason: Option<&'static str>,
+    verdict: Verdict,
+    /// Why it was refused: its place in [`DecidedTurns::reasons`] plus one,
+    /// or 0.
+    reason: u8,
+}
+
+/// What the gate did with a call it decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Execute,
+    Approved,
+    Refused,
+}
+
+impl Verdict {
+    const fn as_str(self) -> &'static str {
+        match self {
+            Self::Execute => "execute",
+            Self::Approved => "approved",
+            Self::Refused => "refused",
+        }
+    }
 }
 
 /// A session's per-turn rows as the gate decided them, each made from the
@@ -390,42 +421,65 @@ struct CallDecision {
 #[derive(Debug, Clone)]
 pub struct DecidedTurns<'s> {
     session: &'s Session,
+    /// How many responses the session has.
+    count: usize,
+    /// How many calls its last response has.
+    last_calls: usize,
     /// The outcome of each response the gate let happen: the first ones.
     outcomes: Vec<TurnOutcome>,
     /// The decision on each call of those responses, in order.
     calls: Vec<CallDecision>,
+    /// The refusal reasons the decisions name.
+    reasons: Vec<&'static str>,
     /// The response before which the budget stopped the run, if it did.
     stopped_before: Option<usize>,
 }
 
 impl DecidedTurns<'_> {
+    /// Keeps the decision on the next call.
+    fn push_call(&mut self, verdict: Verdict, reason: Option<&'static str>) {
+        let reason = reason.map_or(0, |reason| {
+            let at = self
+                .reasons
+                .iter()
+                .position(|r| *r == reason)
+                .unwrap_or_else(|| {
+                    self.reasons.push(reason);
+                    self.reasons.len() - 1
+                });
+            // Refusal reasons are a few dozen words.
+            u8::try_from(at + 1).unwrap_or(u8::MAX)
+        });
+        self.calls.push(CallDecision { verdict, reason });
+    }
+
     /// Whether the gate let the last response happen.
     fn last_reached(&self) -> bool {
-        !self.session.turns.is_empty() && self.outcomes.len() == self.session.turns.len()
+        self.count > 0 && self.outcomes.len() == self.count
     }
 
     /// Whether the gate let the last response happen and ran every call of
     /// it.
     fn last_ran(&self) -> bool {
-        let last = self.session.turns.last().map_or(0, |t| t.calls.len());
         self.last_reached()
             && self
                 .calls
                 .iter()
                 .rev()
-                .take(last)
-                .all(|c| matches!(c.verdict, "execute" | "approved"))
+                .take(self.last_calls)
+                .all(|c| matches!(c.verdict, Verdict::Execute | Verdict::Approved))
     }
 
-    /// The rows, in order, each made when it is taken.
-    pub fn rows(&self) -> impl Iterator<Item = TurnReport> + '_ {
+    /// The rows, in order, each made when it is taken; an error reading a
+    /// spilled response back ends them.
+    pub fn rows(&self) -> impl Iterator<Item = std::io::Result<TurnReport>> + '_ {
         let mut running = TokenUsage::ZERO;
         let mut decided = self.calls.iter();
         self.session
-            .turns
-            .iter()
+            .each_turn()
             .enumerate()
             .map(move |(index, turn)| {
+                let turn = turn?;
                 if let Some(u) = turn.usage {
                     running = running.saturating_add(u);
                 }
@@ -444,7 +498,12 @@ impl DecidedTurns<'_> {
                         .calls
                         .iter()
                         .zip(decided.by_ref())
-                        .map(|(call, d)| report(call, d.verdict, d.reason))
+                        .map(|(call, d)| {
+                            let reason = usize::from(d.reason)
+                                .checked_sub(1)
+                                .and_then(|at| self.reasons.get(at).copied());
+                            report(call, d.verdict.as_str(), reason)
+                        })
                         .collect(),
                     None => turn
                         .calls
@@ -452,7 +511,7 @@ impl DecidedTurns<'_> {
                         .map(|call| report(call, "not-reached", None))
                         .collect(),
                 };
-                TurnReport {
+                Ok(TurnReport {
                     turn: index,
                     message_id: turn.message_id.clone(),
                     stop_reason,
@@ -474,35 +533,45 @@ impl DecidedTurns<'_> {
                     server_tool_calls: turn.server_calls.clone(),
                     cut_off: turn.cut_off.clone(),
                     agent: turn.agent.clone(),
-                }
+                })
             })
     }
 }
 
 impl TurnRows for DecidedTurns<'_> {
     fn count(&self) -> usize {
-        self.session.turns.len()
+        self.count
     }
 
-    fn try_for_each_row<E>(
+    fn try_for_each_row<E: From<std::io::Error>>(
         &self,
         mut each: impl FnMut(&TurnReport) -> Result<(), E>,
     ) -> Result<(), E> {
-        self.rows().try_for_each(|row| each(&row))
+        self.rows().try_for_each(|row| each(&row?))
     }
 }
 
 impl Serialize for DecidedTurns<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.rows())
+        use serde::ser::{Error, SerializeSeq};
+        let mut seq = serializer.serialize_seq(Some(self.count))?;
+        for row in self.rows() {
+            seq.serialize_element(&row.map_err(S::Error::custom)?)?;
+        }
+        seq.end()
     }
 }
 
 impl<'s> Report<DecidedTurns<'s>> {
-    /// The same report with every row made and held.
-    pub fn held(self) -> Report {
-        Report {
-            per_turn: self.per_turn.rows().collect(),
+    /// The same report with every row made and held; an error reading a
+    /// spilled response back is the error.
+    pub fn held(self) -> Result<Report, String> {
+        Ok(Report {
+            per_turn: self
+                .per_turn
+                .rows()
+                .collect::<std::io::Result<_>>()
+                .map_err(spill_read_error)?,
             schema_version: self.schema_version,
             format: self.format,
             format_description: self.format_description,
@@ -524,8 +593,12 @@ impl<'s> Report<DecidedTurns<'s>> {
             budget: self.budget,
             notes: self.notes,
             agents: self.agents,
-        }
+        })
     }
+}
+
+fn spill_read_error(e: std::io::Error) -> String {
+    format!("cannot read the responses back from their temporary file: {e}")
 }
 
 /// Micro-dollars as dollars for a person: `$2.500000`.
@@ -622,7 +695,7 @@ fn build_rules(
             return Ok(());
         }
         match rules.try_add(name, rule) {
-            Ok(()) => Ok(()),
+            Ok(_) => Ok(()),
             Err(e) if strict => Err(format!("budget file: tool `{name}`: {e}")),
             Err(e) => {
                 notes.push(format!(
@@ -664,7 +737,7 @@ fn subagent_ledger(limits: &budget::SubagentLimits) -> Ledger {
 
 /// Replays a session through the gate, every row of the report held.
 pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String> {
-    decide(session, budget).map(Report::held)
+    decide(session, budget)?.held()
 }
 
 /// Replays a session through the gate; the report's rows are made from the
@@ -693,14 +766,34 @@ pub fn decide<'s>(
     let mut stopped: Option<Stopped> = None;
     let mut decided = DecidedTurns {
         session,
+        count: 0,
+        last_calls: 0,
         outcomes: Vec::new(),
         calls: Vec::new(),
+        reasons: Vec::new(),
         stopped_before: None,
     };
+    // What the report's head says of every response, taken in the same
+    // walk (a spilled session is read back once to decide, once to write).
+    let mut per_turn_usage = TokenUsage::ZERO;
+    let (mut tool_calls, mut server_tool_calls) = (0usize, 0usize);
+    let mut last_time: Option<u64> = None;
+    let mut agent_rows = AgentRows::default();
     let mut extra_refusals: BTreeMap<String, u32> = BTreeMap::new();
     let (mut executed, mut approved, mut reached_turns, mut new_questions) = (0, 0, 0, 0);
     let mut policy = PolicyApprover(budget.approve.clone());
-    for (index, turn) in session.turns.iter().enumerate() {
+    for (index, turn) in session.each_turn().enumerate() {
+        let turn = turn.map_err(spill_read_error)?;
+        let turn: &RecordedTurn = &turn;
+        decided.count = index + 1;
+        decided.last_calls = turn.calls.len();
+        if let Some(u) = turn.usage {
+            per_turn_usage = per_turn_usage.saturating_add(u);
+        }
+        tool_calls += turn.calls.len();
+        server_tool_calls += turn.server_calls.len();
+        last_time = turn.requested_at_ms.or(last_time);
+        agent_rows.add(turn);
         if stopped.is_none() {
             let (stop_text, _) = turn.effective_stop_reason();
             if gate.status() == RunStatus::Complete {
@@ -780,10 +873,7 @@ pub fn decide<'s>(
                         });
                         if let Some((word, e)) = own {
                             *extra_refusals.entry(word.into()).or_default() += 1;
-                            decided.calls.push(CallDecision {
-                                verdict: "refused",
-                                reason: Some(word),
-                            });
+                            decided.push_call(Verdict::Refused, Some(word));
                             let agent = sub.clone().unwrap_or_default();
                             if !noted_agents.contains(&agent) {
                                 notes.push(format!(
@@ -817,12 +907,12 @@ pub fn decide<'s>(
                                 executed += 1;
                                 if asked {
                                     approved += 1;
-                                    ("approved", None)
+                                    (Verdict::Approved, None)
                                 } else {
-                                    ("execute", None)
+                                    (Verdict::Execute, None)
                                 }
                             }
-                            Ok(CallVerdict::Refused(r)) => ("refused", Some(r.as_str())),
+                            Ok(CallVerdict::Refused(r)) => (Verdict::Refused, Some(r.as_str())),
                             Ok(CallVerdict::NeedsApproval) => {
                                 return Err(format!(
                                     "internal: turn {index}: approval left pending"
@@ -834,7 +924,7 @@ pub fn decide<'s>(
                                     "turn {index}: call id {:?} {e}; refused",
                                     call.id
                                 ));
-                                ("refused", Some("invalid-call-id"))
+                                (Verdict::Refused, Some("invalid-call-id"))
                             }
                             Err(ProposeError::DuplicateCallId) => {
                                 *extra_refusals
@@ -844,7 +934,7 @@ pub fn decide<'s>(
                                     "turn {index}: call id {:?} appears more than once in the response; the later call ({}) is refused",
                                     call.id, call.name
                                 ));
-                                ("refused", Some("duplicate-call-id"))
+                                (Verdict::Refused, Some("duplicate-call-id"))
                             }
                             Err(e) => return Err(format!("turn {index}: call {}: {e}", call.id)),
                         };
@@ -853,7 +943,7 @@ pub fn decide<'s>(
                         if let Some(ledger) = sub.as_ref().and_then(|a| agents.get_mut(a)) {
                             ledger.record(Limit::ToolCalls, u64::from(counted));
                         }
-                        decided.calls.push(CallDecision { verdict, reason });
+                        decided.push_call(verdict, reason);
                     }
                     let outcome = match gate
                         .finish_turn()
@@ -883,18 +973,26 @@ pub fn decide<'s>(
             }
         }
     }
-    end_of_recording(session, &gate, &mut stopped, decided.last_reached());
+    let count = decided.count;
+    end_of_recording(
+        session,
+        count,
+        last_time,
+        &gate,
+        &mut stopped,
+        decided.last_reached(),
+    );
     if new_questions > 0 {
         notes.push(format!(
             "{new_questions} response(s) follow an end_turn: each starts a new question on the same budget"
         ));
     }
-    let recorded = session.recorded_usage();
+    let recorded = match session.usage {
+        UsageGranularity::PerTurn => per_turn_usage,
+        UsageGranularity::RunTotal(_) | UsageGranularity::Unknown => session.recorded_usage(),
+    };
     let mut status = gate.status().as_str();
-    if stopped
-        .as_ref()
-        .is_some_and(|s| s.turn == Some(session.turns.len()))
-    {
+    if stopped.as_ref().is_some_and(|s| s.turn == Some(count)) {
         status = "incomplete";
     }
     if session.ends_complete && status == RunStatus::Running.as_str() {
@@ -965,9 +1063,9 @@ pub fn decide<'s>(
         schema_version: REPORT_SCHEMA_VERSION,
         format: session.format.as_str(),
         format_description: session.format.description(),
-        turns: session.turns.len(),
-        tool_calls: session.tool_calls(),
-        server_tool_calls: session.turns.iter().map(|t| t.server_calls.len()).sum(),
+        turns: count,
+        tool_calls,
+        server_tool_calls,
         usage: recorded,
         usage_per_turn: matches!(session.usage, UsageGranularity::PerTurn),
         usage_known: !matches!(session.usage, UsageGranularity::Unknown),
@@ -995,43 +1093,64 @@ pub fn decide<'s>(
             count_server_tools: budget.count_server_tools,
         },
         notes: all_notes,
-        agents: agent_reports(session),
+        agents: agent_rows.reports(),
         per_turn: decided,
     })
 }
 
-/// The per-agent summary, when any response is a sub-agent's.
-fn agent_reports(session: &Session) -> Vec<AgentReport> {
-    if session.turns.iter().all(|t| t.agent.is_none()) {
-        return Vec::new();
+/// The per-agent summary, made a response at a time: the main agent first,
+/// then each sub-agent in order of its first response.
+struct AgentRows {
+    rows: Vec<AgentReport>,
+    /// Whether any response is a sub-agent's.
+    any_subagent: bool,
+}
+
+impl Default for AgentRows {
+    fn default() -> Self {
+        Self {
+            rows: vec![AgentReport {
+                agent: None,
+                turns: 0,
+                tool_calls: 0,
+                usage: TokenUsage::ZERO,
+            }],
+            any_subagent: false,
+        }
     }
-    let mut out = vec![AgentReport {
-        agent: None,
-        turns: 0,
-        tool_calls: 0,
-        usage: TokenUsage::ZERO,
-    }];
-    for turn in &session.turns {
-        let at = match out.iter().position(|a| a.agent == turn.agent) {
+}
+
+impl AgentRows {
+    fn add(&mut self, turn: &RecordedTurn) {
+        self.any_subagent |= turn.agent.is_some();
+        let at = match self.rows.iter().position(|a| a.agent == turn.agent) {
             Some(at) => at,
             None => {
-                out.push(AgentReport {
+                self.rows.push(AgentReport {
                     agent: turn.agent.clone(),
                     turns: 0,
                     tool_calls: 0,
                     usage: TokenUsage::ZERO,
                 });
-                out.len() - 1
+                self.rows.len() - 1
             }
         };
-        let agent = &mut out[at];
+        let agent = &mut self.rows[at];
         agent.turns += 1;
         agent.tool_calls += turn.calls.len();
         agent.usage = agent
             .usage
             .saturating_add(turn.usage.unwrap_or(TokenUsage::ZERO));
     }
-    out
+
+    /// The rows, when any response is a sub-agent's; empty otherwise.
+    fn reports(self) -> Vec<AgentReport> {
+        if self.any_subagent {
+            self.rows
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 /// The sub-agent logs Claude Code keeps beside a session log `S.jsonl`:
@@ -1065,10 +1184,20 @@ fn add_subagents(main: &Path, session: &mut Session) -> Result<(), (String, Stri
     if session.format != Format::ClaudeCode {
         return Ok(());
     }
+    let logs = subagent_logs(main);
+    if logs.is_empty() {
+        return Ok(());
+    }
+    // Merged by time: every response held.
+    session
+        .hold_all()
+        .map_err(|e| (input_name(main), spill_read_error(e)))?;
     let mut subs = Vec::new();
-    for (agent, path) in subagent_logs(main) {
+    for (agent, path) in logs {
         let name = input_name(&path);
-        let sub = load_session(&path).map_err(|e| (name.clone(), e))?;
+        let mut sub = load_session(&path).map_err(|e| (name.clone(), e))?;
+        sub.hold_all()
+            .map_err(|e| (name.clone(), spill_read_error(e)))?;
         if sub.format != Format::ClaudeCode {
             return Err((
                 name,
@@ -1091,8 +1220,11 @@ fn add_subagents(main: &Path, session: &mut Session) -> Result<(), (String, Stri
 /// recording"). If the budget is spent there, the run stops before the call
 /// one past the last response: `incomplete` with the reason. Time is taken
 /// at the last response's request (the earliest the next call could leave).
+/// `count` responses, the last time one was requested at `last_time`.
 fn end_of_recording(
     session: &Session,
+    count: usize,
+    last_time: Option<u64>,
     gate: &ReplayGate,
     stopped: &mut Option<Stopped>,
     last_reached: bool,
@@ -1106,15 +1238,10 @@ fn end_of_recording(
     {
         return;
     }
-    let now = session
-        .turns
-        .iter()
-        .rev()
-        .find_map(|t| t.requested_at_ms)
-        .unwrap_or(0);
+    let now = last_time.unwrap_or(0);
     if let Some(e) = gate.check(now) {
         *stopped = Some(Stopped {
-            turn: Some(session.turns.len()),
+            turn: Some(count),
             reason: e.reason.as_str().to_owned(),
             by_budget: true,
             detail: format!(
@@ -1536,7 +1663,7 @@ fn load_session(path: &Path) -> Result<Session, String> {
     let large = path != Path::new("-")
         && std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() >= STREAM_FROM_BYTES);
     if large {
-        if let Some(session) = formats::read_large_claude_code(path)? {
+        if let Some(session) = formats::read_large_claude_code_spilled(path)? {
             return Ok(session);
         }
     }
@@ -1804,7 +1931,7 @@ mod tests {
                     held.to_table(file),
                     "{file}"
                 );
-                assert_eq!(made.held(), held);
+                assert_eq!(made.held().unwrap(), held);
                 compared += 1;
             }
         }

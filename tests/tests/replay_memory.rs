@@ -112,6 +112,90 @@ fn a_long_log_is_replayed_without_holding_its_inputs() {
     );
 }
 
+/// Issue 14 (memory): a Claude Code log of more than [`STREAM_FROM_BYTES`]
+/// made of many short responses (the sample's, about 2 KB of log each) is
+/// replayed through the command, `--json` and the table, at a peak heap of
+/// at most 256 bytes a response beyond what replaying one copy takes: each
+/// response goes to a temporary file once no later line can change it, and
+/// only its record's offset, its `message.id`'s place in an index, its
+/// calls' results' hashes and the gate's two bytes per decided call stay in
+/// memory (about 120 bytes, vectors' spare room included). Holding the
+/// responses themselves (main at dde01bb) measured 1 096 bytes a response
+/// here. The report is the one the log read whole gives.
+#[test]
+fn a_long_log_of_short_responses_holds_a_few_words_per_response() {
+    let dir = std::env::temp_dir().join(format!("budgetgate-short-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("short.jsonl");
+    let one = repeated_sample(1).len() as u64;
+    let copies = usize::try_from(STREAM_FROM_BYTES / one + 1).unwrap();
+    let text = repeated_sample(copies);
+    std::fs::write(&path, &text).unwrap();
+    let responses = copies * 4;
+    // What the gate itself takes, whatever the log: the heap of replaying
+    // one copy of the sample read whole.
+    let small = read_session(&repeated_sample(1)).unwrap();
+    let gate = allocation_counter::measure(|| {
+        let report = decide(&small, &roomy()).unwrap();
+        report.write_json(&mut Counted::default()).unwrap();
+    })
+    .bytes_max;
+    for (budget, json) in [(None, true), (None, false), (Some(roomy()), true)] {
+        let budget_path = dir.join("roomy.toml");
+        std::fs::write(
+            &budget_path,
+            "[budget]\nmax_model_calls = 100000\nmax_tokens = 10000000000\nmax_seconds = 100000000\n",
+        )
+        .unwrap();
+        let args = ReplayArgs {
+            file: path.clone(),
+            more: Vec::new(),
+            budget: budget.as_ref().map(|_| budget_path.clone()),
+            approve: None,
+            json,
+        };
+        let (mut out, mut err) = (Counted::default(), Vec::new());
+        let mut status = ExitCode::SUCCESS;
+        let used = allocation_counter::measure(|| status = command_to(&args, &mut out, &mut err));
+        assert_eq!(String::from_utf8_lossy(&err), "");
+        assert!(out.0 > (responses as u64) * 100);
+        let per_response = used.bytes_max.saturating_sub(gate) / responses as u64;
+        assert!(
+            per_response <= 256,
+            "json {json}, budget {budget:?}: peak heap {} bytes ({per_response} a response beyond the gate's {gate}) for {responses} responses",
+            used.bytes_max,
+            budget = budget.is_some()
+        );
+        // The same report as the log read whole.
+        let whole = read_session(&text).unwrap();
+        let report = decide(&whole, budget.as_ref().unwrap_or(&ReplayBudget::default())).unwrap();
+        let mut expected = Vec::new();
+        if json {
+            report.write_json(&mut expected).unwrap();
+        } else {
+            report
+                .write_table(&path.display().to_string(), &mut expected)
+                .unwrap();
+        }
+        let mut written = Vec::new();
+        assert_eq!(command_to(&args, &mut written, &mut Vec::new()), status);
+        let note = b",\"a large Claude Code log: read line by line, never held whole\"";
+        let note_line = b"note: a large Claude Code log: read line by line, never held whole\n";
+        let strip = |bytes: &[u8], what: &[u8]| -> Vec<u8> {
+            let at = bytes
+                .windows(what.len())
+                .position(|w| w == what)
+                .expect("the note that the log was read line by line");
+            [&bytes[..at], &bytes[at + what.len()..]].concat()
+        };
+        assert!(
+            strip(&written, if json { note } else { note_line }) == expected,
+            "json {json}: the report differs from the log's read whole"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Issue 14 (memory): a decided report is written a row at a time: writing
 /// the `--json` report or the table of 2 000 responses holds less than
 /// 16 KiB at once while it writes more than 400 KiB, with every

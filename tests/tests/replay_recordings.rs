@@ -1597,6 +1597,184 @@ fn a_claude_code_log_read_line_by_line_is_the_log_read_whole() {
     }
 }
 
+/// A Claude Code log whose lines reach back past the response they follow:
+/// a result recorded twice for a reused call id (the last one counts, for
+/// both calls), a result before its call, a response reusing an earlier
+/// `message.id` with that response's block logged again, and lines without
+/// a time.
+fn log_reaching_back() -> String {
+    let line = |n: u32, kind: &str, rest: Value| {
+        let mut line = json!({"type": kind, "uuid": format!("u{n}"), "sessionId": "s1",
+            "timestamp": format!("2026-01-05T10:00:{:02}.000Z", n)});
+        if n == 4 {
+            line.as_object_mut().unwrap().remove("timestamp");
+        }
+        line.as_object_mut()
+            .unwrap()
+            .extend(rest.as_object().unwrap().clone());
+        line
+    };
+    let assistant = |n: u32, id: &str, request: &str, blocks: Value, stop: Value| {
+        line(
+            n,
+            "assistant",
+            json!({"requestId": request, "message": {"id": id, "model": "claude-example-1",
+                "content": blocks, "stop_reason": stop,
+                "usage": {"input_tokens": 10 * n, "output_tokens": n}}}),
+        )
+    };
+    let result = |n: u32, id: &str, error: bool| {
+        line(
+            n,
+            "user",
+            json!({"message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": id, "content": "r", "is_error": error}]}}),
+        )
+    };
+    jsonl(&[
+        assistant(
+            1,
+            "msg_a",
+            "req_1",
+            json!([tool_use("toolu_x", "Bash", json!({"c": 1}))]),
+            json!("tool_use"),
+        ),
+        result(2, "toolu_x", true),
+        assistant(
+            3,
+            "msg_b",
+            "req_2",
+            json!([tool_use("toolu_x", "Bash", json!({"c": 2}))]),
+            Value::Null,
+        ),
+        result(4, "toolu_x", false),
+        result(5, "toolu_z", true),
+        assistant(
+            6,
+            "msg_a",
+            "req_3",
+            json!([
+                tool_use("toolu_x", "Bash", json!({"c": 1})),
+                tool_use("toolu_y", "Read", json!({"x": -0.0}))
+            ]),
+            json!("tool_use"),
+        ),
+        assistant(
+            7,
+            "msg_c",
+            "req_4",
+            json!([tool_use("toolu_z", "Bash", json!({})),
+                   {"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {}}]),
+            json!("tool_use"),
+        ),
+        assistant(
+            8,
+            "msg_d",
+            "req_5",
+            json!([{"type": "text", "text": "done"}]),
+            json!("end_turn"),
+        ),
+    ])
+}
+
+/// Issue 14 (memory): a long Claude Code log is read with its responses
+/// kept in a temporary file as they are read, not held; what `replay`
+/// reports of it — `--json` and the table, with budgets that stop it early,
+/// late, or never, and approvals — is byte for byte what it reports of the
+/// same log held whole: on the sample, stream-json output with sub-agents'
+/// interleaved responses, and a log whose lines reach back past the
+/// response they follow (results of reused ids, a result before its call,
+/// a reused `message.id` with its block logged again).
+#[test]
+fn a_log_kept_in_a_temporary_file_is_reported_as_the_log_held_whole() {
+    let dir = std::env::temp_dir().join(format!("budgetgate-spilled-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sample = std::fs::read_to_string(format!(
+        "{}/../examples/replay/claude-code.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let mut budgets = vec![
+        ReplayBudget::default(),
+        parse_budget("[budget]\nmax_model_calls = 1\n").unwrap(),
+        parse_budget("[budget]\nmax_model_calls = 1000\nmax_tokens = 100000000\nmax_seconds = 100000\n[tools]\nneeds_approval = [\"Bash\"]\n").unwrap(),
+        parse_budget("[budget]\nmax_tokens = 40\nmax_repeats = 1\n").unwrap(),
+    ];
+    let mut approving = budgets[2].clone();
+    approving.approve =
+        budgetgate::replay::ApprovePolicy::parse_for("all", &approving.needs_approval).unwrap();
+    budgets.push(approving);
+    let mut compared = 0;
+    for (name, text) in [
+        ("sample.jsonl", sample),
+        ("stream.jsonl", stream_json_session()),
+        ("reaching-back.jsonl", log_reaching_back()),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, &text).unwrap();
+        let whole = budgetgate::replay::read_session(&text).unwrap();
+        let mut spilled = budgetgate::replay::read_large_claude_code_spilled(&path)
+            .unwrap()
+            .unwrap();
+        assert!(spilled.spilled.is_some(), "{name}");
+        assert!(spilled.turns.len() < whole.turns.len(), "{name}");
+        assert_eq!(spilled.turn_count(), whole.turns.len(), "{name}");
+        assert_eq!(
+            spilled.notes.pop().as_deref(),
+            Some("a large Claude Code log: read line by line, never held whole")
+        );
+        for budget in &budgets {
+            let held = budgetgate::replay::decide(&whole, budget).unwrap();
+            let read_back = budgetgate::replay::decide(&spilled, budget).unwrap();
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            held.write_json(&mut a).unwrap();
+            read_back.write_json(&mut b).unwrap();
+            assert_eq!(
+                String::from_utf8(b).unwrap(),
+                String::from_utf8(a).unwrap(),
+                "{name}"
+            );
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            held.write_table(name, &mut a).unwrap();
+            read_back.write_table(name, &mut b).unwrap();
+            assert_eq!(
+                String::from_utf8(b).unwrap(),
+                String::from_utf8(a).unwrap(),
+                "{name}"
+            );
+            compared += 1;
+        }
+        spilled.hold_all().unwrap();
+        assert_eq!(spilled, whole, "{name}");
+    }
+    assert_eq!(compared, 15);
+    // What the log reaching back must show, held or not: the last result of
+    // a reused id for both its calls, a result recorded before its call,
+    // the block logged again read once.
+    let report = run(
+        &log_reaching_back(),
+        "[budget]\nmax_model_calls = 1000\nmax_tokens = 100000000\nmax_seconds = 100000\n",
+    );
+    let recorded: Vec<Vec<&str>> = report
+        .per_turn
+        .iter()
+        .map(|t| t.calls.iter().map(|c| c.recorded).collect())
+        .collect();
+    assert_eq!(
+        recorded,
+        [vec!["ok"], vec!["ok"], vec!["none"], vec!["error"], vec![]]
+    );
+    assert!(report
+        .notes
+        .iter()
+        .any(|n| n.contains("1 response(s) reuse the message.id")));
+    assert!(report
+        .notes
+        .iter()
+        .any(|n| n.contains("1 tool_use block(s) logged again")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `[subagent]` in replay, as the hook applies it: a sub-agent's response
 /// is counted against its own limits; once one is reached (its tokens here:
 /// 510 of 500), the calls of that response are refused — their results

@@ -12,6 +12,7 @@ use super::providers;
 use super::session::{
     billed_usage, Format, RecordedArguments, RecordedCall, RecordedTurn, Session, UsageGranularity,
 };
+use super::spill::{HashedResults, SpillWriter};
 use super::time::{parse_http_date_ms, parse_rfc3339_ms};
 use crate::strict::value_from_str;
 use budgetgate_core::turn::TokenUsage;
@@ -79,10 +80,10 @@ fn from_json_document(value: Value) -> Result<Session, String> {
             read_exchanges(vec![("the document".into(), value)])
         }
         Value::Object(o) if o.contains_key("type") && o.contains_key("session_id") => {
-            read_claude_code([one_line(value)], Format::ClaudeCodeStreamJson)
+            read_claude_code([one_line(value)], Format::ClaudeCodeStreamJson, false)
         }
         Value::Object(o) if o.contains_key("type") && o.contains_key("uuid") => {
-            read_claude_code([one_line(value)], Format::ClaudeCode)
+            read_claude_code([one_line(value)], Format::ClaudeCode, false)
         }
         Value::Array(items)
             if !items.is_empty()
@@ -217,8 +218,21 @@ fn stream_lines<'a>(
 /// first pass over the lines tells the format from their top-level keys; if
 /// it is not one of those two, or gzip, `Ok(None)` (the caller reads it
 /// whole, within its limit). Lines must be UTF-8; errors name the line as
-/// [`read_session`] does.
+/// [`read_session`] does. The session's responses are all held
+/// ([`Session::turns`]); `replay` itself reads with
+/// [`read_large_claude_code_spilled`].
 pub fn read_large_claude_code(path: &std::path::Path) -> Result<Option<Session>, String> {
+    let Some(mut session) = read_large_claude_code_spilled(path)? else {
+        return Ok(None);
+    };
+    session.hold_all().map_err(spill_error)?;
+    Ok(Some(session))
+}
+
+/// [`read_large_claude_code`], the responses no later line can change
+/// written to a temporary file as they are read ([`Session::spilled`]): what
+/// is held per response is then a few words, whatever the log holds.
+pub fn read_large_claude_code_spilled(path: &std::path::Path) -> Result<Option<Session>, String> {
     use std::io::BufRead;
     let open = || {
         std::fs::File::open(path)
@@ -324,7 +338,7 @@ pub fn read_large_claude_code(path: &std::path::Path) -> Result<Option<Session>,
                 Err(e) => Err(format!("line {}: not JSON: {e}", index + 1)),
             })
         });
-    let mut session = read_claude_code(lines, format)?;
+    let mut session = read_claude_code(lines, format, true)?;
     if truncated {
         session.notes.push(format!(
             "line {count}, the last, is not complete JSON (an interrupted write): skipped"
@@ -350,7 +364,7 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
     }
     if let Some(format) = probe.claude_code_format() {
         let truncated = std::cell::Cell::new(false);
-        let mut session = read_claude_code(stream_lines(&lines, &truncated), format)?;
+        let mut session = read_claude_code(stream_lines(&lines, &truncated), format, false)?;
         if truncated.get() {
             session.notes.push(format!(
                 "line {}, the last, is not complete JSON (an interrupted write): skipped",
@@ -413,7 +427,7 @@ fn from_json_lines(text: &str) -> Result<Session, String> {
                 .map(|line| (at, line))
                 .map_err(|e| format!("line {at}: {e}"))
         });
-        read_claude_code(lines, format)?
+        read_claude_code(lines, format, false)?
     } else if is_exchange(first) || is_message(first) || is_request(first) {
         read_exchanges(
             values
@@ -689,8 +703,20 @@ fn add_blocks(
     Ok(())
 }
 
+/// Where a reader keeps the tool results it finds: `tool_use_id` →
+/// is_error, the last one of an id winning.
+trait ResultSink {
+    fn record(&mut self, id: &str, error: bool);
+}
+
+impl ResultSink for HashMap<String, bool> {
+    fn record(&mut self, id: &str, error: bool) {
+        self.insert(id.to_owned(), error);
+    }
+}
+
 /// Tool results found in user content: `tool_use_id` → is_error.
-fn collect_results(content: Option<&Value>, into: &mut HashMap<String, bool>) {
+fn collect_results(content: Option<&Value>, into: &mut impl ResultSink) {
     if let Some(Value::Array(blocks)) = content {
         for block in blocks {
             if block.get("type").and_then(Value::as_str) == Some("tool_result") {
@@ -699,7 +725,7 @@ fn collect_results(content: Option<&Value>, into: &mut HashMap<String, bool>) {
                         .get("is_error")
                         .and_then(Value::as_bool)
                         .unwrap_or(false);
-                    into.insert(id.to_owned(), error);
+                    into.record(id, error);
                 }
             }
         }
@@ -776,19 +802,22 @@ struct TurnsById<S = std::hash::RandomState> {
 }
 
 impl<S: std::hash::BuildHasher> TurnsById<S> {
-    /// The turns whose `message.id` is `id`, the latest first.
-    fn of<'a>(
-        &'a self,
-        id: &'a str,
-        turns: &'a [RecordedTurn],
-    ) -> impl Iterator<Item = usize> + 'a {
+    /// The turns whose `message.id` is `id`, the latest first; `is_id` tells
+    /// whether a turn's id is `id` (the turn may be in a temporary file).
+    fn of(
+        &self,
+        id: &str,
+        mut is_id: impl FnMut(usize) -> Result<bool, String>,
+    ) -> Result<Vec<usize>, String> {
         let mut next = self.last.get(&self.hasher.hash_one(id)).copied();
-        std::iter::from_fn(move || {
-            let at = next?;
+        let mut found = Vec::new();
+        while let Some(at) = next {
             next = self.before.get(at).copied().flatten();
-            Some(at)
-        })
-        .filter(move |&at| turns.get(at).and_then(|t| t.message_id.as_deref()) == Some(id))
+            if is_id(at)? {
+                found.push(at);
+            }
+        }
+        Ok(found)
     }
 
     /// Adds the next turn, whose `message.id` is `id`.
@@ -807,14 +836,15 @@ impl<S: std::hash::BuildHasher> TurnsById<S> {
 /// Returns the calls kept and how many were dropped.
 /// `same_id` gives the indices of the turns of that `message.id`.
 fn drop_logged_again(
-    turns: &[RecordedTurn],
-    same_id: impl Iterator<Item = usize>,
+    turns: &ReadTurns,
+    same_id: &[usize],
     calls: Vec<RecordedCall>,
-) -> (Vec<RecordedCall>, usize) {
-    let earlier: Vec<&RecordedCall> = same_id
-        .filter_map(|at| turns.get(at))
-        .flat_map(|t| &t.calls)
-        .collect();
+) -> Result<(Vec<RecordedCall>, usize), String> {
+    let earlier_turns = same_id
+        .iter()
+        .map(|&at| turns.calls_of(at))
+        .collect::<Result<Vec<_>, _>>()?;
+    let earlier: Vec<&RecordedCall> = earlier_turns.iter().flat_map(|c| c.iter()).collect();
     let mut kept: Vec<RecordedCall> = Vec::with_capacity(calls.len());
     let mut dropped = 0;
     for call in calls {
@@ -827,15 +857,147 @@ fn drop_logged_again(
             kept.push(call);
         }
     }
-    (kept, dropped)
+    Ok((kept, dropped))
 }
 
+/// The results of a Claude Code log's calls: by id, or, for a long log
+/// whose responses go to a temporary file, by the ids' hashes.
+enum ResultIds {
+    Exact(HashMap<String, bool>),
+    Hashed(HashedResults),
+}
+
+impl ResultSink for ResultIds {
+    fn record(&mut self, id: &str, error: bool) {
+        match self {
+            Self::Exact(map) => map.record(id, error),
+            Self::Hashed(hashed) => hashed.insert(id, error),
+        }
+    }
+}
+
+/// The turns a Claude Code reader has made: all in memory, or, for a long
+/// log (`spill`), each written to a temporary file once no later line can
+/// change it (it is no thread's open response), so that only the open ones
+/// are held (issue 14, memory).
+struct ReadTurns {
+    spill: Option<SpillWriter>,
+    /// The turns after the spilled ones.
+    held: Vec<RecordedTurn>,
+    /// The first time a turn was requested at (absolute).
+    origin: Option<u64>,
+    /// Of the spilled turns: how many are a sub-agent's, how many have no
+    /// stop reason.
+    spilled_agents: usize,
+    spilled_inferred: usize,
+}
+
+impl ReadTurns {
+    /// With `spill`, a temporary file for the closed turns; where none can
+    /// be made (no writable temporary directory), every turn is held, as
+    /// before there was one.
+    fn new(spill: bool) -> Self {
+        Self {
+            spill: if spill { SpillWriter::new().ok() } else { None },
+            held: Vec::new(),
+            origin: None,
+            spilled_agents: 0,
+            spilled_inferred: 0,
+        }
+    }
+
+    fn first_held(&self) -> usize {
+        self.spill.as_ref().map_or(0, SpillWriter::len)
+    }
+
+    fn len(&self) -> usize {
+        self.first_held() + self.held.len()
+    }
+
+    fn push(&mut self, turn: RecordedTurn) {
+        if self.origin.is_none() {
+            self.origin = turn.requested_at_ms;
+        }
+        self.held.push(turn);
+    }
+
+    /// A held turn (an open response is always held).
+    fn held(&self, at: usize) -> &RecordedTurn {
+        &self.held[at - self.first_held()]
+    }
+
+    fn held_mut(&mut self, at: usize) -> &mut RecordedTurn {
+        let first = self.first_held();
+        &mut self.held[at - first]
+    }
+
+    fn message_id_is(&self, at: usize, id: &str) -> Result<bool, String> {
+        match at.checked_sub(self.first_held()) {
+            Some(held) => Ok(self
+                .held
+                .get(held)
+                .is_some_and(|t| t.message_id.as_deref() == Some(id))),
+            None => self
+                .read_back(at)
+                .map(|t| t.message_id.as_deref() == Some(id)),
+        }
+    }
+
+    fn calls_of(&self, at: usize) -> Result<std::borrow::Cow<'_, [RecordedCall]>, String> {
+        match at.checked_sub(self.first_held()) {
+            Some(held) => Ok(self
+                .held
+                .get(held)
+                .map_or(&[][..], |t| t.calls.as_slice())
+                .into()),
+            None => self.read_back(at).map(|t| t.calls.into()),
+        }
+    }
+
+    fn read_back(&self, at: usize) -> Result<RecordedTurn, String> {
+        match &self.spill {
+            Some(spill) => spill.get(at).map_err(spill_error),
+            None => Err(format!("internal: turn {at} is neither held nor spilled")),
+        }
+    }
+
+    /// Spills the held turns before `first_open`, the first turn later
+    /// lines may still change (all of them when `None`); nothing when not
+    /// spilling.
+    fn spill_closed(&mut self, first_open: Option<usize>) -> Result<(), String> {
+        let first = self.first_held();
+        let Some(spill) = &mut self.spill else {
+            return Ok(());
+        };
+        let until = first_open.unwrap_or(first + self.held.len());
+        let closed = until.saturating_sub(first).min(self.held.len());
+        for turn in self.held.drain(..closed) {
+            self.spilled_agents += usize::from(turn.agent.is_some());
+            self.spilled_inferred += usize::from(turn.stop_reason.is_none());
+            spill.push(&turn).map_err(spill_error)?;
+        }
+        Ok(())
+    }
+}
+
+fn spill_error(e: std::io::Error) -> String {
+    format!("cannot keep the responses in a temporary file: {e}")
+}
+
+/// Reads a Claude Code log or stream-json output; with `spill`, the
+/// responses no later line can change go to a temporary file as they are
+/// read ([`Session::spilled`]).
 fn read_claude_code(
     lines: impl IntoIterator<Item = Result<(usize, ClaudeLine), String>>,
     format: Format,
+    spill: bool,
 ) -> Result<Session, String> {
     let stream_json = format == Format::ClaudeCodeStreamJson;
-    let mut turns: Vec<RecordedTurn> = Vec::new();
+    let mut turns = ReadTurns::new(spill);
+    let spill = turns.spill.is_some();
+    // When spilling, the turns of `opens`, in order: the first is where the
+    // spilled turns end (kept apart so that many threads cost no walk).
+    let mut open_turns: BTreeSet<usize> = BTreeSet::new();
     // The response each thread may continue: the main agent (`None`) and,
     // in stream-json output, each sub-agent by its `parent_tool_use_id`
     // (parallel sub-agents' lines interleave).
@@ -844,8 +1006,13 @@ fn read_claude_code(
     // The turns of each `message.id`; an id met again in a new turn is one
     // split in several.
     let mut by_message: TurnsById = TurnsById::default();
-    let mut split_ids: Vec<String> = Vec::new();
-    let mut results = HashMap::new();
+    // How many responses reuse an earlier one's id, and the first such id.
+    let (mut split_count, mut split_first) = (0usize, None::<String>);
+    let mut results = if spill {
+        ResultIds::Hashed(HashedResults::default())
+    } else {
+        ResultIds::Exact(HashMap::new())
+    };
     let mut start: Option<u64> = None;
     let mut last_time: Option<u64> = None;
     let mut synthetic = 0usize;
@@ -924,7 +1091,7 @@ fn read_claude_code(
                     Some(index) => {
                         // A later line of the same response: same usage,
                         // repeated (output_tokens may grow): keep the largest.
-                        let turn = &mut turns[index];
+                        let turn = turns.held_mut(index);
                         let old = turn.usage.unwrap_or(TokenUsage::ZERO);
                         turn.usage = Some(TokenUsage {
                             input_tokens: old.input_tokens.max(usage.input_tokens),
@@ -946,12 +1113,12 @@ fn read_claude_code(
                         add_blocks(turn, message.get("content"), recorded_input)
                             .map_err(context)?;
                         let added = turn.calls.split_off(before);
-                        let same_id = by_message.of(id, &turns);
-                        let kept = drop_logged_again(&turns, same_id, added);
+                        let same_id = by_message.of(id, |at| turns.message_id_is(at, id))?;
+                        let kept = drop_logged_again(&turns, &same_id, added)?;
                         repeated_blocks += kept.1;
                         // Held to the end: no room to spare (pushing a
                         // call left room for four).
-                        let calls = &mut turns[index].calls;
+                        let calls = &mut turns.held_mut(index).calls;
                         calls.extend(kept.0);
                         calls.shrink_to_fit();
                     }
@@ -959,8 +1126,8 @@ fn read_claude_code(
                         let mut turn =
                             turn_from_message(message, recorded_input).map_err(context)?;
                         let calls = std::mem::take(&mut turn.calls);
-                        let same_id = by_message.of(id, &turns);
-                        let kept = drop_logged_again(&turns, same_id, calls);
+                        let same_id = by_message.of(id, |at| turns.message_id_is(at, id))?;
+                        let kept = drop_logged_again(&turns, &same_id, calls)?;
                         repeated_blocks += kept.1;
                         turn.calls = kept.0;
                         turn.usage = Some(usage);
@@ -968,12 +1135,13 @@ fn read_claude_code(
                         // Absolute for now; counted from the first model
                         // call once every response is read.
                         turn.requested_at_ms = last_time;
-                        if by_message.of(id, &turns).next().is_some() {
-                            split_ids.push(id.to_owned());
+                        if !same_id.is_empty() {
+                            split_count += 1;
+                            split_first.get_or_insert_with(|| id.to_owned());
                         }
                         by_message.push(id);
                         turn.agent = thread.as_ref().map(|t| format!("Task {t}"));
-                        opens.insert(
+                        let closed = opens.insert(
                             thread.clone(),
                             OpenResponse {
                                 turn: turns.len(),
@@ -984,7 +1152,14 @@ fn read_claude_code(
                                 stream_json,
                             },
                         );
+                        if spill {
+                            if let Some(closed) = closed {
+                                open_turns.remove(&closed.turn);
+                            }
+                            open_turns.insert(turns.len());
+                        }
                         turns.push(turn);
+                        turns.spill_closed(open_turns.first().copied())?;
                     }
                 }
             }
@@ -994,7 +1169,7 @@ fn read_claude_code(
                 }
                 if let Some(o) = opens.get_mut(&thread) {
                     o.user_since = true;
-                    if !only_results_of(message, &turns[o.turn].calls) {
+                    if !only_results_of(message, &turns.held(o.turn).calls) {
                         o.broken = true;
                     }
                 }
@@ -1016,48 +1191,67 @@ fn read_claude_code(
             last_time = time;
         }
     }
-    if turns.is_empty() {
+    if turns.len() == 0 {
         return Err("a Claude Code log with no assistant responses".into());
     }
+    let count = turns.len();
+    let ReadTurns {
+        spill,
+        held: mut turns,
+        origin,
+        spilled_agents,
+        spilled_inferred,
+    } = turns;
     // The clock starts at the first model call, not at the first
     // timestamped line (a startup hook, copied context, a summary).
-    let origin = turns.iter().find_map(|t| t.requested_at_ms);
     if let Some(origin) = origin {
         for turn in &mut turns {
             turn.requested_at_ms = turn.requested_at_ms.map(|t| t.saturating_sub(origin));
         }
     }
-    apply_results(&mut turns, &results);
+    let spilled = match results {
+        ResultIds::Exact(results) => {
+            apply_results(&mut turns, &results);
+            None
+        }
+        ResultIds::Hashed(mut results) => {
+            results.finish();
+            for call in turns.iter_mut().flat_map(|t| t.calls.iter_mut()) {
+                call.recorded_error = results.get(&call.id);
+            }
+            match spill {
+                Some(spill) => Some(std::sync::Arc::new(
+                    spill.finish(results, origin).map_err(spill_error)?,
+                )),
+                None => None,
+            }
+        }
+    };
     let mut notes = vec![if stream_json {
         format!(
-            "{lines_read} lines; {} responses (lines of one response share message.id, with its tool results between them; counted once)",
-            turns.len()
+            "{lines_read} lines; {count} responses (lines of one response share message.id, with its tool results between them; counted once)"
         )
     } else {
         format!(
-            "{lines_read} lines; {} responses (lines of one response, sharing message.id and requestId, counted once)",
-            turns.len()
+            "{lines_read} lines; {count} responses (lines of one response, sharing message.id and requestId, counted once)"
         )
     }];
     notes.extend(result_notes);
-    let agents = turns.iter().filter(|t| t.agent.is_some()).count();
+    let agents = spilled_agents + turns.iter().filter(|t| t.agent.is_some()).count();
     if agents > 0 {
         notes.push(format!(
             "{agents} responses are sub-agents' (parent_tool_use_id set): counted in the total"
         ));
     }
-    if !split_ids.is_empty() {
+    if let Some(first) = split_first {
         notes.push(format!(
-            "{} response(s) reuse the message.id of an earlier response (another requestId, or a user message between them), e.g. {}: each counted as its own model call",
-            split_ids.len(),
-            split_ids[0]
+            "{split_count} response(s) reuse the message.id of an earlier response (another requestId, or a user message between them), e.g. {first}: each counted as its own model call"
         ));
     }
-    let inferred = turns.iter().filter(|t| t.stop_reason.is_none()).count();
+    let inferred = spilled_inferred + turns.iter().filter(|t| t.stop_reason.is_none()).count();
     if inferred > 0 {
         notes.push(format!(
-            "stop_reason is null on {inferred} of {} responses: inferred from the blocks (a tool_use block makes a tool_use turn, else end_turn)",
-            turns.len()
+            "stop_reason is null on {inferred} of {count} responses: inferred from the blocks (a tool_use block makes a tool_use turn, else end_turn)"
         ));
     }
     if synthetic > 0 {
@@ -1084,6 +1278,7 @@ fn read_claude_code(
         notes.push("no timestamps: the time limit is not checked".into());
     }
     Ok(Session {
+        spilled,
         format,
         turns,
         usage: UsageGranularity::PerTurn,
@@ -2039,6 +2234,7 @@ fn build_from_exchanges(
         notes.push("no timestamps: the time limit is not checked".into());
     }
     Ok(Session {
+        spilled: None,
         format,
         turns,
         usage: UsageGranularity::PerTurn,
@@ -2205,6 +2401,7 @@ fn read_traj(traj: &Value) -> Result<Session, String> {
         notes.push(format!("exit_status: {status}"));
     }
     Ok(Session {
+        spilled: None,
         format: Format::SweAgentTraj,
         turns,
         usage,
@@ -2763,31 +2960,43 @@ mod tests {
         }
         let ids = ["msg_a", "msg_b", "msg_a", "msg_c", "msg_b", "msg_a"];
         let mut by_id = TurnsById::<Colliding>::default();
-        let mut turns = Vec::new();
-        for id in ids {
+        // Held, and spilled to a temporary file after each turn.
+        for spill in [false, true] {
+            let mut turns = ReadTurns::new(spill);
+            for id in ids {
+                assert_eq!(
+                    !by_id
+                        .of(id, |at| turns.message_id_is(at, id))
+                        .unwrap()
+                        .is_empty(),
+                    ids[..turns.len()].contains(&id)
+                );
+                if !spill {
+                    by_id.push(id);
+                }
+                turns.push(RecordedTurn {
+                    message_id: Some(id.to_owned()),
+                    ..RecordedTurn::default()
+                });
+                turns.spill_closed(None).unwrap();
+            }
+            assert_eq!(turns.first_held(), if spill { ids.len() } else { 0 });
+            let of = |id: &str| by_id.of(id, |at| turns.message_id_is(at, id)).unwrap();
+            assert_eq!(of("msg_a"), [5, 2, 0]);
+            assert_eq!(of("msg_b"), [4, 1]);
+            assert_eq!(of("msg_c"), [3]);
+            assert_eq!(of("msg_d"), [] as [usize; 0]);
+            // With the real hasher too.
+            let mut real: TurnsById = TurnsById::default();
+            for id in ids {
+                real.push(id);
+            }
             assert_eq!(
-                by_id.of(id, &turns).next().is_some(),
-                turns
-                    .iter()
-                    .any(|t: &RecordedTurn| t.message_id.as_deref() == Some(id))
+                real.of("msg_a", |at| turns.message_id_is(at, "msg_a"))
+                    .unwrap(),
+                [5, 2, 0]
             );
-            by_id.push(id);
-            turns.push(RecordedTurn {
-                message_id: Some(id.to_owned()),
-                ..RecordedTurn::default()
-            });
         }
-        let of = |id: &str| by_id.of(id, &turns).collect::<Vec<_>>();
-        assert_eq!(of("msg_a"), [5, 2, 0]);
-        assert_eq!(of("msg_b"), [4, 1]);
-        assert_eq!(of("msg_c"), [3]);
-        assert_eq!(of("msg_d"), [] as [usize; 0]);
-        // With the real hasher too.
-        let mut real: TurnsById = TurnsById::default();
-        for id in ids {
-            real.push(id);
-        }
-        assert_eq!(real.of("msg_a", &turns).collect::<Vec<_>>(), [5, 2, 0]);
     }
 
     #[test]

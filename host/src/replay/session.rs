@@ -4,7 +4,10 @@
 use budgetgate_core::turn::{ArgsFingerprint, TokenUsage};
 use serde_json::Value;
 
+use std::borrow::Cow;
+
 use super::fingerprint_walk;
+use super::spill::{SpilledTurns, TurnRef};
 
 /// The recording formats `budgetgate replay` reads (`SPEC C`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,8 +244,14 @@ impl RecordedTurn {
 pub struct Session {
     /// The format detected.
     pub format: Format,
-    /// One per model response, in order.
+    /// One per model response, in order: all of them, or, when
+    /// [`spilled`](Self::spilled) is set, those after the spilled ones.
     pub turns: Vec<RecordedTurn>,
+    /// The first responses, kept in a temporary file instead of `turns` (a
+    /// Claude Code log read line by line: issue 14, memory); `None` when
+    /// every response is in `turns`. [`each_turn`](Self::each_turn) gives
+    /// them all; [`hold_all`](Self::hold_all) moves them into `turns`.
+    pub spilled: Option<std::sync::Arc<SpilledTurns>>,
     /// How usage is recorded.
     pub usage: UsageGranularity,
     /// Tool names the requests declared (`tools[].name`), if any request did.
@@ -261,12 +270,39 @@ pub struct Session {
 }
 
 impl Session {
+    /// How many responses: the spilled ones and `turns`.
+    pub fn turn_count(&self) -> usize {
+        self.spilled.as_ref().map_or(0, |s| s.len()) + self.turns.len()
+    }
+
+    /// Every response in order: the spilled ones read back, then `turns`
+    /// borrowed. An error reading the temporary file back ends the walk.
+    pub fn each_turn(&self) -> impl Iterator<Item = std::io::Result<TurnRef<'_>>> + '_ {
+        self.spilled
+            .iter()
+            .flat_map(|s| s.iter().map(|t| t.map(Cow::Owned)))
+            .chain(self.turns.iter().map(|t| Ok(Cow::Borrowed(t))))
+    }
+
+    /// Moves the spilled responses, if any, into `turns` (what code that
+    /// indexes or reorders `turns` needs first).
+    pub fn hold_all(&mut self) -> std::io::Result<()> {
+        let Some(spilled) = self.spilled.take() else {
+            return Ok(());
+        };
+        let mut all = spilled.iter().collect::<std::io::Result<Vec<_>>>()?;
+        all.append(&mut self.turns);
+        self.turns = all;
+        Ok(())
+    }
+
     /// Adds the responses of sub-agents (`(name, their own session)`, as
     /// Claude Code keeps them in `<session>/subagents/agent-ID.jsonl`) to
     /// this session, each marked with its agent: by wall-clock time when
     /// every log has times (the budget is shared, so the order is the one
     /// the calls were made in), else after the session's own, with a note.
-    /// Their notes are kept, prefixed with the agent's name.
+    /// Their notes are kept, prefixed with the agent's name. Every session's
+    /// responses must be held ([`hold_all`](Self::hold_all)).
     pub fn merge_subagents(&mut self, subagents: Vec<(String, Session)>) {
         if subagents.is_empty() {
             return;
