@@ -128,6 +128,7 @@ use embedded_io::Write;
 use serde::Serialize;
 
 use crate::action::{ActionRef, ToolCallRef};
+use crate::approval::{Decision, Question};
 use crate::budget::{DutyExceeded, DutyWindow, DutyWindows, Watchdog};
 use crate::ident::Identifier;
 use crate::limits::{DEFAULT_MAX_RUN_MILLIS, MAX_DUTY_WINDOWS, MAX_STEPS, MAX_TOOLS};
@@ -399,17 +400,10 @@ impl Default for Timing {
     }
 }
 
-/// How an approval prompt was answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum Answer {
-    /// The operator approved the call.
-    Approve,
-    /// The operator refused it.
-    Deny,
-    /// No answer within the approval timeout: a refusal.
-    Timeout,
-}
+/// How the operator answered an approval prompt: the one
+/// [`crate::approval::Answer`]. Its deadline is the prompt's
+/// [`crate::approval::Question`]: an approval at or after it is a timeout.
+pub use crate::approval::Answer;
 
 /// Two debounced keys that answer approval prompts on a board that has them
 /// (issue 15, physical approval): one approves, one denies. Sans-IO: the
@@ -474,7 +468,7 @@ impl ApprovalKeys {
         let denied = d.sample(deny, now_ms, self.debounce_ms);
         match (approved, denied) {
             (true, false) if !d.raw => Some(Answer::Approve),
-            (false, true) if !a.raw => Some(Answer::Deny),
+            (false, true) if !a.raw => Some(Answer::Refuse),
             _ => None,
         }
     }
@@ -602,7 +596,7 @@ struct Pending<C> {
     call_id: Identifier,
     command: C,
     token: Token,
-    deadline_ms: u64,
+    question: Question,
 }
 
 type Frame<'a, R> = Reply<&'a str, Data<&'a R>>;
@@ -1279,7 +1273,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
                 call_id: call.call_id.clone(),
                 command,
                 token,
-                deadline_ms: now_ms.saturating_add(u64::from(self.timing.approval_timeout_ms)),
+                question: Question::asked(now_ms, u64::from(self.timing.approval_timeout_ms)),
             });
             // Pending first: even if the console cannot be written, the
             // timeout still settles the call and the run goes on.
@@ -1307,9 +1301,12 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         }
     }
 
-    /// The operator's answer to the pending prompt (or its timeout), at
-    /// `now_ms`: writes `approved ID`, `denied ID` or `denied ID (timeout)`
-    /// to `console` and the call's observation to `agent`. An approval after
+    /// The operator's answer to the pending prompt, at `now_ms`, decided by
+    /// the prompt's [`Question`]: an approval at or after its deadline is a
+    /// timeout (even when no [`DeviceGate::poll`] has refused it yet), and
+    /// [`Answer::Later`] before it leaves the prompt waiting. A decision
+    /// writes `approved ID`, `denied ID` or `denied ID (timeout)` to
+    /// `console` and the call's observation to `agent`. An approval after
     /// the time budget ran out moves nothing: the call is refused with
     /// `time-budget` and the run stops on time. Returns `false` when nothing
     /// was pending.
@@ -1320,8 +1317,27 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         agent: &mut W,
         console: &mut C,
     ) -> Result<bool, IoError<W::Error, C::Error>> {
-        let Some(pending) = self.pending.take() else {
+        let Some(pending) = &self.pending else {
             return Ok(false);
+        };
+        match pending.question.answer(answer, now_ms) {
+            Some(decision) => self
+                .conclude(decision, now_ms, agent, console)
+                .map(|()| true),
+            None => Ok(true),
+        }
+    }
+
+    /// Ends the pending prompt with `decision`, at `now_ms`.
+    fn conclude<W: Write, C: Write>(
+        &mut self,
+        decision: Decision,
+        now_ms: u64,
+        agent: &mut W,
+        console: &mut C,
+    ) -> Result<(), IoError<W::Error, C::Error>> {
+        let Some(pending) = self.pending.take() else {
+            return Ok(());
         };
         self.clock_ms = now_ms;
         // The host waited for this answer: the dead-man counts from here.
@@ -1332,22 +1348,22 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             self.runs,
             pending.token.step(),
             pending.call_id.as_str(),
-            answer
+            decision
         );
         // The console line and the reply fail apart: a console that cannot
         // be written never leaves the call without its answer.
-        let mut shown = answered(console, answer, pending.call_id.as_str());
-        self.settle(pending, answer, now_ms, agent, console, &mut shown)
+        let mut shown = answered(console, decision, pending.call_id.as_str());
+        self.settle(pending, decision, now_ms, agent, console, &mut shown)
             .map_err(IoError::Agent)?;
-        shown.map_err(IoError::Console).map(|()| true)
+        shown.map_err(IoError::Console)
     }
 
-    /// Settles the call that waited for `answer`: runs it or refuses it,
+    /// Settles the call that waited for `decision`: runs it or refuses it,
     /// and replies.
     fn settle<W: Write, C: Write>(
         &mut self,
         pending: Pending<A::Command>,
-        answer: Answer,
+        decision: Decision,
         now_ms: u64,
         agent: &mut W,
         console: &mut C,
@@ -1368,7 +1384,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         // The time budget may have run out while the operator decided: an
         // approval that comes too late never moves the actuator (SPEC C: no
         // call runs past an exhausted budget), and the run stops on time.
-        if answer == Answer::Approve && self.time_up(now_ms) {
+        if decision.runs() && self.time_up(now_ms) {
             if shown.is_ok() {
                 *shown =
                     console.write_all(b"too late: the run's time budget ran out; not executed\n");
@@ -1386,7 +1402,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             }
             return Ok(());
         }
-        if answer == Answer::Approve {
+        if decision.runs() {
             self.execute(agent, call, pending.command, pending.token)
         } else {
             self.refuse(agent, call, pending.token, word::APPROVAL_DENIED)
@@ -1394,7 +1410,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     }
 
     /// The clock, at `now_ms`: refuses the pending call once its approval
-    /// timeout has passed (as [`Answer::Timeout`]), and stops the run when
+    /// timeout has passed ([`Decision::TimedOut`]), and stops the run when
     /// its time budget passes even if no proposal comes: the actuators go
     /// to their safe state then, not at the next proposal.
     pub fn poll<W: Write, C: Write>(
@@ -1422,13 +1438,13 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         self.check_dead_man(now_ms, console)
             .map_err(IoError::Console)?;
         let shown = self.check_duty(now_ms, console);
-        let answered = match &self.pending {
-            Some(p) if now_ms >= p.deadline_ms => self
-                .on_answer(Answer::Timeout, now_ms, agent, console)
-                .map(|_| ()),
-            _ => Ok(()),
-        };
-        answered?;
+        if let Some(decision) = self
+            .pending
+            .as_ref()
+            .and_then(|p| p.question.expired(now_ms))
+        {
+            self.conclude(decision, now_ms, agent, console)?;
+        }
         shown.map_err(IoError::Console)
     }
 
@@ -1744,13 +1760,13 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
 }
 
 /// `approved ID`, `denied ID` or `denied ID (timeout)` on the console.
-fn answered<C: Write>(console: &mut C, answer: Answer, call_id: &str) -> Result<(), C::Error> {
-    match answer {
-        Answer::Approve => console.write_all(b"approved ")?,
-        Answer::Deny | Answer::Timeout => console.write_all(b"denied ")?,
+fn answered<C: Write>(console: &mut C, decision: Decision, call_id: &str) -> Result<(), C::Error> {
+    match decision {
+        Decision::Approved => console.write_all(b"approved ")?,
+        Decision::Refused | Decision::TimedOut => console.write_all(b"denied ")?,
     }
     console.write_all(call_id.as_bytes())?;
-    if answer == Answer::Timeout {
+    if decision == Decision::TimedOut {
         console.write_all(b" (timeout)")?;
     }
     console.write_all(b"\n")

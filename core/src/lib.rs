@@ -20,6 +20,10 @@
 //!   typed signature, and a rule for every other name — which the run
 //!   (through [`ToolSet`]), the turn gate and the device gate read
 //!   (`SPEC A2`, `SPEC C`, `SPEC E`);
+//! * [`approval`]: the one approval state machine — an answer (approve,
+//!   refuse, later) and a question with its deadline, after which an
+//!   approval never runs its call — which the turn gate, the device gate and
+//!   the MCP gateway share (`SPEC C`);
 //! * [`word`]: every word the contract and the device protocol spell
 //!   (statuses, reasons, observation data), which every front-end uses;
 //! * [`trace_work`]: the work units of a trace (`SPEC A3`);
@@ -88,6 +92,7 @@
 )]
 
 pub mod action;
+pub mod approval;
 pub mod budget;
 pub mod device;
 pub mod ident;

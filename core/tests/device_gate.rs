@@ -711,7 +711,7 @@ fn approval_denied_leaves_the_valve_closed() {
     let mut d = Device::started();
     d.send_frame(&format!("PROPOSE {}", valve("water")));
     assert_eq!(d.read_console_line(), valve_prompt("water"));
-    assert!(d.answer(Answer::Deny));
+    assert!(d.answer(Answer::Refuse));
     assert_eq!(d.read_console_line(), "denied water");
     assert_eq!(
         d.read_frame(),
@@ -743,6 +743,58 @@ fn approval_timeout_is_a_refusal_and_queued_frames_are_answered_in_order() {
     );
     assert_eq!(d.read_frame(), d.status_is(1, 8, 1, 4, "running"));
     assert_eq!(d.leds(), 0, "the valve did not move");
+}
+
+/// SPEC C, the approval timeout (issue 11, one approval state machine): an
+/// approval read at or after the prompt's deadline is a timeout even when
+/// the clock's poll has not refused the call yet (a main loop may read the
+/// key before it polls); one just before the deadline runs the call. A
+/// "later" keeps the prompt waiting.
+#[test]
+fn an_approval_at_the_deadline_is_a_timeout_before_any_poll() {
+    let mut d = Device::started();
+    d.gate.set_approval_timeout(300);
+    d.send_frame(&format!("PROPOSE {}", valve("late")));
+    assert_eq!(d.read_console_line(), valve_prompt("late"));
+    d.now_ms += 300; // no poll
+    assert!(d.answer(Answer::Later), "a prompt was pending");
+    assert_eq!(d.read_console_line(), "denied late (timeout)");
+    assert_eq!(
+        d.read_frame(),
+        d.refused(0, "late", "HassValveOpen", "approval-denied")
+    );
+    assert!(!d.answer(Answer::Approve), "nothing pending any more");
+    assert_eq!(d.leds(), 0, "the valve did not move");
+
+    d.send_frame(&format!("PROPOSE {}", valve("late2")));
+    assert_eq!(d.read_console_line(), valve_prompt("late2"));
+    d.now_ms += 300; // no poll
+    assert!(d.answer(Answer::Approve));
+    assert_eq!(d.read_console_line(), "denied late2 (timeout)");
+    assert_eq!(
+        d.read_frame(),
+        d.refused(1, "late2", "HassValveOpen", "approval-denied")
+    );
+    assert_eq!(d.leds(), 0, "a late approval moved nothing");
+
+    d.send_frame(&format!("PROPOSE {}", valve("in-time")));
+    assert_eq!(d.read_console_line(), valve_prompt("in-time"));
+    d.now_ms += 299;
+    assert!(d.answer(Answer::Later));
+    assert!(d.gate.awaiting_approval(), "later: still asked");
+    assert_eq!(d.try_read_frame(), None);
+    assert!(d.answer(Answer::Approve));
+    assert_eq!(d.read_console_line(), "approved in-time");
+    assert_eq!(
+        d.read_frame(),
+        d.ran(
+            2,
+            "in-time",
+            "HassValveOpen",
+            r#"{"name":"valve","state":"open"}"#
+        )
+    );
+    assert_eq!(d.leds(), 0b10, "approved in time: the valve opened");
 }
 
 /// Found by a hostile trial on the device: an approval after the time
@@ -1022,7 +1074,7 @@ fn a_console_that_cannot_be_written_never_leaves_a_call_unanswered() {
     assert!(d.gate.awaiting_approval(), "the call waits all the same");
     let answered = d
         .gate
-        .on_answer(Answer::Deny, 10, &mut d.agent, &mut &mut full[..]);
+        .on_answer(Answer::Refuse, 10, &mut d.agent, &mut &mut full[..]);
     assert!(matches!(answered, Err(IoError::Console(_))), "{answered:?}");
     assert_eq!(
         d.read_frame(),
@@ -1149,7 +1201,7 @@ fn the_dead_man_switch_is_fed_by_valid_frames_only_and_armed_only_when_needed() 
     assert_eq!(d.read_console_line(), valve_prompt("v1"));
     d.wait(5_000);
     assert_eq!(d.leds(), 1, "not while the operator is asked");
-    d.answer(Answer::Deny);
+    d.answer(Answer::Refuse);
     d.read_frame();
     d.wait(999);
     assert_eq!(d.leds(), 1, "counted from the answer");
@@ -1192,7 +1244,7 @@ fn debounced_keys_answer_the_approval_prompt() {
     for (t, deny) in [(0, false), (20, false), (30, true), (50, true)] {
         answer = answer.or(keys.sample(false, deny, t));
     }
-    assert_eq!(answer, Some(Answer::Deny));
+    assert_eq!(answer, Some(Answer::Refuse));
     assert!(d.answer(answer.expect("the deny key")));
     assert_eq!(
         d.read_frame(),
@@ -1312,7 +1364,7 @@ fn a_key_pressed_while_the_other_is_held_answers_nothing() {
         let expected = if approve_held {
             Answer::Approve
         } else {
-            Answer::Deny
+            Answer::Refuse
         };
         assert_eq!(held_answer, Some(expected), "the held key's own press");
         // The other pressed, steady past its debounce, the first still down.
@@ -1328,7 +1380,7 @@ fn a_key_pressed_while_the_other_is_held_answers_nothing() {
         assert_eq!(sample(&mut keys, false, false, 330), None);
         assert_eq!(sample(&mut keys, false, true, 340), None);
         let other = if approve_held {
-            Answer::Deny
+            Answer::Refuse
         } else {
             Answer::Approve
         };

@@ -426,7 +426,7 @@ fn run_numbers_and_attempts_go_on_after_a_resume() {
     device.valve("v1");
     device
         .gate
-        .on_answer(Answer::Deny, 3, &mut device.agent, &mut device.console)
+        .on_answer(Answer::Refuse, 3, &mut device.agent, &mut device.console)
         .expect("writes");
     let (record, _) = device
         .gate
@@ -472,7 +472,7 @@ fn each_refusal_is_audited_with_its_own_word() {
     let (mut agent, mut console) = (Vec::new(), Vec::new());
     device
         .gate
-        .on_answer(Answer::Deny, 1_000, &mut agent, &mut console)
+        .on_answer(Answer::Refuse, 1_000, &mut agent, &mut console)
         .expect("a Vec takes every byte");
     device.valve("c3");
     device

@@ -173,7 +173,7 @@ pub fn handle<W: Write>(
             let answer = if approve {
                 Answer::Approve
             } else {
-                Answer::Deny
+                Answer::Refuse
             };
             match gate.on_answer(answer, board::now_ms(), agent, out) {
                 Ok(true) => Ok(()),

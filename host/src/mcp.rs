@@ -71,6 +71,7 @@ use crate::gate::{self, Counting, GateError, Ledgers, Refusal, ToolCall, Verdict
 use crate::ledger::{state_dir, Durability, LedgerTx, Store, StoreError};
 use crate::mcp_terminal::Terminal;
 use crate::replay::budget::ReplayBudget;
+use budgetgate_core::approval::{self, Answer, Decision};
 use budgetgate_core::word;
 
 /// Longest JSON-RPC line read from either side (16 MiB); a longer one is
@@ -595,7 +596,8 @@ struct Approval {
     tool: String,
     /// The request line, forwarded once approved.
     line: String,
-    deadline_ms: u64,
+    /// The question and its deadline: the one approval state machine.
+    question: approval::Question,
     by: Asker,
 }
 
@@ -690,7 +692,7 @@ impl<G: CallGate> Proxy<G> {
     pub fn asking(&self) -> Vec<(String, u64)> {
         self.approvals
             .iter()
-            .map(|(eid, a)| (eid.clone(), a.deadline_ms))
+            .map(|(eid, a)| (eid.clone(), a.question.deadline_ms()))
             .collect()
     }
 
@@ -746,7 +748,10 @@ impl<G: CallGate> Proxy<G> {
 
     /// When [`Self::on_tick`] next has something to do.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.approvals.values().map(|a| a.deadline_ms).min()
+        self.approvals
+            .values()
+            .map(|a| a.question.deadline_ms())
+            .min()
     }
 
     /// A line from the client.
@@ -1237,7 +1242,8 @@ impl<G: CallGate> Proxy<G> {
                 let shown = shortened(&arguments.to_string(), 400);
                 let message =
                     format!("budgetgate: the agent wants to call {name} with {shown}. Allow it?");
-                let deadline_ms = now.saturating_add(self.approval_timeout_ms);
+                let question = approval::Question::asked(now, self.approval_timeout_ms);
+                let deadline_ms = question.deadline_ms();
                 let by = if self.elicitation {
                     let request = json!({
                         "message": message,
@@ -1262,7 +1268,7 @@ impl<G: CallGate> Proxy<G> {
                         key,
                         tool: name.to_owned(),
                         line: text.to_owned(),
-                        deadline_ms,
+                        question,
                         by,
                     },
                 );
@@ -1325,6 +1331,17 @@ impl<G: CallGate> Proxy<G> {
         now: u64,
         out: &mut Vec<Out>,
     ) {
+        let answer = match action {
+            Some("accept") => Answer::Approve,
+            _ => Answer::Refuse,
+        };
+        if approval.question.answer(answer, now) == Some(Decision::TimedOut) {
+            // An accept read at or after the deadline, before the tick that
+            // would have withdrawn the question, never runs the call.
+            let late = self.no_answer_in_time();
+            self.refuse_approval(approval, &late, now, out);
+            return;
+        }
         if action == Some("accept") {
             out.push(Out::Server(approval.line));
             self.pending.insert(
@@ -1367,7 +1384,7 @@ impl<G: CallGate> Proxy<G> {
         let late: Vec<String> = self
             .approvals
             .iter()
-            .filter(|(_, a)| a.deadline_ms <= now)
+            .filter(|(_, a)| a.question.expired(now).is_some())
             .map(|(k, _)| k.clone())
             .collect();
         for eid in late {
@@ -1381,11 +1398,16 @@ impl<G: CallGate> Proxy<G> {
     /// the attempt counts). Nothing when it is no longer asked.
     pub fn expire(&mut self, eid: &str, now: u64) -> Vec<Out> {
         self.settle(now);
-        let answer = format!(
+        let answer = self.no_answer_in_time();
+        self.refuse_question(eid, "no answer in time", &answer, now)
+    }
+
+    /// Why a question past its deadline refuses its call.
+    fn no_answer_in_time(&self) -> String {
+        format!(
             "no answer came within {} s",
             self.approval_timeout_ms.div_ceil(1000)
-        );
-        self.refuse_question(eid, "no answer in time", &answer, now)
+        )
     }
 
     /// The question `eid` cannot be answered any more: withdrawn
@@ -2869,6 +2891,63 @@ mod tests {
             let outs = p.on_client(other.to_string().as_bytes(), T0 + 1_001);
             assert_eq!(server(&outs).len(), 1, "{id}");
         }
+    }
+
+    /// SPEC C, the approval deadline (issue 11, one approval state
+    /// machine): an accept read at or after the question's deadline, before
+    /// the tick that would have withdrawn it, is refused as "no answer in
+    /// time" and never reaches the server, from the client and from the
+    /// terminal alike; one a millisecond before the deadline runs the call.
+    #[test]
+    fn an_accept_at_the_deadline_before_the_tick_never_runs_the_call() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"send_mail\"]\n";
+        let mut p = s.proxy(budget);
+        p.on_client(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#, T0);
+        let accept = |eid: &Value| {
+            json!({"jsonrpc": "2.0", "id": eid, "result": {"action": "accept", "content": {}}})
+                .to_string()
+        };
+        let outs = p.on_client(&call(1, "send_mail", json!({"to": "a"})), T0);
+        let eid = client(&outs)[0]["id"].clone();
+        let outs = p.on_client(accept(&eid).as_bytes(), T0 + 1_000);
+        assert!(server(&outs).is_empty(), "{outs:?}");
+        let refused = &client(&outs)[0];
+        assert_eq!(refused["id"], 1);
+        assert_eq!(
+            refused["result"]["_meta"]["budgetgate"]["reason"],
+            "approval-refused"
+        );
+        assert!(refused["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("no answer came within 1 s"));
+        assert_eq!(p.next_deadline(), None);
+        // In time, by one millisecond: forwarded.
+        let line = call(2, "send_mail", json!({"to": "b"}));
+        let outs = p.on_client(&line, T0);
+        let eid = client(&outs)[0]["id"].clone();
+        assert_eq!(
+            p.on_client(accept(&eid).as_bytes(), T0 + 999),
+            [Out::Server(String::from_utf8(line).unwrap())]
+        );
+        // At the terminal: the same rule.
+        let mut p = s.proxy(budget);
+        p.ask_on_terminal(true);
+        p.on_client(
+            br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}"#,
+            T0,
+        );
+        let outs = p.on_client(&call(3, "send_mail", json!({"to": "c"})), T0);
+        let [Out::Ask(q)] = outs.as_slice() else {
+            panic!("{outs:?}")
+        };
+        let outs = p.on_person(&q.eid, true, T0 + 5_000);
+        assert!(server(&outs).is_empty(), "{outs:?}");
+        assert!(client(&outs)[0]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("no answer came within 1 s"));
     }
 
     /// Approval at the terminal (docs/MCP.md, "Approval"): a client

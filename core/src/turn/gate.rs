@@ -155,18 +155,8 @@ pub enum CallVerdict {
     Refused(RefusalReason),
 }
 
-/// An approver's answer (`SPEC C`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum ApprovalAnswer {
-    /// Yes: run it.
-    Approve,
-    /// No: answer with the `approval-refused` error result.
-    Refuse,
-    /// No answer yet (a person is being asked, a button awaits); report it
-    /// later with [`TurnGate::approve`].
-    Later,
-}
+/// An approver's answer (`SPEC C`): the one [`crate::approval::Answer`].
+pub use crate::approval::Answer as ApprovalAnswer;
 
 /// Who decides on tools that need approval (`SPEC C`): a terminal prompt,
 /// a policy file, a physical button. Sans-IO friendly: an approver that
