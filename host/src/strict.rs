@@ -73,10 +73,36 @@ impl<'de> Visitor<'de> for UniqueKeysVisitor {
     }
 }
 
+/// `value[key]` as [`Value::get`] finds it in an object (`None` for
+/// anything else), searched in order in an object of up to
+/// [`SCANNED_KEYS`] keys (the usual content block or usage object), where
+/// that is cheaper than hashing the key (issue 14, throughput). A key is
+/// found at most once either way: the objects read here have unique keys.
+pub(crate) fn field<'a>(value: &'a Value, key: &str) -> Option<&'a Value> {
+    let object = value.as_object()?;
+    if object.len() <= SCANNED_KEYS {
+        object.iter().find_map(|(k, v)| (k == key).then_some(v))
+    } else {
+        object.get(key)
+    }
+}
+
+/// The size up to which [`refuse_repeated`] and [`field`] search an object's keys in
+/// order instead of hashing.
+const SCANNED_KEYS: usize = 16;
+
 /// [`value_from_str`]'s error for a key that `out` already holds (checked
 /// before the key's value is read, so the error's position is the key's).
+/// An object of up to [`SCANNED_KEYS`] keys is searched in order (its
+/// entries are contiguous), which is cheaper than hashing the key; a larger
+/// one is looked up by hash, so a hostile object of many keys stays linear.
 pub(crate) fn refuse_repeated<E: de::Error>(out: &Map<String, Value>, key: &str) -> Result<(), E> {
-    if out.contains_key(key) {
+    let repeated = if out.len() <= SCANNED_KEYS {
+        out.keys().any(|k| k == key)
+    } else {
+        out.contains_key(key)
+    };
+    if repeated {
         return Err(duplicate_key(key));
     }
     Ok(())

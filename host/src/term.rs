@@ -33,13 +33,19 @@ pub fn unsafe_on_terminal(c: char) -> bool {
         )
 }
 
+/// Whether `text` is all printable ASCII (space to `~`), where
+/// [`unsafe_on_terminal`] holds for no character.
+fn is_printable_ascii(text: &str) -> bool {
+    text.bytes().all(|b| (b' '..=b'~').contains(&b))
+}
+
 /// `text` made safe to print on a terminal: every character for which
 /// [`unsafe_on_terminal`] holds is shown as `\u{..}`, as Rust's `{:?}` shows
 /// them; everything else is unchanged. Every report the command prints from
 /// outside input (a recording, a script, a device, a file name) goes
 /// through it.
 pub fn terminal_safe(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(unsafe_on_terminal) {
+    if is_printable_ascii(text) || !text.chars().any(unsafe_on_terminal) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
@@ -64,6 +70,11 @@ impl serde_json::ser::Formatter for TerminalSafeJson {
         writer: &mut W,
         fragment: &str,
     ) -> std::io::Result<()> {
+        // Printable ASCII is never unsafe: the usual fragment is written
+        // without decoding it (issue 14: a long replay's report).
+        if is_printable_ascii(fragment) {
+            return writer.write_all(fragment.as_bytes());
+        }
         let mut from = 0;
         for (at, c) in fragment.char_indices() {
             if unsafe_on_terminal(c) {
@@ -113,6 +124,22 @@ mod tests {
         );
         assert_eq!(terminal_safe("\u{feff}x\u{e0041}"), "\\u{feff}x\\u{e0041}");
         assert_eq!(terminal_safe("é ok ✓"), "é ok ✓");
+    }
+
+    /// The printable-ASCII fast path is the rule's: no character from space
+    /// to `~` is unsafe, and every other ASCII one (C0 and DEL) is.
+    #[test]
+    fn printable_ascii_is_exactly_the_safe_ascii() {
+        for b in 0u8..=0x7f {
+            let c = char::from(b);
+            let printable = is_printable_ascii(c.encode_utf8(&mut [0; 4]));
+            assert_eq!(printable, !unsafe_on_terminal(c), "{b:#x}");
+        }
+        assert!(is_printable_ascii(""));
+        assert!(!is_printable_ascii("abc\u{7f}"));
+        assert!(!is_printable_ascii("é"));
+        assert_eq!(to_safe_json("a\u{7f}b").unwrap(), "\"a\\u007fb\"");
+        assert_eq!(terminal_safe("a\u{7f}b"), "a\\u{7f}b");
     }
 
     #[test]

@@ -155,7 +155,10 @@ fn field_of<'a>(fields: &'a [Option<Value>], keys: &[&str], key: &str) -> Option
 }
 
 /// Reads one Claude Code line, keeping what the reader reads (module docs).
-pub(super) fn claude_code_line_from_str(text: &str) -> Result<ClaudeLine, serde_json::Error> {
+/// The line is built in a box: it is about 1 KB (a dozen [`Value`]s), and
+/// moving it by value through the reader's iterators cost more than the
+/// allocation (issue 14, throughput).
+pub(super) fn claude_code_line_from_str(text: &str) -> Result<Box<ClaudeLine>, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_str(text);
     let line = de.deserialize_any(LineVisitor)?;
     de.end()?;
@@ -164,7 +167,9 @@ pub(super) fn claude_code_line_from_str(text: &str) -> Result<ClaudeLine, serde_
 
 /// A line already parsed whole, read as [`claude_code_line_from_str`] reads
 /// its text.
-pub(super) fn claude_code_line_from_value(value: Value) -> Result<ClaudeLine, serde_json::Error> {
+pub(super) fn claude_code_line_from_value(
+    value: Value,
+) -> Result<Box<ClaudeLine>, serde_json::Error> {
     value.deserialize_any(LineVisitor)
 }
 
@@ -202,17 +207,17 @@ fn keeps_message(kind: Option<&Value>) -> bool {
 struct LineVisitor;
 
 /// A line that is not an object: held whole.
-fn other_line<E>(value: Value) -> Result<ClaudeLine, E> {
-    Ok(ClaudeLine {
+fn other_line<E>(value: Value) -> Result<Box<ClaudeLine>, E> {
+    Ok(Box::new(ClaudeLine {
         other: Some(value),
         ..ClaudeLine::default()
-    })
+    }))
 }
 
 impl<'de> Visitor<'de> for LineVisitor {
-    type Value = ClaudeLine;
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ClaudeLine, A::Error> {
-        let mut line = ClaudeLine::default();
+    type Value = Box<ClaudeLine>;
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Box<ClaudeLine>, A::Error> {
+        let mut line = Box::<ClaudeLine>::default();
         let mut message_seen = false;
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
             if key == "message" {
@@ -242,10 +247,10 @@ impl<'de> Visitor<'de> for LineVisitor {
         }
         Ok(line)
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ClaudeLine, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Box<ClaudeLine>, A::Error> {
         other_line(UniqueKeysVisitor.visit_seq(seq)?)
     }
-    non_objects_as_values!(ClaudeLine, other_line);
+    non_objects_as_values!(Box<ClaudeLine>, other_line);
 }
 
 /// `message`: of its keys, [`MESSAGE_KEYS`], its `content` blocks pruned.
@@ -349,9 +354,11 @@ impl<'de> Visitor<'de> for BlockVisitor {
         // Keys skipped because the block's type, already read, drops them:
         // held so that a second one is refused as before.
         let mut skipped: Vec<&'static str> = Vec::new();
+        // The keys the block's type drops, once its type is read.
+        let mut dropped: &[&str] = &[];
         while let Some(key) = map.next_key::<String>()? {
             refuse_repeated(&out, &key)?;
-            if let Some(&k) = dropped_keys(out.get("type")).iter().find(|&&k| k == key) {
+            if let Some(&k) = dropped.iter().find(|&&k| k == key) {
                 if skipped.contains(&k) {
                     return Err(duplicate_key(k));
                 }
@@ -360,9 +367,13 @@ impl<'de> Visitor<'de> for BlockVisitor {
                 continue;
             }
             let UniqueKeys(value) = map.next_value()?;
+            let kind = key == "type";
             out.insert(key, value);
+            if kind {
+                dropped = dropped_keys(out.get("type"));
+            }
         }
-        for k in dropped_keys(out.get("type")) {
+        for k in dropped {
             out.remove(*k);
         }
         Ok(Value::Object(out))

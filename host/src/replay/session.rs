@@ -4,6 +4,8 @@
 use budgetgate_core::turn::{ArgsFingerprint, TokenUsage};
 use serde_json::Value;
 
+use crate::strict::field;
+
 use std::borrow::Cow;
 
 use super::fingerprint_walk;
@@ -387,14 +389,13 @@ impl Session {
 pub fn billed_usage(value: &Value) -> Result<(TokenUsage, Vec<UsageIteration>), String> {
     let mut total = usage_from_value(value)?;
     let mut iterations = Vec::new();
-    match value.get("iterations") {
+    match field(value, "iterations") {
         None | Some(Value::Null) => {}
         Some(Value::Array(items)) => {
             for (at, item) in items.iter().enumerate() {
                 let usage =
                     usage_from_value(item).map_err(|e| format!("usage.iterations[{at}]: {e}"))?;
-                let kind = item
-                    .get("type")
+                let kind = field(item, "type")
                     .and_then(Value::as_str)
                     .unwrap_or("unknown");
                 if kind != "message" {
@@ -415,9 +416,9 @@ pub fn billed_usage(value: &Value) -> Result<(TokenUsage, Vec<UsageIteration>), 
 /// fields, absent or null counting 0 (`SPEC C`). A field that is not a
 /// non-negative integer is an error naming it.
 pub fn usage_from_value(value: &Value) -> Result<TokenUsage, String> {
-    let Some(object) = value.as_object() else {
+    if !value.is_object() {
         return Err("usage is not an object".into());
-    };
+    }
     let mut usage = TokenUsage::ZERO;
     for (key, slot) in [
         ("input_tokens", &mut usage.input_tokens),
@@ -431,7 +432,7 @@ pub fn usage_from_value(value: &Value) -> Result<TokenUsage, String> {
             &mut usage.cache_creation_input_tokens,
         ),
     ] {
-        match object.get(key) {
+        match field(value, key) {
             None | Some(Value::Null) => {}
             Some(v) => {
                 *slot = v
