@@ -2250,6 +2250,10 @@ mod tests {
         dir: tempfile::TempDir,
     }
 
+    /// A budget that asks before `send_mail`.
+    const SEND_MAIL_ASKS: &str =
+        "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"send_mail\"]\n";
+
     impl Setup {
         fn new() -> Self {
             Self {
@@ -2265,6 +2269,24 @@ mod tests {
             let gate = self.gate(budget, 60_000);
             let max = gate.budget.max_result_bytes;
             Proxy::new(gate, "c1".into(), max, 1_000)
+        }
+        /// A proxy whose budget asks before `send_mail`, for a client
+        /// that declared the elicitation capability.
+        fn eliciting_proxy(&self) -> Proxy<LedgerGate> {
+            let mut p = self.proxy(SEND_MAIL_ASKS);
+            p.on_client(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#, T0);
+            p
+        }
+        /// A proxy whose budget asks before `send_mail`, for a client
+        /// without elicitation: the gateway's terminal is asked.
+        fn terminal_proxy(&self) -> Proxy<LedgerGate> {
+            let mut p = self.proxy(SEND_MAIL_ASKS);
+            p.ask_on_terminal(true);
+            p.on_client(
+                br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}"#,
+                T0,
+            );
+            p
         }
         fn used(&self) -> (u64, u64) {
             let store = Store::open(self.dir.path(), Duration::from_secs(5)).expect("ledger");
@@ -2901,9 +2923,7 @@ mod tests {
     #[test]
     fn an_accept_at_the_deadline_before_the_tick_never_runs_the_call() {
         let s = Setup::new();
-        let budget = "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"send_mail\"]\n";
-        let mut p = s.proxy(budget);
-        p.on_client(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#, T0);
+        let mut p = s.eliciting_proxy();
         let accept = |eid: &Value| {
             json!({"jsonrpc": "2.0", "id": eid, "result": {"action": "accept", "content": {}}})
                 .to_string()
@@ -2932,12 +2952,7 @@ mod tests {
             [Out::Server(String::from_utf8(line).unwrap())]
         );
         // At the terminal: the same rule.
-        let mut p = s.proxy(budget);
-        p.ask_on_terminal(true);
-        p.on_client(
-            br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}"#,
-            T0,
-        );
+        let mut p = s.terminal_proxy();
         let outs = p.on_client(&call(3, "send_mail", json!({"to": "c"})), T0);
         let [Out::Ask(q)] = outs.as_slice() else {
             panic!("{outs:?}")
@@ -2963,13 +2978,7 @@ mod tests {
             _ => panic!("{outs:?}"),
         };
         let s = Setup::new();
-        let budget = "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"send_mail\"]\n";
-        let mut p = s.proxy(budget);
-        p.ask_on_terminal(true);
-        p.on_client(
-            br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}"#,
-            T0,
-        );
+        let mut p = s.terminal_proxy();
         let line = call(1, "send_mail", json!({"to": "a"}));
         let q = asked(p.on_client(&line, T0));
         assert!(
@@ -3041,9 +3050,7 @@ mod tests {
     #[test]
     fn only_a_plain_accept_of_a_question_sent_runs_its_call() {
         let s = Setup::new();
-        let budget = "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"send_mail\"]\n";
-        let mut p = s.proxy(budget);
-        p.on_client(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#, T0);
+        let mut p = s.eliciting_proxy();
         // Sent in one batch with the call: the guessed id answers nothing.
         let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"send_mail","arguments":{}}},{"jsonrpc":"2.0","id":"budgetgate-approval-1","result":{"action":"accept"}}]"#;
         let outs = p.on_client(batch, T0);
@@ -3082,9 +3089,7 @@ mod tests {
     #[test]
     fn each_question_is_known_by_its_id_and_expires_on_its_own() {
         let s = Setup::new();
-        let budget = "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"send_mail\"]\n";
-        let mut p = s.proxy(budget);
-        p.on_client(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#, T0);
+        let mut p = s.eliciting_proxy();
         let first = client(&p.on_client(&call(1, "send_mail", json!({"to": "a"})), T0))[0]["id"]
             .to_string();
         let second = client(&p.on_client(&call(2, "send_mail", json!({"to": "b"})), T0 + 500))[0]
