@@ -499,6 +499,27 @@ impl<const N: usize> DutyWindow<N> {
         }
     }
 
+    /// The same history (its closed spans, and the open one while on)
+    /// under another window and maximum. Spans wholly before the old
+    /// window were dropped when they left it, so a longer window would
+    /// count less than happened: a caller keeps a window from growing while
+    /// it has a history ([`Self::has_history`]).
+    #[must_use]
+    pub fn with_limits(&self, window_ms: u64, max_on_ms: u64) -> Self {
+        Self {
+            window_ms,
+            max_on_ms,
+            spans: self.spans.clone(),
+            on_since: self.on_since,
+        }
+    }
+
+    /// Whether any on-time was counted: a closed span kept, or the
+    /// actuator on.
+    pub fn has_history(&self) -> bool {
+        self.on_since.is_some() || !self.spans.is_empty()
+    }
+
     /// Whether the actuator is on.
     pub const fn is_on(&self) -> bool {
         self.on_since.is_some()

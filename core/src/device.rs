@@ -327,6 +327,10 @@ pub enum DutyError {
     Actuator(usize),
     /// The window is 0 ms, or its most on-time is longer than it.
     Window,
+    /// The actuator's window already counts on-time, and the new window
+    /// is longer: on-time from before the old window was no longer kept,
+    /// so the longer one would count less than happened.
+    Longer,
 }
 
 impl fmt::Display for DutyError {
@@ -338,6 +342,9 @@ impl fmt::Display for DutyError {
             ),
             Self::Window => f.write_str(
                 "a duty window must be at least 1 ms and its most on-time no longer than it",
+            ),
+            Self::Longer => f.write_str(
+                "a duty window that has counted on-time cannot be made longer (the on-time before it is no longer kept)",
             ),
         }
     }
@@ -925,11 +932,15 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     /// of on-time in any `window_ms` (issue 15), counted from the calls
     /// that switch it ([`Actuators::switches`]). A call that would switch it
     /// on when the window holds that much is refused ([`word::DUTY_LIMIT`]);
-    /// [`Self::poll`] drives it safe when the window is spent. Replaces the
-    /// actuator's window and forgets its on-time so far: a board sets its
-    /// windows once, before [`Self::resume`] brings their history back.
-    /// Refuses an actuator number of [`MAX_DUTY_WINDOWS`] or more, a window
-    /// of 0 ms, and a most on-time longer than the window.
+    /// [`Self::poll`] drives it safe when the window is spent. A board sets
+    /// its windows at boot, before [`Self::resume`] brings their history
+    /// back; set again later (an operator's console), a window keeps the
+    /// on-time it has counted, so setting it never gives on-time back: the
+    /// new maximum applies at once to what was counted. Refuses
+    /// ([`DutyError`], changing nothing) an actuator number of
+    /// [`MAX_DUTY_WINDOWS`] or more, a window of 0 ms, a most on-time
+    /// longer than the window, and a window longer than the actuator's
+    /// current one once that has counted on-time.
     pub fn set_duty_window(
         &mut self,
         actuator: usize,
@@ -943,7 +954,12 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         if window_ms == 0 || max_on_ms > window_ms {
             return Err(DutyError::Window);
         }
-        *slot = Some(DutyWindow::new(u64::from(window_ms), u64::from(max_on_ms)));
+        let (window_ms, max_on_ms) = (u64::from(window_ms), u64::from(max_on_ms));
+        *slot = Some(match slot.as_ref().filter(|w| w.has_history()) {
+            Some(counted) if window_ms > counted.window_ms() => return Err(DutyError::Longer),
+            Some(counted) => counted.with_limits(window_ms, max_on_ms),
+            None => DutyWindow::new(window_ms, max_on_ms),
+        });
         Ok(())
     }
 

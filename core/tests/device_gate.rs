@@ -17,7 +17,8 @@
 use std::collections::VecDeque;
 
 use budgetgate_core::device::{
-    Actuators, Answer, Command, CommandError, DeviceGate, StartError, Switch, Timing, ToolFailure,
+    Actuators, Answer, Command, CommandError, DeviceGate, DutyError, StartError, Switch, Timing,
+    ToolFailure,
 };
 use budgetgate_core::link::{self, FrameDecoder, FRAME_MAX};
 use budgetgate_core::registry::{ArgumentError, CheckedArguments, Param, ParamKind, ToolSpec};
@@ -1290,6 +1291,58 @@ fn the_valves_duty_window_closes_it_and_refuses_the_next_opening() {
         .propose(&tool("off", "HassTurnOff", r#"{"name":"valve"}"#))
         .contains(r#""executed":true"#));
     assert_eq!(d.status(), d.status_with(4, 8, 4, 4, "running", 1));
+}
+
+/// Issue 15, duty windows set again (an operator's console): the on-time
+/// already counted is kept, so setting the same window again gives nothing
+/// back; a tighter maximum applies at once to it (the next poll drives the
+/// open valve safe); a longer window is refused while on-time is counted,
+/// and any window is taken while none is.
+#[test]
+fn a_duty_window_set_again_keeps_the_on_time_it_counted() {
+    let mut d = Device::started();
+    d.gate.set_duty_window(1, 10_000, 500).expect("a window");
+    assert_eq!(
+        d.gate.set_duty_window(1, 20_000, 500),
+        Ok(()),
+        "no history yet"
+    );
+    d.gate
+        .set_duty_window(1, 10_000, 500)
+        .expect("the same again");
+    d.send_frame(&format!("PROPOSE {}", valve("v1")));
+    d.read_console_line();
+    d.answer(Answer::Approve);
+    d.read_console_line();
+    assert!(d.read_frame().contains(r#""executed":true"#));
+    d.wait(300);
+    assert_eq!(d.gate.duty_on_time(1, d.now_ms), Some(300));
+    // The same window again: 300 ms stay counted, the valve stays open.
+    d.gate
+        .set_duty_window(1, 10_000, 500)
+        .expect("the same again");
+    assert_eq!(d.gate.duty_on_time(1, d.now_ms), Some(300));
+    assert_eq!(
+        d.gate.set_duty_window(1, 10_001, 500),
+        Err(DutyError::Longer)
+    );
+    assert_eq!(d.gate.duty_window(1).map(|w| w.window_ms()), Some(10_000));
+    // Tighter than what was counted: the next poll closes the valve.
+    d.gate
+        .set_duty_window(1, 5_000, 200)
+        .expect("a tighter window");
+    assert_eq!(d.leds(), 0b10);
+    d.wait(1);
+    assert_eq!(d.leds(), 0, "spent at once under the tighter maximum");
+    assert_eq!(
+        d.read_console_line(),
+        "duty: actuator 1 spent its duty window; driven to its safe state"
+    );
+    assert!(d.propose(&valve("v2")).contains(r#""data":"duty-limit""#));
+    assert_eq!(
+        DutyError::Longer.to_string(),
+        "a duty window that has counted on-time cannot be made longer (the on-time before it is no longer kept)"
+    );
 }
 
 /// The device gate's errors, as a board logs them: each says what failed.

@@ -9,6 +9,7 @@
 //! | `status` | `run N STATE decisions=d/D tool_attempts=t/T time_left_ms=… approval=ID|none rx_overruns=O rx_lost=L`, or `idle: no run (type start)` (O: times the agent link lost bytes since boot, L: bytes lost; `crate::rx`) |
 //! | `y`, `yes`, `approve` / `n`, `no`, `deny` | `approved ID` / `denied ID` (answers the pending prompt) |
 //! | `timeout MS` | `ok approval_timeout_ms=MS` (1..=3600000; otherwise `error: timeout MS needs one whole number of milliseconds, 1..=3600000`) |
+//! | `duty W M` | `ok duty_window_ms=W duty_max_on_ms=M`: the valve may be open at most M ms in any W ms (1..=3600000 each, M at most W), from now on and for later runs; the on-time already counted is kept (never given back), so a longer window than the valve's is refused once it has been open (`error: …`). Refused while a run is running (`error: stop the run first …`); at a reset the config's window comes back |
 //! | `deadline MS` | `ok time_budget_ms=MS` (current run, from its start, and later runs; same range; a run already stopped on time stays stopped) |
 //! | `leds` | `leds=<n>`: the LED register read back from hardware (bit 0 lamp, bit 1 valve) |
 //! | `tools` | the registered tools, `*` = needs approval |
@@ -50,6 +51,10 @@ pub enum Command {
     Timeout(u32),
     /// Set the run's time budget, ms.
     Deadline(u32),
+    /// Set the valve's duty window: window and most on-time, ms.
+    Duty(u32, u32),
+    /// `duty` without two numbers of ms in range.
+    BadDuty,
     /// Report the LED register.
     Leds,
     /// List the tools.
@@ -114,6 +119,13 @@ pub fn parse(line: &[u8]) -> Option<Command> {
             _ => Command::BadStart,
         },
         b"timeout" => millis(first).map_or(Command::BadMillis(true), Command::Timeout),
+        b"duty" => {
+            let ms = |w| number(w).filter(|ms| (1..=MAX_CONSOLE_MILLIS).contains(ms));
+            match (ms(first), ms(second), extra) {
+                (Some(w), Some(m), None) if m <= w => Command::Duty(w, m),
+                _ => Command::BadDuty,
+            }
+        }
         b"deadline" => millis(first).map_or(Command::BadMillis(false), Command::Deadline),
         _ if !none => Command::Unknown,
         b"status" => Command::Status,
@@ -189,6 +201,26 @@ pub fn handle<W: Write>(
             gate.set_time_budget(ms);
             reply_number(out, b"ok time_budget_ms=", u64::from(ms))
         }
+        Command::Duty(_, _) if gate.state() == budgetgate_core::word::RUNNING => out.write_all(
+            b"error: stop the run first (a duty window is set between runs)\n",
+        ),
+        Command::Duty(window, max_on) => {
+            match gate.set_duty_window(crate::tools::VALVE_ACTUATOR, window, max_on) {
+                Ok(()) => {
+                    out.write_all(b"ok duty_window_ms=")?;
+                    write_decimal(out, u64::from(window))?;
+                    reply_number(out, b" duty_max_on_ms=", u64::from(max_on))
+                }
+                Err(_) => out.write_all(
+                    b"error: the valve has been open in its window, which cannot be made longer\n",
+                ),
+            }
+        }
+        Command::BadDuty => reply_number(
+            out,
+            b"error: duty W M needs two whole numbers of milliseconds, M at most W, each 1..=",
+            u64::from(MAX_CONSOLE_MILLIS),
+        ),
         Command::Leds => reply_number(out, b"leds=", u64::from(board::read_leds())),
         Command::Tools => {
             out.write_all(b"tools: ")?;
@@ -211,7 +243,7 @@ pub fn handle<W: Write>(
         #[cfg(not(feature = "flash"))]
         Command::Audit => out.write_all(b"error: no flash (a build without the flash feature)\n"),
         Command::Help => out.write_all(
-            b"commands: start [D T] status y n timeout MS deadline MS leds tools buttons uptime ticks stack audit help panic\n",
+            b"commands: start [D T] status y n timeout MS deadline MS duty W M leds tools buttons uptime ticks stack audit help panic\n",
         ),
         Command::Panic => panic!("panic requested on the operator console"),
         Command::BadStart => out.write_all(START_USAGE),

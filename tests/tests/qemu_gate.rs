@@ -567,6 +567,88 @@ fn approval_timeout_is_a_refusal() {
     });
 }
 
+/// Issue 15, duty windows on the board (SPEC C with the device's
+/// actuator budgets): `duty W M` on the console gives the valve a window
+/// between runs, and is refused while one runs; the gate closes the valve
+/// the moment its on-time reaches M (the emulated clock, not the agent,
+/// decides: no frame comes between) and refuses the next opening with
+/// `duty-limit` and when to retry, without asking the operator. The on-time
+/// stays counted after the run: a longer window is refused.
+#[test]
+fn the_consoles_duty_window_closes_the_valve_and_refuses_the_next_opening() {
+    on_every_board(|board| {
+        let Some(mut qemu) = Qemu::boot_gate(board) else {
+            return;
+        };
+        let usage = "error: duty W M needs two whole numbers of milliseconds, M at most W, each 1..=3600000";
+        for bad in [
+            "duty",
+            "duty 400",
+            "duty 0 0",
+            "duty 100 200",
+            "duty 1 1 1",
+            "duty 3600001 1",
+        ] {
+            assert_eq!(qemu.console_command(bad), usage, "{bad}");
+        }
+        assert_eq!(
+            qemu.console_command("duty 60000 400"),
+            "ok duty_window_ms=60000 duty_max_on_ms=400"
+        );
+        start(&mut qemu, None);
+        assert_eq!(
+            qemu.console_command("duty 60000 60000"),
+            "error: stop the run first (a duty window is set between runs)"
+        );
+        qemu.send_frame(&format!(
+            "PROPOSE {}",
+            tool("v1", "HassValveOpen", r#"{"name":"valve"}"#)
+        ));
+        assert_eq!(qemu.read_console_line(), valve_prompt("v1"));
+        let opened = Instant::now();
+        assert_eq!(qemu.console_command("y"), "approved v1");
+        assert_eq!(
+            qemu.read_frame(),
+            ran(
+                0,
+                "v1",
+                "HassValveOpen",
+                r#"{"name":"valve","state":"open"}"#
+            )
+        );
+        assert_eq!(
+            qemu.read_console_line(),
+            "duty: actuator 1 spent its duty window; driven to its safe state"
+        );
+        let open_for = opened.elapsed();
+        assert!(
+            open_for >= Duration::from_millis(390),
+            "closed after {open_for:?}"
+        );
+        assert_eq!(qemu.leds(), 0, "the valve is closed");
+        let reply = qemu.propose(&tool("v2", "HassValveOpen", r#"{"name":"valve"}"#));
+        let refusal = refused(1, "v2", "HassValveOpen", "duty-limit");
+        let prefix = format!("{},\"retry_after_ms\":", refusal.trim_end_matches('}'));
+        let retry: u64 = reply
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix('}'))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{reply}"));
+        assert!((58_000..=59_600).contains(&retry), "{reply}");
+        assert_eq!(qemu.leds(), 0, "no prompt, nothing moved");
+        assert_eq!(qemu.try_read_console_line(Duration::from_millis(100)), None);
+        assert_eq!(qemu.propose(&final_("done")), stopped(2, "final"));
+        assert_eq!(
+            qemu.console_command("duty 60001 400"),
+            "error: the valve has been open in its window, which cannot be made longer"
+        );
+        assert_eq!(
+            qemu.console_command("duty 30000 400"),
+            "ok duty_window_ms=30000 duty_max_on_ms=400"
+        );
+    });
+}
+
 #[test]
 fn duplicate_call_id_stops_the_run() {
     on_every_board(|board| {
