@@ -106,12 +106,6 @@ impl Question {
     pub const fn expired(self, now_ms: u64) -> Option<Decision> {
         self.answer(Answer::Later, now_ms)
     }
-
-    /// Milliseconds left before the deadline (0 once it has come).
-    #[must_use]
-    pub const fn remaining_ms(self, now_ms: u64) -> u64 {
-        self.deadline_ms.saturating_sub(now_ms)
-    }
 }
 
 #[cfg(test)]
@@ -152,11 +146,8 @@ mod tests {
         let q = Question::asked(1_000, 2_000);
         assert_eq!(q.answer(Answer::Later, 2_999), None);
         assert_eq!(q.expired(2_999), None);
-        assert_eq!(q.remaining_ms(2_999), 1);
         assert_eq!(q.answer(Answer::Later, 3_000), Some(Decision::TimedOut));
         assert_eq!(q.expired(3_000), Some(Decision::TimedOut));
-        assert_eq!(q.remaining_ms(3_000), 0);
-        assert_eq!(q.remaining_ms(9_000), 0);
     }
 
     /// A timeout of 0 has timed out when it is asked; a deadline past the

@@ -1335,34 +1335,33 @@ impl<G: CallGate> Proxy<G> {
             Some("accept") => Answer::Approve,
             _ => Answer::Refuse,
         };
-        if approval.question.answer(answer, now) == Some(Decision::TimedOut) {
+        let why = match approval.question.answer(answer, now) {
+            Some(Decision::Approved) => {
+                out.push(Out::Server(approval.line));
+                self.pending.insert(
+                    approval.id,
+                    Pending::Call {
+                        key: approval.key,
+                        tool: approval.tool,
+                        cancelled: false,
+                    },
+                );
+                return;
+            }
             // An accept read at or after the deadline, before the tick that
             // would have withdrawn the question, never runs the call.
-            let late = self.no_answer_in_time();
-            self.refuse_approval(approval, &late, now, out);
-            return;
-        }
-        if action == Some("accept") {
-            out.push(Out::Server(approval.line));
-            self.pending.insert(
-                approval.id,
-                Pending::Call {
-                    key: approval.key,
-                    tool: approval.tool,
-                    cancelled: false,
-                },
-            );
-            return;
-        }
-        let answer = match action {
-            Some("decline") if approval.by == Asker::Terminal => {
-                "the person at the gateway's terminal declined it"
+            Some(Decision::TimedOut) => self.no_answer_in_time(),
+            _ => match action {
+                Some("decline") if approval.by == Asker::Terminal => {
+                    "the person at the gateway's terminal declined it"
+                }
+                Some("decline") => "the person declined it",
+                Some("cancel") => "the person dismissed the request",
+                _ => "the client could not ask",
             }
-            Some("decline") => "the person declined it",
-            Some("cancel") => "the person dismissed the request",
-            _ => "the client could not ask",
+            .to_owned(),
         };
-        self.refuse_approval(approval, answer, now, out);
+        self.refuse_approval(approval, &why, now, out);
     }
 
     fn refuse_approval(&mut self, approval: Approval, answer: &str, now: u64, out: &mut Vec<Out>) {

@@ -79,7 +79,12 @@ impl<'de> Visitor<'de> for UniqueKeysVisitor {
 /// that is cheaper than hashing the key (issue 14, throughput). A key is
 /// found at most once either way: the objects read here have unique keys.
 pub(crate) fn field<'a>(value: &'a Value, key: &str) -> Option<&'a Value> {
-    let object = value.as_object()?;
+    lookup(value.as_object()?, key)
+}
+
+/// `object[key]`: searched in order up to [`SCANNED_KEYS`] keys, hashed
+/// beyond (see [`field`]).
+fn lookup<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     if object.len() <= SCANNED_KEYS {
         object.iter().find_map(|(k, v)| (k == key).then_some(v))
     } else {
@@ -87,8 +92,8 @@ pub(crate) fn field<'a>(value: &'a Value, key: &str) -> Option<&'a Value> {
     }
 }
 
-/// The size up to which [`refuse_repeated`] and [`field`] search an object's keys in
-/// order instead of hashing.
+/// The size up to which [`lookup`] (for [`refuse_repeated`] and
+/// [`field`]) searches an object's keys in order instead of hashing.
 const SCANNED_KEYS: usize = 16;
 
 /// [`value_from_str`]'s error for a key that `out` already holds (checked
@@ -97,12 +102,7 @@ const SCANNED_KEYS: usize = 16;
 /// entries are contiguous), which is cheaper than hashing the key; a larger
 /// one is looked up by hash, so a hostile object of many keys stays linear.
 pub(crate) fn refuse_repeated<E: de::Error>(out: &Map<String, Value>, key: &str) -> Result<(), E> {
-    let repeated = if out.len() <= SCANNED_KEYS {
-        out.keys().any(|k| k == key)
-    } else {
-        out.contains_key(key)
-    };
-    if repeated {
+    if lookup(out, key).is_some() {
         return Err(duplicate_key(key));
     }
     Ok(())

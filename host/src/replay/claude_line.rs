@@ -367,11 +367,10 @@ impl<'de> Visitor<'de> for BlockVisitor {
                 continue;
             }
             let UniqueKeys(value) = map.next_value()?;
-            let kind = key == "type";
-            out.insert(key, value);
-            if kind {
-                dropped = dropped_keys(out.get("type"));
+            if key == "type" {
+                dropped = dropped_keys(Some(&value));
             }
+            out.insert(key, value);
         }
         for k in dropped {
             out.remove(*k);
