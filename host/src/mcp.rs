@@ -845,8 +845,16 @@ impl<G: CallGate> Proxy<G> {
         let id = msg.id.map(normal_id);
         let id = id.as_deref();
         if msg.jsonrpc.as_deref() != Some("2.0") {
+            // An id whose value cannot be read (a number beyond a 64-bit
+            // float) is answered as no id: JSON-RPC's null when the id
+            // cannot be detected, not a line the client may not parse.
+            let readable = msg.id.and_then(|raw| {
+                serde_json::from_str::<Value>(raw.get())
+                    .ok()
+                    .map(|v| v.to_string())
+            });
             out.push(Out::Client(error_line(
-                id.unwrap_or("null"),
+                readable.as_deref().unwrap_or("null"),
                 INVALID_REQUEST,
                 "Invalid Request: `jsonrpc` must be \"2.0\"",
             )));
@@ -2384,6 +2392,17 @@ mod tests {
                 Value::Null,
             ),
             (r#"{"jsonrpc":"2.0","id":6}"#, INVALID_REQUEST, json!(6)),
+            // An id beyond a 64-bit float cannot be read back: null.
+            (
+                r#"{"jsonrpc":"1.0","id":8e888,"method":"ping"}"#,
+                INVALID_REQUEST,
+                Value::Null,
+            ),
+            (
+                r#"{"id":-1e400,"method":"ping"}"#,
+                INVALID_REQUEST,
+                Value::Null,
+            ),
             (r#"[]"#, INVALID_REQUEST, Value::Null),
             ("42", INVALID_REQUEST, Value::Null),
         ] {
