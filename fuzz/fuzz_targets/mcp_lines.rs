@@ -1,20 +1,20 @@
 //! The MCP gateway's message handling (`host/src/mcp.rs`: [`Proxy`] and
-//! [`read_lines`], `SPEC C`, `SPEC E`) on arbitrary bytes.
+//! [`Lines`], `SPEC C`, `SPEC E`) on arbitrary bytes.
 //!
 //! Input: `SCRIPT STREAM`. `SCRIPT` (one byte) picks the gate's verdicts in
 //! turn: run, refuse, ask, or fail. `STREAM` is cut into lines by the
-//! gateway's own reader (`read_lines`, with a small `MAX_LINE` of 256
-//! bytes); a line starting `\x01` is a server line, `\x02` moves the clock
-//! past every approval deadline, anything else is a client line. At the end
-//! the client goes away.
+//! gateway's own reader (`Lines`, with a small `MAX_LINE` of 256 bytes,
+//! fed in chunks of 1 to 16 bytes); a line starting `\x01` is a server
+//! line, `\x02` moves the clock past every approval deadline, anything
+//! else is a client line. At the end the client goes away.
 //!
 //! The gate is a model written here that, like the ledger's, refuses a call
 //! id it has seen (`duplicate-call-id`) and keeps each reservation.
 //!
 //! Checks:
-//! * no panic; the reader hands on exactly the stream's lines (joined with
-//!   `\n` they give the stream back, none over its limit, an over-long one
-//!   reported as such);
+//! * no panic; the reader hands on exactly the stream's lines, however
+//!   the stream is cut into chunks (joined with `\n` they give the stream
+//!   back, none over its limit, an over-long one reported as such);
 //! * a client line is either forwarded byte-identical (a batch: its
 //!   members, each byte-identical), answered, or gated; never forwarded
 //!   partly or changed: whatever reaches the server is JSON and is the line
@@ -34,10 +34,9 @@
 #![no_main]
 
 use std::collections::HashMap;
-use std::sync::mpsc::sync_channel;
 
 use budgetgate::gate::{Refusal, ToolCall, Verdict};
-use budgetgate::mcp::{read_lines, CallGate, Event, Out, Proxy, INVALID_REQUEST, PARSE_ERROR};
+use budgetgate::mcp::{CallGate, Line, Lines, Out, Proxy, INVALID_REQUEST, PARSE_ERROR};
 use libfuzzer_sys::fuzz_target;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -146,20 +145,19 @@ fuzz_target!(|data: &[u8]| {
     let Some((&script, stream)) = data.split_first() else {
         return;
     };
-    // The gateway's own line reader, with a small limit.
-    let (tx, rx) = sync_channel(stream.len() + 8);
-    let (wake, _woken) = sync_channel(1);
-    read_lines(
-        stream,
-        MAX,
-        &tx,
-        &wake,
-        Event::Client,
-        || Event::ClientTooLong,
-        || Event::ClientClosed,
-    );
-    drop(tx);
-    let events: Vec<Event> = rx.into_iter().collect();
+    // The gateway's own line reader, with a small limit, fed the stream as
+    // its pipe might deliver it: in chunks of 1 to 16 bytes (from the
+    // script byte), and whole; both give the same lines.
+    let read = |size: usize| {
+        let mut lines = Lines::new(MAX);
+        for chunk in stream.chunks(size) {
+            lines.feed(chunk);
+        }
+        lines.finish();
+        std::iter::from_fn(move || lines.take_line()).collect::<Vec<Line>>()
+    };
+    let events = read(1 + usize::from(script >> 4));
+    assert_eq!(events, read(stream.len().max(1)), "the chunks changed the lines");
     let expected: Vec<&[u8]> = {
         let mut lines: Vec<&[u8]> = stream.split(|&b| b == b'\n').collect();
         if stream.last() == Some(&b'\n') || stream.is_empty() {
@@ -167,19 +165,14 @@ fuzz_target!(|data: &[u8]| {
         }
         lines
     };
-    assert!(
-        matches!(events.last(), Some(Event::ClientClosed)),
-        "the end is reported"
-    );
-    assert_eq!(events.len(), expected.len() + 1, "one event per line");
+    assert_eq!(events.len(), expected.len(), "one line each");
     for (event, line) in events.iter().zip(&expected) {
         match event {
-            Event::Client(got) => {
+            Line::Text(got) => {
                 assert!(line.len() <= MAX, "a line over the limit was handed on");
                 assert_eq!(got.as_slice(), *line, "a line changed");
             }
-            Event::ClientTooLong => assert!(line.len() > MAX, "a short line reported too long"),
-            other => panic!("unexpected {other:?}"),
+            Line::TooLong => assert!(line.len() > MAX, "a short line reported too long"),
         }
     }
 
@@ -193,8 +186,8 @@ fuzz_target!(|data: &[u8]| {
     for event in &events {
         now += 1;
         let line = match event {
-            Event::Client(line) => line,
-            Event::ClientTooLong => {
+            Line::Text(line) => line,
+            Line::TooLong => {
                 for out in proxy.on_client_too_long() {
                     let Out::Client(text) = out else {
                         panic!("a too-long line reached the server")
@@ -203,7 +196,6 @@ fuzz_target!(|data: &[u8]| {
                 }
                 continue;
             }
-            _ => continue,
         };
         if let Some(rest) = line.strip_prefix(b"\x01") {
             for out in proxy.on_server(rest, now) {

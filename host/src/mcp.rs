@@ -52,15 +52,18 @@
 //! (that parses into its own model and writes it back) cannot promise.
 //!
 //! [`Proxy`] is the decision logic without I/O (messages in, messages out,
-//! time passed in); [`serve`] runs it between four byte streams with one
-//! reader thread per input and bounded channels, so a flooding server is
-//! slowed down (its pipe fills) instead of growing the gateway's memory.
+//! time passed in); [`serve`] runs it between four pipes from one thread
+//! that waits on them with `poll(2)` (Unix), reading a bounded chunk at a
+//! time, so a flooding server is slowed down (its pipe fills) instead of
+//! growing the gateway's memory.
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+#[cfg(unix)]
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::sync_channel;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -82,8 +85,7 @@ pub const MAX_LINE: usize = 16 << 20;
 /// answered with an error (memory stays bounded).
 pub const MAX_PENDING: usize = 4096;
 
-/// Messages queued between a reader thread and the proxy: when full, the
-/// reader stops reading and the writer on the other end of its pipe waits.
+/// Answers from the terminal queued for the proxy at once.
 pub const CHANNEL_MESSAGES: usize = 64;
 
 /// JSON-RPC's parse error.
@@ -1637,82 +1639,86 @@ impl<G: CallGate> Drop for Proxy<G> {
 
 // ------------------------------------------------------------------ I/O
 
-/// What a reader thread hands the proxy.
+/// One input of the gateway cut into lines, as its bytes arrive in chunks
+/// of any size: a line over `max` bytes is skipped as it is read (at most
+/// `max` bytes of a line are ever held) and reported as
+/// [`Line::TooLong`]. What a chunk completes waits in order for
+/// [`Lines::take_line`].
 #[derive(Debug)]
-pub enum Event {
-    /// A line from the client (newline removed).
-    Client(Vec<u8>),
-    /// The client sent a line over [`MAX_LINE`].
-    ClientTooLong,
-    /// The client closed its end (or it could not be read).
-    ClientClosed,
-    /// A line from the server.
-    Server(Vec<u8>),
-    /// The server sent a line over [`MAX_LINE`].
-    ServerTooLong,
-    /// The server closed its stdout.
-    ServerClosed,
+pub struct Lines {
+    max: usize,
+    partial: Vec<u8>,
+    skipping: bool,
+    ready: VecDeque<Line>,
 }
 
-/// Reads `input` line by line into `tx`, waking the proxy through `wake`
-/// after each: lines over `max` are skipped as they are read (at most
-/// `max` bytes are ever held) and reported by `too_long`; the end (or a
-/// read error) by `closed`.
-pub fn read_lines(
-    input: impl Read,
-    max: usize,
-    tx: &SyncSender<Event>,
-    wake: &SyncSender<()>,
-    line: fn(Vec<u8>) -> Event,
-    too_long: fn() -> Event,
-    closed: fn() -> Event,
-) {
-    let send = |event: Event| {
-        let sent = tx.send(event).is_ok();
-        // A full wake channel means the proxy is woken already.
-        let _ = wake.try_send(());
-        sent
-    };
-    let mut reader = BufReader::with_capacity(1 << 16, input);
-    let mut buf = Vec::new();
-    let mut skipping = false;
-    loop {
-        let chunk = match reader.fill_buf() {
-            Ok([]) | Err(_) => break,
-            Ok(chunk) => chunk,
-        };
-        let (part, end) = match chunk.iter().position(|&b| b == b'\n') {
-            Some(at) => (&chunk[..at], Some(at + 1)),
-            None => (chunk, None),
-        };
-        if !skipping {
-            if buf.len() + part.len() > max {
-                skipping = true;
-                buf = Vec::new();
-            } else {
-                buf.extend_from_slice(part);
-            }
+/// A line from [`Lines`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Line {
+    /// A whole line (its newline removed).
+    Text(Vec<u8>),
+    /// A line longer than the limit, skipped as it was read.
+    TooLong,
+}
+
+impl Lines {
+    /// No line read yet; lines over `max` bytes are skipped.
+    pub fn new(max: usize) -> Self {
+        Self {
+            max,
+            partial: Vec::new(),
+            skipping: false,
+            ready: VecDeque::new(),
         }
-        let used = end.unwrap_or(chunk.len());
-        reader.consume(used);
-        if end.is_some() {
-            let event = if skipping {
-                too_long()
-            } else {
-                line(std::mem::take(&mut buf))
+    }
+
+    /// Takes the next bytes of the input.
+    pub fn feed(&mut self, mut chunk: &[u8]) {
+        while !chunk.is_empty() {
+            let (part, rest) = match memchr::memchr(b'\n', chunk) {
+                Some(at) => (&chunk[..at], Some(&chunk[at + 1..])),
+                None => (chunk, None),
             };
-            skipping = false;
-            if !send(event) {
-                return;
+            if !self.skipping {
+                if self.partial.len() + part.len() > self.max {
+                    self.skipping = true;
+                    self.partial = Vec::new();
+                } else {
+                    self.partial.extend_from_slice(part);
+                }
             }
+            let Some(rest) = rest else { break };
+            self.end_line();
+            chunk = rest;
         }
     }
-    if skipping {
-        send(too_long());
-    } else if !buf.is_empty() {
-        send(line(buf));
+
+    /// The input ended: an unterminated last line is a line.
+    pub fn finish(&mut self) {
+        if self.skipping || !self.partial.is_empty() {
+            self.end_line();
+        }
     }
-    send(closed());
+
+    fn end_line(&mut self) {
+        let line = if self.skipping {
+            Line::TooLong
+        } else {
+            Line::Text(std::mem::take(&mut self.partial))
+        };
+        self.skipping = false;
+        self.ready.push_back(line);
+    }
+
+    /// The oldest line not yet taken.
+    pub fn take_line(&mut self) -> Option<Line> {
+        self.ready.pop_front()
+    }
+
+    /// Whether a line waits to be taken.
+    pub fn has_next(&self) -> bool {
+        !self.ready.is_empty()
+    }
 }
 
 /// How [`serve`] ended.
@@ -1733,110 +1739,224 @@ fn now() -> u64 {
     crate::hook::now_ms()
 }
 
+/// Bytes read from an input at a time.
+const READ_CHUNK: usize = 1 << 16;
+
+/// The gateway's pipes, driven from its one thread by `poll(2)`: the
+/// client's stdin, the server's stdin (non-blocking, so the proxy never
+/// waits on it: what it will not take yet waits in `backlog`) and stdout,
+/// and the wake-up pipe of the terminal's answers.
+#[cfg(unix)]
+struct Pipes<CI, SI, SO> {
+    client_in: CI,
+    client: Lines,
+    client_ended: bool,
+    /// `None` once closed (the server's stdin closes with it).
+    server_in: Option<SI>,
+    /// Lines (newline included) for the server, oldest first; `sent`
+    /// bytes of the first are written.
+    backlog: VecDeque<Vec<u8>>,
+    sent: usize,
+    server_out: SO,
+    server: Lines,
+    server_ended: bool,
+    wake: Option<std::io::PipeReader>,
+    buf: Vec<u8>,
+}
+
+#[cfg(unix)]
+impl<CI: AsFd, SI: AsFd, SO: AsFd> Pipes<CI, SI, SO> {
+    /// Writes to the server what its stdin takes now, without waiting. A
+    /// server that closed its stdin takes nothing more: its end comes as
+    /// the end of its stdout.
+    fn flush(&mut self) {
+        let Some(server_in) = &self.server_in else {
+            self.backlog.clear();
+            return;
+        };
+        while let Some(front) = self.backlog.front() {
+            match rustix::io::write(server_in, &front[self.sent..]) {
+                Ok(n) => {
+                    self.sent += n;
+                    if self.sent == front.len() {
+                        self.backlog.pop_front();
+                        self.sent = 0;
+                    }
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => return,
+                Err(_) => {
+                    self.backlog.clear();
+                    self.sent = 0;
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, line: String) {
+        let mut bytes = line.into_bytes();
+        bytes.push(b'\n');
+        self.backlog.push_back(bytes);
+    }
+
+    /// Waits at most `wait` for the server's output, room in its stdin
+    /// while the backlog waits, the client's input (when `take_client`)
+    /// or the terminal's wake-up, and reads one chunk from each input that
+    /// is ready.
+    fn wait(&mut self, wait: Duration, take_client: bool) {
+        use rustix::event::{PollFd, PollFlags};
+        let client = take_client && !self.client_ended && !self.client.has_next();
+        let server = !self.server_ended;
+        let room = !self.backlog.is_empty() && self.server_in.is_some();
+        let mut fds = Vec::with_capacity(4);
+        if server {
+            fds.push(PollFd::new(&self.server_out, PollFlags::IN));
+        }
+        if client {
+            fds.push(PollFd::new(&self.client_in, PollFlags::IN));
+        }
+        if let (true, Some(server_in)) = (room, &self.server_in) {
+            fds.push(PollFd::new(server_in, PollFlags::OUT));
+        }
+        if let Some(wake) = &self.wake {
+            fds.push(PollFd::new(wake, PollFlags::IN));
+        }
+        let timeout = rustix::event::Timespec {
+            tv_sec: i64::try_from(wait.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(wait.subsec_nanos()),
+        };
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let mut ready = fds.iter().map(|fd| !fd.revents().is_empty());
+        let server_ready = server && ready.next() == Some(true);
+        let client_ready = client && ready.next() == Some(true);
+        let _room = room && ready.next() == Some(true);
+        let woken = self.wake.is_some() && ready.next() == Some(true);
+        drop(fds);
+        if server_ready {
+            read_chunk(
+                &self.server_out,
+                &mut self.buf,
+                &mut self.server,
+                &mut self.server_ended,
+            );
+        }
+        if client_ready {
+            read_chunk(
+                &self.client_in,
+                &mut self.buf,
+                &mut self.client,
+                &mut self.client_ended,
+            );
+        }
+        if woken {
+            if let Some(wake) = &self.wake {
+                let mut drained = [0u8; 64];
+                match rustix::io::read(wake, &mut drained) {
+                    Ok(1..) | Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+                    // The terminal's thread is gone (its end closed): no
+                    // more answers come, and a closed pipe would wake every
+                    // poll at once.
+                    Ok(0) | Err(_) => self.wake = None,
+                }
+            }
+        }
+    }
+}
+
+/// Reads one chunk of `input` into `lines`; its end (or an error reading
+/// it) ends it.
+#[cfg(unix)]
+fn read_chunk(input: impl AsFd, buf: &mut [u8], lines: &mut Lines, ended: &mut bool) {
+    match rustix::io::read(input, &mut *buf) {
+        Ok(0) => {
+            lines.finish();
+            *ended = true;
+        }
+        Ok(n) => lines.feed(&buf[..n]),
+        Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+        Err(_) => {
+            lines.finish();
+            *ended = true;
+        }
+    }
+}
+
+/// What [`serve`] takes next.
+enum Event {
+    Client(Line),
+    ClientClosed,
+    Server(Line),
+    ServerClosed,
+}
+
 /// Runs `proxy` between the client (`client_in`, `client_out`) and the
-/// server (`server_in`, `server_out`) until one side ends. `server_exited`
-/// is polled a few times a second and tells whether (and how) the server
-/// process ended. When the client closes its stdin (MCP's stdio shutdown),
-/// the server's stdin is closed and what the server still answers to
-/// requests it was running is relayed, through the proxy, until it closes
-/// its stdout or exits, nothing is pending any more, or `shutdown` has
-/// passed; what is still running then is counted.
+/// server (`server_in`, `server_out`) until one side ends, from this one
+/// thread: it waits on the pipes with `poll(2)`, so a message costs the
+/// gateway one wake-up each way. `server_exited` is polled a few times a
+/// second and tells whether (and how) the server process ended. When the
+/// client closes its stdin (MCP's stdio shutdown), the server's stdin is
+/// closed and what the server still answers to requests it was running is
+/// relayed, through the proxy, until it closes its stdout or exits,
+/// nothing is pending any more, or `shutdown` has passed; what is still
+/// running then is counted.
+///
+/// The proxy never waits on the server's stdin (made non-blocking here):
+/// what it does not take yet waits in a backlog (at most one client
+/// message's worth), and while it waits no client message is taken, but
+/// the server's output still is — so a server blocked writing its stdout
+/// can always go on, and a client or server that floods only fills its own
+/// pipe. At most one chunk of input (64 KiB) and one line ([`MAX_LINE`])
+/// per side are held.
+#[cfg(unix)]
 #[allow(clippy::too_many_arguments)]
 pub fn serve<G: CallGate>(
     proxy: &mut Proxy<G>,
-    client_in: impl Read + Send + 'static,
+    client_in: impl AsFd,
     client_out: &mut dyn Write,
-    server_in: impl Write + Send + 'static,
-    server_out: impl Read + Send + 'static,
+    server_in: impl AsFd,
+    server_out: impl AsFd,
     server_exited: &mut dyn FnMut() -> Option<String>,
     shutdown: Duration,
     terminal: Option<std::fs::File>,
 ) -> Ending {
-    // One bounded channel per input, and one to the server's writer. The
-    // proxy never blocks on the server's stdin: what does not fit waits in
-    // `backlog` (at most one client message's worth), and while it waits no
-    // client message is taken, but the server's output still is — so a
-    // server blocked writing its stdout can always go on, and a client or
-    // server that floods only fills its own pipe.
-    let (wake_tx, wake) = sync_channel::<()>(1);
-    let (client_tx, client_rx) = sync_channel::<Event>(CHANNEL_MESSAGES);
-    let (server_tx, server_rx) = sync_channel::<Event>(CHANNEL_MESSAGES);
-    let w = wake_tx.clone();
-    std::thread::spawn(move || {
-        read_lines(
-            client_in,
-            MAX_LINE,
-            &client_tx,
-            &w,
-            Event::Client,
-            || Event::ClientTooLong,
-            || Event::ClientClosed,
-        );
-    });
-    let w = wake_tx.clone();
-    std::thread::spawn(move || {
-        read_lines(
-            server_out,
-            MAX_LINE,
-            &server_tx,
-            &w,
-            Event::Server,
-            || Event::ServerTooLong,
-            || Event::ServerClosed,
-        );
-    });
-    // The person at the terminal, asked when the client cannot be.
+    if let Err(e) = rustix::io::ioctl_fionbio(&server_in, true) {
+        let why = format!("could not be written to without blocking ({e})");
+        let _ = write_client(client_out, &proxy.on_server_exit(&why, now()));
+        return Ending::ServerGone(why);
+    }
+    // The person at the terminal, asked when the client cannot be: each
+    // answer is queued and wakes the poll through a pipe (non-blocking: a
+    // full pipe means the gateway is woken already).
     let (person_tx, person_rx) = sync_channel::<(String, bool)>(CHANNEL_MESSAGES);
-    let w = wake_tx.clone();
+    let mut wake = None;
     let terminal = terminal.and_then(|tty| {
+        let (reader, writer) = std::io::pipe().ok()?;
+        rustix::io::ioctl_fionbio(&writer, true).ok()?;
+        wake = Some(reader);
         Terminal::on(tty, move |eid, yes| {
             let _ = person_tx.send((eid, yes));
-            let _ = w.try_send(());
+            let _ = rustix::io::write(&writer, &[1]);
         })
     });
     proxy.ask_on_terminal(terminal.is_some());
-    let (to_server, from_proxy) = sync_channel::<String>(CHANNEL_MESSAGES);
-    // Set while the backlog waits for room: only then does each write wake
-    // the proxy (a wake per message would cost every message a thread hop).
-    let waiting = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer_waiting = std::sync::Arc::clone(&waiting);
-    std::thread::spawn(move || {
-        let mut server_in = server_in;
-        for line in from_proxy {
-            if server_in
-                .write_all(line.as_bytes())
-                .and_then(|()| server_in.write_all(b"\n"))
-                .and_then(|()| server_in.flush())
-                .is_err()
-            {
-                return;
-            }
-            if writer_waiting.load(std::sync::atomic::Ordering::Acquire) {
-                let _ = wake_tx.try_send(());
-            }
-        }
-        // Dropping `server_in` closes the server's stdin.
-    });
-    let mut backlog: std::collections::VecDeque<String> = std::collections::VecDeque::new();
+    let mut io = Pipes {
+        client_in,
+        client: Lines::new(MAX_LINE),
+        client_ended: false,
+        server_in: Some(server_in),
+        backlog: VecDeque::new(),
+        sent: 0,
+        server_out,
+        server: Lines::new(MAX_LINE),
+        server_ended: false,
+        wake,
+        buf: vec![0; READ_CHUNK],
+    };
     let mut exited_at: Option<(Instant, String)> = None;
     loop {
-        while let Some(line) = backlog.pop_front() {
-            match to_server.try_send(line) {
-                Ok(()) => {}
-                Err(std::sync::mpsc::TrySendError::Full(line)) => {
-                    backlog.push_front(line);
-                    break;
-                }
-                // The server is gone; its end comes as ServerClosed.
-                Err(std::sync::mpsc::TrySendError::Disconnected(_)) => backlog.clear(),
-            }
-        }
-        waiting.store(!backlog.is_empty(), std::sync::atomic::Ordering::Release);
-        let event = match server_rx.try_recv() {
-            Ok(e) => Some(e),
-            Err(_) if backlog.is_empty() => client_rx.try_recv().ok(),
-            Err(_) => None,
-        };
         let mut person = Vec::new();
         while let Ok((eid, yes)) = person_rx.try_recv() {
             person.extend(proxy.on_person(&eid, yes, now()));
@@ -1848,7 +1968,7 @@ pub fn serve<G: CallGate>(
             let outs = to_terminal(proxy, terminal.as_ref(), person);
             for out in &outs {
                 if let Out::Server(line) = out {
-                    backlog.push_back(line.clone());
+                    io.send(line.clone());
                 }
             }
             if write_client(client_out, &outs).is_err() {
@@ -1856,6 +1976,22 @@ pub fn serve<G: CallGate>(
                 return Ending::ClientClosed { at: Instant::now() };
             }
         }
+        io.flush();
+        // The server's output first; the client's only while nothing
+        // waits for the server's stdin.
+        let event = if let Some(line) = io.server.take_line() {
+            Some(Event::Server(line))
+        } else if io.server_ended {
+            Some(Event::ServerClosed)
+        } else if !io.backlog.is_empty() {
+            None
+        } else if let Some(line) = io.client.take_line() {
+            Some(Event::Client(line))
+        } else if io.client_ended {
+            Some(Event::ClientClosed)
+        } else {
+            None
+        };
         let Some(event) = event else {
             // Nothing to do: a server that exited while something still
             // holds its stdout open gets a moment for its last lines.
@@ -1876,25 +2012,22 @@ pub fn serve<G: CallGate>(
             let wait = proxy
                 .next_deadline()
                 .map_or(200, |d| d.saturating_sub(now()).clamp(1, 200));
-            let _ = wake.recv_timeout(Duration::from_millis(wait));
+            let take_client = io.backlog.is_empty();
+            io.wait(Duration::from_millis(wait), take_client);
             continue;
         };
         let outs = match event {
-            Event::Client(line) => proxy.on_client(&line, now()),
-            Event::ClientTooLong => proxy.on_client_too_long(),
+            Event::Client(Line::Text(line)) => proxy.on_client(&line, now()),
+            Event::Client(Line::TooLong) => proxy.on_client_too_long(),
             Event::ClientClosed => {
                 let at = Instant::now();
-                // The writer sends what it holds, then closes the server's
-                // stdin (the backlog is empty: a client event is only taken
-                // when it is).
-                drop(to_server);
-                drain(proxy, client_out, &server_rx, server_exited, at + shutdown);
+                drain(proxy, client_out, &mut io, server_exited, at + shutdown);
                 proxy.on_client_closed(now());
                 return Ending::ClientClosed { at };
             }
             // Answered first, committed right after (`settle` below).
-            Event::Server(line) => proxy.on_server_unsettled(&line, now()),
-            Event::ServerTooLong => {
+            Event::Server(Line::Text(line)) => proxy.on_server_unsettled(&line, now()),
+            Event::Server(Line::TooLong) => {
                 eprintln!(
                     "budgetgate mcp: the server sent a message longer than {} MiB (dropped)",
                     MAX_LINE >> 20
@@ -1924,10 +2057,13 @@ pub fn serve<G: CallGate>(
         let mut to_client = Vec::new();
         for out in to_terminal(proxy, terminal.as_ref(), outs) {
             match out {
-                Out::Server(line) => backlog.push_back(line),
+                Out::Server(line) => io.send(line),
                 client => to_client.push(client),
             }
         }
+        // What the server can take now goes before the client's answer is
+        // written, so neither waits on the other.
+        io.flush();
         if write_client(client_out, &to_client).is_err() {
             proxy.on_client_closed(now());
             return Ending::ClientClosed { at: Instant::now() };
@@ -1936,26 +2072,49 @@ pub fn serve<G: CallGate>(
     }
 }
 
-/// After the client closed its stdin: relays what the server still sends
-/// (answers to the requests it was running, through the proxy, so a call
-/// answered is committed and its result bounded as ever) until it closes
-/// its stdout or exits, no request is pending, the client stops reading,
-/// or `until`. What the server asks of the client meanwhile is dropped:
-/// there is no one to answer it.
-fn drain<G: CallGate>(
+/// Off Unix the stdio gateway does not run (it waits on its pipes with
+/// `poll(2)`): the server is reported gone at once, so every call is
+/// refused (fail closed).
+#[cfg(not(unix))]
+#[allow(clippy::too_many_arguments)]
+pub fn serve<G: CallGate, CI, SI, SO>(
+    proxy: &mut Proxy<G>,
+    _client_in: CI,
+    client_out: &mut dyn Write,
+    _server_in: SI,
+    _server_out: SO,
+    _server_exited: &mut dyn FnMut() -> Option<String>,
+    _shutdown: Duration,
+    _terminal: Option<std::fs::File>,
+) -> Ending {
+    let why = "could not be served: the stdio gateway needs poll(2) (Unix only)".to_owned();
+    let _ = write_client(client_out, &proxy.on_server_exit(&why, now()));
+    Ending::ServerGone(why)
+}
+
+/// After the client closed its stdin: writes what the server was still to
+/// be sent, closes its stdin, and relays what it still sends (answers to
+/// the requests it was running, through the proxy, so a call answered is
+/// committed and its result bounded as ever) until it closes its stdout or
+/// exits, no request is pending, the client stops reading, or `until`.
+/// What the server asks of the client meanwhile is dropped: there is no
+/// one to answer it.
+#[cfg(unix)]
+fn drain<G: CallGate, CI: AsFd, SI: AsFd, SO: AsFd>(
     proxy: &mut Proxy<G>,
     client_out: &mut dyn Write,
-    server_rx: &Receiver<Event>,
+    io: &mut Pipes<CI, SI, SO>,
     server_exited: &mut dyn FnMut() -> Option<String>,
     until: Instant,
 ) {
-    while proxy.awaits_server() {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
+    loop {
+        io.flush();
+        if io.backlog.is_empty() {
+            // Dropping it closes the server's stdin.
+            io.server_in = None;
         }
-        match server_rx.recv_timeout(left.min(Duration::from_millis(100))) {
-            Ok(Event::Server(line)) => {
+        if let Some(line) = io.server.take_line() {
+            if let Line::Text(line) = line {
                 let outs: Vec<Out> = proxy
                     .on_server_unsettled(&line, now())
                     .into_iter()
@@ -1967,13 +2126,18 @@ fn drain<G: CallGate>(
                     return;
                 }
             }
-            Ok(Event::ServerTooLong) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                if server_exited().is_some() {
-                    return;
-                }
-            }
-            Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            continue;
+        }
+        if io.server_ended || (io.server_in.is_none() && !proxy.awaits_server()) {
+            return;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        io.wait(left.min(Duration::from_millis(100)), false);
+        if !io.server.has_next() && io.backlog.is_empty() && server_exited().is_some() {
+            return;
         }
     }
 }
@@ -2010,16 +2174,19 @@ fn to_terminal<G: CallGate>(
     rest
 }
 
+/// Writes the client's part of `outs` in one write (each line and its
+/// newline together: a pipe's reader is woken once, and never sees half a
+/// line followed by a pause).
 fn write_client(client_out: &mut dyn Write, outs: &[Out]) -> std::io::Result<()> {
-    let mut wrote = false;
+    let mut bytes = Vec::new();
     for out in outs {
         if let Out::Client(line) = out {
-            client_out.write_all(line.as_bytes())?;
-            client_out.write_all(b"\n")?;
-            wrote = true;
+            bytes.extend_from_slice(line.as_bytes());
+            bytes.push(b'\n');
         }
     }
-    if wrote {
+    if !bytes.is_empty() {
+        client_out.write_all(&bytes)?;
         client_out.flush()?;
     }
     Ok(())
@@ -2252,6 +2419,7 @@ pub fn command(args: &McpArgs) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{BufRead, BufReader};
 
     struct Setup {
         dir: tempfile::TempDir,
@@ -3273,24 +3441,34 @@ mod tests {
 
     #[test]
     fn a_line_over_the_limit_is_skipped_while_read() {
-        let (tx, rx) = sync_channel(8);
-        let (wake, _woken) = sync_channel(1);
         let mut input = b"{\"a\":1}\n".to_vec();
         input.extend(std::iter::repeat_n(b'x', 1000));
         input.extend(b"\n{}\nlast");
-        read_lines(
-            &input[..],
-            100,
-            &tx,
-            &wake,
-            Event::Client,
-            || Event::ClientTooLong,
-            || Event::ClientClosed,
-        );
-        let got: Vec<String> = rx.try_iter().map(|e| format!("{e:?}")).collect();
-        assert_eq!(got.len(), 5, "{got:?}");
-        assert!(got[1].contains("ClientTooLong"));
-        assert!(got[4].contains("ClientClosed"));
+        // In one chunk, and a byte at a time: the same lines.
+        for size in [input.len(), 1, 7] {
+            let mut lines = Lines::new(100);
+            for chunk in input.chunks(size) {
+                lines.feed(chunk);
+            }
+            lines.finish();
+            let got: Vec<Line> = std::iter::from_fn(|| lines.take_line()).collect();
+            assert_eq!(
+                got,
+                [
+                    Line::Text(b"{\"a\":1}".to_vec()),
+                    Line::TooLong,
+                    Line::Text(b"{}".to_vec()),
+                    Line::Text(b"last".to_vec()),
+                ],
+                "chunks of {size}"
+            );
+        }
+        // A line of exactly the limit is kept; one byte more is not.
+        let mut lines = Lines::new(4);
+        lines.feed(b"abcd\nabcde\n");
+        assert_eq!(lines.take_line(), Some(Line::Text(b"abcd".to_vec())));
+        assert_eq!(lines.take_line(), Some(Line::TooLong));
+        assert_eq!(lines.take_line(), None);
     }
 
     #[test]
@@ -3351,6 +3529,68 @@ mod tests {
         );
         assert_eq!(lines[2]["error"]["code"], GATEWAY_ERROR);
         assert_eq!(s.used(), (1, 0));
+    }
+
+    #[test]
+    fn lines_longer_than_a_pipe_reach_a_slow_server_whole_and_in_order() {
+        let s = Setup::new();
+        let (client_in, mut to_gateway) = std::io::pipe().expect("pipe");
+        let (from_gateway, server_in) = std::io::pipe().expect("pipe");
+        let (server_out, mut server_writes) = std::io::pipe().expect("pipe");
+        // A server that reads slowly, 4 KiB at a time (so the gateway's
+        // non-blocking writes stop part-way through a line), and answers
+        // with what it got.
+        struct Slow(std::io::PipeReader);
+        impl std::io::Read for Slow {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                std::thread::sleep(Duration::from_micros(200));
+                let n = buf.len().min(4096);
+                self.0.read(&mut buf[..n])
+            }
+        }
+        std::thread::spawn(move || {
+            let mut reader = BufReader::with_capacity(4096, Slow(from_gateway));
+            loop {
+                let mut line = Vec::new();
+                if reader.read_until(b'\n', &mut line).expect("read") == 0 {
+                    return;
+                }
+                let v: Value = serde_json::from_slice(&line).expect("one whole line");
+                let reply = json!({"jsonrpc": "2.0", "id": v["id"], "result": {"got": line.len(), "pad": v["params"]["pad"]}});
+                writeln!(server_writes, "{reply}").expect("write");
+            }
+        });
+        std::thread::spawn(move || {
+            for (i, size) in [300_000usize, 70_000, 1].into_iter().enumerate() {
+                let pad: String = "abcdefghij".chars().cycle().take(size).collect();
+                let msg =
+                    json!({"jsonrpc": "2.0", "id": i, "method": "x/big", "params": {"pad": pad}});
+                writeln!(to_gateway, "{msg}").expect("write");
+            }
+        });
+        let mut p = s.proxy(BUDGET);
+        let mut out = Vec::new();
+        let ending = serve(
+            &mut p,
+            client_in,
+            &mut out,
+            server_in,
+            server_out,
+            &mut || None,
+            Duration::from_secs(5),
+            None,
+        );
+        assert!(matches!(ending, Ending::ClientClosed { .. }), "{ending:?}");
+        let lines: Vec<Value> = out
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).expect("JSON"))
+            .collect();
+        assert_eq!(lines.len(), 3);
+        for (i, (line, size)) in lines.iter().zip([300_000usize, 70_000, 1]).enumerate() {
+            assert_eq!(line["id"], i, "in order");
+            assert_eq!(line["result"]["pad"].as_str().map(str::len), Some(size));
+        }
     }
 
     #[test]
