@@ -240,6 +240,12 @@ def main():
         run_record(1, 0, 0, (8, 4), [], [(0, 1000, 300, [(500, 100), (100, 200)]), (3, 10, 10, [])]),
         bytes([1]) + struct.pack("<I", 1) + bytes([0, 2]) + struct.pack("<Q", 5) + b"\x02c1\x0aHassTurnOn",
     }
+    # The target's input: FLAGS FLIP NOW, then the bytes. Each record as
+    # stored (FLAGS 0), and its body for the target to seal (FLAGS 1).
+    head = lambda flags: bytes([flags]) + struct.pack("<HI", 77, 4_000_000)
+    seeds["run_record"] = {head(0) + r for r in seeds["run_record"]} | {
+        head(1) + r[:-4] for r in seeds["run_record"]
+    }
     host_seeds(seeds)
     for target, items in seeds.items():
         folder = ROOT / "corpus" / target

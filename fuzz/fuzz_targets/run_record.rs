@@ -7,29 +7,42 @@
 //! on the clock of the boot that wrote it); the same record with one bit
 //! flipped never decodes (the CRC, or the checks before it); an audit entry
 //! that decodes encodes back to the same bytes.
+//!
+//! With `seal`, the bytes are a record's body and the target appends its
+//! CRC-32 (ISO-HDLC) before decoding, as the device's writer does: a
+//! mutated body then passes the CRC and reaches the decoder's own checks
+//! (lengths, ranges, the order of the duty windows' spans), which unsealed
+//! input almost never does.
 #![no_main]
 
 use budgetgate_core::resume::{
     self, AuditEntry, AuditRecord, RunView, AUDIT_ENTRY_MAX, RUN_RECORD_MAX,
 };
 use budgetgate_core::TraceRow;
-use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 
-#[derive(Arbitrary, Debug)]
-struct Input {
-    bytes: Vec<u8>,
-    flip: u16,
-    /// Where the duty windows are re-based, past the longest window.
-    now: u32,
-}
+const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
 
-fuzz_target!(|input: Input| {
-    let bytes = &input.bytes[..];
+/// Input: `FLAGS FLIP(2, LE) NOW(4, LE) BYTES`. `FLAGS` bit 0: seal
+/// `BYTES` (a body) with its CRC first; `FLIP` picks the bit flipped;
+/// `NOW` is where the duty windows are re-based, past the longest window.
+fuzz_target!(|data: &[u8]| {
+    let Some((head, body)) = data.split_at_checked(7) else {
+        return;
+    };
+    let seal = head[0] & 1 == 1;
+    let flip = u16::from_le_bytes([head[1], head[2]]);
+    let now = u32::from_le_bytes([head[3], head[4], head[5], head[6]]);
+    let mut sealed = body.to_vec();
+    if seal {
+        let crc = CRC.checksum(&sealed);
+        sealed.extend_from_slice(&crc.to_le_bytes());
+    }
+    let bytes = &sealed[..];
     if let Ok(header) = resume::decode(bytes) {
         let rows: Vec<TraceRow> = resume::rows(bytes, &header).collect();
         assert_eq!(rows.len(), usize::from(header.rows));
-        let now = (1u64 << 32) + u64::from(input.now);
+        let now = (1u64 << 32) + u64::from(now);
         let duty = resume::duty_windows(bytes, &header, now);
         assert_eq!(duty.iter().flatten().count(), usize::from(header.duty));
         let view = RunView {
@@ -48,7 +61,7 @@ fuzz_target!(|input: Input| {
         let n = view.encode(&mut out).expect("a decoded run encodes");
         assert_eq!(&out[..n], bytes, "not canonical");
         let mut flipped = bytes.to_vec();
-        let bit = usize::from(input.flip) % (bytes.len() * 8);
+        let bit = usize::from(flip) % (bytes.len() * 8);
         flipped[bit / 8] ^= 1 << (bit % 8);
         assert!(resume::decode(&flipped).is_err(), "a flipped bit decoded");
     }
