@@ -1802,8 +1802,8 @@ impl<CI: AsFd, SI: AsFd, SO: AsFd> Pipes<CI, SI, SO> {
     /// Waits at most `wait` for the server's output, room in its stdin
     /// while the backlog waits, the client's input (when `take_client`)
     /// or the terminal's wake-up, and reads one chunk from each input that
-    /// is ready.
-    fn wait(&mut self, wait: Duration, take_client: bool) {
+    /// is ready. `false`: nothing was ready within `wait`.
+    fn wait(&mut self, wait: Duration, take_client: bool) -> bool {
         use rustix::event::{PollFd, PollFlags};
         let client = take_client && !self.client_ended && !self.client.has_next();
         let server = !self.server_ended;
@@ -1826,7 +1826,8 @@ impl<CI: AsFd, SI: AsFd, SO: AsFd> Pipes<CI, SI, SO> {
             tv_nsec: i64::from(wait.subsec_nanos()),
         };
         match rustix::event::poll(&mut fds, Some(&timeout)) {
-            Ok(0) | Err(_) => return,
+            Ok(0) => return false,
+            Err(_) => return true,
             Ok(_) => {}
         }
         let mut ready = fds.iter().map(|fd| !fd.revents().is_empty());
@@ -1863,6 +1864,7 @@ impl<CI: AsFd, SI: AsFd, SO: AsFd> Pipes<CI, SI, SO> {
                 }
             }
         }
+        true
     }
 }
 
@@ -2013,7 +2015,7 @@ pub fn serve<G: CallGate>(
                 .next_deadline()
                 .map_or(200, |d| d.saturating_sub(now()).clamp(1, 200));
             let take_client = io.backlog.is_empty();
-            io.wait(Duration::from_millis(wait), take_client);
+            let _ = io.wait(Duration::from_millis(wait), take_client);
             continue;
         };
         let outs = match event {
@@ -2135,8 +2137,11 @@ fn drain<G: CallGate, CI: AsFd, SI: AsFd, SO: AsFd>(
         if left.is_zero() {
             return;
         }
-        io.wait(left.min(Duration::from_millis(100)), false);
-        if !io.server.has_next() && io.backlog.is_empty() && server_exited().is_some() {
+        // A server that exited may have left a long answer in its pipe:
+        // it is read to the end (or `until`); only 100 ms in which nothing
+        // came ends the wait early.
+        let came = io.wait(left.min(Duration::from_millis(100)), false);
+        if !came && server_exited().is_some() {
             return;
         }
     }
@@ -3591,6 +3596,64 @@ mod tests {
             assert_eq!(line["id"], i, "in order");
             assert_eq!(line["result"]["pad"].as_str().map(str::len), Some(size));
         }
+    }
+
+    /// Issue 13 (faults): after the client closed its stdin, an answer
+    /// longer than one read (64 KiB) from a server already known to have
+    /// exited is read to its end and reaches the client, and the call is
+    /// committed once.
+    #[test]
+    fn a_long_last_answer_of_a_server_that_exited_reaches_a_client_that_closed() {
+        let s = Setup::new();
+        let (client_in, mut to_gateway) = std::io::pipe().expect("pipe");
+        let (from_gateway, server_in) = std::io::pipe().expect("pipe");
+        let (server_out, mut server_writes) = std::io::pipe().expect("pipe");
+        let exited = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let told = std::sync::Arc::clone(&exited);
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(from_gateway).lines();
+            let line = lines.next().expect("a line").expect("read");
+            let v: Value = serde_json::from_str(&line).expect("JSON");
+            // Reported gone before the answer is read: the exit status of a
+            // process that wrote into its pipe and ended.
+            told.store(true, std::sync::atomic::Ordering::SeqCst);
+            let text: String = "x".repeat(300_000);
+            let reply = json!({"jsonrpc": "2.0", "id": v["id"], "result": {"content": [{"type": "text", "text": text}]}});
+            writeln!(server_writes, "{reply}").expect("write");
+        });
+        writeln!(
+            to_gateway,
+            "{}",
+            String::from_utf8(call(7, "a", json!({}))).unwrap()
+        )
+        .unwrap();
+        drop(to_gateway);
+        let mut p = s.proxy(BUDGET);
+        let mut out = Vec::new();
+        let ending = serve(
+            &mut p,
+            client_in,
+            &mut out,
+            server_in,
+            server_out,
+            &mut || {
+                exited
+                    .load(std::sync::atomic::Ordering::SeqCst)
+                    .then(|| "exited with status 0".to_owned())
+            },
+            Duration::from_secs(5),
+            None,
+        );
+        assert!(matches!(ending, Ending::ClientClosed { .. }), "{ending:?}");
+        drop(p);
+        let lines: Vec<Value> = out
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).expect("JSON"))
+            .collect();
+        assert_eq!(lines.len(), 1, "the answer reached the client");
+        assert_eq!(lines[0]["id"], 7);
+        assert_eq!(s.used(), (1, 0));
     }
 
     #[test]
