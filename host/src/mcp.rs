@@ -846,17 +846,19 @@ impl<G: CallGate> Proxy<G> {
         };
         let id = msg.id.map(normal_id);
         let id = id.as_deref();
+        // The id the gateway's own answers carry: an id whose value cannot
+        // be read (a number beyond a 64-bit float) is answered as no id,
+        // JSON-RPC's null when the id cannot be detected, not a line the
+        // client may not parse.
+        let readable = msg.id.and_then(|raw| {
+            serde_json::from_str::<Value>(raw.get())
+                .ok()
+                .map(|v| v.to_string())
+        });
+        let reply_id = readable.as_deref().unwrap_or("null");
         if msg.jsonrpc.as_deref() != Some("2.0") {
-            // An id whose value cannot be read (a number beyond a 64-bit
-            // float) is answered as no id: JSON-RPC's null when the id
-            // cannot be detected, not a line the client may not parse.
-            let readable = msg.id.and_then(|raw| {
-                serde_json::from_str::<Value>(raw.get())
-                    .ok()
-                    .map(|v| v.to_string())
-            });
             out.push(Out::Client(error_line(
-                readable.as_deref().unwrap_or("null"),
+                reply_id,
                 INVALID_REQUEST,
                 "Invalid Request: `jsonrpc` must be \"2.0\"",
             )));
@@ -878,7 +880,7 @@ impl<G: CallGate> Proxy<G> {
                         }
                     } else {
                         out.push(Out::Client(error_line(
-                            id.unwrap_or("null"),
+                            reply_id,
                             INVALID_REQUEST,
                             &format!("Invalid Request: {e}: a message the gateway reads must not repeat a key (refused, not forwarded)"),
                         )));
@@ -900,7 +902,7 @@ impl<G: CallGate> Proxy<G> {
                         || self.approvals.values().any(|a| a.id == id))
                 {
                     out.push(Out::Client(error_line(
-                        id,
+                        reply_id,
                         INVALID_REQUEST,
                         &format!("Invalid Request: the id {id} is already used by a request awaiting its answer"),
                     )));
@@ -908,7 +910,7 @@ impl<G: CallGate> Proxy<G> {
                 }
                 if self.in_flight() >= MAX_PENDING {
                     out.push(Out::Client(error_line(
-                        id,
+                        reply_id,
                         GATEWAY_ERROR,
                         &format!("budgetgate: more than {MAX_PENDING} requests in flight"),
                     )));
@@ -966,7 +968,7 @@ impl<G: CallGate> Proxy<G> {
             }
             _ => {
                 out.push(Out::Client(error_line(
-                    id.unwrap_or("null"),
+                    reply_id,
                     INVALID_REQUEST,
                     "Invalid Request: neither a request, a notification nor a response",
                 )));
@@ -2576,6 +2578,11 @@ mod tests {
                 INVALID_REQUEST,
                 Value::Null,
             ),
+            (
+                r#"{"jsonrpc":"2.0","id":0.5e8888}"#,
+                INVALID_REQUEST,
+                Value::Null,
+            ),
             (r#"[]"#, INVALID_REQUEST, Value::Null),
             ("42", INVALID_REQUEST, Value::Null),
         ] {
@@ -2586,6 +2593,14 @@ mod tests {
             assert_eq!(got[0]["error"]["code"], code, "{line}: {}", got[0]);
             assert_eq!(got[0]["id"], id, "{line}");
         }
+        // A request with such an id passes through as it is; one reusing
+        // it while it is awaited is refused, answered with id null.
+        let ping = br#"{"jsonrpc":"2.0","id":1e400,"method":"ping"}"#;
+        assert_eq!(server(&p.on_client(ping, T0)).len(), 1);
+        let outs = p.on_client(ping, T0);
+        assert!(server(&outs).is_empty());
+        assert_eq!(client(&outs)[0]["error"]["code"], INVALID_REQUEST);
+        assert_eq!(client(&outs)[0]["id"], Value::Null);
         let outs = p.on_client(b"\xff\xfe{}", T0);
         assert_eq!(client(&outs)[0]["error"]["code"], PARSE_ERROR);
         let outs = p.on_client_too_long();
