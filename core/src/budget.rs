@@ -487,6 +487,18 @@ pub struct DutyExceeded {
     pub retry_at_ms: u64,
 }
 
+/// [`DutyWindow::switch_off`] for the windows of the device gate, compiled
+/// once, in this crate: the gate's code is generic over its actuators, so
+/// calling the generic method from it built a second copy in the firmware
+/// beside the one the stored record's code uses (issue 15, flash).
+#[inline(never)]
+pub(crate) fn switch_off_device(
+    window: &mut DutyWindow<{ crate::limits::DUTY_SPANS }>,
+    now_ms: u64,
+) {
+    window.switch_off(now_ms);
+}
+
 impl<const N: usize> DutyWindow<N> {
     /// A window of `window_ms` allowing `max_on_ms` of on-time, with the
     /// actuator off.

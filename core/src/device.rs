@@ -1479,7 +1479,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             if !window.must_stop(now) {
                 continue;
             }
-            window.switch_off(now);
+            crate::budget::switch_off_device(window, now);
             self.actuators.safe_state_of(actuator);
             self.clock_ms = now_ms;
             let number = u8::try_from(actuator).unwrap_or(u8::MAX);
@@ -1540,7 +1540,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         self.moved = false;
         let now = duty_clock(self.clock_ms);
         for window in self.duty.iter_mut().flatten() {
-            window.switch_off(now);
+            crate::budget::switch_off_device(window, now);
         }
     }
 
@@ -1577,7 +1577,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         // window stays on (towards off) until the actuator is made safe.
         if let (Switch::Off(actuator), Some(_)) = (switch, &result) {
             if let Some(Some(window)) = self.duty.get_mut(actuator) {
-                window.switch_off(now);
+                crate::budget::switch_off_device(window, now);
             }
         }
         // Sealed before the run measures it: a result the contract allows
