@@ -2077,8 +2077,9 @@ pub fn serve<G: CallGate>(
 }
 
 /// Off Unix the stdio gateway does not run (it waits on its pipes with
-/// `poll(2)`): the server is reported gone at once, so every call is
-/// refused (fail closed).
+/// `poll(2)`): the server is reported gone at once and the gateway ends
+/// with status 3 before it reads a message, so nothing reaches the server
+/// ungated (fail closed). Not built or tested by this project's CI.
 #[cfg(not(unix))]
 #[allow(clippy::too_many_arguments)]
 pub fn serve<G: CallGate, CI, SI, SO>(
