@@ -330,3 +330,74 @@ pub(crate) fn serialize_tool<Z: Serializer, A: Serialize + ?Sized>(
     map.serialize_entry("arguments", arguments)?;
     map.end()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::action::ActionRef;
+    use std::format;
+
+    fn text(doc: &str) -> JsonStr<'_> {
+        match ActionRef::parse(doc.as_bytes()) {
+            Ok(ActionRef::Final { text }) => text,
+            other => panic!("{doc}: {other:?}"),
+        }
+    }
+
+    fn arguments(doc: &str) -> ArgumentsRef<'_> {
+        match ActionRef::parse(doc.as_bytes()) {
+            Ok(ActionRef::Tool(call)) => call.arguments,
+            other => panic!("{doc}: {other:?}"),
+        }
+    }
+
+    /// `SPEC A1`: a final answer's text borrowed from its document reads as
+    /// written when it has no escape, and decoded when it has: its text,
+    /// whether it is escaped, its display and its comparisons agree with
+    /// the decoded characters.
+    #[test]
+    fn a_borrowed_text_reads_as_written_or_decoded() {
+        let plain = text(r#"{"kind":"final","text":"ab c"}"#);
+        let escaped = text(r#"{"kind":"final","text":"a\u0062 c"}"#);
+        assert_eq!(plain.as_str(), Some("ab c"));
+        assert_eq!(escaped.as_str(), None);
+        assert!(!plain.is_escaped());
+        assert!(escaped.is_escaped());
+        assert_eq!(format!("{plain}"), "ab c");
+        assert_eq!(format!("{escaped}"), "ab c");
+        assert_eq!(plain, escaped);
+        assert_eq!(escaped, plain);
+        assert_eq!(plain, text(r#"{"kind":"final","text":"ab c"}"#));
+        assert_ne!(plain, text(r#"{"kind":"final","text":"ab d"}"#));
+        assert_ne!(escaped, text(r#"{"kind":"final","text":"a\u0062 d"}"#));
+        assert!(plain == "ab c" && escaped == "ab c" && escaped != "ab d");
+    }
+
+    /// `SPEC A1`: borrowed arguments count their members and are equal
+    /// when they hold the same keys and values in the same order, however
+    /// they are written; a different value, order or count is not equal.
+    #[test]
+    fn borrowed_arguments_count_and_compare_by_their_values() {
+        let tool = |args: &str| {
+            format!(r#"{{"kind":"tool","call_id":"c","name":"n","arguments":{args}}}"#)
+        };
+        let none = tool("{}");
+        let two = tool(r#"{"a":1,"b":"x"}"#);
+        let two_spelled = tool(r#"{ "\u0061" : 1 , "b" : "\u0078" }"#);
+        let other_value = tool(r#"{"a":1,"b":"y"}"#);
+        let other_order = tool(r#"{"b":"x","a":1}"#);
+        let three = tool(r#"{"a":1,"b":"x","c":null}"#);
+        let empty = arguments(&none);
+        let args = arguments(&two);
+        assert_eq!((empty.len(), empty.is_empty()), (0, true));
+        assert_eq!((args.len(), args.is_empty()), (2, false));
+        assert_eq!(arguments(&three).len(), 3);
+        assert_eq!(args, arguments(&two_spelled));
+        assert_ne!(args, arguments(&other_value));
+        assert_ne!(args, arguments(&other_order));
+        assert_ne!(args, arguments(&three));
+        assert_ne!(arguments(&three), args);
+        assert_ne!(args, empty);
+        assert_eq!(empty, ArgumentsRef::new());
+    }
+}
