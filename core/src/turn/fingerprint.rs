@@ -470,6 +470,21 @@ mod tests {
     use super::*;
     use crate::action::{Action, ToolCall};
 
+    /// The fingerprints of `null`, `true`, `false`, `-7`, `2.5`, `"x"`,
+    /// `{"a":[1,null],"b":{}}` and `[]`, as every build computes them.
+    const GOLDEN: [u128; 8] = [
+        0x12cbbec80d6e4e46b3244f69039796ae,
+        0x8f5521ac1939ae82915ae3bda62f18ef,
+        0x3a0598bcadca5e459516b74e32cc48b8,
+        0x9f6d4f9288762b9d151d7602deefdca8,
+        0xa99a4c6e87cc835e95e1c4b640456ea5,
+        0x05e5c550d2cccf0914630451f302023d,
+        0x2a9e2a1afed5e4ae77694efc268d9532,
+        0x07e043a4ee5599739d42468b2080ab4f,
+    ];
+    /// `{"q":"x"}` called as `search`.
+    const GOLDEN_CALL: u128 = 0xe94c23a3189406bab5e100189a0a3e3e;
+
     fn fp(json: &str) -> ArgsFingerprint {
         let mut scratch = [0u8; 256];
         ArgsFingerprint::of_json(json.as_bytes(), &mut scratch).unwrap()
@@ -566,6 +581,55 @@ mod tests {
         assert_eq!(b.finish().unwrap(), fp(r#"{"a":18446744073709551615}"#));
         let empty: FingerprintBuilder = FingerprintBuilder::new();
         assert_eq!(empty.finish(), Err(FingerprintError::Unbalanced));
+    }
+
+    /// `SPEC C`, durable state: a fingerprint is the same number in every
+    /// build, since stored ledgers key repetition counts by it (the host's
+    /// `repeats` table) and a replay's spill file keeps it: a changed hash
+    /// would give a repeated call a fresh count. Pinned here for each kind
+    /// of value, and for a call's key.
+    #[test]
+    fn fingerprints_are_the_same_numbers_in_every_build() {
+        let cases: [(&str, u128); 8] = [
+            ("null", GOLDEN[0]),
+            ("true", GOLDEN[1]),
+            ("false", GOLDEN[2]),
+            ("-7", GOLDEN[3]),
+            ("2.5", GOLDEN[4]),
+            (r#""x""#, GOLDEN[5]),
+            (r#"{"a":[1,null],"b":{}}"#, GOLDEN[6]),
+            ("[]", GOLDEN[7]),
+        ];
+        for (json, want) in cases {
+            assert_eq!(
+                fp(json).as_u128(),
+                want,
+                "{json}: {:#x}",
+                fp(json).as_u128()
+            );
+            assert_eq!(ArgsFingerprint::from_u128(want), fp(json));
+        }
+        let call = fp(r#"{"q":"x"}"#).with_name("search");
+        assert_eq!(call.as_u128(), GOLDEN_CALL, "{:#x}", call.as_u128());
+    }
+
+    /// `SPEC C`: why arguments could not be fingerprinted, in words.
+    #[test]
+    fn fingerprint_errors_say_why() {
+        let cases = [
+            (FingerprintError::DuplicateKey, "the same key twice"),
+            (FingerprintError::TooDeep, "nest deeper than"),
+            (FingerprintError::TooManyKeys, "more than"),
+            (FingerprintError::Unbalanced, "out of order"),
+            (
+                FingerprintError::Json(JsonError::TrailingData),
+                "not acceptable JSON",
+            ),
+        ];
+        for (e, words) in cases {
+            let text = format!("{e}");
+            assert!(text.contains(words), "{e:?}: {text}");
+        }
     }
 
     #[test]
