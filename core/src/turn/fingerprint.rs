@@ -581,6 +581,13 @@ mod tests {
         assert_eq!(b.finish().unwrap(), fp(r#"{"a":18446744073709551615}"#));
         let empty: FingerprintBuilder = FingerprintBuilder::new();
         assert_eq!(empty.finish(), Err(FingerprintError::Unbalanced));
+        // A signed integer described to the builder is the integer's text.
+        let mut b: FingerprintBuilder = FingerprintBuilder::new();
+        b.begin_array().unwrap();
+        b.i64(-7).unwrap();
+        b.i64(i64::MIN).unwrap();
+        b.end_array().unwrap();
+        assert_eq!(b.finish().unwrap(), fp("[-7,-9223372036854775808]"));
     }
 
     /// `SPEC C`, durable state: a fingerprint is the same number in every
