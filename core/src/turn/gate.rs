@@ -1174,3 +1174,104 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::format;
+    use std::string::ToString;
+
+    /// `SPEC C`: each way the turn gate refuses to go on says why, naming
+    /// the phase it is in where that is the reason; the token modes are
+    /// spelled as the budget file spells them.
+    #[test]
+    fn each_turn_gate_error_says_why_and_the_phase() {
+        assert_eq!(TokenMode::AfterTheFact.as_str(), "after-the-fact");
+        assert_eq!(TokenMode::Reserve.as_str(), "reserve");
+        let phases = [
+            (GatePhase::Ready, "between turns"),
+            (GatePhase::AwaitingResponse, "awaiting a model response"),
+            (GatePhase::InTurn, "deciding a response's tool calls"),
+            (GatePhase::Finished, "finished"),
+        ];
+        for (phase, words) in phases {
+            assert_eq!(phase.to_string(), words);
+        }
+        let cases: [(std::string::String, &str); 17] = [
+            (
+                AdmitError::NotReady(GatePhase::InTurn).to_string(),
+                "cannot begin a model call while deciding a response's tool calls",
+            ),
+            (
+                AdmitError::ReservationRequired.to_string(),
+                "reserve mode: declare the call's worst-case tokens",
+            ),
+            (
+                RecordError::NotAwaitingResponse(GatePhase::Ready).to_string(),
+                "no model call is in flight (the gate is between turns)",
+            ),
+            (
+                ProposeError::NotInTurn(GatePhase::Finished).to_string(),
+                "no response is being handled (the gate is finished)",
+            ),
+            (
+                ProposeError::InvalidCallId(NameError::Empty).to_string(),
+                "call id ",
+            ),
+            (
+                ProposeError::DuplicateCallId.to_string(),
+                "call id proposed twice in one response",
+            ),
+            (
+                ApprovalError::UnknownCallId.to_string(),
+                "no call with this id was proposed in this response",
+            ),
+            (
+                ApprovalError::NotAwaitingApproval.to_string(),
+                "this call is not awaiting approval",
+            ),
+            (
+                ReportError::UnknownCallId.to_string(),
+                "result for a call id that was never proposed",
+            ),
+            (
+                ReportError::AlreadyAnswered.to_string(),
+                "result for a call that already has its answer",
+            ),
+            (
+                ReportError::AwaitingApproval.to_string(),
+                "result for a call still awaiting approval",
+            ),
+            (
+                FinishError::NotInTurn(GatePhase::AwaitingResponse).to_string(),
+                "no response is being handled (the gate is awaiting a model response)",
+            ),
+            (
+                FinishError::Unanswered(2).to_string(),
+                "2 tool call(s) still lack a result",
+            ),
+            (
+                CloseError::AwaitingResponse.to_string(),
+                "a model call is in flight; record its response first",
+            ),
+            (
+                CloseError::Complete.to_string(),
+                "the run is complete; there is nothing to close",
+            ),
+            (
+                ResumeError::NotFinished(GatePhase::Ready).to_string(),
+                "the run has not finished (it is between turns)",
+            ),
+            (
+                ResumeError::Exhausted.to_string(),
+                "the budget is exhausted",
+            ),
+        ];
+        for (said, words) in &cases {
+            assert!(said.starts_with(words), "{said:?} against {words:?}");
+        }
+        let invalid = ProposeError::InvalidCallId(NameError::Empty).to_string();
+        assert_eq!(invalid, format!("call id {}", NameError::Empty));
+        assert!(invalid.len() > "call id ".len());
+    }
+}
