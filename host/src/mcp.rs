@@ -501,8 +501,16 @@ fn over_limit(value: &Value, limit: u64) -> bool {
 /// A JSON-RPC id as the proxy keys it: its compact JSON, so that `"a"`
 /// and `"\u0061"` are one id.
 pub(crate) fn normal_id(raw: &RawValue) -> String {
+    readable_id(raw).unwrap_or_else(|| raw.get().to_owned())
+}
+
+/// An id's compact JSON, read back: `None` when its value cannot be read
+/// (a number beyond a 64-bit float), which the gateway's own answers then
+/// give as `null`.
+fn readable_id(raw: &RawValue) -> Option<String> {
     serde_json::from_str::<Value>(raw.get())
-        .map_or_else(|_| raw.get().to_owned(), |v| v.to_string())
+        .ok()
+        .map(|v| v.to_string())
 }
 
 /// Whether `e` is [`crate::strict::value_from_str`]'s refusal of a key
@@ -844,17 +852,12 @@ impl<G: CallGate> Proxy<G> {
                 return false;
             }
         };
-        let id = msg.id.map(normal_id);
-        let id = id.as_deref();
-        // The id the gateway's own answers carry: an id whose value cannot
-        // be read (a number beyond a 64-bit float) is answered as no id,
-        // JSON-RPC's null when the id cannot be detected, not a line the
-        // client may not parse.
-        let readable = msg.id.and_then(|raw| {
-            serde_json::from_str::<Value>(raw.get())
-                .ok()
-                .map(|v| v.to_string())
-        });
+        // The id as the proxy keys it ([`normal_id`], read once), and as
+        // the gateway's own answers carry it: an id whose value cannot be
+        // read is answered as no id, JSON-RPC's null when the id cannot be
+        // detected, not a line the client may not parse.
+        let readable = msg.id.and_then(readable_id);
+        let id = readable.as_deref().or(msg.id.map(RawValue::get));
         let reply_id = readable.as_deref().unwrap_or("null");
         if msg.jsonrpc.as_deref() != Some("2.0") {
             out.push(Out::Client(error_line(
@@ -1651,6 +1654,7 @@ pub struct Lines {
     max: usize,
     partial: Vec<u8>,
     skipping: bool,
+    ended: bool,
     ready: VecDeque<Line>,
 }
 
@@ -1670,6 +1674,7 @@ impl Lines {
             max,
             partial: Vec::new(),
             skipping: false,
+            ended: false,
             ready: VecDeque::new(),
         }
     }
@@ -1700,6 +1705,12 @@ impl Lines {
         if self.skipping || !self.partial.is_empty() {
             self.end_line();
         }
+        self.ended = true;
+    }
+
+    /// Whether the input ended ([`Lines::finish`]); lines may still wait.
+    pub fn ended(&self) -> bool {
+        self.ended
     }
 
     fn end_line(&mut self) {
@@ -1752,7 +1763,6 @@ const READ_CHUNK: usize = 1 << 16;
 struct Pipes<CI, SI, SO> {
     client_in: CI,
     client: Lines,
-    client_ended: bool,
     /// `None` once closed (the server's stdin closes with it).
     server_in: Option<SI>,
     /// Lines (newline included) for the server, oldest first; `sent`
@@ -1761,7 +1771,6 @@ struct Pipes<CI, SI, SO> {
     sent: usize,
     server_out: SO,
     server: Lines,
-    server_ended: bool,
     wake: Option<std::io::PipeReader>,
     buf: Vec<u8>,
 }
@@ -1807,8 +1816,8 @@ impl<CI: AsFd, SI: AsFd, SO: AsFd> Pipes<CI, SI, SO> {
     /// is ready. `false`: nothing was ready within `wait`.
     fn wait(&mut self, wait: Duration, take_client: bool) -> bool {
         use rustix::event::{PollFd, PollFlags};
-        let client = take_client && !self.client_ended && !self.client.has_next();
-        let server = !self.server_ended;
+        let client = take_client && !self.client.ended() && !self.client.has_next();
+        let server = !self.server.ended();
         let room = !self.backlog.is_empty() && self.server_in.is_some();
         let mut fds = Vec::with_capacity(4);
         if server {
@@ -1839,20 +1848,10 @@ impl<CI: AsFd, SI: AsFd, SO: AsFd> Pipes<CI, SI, SO> {
         let woken = self.wake.is_some() && ready.next() == Some(true);
         drop(fds);
         if server_ready {
-            read_chunk(
-                &self.server_out,
-                &mut self.buf,
-                &mut self.server,
-                &mut self.server_ended,
-            );
+            read_chunk(&self.server_out, &mut self.buf, &mut self.server);
         }
         if client_ready {
-            read_chunk(
-                &self.client_in,
-                &mut self.buf,
-                &mut self.client,
-                &mut self.client_ended,
-            );
+            read_chunk(&self.client_in, &mut self.buf, &mut self.client);
         }
         if woken {
             if let Some(wake) = &self.wake {
@@ -1873,18 +1872,11 @@ impl<CI: AsFd, SI: AsFd, SO: AsFd> Pipes<CI, SI, SO> {
 /// Reads one chunk of `input` into `lines`; its end (or an error reading
 /// it) ends it.
 #[cfg(unix)]
-fn read_chunk(input: impl AsFd, buf: &mut [u8], lines: &mut Lines, ended: &mut bool) {
+fn read_chunk(input: impl AsFd, buf: &mut [u8], lines: &mut Lines) {
     match rustix::io::read(input, &mut *buf) {
-        Ok(0) => {
-            lines.finish();
-            *ended = true;
-        }
-        Ok(n) => lines.feed(&buf[..n]),
+        Ok(n @ 1..) => lines.feed(&buf[..n]),
         Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
-        Err(_) => {
-            lines.finish();
-            *ended = true;
-        }
+        Ok(0) | Err(_) => lines.finish(),
     }
 }
 
@@ -1949,13 +1941,11 @@ pub fn serve<G: CallGate>(
     let mut io = Pipes {
         client_in,
         client: Lines::new(MAX_LINE),
-        client_ended: false,
         server_in: Some(server_in),
         backlog: VecDeque::new(),
         sent: 0,
         server_out,
         server: Lines::new(MAX_LINE),
-        server_ended: false,
         wake,
         buf: vec![0; READ_CHUNK],
     };
@@ -1985,13 +1975,13 @@ pub fn serve<G: CallGate>(
         // waits for the server's stdin.
         let event = if let Some(line) = io.server.take_line() {
             Some(Event::Server(line))
-        } else if io.server_ended {
+        } else if io.server.ended() {
             Some(Event::ServerClosed)
         } else if !io.backlog.is_empty() {
             None
         } else if let Some(line) = io.client.take_line() {
             Some(Event::Client(line))
-        } else if io.client_ended {
+        } else if io.client.ended() {
             Some(Event::ClientClosed)
         } else {
             None
@@ -2133,7 +2123,7 @@ fn drain<G: CallGate, CI: AsFd, SI: AsFd, SO: AsFd>(
             }
             continue;
         }
-        if io.server_ended || (io.server_in.is_none() && !proxy.awaits_server()) {
+        if io.server.ended() || (io.server_in.is_none() && !proxy.awaits_server()) {
             return;
         }
         let left = until.saturating_duration_since(Instant::now());
@@ -2428,6 +2418,14 @@ pub fn command(args: &McpArgs) -> ExitCode {
 mod tests {
     use super::*;
     use std::io::{BufRead, BufReader};
+
+    /// What the gateway wrote to the client, one JSON value a line.
+    fn json_lines(out: &[u8]) -> Vec<Value> {
+        out.split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).expect("JSON"))
+            .collect()
+    }
 
     struct Setup {
         dir: tempfile::TempDir,
@@ -3538,11 +3536,7 @@ mod tests {
             None,
         );
         assert_eq!(ending, Ending::ServerGone("closed its stdout".into()));
-        let lines: Vec<Value> = out
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(|l| serde_json::from_slice(l).expect("JSON"))
-            .collect();
+        let lines = json_lines(&out);
         assert_eq!(lines.len(), 3);
         assert_eq!(
             (lines[0]["id"].clone(), lines[1]["id"].clone()),
@@ -3602,11 +3596,7 @@ mod tests {
             None,
         );
         assert!(matches!(ending, Ending::ClientClosed { .. }), "{ending:?}");
-        let lines: Vec<Value> = out
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(|l| serde_json::from_slice(l).expect("JSON"))
-            .collect();
+        let lines = json_lines(&out);
         assert_eq!(lines.len(), 3);
         for (i, (line, size)) in lines.iter().zip([300_000usize, 70_000, 1]).enumerate() {
             assert_eq!(line["id"], i, "in order");
@@ -3662,11 +3652,7 @@ mod tests {
         );
         assert!(matches!(ending, Ending::ClientClosed { .. }), "{ending:?}");
         drop(p);
-        let lines: Vec<Value> = out
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(|l| serde_json::from_slice(l).expect("JSON"))
-            .collect();
+        let lines = json_lines(&out);
         assert_eq!(lines.len(), 1, "the answer reached the client");
         assert_eq!(lines[0]["id"], 7);
         assert_eq!(s.used(), (1, 0));
