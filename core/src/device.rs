@@ -127,7 +127,7 @@ pub use embedded_io;
 use embedded_io::Write;
 use serde::Serialize;
 
-use crate::action::{ActionRef, ToolCallRef};
+use crate::action::{ActionRef, ToolCallRef, Values};
 use crate::approval::{Decision, Question};
 use crate::budget::{DutyExceeded, DutyWindow, DutyWindows, Watchdog};
 use crate::ident::Identifier;
@@ -1160,7 +1160,10 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             );
             return self.stopped(agent, step, AuditVerdict::TimeBudget);
         }
-        let action = ActionRef::parse(json);
+        // The arguments' values as the reading found them: checked against
+        // the tool's signature below without reading the document again.
+        let mut values = Values::new();
+        let action = ActionRef::parse_into(json, &mut values);
         if let Err(e) = &action {
             log!(
                 info,
@@ -1229,7 +1232,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         // 200 bytes on a 32-bit board, and each move a `memcpy` of about as
         // many instructions before the verdict.
         let mut args = CheckedArguments::new();
-        let parsed = match check_into(params, &call.arguments, &mut args) {
+        let parsed = match check_into(params, &values, &mut args) {
             Ok(()) => A::Command::parse(tool, &args),
             Err(e) => Err(CommandError::Argument(e)),
         };
@@ -1390,7 +1393,10 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         // the gate first (the buffer is free again: nothing is pending).
         let kept = core::mem::replace(&mut self.pending_json, [0; FRAME_MAX]);
         let json = kept.get(..pending.len).unwrap_or_default();
-        let action = ActionRef::parse(json);
+        // The arguments' values as the reading found them: checked against
+        // the tool's signature below without reading the document again.
+        let mut values = Values::new();
+        let action = ActionRef::parse_into(json, &mut values);
         let Ok(ActionRef::Tool(call)) = &action else {
             // Not by type: the bytes were kept after they parsed to this
             // call. Never expected; as above, the run refuses what follows.

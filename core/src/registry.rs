@@ -15,7 +15,7 @@ use core::fmt;
 
 use heapless::Vec;
 
-use crate::action::{ArgumentsRef, JsonStr, ScalarRef};
+use crate::action::{ArgumentsRef, JsonStr, ScalarRef, Values};
 use crate::limits::MAX_ARGUMENTS;
 use crate::run::{ToolSet, ToolSetError};
 
@@ -212,22 +212,32 @@ pub fn check_arguments<'a>(
     params: &'static [Param],
     args: &ArgumentsRef<'a>,
 ) -> Result<CheckedArguments<'a>, ArgumentError> {
+    let mut members = Values::new();
+    for (index, member) in args.iter().enumerate() {
+        // Never: a validated object has at most `MAX_ARGUMENTS` members.
+        members
+            .push(member)
+            .map_err(|_| ArgumentError::Unexpected { index: index as u8 })?;
+    }
     let mut checked = CheckedArguments::new();
-    check_into(params, args, &mut checked)?;
+    check_into(params, &members, &mut checked)?;
     Ok(checked)
 }
 
-/// [`check_arguments`] into `checked` (emptied first; left partly filled
+/// [`check_arguments`] of the members `args` (an arguments object's, in
+/// order: [`ArgumentsRef::iter`], or the values the device gate's reading
+/// of the document kept) into `checked` (emptied first; left partly filled
 /// on an error): the device gate keeps the checked arguments in its own
 /// frame, where a returned value would be copied in with `memcpy`
 /// (about 200 bytes on a 32-bit board, as many instructions before the
 /// verdict).
-// Kept out of line: inlined into a caller built for size (the firmware),
-// its moves would become calls to `memcpy`.
+// Kept out of line and not generic: inlined into a caller built for size
+// (the firmware), or instantiated there, its moves would become calls to
+// `memcpy`.
 #[inline(never)]
 pub(crate) fn check_into<'a>(
     params: &'static [Param],
-    args: &ArgumentsRef<'a>,
+    args: &[(JsonStr<'a>, ScalarRef<'a>)],
     checked: &mut CheckedArguments<'a>,
 ) -> Result<(), ArgumentError> {
     checked.params = params;
@@ -237,7 +247,7 @@ pub(crate) fn check_into<'a>(
     // parameters are checked in their order. The matches are what the
     // call's command is parsed from.
     let found = &mut checked.values;
-    for (index, (key, value)) in args.iter().enumerate() {
+    for (index, &(key, value)) in args.iter().enumerate() {
         let param = params
             .iter()
             .position(|p| key == p.key)

@@ -10,6 +10,7 @@ use crate::json::JsonError;
 use crate::limits::{MAX_ARGUMENTS, MAX_TEXT_BYTES, MAX_TEXT_CHARS};
 
 mod scan;
+pub(crate) use scan::Values;
 mod view;
 
 pub use scan::Members;
@@ -341,6 +342,15 @@ impl<'a> ActionRef<'a> {
     /// ```
     pub fn validate(json: &'a [u8]) -> Result<Self, InvalidAction> {
         scan::action(json)
+    }
+
+    /// [`ActionRef::parse`], leaving in `values` the members of a tool
+    /// call's arguments as they were read (each key and value, in order:
+    /// what [`ArgumentsRef::iter`] reads again). The device gate checks
+    /// them against the tool's signature from there, without a second
+    /// reading of the document before its verdict.
+    pub(crate) fn parse_into(json: &'a [u8], values: &mut Values<'a>) -> Result<Self, ActionError> {
+        scan::action_into(json, values).map_err(|invalid| invalid.error)
     }
 
     /// An owned copy with string capacity `S` bytes; [`ActionError::Capacity`]

@@ -521,7 +521,7 @@ impl<'a> Scanner<'a> {
 
     /// The arguments object at the cursor, validated: every key and value,
     /// and no key twice.
-    fn arguments(&mut self) -> Result<ArgumentsRef<'a>, ActionError> {
+    fn arguments(&mut self, values: &mut Values<'a>) -> Result<ArgumentsRef<'a>, ActionError> {
         self.skip_space();
         if self.peek() != Some(b'{') {
             if self.peek() == Some(b'"') {
@@ -533,9 +533,11 @@ impl<'a> Scanner<'a> {
         }
         let start = self.at;
         self.at += 1;
-        // The keys so far, for the duplicate check; only the object's text
-        // and its length are kept.
-        let mut keys: Vec<JsonStr<'a>, MAX_ARGUMENTS> = Vec::new();
+        // The members so far: the keys for the duplicate check, the values
+        // for a caller that checks them against a signature next
+        // ([`action_into`]).
+        values.clear();
+        let keys = values;
         let mut more = self.first_member()?;
         while more {
             self.mark = self.at;
@@ -551,12 +553,13 @@ impl<'a> Scanner<'a> {
             // `any` rather than `contains`: the closure inlines, `contains`
             // calls a generic slice search for each key.
             #[allow(clippy::manual_contains)]
-            let duplicate = keys.iter().any(|k| *k == key);
+            let duplicate = keys.iter().any(|(k, _)| *k == key);
             if duplicate {
                 return Err(ActionError::Json(JsonError::DuplicateKey));
             }
-            self.argument_value(index)?;
-            keys.push(key).map_err(|_| ActionError::TooManyArguments)?;
+            let value = self.argument_value(index)?;
+            keys.push((key, value))
+                .map_err(|_| ActionError::TooManyArguments)?;
             more = self.next_member()?;
         }
         let raw = self.text.get(start..self.at).ok_or(JsonError::Syntax)?;
@@ -712,9 +715,25 @@ fn field(key: JsonStr<'_>) -> Option<Field> {
     })
 }
 
+/// The members of a tool call's arguments object as [`action_into`] read
+/// them: each key and its value, in the document's order.
+pub(crate) type Values<'a> = Vec<(JsonStr<'a>, ScalarRef<'a>), MAX_ARGUMENTS>;
+
 /// Reads and validates one action document (`SPEC A1`); see
 /// [`ActionRef::validate`] (and there, what the offset of an error is).
 pub(super) fn action(bytes: &[u8]) -> Result<ActionRef<'_>, InvalidAction> {
+    action_into(bytes, &mut Values::new())
+}
+
+/// [`action`], leaving in `values` the members of a tool call's arguments
+/// as it read them: what [`ArgumentsRef::iter`] would read again. Emptied
+/// first; on an error, or for an action that has no arguments object, it
+/// holds at most the members read before the end.
+pub(super) fn action_into<'a>(
+    bytes: &'a [u8],
+    values: &mut Values<'a>,
+) -> Result<ActionRef<'a>, InvalidAction> {
+    values.clear();
     let text = json::check_document(bytes).map_err(|e| InvalidAction {
         error: ActionError::Json(e),
         offset: match e {
@@ -728,7 +747,7 @@ pub(super) fn action(bytes: &[u8]) -> Result<ActionRef<'_>, InvalidAction> {
         at: 0,
         mark: 0,
     };
-    document(&mut s).map_err(|error| InvalidAction {
+    document(&mut s, values).map_err(|error| InvalidAction {
         error,
         offset: match error {
             // Syntax is wrong where reading stopped; a repeated key, like
@@ -742,7 +761,10 @@ pub(super) fn action(bytes: &[u8]) -> Result<ActionRef<'_>, InvalidAction> {
 
 /// The action document at the cursor, to its end. On an error the scanner
 /// says where (see [`action`]): `mark` is the member a rule is about.
-fn document<'a>(s: &mut Scanner<'a>) -> Result<ActionRef<'a>, ActionError> {
+fn document<'a>(
+    s: &mut Scanner<'a>,
+    values: &mut Values<'a>,
+) -> Result<ActionRef<'a>, ActionError> {
     s.skip_space();
     s.mark = s.at;
     match s.peek() {
@@ -782,7 +804,7 @@ fn document<'a>(s: &mut Scanner<'a>) -> Result<ActionRef<'a>, ActionError> {
         }
         s.expect(b':')?;
         match field {
-            Field::Arguments => arguments = Some(s.arguments()?),
+            Field::Arguments => arguments = Some(s.arguments(values)?),
             Field::Text => {
                 let value = s.string_or(ActionError::NotAString(field))?;
                 if value.raw_len() > MAX_TEXT_CHARS && value.char_count() > MAX_TEXT_CHARS {
@@ -1134,5 +1156,47 @@ mod tests {
                 assert_eq!(run_len(&bytes, table, word), naive, "{bytes:?}");
             }
         }
+    }
+
+    /// Issue 15 (the verdict's cost on a device): the values the reading of
+    /// a document keeps for the device gate's argument check are the
+    /// members [`ArgumentsRef::iter`] reads again, key for key and value for
+    /// value, in order, for every kind of scalar and escaped keys and
+    /// strings; a final answer keeps none, and a refused document leaves
+    /// no more than the members read before the rule it broke.
+    #[test]
+    fn the_values_kept_by_the_reading_are_the_members_read_again() {
+        for args in [
+            "",
+            r#""a":7,"b":8"#,
+            r#" "a" : -12 , "b":"x\u00e9" ,"c":true,"d":false,"e":null "#,
+            r#""\u0061b":1.5e3,"c":-0,"d":999999,"e":-1000000,"f":"","g":2.5,"h":0.1"#,
+        ] {
+            let doc = tool(args);
+            let mut values = Values::new();
+            let read = action_into(doc.as_bytes(), &mut values);
+            let Ok(ActionRef::Tool(call)) = read else {
+                panic!("{doc} is a tool call: {read:?}");
+            };
+            let again: std::vec::Vec<_> = call.arguments.iter().collect();
+            assert_eq!(values.len(), again.len(), "{doc}");
+            assert_eq!(values.len(), call.arguments.len(), "{doc}");
+            for ((key, value), (key_again, value_again)) in values.iter().zip(&again) {
+                assert_eq!(format!("{key}"), format!("{key_again}"), "{doc}");
+                assert_eq!(key.is_escaped(), key_again.is_escaped(), "{doc}");
+                assert_eq!(value, value_again, "{doc}");
+            }
+        }
+        let (before, refused) = (tool(r#""a":1,"b":2"#), tool(r#""a":1,"a":2"#));
+        let mut values = Values::new();
+        assert!(action_into(before.as_bytes(), &mut values).is_ok());
+        let final_ = br#"{"kind":"final","text":"done"}"#;
+        assert!(matches!(
+            action_into(final_, &mut values),
+            Ok(ActionRef::Final { .. })
+        ));
+        assert!(values.is_empty(), "a final answer keeps no values");
+        assert!(action_into(refused.as_bytes(), &mut values).is_err());
+        assert_eq!(values.len(), 1, "the member before the repeated key");
     }
 }
