@@ -1393,8 +1393,9 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         // the gate first (the buffer is free again: nothing is pending).
         let kept = core::mem::replace(&mut self.pending_json, [0; FRAME_MAX]);
         let json = kept.get(..pending.len).unwrap_or_default();
-        // The arguments' values as the reading found them: checked against
-        // the tool's signature below without reading the document again.
+        // Read as `decide` read it: one reading of a document in the image
+        // (`parse` would build a second copy of the scanner); its command
+        // was parsed then, so the values are not used again.
         let mut values = Values::new();
         let action = ActionRef::parse_into(json, &mut values);
         let Ok(ActionRef::Tool(call)) = &action else {
