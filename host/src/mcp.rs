@@ -1950,6 +1950,12 @@ pub fn serve<G: CallGate>(
         buf: vec![0; READ_CHUNK],
     };
     let mut exited_at: Option<(Instant, String)> = None;
+    // Whether the last wait ended with nothing to read, and when the
+    // server was last asked whether it exited (a `wait4` call): asked when
+    // quiet or 50 ms after the last time, not on every message's way
+    // through.
+    let mut quiet = true;
+    let mut asked = Instant::now();
     loop {
         let mut person = Vec::new();
         while let Ok((eid, yes)) = person_rx.try_recv() {
@@ -1990,11 +1996,13 @@ pub fn serve<G: CallGate>(
             // Nothing to do: a server that exited while something still
             // holds its stdout open gets a moment for its last lines.
             match &exited_at {
-                None => {
+                None if quiet || asked.elapsed() >= Duration::from_millis(50) => {
+                    asked = Instant::now();
                     if let Some(why) = server_exited() {
                         exited_at = Some((Instant::now(), why));
                     }
                 }
+                None => {}
                 Some((at, why)) if at.elapsed() > Duration::from_millis(500) => {
                     let why = why.clone();
                     let outs = proxy.on_server_exit(&why, now());
@@ -2007,7 +2015,7 @@ pub fn serve<G: CallGate>(
                 .next_deadline()
                 .map_or(200, |d| d.saturating_sub(now()).clamp(1, 200));
             let take_client = io.backlog.is_empty();
-            let _ = io.wait(Duration::from_millis(wait), take_client);
+            quiet = !io.wait(Duration::from_millis(wait), take_client);
             continue;
         };
         let outs = match event {

@@ -868,6 +868,53 @@ fn a_server_that_exits_names_its_status_and_pending_requests_are_answered() {
     assert_eq!(s.tool_calls(), (0, 0));
 }
 
+/// A server that exits while a child of its own keeps its stdout open is
+/// still seen to exit while the client keeps the gateway busy (a ping every
+/// 10 ms, so it is never idle for long): the pending call is answered with
+/// how the server ended, and the gateway ends with status 3.
+#[test]
+fn a_server_that_exits_is_seen_while_the_client_keeps_sending() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\n");
+    let mut g = Gateway::start(&s.gateway_args(&[], &["sh", "-c", "sleep 30 & read line; exit 7"]));
+    g.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "anything", "arguments": {}}}));
+    let sent = Instant::now();
+    let mut stdin = g.stdin.take().expect("stdin");
+    let mut ended = None;
+    for n in 0..500 {
+        let ping = json!({"jsonrpc": "2.0", "id": format!("p{n}"), "method": "ping"});
+        if writeln!(stdin, "{ping}")
+            .and_then(|()| stdin.flush())
+            .is_err()
+        {
+            break;
+        }
+        if let Some(status) = g.child.try_wait().expect("wait") {
+            ended = Some(status);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let took = sent.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "the gateway saw the server's exit only after {took:?} ({ended:?})"
+    );
+    let answer = g.answer(&json!(1));
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("exited with status 7"),
+        "{answer}"
+    );
+    drop(stdin);
+    let (code, err) = g.end(Duration::from_secs(5));
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("exited with status 7"), "{err}");
+    assert_eq!(s.tool_calls(), (0, 0));
+}
+
 #[test]
 fn a_budget_that_does_not_parse_refuses_to_start() {
     let s = Setup::new("[budget]\nmax_step = 3\n");
