@@ -551,4 +551,106 @@ mod tests {
         };
         assert_eq!(s.to_string(), "step limit (15)");
     }
+
+    /// `SPEC C`: a stop reason that cannot be kept says why, in words.
+    #[test]
+    fn stop_reason_errors_say_why() {
+        assert_eq!(
+            StopReasonError::TooLong.to_string(),
+            "unknown stop reason longer than 32 bytes"
+        );
+        assert_eq!(StopReasonError::Empty.to_string(), "empty stop reason");
+    }
+
+    /// `SPEC C`: an unknown stop reason is kept as the text the API wrote,
+    /// and debug output shows that text, not the buffer that holds it.
+    #[test]
+    fn an_unknown_stop_reason_shows_as_its_text() {
+        let reason = StopReason::parse("brand_new_reason").unwrap();
+        assert_eq!(format!("{reason:?}"), r#"Other("brand_new_reason")"#);
+        let long = "x".repeat(MAX_REASON_LEN);
+        let reason = StopReason::parse(&long).unwrap();
+        assert_eq!(format!("{reason:?}"), format!("Other({long:?})"));
+    }
+
+    /// `SPEC C`: the reason a budget ran out is named by one word each, as
+    /// statuses and the replay's reports name it, and displays as that word.
+    #[test]
+    fn exhaust_reasons_are_spelled_as_reports_spell_them() {
+        let words = [
+            (ExhaustReason::Steps, "steps"),
+            (ExhaustReason::Tokens, "tokens"),
+            (ExhaustReason::Time, "time"),
+            (ExhaustReason::Cost, "cost"),
+            (ExhaustReason::Unpriced, "unpriced-model"),
+            (ExhaustReason::TokenReserve, "token-reserve"),
+            (ExhaustReason::Closed, "closed"),
+        ];
+        for (reason, word) in words {
+            assert_eq!(reason.as_str(), word);
+            assert_eq!(reason.to_string(), word);
+        }
+    }
+
+    /// `SPEC C`: a run's status is `running`, `complete`, `incomplete` or
+    /// `error`, the reference's `estado` in the words reports write; a
+    /// status with nothing more to say displays as its word alone, the
+    /// others add their reason.
+    #[test]
+    fn run_status_words_are_the_reports_words() {
+        let e = Exhaustion {
+            reason: ExhaustReason::Steps,
+            steps: 15,
+            usage: TokenUsage::ZERO,
+            cost_micros: 0,
+            elapsed_ms: 0,
+            limit: 15,
+            worst_case: 0,
+        };
+        let statuses = [
+            (RunStatus::Running, "running", "running"),
+            (RunStatus::Complete, "complete", "complete"),
+            (
+                RunStatus::Incomplete(e),
+                "incomplete",
+                "incomplete: step limit (15)",
+            ),
+            (
+                RunStatus::Error(StopReason::MaxTokens),
+                "error",
+                "error: max_tokens",
+            ),
+        ];
+        for (status, word, shown) in statuses {
+            assert_eq!(status.as_str(), word);
+            assert_eq!(status.to_string(), shown);
+        }
+    }
+
+    /// `SPEC C`: every reason a tool call is refused has its own word, the
+    /// one reports count refusals under, and displays as that word.
+    #[test]
+    fn refusal_reasons_are_spelled_as_reports_spell_them() {
+        let words = [
+            "repeat",
+            "approval-refused",
+            "unknown-tool",
+            "tool-budget",
+            "cut-off",
+            "not-tool-turn",
+            "invalid-arguments",
+            "turn-capacity",
+            "repeat-capacity",
+            "budget-exhausted",
+            "invalid-name",
+            "duplicate-call-id",
+            "call-id-capacity",
+            "tool-cap",
+        ];
+        for (reason, word) in RefusalReason::ALL.into_iter().zip(words) {
+            assert_eq!(reason.as_str(), word, "{reason:?}");
+            assert_eq!(reason.to_string(), word, "{reason:?}");
+        }
+        assert_eq!(RefusalReason::ALL.len(), words.len());
+    }
 }
