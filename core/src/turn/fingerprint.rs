@@ -590,6 +590,25 @@ mod tests {
         assert_eq!(b.finish().unwrap(), fp("[-7,-9223372036854775808]"));
     }
 
+    /// `SPEC C`: the builder takes a key only where an open object awaits
+    /// one: not inside an array, not a second time for the same entry. A
+    /// key refused changes nothing, so the value described next is counted
+    /// as before, under the key given first.
+    #[test]
+    fn a_key_is_taken_only_where_an_object_awaits_one() {
+        let mut b: FingerprintBuilder = FingerprintBuilder::new();
+        b.begin_array().unwrap();
+        assert_eq!(b.key("a"), Err(FingerprintError::Unbalanced));
+        b.null().unwrap();
+        b.begin_object().unwrap();
+        b.key("a").unwrap();
+        assert_eq!(b.key("b"), Err(FingerprintError::Unbalanced));
+        b.i64(1).unwrap();
+        b.end_object().unwrap();
+        b.end_array().unwrap();
+        assert_eq!(b.finish().unwrap(), fp(r#"[null,{"a":1}]"#));
+    }
+
     /// `SPEC C`, durable state: a fingerprint is the same number in every
     /// build, since stored ledgers key repetition counts by it (the host's
     /// `repeats` table) and a replay's spill file keeps it: a changed hash
