@@ -126,4 +126,34 @@ mod tests {
         assert_eq!(CallIds::<0>::new().try_insert("a"), Seen::Full);
         assert_eq!(CallIds::<1>::new().try_insert("a"), Seen::New);
     }
+
+    /// `SPEC E`: a table of any size takes exactly [`CallIds::CAPACITY`]
+    /// new ids wherever their fingerprints fall (a probe that meets a taken
+    /// slot goes on to the next, from the last slot back to the first),
+    /// finds each of them again, and refuses the next new one. Tables of one
+    /// to three slots have no slot left empty, so the last id's probe passes
+    /// through all of them.
+    #[test]
+    fn a_table_of_any_size_takes_its_capacity_of_ids() {
+        fn fill<const N: usize>(capacity: usize) {
+            assert_eq!(CallIds::<N>::CAPACITY, capacity, "{N} slots");
+            let mut ids = CallIds::<N>::new();
+            let id = |i: usize| std::format!("toolu_{i}");
+            for i in 0..capacity {
+                assert_eq!(ids.try_insert(&id(i)), Seen::New, "{N} slots, id {i}");
+            }
+            for i in 0..capacity {
+                assert_eq!(ids.try_insert(&id(i)), Seen::Again, "{N} slots, id {i}");
+            }
+            assert_eq!(ids.try_insert("toolu_new"), Seen::Full, "{N} slots");
+            assert_eq!(ids.len(), capacity);
+        }
+        fill::<1>(1);
+        fill::<2>(2);
+        fill::<3>(3);
+        fill::<5>(4);
+        fill::<7>(6);
+        fill::<12>(9);
+        fill::<128>(96);
+    }
 }
