@@ -567,6 +567,109 @@ mod tests {
         assert_eq!(g.finish_turn(), Ok(TurnEnd::Continue));
     }
 
+    /// `SPEC C`: the gate counts the executed calls that failed (whose
+    /// result is `Error: …`): each call reported failed, and no call
+    /// reported as having run well.
+    #[test]
+    fn only_calls_reported_failed_count_as_tool_errors() {
+        let mut g = gate(TurnLimits::DEFAULT);
+        tool_turn(&mut g, 1_000, 1);
+        for (id, args) in [
+            ("a", r#"{"q":1}"#),
+            ("b", r#"{"q":2}"#),
+            ("c", r#"{"q":3}"#),
+        ] {
+            assert_eq!(
+                g.propose(&call(id, "search", args)),
+                Ok(CallVerdict::Execute)
+            );
+        }
+        assert_eq!(g.tool_errors(), 0);
+        g.report("a", ToolOutcome::Ok).unwrap();
+        assert_eq!(g.tool_errors(), 0);
+        g.report("b", ToolOutcome::Error).unwrap();
+        assert_eq!(g.tool_errors(), 1);
+        g.report("c", ToolOutcome::Error).unwrap();
+        assert_eq!(g.tool_errors(), 2);
+        assert_eq!(g.finish_turn(), Ok(TurnEnd::Continue));
+        assert_eq!(g.tool_errors(), 2, "counted over the run, not per turn");
+    }
+
+    /// `SPEC C`: the stop reason of a response is known while its turn is
+    /// open, whatever it is, and only then: not before a response, not while
+    /// a model call is in flight, not once the turn has ended.
+    #[test]
+    fn the_stop_reason_is_known_while_its_turn_is_open() {
+        let mut g = gate(TurnLimits::DEFAULT);
+        assert_eq!(g.stop_reason(), None);
+        g.begin_call(1_000).unwrap();
+        assert_eq!(g.stop_reason(), None);
+        g.record(usage(1), StopReason::ToolUse).unwrap();
+        assert_eq!(g.stop_reason(), Some(StopReason::ToolUse));
+        assert_eq!(g.finish_turn(), Ok(TurnEnd::Continue));
+        assert_eq!(g.stop_reason(), None);
+        g.begin_call(1_000).unwrap();
+        let other = StopReason::parse("brand_new_reason").unwrap();
+        g.record(usage(1), other).unwrap();
+        assert_eq!(g.stop_reason(), Some(other));
+        assert_eq!(g.finish_turn(), Ok(TurnEnd::Stopped(other)));
+        assert_eq!(g.stop_reason(), None);
+    }
+
+    /// `SPEC C`: each refused call of a response is answered with the error
+    /// result of its own refusal, under its own id; a call that was not
+    /// refused (running, awaiting the approver) or never proposed has no
+    /// such result, until the approver says no.
+    #[test]
+    fn each_refused_call_is_answered_with_its_own_refusal() {
+        let mut g = gate(TurnLimits::DEFAULT);
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("a", "search", "{}")),
+            Ok(CallVerdict::Execute)
+        );
+        assert_eq!(
+            g.propose(&call("b", "delete_all", "{}")),
+            Ok(CallVerdict::Refused(RefusalReason::UnknownTool))
+        );
+        let unreadable = ProposedCall {
+            arguments: None,
+            ..call("c", "search", "{")
+        };
+        assert_eq!(
+            g.propose(&unreadable),
+            Ok(CallVerdict::Refused(RefusalReason::InvalidArguments))
+        );
+        assert_eq!(
+            g.propose(&call("d", "refund", "{}")),
+            Ok(CallVerdict::NeedsApproval)
+        );
+        for (id, reason) in [
+            ("b", RefusalReason::UnknownTool),
+            ("c", RefusalReason::InvalidArguments),
+        ] {
+            assert_eq!(
+                g.refusal_result(id),
+                Some(ErrorResult {
+                    call_id: id,
+                    content: reason.message()
+                }),
+                "{id}"
+            );
+        }
+        for id in ["a", "d", "zzz"] {
+            assert_eq!(g.refusal_result(id), None, "{id}");
+        }
+        g.approve("d", false).unwrap();
+        assert_eq!(
+            g.refusal_result("d"),
+            Some(ErrorResult {
+                call_id: "d",
+                content: RefusalReason::ApprovalRefused.message()
+            })
+        );
+    }
+
     #[test]
     fn server_tool_uses_take_tool_attempts_only_when_counted() {
         let mut g = gate(TurnLimits {
