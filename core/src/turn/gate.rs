@@ -1069,7 +1069,10 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         }
     }
 
-    /// The current (or last) response's stop reason while its turn is open (`SPEC C`).
+    /// The stop reason of the response whose turn is open (`SPEC C`);
+    /// `None` in every other phase: before the first response, while one
+    /// is awaited, and once the turn or the run has ended (unlike
+    /// [`TurnGate::calls`], which keeps the last response's calls).
     pub fn stop_reason(&self) -> Option<StopReason> {
         match self.phase {
             Phase::InTurn { stop } => Some(stop),
