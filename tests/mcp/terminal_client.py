@@ -60,22 +60,34 @@ def main(argv):
         proc.stdin.write((json.dumps(msg) + "\n").encode())
         proc.stdin.flush()
 
+    # The gateway's output, read from its descriptor (not through a
+    # buffered reader, whose buffer `select` cannot see: two lines that came
+    # in one read would leave the second unseen).
+    out_fd = proc.stdout.fileno()
+    pending = bytearray()
+
     def read_answer(id_, deadline):
         """The gateway's answer to request id_, reading the terminal meanwhile."""
-        while time.time() < deadline:
-            ready, _, _ = select.select([proc.stdout, master], [], [], 0.1)
+        while True:
+            while b"\n" in pending:
+                line, _, rest = bytes(pending).partition(b"\n")
+                pending[:] = rest
+                msg = json.loads(line)
+                if msg.get("id") == id_:
+                    return msg
+            if time.time() >= deadline:
+                break
+            ready, _, _ = select.select([out_fd, master], [], [], 0.1)
             if master in ready:
                 try:
                     shown.extend(os.read(master, 4096))
                 except OSError:
                     pass
-            if proc.stdout in ready:
-                line = proc.stdout.readline()
-                if not line:
+            if out_fd in ready:
+                chunk = os.read(out_fd, 65536)
+                if not chunk:
                     raise SystemExit("the gateway closed its stdout")
-                msg = json.loads(line)
-                if msg.get("id") == id_:
-                    return msg
+                pending.extend(chunk)
         raise SystemExit(f"no answer to {id_}; the terminal showed {bytes(shown)!r}")
 
     send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
