@@ -154,6 +154,20 @@ def host_seeds(seeds):
         seeds["mcp_lines"].add(bytes([script]) + "\n".join(rpc[:6] + server[:3]).encode() + b"\n")
         seeds["mcp_lines"].add(bytes([script]) + "\n".join(rpc[6:] + server[3:] + ["\x02"]).encode())
     seeds["mcp_lines"].add(b"\x00" + b"\xff\xfe not utf-8\n" + b"x" * 300 + b"\n\r\n")
+    # As over stdio: answers left unsettled (\x03), a ping between, the next
+    # call committing them in its decision, and the loop's settle (\x04).
+    stdio = [
+        rpc[0], server[0].replace("\x01", "\x03", 1), rpc[3],
+        '\x03{"jsonrpc":"2.0","id":2,"result":{"content":[]}}',
+        '{"jsonrpc":"2.0","id":"p","method":"ping"}', '\x03{"jsonrpc":"2.0","id":"p","result":{}}',
+        '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"n":3}}}',
+        '\x03{"jsonrpc":"2.0","id":3,"error":{"code":-1,"message":"no"}}',
+        '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"n":4}}}',
+        '\x03{"jsonrpc":"2.0","id":4,"result":{"content":[]}}', '\x04',
+        '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"n":5}}}',
+    ]
+    for script in (0x00, 0x44, 0xe4):
+        seeds["mcp_lines"].add(bytes([script]) + "\n".join(stdio).encode() + b"\n")
 
     recordings = [p.read_bytes() for p in sorted((ROOT.parent / "examples" / "replay").glob("*"))]
     recordings += [

@@ -5,8 +5,12 @@
 //! turn: run, refuse, ask, or fail. `STREAM` is cut into lines by the
 //! gateway's own reader (`Lines`, with a small `MAX_LINE` of 256 bytes,
 //! fed in chunks of 1 to 16 bytes); a line starting `\x01` is a server
-//! line, `\x02` moves the clock past every approval deadline, anything
-//! else is a client line. At the end the client goes away.
+//! line whose answers are committed at once (`on_server`, as over HTTP),
+//! `\x03` one whose answers are left unsettled (`on_server_unsettled`, as
+//! over stdio: committed by the next decision's transaction or an explicit
+//! settle), `\x04` settles (the stdio loop's timer), `\x02` moves the
+//! clock past every approval deadline, anything else is a client line. At
+//! the end the client goes away.
 //!
 //! The gate is a model written here that, like the ledger's, refuses a call
 //! id it has seen (`duplicate-call-id`) and keeps each reservation.
@@ -157,7 +161,11 @@ fuzz_target!(|data: &[u8]| {
         std::iter::from_fn(move || lines.take_line()).collect::<Vec<Line>>()
     };
     let events = read(1 + usize::from(script >> 4));
-    assert_eq!(events, read(stream.len().max(1)), "the chunks changed the lines");
+    assert_eq!(
+        events,
+        read(stream.len().max(1)),
+        "the chunks changed the lines"
+    );
     let expected: Vec<&[u8]> = {
         let mut lines: Vec<&[u8]> = stream.split(|&b| b == b'\n').collect();
         if stream.last() == Some(&b'\n') || stream.is_empty() {
@@ -197,8 +205,26 @@ fuzz_target!(|data: &[u8]| {
                 continue;
             }
         };
-        if let Some(rest) = line.strip_prefix(b"\x01") {
-            for out in proxy.on_server(rest, now) {
+        if line.first() == Some(&0x04) {
+            proxy.settle(now);
+            assert_eq!(proxy.unsettled(), 0, "settled, yet unsettled");
+            continue;
+        }
+        let server_line = match line.split_first() {
+            Some((0x01, rest)) => Some((rest, true)),
+            Some((0x03, rest)) => Some((rest, false)),
+            _ => None,
+        };
+        if let Some((rest, settled)) = server_line {
+            let outs = if settled {
+                proxy.on_server(rest, now)
+            } else {
+                proxy.on_server_unsettled(rest, now)
+            };
+            if settled {
+                assert_eq!(proxy.unsettled(), 0, "on_server left calls unsettled");
+            }
+            for out in outs {
                 match out {
                     Out::Client(text) => assert!(is_json(&text), "to the client, not JSON: {text}"),
                     Out::Server(text) => {
@@ -220,7 +246,17 @@ fuzz_target!(|data: &[u8]| {
             continue;
         }
         let decided_before = proxy.gate().decided;
+        let unsettled_before = proxy.unsettled();
         let outs = proxy.on_client(line, now);
+        // A decision commits every answered call first (in its own
+        // transaction where the gate can); nothing else a client sends
+        // commits or adds any.
+        let gated = proxy.gate().decided > decided_before;
+        assert!(
+            proxy.unsettled() == if gated { 0 } else { unsettled_before },
+            "unsettled {unsettled_before} -> {} (decided: {gated})",
+            proxy.unsettled()
+        );
         let Ok(text) = std::str::from_utf8(line) else {
             assert_eq!(outs.len(), 1, "{outs:?}");
             let Out::Client(answer) = &outs[0] else {
@@ -233,7 +269,6 @@ fuzz_target!(|data: &[u8]| {
         };
         let text = text.trim_end_matches(['\n', '\r']);
         let batch = text.trim_start().starts_with('[');
-        let gated = proxy.gate().decided > decided_before;
         let verdict = proxy.gate().last;
         let mut forwarded_whole = false;
         for out in &outs {

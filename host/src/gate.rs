@@ -239,23 +239,25 @@ fn apply_subagent(ledger: &mut Ledger, budget: &ReplayBudget) {
 
 /// The ledgers one decision reads and writes: the session's and, for a
 /// sub-agent's event, the sub-agent's.
-pub struct Ledgers {
+pub struct Ledgers<'t> {
     /// The session's ledger.
     pub session: Ledger,
     /// Sub-agents' ledgers loaded so far.
     pub agents: Vec<(String, Ledger)>,
-    /// The budget's tool table, built once per decision
-    /// ([`ReplayBudget::tool_table`]).
-    pub tools: Box<ToolTable<BUDGET_TOOLS>>,
+    /// The budget's tool table ([`ReplayBudget::tool_table`]), built once
+    /// by the caller: a gateway keeps one for all its decisions (building
+    /// it clears a 22 KiB table).
+    pub tools: &'t ToolTable<BUDGET_TOOLS>,
 }
 
-impl Ledgers {
+impl<'t> Ledgers<'t> {
     /// The session's ledger as stored (a fresh one started `now` if none),
-    /// with the budget's maxima.
+    /// with the budget's maxima; `tools` is `budget`'s tool table.
     pub fn load(
         tx: &(impl LedgerTx + ?Sized),
         session: &str,
         budget: &ReplayBudget,
+        tools: &'t ToolTable<BUDGET_TOOLS>,
         now: u64,
     ) -> Result<Self, GateError> {
         let mut ledger = match tx.ledger(session, "")? {
@@ -267,8 +269,7 @@ impl Ledgers {
             }
             None => Ledger::new(now),
         };
-        let tools = budget.tool_table().map_err(GateError::Budget)?;
-        apply_budget(&mut ledger, budget, &tools)?;
+        apply_budget(&mut ledger, budget, tools)?;
         Ok(Self {
             session: ledger,
             agents: Vec::new(),
@@ -328,7 +329,8 @@ pub fn exhausted(
     tx: &(impl LedgerTx + ?Sized),
     session: &str,
     agent: Option<&str>,
-    ledgers: &Ledgers,
+    budget: &ReplayBudget,
+    ledgers: &Ledgers<'_>,
 ) -> Result<Option<(String, Option<Exceeded>)>, GateError> {
     let mut found: Option<Exceeded> = ledgers.session.first_exhausted(Limit::before_model_call);
     let mut whose = "session";
@@ -345,7 +347,14 @@ pub fn exhausted(
     if let Some(e) = found {
         return Ok(Some((format!("{whose} {e}"), Some(e))));
     }
-    if let Some(model) = tx.unpriced(session)? {
+    // Models without a price are remembered in cost mode only, and matter
+    // only there.
+    let cost_mode = budget.limits.max_cost_micros.is_some();
+    if let Some(model) = cost_mode
+        .then(|| tx.unpriced(session))
+        .transpose()?
+        .flatten()
+    {
         return Ok(Some((
             format!(
                 "model {model:?} has no price in the budget, and a cost budget never counts a call as free: add [prices.{model:?}] (input, output, cache_read, cache_write: USD per million tokens) to the budget file"
@@ -377,6 +386,12 @@ pub fn roll_back_expired(
     ledger: &mut Ledger,
     now: u64,
 ) -> Result<usize, GateError> {
+    // A ledger that holds no reservation has none stored: every stored
+    // reservation is held in the ledger written by the same transaction
+    // (one query less per decision when no call is in flight).
+    if ledger.reserved(Limit::ToolCalls) == 0 {
+        return Ok(0);
+    }
     let expired = tx.take_expired_reservations(session, now)?;
     for tool in &expired {
         give_back(ledger, tool);
@@ -452,7 +467,7 @@ pub struct Context<'a> {
 pub fn decide_tool_call(
     tx: &(impl LedgerTx + ?Sized),
     cx: &Context<'_>,
-    ledgers: &mut Ledgers,
+    ledgers: &mut Ledgers<'_>,
     call: &ToolCall<'_>,
     counting: Counting<'_>,
 ) -> Result<Verdict, GateError> {
@@ -495,7 +510,7 @@ pub fn decide_tool_call(
 fn decide_new_call(
     tx: &(impl LedgerTx + ?Sized),
     cx: &Context<'_>,
-    ledgers: &mut Ledgers,
+    ledgers: &mut Ledgers<'_>,
     call: &ToolCall<'_>,
     fingerprint: u128,
     counting: Counting<'_>,
@@ -507,7 +522,7 @@ fn decide_new_call(
         now,
     } = *cx;
     // 3. The next model call would be refused: nothing more may run.
-    if let Some((detail, figures)) = exhausted(tx, session, agent, ledgers)? {
+    if let Some((detail, figures)) = exhausted(tx, session, agent, budget, ledgers)? {
         let mut refusal = Refusal::new(RefusalReason::BudgetExhausted, &detail);
         // A sub-agent's own limit ends its calls, not the session's loop.
         refusal.ends_session = !detail.starts_with("sub-agent");
@@ -650,9 +665,10 @@ mod tests {
         counting: Counting<'_>,
         now: u64,
     ) -> Verdict {
+        let tools = budget.tool_table().expect("tools");
         store
             .decide(|tx| {
-                let mut ledgers = Ledgers::load(tx, "s", budget, 0)?;
+                let mut ledgers = Ledgers::load(tx, "s", budget, &tools, 0)?;
                 let shown = format!("the id {id}");
                 let call = ToolCall {
                     name: "t",
@@ -725,9 +741,10 @@ mod tests {
             "[budget]\nmax_seconds = 100000\n[tools]\nmax_calls = { t = 1 }\n[subagent]\nmax_tool_calls = 10\n",
         )
         .expect("budget");
+        let tools = budget.tool_table().expect("tools");
         store
             .decide(|tx| {
-                let mut ledgers = Ledgers::load(tx, "s", &budget, 0)?;
+                let mut ledgers = Ledgers::load(tx, "s", &budget, &tools, 0)?;
                 ledgers.agent(tx, "s", "A", &budget, 0)?;
                 let cx = Context {
                     session: "s",
@@ -763,6 +780,7 @@ mod tests {
             "[budget]\nmax_seconds = 100000\n[tools]\nmax_calls = { t = 5 }\n",
         )
         .expect("budget");
+        let tools = budget.tool_table().expect("tools");
         let reserve = |key| Counting::Reserve {
             key,
             expires_ms: 2_000,
@@ -795,7 +813,7 @@ mod tests {
         for key in ["k1", "k2"] {
             store
                 .decide(|tx| {
-                    let mut l = Ledgers::load(tx, "s", &budget, 0)?;
+                    let mut l = Ledgers::load(tx, "s", &budget, &tools, 0)?;
                     let cap = l.tools.cap("t");
                     commit_reservation(tx, "s", &mut l.session, key, "t", cap)?;
                     l.store(tx, "s", 2_500)
@@ -806,7 +824,7 @@ mod tests {
         // A roll back of what already ended changes nothing.
         store
             .decide(|tx| {
-                let mut l = Ledgers::load(tx, "s", &budget, 0)?;
+                let mut l = Ledgers::load(tx, "s", &budget, &tools, 0)?;
                 roll_back_reservation(tx, "s", &mut l.session, "k2")?;
                 l.store(tx, "s", 2_600)
             })

@@ -322,7 +322,7 @@ fn absorb(
     tx: &Tx<'_>,
     event: &HookEvent,
     budget: &ReplayBudget,
-    ledgers: &mut Ledgers,
+    ledgers: &mut Ledgers<'_>,
     now: u64,
 ) -> Result<u64, HookError> {
     let session = &event.session_id;
@@ -397,7 +397,7 @@ fn count_line(
     tx: &Tx<'_>,
     event: &HookEvent,
     budget: &ReplayBudget,
-    ledgers: &mut Ledgers,
+    ledgers: &mut Ledgers<'_>,
     agent: Option<&str>,
     line: &[u8],
     now: u64,
@@ -493,7 +493,8 @@ pub fn decide(
     now: u64,
 ) -> Result<Answer, HookError> {
     let session = &event.session_id;
-    let mut ledgers = Ledgers::load(tx, session, budget, now)?;
+    let tools = budget.tool_table().map_err(GateError::Budget)?;
+    let mut ledgers = Ledgers::load(tx, session, budget, &tools, now)?;
     if let Some(agent) = &event.agent_id {
         ledgers.agent(tx, session, agent, budget, now)?;
     }
@@ -517,7 +518,7 @@ pub fn decide(
         // Only the session's own budget ends the session: a sub-agent over
         // its own limit has its calls denied, and its stop is its own.
         (None, "UserPromptSubmit" | "Stop" | "SubagentStop") => {
-            match gate::exhausted(tx, session, None, &ledgers)? {
+            match gate::exhausted(tx, session, None, budget, &ledgers)? {
                 Some((detail, Some(_))) => Answer::Stop(format!(
                     "budgetgate: {detail}; the session's budget is spent (see `budgetgate ledger show {session}`)"
                 )),
@@ -541,7 +542,7 @@ fn decide_call(
     event: &HookEvent,
     call: &ToolUse,
     budget: &ReplayBudget,
-    ledgers: &mut Ledgers,
+    ledgers: &mut Ledgers<'_>,
     now: u64,
 ) -> Result<Answer, HookError> {
     let shown_id = format!("the tool_use_id {}", Value::from(call.id.as_str()));

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use budgetgate_core::budget::{Ledger, RecordError};
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension};
 
 /// The schema's version, kept in `PRAGMA user_version`.
 pub const SCHEMA_VERSION: i64 = 2;
@@ -188,6 +188,9 @@ impl Store {
         };
         let conn = Connection::open(file).map_err(sql)?;
         conn.busy_timeout(wait).map_err(sql)?;
+        // Every statement a decision runs stays prepared (the hook's and
+        // the gateway's together are about 30).
+        conn.set_prepared_statement_cache_capacity(64);
         // Small pages for a new file (no effect on an existing one): a
         // decision changes a few rows in small tables, and each page it
         // touches is written whole to the WAL at commit.
@@ -295,10 +298,7 @@ impl Store {
             path: path.clone(),
             source,
         };
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql)?;
+        let tx = Open::begin(&self.conn).map_err(sql)?;
         let mut handle = Tx {
             tx,
             path: path.clone(),
@@ -573,8 +573,55 @@ impl LedgerTx for Tx<'_> {
 
 /// A decision's transaction: read and write one session's state.
 pub struct Tx<'a> {
-    tx: rusqlite::Transaction<'a>,
+    tx: Open<'a>,
     path: String,
+}
+
+/// A `BEGIN IMMEDIATE` transaction open on a connection, rolled back when
+/// dropped uncommitted (an error, a panic). Its `BEGIN`, `COMMIT` and
+/// `ROLLBACK` are statements cached on the connection like every other:
+/// `rusqlite::Transaction` prepares them anew each time, which was about a
+/// tenth of a gated call's instructions in the gateway (`docs/BENCHMARKS.md`).
+struct Open<'a> {
+    conn: &'a Connection,
+    committed: bool,
+}
+
+impl<'a> Open<'a> {
+    fn begin(conn: &'a Connection) -> rusqlite::Result<Self> {
+        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(Self {
+            conn,
+            committed: false,
+        })
+    }
+
+    fn commit(mut self) -> rusqlite::Result<()> {
+        self.conn.prepare_cached("COMMIT")?.execute([])?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for Open<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        // Nothing of an uncommitted decision is kept; should even this
+        // fail, SQLite rolls back a transaction left open when the
+        // connection closes.
+        if !self.committed && !self.conn.is_autocommit() {
+            let _ = self
+                .conn
+                .prepare_cached("ROLLBACK")
+                .and_then(|mut s| s.execute([]));
+        }
+    }
 }
 
 /// Usage already counted for one model response (by request or message id).
@@ -724,15 +771,11 @@ impl Tx<'_> {
     /// Raises the count of `fingerprint` in `session` by one and returns it.
     pub fn raise_repeat(&self, session: &str, fingerprint: u128) -> Result<u64, StoreError> {
         let key = fingerprint.to_le_bytes();
-        self.exec(
-            "INSERT INTO repeats (session, fingerprint, count) VALUES (?1, ?2, 1)
-                 ON CONFLICT (session, fingerprint) DO UPDATE SET count = count + 1",
-            params![session, &key[..]],
-        )
-        .map_err(self.sql())?;
         let count: i64 = self
             .row(
-                "SELECT count FROM repeats WHERE session = ?1 AND fingerprint = ?2",
+                "INSERT INTO repeats (session, fingerprint, count) VALUES (?1, ?2, 1)
+                 ON CONFLICT (session, fingerprint) DO UPDATE SET count = count + 1
+                 RETURNING count",
                 params![session, &key[..]],
                 |r| r.get(0),
             )

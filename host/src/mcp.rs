@@ -73,8 +73,9 @@ use serde_json::{json, Value};
 use crate::gate::{self, Counting, GateError, Ledgers, Refusal, ToolCall, Verdict};
 use crate::ledger::{state_dir, Durability, LedgerTx, Store, StoreError};
 use crate::mcp_terminal::Terminal;
-use crate::replay::budget::ReplayBudget;
+use crate::replay::budget::{ReplayBudget, BUDGET_TOOLS};
 use budgetgate_core::approval::{self, Answer, Decision};
+use budgetgate_core::tools::ToolTable;
 use budgetgate_core::word;
 
 /// Longest JSON-RPC line read from either side (16 MiB); a longer one is
@@ -237,10 +238,47 @@ pub trait CallGate {
     fn decide(&mut self, call: &ToolCall<'_>, now_ms: u64) -> Result<Verdict, String>;
     /// The call ran: count it.
     fn commit(&mut self, key: &str, tool: &str, now_ms: u64) -> Result<(), String>;
+    /// The call was refused after its reservation (its approval was
+    /// refused, or could not be asked): the attempt counts, as
+    /// [`Self::commit`], and the ledger's log says why (`reason`: the
+    /// refusal's word, `detail`: its text). By default only counted.
+    fn refused(
+        &mut self,
+        key: &str,
+        tool: &str,
+        reason: &str,
+        detail: &str,
+        now_ms: u64,
+    ) -> Result<(), String> {
+        let _ = (reason, detail);
+        self.commit(key, tool, now_ms)
+    }
     /// The call did not run or failed: give it back.
     fn roll_back(&mut self, key: &str, now_ms: u64) -> Result<(), String>;
     /// Whether the budget never lets `tool` run (removed from `tools/list`).
     fn denied(&self, tool: &str) -> bool;
+    /// Commits the calls in `ran` (key and tool of each, in the order they
+    /// were answered), then decides `call`: in one transaction where the
+    /// gate can, so a gated call costs one transaction, not two. The
+    /// commits never depend on the decision: every call in `ran` is
+    /// committed once whatever the verdict or its error, and what could
+    /// not be committed is returned beside the verdict. By default each is
+    /// [`Self::commit`]ted on its own, then [`Self::decide`].
+    fn commit_then_decide(
+        &mut self,
+        ran: &[(String, String)],
+        call: &ToolCall<'_>,
+        now_ms: u64,
+    ) -> (Vec<String>, Result<Verdict, String>) {
+        let failed = ran
+            .iter()
+            .filter_map(|(key, tool)| {
+                let e = self.commit(key, tool, now_ms).err()?;
+                Some(format!("committing {key}: {e}"))
+            })
+            .collect();
+        (failed, self.decide(call, now_ms))
+    }
 }
 
 /// One gate shared by several proxies (the Streamable HTTP transport's
@@ -256,6 +294,18 @@ impl<G: CallGate> CallGate for std::sync::Arc<std::sync::Mutex<G>> {
             .map_err(|_| "the gate's lock is poisoned".to_owned())?
             .commit(key, tool, now_ms)
     }
+    fn refused(
+        &mut self,
+        key: &str,
+        tool: &str,
+        reason: &str,
+        detail: &str,
+        now_ms: u64,
+    ) -> Result<(), String> {
+        self.lock()
+            .map_err(|_| "the gate's lock is poisoned".to_owned())?
+            .refused(key, tool, reason, detail, now_ms)
+    }
     fn roll_back(&mut self, key: &str, now_ms: u64) -> Result<(), String> {
         self.lock()
             .map_err(|_| "the gate's lock is poisoned".to_owned())?
@@ -263,6 +313,24 @@ impl<G: CallGate> CallGate for std::sync::Arc<std::sync::Mutex<G>> {
     }
     fn denied(&self, tool: &str) -> bool {
         self.lock().map_or(true, |g| g.denied(tool))
+    }
+    fn commit_then_decide(
+        &mut self,
+        ran: &[(String, String)],
+        call: &ToolCall<'_>,
+        now_ms: u64,
+    ) -> (Vec<String>, Result<Verdict, String>) {
+        match self.lock() {
+            Ok(mut gate) => gate.commit_then_decide(ran, call, now_ms),
+            Err(_) => {
+                let poisoned = "the gate's lock is poisoned".to_owned();
+                let failed = ran
+                    .iter()
+                    .map(|(key, _)| format!("committing {key}: {poisoned}"))
+                    .collect();
+                (failed, Err(poisoned))
+            }
+        }
     }
 }
 
@@ -279,6 +347,9 @@ pub enum Backend {
 pub struct LedgerGate {
     backend: Backend,
     budget: ReplayBudget,
+    /// The budget's tool table, built once (or why it cannot be: every
+    /// call is then refused, fail closed).
+    tools: Result<Box<ToolTable<BUDGET_TOOLS>>, String>,
     session: String,
     ttl_ms: u64,
 }
@@ -294,6 +365,7 @@ impl LedgerGate {
     pub fn on(backend: Backend, budget: ReplayBudget, session: String, ttl_ms: u64) -> Self {
         Self {
             backend,
+            tools: budget.tool_table(),
             budget,
             session,
             ttl_ms,
@@ -301,37 +373,41 @@ impl LedgerGate {
     }
 
     /// Runs `f` in one transaction of the session (made again, for Redis,
-    /// while another writer got in between).
+    /// while another writer got in between) with the session's ledgers.
     fn transaction<T>(
         &mut self,
-        mut f: impl FnMut(&dyn LedgerTx, &ReplayBudget, &str) -> Result<T, GateError>,
+        now: u64,
+        mut f: impl FnMut(&dyn LedgerTx, &mut Ledgers<'_>, &ReplayBudget, &str) -> Result<T, GateError>,
     ) -> Result<T, String> {
         let (budget, session) = (&self.budget, self.session.as_str());
+        let tools = self.tools.as_deref().map_err(|e| format!("budget {e}"))?;
+        let mut decide = |tx: &dyn LedgerTx| {
+            let mut ledgers = Ledgers::load(tx, session, budget, tools, now)?;
+            let out = f(tx, &mut ledgers, budget, session)?;
+            ledgers.store(tx, session, now)?;
+            Ok(out)
+        };
         match &mut self.backend {
-            Backend::Sqlite(store) => store.decide(|tx| f(&*tx, budget, session)),
-            Backend::Redis(store) => store.decide(session, |tx| f(tx, budget, session)),
+            Backend::Sqlite(store) => store.decide(|tx| decide(&*tx)),
+            Backend::Redis(store) => store.decide(session, |tx| decide(tx)),
         }
         .map_err(|e: GateError| e.to_string())
     }
 
-    fn end(
+    /// Commits each call in `ran`, then decides `call`, in one transaction:
+    /// all of it is kept, or none (an error).
+    fn commit_then_decide_in_one(
         &mut self,
+        ran: &[(String, String)],
+        call: &ToolCall<'_>,
         now: u64,
-        mut end: impl FnMut(&dyn LedgerTx, &str, &mut Ledgers) -> Result<(), GateError>,
-    ) -> Result<(), String> {
-        self.transaction(|tx, budget, session| {
-            let mut ledgers = Ledgers::load(tx, session, budget, now)?;
-            end(tx, session, &mut ledgers)?;
-            ledgers.store(tx, session, now)
-        })
-    }
-}
-
-impl CallGate for LedgerGate {
-    fn decide(&mut self, call: &ToolCall<'_>, now: u64) -> Result<Verdict, String> {
+    ) -> Result<Verdict, String> {
         let ttl = self.ttl_ms;
-        self.transaction(|tx, budget, session| {
-            let mut ledgers = Ledgers::load(tx, session, budget, now)?;
+        self.transaction(now, |tx, ledgers, budget, session| {
+            for (key, tool) in ran {
+                let cap = ledgers.tools.cap(tool);
+                gate::commit_reservation(tx, session, &mut ledgers.session, key, tool, cap)?;
+            }
             ledgers.observe_time(now);
             let counting = Counting::Reserve {
                 key: call.call_id,
@@ -343,8 +419,7 @@ impl CallGate for LedgerGate {
                 budget,
                 now,
             };
-            let verdict = gate::decide_tool_call(tx, &cx, &mut ledgers, call, counting)?;
-            ledgers.store(tx, session, now)?;
+            let verdict = gate::decide_tool_call(tx, &cx, ledgers, call, counting)?;
             if let Verdict::Refuse(r) = &verdict {
                 tx.log(
                     now,
@@ -356,16 +431,67 @@ impl CallGate for LedgerGate {
             Ok(verdict)
         })
     }
+}
+
+impl CallGate for LedgerGate {
+    fn decide(&mut self, call: &ToolCall<'_>, now: u64) -> Result<Verdict, String> {
+        self.commit_then_decide_in_one(&[], call, now)
+    }
+
+    fn commit_then_decide(
+        &mut self,
+        ran: &[(String, String)],
+        call: &ToolCall<'_>,
+        now: u64,
+    ) -> (Vec<String>, Result<Verdict, String>) {
+        if ran.is_empty() {
+            return (Vec::new(), self.decide(call, now));
+        }
+        match self.commit_then_decide_in_one(ran, call, now) {
+            Ok(verdict) => (Vec::new(), Ok(verdict)),
+            // Nothing of that transaction was kept: each commit and the
+            // decision are made again on their own, so an error of one
+            // cannot hold back the others.
+            Err(_) => {
+                let failed = ran
+                    .iter()
+                    .filter_map(|(key, tool)| {
+                        let e = self.commit(key, tool, now).err()?;
+                        Some(format!("committing {key}: {e}"))
+                    })
+                    .collect();
+                (failed, self.decide(call, now))
+            }
+        }
+    }
 
     fn commit(&mut self, key: &str, tool: &str, now: u64) -> Result<(), String> {
-        self.end(now, |tx, session, l| {
+        self.transaction(now, |tx, l, _, session| {
             let cap = l.tools.cap(tool);
             gate::commit_reservation(tx, session, &mut l.session, key, tool, cap)
         })
     }
 
+    fn refused(
+        &mut self,
+        key: &str,
+        tool: &str,
+        reason: &str,
+        detail: &str,
+        now: u64,
+    ) -> Result<(), String> {
+        self.transaction(now, |tx, l, _, session| {
+            let cap = l.tools.cap(tool);
+            gate::commit_reservation(tx, session, &mut l.session, key, tool, cap)?;
+            // Logged as a refusal at decision time is: "deny KEY: REASON",
+            // with the person's answer after it.
+            tx.log(now, session, "deny", &format!("{key}: {reason} ({detail})"))?;
+            Ok(())
+        })
+    }
+
     fn roll_back(&mut self, key: &str, now: u64) -> Result<(), String> {
-        self.end(now, |tx, session, l| {
+        self.transaction(now, |tx, l, _, session| {
             gate::roll_back_reservation(tx, session, &mut l.session, key)
         })
     }
@@ -373,8 +499,8 @@ impl CallGate for LedgerGate {
     fn denied(&self, tool: &str) -> bool {
         // A cap of 0 in the budget's tool table; a table that cannot be
         // built (fail closed) denies every tool.
-        self.budget
-            .tool_table()
+        self.tools
+            .as_ref()
             .map_or(true, |tools| tools.cap(tool) == Some(0))
             || self.budget.limits.max_tool_calls == Some(0)
     }
@@ -668,13 +794,21 @@ impl<G: CallGate> Proxy<G> {
 
     /// Commits the reservations of the calls the server answered through
     /// [`Self::on_server_unsettled`] (in the order they were answered).
-    /// Every entry point of the proxy settles first, so a commit is never
-    /// left for longer than until the next event, and never behind a later
-    /// decision.
+    /// Every entry point of the proxy but [`Self::on_client`] and
+    /// [`Self::on_server_unsettled`] settles first; a client's
+    /// `tools/call` commits them in its decision's own transaction
+    /// ([`CallGate::commit_then_decide`]), and other messages leave them
+    /// for the transport to settle ([`Self::unsettled`]). So a commit is
+    /// never behind a later decision.
     pub fn settle(&mut self, now: u64) {
         for (key, tool) in std::mem::take(&mut self.unsettled) {
             self.commit(&key, &tool, now);
         }
+    }
+
+    /// How many answered calls wait for their commit ([`Self::settle`]).
+    pub fn unsettled(&self) -> usize {
+        self.unsettled.len()
     }
 
     /// Whether approval may be asked: with `Some(why)`, calls to tools in
@@ -764,9 +898,9 @@ impl<G: CallGate> Proxy<G> {
             .min()
     }
 
-    /// A line from the client.
+    /// A line from the client. Answered calls not yet settled stay so,
+    /// unless a `tools/call` commits them with its decision.
     pub fn on_client(&mut self, line: &[u8], now: u64) -> Vec<Out> {
-        self.settle(now);
         let mut out = Vec::new();
         let Ok(text) = std::str::from_utf8(line) else {
             out.push(Out::Client(error_line(
@@ -1018,6 +1152,25 @@ impl<G: CallGate> Proxy<G> {
         }
     }
 
+    /// Counts a reserved call whose approval was refused, logging why
+    /// (`why`: [`CallGate::refused`]), and answers the client with `refusal`.
+    #[allow(clippy::too_many_arguments)]
+    fn refuse_reserved(
+        &mut self,
+        id: &str,
+        key: &str,
+        tool: &str,
+        refusal: &Refusal,
+        why: &str,
+        now: u64,
+        out: &mut Vec<Out>,
+    ) {
+        if let Err(e) = self.gate.refused(key, tool, refusal.reason, why, now) {
+            eprintln!("budgetgate mcp: committing {key}: {e}");
+        }
+        out.push(Out::Client(refused_line(id, refusal)));
+    }
+
     /// Reads a client's `tools/call` (one message, `jsonrpc` checked)
     /// strictly, then decides it; `true`: forward its text now. Refused
     /// without being forwarded (fail closed), each answered with the rule
@@ -1202,7 +1355,12 @@ impl<G: CallGate> Proxy<G> {
             // afresh on each connection.
             id_scope: "on this connection",
         };
-        let verdict = match self.gate.decide(&call, now) {
+        let ran = std::mem::take(&mut self.unsettled);
+        let (failed, verdict) = self.gate.commit_then_decide(&ran, &call, now);
+        for e in failed {
+            eprintln!("budgetgate mcp: {e}");
+        }
+        let verdict = match verdict {
             Ok(v) => v,
             Err(e) => {
                 let refusal = Refusal::worded(
@@ -1235,7 +1393,6 @@ impl<G: CallGate> Proxy<G> {
                 if self.cannot_ask.is_some() || !(self.elicitation || self.terminal) =>
             {
                 // The attempt counts, as a refused approval does.
-                self.commit(&key, name, now);
                 let why = self.cannot_ask.clone().unwrap_or_else(|| {
                     "this client cannot ask one: it did not declare the elicitation capability (and the gateway asks no one at a terminal: none is attached, or --terminal never)"
                         .into()
@@ -1248,7 +1405,7 @@ impl<G: CallGate> Proxy<G> {
                     "Not executed. Do not repeat this call; tell the user it needs their approval.",
                     "",
                 );
-                out.push(Out::Client(refused_line(id, &refusal)));
+                self.refuse_reserved(id, &key, name, &refusal, &why, now, out);
                 false
             }
             Verdict::Ask(_) => {
@@ -1380,7 +1537,6 @@ impl<G: CallGate> Proxy<G> {
     }
 
     fn refuse_approval(&mut self, approval: Approval, answer: &str, now: u64, out: &mut Vec<Out>) {
-        self.commit(&approval.key, &approval.tool, now);
         let refusal = Refusal::new(
             budgetgate_core::turn::RefusalReason::ApprovalRefused,
             &format!(
@@ -1388,7 +1544,15 @@ impl<G: CallGate> Proxy<G> {
                 approval.tool
             ),
         );
-        out.push(Out::Client(refused_line(&approval.id, &refusal)));
+        self.refuse_reserved(
+            &approval.id,
+            &approval.key,
+            &approval.tool,
+            &refusal,
+            answer,
+            now,
+            out,
+        );
     }
 
     /// Refuses the calls whose approval is past its deadline.
@@ -1453,13 +1617,15 @@ impl<G: CallGate> Proxy<G> {
     }
 
     /// A line from the server, whose answers to calls are committed by the
-    /// next [`Self::settle`] (or any other entry point): the transport
-    /// writes the answer to the client first, so the commit's transaction
-    /// (with `--durability full`, its fsync) is not in the call's round
-    /// trip. A crash between the two leaves the call reserved, as a crash
-    /// while the server ran it does: the crash window is the same.
+    /// next decision's transaction, [`Self::settle`] or another entry point
+    /// (not [`Self::on_client`] or this): the transport writes the answer
+    /// to the client first, so the commit's transaction (with
+    /// `--durability full`, its fsync) is not in the call's round trip, and
+    /// while calls follow each other each costs one transaction. A crash
+    /// between the two leaves the call reserved, as a crash while the
+    /// server ran it does: the stdio transport settles within
+    /// [`SETTLE_WAIT`] of the answer.
     pub fn on_server_unsettled(&mut self, line: &[u8], now: u64) -> Vec<Out> {
-        self.settle(now);
         let Ok(text) = std::str::from_utf8(line) else {
             eprintln!("budgetgate mcp: the server sent a line that is not UTF-8 (dropped)");
             return Vec::new();
@@ -1755,6 +1921,15 @@ fn now() -> u64 {
 /// Bytes read from an input at a time.
 const READ_CHUNK: usize = 1 << 16;
 
+/// How long the stdio gateway lets an answered call wait for its commit
+/// to join the next decision's transaction (one transaction per gated call
+/// while calls follow each other, `docs/BENCHMARKS.md`), before it commits
+/// it on its own. A crash in between leaves the call reserved, as a crash
+/// while the server ran it does (the reservation's expiry gives it back):
+/// this widens that window by at most this much.
+pub const SETTLE_WAIT: Duration = Duration::from_millis(SETTLE_WAIT_MS);
+const SETTLE_WAIT_MS: u64 = 1;
+
 /// The gateway's pipes, driven from its one thread by `poll(2)`: the
 /// client's stdin, the server's stdin (non-blocking, so the proxy never
 /// waits on it: what it will not take yet waits in `backlog`) and stdout,
@@ -1956,7 +2131,20 @@ pub fn serve<G: CallGate>(
     // through.
     let mut quiet = true;
     let mut asked = Instant::now();
+    // Since when answered calls wait for their commit: the next
+    // `tools/call` commits them in its decision's transaction, or they are
+    // settled once they have waited SETTLE_WAIT.
+    let mut unsettled_since: Option<Instant> = None;
     loop {
+        match (proxy.unsettled(), unsettled_since) {
+            (0, _) => unsettled_since = None,
+            (_, None) => unsettled_since = Some(Instant::now()),
+            (_, Some(since)) if since.elapsed() >= SETTLE_WAIT => {
+                proxy.settle(now());
+                unsettled_since = None;
+            }
+            _ => {}
+        }
         let mut person = Vec::new();
         while let Ok((eid, yes)) = person_rx.try_recv() {
             person.extend(proxy.on_person(&eid, yes, now()));
@@ -2011,9 +2199,12 @@ pub fn serve<G: CallGate>(
                 }
                 Some(_) => {}
             }
-            let wait = proxy
+            let mut wait = proxy
                 .next_deadline()
                 .map_or(200, |d| d.saturating_sub(now()).clamp(1, 200));
+            if unsettled_since.is_some() {
+                wait = wait.min(SETTLE_WAIT_MS);
+            }
             let take_client = io.backlog.is_empty();
             quiet = !io.wait(Duration::from_millis(wait), take_client);
             continue;
@@ -2027,7 +2218,8 @@ pub fn serve<G: CallGate>(
                 proxy.on_client_closed(now());
                 return Ending::ClientClosed { at };
             }
-            // Answered first, committed right after (`settle` below).
+            // Answered first; committed with the next decision, or once it
+            // has waited SETTLE_WAIT (the top of the loop).
             Event::Server(Line::Text(line)) => proxy.on_server_unsettled(&line, now()),
             Event::Server(Line::TooLong) => {
                 eprintln!(
@@ -2070,7 +2262,6 @@ pub fn serve<G: CallGate>(
             proxy.on_client_closed(now());
             return Ending::ClientClosed { at: Instant::now() };
         }
-        proxy.settle(now());
     }
 }
 
@@ -2953,8 +3144,9 @@ mod tests {
 
     /// SPEC E (reserve, then commit): the stdio transport writes an
     /// answer before its commit; the call stays reserved (counted) until
-    /// the commit, which the next event, an explicit settle or the proxy's
-    /// end makes, and never after a later decision.
+    /// the commit, which the next decision (in its own transaction), any
+    /// event but a client's message, an explicit settle or the proxy's end
+    /// makes, and never after a later decision.
     #[test]
     fn an_answer_written_first_is_committed_before_anything_else_happens() {
         let s = Setup::new();
@@ -2970,11 +3162,20 @@ mod tests {
         assert_eq!(s.used(), (1, 0), "settled");
         p.settle(T0);
         assert_eq!(s.used(), (1, 0), "settled once");
-        // The next event commits first: its decision sees the commit.
+        // A message passed through leaves it reserved; the next decision
+        // commits it first, in its own transaction, and sees the commit.
         p.on_client(&call(2, "echo", json!({"m": 2})), T0);
         p.on_server_unsettled(&answer(2, json!({"content": []})), T0);
         assert_eq!(s.used(), (1, 1));
+        let ping = br#"{"jsonrpc":"2.0","id":"p","method":"ping"}"#;
+        assert_eq!(server(&p.on_client(ping, T0)).len(), 1);
+        assert_eq!(
+            (s.used(), p.unsettled()),
+            ((1, 1), 1),
+            "a ping settles nothing"
+        );
         let outs = p.on_client(&call(3, "echo", json!({"m": 3})), T0);
+        assert_eq!(p.unsettled(), 0);
         assert_eq!(s.used(), (2, 0), "committed before call 3 was decided");
         let meta = &client(&outs)[0]["result"]["_meta"]["budgetgate"];
         assert_eq!(
@@ -3125,6 +3326,107 @@ mod tests {
             let other = json!({"jsonrpc": "2.0", "id": id, "result": {}});
             let outs = p.on_client(other.to_string().as_bytes(), T0 + 1_001);
             assert_eq!(server(&outs).len(), 1, "{id}");
+        }
+    }
+
+    /// SPEC E (reserve, then commit): the calls that ran are committed
+    /// whatever becomes of the decision they were to share a transaction
+    /// with: a decision that fails (here a call nested too deeply to
+    /// compare, which no client line can bring) is refused, and the calls
+    /// before it still count, once.
+    #[test]
+    fn commits_made_with_a_decision_stand_when_the_decision_fails() {
+        let s = Setup::new();
+        let mut g = s.gate(BUDGET, 60_000);
+        let input = json!({"m": 1});
+        let plain = ToolCall {
+            name: "echo",
+            input: &input,
+            call_id: "k1",
+            shown_id: "the id k1",
+            id_scope: "on this connection",
+        };
+        assert_eq!(g.decide(&plain, T0), Ok(Verdict::Run));
+        assert_eq!(s.used(), (0, 1));
+        let mut deep = json!(0);
+        for _ in 0..200 {
+            deep = json!([deep]);
+        }
+        let deep = json!({ "d": deep });
+        let too_deep = ToolCall {
+            input: &deep,
+            call_id: "k2",
+            shown_id: "the id k2",
+            ..plain
+        };
+        let ran = [("k1".to_owned(), "echo".to_owned())];
+        let (failed, verdict) = g.commit_then_decide(&ran, &too_deep, T0);
+        assert!(failed.is_empty(), "{failed:?}");
+        assert!(verdict.unwrap_err().contains("nested too deeply"));
+        assert_eq!(s.used(), (1, 0), "k1 committed once, k2 not reserved");
+        // Folded with a decision that stands: one transaction, both kept.
+        let again = ToolCall {
+            call_id: "k3",
+            shown_id: "the id k3",
+            ..plain
+        };
+        assert_eq!(g.decide(&again, T0), Ok(Verdict::Run));
+        let ran = [("k3".to_owned(), "echo".to_owned())];
+        let next = ToolCall {
+            call_id: "k4",
+            shown_id: "the id k4",
+            input: &json!({"m": 2}),
+            ..plain
+        };
+        let (failed, verdict) = g.commit_then_decide(&ran, &next, T0);
+        assert!(failed.is_empty());
+        assert!(
+            matches!(verdict, Ok(Verdict::Refuse(ref r)) if r.reason == "tool-budget"),
+            "{verdict:?}"
+        );
+        assert_eq!(s.used(), (2, 0), "k3 committed before k4 was decided");
+    }
+
+    /// SPEC E, the ledger's log: a call whose approval is refused, by the
+    /// person, by the deadline, or because no one can be asked, counts as
+    /// an attempt and is logged as a refusal with the answer, so that
+    /// `budgetgate ledger show` lists it beside the budget's refusals.
+    #[test]
+    fn every_refused_approval_is_counted_and_logged_with_its_answer() {
+        let s = Setup::new();
+        let mut p = s.eliciting_proxy();
+        let outs = p.on_client(&call(1, "send_mail", json!({"to": "a"})), T0);
+        let eid = client(&outs)[0]["id"].clone();
+        let decline = json!({"jsonrpc": "2.0", "id": eid, "result": {"action": "decline"}});
+        p.on_client(decline.to_string().as_bytes(), T0);
+        p.on_client(&call(2, "send_mail", json!({"to": "b"})), T0);
+        p.on_tick(T0 + 1_000);
+        let mut blind = s.proxy(SEND_MAIL_ASKS);
+        blind.on_client(
+            br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}"#,
+            T0,
+        );
+        blind.on_client(&call(3, "send_mail", json!({"to": "c"})), T0);
+        assert_eq!(s.used(), (3, 0), "each refused approval counts once");
+        let store = Store::open(s.dir.path(), Duration::from_secs(5)).expect("ledger");
+        let log: Vec<(String, String)> = store
+            .log()
+            .expect("log")
+            .into_iter()
+            .map(|(_, _, action, detail)| (action, detail))
+            .collect();
+        assert_eq!(log.len(), 3, "{log:?}");
+        for ((action, detail), (key, answer)) in log.iter().zip([
+            ("mcp/c1/1", "the person declined it"),
+            ("mcp/c1/2", "no answer came within 1 s"),
+            ("mcp/c1/3", "did not declare the elicitation capability"),
+        ]) {
+            assert_eq!(action, "deny");
+            assert!(
+                detail.starts_with(&format!("{key}: approval-refused (")),
+                "{detail}"
+            );
+            assert!(detail.contains(answer), "{detail}");
         }
     }
 

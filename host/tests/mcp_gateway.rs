@@ -511,6 +511,32 @@ fn python_client_approves_by_elicitation_accept_and_decline() {
         .as_str()
         .unwrap()
         .contains("did not declare the elicitation capability"));
+    // `ledger show` lists both refused approvals with the answer, and
+    // counts the three attempts.
+    let shown = Command::new(bin())
+        .args(["ledger", "show", "e2e", "--ledger"])
+        .arg(format!("sqlite:{}", s.path("ledger.sqlite3").display()))
+        .output()
+        .expect("ledger show runs");
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success(), "{text}");
+    let denials: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" deny ") && l.contains("approval-refused"))
+        .collect();
+    assert_eq!(denials.len(), 2, "{text}");
+    assert!(denials[0].contains("(the person declined it)"), "{text}");
+    assert!(
+        denials[1].contains("did not declare the elicitation capability"),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words.starts_with(&["tool_calls", "3", "/"])
+        }),
+        "{text}"
+    );
 }
 
 #[test]
