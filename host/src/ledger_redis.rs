@@ -88,6 +88,7 @@ impl RedisStore {
                 conn: RefCell::new(conn),
                 writes: RefCell::new(redis::pipe()),
                 url: &url,
+                taken: RefCell::new(Vec::new()),
             };
             let out = match decide(&tx) {
                 Ok(out) => out,
@@ -334,6 +335,11 @@ pub struct RedisTx<'a> {
     conn: RefCell<&'a mut Connection>,
     writes: RefCell<Pipeline>,
     url: &'a str,
+    /// Reservations (hash, field) this transaction has taken: their
+    /// deletion waits in `writes` until `EXEC`, so a later read in the same
+    /// transaction would still find them, and give back or count them a
+    /// second time (a commit and the next decision share a transaction).
+    taken: RefCell<Vec<(String, String)>>,
 }
 
 impl RedisTx<'_> {
@@ -354,6 +360,23 @@ impl RedisTx<'_> {
 
     fn write(&self, f: impl FnOnce(&mut Pipeline)) {
         f(&mut self.writes.borrow_mut());
+    }
+
+    /// Deletes reservation `field` of `hash` at `EXEC`, and remembers it
+    /// as taken for the rest of this transaction.
+    fn take(&self, hash: String, field: String) {
+        self.write(|p| {
+            p.hdel(&hash, &field).ignore();
+        });
+        self.taken.borrow_mut().push((hash, field));
+    }
+
+    /// Whether this transaction has taken reservation `field` of `hash`.
+    fn was_taken(&self, hash: &str, field: &str) -> bool {
+        self.taken
+            .borrow()
+            .iter()
+            .any(|(h, f)| h == hash && f == field)
     }
 }
 
@@ -459,13 +482,15 @@ impl LedgerTx for RedisTx<'_> {
     }
 
     fn take_reservation(&self, session: &str, key_: &str) -> Result<Option<String>, StoreError> {
-        let value: Option<String> = self.read(|c| c.hget(key(session, "resv"), key_))?;
+        let hash = key(session, "resv");
+        if self.was_taken(&hash, key_) {
+            return Ok(None);
+        }
+        let value: Option<String> = self.read(|c| c.hget(&hash, key_))?;
         let Some(value) = value else {
             return Ok(None);
         };
-        self.write(|p| {
-            p.hdel(key(session, "resv"), key_).ignore();
-        });
+        self.take(hash, key_.to_owned());
         Ok(value.split_once(' ').map(|(_, tool)| tool.to_owned()))
     }
 
@@ -474,17 +499,16 @@ impl LedgerTx for RedisTx<'_> {
         session: &str,
         now_ms: u64,
     ) -> Result<Vec<String>, StoreError> {
-        let all: Vec<(String, String)> = self.read(|c| c.hgetall(key(session, "resv")))?;
+        let hash = key(session, "resv");
+        let all: Vec<(String, String)> = self.read(|c| c.hgetall(&hash))?;
         let mut tools = Vec::new();
         for (k, v) in all {
             let Some((expires, tool)) = v.split_once(' ') else {
                 continue;
             };
-            if expires.parse::<u64>().is_ok_and(|e| e <= now_ms) {
+            if expires.parse::<u64>().is_ok_and(|e| e <= now_ms) && !self.was_taken(&hash, &k) {
                 tools.push(tool.to_owned());
-                self.write(|p| {
-                    p.hdel(key(session, "resv"), k).ignore();
-                });
+                self.take(hash.clone(), k);
             }
         }
         Ok(tools)

@@ -1156,6 +1156,91 @@ fn parallel_gateways_on_one_redis_budget_never_exceed_it() {
     );
 }
 
+/// SPEC E (reserve, then commit): a call answered after its reservation
+/// expired, committed in the next decision's transaction while another
+/// call is in flight, is counted once and never takes the other call's
+/// reservation with it: on both ledgers the next call is refused on the
+/// same figures (found by a hostile trial: Redis writes wait for `EXEC`,
+/// so the transaction's own expiry check still saw the reservation its
+/// commit had taken, and gave it back a second time).
+#[test]
+fn a_late_answer_committed_with_the_next_decision_counts_once_on_both_ledgers() {
+    use budgetgate::gate::{ToolCall, Verdict};
+    use budgetgate::mcp::{Backend, CallGate, LedgerGate};
+    use budgetgate_core::budget::Limit;
+    let Some(redis) = redis() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let budget = "[budget]\nmax_seconds = 100000\nmax_tool_calls = 2\nmax_repeats = 100\n[tools]\nmax_calls = { echo = 2 }\n";
+    let backends: [(&str, Backend); 2] = [
+        (
+            "sqlite",
+            Backend::Sqlite(
+                budgetgate::ledger::Store::open(dir.path(), Duration::from_secs(5))
+                    .expect("sqlite"),
+            ),
+        ),
+        (
+            "redis",
+            Backend::Redis(
+                budgetgate::ledger_redis::RedisStore::open(&redis.url, Duration::from_secs(5))
+                    .expect("redis"),
+            ),
+        ),
+    ];
+    for (name, backend) in backends {
+        let budget = budgetgate::replay::parse_budget(budget).expect("budget");
+        let session = format!("late-{name}");
+        let mut gate = LedgerGate::on(backend, budget, session.clone(), 1_000);
+        let input = json!({});
+        let call = |id: &'static str| ToolCall {
+            name: "echo",
+            input: &input,
+            call_id: id,
+            shown_id: id,
+            id_scope: "on this connection",
+        };
+        const T0: u64 = 1_000_000;
+        assert_eq!(gate.decide(&call("k1"), T0), Ok(Verdict::Run), "{name}");
+        assert_eq!(
+            gate.decide(&call("k2"), T0 + 900),
+            Ok(Verdict::Run),
+            "{name}"
+        );
+        // k1 answered at T0 + 1 500, past its expiry (T0 + 1 000), k2 still
+        // running: committed with k3's decision, which the budget refuses.
+        let ran = [("k1".to_owned(), "echo".to_owned())];
+        let (failed, verdict) = gate.commit_then_decide(&ran, &call("k3"), T0 + 1_500);
+        assert!(failed.is_empty(), "{name}: {failed:?}");
+        match verdict {
+            Ok(Verdict::Refuse(r)) => assert_eq!(r.reason, "tool-budget", "{name}"),
+            other => panic!("{name}: k3 was not refused: {other:?}"),
+        }
+        let listed = if name == "sqlite" {
+            budgetgate::ledger::Store::open(dir.path(), Duration::from_secs(5))
+                .and_then(|s| s.list())
+        } else {
+            budgetgate::ledger_redis::RedisStore::open(&redis.url, Duration::from_secs(5))
+                .and_then(|mut r| r.list())
+        };
+        let ledger = listed
+            .expect("listed")
+            .into_iter()
+            .find(|l| l.session == session)
+            .expect("the session")
+            .ledger
+            .expect("a record");
+        assert_eq!(
+            (
+                ledger.used(Limit::ToolCalls),
+                ledger.reserved(Limit::ToolCalls),
+                ledger.tool_used("echo")
+            ),
+            (1, 1, 2),
+            "{name}: k1 counted once, k2 still reserved, both in the cap"
+        );
+    }
+}
+
 #[test]
 fn an_unreachable_redis_ledger_refuses_calls() {
     let s = Setup::new("[budget]\nmax_seconds = 3600\n");
