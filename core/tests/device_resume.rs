@@ -499,3 +499,51 @@ fn each_refusal_is_audited_with_its_own_word() {
     );
     assert!(!device.gate.actuators().valve && !device.gate.actuators().lamp);
 }
+
+/// SPEC E, durable state: a run that filled its trace (every tool
+/// attempt it may make, then the stop its budget caused) is stored and
+/// resumes whole: a record at the trace's capacity is within bounds, not
+/// over them.
+#[test]
+fn a_run_that_filled_its_trace_resumes_whole() {
+    let mut device = Device::started(32, 16);
+    for i in 0..16 {
+        assert!(
+            device.lamp(&format!("c{i}")).contains("\"ok\":true"),
+            "call {i}"
+        );
+    }
+    assert!(device.lamp("c16").contains("tool-budget"));
+    let (record, _) = device
+        .gate
+        .actuators()
+        .records
+        .last()
+        .expect("stored")
+        .clone();
+    let header = resume::decode(&record).expect("decodes");
+    assert_eq!(usize::from(header.rows), 17, "16 tool rows and the stop");
+    let (back, resumed) = Device::reboot(&record, 1);
+    assert_eq!(resumed.expect("resumes").run, 1);
+    assert_eq!(back.gate.trace(), device.gate.trace());
+}
+
+/// SPEC C / SPEC E: a run that has stopped stays stopped: a proposal after
+/// its stop is answered `run-stopped` even once its time budget has run
+/// out (it is not a new time-budget stop, journaled and reported again).
+#[test]
+fn a_stopped_run_answers_run_stopped_even_past_its_time_budget() {
+    let mut device = Device::started(1, 1);
+    device.lamp("c1");
+    assert!(device.lamp("c2").contains("decision-budget"));
+    assert!(device.lamp("c3").contains("run-stopped"));
+    let journaled = device.gate.actuators().records.len();
+    device.now_ms = 10_000_000;
+    let late = device.lamp("c4");
+    assert!(late.contains("run-stopped"), "{late}");
+    assert_eq!(
+        device.gate.actuators().records.len(),
+        journaled,
+        "nothing journaled"
+    );
+}
