@@ -685,6 +685,30 @@ impl<'a, 'b> Reader<'a, 'b> {
 mod tests {
     use super::*;
 
+    /// `SPEC A1`: with the exact parser (the default `exact-floats`
+    /// feature), a float literal the fast path cannot read exactly — more
+    /// than 15 significant digits, or a power of ten beyond ±22 — is read
+    /// to the nearest double, as Python reads it, never refused or read as
+    /// something else; without the feature it is refused.
+    #[test]
+    fn floats_beyond_the_fast_path_are_read_exactly_or_refused() {
+        for raw in [
+            "0.1000000000000000055511151231257827",
+            "1.2345678901234567e-300",
+            "-9007199254740993",
+            "1.7976931348623157e308",
+            "5e-324",
+        ] {
+            assert_eq!(fast_float(raw), Err(JsonError::FloatPrecision), "{raw}");
+            let want: f64 = raw.parse().expect("a float");
+            if cfg!(feature = "exact-floats") {
+                assert_eq!(parse_float(raw), Ok(want), "{raw}");
+            } else {
+                assert_eq!(parse_float(raw), Err(JsonError::FloatPrecision), "{raw}");
+            }
+        }
+    }
+
     /// `SPEC A1`: a number or literal runs to a delimiter, so `01` (a
     /// leading zero), `1x` or `truex` is a syntax error where it stands,
     /// not a value followed by trailing data. Found by cargo-mutants (the
