@@ -184,6 +184,12 @@ impl Device {
         (device, resumed)
     }
 
+    /// The run record the gate stored last.
+    fn last_record(&self) -> Vec<u8> {
+        let (record, _) = self.gate.actuators().records.last().expect("stored");
+        record.clone()
+    }
+
     fn decisions(&self) -> (u8, u8) {
         let s = self.gate.snapshot(self.now_ms).expect("a run");
         (s.decisions, s.tool_attempts)
@@ -296,13 +302,7 @@ fn a_call_waiting_for_approval_at_the_cut_never_runs() {
     let mut device = Device::started(8, 4);
     assert_eq!(device.valve("v1"), "");
     assert!(device.gate.awaiting_approval());
-    let (record, _) = device
-        .gate
-        .actuators()
-        .records
-        .last()
-        .expect("stored")
-        .clone();
+    let record = device.last_record();
     let (mut back, resumed) = Device::reboot(&record, 1);
     assert!(resumed.expect("resumes").interrupted.is_some());
     assert!(!back.gate.awaiting_approval());
@@ -330,13 +330,7 @@ fn a_stopped_run_stays_stopped_after_a_reset() {
     let mut device = Device::started(2, 4);
     device.lamp("c1");
     assert!(device.lamp("c2").contains("executed"));
-    let (record, _) = device
-        .gate
-        .actuators()
-        .records
-        .last()
-        .expect("stored")
-        .clone();
+    let record = device.last_record();
     let (mut back, resumed) = Device::reboot(&record, 0);
     assert_eq!(resumed.expect("resumes").state, "decision-budget");
     assert!(back.lamp("c3").contains("run-stopped"));
@@ -356,13 +350,7 @@ fn the_time_used_before_a_reset_is_counted_after_it() {
     device.gate.start(RunLimits::DEFAULT, 0).expect("start");
     device.now_ms = 700;
     device.lamp("c1");
-    let (record, _) = device
-        .gate
-        .actuators()
-        .records
-        .last()
-        .expect("stored")
-        .clone();
+    let record = device.last_record();
     let mut back = Device::boot(timing);
     back.gate.resume(&record, 10).expect("resumes");
     let left = back.gate.snapshot(10).expect("a run").time_left_ms;
@@ -378,13 +366,7 @@ fn the_time_used_before_a_reset_is_counted_after_it() {
 fn a_damaged_record_is_refused_and_changes_nothing() {
     let mut device = Device::started(8, 4);
     device.lamp("c1");
-    let (record, _) = device
-        .gate
-        .actuators()
-        .records
-        .last()
-        .expect("stored")
-        .clone();
+    let record = device.last_record();
     for bit in 0..record.len() * 8 {
         let mut bad = record.clone();
         bad[bit / 8] ^= 1 << (bit % 8);
@@ -428,13 +410,7 @@ fn run_numbers_and_attempts_go_on_after_a_resume() {
         .gate
         .on_answer(Answer::Refuse, 3, &mut device.agent, &mut device.console)
         .expect("writes");
-    let (record, _) = device
-        .gate
-        .actuators()
-        .records
-        .last()
-        .expect("stored")
-        .clone();
+    let record = device.last_record();
     let (mut again, resumed) = Device::reboot(&record, 0);
     resumed.expect("resumes");
     again.lamp("c7");
@@ -514,13 +490,7 @@ fn a_run_that_filled_its_trace_resumes_whole() {
         );
     }
     assert!(device.lamp("c16").contains("tool-budget"));
-    let (record, _) = device
-        .gate
-        .actuators()
-        .records
-        .last()
-        .expect("stored")
-        .clone();
+    let record = device.last_record();
     let header = resume::decode(&record).expect("decodes");
     assert_eq!(usize::from(header.rows), 17, "16 tool rows and the stop");
     let (back, resumed) = Device::reboot(&record, 1);

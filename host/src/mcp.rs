@@ -270,15 +270,22 @@ pub trait CallGate {
         call: &ToolCall<'_>,
         now_ms: u64,
     ) -> (Vec<String>, Result<Verdict, String>) {
-        let failed = ran
-            .iter()
-            .filter_map(|(key, tool)| {
-                let e = self.commit(key, tool, now_ms).err()?;
-                Some(format!("committing {key}: {e}"))
-            })
-            .collect();
-        (failed, self.decide(call, now_ms))
+        (commit_each(self, ran, now_ms), self.decide(call, now_ms))
     }
+}
+
+/// Commits each call in `ran` on its own; what could not be committed.
+fn commit_each<G: CallGate + ?Sized>(
+    gate: &mut G,
+    ran: &[(String, String)],
+    now_ms: u64,
+) -> Vec<String> {
+    ran.iter()
+        .filter_map(|(key, tool)| {
+            let e = gate.commit(key, tool, now_ms).err()?;
+            Some(format!("committing {key}: {e}"))
+        })
+        .collect()
 }
 
 /// One gate shared by several proxies (the Streamable HTTP transport's
@@ -452,16 +459,7 @@ impl CallGate for LedgerGate {
             // Nothing of that transaction was kept: each commit and the
             // decision are made again on their own, so an error of one
             // cannot hold back the others.
-            Err(_) => {
-                let failed = ran
-                    .iter()
-                    .filter_map(|(key, tool)| {
-                        let e = self.commit(key, tool, now).err()?;
-                        Some(format!("committing {key}: {e}"))
-                    })
-                    .collect();
-                (failed, self.decide(call, now))
-            }
+            Err(_) => (commit_each(self, ran, now), self.decide(call, now)),
         }
     }
 
