@@ -579,6 +579,28 @@ mod tests {
         );
     }
 
+    /// A decoder printed with `{:?}` (a host's or a probe's log of a link
+    /// that stalled) shows the bytes of the line it holds, whether it has
+    /// overflowed, and how much of it is hashed. Found by cargo-mutants
+    /// (the whole-core run, shard 1/4 again).
+    #[test]
+    fn a_decoder_shows_the_line_it_holds_when_printed() {
+        let mut d = FrameDecoder::<16>::new();
+        for &b in b"ABCDEFGHIJKL" {
+            assert!(d.push(b).is_none());
+        }
+        // All but a checksum and a `\r` (10 bytes) is sure to be payload.
+        assert_eq!(
+            format!("{d:?}"),
+            "FrameDecoder { line: [65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76], \
+             overflow: false, done: false, hashed: 2, .. }"
+        );
+        for &b in b"MNOPQ" {
+            assert!(d.push(b).is_none());
+        }
+        assert!(format!("{d:?}").contains("overflow: true"));
+    }
+
     #[test]
     fn requests() {
         assert_eq!(Request::parse(b"STATUS"), Ok(Request::Status));
