@@ -6,6 +6,10 @@
 #   FUZZ_RUNS=10000000 fuzz/run-long.sh action_json plan_json
 # FUZZ_MAX_SECONDS=N also stops each target after N seconds (for the slow
 # host targets; the figures then say how far it got).
+# FUZZ_SANITIZER=none builds without AddressSanitizer (cargo fuzz's default),
+# into target/none so the ASan build is kept. For the host targets, whose
+# code under test is safe Rust, it runs several times faster (mcp_lines:
+# about 6x); the record must say which build ran.
 # Prints libFuzzer's final statistics and the wall time of each target; the
 # full log is fuzz/logs/long-<target>.log. Exits non-zero if a target fails
 # (its input is left in fuzz/artifacts/<target>/).
@@ -33,9 +37,13 @@ for target in "$@"; do
     if [ -n "${FUZZ_MAX_SECONDS:-}" ]; then
         extra+=(-max_total_time="$FUZZ_MAX_SECONDS")
     fi
+    build=()
+    if [ -n "${FUZZ_SANITIZER:-}" ]; then
+        build=(-s "$FUZZ_SANITIZER" --target-dir "target/$FUZZ_SANITIZER")
+    fi
     log="logs/long-$target.log"
     start=$(date +%s)
-    if nice -n 19 cargo +nightly fuzz run -O "$target" "corpus/$target" -- \
+    if nice -n 19 cargo +nightly fuzz run -O "${build[@]}" "$target" "corpus/$target" -- \
         -runs="$runs" -timeout=10 -print_final_stats=1 "${extra[@]}" >"$log" 2>&1; then
         result=ok
     else
