@@ -168,6 +168,28 @@ def host_seeds(seeds):
     ]
     for script in (0x00, 0x44, 0xe4):
         seeds["mcp_lines"].add(bytes([script]) + "\n".join(stdio).encode() + b"\n")
+    # Issue 29: a cancel right after the call and its late answer; the
+    # ledger down (\x05) while answers come and a call follows; answers
+    # lost (\x06 may have run, \x07 never reached); an over-long answer
+    # with a readable id; a tick (\x02) that renews what is held.
+    faults = [
+        rpc[0],
+        '{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo","arguments":{"n":11}}}',
+        '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":11}}',
+        '\x03{"jsonrpc":"2.0","id":11,"result":{"content":[{"type":"text","text":"late"}]}}',
+        '{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"echo","arguments":{"n":12}}}',
+        '\x05', '\x03{"jsonrpc":"2.0","id":12,"result":{"content":[]}}',
+        '{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"echo","arguments":{"n":13}}}',
+        '\x04', '\x05',
+        '{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{"name":"echo","arguments":{"n":14}}}',
+        '\x0614',
+        '{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"echo","arguments":{"n":15}}}',
+        '\x0715', '\x02',
+        '{"jsonrpc":"2.0","id":16,"method":"tools/call","params":{"name":"echo","arguments":{"n":16}}}',
+        '{"jsonrpc":"2.0","result":{"content":[{"type":"text","text":"' + "y" * 300 + '"}]},"id":16}',
+    ]
+    for script in (0x00, 0x44, 0xe4):
+        seeds["mcp_lines"].add(bytes([script]) + "\n".join(faults).encode() + b"\n")
 
     recordings = [p.read_bytes() for p in sorted((ROOT.parent / "examples" / "replay").glob("*"))]
     recordings += [

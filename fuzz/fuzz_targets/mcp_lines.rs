@@ -9,8 +9,13 @@
 //! `\x03` one whose answers are left unsettled (`on_server_unsettled`, as
 //! over stdio: committed by the next decision's transaction or an explicit
 //! settle), `\x04` settles (the stdio loop's timer), `\x02` moves the
-//! clock past every approval deadline, anything else is a client line. At
-//! the end the client goes away.
+//! clock past every approval deadline (and renews what is held), `\x05`
+//! takes the ledger down or brings it back (commits fail while it is
+//! down), `\x06ID` / `\x07ID` say request ID will get no answer (it may
+//! have reached the server / it never did: a timeout, a broken stream, a
+//! refused connection), anything else is a client line. A line over the
+//! limit is also read as an over-long server answer (its id, when one can
+//! be read). At the end the ledger comes back and the client goes away.
 //!
 //! The gate is a model written here that, like the ledger's, refuses a call
 //! id it has seen (`duplicate-call-id`) and keeps each reservation.
@@ -34,13 +39,20 @@
 //!   `_meta.budgetgate.reason`;
 //! * every reservation ends at most once (committed or given back) and,
 //!   once the client is gone and the proxy has nothing in flight, every
-//!   reservation has ended.
+//!   reservation has ended;
+//! * a call forwarded to the server is given back only on a server line
+//!   (its JSON-RPC error) or when it never reached the server (`\x07`):
+//!   never on a client's cancel, a tick, an over-long answer or a lost one;
+//! * a commit that fails is kept, and no call is let through while one is
+//!   kept; only live reservations are renewed.
 #![no_main]
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 use budgetgate::gate::{Refusal, ToolCall, Verdict};
-use budgetgate::mcp::{CallGate, Line, Lines, Out, Proxy, INVALID_REQUEST, PARSE_ERROR};
+use budgetgate::mcp::{CallGate, Line, Lines, Out, Proxy, Ran, INVALID_REQUEST, PARSE_ERROR};
 use libfuzzer_sys::fuzz_target;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -57,6 +69,13 @@ struct ModelGate {
     reserved: HashMap<String, bool>,
     /// The verdict of the last decision: 0 run, 1 refuse, 2 ask, 3 error.
     last: Option<u8>,
+    /// Commits fail (the ledger is down).
+    down: bool,
+    /// Keys of calls forwarded to the server (the harness fills it).
+    forwarded: Rc<RefCell<HashSet<String>>>,
+    /// A forwarded call may be given back now (a server line, or a request
+    /// that never reached the server).
+    may_give_back: bool,
 }
 
 impl ModelGate {
@@ -107,12 +126,32 @@ impl CallGate for ModelGate {
         }
     }
     fn commit(&mut self, key: &str, _tool: &str, _now: u64) -> Result<(), String> {
+        if self.down {
+            return Err("the ledger is down".into());
+        }
         self.end(key, "commit");
         Ok(())
     }
     fn roll_back(&mut self, key: &str, _now: u64) -> Result<(), String> {
+        assert!(
+            self.may_give_back || !self.forwarded.borrow().contains(key),
+            "{key} reached the server and was given back without its answer saying it did not run"
+        );
         self.end(key, "roll back");
         Ok(())
+    }
+    fn renew(&mut self, keys: &[String], _now: u64) -> Result<(), String> {
+        for key in keys {
+            assert_eq!(
+                self.reserved.get(key),
+                Some(&false),
+                "renewed {key}, which is not a live reservation"
+            );
+        }
+        Ok(())
+    }
+    fn renew_every_ms(&self) -> Option<u64> {
+        Some(5_000)
     }
     fn denied(&self, tool: &str) -> bool {
         tool == "denied"
@@ -180,34 +219,93 @@ fuzz_target!(|data: &[u8]| {
                 assert!(line.len() <= MAX, "a line over the limit was handed on");
                 assert_eq!(got.as_slice(), *line, "a line changed");
             }
-            Line::TooLong => assert!(line.len() > MAX, "a short line reported too long"),
+            Line::TooLong(_) => assert!(line.len() > MAX, "a short line reported too long"),
         }
     }
 
+    let forwarded = Rc::new(RefCell::new(HashSet::new()));
     let gate = ModelGate {
         script,
+        forwarded: Rc::clone(&forwarded),
         ..ModelGate::default()
     };
     let mut proxy = Proxy::new(gate, "c1".into(), 64, 1_000);
     let mut now = 1_000u64;
     let mut held: Vec<String> = Vec::new();
+    let mut down = false;
+    // The call keys in what reached the server.
+    let note_forwarded = |outs: &[Out]| {
+        for out in outs {
+            if let Out::Server(text) = out {
+                let items: Vec<Value> = match serde_json::from_str::<Value>(text) {
+                    Ok(Value::Array(items)) => items,
+                    Ok(v) => vec![v],
+                    Err(_) => Vec::new(),
+                };
+                for v in items {
+                    if v["method"] == "tools/call" {
+                        if let Some(id) = v.get("id") {
+                            forwarded.borrow_mut().insert(format!("mcp/c1/{id}"));
+                        }
+                    }
+                }
+            }
+        }
+    };
     for event in &events {
         now += 1;
         let line = match event {
             Line::Text(line) => line,
-            Line::TooLong => {
+            Line::TooLong(id) => {
                 for out in proxy.on_client_too_long() {
                     let Out::Client(text) = out else {
                         panic!("a too-long line reached the server")
                     };
                     assert_eq!(check_client(&text)["error"]["code"], INVALID_REQUEST);
                 }
+                // Read as an over-long answer from the server: its call
+                // counts (never given back) and is answered.
+                let awaited = id.as_deref().is_some_and(|id| proxy.awaits(id));
+                let outs = proxy.on_server_too_long(id.as_deref(), now);
+                if let Some(id) = id.as_deref().filter(|_| awaited) {
+                    assert!(!proxy.awaits(id), "an over-long answer left {id} awaited");
+                }
+                for out in outs {
+                    let Out::Client(text) = out else {
+                        panic!("an over-long answer wrote to the server")
+                    };
+                    check_client(&text);
+                }
                 continue;
             }
         };
         if line.first() == Some(&0x04) {
             proxy.settle(now);
-            assert_eq!(proxy.unsettled(), 0, "settled, yet unsettled");
+            if !down {
+                assert_eq!(proxy.unsettled(), 0, "settled, yet unsettled");
+            }
+            continue;
+        }
+        if line.first() == Some(&0x05) {
+            down = !down;
+            proxy.gate_mut().down = down;
+            continue;
+        }
+        if let Some((&kind @ (0x06 | 0x07), id)) = line.split_first() {
+            let Ok(id) = std::str::from_utf8(id) else {
+                continue;
+            };
+            let ran = if kind == 0x06 { Ran::Maybe } else { Ran::No };
+            proxy.gate_mut().may_give_back = ran == Ran::No;
+            let outs = proxy.on_no_answer(id, ran, "did not answer", now);
+            proxy.gate_mut().may_give_back = false;
+            assert!(!proxy.awaits(id), "{id} still awaited after its answer was lost");
+            for out in outs {
+                let Out::Client(text) = out else {
+                    panic!("a lost answer wrote to the server")
+                };
+                check_client(&text);
+            }
             continue;
         }
         let server_line = match line.split_first() {
@@ -216,12 +314,14 @@ fuzz_target!(|data: &[u8]| {
             _ => None,
         };
         if let Some((rest, settled)) = server_line {
+            proxy.gate_mut().may_give_back = true;
             let outs = if settled {
                 proxy.on_server(rest, now)
             } else {
                 proxy.on_server_unsettled(rest, now)
             };
-            if settled {
+            proxy.gate_mut().may_give_back = false;
+            if settled && !down {
                 assert_eq!(proxy.unsettled(), 0, "on_server left calls unsettled");
             }
             for out in outs {
@@ -252,11 +352,24 @@ fuzz_target!(|data: &[u8]| {
         // transaction where the gate can); nothing else a client sends
         // commits or adds any.
         let gated = proxy.gate().decided > decided_before;
-        assert!(
-            proxy.unsettled() == if gated { 0 } else { unsettled_before },
-            "unsettled {unsettled_before} -> {} (decided: {gated})",
-            proxy.unsettled()
-        );
+        note_forwarded(&outs);
+        if down {
+            // Nothing is decided while a commit is kept.
+            assert!(
+                !gated || unsettled_before == 0,
+                "decided with {unsettled_before} commit(s) kept"
+            );
+            assert!(
+                proxy.unsettled() >= unsettled_before,
+                "a failed commit was dropped"
+            );
+        } else {
+            assert!(
+                proxy.unsettled() == if gated { 0 } else { unsettled_before },
+                "unsettled {unsettled_before} -> {} (decided: {gated})",
+                proxy.unsettled()
+            );
+        }
         let Ok(text) = std::str::from_utf8(line) else {
             assert_eq!(outs.len(), 1, "{outs:?}");
             let Out::Client(answer) = &outs[0] else {
@@ -355,7 +468,9 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
+    proxy.gate_mut().down = false;
     proxy.on_client_closed(now + 1);
+    assert_eq!(proxy.unsettled(), 0, "a commit was left unmade");
     if proxy.in_flight() == 0 {
         for (key, ended) in &proxy.gate().reserved {
             assert!(*ended, "reservation {key} never ended");

@@ -19,9 +19,13 @@
 //!    `needs_approval` → [`Verdict::Ask`], otherwise [`Verdict::Run`].
 //!
 //! Reservations (`SPEC E`, reserve → commit → roll back) are stored with an
-//! expiry: a gateway that crashed with a call in flight cannot hold budget
-//! forever, since every decision first rolls back the session's expired
-//! reservations ([`roll_back_expired`]).
+//! expiry that the process holding them renews while their calls run or
+//! wait for approval. A reservation still stored after its expiry belongs
+//! to a process that died with its call's outcome unknown: every decision
+//! first counts the session's expired reservations as spent
+//! ([`count_expired`]), never gives them back, since the call may have run.
+//! A call is given back only when it is known not to have run
+//! ([`roll_back_reservation`]).
 
 use budgetgate_core::budget::{Exceeded, Ledger, Limit, Reservation};
 use budgetgate_core::tools::{ToolRule, ToolTable};
@@ -378,9 +382,11 @@ fn give_back(ledger: &mut Ledger, tool: &str) {
     ledger.release_tool(tool);
 }
 
-/// Rolls back every reservation of `session` that expired by `now` (a
-/// gateway that crashed or lost its server mid-call). Returns how many.
-pub fn roll_back_expired(
+/// Counts as spent every reservation of `session` that expired by `now`:
+/// its process died (or could not renew it) with the call's outcome
+/// unknown, and a call that may have run is never given back (`SPEC E`).
+/// The tool's cap already counted it when it was reserved. Returns how many.
+pub fn count_expired(
     tx: &(impl LedgerTx + ?Sized),
     session: &str,
     ledger: &mut Ledger,
@@ -393,49 +399,72 @@ pub fn roll_back_expired(
         return Ok(0);
     }
     let expired = tx.take_expired_reservations(session, now)?;
-    for tool in &expired {
-        give_back(ledger, tool);
+    for _ in &expired {
+        spend(ledger);
     }
     if !expired.is_empty() {
         tx.log(
             now,
             session,
             "expire",
-            &format!("{} reservation(s) rolled back", expired.len()),
+            &format!(
+                "{} reservation(s) of a gateway that stopped renewing them counted as spent (their calls may have run)",
+                expired.len()
+            ),
         )?;
     }
     Ok(expired.len())
 }
 
-/// Ends reservation `key` of `session`: the call counts. A reservation
-/// that expired (and was rolled back) meanwhile is counted now, once.
-///
-/// `cap` is the tool's cap in the budget's tool table
-/// ([`ReplayBudget::tool_table`]).
+/// Turns one reserved tool call into a used one.
+fn spend(ledger: &mut Ledger) {
+    if ledger.commit(ONE_CALL, 1).is_err() {
+        // A ledger stored before the reservation (another build) holds
+        // none: the call is counted all the same.
+        ledger.record(Limit::ToolCalls, 1);
+    }
+}
+
+/// Renews reservation `key` of `session` until `expires_ms` (its call is
+/// still running or awaiting approval in this process). `false` when it is
+/// no longer stored: it expired and was counted as spent by another
+/// process's decision (its later commit then counts nothing more).
+pub fn renew_reservation(
+    tx: &(impl LedgerTx + ?Sized),
+    session: &str,
+    key: &str,
+    expires_ms: u64,
+) -> Result<bool, GateError> {
+    match tx.take_reservation(session, key)? {
+        Some(tool) => {
+            tx.put_reservation(session, key, &tool, expires_ms)?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// Ends reservation `key` of `session`: the call counts. A reservation no
+/// longer stored was counted already (it expired and [`count_expired`]
+/// spent it), or removed by an operator's `ledger reset`: nothing more is
+/// counted then.
+/// (The tool's cap counted the call when it was reserved.)
 pub fn commit_reservation(
     tx: &(impl LedgerTx + ?Sized),
     session: &str,
     ledger: &mut Ledger,
     key: &str,
-    tool: &str,
-    cap: Option<u32>,
 ) -> Result<(), GateError> {
-    match tx.take_reservation(session, key)? {
-        Some(_) => {
-            if ledger.commit(ONE_CALL, 1).is_err() {
-                ledger.record(Limit::ToolCalls, 1);
-            }
-        }
-        None => {
-            ledger.record(Limit::ToolCalls, 1);
-            let _ = ledger.try_count_tool(tool, cap);
-        }
+    if tx.take_reservation(session, key)?.is_some() {
+        spend(ledger);
     }
     Ok(())
 }
 
-/// Ends reservation `key` of `session` with nothing counted (the work
-/// failed or was cancelled). One already ended is left alone.
+/// Ends reservation `key` of `session` with nothing counted: only for a
+/// call known not to have run (the server answered its request with a
+/// JSON-RPC error, or it never reached the server). One already ended,
+/// or spent at its expiry, is left alone.
 pub fn roll_back_reservation(
     tx: &(impl LedgerTx + ?Sized),
     session: &str,
@@ -472,7 +501,7 @@ pub fn decide_tool_call(
     counting: Counting<'_>,
 ) -> Result<Verdict, GateError> {
     let Context { session, now, .. } = *cx;
-    roll_back_expired(tx, session, &mut ledgers.session, now)?;
+    count_expired(tx, session, &mut ledgers.session, now)?;
     // 1. Names outside the grammar never run and never match a rule loosely.
     if ToolName::new(call.name).is_err() {
         return Ok(Verdict::Refuse(Refusal::new(
@@ -773,7 +802,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reservation_counts_once_whether_it_expired_or_not() {
+    fn an_expired_reservation_is_spent_not_given_back_and_counts_once() {
         let dir = tempfile::tempdir().expect("dir");
         let mut store = Store::open(dir.path(), Duration::from_secs(5)).expect("store");
         let budget = crate::replay::budget::parse_budget(
@@ -797,7 +826,9 @@ mod tests {
             Verdict::Run
         );
         assert_eq!(tool_calls(&mut store), (0, 1, 1));
-        // Expired: the next decision gives it back; the late commit counts it once.
+        // Expired (its process stopped renewing it): the next decision
+        // counts it as spent, never gives it back; the late commit counts
+        // nothing more.
         assert_eq!(
             decide(
                 &mut store,
@@ -809,13 +840,12 @@ mod tests {
             ),
             Verdict::Run
         );
-        assert_eq!(tool_calls(&mut store), (0, 1, 1), "k1 rolled back, k2 held");
+        assert_eq!(tool_calls(&mut store), (1, 1, 2), "k1 spent, k2 held");
         for key in ["k1", "k2"] {
             store
                 .decide(|tx| {
                     let mut l = Ledgers::load(tx, "s", &budget, &tools, 0)?;
-                    let cap = l.tools.cap("t");
-                    commit_reservation(tx, "s", &mut l.session, key, "t", cap)?;
+                    commit_reservation(tx, "s", &mut l.session, key)?;
                     l.store(tx, "s", 2_500)
                 })
                 .expect("commit");

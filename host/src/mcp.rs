@@ -78,6 +78,9 @@ use budgetgate_core::approval::{self, Answer, Decision};
 use budgetgate_core::tools::ToolTable;
 use budgetgate_core::word;
 
+mod id_scan;
+pub use id_scan::IdScan;
+
 /// Longest JSON-RPC line read from either side (16 MiB); a longer one is
 /// skipped while it is read and refused.
 pub const MAX_LINE: usize = 16 << 20;
@@ -253,24 +256,66 @@ pub trait CallGate {
         let _ = (reason, detail);
         self.commit(key, tool, now_ms)
     }
-    /// The call did not run or failed: give it back.
+    /// The call is known not to have run (the server answered its
+    /// request with a JSON-RPC error, or it never reached the server):
+    /// give it back.
     fn roll_back(&mut self, key: &str, now_ms: u64) -> Result<(), String>;
     /// Whether the budget never lets `tool` run (removed from `tools/list`).
     fn denied(&self, tool: &str) -> bool;
+    /// Renews the reservations `keys` (calls still running or awaiting
+    /// approval in this process), so that no other process's decision
+    /// takes them for a dead gateway's. By default nothing to renew.
+    fn renew(&mut self, keys: &[String], now_ms: u64) -> Result<(), String> {
+        let _ = (keys, now_ms);
+        Ok(())
+    }
+    /// How often held reservations must be renewed ([`Self::renew`]), in
+    /// milliseconds; `None`: they never expire.
+    fn renew_every_ms(&self) -> Option<u64> {
+        None
+    }
     /// Commits the calls in `ran` (key and tool of each, in the order they
     /// were answered), then decides `call`: in one transaction where the
-    /// gate can, so a gated call costs one transaction, not two. The
-    /// commits never depend on the decision: every call in `ran` is
-    /// committed once whatever the verdict or its error, and what could
-    /// not be committed is returned beside the verdict. By default each is
-    /// [`Self::commit`]ted on its own, then [`Self::decide`].
+    /// gate can, so a gated call costs one transaction, not two. What could
+    /// not be committed is returned (each call with the error); then no
+    /// decision is made and the verdict is an error: a call is never let
+    /// through while an earlier one's count is not recorded (fail closed).
+    /// By default each is [`Self::commit`]ted on its own, then
+    /// [`Self::decide`].
     fn commit_then_decide(
         &mut self,
         ran: &[(String, String)],
         call: &ToolCall<'_>,
         now_ms: u64,
-    ) -> (Vec<String>, Result<Verdict, String>) {
-        (commit_each(self, ran, now_ms), self.decide(call, now_ms))
+    ) -> (Vec<Uncommitted>, Result<Verdict, String>) {
+        let failed = commit_each(self, ran, now_ms);
+        if let Some(first) = failed.first() {
+            let e = first.uncounted_error();
+            return (failed, Err(e));
+        }
+        (failed, self.decide(call, now_ms))
+    }
+}
+
+/// A call that ran whose commit failed: kept and committed again before the
+/// next decision ([`CallGate::commit_then_decide`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uncommitted {
+    /// The reservation's key.
+    pub key: String,
+    /// The tool.
+    pub tool: String,
+    /// Why its commit failed.
+    pub error: String,
+}
+
+impl Uncommitted {
+    /// The error that refuses the next call while this one is not counted.
+    fn uncounted_error(&self) -> String {
+        format!(
+            "an earlier call ({}) ran and its count could not be recorded yet ({}); no call is let through until it is",
+            self.key, self.error
+        )
     }
 }
 
@@ -279,11 +324,15 @@ fn commit_each<G: CallGate + ?Sized>(
     gate: &mut G,
     ran: &[(String, String)],
     now_ms: u64,
-) -> Vec<String> {
+) -> Vec<Uncommitted> {
     ran.iter()
         .filter_map(|(key, tool)| {
-            let e = gate.commit(key, tool, now_ms).err()?;
-            Some(format!("committing {key}: {e}"))
+            let error = gate.commit(key, tool, now_ms).err()?;
+            Some(Uncommitted {
+                key: key.clone(),
+                tool: tool.clone(),
+                error,
+            })
         })
         .collect()
 }
@@ -321,19 +370,32 @@ impl<G: CallGate> CallGate for std::sync::Arc<std::sync::Mutex<G>> {
     fn denied(&self, tool: &str) -> bool {
         self.lock().map_or(true, |g| g.denied(tool))
     }
+    fn renew(&mut self, keys: &[String], now_ms: u64) -> Result<(), String> {
+        self.lock()
+            .map_err(|_| "the gate's lock is poisoned".to_owned())?
+            .renew(keys, now_ms)
+    }
+    fn renew_every_ms(&self) -> Option<u64> {
+        // A poisoned lock: renew often (each renewal fails, and says so).
+        self.lock().map_or(Some(1_000), |g| g.renew_every_ms())
+    }
     fn commit_then_decide(
         &mut self,
         ran: &[(String, String)],
         call: &ToolCall<'_>,
         now_ms: u64,
-    ) -> (Vec<String>, Result<Verdict, String>) {
+    ) -> (Vec<Uncommitted>, Result<Verdict, String>) {
         match self.lock() {
             Ok(mut gate) => gate.commit_then_decide(ran, call, now_ms),
             Err(_) => {
                 let poisoned = "the gate's lock is poisoned".to_owned();
                 let failed = ran
                     .iter()
-                    .map(|(key, _)| format!("committing {key}: {poisoned}"))
+                    .map(|(key, tool)| Uncommitted {
+                        key: key.clone(),
+                        tool: tool.clone(),
+                        error: poisoned.clone(),
+                    })
                     .collect();
                 (failed, Err(poisoned))
             }
@@ -411,9 +473,8 @@ impl LedgerGate {
     ) -> Result<Verdict, String> {
         let ttl = self.ttl_ms;
         self.transaction(now, |tx, ledgers, budget, session| {
-            for (key, tool) in ran {
-                let cap = ledgers.tools.cap(tool);
-                gate::commit_reservation(tx, session, &mut ledgers.session, key, tool, cap)?;
+            for (key, _) in ran {
+                gate::commit_reservation(tx, session, &mut ledgers.session, key)?;
             }
             ledgers.observe_time(now);
             let counting = Counting::Reserve {
@@ -450,23 +511,32 @@ impl CallGate for LedgerGate {
         ran: &[(String, String)],
         call: &ToolCall<'_>,
         now: u64,
-    ) -> (Vec<String>, Result<Verdict, String>) {
+    ) -> (Vec<Uncommitted>, Result<Verdict, String>) {
         if ran.is_empty() {
             return (Vec::new(), self.decide(call, now));
         }
         match self.commit_then_decide_in_one(ran, call, now) {
             Ok(verdict) => (Vec::new(), Ok(verdict)),
-            // Nothing of that transaction was kept: each commit and the
-            // decision are made again on their own, so an error of one
-            // cannot hold back the others.
-            Err(_) => (commit_each(self, ran, now), self.decide(call, now)),
+            // Nothing of that transaction was kept: each commit is made
+            // again on its own, so an error of the decision cannot hold
+            // back the commits; the decision only when every commit landed.
+            Err(_) => {
+                let failed = commit_each(self, ran, now);
+                match failed.first() {
+                    Some(first) => {
+                        let e = first.uncounted_error();
+                        (failed, Err(e))
+                    }
+                    None => (failed, self.decide(call, now)),
+                }
+            }
         }
     }
 
     fn commit(&mut self, key: &str, tool: &str, now: u64) -> Result<(), String> {
+        let _ = tool;
         self.transaction(now, |tx, l, _, session| {
-            let cap = l.tools.cap(tool);
-            gate::commit_reservation(tx, session, &mut l.session, key, tool, cap)
+            gate::commit_reservation(tx, session, &mut l.session, key)
         })
     }
 
@@ -478,9 +548,9 @@ impl CallGate for LedgerGate {
         detail: &str,
         now: u64,
     ) -> Result<(), String> {
+        let _ = tool;
         self.transaction(now, |tx, l, _, session| {
-            let cap = l.tools.cap(tool);
-            gate::commit_reservation(tx, session, &mut l.session, key, tool, cap)?;
+            gate::commit_reservation(tx, session, &mut l.session, key)?;
             // Logged as a refusal at decision time is: "deny KEY: REASON",
             // with the person's answer after it.
             tx.log(now, session, "deny", &format!("{key}: {reason} ({detail})"))?;
@@ -492,6 +562,28 @@ impl CallGate for LedgerGate {
         self.transaction(now, |tx, l, _, session| {
             gate::roll_back_reservation(tx, session, &mut l.session, key)
         })
+    }
+
+    fn renew(&mut self, keys: &[String], now: u64) -> Result<(), String> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let expires_ms = now.saturating_add(self.ttl_ms);
+        self.transaction(now, |tx, _, _, session| {
+            for key in keys {
+                // One no longer stored was spent at its expiry (this
+                // process could not renew it in time): its commit counts
+                // nothing more, and nothing is given back.
+                gate::renew_reservation(tx, session, key, expires_ms)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn renew_every_ms(&self) -> Option<u64> {
+        // Three chances to renew before another process may take the
+        // reservation for a dead gateway's.
+        Some((self.ttl_ms / 3).max(1))
     }
 
     fn denied(&self, tool: &str) -> bool {
@@ -708,6 +800,27 @@ fn shortened(text: &str, max: usize) -> String {
 
 // ------------------------------------------------------------------ proxy
 
+/// What becomes of a message from the server on its way to the client.
+enum Reply {
+    /// Passed on as it came.
+    Same,
+    /// This message instead (a withheld result, a filtered list).
+    Instead(String),
+    /// Not passed on (the answer to a call the client cancelled).
+    Drop,
+}
+
+/// Whether a request the server will not answer may have run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ran {
+    /// Known not to have run: it never reached the server (the connection
+    /// to it could not be made, or the server refused the HTTP request
+    /// before reading it). Given back.
+    No,
+    /// It reached the server, or may have: counted (`SPEC E`).
+    Maybe,
+}
+
 #[derive(Debug)]
 enum Pending {
     /// A `tools/call` let through, with its reservation.
@@ -757,7 +870,12 @@ pub struct Proxy<G: CallGate> {
     /// Calls the server answered whose reservations are not committed
     /// yet ([`Self::on_server_unsettled`]): committed by [`Self::settle`],
     /// which every other entry point (and dropping the proxy) runs first.
+    /// A commit that failed stays here and is made again before the next
+    /// decision, which is refused until it lands (fail closed).
     unsettled: Vec<(String, String)>,
+    /// When the reservations this proxy holds were last renewed
+    /// ([`CallGate::renew`]).
+    renewed_at: u64,
 }
 
 impl<G: CallGate> Proxy<G> {
@@ -787,6 +905,7 @@ impl<G: CallGate> Proxy<G> {
                     .hash_one(std::time::SystemTime::now())
             },
             unsettled: Vec::new(),
+            renewed_at: 0,
         }
     }
 
@@ -798,9 +917,59 @@ impl<G: CallGate> Proxy<G> {
     /// ([`CallGate::commit_then_decide`]), and other messages leave them
     /// for the transport to settle ([`Self::unsettled`]). So a commit is
     /// never behind a later decision.
+    /// A commit that fails is kept, to be made again.
     pub fn settle(&mut self, now: u64) {
         for (key, tool) in std::mem::take(&mut self.unsettled) {
             self.commit(&key, &tool, now);
+        }
+    }
+
+    /// The reservations this proxy holds: calls forwarded and not yet
+    /// answered, and calls awaiting approval.
+    fn held(&self) -> Vec<String> {
+        let calls = self.pending.values().filter_map(|p| match p {
+            Pending::Call { key, .. } => Some(key.clone()),
+            _ => None,
+        });
+        calls
+            .chain(self.approvals.values().map(|a| a.key.clone()))
+            .collect()
+    }
+
+    /// When the held reservations are next to be renewed.
+    fn renewal_due(&self) -> Option<u64> {
+        let every = self.gate.renew_every_ms()?;
+        let holds = self.approvals.len() + self.pending.len() > 0;
+        holds.then(|| self.renewed_at.saturating_add(every))
+    }
+
+    /// Renews the reservations this proxy holds when they are due
+    /// ([`CallGate::renew`]), and commits answered calls: a reservation
+    /// held by a live process never expires, whatever the tool's or the
+    /// person's time (`SPEC E`). The Streamable HTTP transport calls this
+    /// on a timer; [`Self::on_tick`] does too.
+    pub fn renew_held(&mut self, now: u64) {
+        self.settle(now);
+        if self.renewal_due().is_none_or(|due| due > now) {
+            return;
+        }
+        self.renewed_at = now;
+        let keys = self.held();
+        if let Err(e) = self.gate.renew(&keys, now) {
+            eprintln!("budgetgate mcp: renewing {} reservation(s): {e} (tried again at the next renewal; a reservation not renewed in time is counted as spent, never given back)", keys.len());
+        }
+    }
+
+    /// Starts the renewal clock when the first reservation is taken, so a
+    /// new one is renewed a full period after it was made.
+    fn holding_from(&mut self, now: u64) {
+        if self.approvals.is_empty()
+            && !self
+                .pending
+                .values()
+                .any(|p| matches!(p, Pending::Call { .. }))
+        {
+            self.renewed_at = now;
         }
     }
 
@@ -888,11 +1057,18 @@ impl<G: CallGate> Proxy<G> {
         &self.gate
     }
 
-    /// When [`Self::on_tick`] next has something to do.
+    /// The gate, to change (tests and fuzzing drive a model gate's faults).
+    pub fn gate_mut(&mut self) -> &mut G {
+        &mut self.gate
+    }
+
+    /// When [`Self::on_tick`] next has something to do: a question's
+    /// deadline, or the renewal of held reservations.
     pub fn next_deadline(&self) -> Option<u64> {
         self.approvals
             .values()
             .map(|a| a.question.deadline_ms())
+            .chain(self.renewal_due())
             .min()
     }
 
@@ -1128,12 +1304,11 @@ impl<G: CallGate> Proxy<G> {
             }
             return false;
         }
-        if let Some(Pending::Call { key, cancelled, .. }) = self.pending.get_mut(target) {
-            if !*cancelled {
-                *cancelled = true;
-                let key = key.clone();
-                self.roll_back(&key, now);
-            }
+        // A forwarded call may have run whatever the client says now: it
+        // stays reserved until the server answers (its result counted and
+        // withheld, an error given back) or the gateway ends (counted).
+        if let Some(Pending::Call { cancelled, .. }) = self.pending.get_mut(target) {
+            *cancelled = true;
         }
         true
     }
@@ -1144,9 +1319,12 @@ impl<G: CallGate> Proxy<G> {
         }
     }
 
+    /// Commits a call that ran; one that fails is kept in `unsettled`,
+    /// made again before the next decision.
     fn commit(&mut self, key: &str, tool: &str, now: u64) {
         if let Err(e) = self.gate.commit(key, tool, now) {
-            eprintln!("budgetgate mcp: committing {key}: {e}");
+            eprintln!("budgetgate mcp: committing {key}: {e} (kept: committed again before the next decision, which waits for it)");
+            self.unsettled.push((key.to_owned(), tool.to_owned()));
         }
     }
 
@@ -1164,7 +1342,8 @@ impl<G: CallGate> Proxy<G> {
         out: &mut Vec<Out>,
     ) {
         if let Err(e) = self.gate.refused(key, tool, refusal.reason, why, now) {
-            eprintln!("budgetgate mcp: committing {key}: {e}");
+            eprintln!("budgetgate mcp: committing {key}: {e} (kept: committed again before the next decision, which waits for it)");
+            self.unsettled.push((key.to_owned(), tool.to_owned()));
         }
         out.push(Out::Client(refused_line(id, refusal)));
     }
@@ -1355,8 +1534,12 @@ impl<G: CallGate> Proxy<G> {
         };
         let ran = std::mem::take(&mut self.unsettled);
         let (failed, verdict) = self.gate.commit_then_decide(&ran, &call, now);
-        for e in failed {
-            eprintln!("budgetgate mcp: {e}");
+        for f in failed {
+            eprintln!(
+                "budgetgate mcp: committing {}: {} (kept: committed again before the next decision)",
+                f.key, f.error
+            );
+            self.unsettled.push((f.key, f.tool));
         }
         let verdict = match verdict {
             Ok(v) => v,
@@ -1377,6 +1560,7 @@ impl<G: CallGate> Proxy<G> {
                 false
             }
             Verdict::Run => {
+                self.holding_from(now);
                 self.pending.insert(
                     id.to_owned(),
                     Pending::Call {
@@ -1431,6 +1615,7 @@ impl<G: CallGate> Proxy<G> {
                     }));
                     Asker::Terminal
                 };
+                self.holding_from(now);
                 self.approvals.insert(
                     eid,
                     Approval {
@@ -1553,9 +1738,10 @@ impl<G: CallGate> Proxy<G> {
         );
     }
 
-    /// Refuses the calls whose approval is past its deadline.
+    /// Refuses the calls whose approval is past its deadline, and renews
+    /// the reservations held ([`Self::renew_held`]).
     pub fn on_tick(&mut self, now: u64) -> Vec<Out> {
-        self.settle(now);
+        self.renew_held(now);
         let mut out = Vec::new();
         let late: Vec<String> = self
             .approvals
@@ -1640,18 +1826,25 @@ impl<G: CallGate> Proxy<G> {
             let mut changed = false;
             let parts: Vec<String> = items
                 .iter()
-                .map(|item| match self.server_one(item.get(), now) {
-                    Some(new) => {
+                .filter_map(|item| match self.server_one(item.get(), now) {
+                    Reply::Same => Some(item.get().to_owned()),
+                    Reply::Instead(new) => {
                         changed = true;
-                        new
+                        Some(new)
                     }
-                    None => item.get().to_owned(),
+                    Reply::Drop => {
+                        changed = true;
+                        None
+                    }
                 })
                 .collect();
-            if changed {
-                return vec![Out::Client(format!("[{}]", parts.join(",")))];
+            if !changed {
+                return vec![Out::Client(text.to_owned())];
             }
-            return vec![Out::Client(text.to_owned())];
+            if parts.is_empty() {
+                return Vec::new();
+            }
+            return vec![Out::Client(format!("[{}]", parts.join(",")))];
         }
         match serde_json::from_str::<Message<'_>>(text) {
             Err(e) => {
@@ -1659,42 +1852,57 @@ impl<G: CallGate> Proxy<G> {
                 Vec::new()
             }
             Ok(msg) => match self.server_message(text, &msg, now) {
-                Some(new) => vec![Out::Client(new)],
-                None => vec![Out::Client(text.to_owned())],
+                Reply::Same => vec![Out::Client(text.to_owned())],
+                Reply::Instead(new) => vec![Out::Client(new)],
+                Reply::Drop => Vec::new(),
             },
         }
     }
 
-    /// Reads one message from the server; `Some`: send this instead.
-    fn server_one(&mut self, text: &str, now: u64) -> Option<String> {
-        let msg: Message<'_> = serde_json::from_str(text).ok()?;
-        self.server_message(text, &msg, now)
+    /// Reads one message from the server.
+    fn server_one(&mut self, text: &str, now: u64) -> Reply {
+        match serde_json::from_str::<Message<'_>>(text) {
+            Ok(msg) => self.server_message(text, &msg, now),
+            Err(_) => Reply::Same,
+        }
     }
 
-    fn server_message(&mut self, text: &str, msg: &Message<'_>, now: u64) -> Option<String> {
+    fn server_message(&mut self, text: &str, msg: &Message<'_>, now: u64) -> Reply {
         if msg.method.is_some() {
-            return None;
+            return Reply::Same;
         }
-        let id = normal_id(msg.id?);
+        let Some(id) = msg.id else {
+            return Reply::Same;
+        };
+        let id = normal_id(id);
         let id = id.as_str();
-        match self.pending.remove(id)? {
-            Pending::Other => None,
+        let Some(pending) = self.pending.remove(id) else {
+            return Reply::Same;
+        };
+        match pending {
+            Pending::Other => Reply::Same,
             Pending::Call {
                 key,
                 tool,
                 cancelled,
             } => {
-                if cancelled {
-                    return None;
-                }
                 let Some(result) = msg.result else {
+                    // A JSON-RPC error from the server for this request:
+                    // the call did not run. The only answer that gives a
+                    // call back (`SPEC E`).
                     self.roll_back(&key, now);
-                    return None;
+                    return if cancelled { Reply::Drop } else { Reply::Same };
                 };
+                // Any result counts, whatever it holds: the call ran.
                 self.unsettled.push((key, tool.clone()));
+                if cancelled {
+                    // The client cancelled it: it ignores an answer (MCP's
+                    // cancellation), so none is passed on, whatever size.
+                    return Reply::Drop;
+                }
                 let mut refusal = Refusal::worded(word::TOOL_ERROR, "", "", "");
                 match crate::strict::value_from_str(result.get()) {
-                    Ok(value) if !over_limit(&value, self.max_result_bytes) => return None,
+                    Ok(value) if !over_limit(&value, self.max_result_bytes) => return Reply::Same,
                     Ok(_) => {
                         refusal.text = format!(
                             "budgetgate withheld this result (tool-error): {tool} ran, but its result is over the budget's bound of {} bytes of compact JSON (max_result_bytes), so it was not passed on. Ask for less at a time (a smaller range, a filter, a summary).",
@@ -1711,51 +1919,123 @@ impl<G: CallGate> Proxy<G> {
                         );
                     }
                 }
-                Some(refused_line(id, &refusal))
+                Reply::Instead(refused_line(id, &refusal))
             }
             Pending::List => {
                 let mut value: Value = match crate::strict::value_from_str(text) {
                     Ok(v) => v,
                     // Which tools it lists cannot be told: withheld.
                     Err(e) => {
-                        return Some(error_line(
+                        return Reply::Instead(error_line(
                             id,
                             GATEWAY_ERROR,
                             &format!("budgetgate: the server's tools/list answer could not be read ({e}); withheld"),
                         ))
                     }
                 };
-                let tools = value.get_mut("result")?.get_mut("tools")?.as_array_mut()?;
+                let Some(tools) = value
+                    .get_mut("result")
+                    .and_then(|r| r.get_mut("tools"))
+                    .and_then(Value::as_array_mut)
+                else {
+                    return Reply::Same;
+                };
                 let before = tools.len();
                 tools.retain(|t| {
                     !t.get("name")
                         .and_then(Value::as_str)
                         .is_some_and(|n| self.gate.denied(n))
                 });
-                (tools.len() != before).then(|| value.to_string())
+                if tools.len() == before {
+                    Reply::Same
+                } else {
+                    Reply::Instead(value.to_string())
+                }
+            }
+        }
+    }
+
+    /// The server's answer to request `id` (compact JSON; `None` when it
+    /// could not be read) was over [`MAX_LINE`] and skipped unread. A call
+    /// it answers ran: counted, and answered with a withheld result (the
+    /// bound of `max_result_bytes` applies to it as to any result). An
+    /// answer whose id cannot be read leaves its call reserved, counted at
+    /// the latest when the gateway ends.
+    pub fn on_server_too_long(&mut self, id: Option<&str>, now: u64) -> Vec<Out> {
+        let why = format!("answered with a message longer than {} MiB", MAX_LINE >> 20);
+        let Some(id) = id.filter(|id| self.pending.contains_key(*id)) else {
+            eprintln!("budgetgate mcp: the server sent a message longer than {} MiB whose id is not one awaited (dropped)", MAX_LINE >> 20);
+            return Vec::new();
+        };
+        let out = self.no_answer(id, Ran::Maybe, &why, now);
+        self.settle(now);
+        out
+    }
+
+    /// Request `id` (compact JSON) will get no answer from the server
+    /// (`why`: what happened, as "the upstream MCP server WHY" reads):
+    /// answered here. A call is counted unless it is known not to have run
+    /// (`ran`: [`Ran::No`] only when the request never reached the server);
+    /// a counted call's answer says it may have run. Nothing when `id` is
+    /// not awaited.
+    pub fn on_no_answer(&mut self, id: &str, ran: Ran, why: &str, now: u64) -> Vec<Out> {
+        let out = self.no_answer(id, ran, why, now);
+        self.settle(now);
+        out
+    }
+
+    fn no_answer(&mut self, id: &str, ran: Ran, why: &str, now: u64) -> Vec<Out> {
+        let Some(pending) = self.pending.remove(id) else {
+            return Vec::new();
+        };
+        let Pending::Call {
+            key,
+            tool,
+            cancelled,
+        } = pending
+        else {
+            let message = format!("budgetgate: the MCP server {why}");
+            return vec![Out::Client(error_line(id, GATEWAY_ERROR, &message))];
+        };
+        match ran {
+            Ran::No => self.roll_back(&key, now),
+            Ran::Maybe => self.unsettled.push((key, tool.clone())),
+        }
+        if cancelled {
+            return Vec::new();
+        }
+        match ran {
+            Ran::No => {
+                let message = format!(
+                    "budgetgate: the MCP server {why}; {tool} did not run and is not counted"
+                );
+                vec![Out::Client(error_line(id, GATEWAY_ERROR, &message))]
+            }
+            Ran::Maybe => {
+                let mut refusal = Refusal::worded(word::TOOL_ERROR, "", "", "");
+                refusal.text = format!(
+                    "budgetgate (tool-error): the MCP server {why}, so {tool}'s result is not known. It may have run, so it counts against the budget; check its effect before calling it again."
+                );
+                vec![Out::Client(refused_line(id, &refusal))]
             }
         }
     }
 
     /// The server is gone (`why`): every request awaiting it or an
-    /// approver is answered with an error, and their reservations given back.
+    /// approver is answered. Calls it was sent may have run before it went:
+    /// counted ([`Self::on_no_answer`]); calls awaiting approval never
+    /// reached it: given back.
     pub fn on_server_exit(&mut self, why: &str, now: u64) -> Vec<Out> {
         self.settle(now);
         let mut out = Vec::new();
-        let message = format!("budgetgate: the MCP server {why} before answering");
-        let mut pending: Vec<(String, Pending)> = self.pending.drain().collect();
-        pending.sort_by(|a, b| a.0.cmp(&b.0));
-        for (id, p) in pending {
-            if let Pending::Call {
-                key,
-                cancelled: false,
-                ..
-            } = &p
-            {
-                self.roll_back(key, now);
-            }
-            out.push(Out::Client(error_line(&id, GATEWAY_ERROR, &message)));
+        let why = format!("{why} before answering");
+        let message = format!("budgetgate: the MCP server {why}");
+        let mut ids: Vec<String> = self.pending.keys().cloned().collect();
+        ids.sort();
+        for id in ids {
+            out.extend(self.no_answer(&id, Ran::Maybe, &why, now));
         }
+        self.settle(now);
         let approvals: Vec<Approval> = self.approvals.drain().map(|(_, a)| a).collect();
         for a in approvals {
             self.roll_back(&a.key, now);
@@ -1770,19 +2050,15 @@ impl<G: CallGate> Proxy<G> {
     }
 
     /// The client is gone. Calls the server was running may have run
-    /// (the server is stopped next, not asked): they count, as the safe
-    /// side. Calls still awaiting approval never reached it: given back.
+    /// (the server is stopped next, not asked): they count, cancelled or
+    /// not. Calls still awaiting approval never reached it: given back.
     pub fn on_client_closed(&mut self, now: u64) {
         self.settle(now);
         let running: Vec<(String, String)> = self
             .pending
             .drain()
             .filter_map(|(_, p)| match p {
-                Pending::Call {
-                    key,
-                    tool,
-                    cancelled: false,
-                } => Some((key, tool)),
+                Pending::Call { key, tool, .. } => Some((key, tool)),
                 _ => None,
             })
             .collect();
@@ -1817,7 +2093,8 @@ impl<G: CallGate> Drop for Proxy<G> {
 pub struct Lines {
     max: usize,
     partial: Vec<u8>,
-    skipping: bool,
+    /// While a line over `max` is skipped: its id, read as it passes.
+    skipping: Option<IdScan>,
     ended: bool,
     ready: VecDeque<Line>,
 }
@@ -1827,8 +2104,9 @@ pub struct Lines {
 pub enum Line {
     /// A whole line (its newline removed).
     Text(Vec<u8>),
-    /// A line longer than the limit, skipped as it was read.
-    TooLong,
+    /// A line longer than the limit, skipped as it was read: the top-level
+    /// id of the message it held, when that could be told ([`IdScan`]).
+    TooLong(Option<String>),
 }
 
 impl Lines {
@@ -1837,7 +2115,7 @@ impl Lines {
         Self {
             max,
             partial: Vec::new(),
-            skipping: false,
+            skipping: None,
             ended: false,
             ready: VecDeque::new(),
         }
@@ -1850,13 +2128,16 @@ impl Lines {
                 Some(at) => (&chunk[..at], Some(&chunk[at + 1..])),
                 None => (chunk, None),
             };
-            if !self.skipping {
-                if self.partial.len() + part.len() > self.max {
-                    self.skipping = true;
+            match &mut self.skipping {
+                Some(scan) => scan.feed(part),
+                None if self.partial.len() + part.len() > self.max => {
+                    let mut scan = IdScan::new();
+                    scan.feed(&self.partial);
+                    scan.feed(part);
+                    self.skipping = Some(scan);
                     self.partial = Vec::new();
-                } else {
-                    self.partial.extend_from_slice(part);
                 }
+                None => self.partial.extend_from_slice(part),
             }
             let Some(rest) = rest else { break };
             self.end_line();
@@ -1866,7 +2147,7 @@ impl Lines {
 
     /// The input ended: an unterminated last line is a line.
     pub fn finish(&mut self) {
-        if self.skipping || !self.partial.is_empty() {
+        if self.skipping.is_some() || !self.partial.is_empty() {
             self.end_line();
         }
         self.ended = true;
@@ -1878,12 +2159,10 @@ impl Lines {
     }
 
     fn end_line(&mut self) {
-        let line = if self.skipping {
-            Line::TooLong
-        } else {
-            Line::Text(std::mem::take(&mut self.partial))
+        let line = match self.skipping.take() {
+            Some(scan) => Line::TooLong(scan.id()),
+            None => Line::Text(std::mem::take(&mut self.partial)),
         };
-        self.skipping = false;
         self.ready.push_back(line);
     }
 
@@ -1927,6 +2206,10 @@ const READ_CHUNK: usize = 1 << 16;
 /// this widens that window by at most this much.
 pub const SETTLE_WAIT: Duration = Duration::from_millis(SETTLE_WAIT_MS);
 const SETTLE_WAIT_MS: u64 = 1;
+
+/// How long a commit that failed waits before it is made again by the
+/// transport (the next decision makes it at once, and waits for it).
+const SETTLE_RETRY: Duration = Duration::from_millis(250);
 
 /// The gateway's pipes, driven from its one thread by `poll(2)`: the
 /// client's stdin, the server's stdin (non-blocking, so the proxy never
@@ -2139,7 +2422,9 @@ pub fn serve<G: CallGate>(
             (_, None) => unsettled_since = Some(Instant::now()),
             (_, Some(since)) if since.elapsed() >= SETTLE_WAIT => {
                 proxy.settle(now());
-                unsettled_since = None;
+                // A commit that failed stays; made again after a pause
+                // (or by the next decision, which waits for it).
+                unsettled_since = (proxy.unsettled() > 0).then(|| Instant::now() + SETTLE_RETRY);
             }
             _ => {}
         }
@@ -2200,8 +2485,9 @@ pub fn serve<G: CallGate>(
             let mut wait = proxy
                 .next_deadline()
                 .map_or(200, |d| d.saturating_sub(now()).clamp(1, 200));
-            if unsettled_since.is_some() {
-                wait = wait.min(SETTLE_WAIT_MS);
+            if let Some(since) = unsettled_since {
+                let left = (since + SETTLE_WAIT).saturating_duration_since(Instant::now());
+                wait = wait.min(u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1));
             }
             let take_client = io.backlog.is_empty();
             quiet = !io.wait(Duration::from_millis(wait), take_client);
@@ -2209,7 +2495,7 @@ pub fn serve<G: CallGate>(
         };
         let outs = match event {
             Event::Client(Line::Text(line)) => proxy.on_client(&line, now()),
-            Event::Client(Line::TooLong) => proxy.on_client_too_long(),
+            Event::Client(Line::TooLong(_)) => proxy.on_client_too_long(),
             Event::ClientClosed => {
                 let at = Instant::now();
                 drain(proxy, client_out, &mut io, server_exited, at + shutdown);
@@ -2219,13 +2505,7 @@ pub fn serve<G: CallGate>(
             // Answered first; committed with the next decision, or once it
             // has waited SETTLE_WAIT (the top of the loop).
             Event::Server(Line::Text(line)) => proxy.on_server_unsettled(&line, now()),
-            Event::Server(Line::TooLong) => {
-                eprintln!(
-                    "budgetgate mcp: the server sent a message longer than {} MiB (dropped)",
-                    MAX_LINE >> 20
-                );
-                Vec::new()
-            }
+            Event::Server(Line::TooLong(id)) => proxy.on_server_too_long(id.as_deref(), now()),
             Event::ServerClosed => {
                 // A process that closed its stdout is usually exiting: give
                 // it a moment, so the answer can name how it ended.
@@ -2306,9 +2586,12 @@ fn drain<G: CallGate, CI: AsFd, SI: AsFd, SO: AsFd>(
             io.server_in = None;
         }
         if let Some(line) = io.server.take_line() {
-            if let Line::Text(line) = line {
-                let outs: Vec<Out> = proxy
-                    .on_server_unsettled(&line, now())
+            {
+                let outs = match line {
+                    Line::Text(line) => proxy.on_server_unsettled(&line, now()),
+                    Line::TooLong(id) => proxy.on_server_too_long(id.as_deref(), now()),
+                };
+                let outs: Vec<Out> = outs
                     .into_iter()
                     .filter(|o| matches!(o, Out::Client(_)))
                     .collect();
@@ -2642,6 +2925,21 @@ mod tests {
             let store = Store::open(self.dir.path(), Duration::from_secs(5)).expect("ledger");
             let budget = crate::replay::budget::parse_budget(budget).expect("budget");
             LedgerGate::new(store, budget, "s".into(), ttl_ms)
+        }
+        /// A gate that waits at most `wait_ms` for the ledger's lock.
+        fn gate_with_timeout(&self, budget: &str, ttl_ms: u64, wait_ms: u64) -> LedgerGate {
+            let store =
+                Store::open(self.dir.path(), Duration::from_millis(wait_ms)).expect("ledger");
+            let budget = crate::replay::budget::parse_budget(budget).expect("budget");
+            LedgerGate::new(store, budget, "s".into(), ttl_ms)
+        }
+        /// Another process's write transaction on the ledger, held while
+        /// the returned connection lives.
+        fn lock_ledger(&self) -> rusqlite::Connection {
+            let c = rusqlite::Connection::open(self.dir.path().join(crate::ledger::FILE_NAME))
+                .expect("open");
+            c.execute_batch("BEGIN IMMEDIATE").expect("lock");
+            c
         }
         fn proxy(&self, budget: &str) -> Proxy<LedgerGate> {
             let gate = self.gate(budget, 60_000);
@@ -3227,20 +3525,60 @@ mod tests {
         assert!(text.ends_with("do not retry."), "{text}");
     }
 
+    /// Issue 29, reproduction 1: a cancel right after the call gave the
+    /// call back while the server ran it. A cancelled call stays reserved;
+    /// its result counts and is not passed on (the client ignores it),
+    /// whatever its size; only the server's JSON-RPC error gives it back.
     #[test]
-    fn a_cancelled_call_gives_its_reservation_back_and_the_notice_is_forwarded() {
+    fn a_cancelled_call_still_counts_when_it_ran_and_its_result_is_not_passed_on() {
         let s = Setup::new();
-        let mut p = s.proxy(BUDGET);
-        p.on_client(&call(1, "slow", json!({})), T0);
-        assert_eq!(s.used(), (0, 1));
-        let cancel = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"user"}}"#;
-        let outs = p.on_client(cancel, T0);
-        assert_eq!(server(&outs), [std::str::from_utf8(cancel).unwrap()]);
-        assert_eq!(s.used(), (0, 0));
-        // A late answer passes on (the client ignores it) and counts nothing.
-        let late = answer(1, json!({"content": []}));
-        assert_eq!(client(&p.on_server(&late, T0)).len(), 1);
-        assert_eq!(s.used(), (0, 0));
+        let budget = "[budget]\nmax_seconds = 3600\nmax_tool_calls = 6\nmax_result_bytes = 4096\n[tools]\nmax_calls = { \"get-sum\" = 3 }\n";
+        let mut p = s.proxy(budget);
+        let cancel = |n: u64| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{n},"reason":"user"}}}}"#
+            )
+        };
+        // Each call and its cancel in one write, as the trial sent them.
+        let mut ran = 0;
+        for n in 1..=20u64 {
+            let mut both = call(n, "get-sum", json!({"a": n, "b": 1}));
+            both.push(b'\n');
+            both.extend(cancel(n).as_bytes());
+            let mut outs = Vec::new();
+            for line in both.split(|b| *b == b'\n') {
+                outs.extend(p.on_client(line, T0 + n));
+            }
+            if server(&outs).len() == 2 {
+                ran += 1;
+                // The server ignores the cancel and answers, 20 KB.
+                let big = answer(
+                    n,
+                    json!({"content": [{"type": "text", "text": "x".repeat(20_000)}]}),
+                );
+                assert!(
+                    p.on_server(&big, T0 + n).is_empty(),
+                    "a cancelled call's result is not passed on"
+                );
+            } else {
+                let refused = &client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"];
+                assert_eq!(refused, "tool-cap", "call {n}");
+            }
+        }
+        assert_eq!(ran, 3, "the per-tool cap holds");
+        assert_eq!(s.used(), (3, 0));
+        // A cancel the server answers with a JSON-RPC error: did not run.
+        p.on_client(&call(30, "other", json!({})), T0 + 100);
+        p.on_client(cancel(30).as_bytes(), T0 + 100);
+        assert_eq!(s.used(), (3, 1));
+        let error = br#"{"jsonrpc":"2.0","id":30,"error":{"code":-32800,"message":"cancelled"}}"#;
+        assert!(p.on_server(error, T0 + 101).is_empty());
+        assert_eq!(s.used(), (3, 0), "given back on the server's error");
+        // A cancel whose call is never answered: counted when the gateway ends.
+        p.on_client(&call(31, "other", json!({})), T0 + 200);
+        p.on_client(cancel(31).as_bytes(), T0 + 200);
+        p.on_client_closed(T0 + 300);
+        assert_eq!(s.used(), (4, 0));
     }
 
     #[test]
@@ -3297,7 +3635,7 @@ mod tests {
         let outs = p.on_client(cancel, T0);
         assert!(server(&outs).is_empty());
         assert_eq!(client(&outs)[0]["method"], "notifications/cancelled");
-        assert_eq!(p.next_deadline(), None);
+        assert!(p.asking().is_empty());
         // No answer within the deadline: refused, and the request withdrawn.
         p.on_client(&call(4, "send_mail", json!({"to": "d"})), T0);
         assert_eq!(p.next_deadline(), Some(T0 + 1_000));
@@ -3455,7 +3793,7 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("no answer came within 1 s"));
-        assert_eq!(p.next_deadline(), None);
+        assert!(p.asking().is_empty());
         // In time, by one millisecond: forwarded.
         let line = call(2, "send_mail", json!({"to": "b"}));
         let outs = p.on_client(&line, T0);
@@ -3684,14 +4022,17 @@ mod tests {
         );
         let outs = client(&p.on_server_exit("was killed by signal 9", T0));
         assert_eq!(outs.len(), 2);
-        for o in &outs {
-            assert_eq!(o["error"]["code"], GATEWAY_ERROR);
-            assert!(o["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("was killed by signal 9"));
-        }
-        assert_eq!(s.used(), (0, 0), "the call in flight was rolled back");
+        // The call: an error result the model reads, saying it may have run.
+        let result = &outs.iter().find(|o| o["id"] == 1).unwrap()["result"];
+        assert_eq!(result["isError"], true);
+        let text = result["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("was killed by signal 9"), "{text}");
+        assert!(text.contains("may have run"), "{text}");
+        // Any other request: a JSON-RPC error.
+        let other = outs.iter().find(|o| o["id"] == "r").unwrap();
+        assert_eq!(other["error"]["code"], GATEWAY_ERROR);
+        // The server may have run the call before it died: counted.
+        assert_eq!(s.used(), (1, 0), "the call in flight counts");
         assert_eq!(p.in_flight(), 0);
     }
 
@@ -3709,8 +4050,10 @@ mod tests {
         assert_eq!(p.in_flight(), 0);
     }
 
+    /// A reservation left by a gateway that died is counted as spent at
+    /// the next decision after its expiry: its call may have run.
     #[test]
-    fn a_crashed_gateways_reservation_expires_at_the_next_decision() {
+    fn a_crashed_gateways_reservation_is_spent_at_its_expiry_never_given_back() {
         let s = Setup::new();
         let budget = "[budget]\nmax_seconds = 3600\nmax_tool_calls = 1\n";
         let mut crashed = Proxy::new(s.gate(budget, 1_000), "gone".into(), 4096, 1_000);
@@ -3725,10 +4068,155 @@ mod tests {
         );
         let outs = p.on_client(&call(2, "slow", json!({"again": true})), T0 + 1_000);
         assert_eq!(
-            server(&outs).len(),
-            1,
+            client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"],
+            "tool-budget",
             "the expired reservation was given back: {outs:?}"
         );
+        assert_eq!(s.used(), (1, 0));
+    }
+
+    /// Issue 29, reproduction 3: reservations of live calls expired (a
+    /// tool slower than the TTL, a call waiting for approval), so waves of
+    /// calls ran past the budget. A live proxy renews what it holds.
+    #[test]
+    fn a_live_gateway_renews_its_reservations_so_slow_calls_never_expire() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 3600\nmax_tool_calls = 2\n";
+        let ttl = 2_000;
+        let mut p = Proxy::new(s.gate(budget, ttl), "a".into(), 4096, 60_000);
+        let mut other = Proxy::new(s.gate(budget, ttl), "b".into(), 4096, 60_000);
+        let mut ran = 0;
+        // Three waves of two calls, 2.5 s apart, each call taking 8 s.
+        for wave in 0..3u64 {
+            let at = T0 + wave * 2_500;
+            // The proxies tick as their transports do.
+            let mut t = at.saturating_sub(2_500).max(T0);
+            while t <= at {
+                p.on_tick(t);
+                other.on_tick(t);
+                t += 100;
+            }
+            for n in 0..2 {
+                let id = wave * 10 + n;
+                let outs = other.on_client(&call(id, "slow", json!({"n": id})), at);
+                ran += server(&outs).len();
+                let outs = p.on_client(&call(id, "slow", json!({"n": id})), at);
+                ran += server(&outs).len();
+            }
+        }
+        assert_eq!(ran, 2, "only two calls ran on a budget of two");
+        assert_eq!(s.used(), (0, 2));
+        // Renewal is due within a third of the TTL.
+        assert!(p.next_deadline().is_some_and(|d| d <= T0 + 5_000 + ttl / 3));
+    }
+
+    /// A call waiting for approval keeps its reservation past the TTL.
+    #[test]
+    fn a_call_awaiting_approval_keeps_its_reservation_past_the_ttl() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 3600\nmax_tool_calls = 1\n[tools]\nneeds_approval = [\"send_mail\"]\n";
+        let mut p = Proxy::new(s.gate(budget, 2_000), "a".into(), 4096, 30_000);
+        p.on_client(br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#, T0);
+        let outs = p.on_client(&call(1, "send_mail", json!({"to": "a"})), T0);
+        let eid = client(&outs)[0]["id"].clone();
+        let mut other = s.proxy(budget);
+        for t in (T0..T0 + 10_000).step_by(200) {
+            p.on_tick(t);
+            let outs = other.on_client(&call(t, "ls", json!({"t": t})), t);
+            assert!(
+                server(&outs).is_empty(),
+                "another call ran at {t}: {outs:?}"
+            );
+        }
+        let accept =
+            json!({"jsonrpc": "2.0", "id": eid, "result": {"action": "accept", "content": {}}});
+        let outs = p.on_client(accept.to_string().as_bytes(), T0 + 10_000);
+        assert_eq!(server(&outs).len(), 1, "the approved call runs: {outs:?}");
+        assert_eq!(s.used(), (0, 1));
+    }
+
+    /// Issue 29, reproduction 2: a commit that failed was lost, and the
+    /// reservation expired and was given back. A failed commit is kept,
+    /// made again before the next decision, and calls are refused until it
+    /// lands.
+    #[test]
+    fn a_failed_commit_is_kept_and_calls_are_refused_until_it_lands() {
+        let s = Setup::new();
+        let budget = "[budget]\nmax_seconds = 3600\nmax_tool_calls = 2\n";
+        let mut p = Proxy::new(
+            s.gate_with_timeout(budget, 2_000, 50),
+            "a".into(),
+            4096,
+            1_000,
+        );
+        assert_eq!(
+            server(&p.on_client(&call(1, "t", json!({"i": 1})), T0)).len(),
+            1
+        );
+        // Another process holds the ledger's write lock while the answer comes.
+        let blocker = s.lock_ledger();
+        p.on_server(&answer(1, json!({"content": []})), T0 + 1_000);
+        assert_eq!(p.unsettled(), 1, "the failed commit is kept");
+        let outs = p.on_client(&call(2, "t", json!({"i": 2})), T0 + 3_000);
+        assert!(server(&outs).is_empty());
+        assert_eq!(
+            client(&outs)[0]["result"]["_meta"]["budgetgate"]["reason"],
+            "gate-error"
+        );
+        drop(blocker);
+        // Past the TTL: the commit lands before the decision; nothing was
+        // given back by expiry.
+        let mut ran = 0;
+        for n in 3..=6 {
+            ran += server(&p.on_client(&call(n, "t", json!({"i": n})), T0 + 4_000 + n)).len();
+        }
+        assert_eq!(ran, 1, "one more call on a budget of two");
+        assert_eq!(p.unsettled(), 0);
+        assert_eq!(s.used(), (1, 1));
+    }
+
+    /// Issue 29, reproduction 4, over stdio: an answer over 16 MiB was
+    /// dropped and its call never answered (then given back). Its call is
+    /// counted and answered with a withheld result.
+    #[test]
+    fn an_answer_over_the_line_bound_counts_its_call_and_is_answered_withheld() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        p.on_client(&call(7, "slow", json!({})), T0);
+        let outs = client(&p.on_server_too_long(Some("7"), T0));
+        assert_eq!(outs[0]["id"], 7);
+        assert_eq!(outs[0]["result"]["isError"], true);
+        let text = outs[0]["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("longer than 16 MiB"), "{text}");
+        assert_eq!(s.used(), (1, 0));
+        // An id not awaited (or unreadable): dropped; a call stays reserved.
+        p.on_client(&call(8, "slow", json!({})), T0);
+        assert!(p.on_server_too_long(Some("99"), T0).is_empty());
+        assert!(p.on_server_too_long(None, T0).is_empty());
+        assert_eq!(s.used(), (1, 1));
+    }
+
+    /// Issue 29, reproduction 5: an upstream that timed out or broke off
+    /// after the request was sent had its call given back. Counted unless
+    /// the request never reached the server.
+    #[test]
+    fn a_call_with_no_answer_counts_unless_it_never_reached_the_server() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        p.on_client(&call(1, "slow", json!({})), T0);
+        p.on_client(&call(2, "slow", json!({"n": 2})), T0);
+        let outs = client(&p.on_no_answer("1", Ran::Maybe, "did not answer within 1 s", T0));
+        assert_eq!(outs[0]["result"]["isError"], true);
+        assert_eq!(s.used(), (1, 1));
+        let outs = client(&p.on_no_answer("2", Ran::No, "could not be reached", T0));
+        assert_eq!(outs[0]["error"]["code"], GATEWAY_ERROR);
+        assert!(outs[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not run"));
+        assert_eq!(s.used(), (1, 0));
+        assert!(p.on_no_answer("2", Ran::Maybe, "again", T0).is_empty());
+        assert_eq!(s.used(), (1, 0));
     }
 
     #[test]
@@ -3770,6 +4258,10 @@ mod tests {
     fn a_line_over_the_limit_is_skipped_while_read() {
         let mut input = b"{\"a\":1}\n".to_vec();
         input.extend(std::iter::repeat_n(b'x', 1000));
+        // A message over the limit: its top-level id is read as it passes.
+        input.extend(b"\n{\"result\":{\"id\":1,\"text\":\"");
+        input.extend(std::iter::repeat_n(b'y', 1000));
+        input.extend(b"\"},\"id\":\"c-7\"}");
         input.extend(b"\n{}\nlast");
         // In one chunk, and a byte at a time: the same lines.
         for size in [input.len(), 1, 7] {
@@ -3783,7 +4275,8 @@ mod tests {
                 got,
                 [
                     Line::Text(b"{\"a\":1}".to_vec()),
-                    Line::TooLong,
+                    Line::TooLong(None),
+                    Line::TooLong(Some("\"c-7\"".into())),
                     Line::Text(b"{}".to_vec()),
                     Line::Text(b"last".to_vec()),
                 ],
@@ -3794,7 +4287,7 @@ mod tests {
         let mut lines = Lines::new(4);
         lines.feed(b"abcd\nabcde\n");
         assert_eq!(lines.take_line(), Some(Line::Text(b"abcd".to_vec())));
-        assert_eq!(lines.take_line(), Some(Line::TooLong));
+        assert_eq!(lines.take_line(), Some(Line::TooLong(None)));
         assert_eq!(lines.take_line(), None);
     }
 

@@ -58,8 +58,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::value::RawValue;
 
 use crate::mcp::{
-    error_line, normal_id, Asker, LedgerGate, McpArgs, Message, Out, Proxy, Question, Setup,
-    GATEWAY_ERROR, INVALID_REQUEST, PARSE_ERROR,
+    error_line, normal_id, Asker, CallGate, LedgerGate, McpArgs, Message, Out, Proxy, Question,
+    Ran, Setup, GATEWAY_ERROR, INVALID_REQUEST, PARSE_ERROR,
 };
 
 /// Largest request body read from the client, and largest JSON body or SSE
@@ -419,19 +419,16 @@ fn to_client(outs: Vec<Out>) -> Vec<String> {
         .collect()
 }
 
-/// Answers every request of `ids` the proxy still awaits with a JSON-RPC
-/// error naming `why` (through the proxy: reservations rolled back).
-fn fail_pending(proxy: &Session, ids: &[String], why: &str) -> Vec<String> {
+/// Answers every request of `ids` the proxy still awaits, naming `why`
+/// (through the proxy, [`Proxy::on_no_answer`]: a call is counted unless
+/// `ran` says it never reached the upstream).
+fn fail_pending(proxy: &Session, ids: &[String], ran: Ran, why: &str) -> Vec<String> {
     let Ok(mut p) = proxy.lock() else {
         return Vec::new();
     };
-    let message = format!("budgetgate: the upstream MCP server {why}");
     let mut out = Vec::new();
     for id in ids {
-        if p.awaits(id) {
-            let line = error_line(id, GATEWAY_ERROR, &message);
-            out.extend(to_client(p.on_server(line.as_bytes(), now())));
-        }
+        out.extend(to_client(p.on_no_answer(id, ran, why, now())));
     }
     out
 }
@@ -549,18 +546,34 @@ fn upstream_request(
     rb.header("accept", accept)
 }
 
-async fn send(gw: &Gateway, rb: reqwest::RequestBuilder) -> Result<reqwest::Response, String> {
+/// Sends a request upstream. An error says whether the request may have
+/// reached the upstream: only a connection that could not be made proves
+/// it did not ([`Ran::No`]); a timeout, or a connection broken after it
+/// was made, may come after the server read it ([`Ran::Maybe`]).
+async fn send(
+    gw: &Gateway,
+    rb: reqwest::RequestBuilder,
+) -> Result<reqwest::Response, (Ran, String)> {
     match tokio::time::timeout(gw.upstream_timeout, rb.send()).await {
-        Err(_) => Err(format!(
-            "at {} did not answer within {} s",
-            gw.upstream,
-            gw.upstream_timeout.as_secs()
+        Err(_) => Err((
+            Ran::Maybe,
+            format!(
+                "at {} did not answer within {} s",
+                gw.upstream,
+                gw.upstream_timeout.as_secs()
+            ),
         )),
-        Ok(Err(e)) => Err(format!(
-            "at {} could not be reached ({})",
-            gw.upstream,
-            error_chain(&e)
-        )),
+        Ok(Err(e)) => {
+            let ran = if e.is_connect() { Ran::No } else { Ran::Maybe };
+            Err((
+                ran,
+                format!(
+                    "at {} could not be reached ({})",
+                    gw.upstream,
+                    error_chain(&e)
+                ),
+            ))
+        }
         Ok(Ok(r)) => Ok(r),
     }
 }
@@ -708,9 +721,9 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
     )
     .header("content-type", "application/json")
     .body(forward);
-    let failed = |why: &str| {
+    let failed = |ran: Ran, why: &str| {
         let mut texts = local.clone();
-        texts.extend(fail_pending(&proxy, &ids, why));
+        texts.extend(fail_pending(&proxy, &ids, ran, why));
         if texts.is_empty() {
             error_reply(
                 StatusCode::BAD_GATEWAY,
@@ -723,7 +736,7 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
     };
     let mut resp = match send(gw, rb).await {
         Ok(r) => r,
-        Err(why) => return failed(&why),
+        Err((ran, why)) => return failed(ran, &why),
     };
     let status = resp.status();
     let up_headers = resp.headers().clone();
@@ -735,12 +748,17 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
         gw.keep(new_key.as_deref().unwrap_or(""), &proxy);
     }
     if status.is_server_error() {
-        return failed(&format!("at {} answered HTTP {status}", gw.upstream));
+        // A 5xx may come after the server ran the call (a crash midway).
+        return failed(
+            Ran::Maybe,
+            &format!("at {} answered HTTP {status}", gw.upstream),
+        );
     }
     if !status.is_success() {
         // 4xx: the client must see it (401 to authorize, 404 to start a
-        // new session); the requests in it are given back.
-        let _ = fail_pending(&proxy, &ids, &format!("answered HTTP {status}"));
+        // new session); the server refused the HTTP request, so the
+        // requests in it did not run: given back.
+        let _ = fail_pending(&proxy, &ids, Ran::No, &format!("answered HTTP {status}"));
         if status == StatusCode::NOT_FOUND && !key.is_empty() {
             if let Some(gone) = gw.forget(&key) {
                 if let Ok(mut p) = gone.lock() {
@@ -782,12 +800,12 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
     let body = match read_upstream(&mut resp, MAX_BODY).await {
         Ok(Some(b)) => b,
         Ok(None) => {
-            return failed(&format!(
-                "answered with more than {} MiB (refused)",
-                MAX_BODY >> 20
-            ))
+            return failed(
+                Ran::Maybe,
+                &format!("answered with more than {} MiB (withheld)", MAX_BODY >> 20),
+            )
         }
-        Err(e) => return failed(&format!("broke off its answer ({e})")),
+        Err(e) => return failed(Ran::Maybe, &format!("broke off its answer ({e})")),
     };
     let mut texts = local.clone();
     if let Ok(mut p) = proxy.lock() {
@@ -796,6 +814,7 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
     texts.extend(fail_pending(
         &proxy,
         &ids,
+        Ran::Maybe,
         "answered without answering every request",
     ));
     if texts.is_empty() {
@@ -1068,7 +1087,7 @@ async fn deliver(
     .header("content-type", "application/json")
     .body(forward);
     let texts = match send(gw, rb).await {
-        Err(why) => fail_pending(proxy, &ids, &why),
+        Err((ran, why)) => fail_pending(proxy, &ids, ran, &why),
         Ok(resp) if resp.status().is_success() && is_sse(resp.headers()) => {
             let upstream = gw.upstream.clone();
             relay(resp, Arc::clone(proxy), ids, Vec::new(), tx, upstream).await;
@@ -1076,7 +1095,12 @@ async fn deliver(
         }
         Ok(resp) if !resp.status().is_success() => {
             let why = format!("at {} answered HTTP {}", gw.upstream, resp.status());
-            fail_pending(proxy, &ids, &why)
+            let ran = if resp.status().is_client_error() {
+                Ran::No
+            } else {
+                Ran::Maybe
+            };
+            fail_pending(proxy, &ids, ran, &why)
         }
         Ok(mut resp) => match read_upstream(&mut resp, MAX_BODY).await {
             Ok(Some(body)) => {
@@ -1087,6 +1111,7 @@ async fn deliver(
                 texts.extend(fail_pending(
                     proxy,
                     &ids,
+                    Ran::Maybe,
                     "answered without answering every request",
                 ));
                 texts
@@ -1094,9 +1119,15 @@ async fn deliver(
             Ok(None) => fail_pending(
                 proxy,
                 &ids,
-                &format!("answered with more than {} MiB (refused)", MAX_BODY >> 20),
+                Ran::Maybe,
+                &format!("answered with more than {} MiB (withheld)", MAX_BODY >> 20),
             ),
-            Err(e) => fail_pending(proxy, &ids, &format!("broke off its answer ({e})")),
+            Err(e) => fail_pending(
+                proxy,
+                &ids,
+                Ran::Maybe,
+                &format!("broke off its answer ({e})"),
+            ),
         },
     };
     for t in texts {
@@ -1150,7 +1181,9 @@ async fn relay(
                         .unwrap_or_default();
                     match replaced.as_slice() {
                         [same] if *same == data => raw,
-                        [] => raw,
+                        // Dropped (the answer to a cancelled call, a line
+                        // that is not JSON-RPC), as over stdio.
+                        [] => continue,
                         [new, ..] => {
                             let mut text = fields;
                             text.push_str("data: ");
@@ -1162,10 +1195,30 @@ async fn relay(
                 }
                 SseItem::Other(raw) => raw,
                 SseItem::TooLong => {
-                    eprintln!(
-                        "budgetgate mcp: the upstream sent an event longer than {} MiB (dropped)",
+                    // Its id is not read. When one request of this POST is
+                    // still awaited, the event is its answer: the call ran
+                    // (counted, withheld); otherwise the requests still
+                    // awaited are counted when the stream ends.
+                    let awaited: Vec<String> = proxy
+                        .lock()
+                        .map(|p| ids.iter().filter(|id| p.awaits(id)).cloned().collect())
+                        .unwrap_or_default();
+                    let why = format!(
+                        "sent an event longer than {} MiB (withheld)",
                         MAX_BODY >> 20
                     );
+                    let answers = match awaited.as_slice() {
+                        [_] => fail_pending(&proxy, &awaited, Ran::Maybe, &why),
+                        _ => {
+                            eprintln!("budgetgate mcp: the upstream {why}");
+                            Vec::new()
+                        }
+                    };
+                    for t in answers {
+                        if open && tx.send(sse_event(&t)).await.is_err() {
+                            open = false;
+                        }
+                    }
                     continue;
                 }
             };
@@ -1175,7 +1228,7 @@ async fn relay(
         }
     };
     let why = ending.unwrap_or_else(|| "ended its stream before answering".into());
-    for t in fail_pending(&proxy, &ids, &why) {
+    for t in fail_pending(&proxy, &ids, Ran::Maybe, &why) {
         if open && tx.send(sse_event(&t)).await.is_err() {
             open = false;
         }
@@ -1289,7 +1342,7 @@ async fn get(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
     let rb = upstream_request(gw, reqwest::Method::GET, req.headers(), "text/event-stream");
     let mut resp = match send(gw, rb).await {
         Ok(r) => r,
-        Err(why) => {
+        Err((_, why)) => {
             return error_reply(
                 StatusCode::BAD_GATEWAY,
                 GATEWAY_ERROR,
@@ -1349,7 +1402,7 @@ async fn delete(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
             let up = resp.headers().clone();
             pass_on(&mut resp, status, &up).await
         }
-        Err(why) => error_reply(
+        Err((_, why)) => error_reply(
             StatusCode::BAD_GATEWAY,
             GATEWAY_ERROR,
             &format!("budgetgate: the upstream MCP server {why}"),
@@ -1454,8 +1507,51 @@ pub fn command(args: &McpArgs, upstream: &str) -> ExitCode {
     })
 }
 
+impl Gateway {
+    /// Renews the reservations every session holds, as they fall due
+    /// ([`Proxy::renew_held`]): a call that runs long, or waits long for
+    /// approval, keeps its reservation while this gateway lives.
+    pub fn renew_all(&self) {
+        let sessions: Vec<Session> = match self.sessions.lock() {
+            Ok(s) => s.map.values().map(|(p, _)| Arc::clone(p)).collect(),
+            Err(_) => return,
+        };
+        for proxy in sessions {
+            if let Ok(mut p) = proxy.lock() {
+                p.renew_held(now());
+            }
+        }
+    }
+
+    /// How often [`Self::renew_all`] runs: half the renewal period, within
+    /// 50 ms and 60 s.
+    fn renew_tick(&self) -> Duration {
+        let every = self
+            .gate
+            .renew_every_ms()
+            .unwrap_or(60_000)
+            .div_ceil(2)
+            .clamp(50, 60_000);
+        Duration::from_millis(every)
+    }
+}
+
 /// Accepts connections on `listener` until SIGINT or SIGTERM.
 pub async fn serve(listener: tokio::net::TcpListener, gw: Arc<Gateway>) {
+    let renewing = Arc::clone(&gw);
+    let renewer = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(renewing.renew_tick());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            renewing.renew_all();
+        }
+    });
+    serve_connections(listener, gw).await;
+    renewer.abort();
+}
+
+async fn serve_connections(listener: tokio::net::TcpListener, gw: Arc<Gateway>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let stop = stop_signal();
     tokio::pin!(stop);

@@ -847,7 +847,7 @@ fn calls_repeating_a_key_or_with_a_bad_id_and_empty_bodies_never_reach_the_upstr
 /// result over `max_result_bytes` in an SSE answer is withheld (the event
 /// rewritten, the call counted).
 #[test]
-fn a_server_killed_mid_call_answers_it_with_an_error_and_rolls_it_back() {
+fn a_server_killed_mid_call_answers_it_with_an_error_result_and_counts_it() {
     let Some(parts) = parts() else { return };
     let s = Setup::new(
         "[budget]\nmax_seconds = 3600\nmax_result_bytes = 200\n[tools]\nmax_calls = { get-env = 0 }\n",
@@ -911,20 +911,116 @@ fn a_server_killed_mid_call_answers_it_with_an_error_and_rolls_it_back() {
         .as_str()
         .unwrap()
         .contains("over the budget's bound of 200 bytes"));
-    assert_eq!(got[3]["error"], -32000, "{:?}", got[3]);
-    assert!(
-        got[3]["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("budgetgate: the upstream MCP server"),
-        "{:?}",
-        got[3]
-    );
+    // Issue 29, reproduction 5: the server may have run the call before
+    // it broke off: an error result the model reads, and counted.
+    assert_eq!(got[3]["is_error"], true, "{:?}", got[3]);
+    let text = got[3]["text"].as_str().unwrap();
+    assert!(text.contains("broke off its stream"), "{text}");
+    assert!(text.contains("may have run"), "{text}");
     assert_eq!(
         s.tool_calls(),
-        (1, 0),
-        "the broken-off call was rolled back"
+        (2, 0),
+        "the broken-off call counts (it may have run)"
     );
+}
+
+/// The scripted upstream (`tests/mcp/slow_upstream.py`): answers a call
+/// after `delay` seconds with `size` bytes of text; its stderr counts the
+/// calls it ran (`ran NAME`).
+fn slow_upstream(delay: &str, size: usize) -> (Proc, u16, Arc<Mutex<String>>) {
+    let port = free_port();
+    let mut cmd = Command::new("python3");
+    cmd.arg(mcp_dir().join("slow_upstream.py"))
+        .arg(port.to_string())
+        .arg(delay)
+        .arg(size.to_string());
+    let (p, _, ran) = start(cmd, "listening on port");
+    (p, port, ran)
+}
+
+fn call_body(id: u64, name: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": name, "arguments": {"n": id}}})
+    .to_string()
+}
+
+/// Issue 29, reproduction 5: an upstream that timed out after the request
+/// was sent had the call given back, so a budget of one ran two. Now the
+/// call counts (it may have run) and the next one is refused.
+#[test]
+fn over_http_a_call_that_timed_out_upstream_counts_and_the_budget_holds() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 1\n");
+    let (_up, port, ran) = slow_upstream("3", 10);
+    let (_gw, url, _) = s.gateway_with(
+        &format!("http://127.0.0.1:{port}/mcp"),
+        &["--upstream-timeout", "1"],
+    );
+    let (_, _, body) = http(
+        &url,
+        "POST",
+        &[JSON, JSON_SSE],
+        call_body(1, "slow").as_bytes(),
+    );
+    let v: Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    let text = v["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("did not answer within 1 s"), "{text}");
+    assert_eq!(s.tool_calls(), (1, 0), "the timed-out call counts");
+    let (_, _, body) = http(
+        &url,
+        "POST",
+        &[JSON, JSON_SSE],
+        call_body(2, "slow").as_bytes(),
+    );
+    let v: Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(
+        v["result"]["_meta"]["budgetgate"]["reason"], "tool-budget",
+        "{v}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(ran.lock().unwrap().matches("ran slow").count(), 1);
+}
+
+/// Issue 29, reproduction 1 over HTTP: a call cancelled 0.1 s after it was
+/// sent, whose 20 KB result came 0.5 s later, passed the 4 096-byte bound
+/// and counted nothing. Now it counts and its result is not passed on.
+#[test]
+fn over_http_a_cancelled_call_counts_and_its_result_is_not_passed_on() {
+    let s =
+        Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 5\nmax_result_bytes = 4096\n");
+    let (_up, port, ran) = slow_upstream("0.5", 20_000);
+    let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{port}/mcp"));
+    let mut answers = Vec::new();
+    for id in 1..=3u64 {
+        let at = url.clone();
+        let post = std::thread::spawn(move || {
+            http(
+                &at,
+                "POST",
+                &[JSON, JSON_SSE],
+                call_body(id, "big").as_bytes(),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id}});
+        http(
+            &url,
+            "POST",
+            &[JSON, JSON_SSE],
+            cancel.to_string().as_bytes(),
+        );
+        answers.push(post.join().expect("the POST"));
+    }
+    for (_, _, body) in &answers {
+        assert!(
+            count(body, "xxxxxxxxxx") == 0,
+            "a cancelled call's result reached the client: {} bytes",
+            body.len()
+        );
+    }
+    assert_eq!(ran.lock().unwrap().matches("ran big").count(), 3);
+    assert_eq!(s.tool_calls(), (3, 0), "every call that ran counts");
 }
 
 /// Fail closed over Streamable HTTP: with the upstream down, `initialize`
