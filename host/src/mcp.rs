@@ -13,11 +13,13 @@
 //!   refused call is answered by the gateway with a `CallToolResult`
 //!   `{"content":[{"type":"text","text":REASON}],"isError":true,
 //!   "_meta":{"budgetgate":{…}}}` and never reaches the server. A call let
-//!   through is reserved, committed when the server answers with a result,
-//!   rolled back when it answers with a JSON-RPC error, when the client
-//!   cancels it (`notifications/cancelled`) or when the server dies first;
-//!   calls still running when the client goes away are committed (they may
-//!   have run).
+//!   through is reserved, and counted unless it is known not to have run:
+//!   committed when any result comes (a cancelled call's too, not passed
+//!   on), when the server dies or the gateway ends first; rolled back only
+//!   when the server answers it with a JSON-RPC error or it never reached
+//!   the server. The gateway renews the reservations it holds, so they
+//!   never expire while it lives; a failed commit is kept and made before
+//!   the next decision ([`Proxy::renew_held`], [`CallGate::renew`]).
 //! * **Approval** (`needs_approval`): the gateway asks the client with
 //!   `elicitation/create` when the client declared the `elicitation`
 //!   capability in `initialize`; `accept` forwards the call, `decline`,

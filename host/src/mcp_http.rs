@@ -25,9 +25,14 @@
 //!   upstream's `Mcp-Session-Id` and `WWW-Authenticate`.
 //! * **The upstream failing** (not reachable, no answer within
 //!   `--upstream-timeout`, a 5xx, a stream that ends before every request
-//!   in it was answered): each request awaiting it is answered with a
-//!   JSON-RPC error `-32000` naming the cause, and its reservation rolled
-//!   back (fail closed).
+//!   in it was answered): each request awaiting it is answered naming the
+//!   cause. A call counts unless it never reached the upstream (a
+//!   connection that could not be made, a 4xx): answered with an error
+//!   result saying it may have run (`SPEC E`; `docs/MCP.md`, "Reservations
+//!   and the ledger").
+//! * **Who may connect**: an `Origin` of another machine, two of them, or a
+//!   `Host` that is not this gateway's is refused `403`; a connection that
+//!   sends nothing within [`FIRST_BYTE_MS`] is closed.
 //! * **Approval** (`needs_approval`): the call's POST is answered with an
 //!   SSE stream whose first event is the gateway's `elicitation/create`;
 //!   the client's answer, in a POST of its own, goes to the task that asked
@@ -53,7 +58,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming};
-use hyper::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST,
+};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::value::RawValue;
 
@@ -88,6 +95,15 @@ pub const EVENT_QUEUE: usize = 16;
 
 /// Seconds a client has to send its request headers, and its body.
 pub const CLIENT_TIMEOUT_S: u64 = 30;
+
+/// How long a new connection may wait before its first byte (ms): past it,
+/// it is closed and its slot given to another.
+pub const FIRST_BYTE_MS: u64 = 2_000;
+
+/// How long a request's head may take to arrive (s), on a new connection
+/// and between requests on a kept-alive one (longer than the 5 s that
+/// common HTTP clients keep an idle connection).
+pub const HEAD_TIMEOUT_S: u64 = 10;
 
 /// Seconds the gateway waits for a TCP connection to the upstream.
 pub const CONNECT_TIMEOUT_S: u64 = 10;
@@ -469,7 +485,11 @@ fn with_headers(mut reply: Reply, from: &HeaderMap) -> Reply {
 // ------------------------------------------------------------------ handlers
 
 /// Serves one request of the client.
-pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Result<Reply, Infallible> {
+pub async fn handle(
+    gw: Arc<Gateway>,
+    bound: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<Reply, Infallible> {
     if req.uri().path() != PATH {
         return Ok(full(
             StatusCode::NOT_FOUND,
@@ -477,15 +497,30 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Result<Reply, I
             format!("budgetgate serves MCP at {PATH}\n"),
         ));
     }
-    // DNS rebinding: a browser page of another origin is refused.
-    if let Some(origin) = req.headers().get("origin") {
-        if !local_origin(origin.to_str().unwrap_or("")) {
-            return Ok(error_reply(
-                StatusCode::FORBIDDEN,
-                INVALID_REQUEST,
-                "budgetgate: requests from a web page of another origin are refused (Origin)",
-            ));
-        }
+    // DNS rebinding: a browser page of another origin is refused, and so
+    // is a name other than this gateway's (a rebound name resolves here
+    // but says so in `Host`). A header given twice could be read one way
+    // here and another way elsewhere: refused.
+    let origins: Vec<&HeaderValue> = req.headers().get_all("origin").iter().collect();
+    let refused = match origins.as_slice() {
+        [] => None,
+        [one] if local_origin(one.to_str().unwrap_or("")) => None,
+        [_] => Some("requests from a web page of another origin are refused (Origin)"),
+        _ => Some("a request with more than one Origin header is refused"),
+    };
+    let hosts: Vec<&HeaderValue> = req.headers().get_all(HOST).iter().collect();
+    let refused = refused.or(match hosts.as_slice() {
+        [one] if allowed_host(one.to_str().unwrap_or(""), bound) => None,
+        [_] => Some("a request for a host name other than this gateway's (localhost or the address it listens on) is refused (Host)"),
+        [] => Some("a request without a Host header is refused"),
+        _ => Some("a request with more than one Host header is refused"),
+    });
+    if let Some(why) = refused {
+        return Ok(error_reply(
+            StatusCode::FORBIDDEN,
+            INVALID_REQUEST,
+            &format!("budgetgate: {why}"),
+        ));
     }
     Ok(match *req.method() {
         Method::POST => post(&gw, req).await,
@@ -517,6 +552,26 @@ pub fn local_origin(origin: &str) -> bool {
         rest.split(':').next().map(str::to_owned)
     };
     matches!(host.as_deref(), Some("localhost" | "127.0.0.1" | "[::1]"))
+}
+
+/// Whether `host` (a `Host` header: a name or address, with or without a
+/// port) names this gateway listening on `bound`: `localhost`, a loopback
+/// address, or the address it listens on. A gateway listening on every
+/// address (`0.0.0.0`, `::`) is reached by names it cannot know: any host.
+pub fn allowed_host(host: &str, bound: SocketAddr) -> bool {
+    if bound.ip().is_unspecified() {
+        return true;
+    }
+    let name = if let Some(v6) = host.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(name, _)| name)
+    };
+    if name.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    name.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback() || ip == bound.ip())
 }
 
 fn session_key(req: &Request<Incoming>) -> String {
@@ -1538,6 +1593,10 @@ impl Gateway {
 
 /// Accepts connections on `listener` until SIGINT or SIGTERM.
 pub async fn serve(listener: tokio::net::TcpListener, gw: Arc<Gateway>) {
+    let Ok(bound) = listener.local_addr() else {
+        eprintln!("budgetgate mcp: the listening address cannot be read; stopped");
+        return;
+    };
     let renewing = Arc::clone(&gw);
     let renewer = tokio::spawn(async move {
         let mut tick = tokio::time::interval(renewing.renew_tick());
@@ -1547,11 +1606,11 @@ pub async fn serve(listener: tokio::net::TcpListener, gw: Arc<Gateway>) {
             renewing.renew_all();
         }
     });
-    serve_connections(listener, gw).await;
+    serve_connections(listener, gw, bound).await;
     renewer.abort();
 }
 
-async fn serve_connections(listener: tokio::net::TcpListener, gw: Arc<Gateway>) {
+async fn serve_connections(listener: tokio::net::TcpListener, gw: Arc<Gateway>, bound: SocketAddr) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let stop = stop_signal();
     tokio::pin!(stop);
@@ -1572,10 +1631,25 @@ async fn serve_connections(listener: tokio::net::TcpListener, gw: Arc<Gateway>) 
         };
         let gw = Arc::clone(&gw);
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| handle(Arc::clone(&gw), req));
+            // A connection holds one of MAX_CONNECTIONS slots: one that
+            // sends nothing gives it up after FIRST_BYTE_MS, one that sends
+            // its request head slowly after HEAD_TIMEOUT_S, so idle
+            // connections cannot lock other clients out for long.
+            let mut first = [0u8; 1];
+            let first_byte = tokio::time::timeout(
+                Duration::from_millis(FIRST_BYTE_MS),
+                stream.peek(&mut first),
+            )
+            .await;
+            if !matches!(first_byte, Ok(Ok(n)) if n > 0) {
+                drop(permit);
+                return;
+            }
+            let service =
+                hyper::service::service_fn(move |req| handle(Arc::clone(&gw), bound, req));
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(CLIENT_TIMEOUT_S))
+                .header_read_timeout(Duration::from_secs(HEAD_TIMEOUT_S))
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                 .await;
             drop(permit);
@@ -1822,6 +1896,31 @@ mod tests {
             .unwrap_err()
             .contains("no TLS"));
         assert!(upstream_url("ftp://x/").is_err());
+        let loopback: SocketAddr = "127.0.0.1:8080".parse().expect("addr");
+        for host in [
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "LOCALHOST",
+            "[::1]:8080",
+            "127.0.0.1",
+        ] {
+            assert!(allowed_host(host, loopback), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:8080",
+            "10.0.0.1:8080",
+            "",
+            "[::2]:8080",
+            "127.0.0.1.evil.example",
+        ] {
+            assert!(!allowed_host(host, loopback), "{host}");
+        }
+        let lan: SocketAddr = "192.0.2.7:8080".parse().expect("addr");
+        assert!(allowed_host("192.0.2.7:8080", lan));
+        assert!(!allowed_host("evil.example", lan));
+        let any: SocketAddr = "0.0.0.0:8080".parse().expect("addr");
+        assert!(allowed_host("gateway.example:8080", any));
         assert!(local_origin("http://localhost:6274"));
         assert!(local_origin("http://[::1]"));
         assert!(!local_origin("http://evil.example"));

@@ -1071,6 +1071,50 @@ fn an_upstream_that_is_down_answers_with_a_json_rpc_error_and_counts_nothing() {
     let evil = [JSON, JSON_SSE, ("origin", "http://evil.example")];
     let (code, _, _) = http(&url, "POST", &evil, initialize_body().as_bytes());
     assert_eq!(code, 403);
+    // Two Origin headers (which one is meant?), a rebound name in Host, two
+    // Hosts: refused (issue 29).
+    let twice = [
+        JSON,
+        JSON_SSE,
+        ("origin", "http://localhost:1"),
+        ("origin", "http://evil.example"),
+    ];
+    let (code, _, _) = http(&url, "POST", &twice, initialize_body().as_bytes());
+    assert_eq!(code, 403);
+    let addr = url
+        .strip_prefix("http://")
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    for hosts in [
+        vec!["evil.example"],
+        vec![addr.as_str(), "evil.example"],
+        vec![],
+    ] {
+        let mut head = String::from("POST /mcp HTTP/1.1\r\nconnection: close\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\n");
+        for h in &hosts {
+            head.push_str(&format!("host: {h}\r\n"));
+        }
+        let body = initialize_body();
+        head.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
+        let mut tcp = TcpStream::connect(&addr).expect("connect");
+        tcp.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        tcp.write_all(head.as_bytes()).expect("write");
+        let (code, _, body) = read_response(tcp);
+        // hyper itself answers 400 to a request without Host or with two.
+        assert!(
+            code == 403 || code == 400,
+            "Host {hosts:?}: {code} {}",
+            String::from_utf8_lossy(&body)
+        );
+        if hosts.len() == 1 {
+            assert_eq!(code, 403, "Host {hosts:?}");
+            assert!(String::from_utf8_lossy(&body).contains("(Host)"));
+        }
+    }
     let local = [JSON, JSON_SSE, ("origin", "http://localhost:6274")];
     let (code, _, _) = http(&url, "POST", &local, initialize_body().as_bytes());
     assert_eq!(code, 200, "a page of this machine is served");
@@ -1093,6 +1137,41 @@ fn an_upstream_that_is_down_answers_with_a_json_rpc_error_and_counts_nothing() {
         assert!(Instant::now() < deadline, "{}", log.lock().unwrap());
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Issue 29: 256 connections that send nothing locked every other client
+/// out for about 30 s. Each now gives up its slot after 2 s without a
+/// byte: a client's request behind them is served (the test allows 10 s;
+/// the old gateway answered after about 30).
+#[test]
+fn idle_connections_do_not_lock_other_clients_out() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 5\n");
+    let (_up, port, _) = slow_upstream("0", 10);
+    let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{port}/mcp"));
+    let addr = url
+        .strip_prefix("http://")
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let idle: Vec<TcpStream> = (0..300)
+        .filter_map(|_| TcpStream::connect(&addr).ok())
+        .collect();
+    assert!(idle.len() >= 256, "{} idle connections", idle.len());
+    std::thread::sleep(Duration::from_millis(200));
+    let mut tcp = TcpStream::connect(&addr).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let body = initialize_body();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).expect("write");
+    let (code, _, _) = read_response(tcp);
+    assert_eq!(code, 200);
+    drop(idle);
 }
 
 /// Bounded memory over Streamable HTTP: a 100 MB body is answered 413 with

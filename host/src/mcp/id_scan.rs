@@ -13,9 +13,9 @@ const MAX_NAME: usize = 4;
 
 /// Reads the top-level `"id"` of one JSON object, fed in pieces of any
 /// size ([`IdScan::feed`]); [`IdScan::id`] at its end. Nothing but the
-/// scanner's state and at most [`MAX_ID`] bytes are held, whatever the
+/// scanner's state and at most 256 bytes (`MAX_ID`) are held, whatever the
 /// input. An id that cannot be told for certain (no object, an `"id"` given
-/// twice, spelled with escapes, over [`MAX_ID`], or not closed) is `None`:
+/// twice, spelled with escapes, longer than that, or not closed) is `None`:
 /// the caller then treats the message as answering no known request.
 #[derive(Debug, Default)]
 pub struct IdScan {
