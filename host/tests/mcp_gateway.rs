@@ -725,6 +725,41 @@ fn a_cancelled_long_call_keeps_its_reservation_and_counts_at_the_end() {
     assert_eq!(s.tool_calls(), (1, 0));
 }
 
+/// Issue 29, reproduction 3, over stdio with real processes: a tool
+/// slower than `--reservation-ttl` had its reservation expire, and another
+/// gateway on the same budget then gave it back and ran a call past the
+/// budget. The gateway running the slow tool renews its reservation.
+#[test]
+fn a_tool_slower_than_the_reservation_ttl_keeps_its_reservation() {
+    let Some(parts) = parts() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 1\n");
+    let everything = parts.everything.display().to_string();
+    let mut slow =
+        Gateway::start(&s.gateway_args(&["--reservation-ttl", "1"], &[&everything, "stdio"]));
+    slow.initialize();
+    slow.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "trigger-long-running-operation",
+                   "arguments": {"duration": 4, "steps": 2}}}));
+    s.wait_for((0, 1), "reserved while in flight");
+    // Past the TTL, twice over, while the slow call runs.
+    std::thread::sleep(Duration::from_millis(2_500));
+    let mut other =
+        Gateway::start(&s.gateway_args(&["--reservation-ttl", "1"], &[&everything, "stdio"]));
+    other.initialize();
+    let refused = other.call(2, "echo", json!({"message": "meanwhile"}));
+    assert_eq!(
+        refused["result"]["_meta"]["budgetgate"]["reason"], "tool-budget",
+        "a call ran while the slow one held the budget: {refused}"
+    );
+    let done = slow.answer(&json!(1));
+    assert!(done["result"].is_object(), "{done}");
+    s.wait_for((1, 0), "the slow call committed");
+    drop(slow.stdin.take());
+    drop(other.stdin.take());
+    assert_eq!(slow.end(Duration::from_secs(10)).0, Some(0));
+    assert_eq!(other.end(Duration::from_secs(10)).0, Some(0));
+}
+
 #[test]
 fn a_server_crash_mid_call_answers_the_pending_call_and_ends_with_status_3() {
     let Some(parts) = parts() else { return };

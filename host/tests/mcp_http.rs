@@ -981,6 +981,65 @@ fn over_http_a_call_that_timed_out_upstream_counts_and_the_budget_holds() {
     assert_eq!(ran.lock().unwrap().matches("ran slow").count(), 1);
 }
 
+/// Issue 29, reproduction 3 over HTTP: the gateway's timer renews the
+/// reservation of a call slower than `--reservation-ttl`, so a second
+/// gateway on the same budget cannot take it for a dead one's.
+#[test]
+fn over_http_a_call_slower_than_the_ttl_keeps_its_reservation() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 1\n");
+    let (_up, port, ran) = slow_upstream("4", 10);
+    let upstream = format!("http://127.0.0.1:{port}/mcp");
+    let (_gw, url, _) = s.gateway_with(&upstream, &["--reservation-ttl", "1"]);
+    let (_gw2, url2, _) = s.gateway_with(&upstream, &["--reservation-ttl", "1"]);
+    let at = url.clone();
+    let slow = std::thread::spawn(move || {
+        http(
+            &at,
+            "POST",
+            &[JSON, JSON_SSE],
+            call_body(1, "slow").as_bytes(),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(2_500));
+    let (_, _, body) = http(
+        &url2,
+        "POST",
+        &[JSON, JSON_SSE],
+        call_body(2, "slow").as_bytes(),
+    );
+    let v: Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(
+        v["result"]["_meta"]["budgetgate"]["reason"], "tool-budget",
+        "{v}"
+    );
+    let (_, _, body) = slow.join().expect("the slow POST");
+    let v: Value = serde_json::from_slice(&body).expect("JSON");
+    assert!(v["result"]["content"].is_array(), "{v}");
+    assert_eq!(ran.lock().unwrap().matches("ran slow").count(), 1);
+    assert_eq!(s.tool_calls(), (1, 0));
+}
+
+/// Issue 29, reproduction 4 over HTTP: an answer over 16 MiB had its call
+/// given back. It counts, and the client gets an error result.
+#[test]
+fn over_http_an_answer_over_16_mib_counts_its_call_and_is_withheld() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 5\n");
+    let (_up, port, _) = slow_upstream("0", 17 << 20);
+    let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{port}/mcp"));
+    let (_, _, body) = http(
+        &url,
+        "POST",
+        &[JSON, JSON_SSE],
+        call_body(1, "huge").as_bytes(),
+    );
+    assert!(body.len() < 4096, "{} bytes passed on", body.len());
+    let v: Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    let text = v["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("more than 16 MiB"), "{text}");
+    assert_eq!(s.tool_calls(), (1, 0));
+}
+
 /// Issue 29, reproduction 1 over HTTP: a call cancelled 0.1 s after it was
 /// sent, whose 20 KB result came 0.5 s later, passed the 4 096-byte bound
 /// and counted nothing. Now it counts and its result is not passed on.
