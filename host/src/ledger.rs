@@ -501,6 +501,14 @@ pub trait LedgerTx {
         session: &str,
         since_ms: u64,
     ) -> Result<(u64, Option<u64>), StoreError>;
+    /// The store's own clock, in milliseconds since the Unix epoch, read
+    /// once for this transaction, when the store has one (Redis: the
+    /// server's `TIME`): gateways on many machines then decide and write on
+    /// one clock, whatever their own clocks say. `None` (SQLite, on one
+    /// machine): the caller's clock is the time.
+    fn clock_ms(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl LedgerTx for Tx<'_> {

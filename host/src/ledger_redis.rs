@@ -11,8 +11,10 @@
 //! one list `bg:log` (JSON objects `{at_ms, session, action, detail}`).
 //!
 //! A decision is one optimistic transaction: the session's keys are
-//! `WATCH`ed, read, the decision made in Rust with the core's ledger, and
-//! its writes sent in one `MULTI` … `EXEC`. If another gateway wrote any of
+//! `WATCH`ed, the server's clock read (`TIME`: the time of the whole
+//! decision, so gateways whose clocks differ decide on one time), the keys
+//! read, the decision made in Rust with the core's ledger, and its writes
+//! sent in one `MULTI` … `EXEC`. If another gateway wrote any of
 //! those keys meanwhile, `EXEC` does nothing and the decision is made again
 //! on the new figures, so concurrent gateways never exceed a budget. A
 //! server that cannot be reached or answers an error is a [`StoreError`]:
@@ -79,16 +81,24 @@ impl RedisStore {
             let Some(conn) = self.conn.as_mut() else {
                 break;
             };
-            let watched: Result<(), _> = redis::cmd("WATCH").arg(&keys[..]).query(conn);
-            if let Err(e) = watched {
-                self.conn = None;
-                return Err(fail(e).into());
-            }
+            // The keys watched, then the server's clock: the time of the
+            // whole decision (one round trip).
+            let mut look = redis::pipe();
+            look.cmd("WATCH").arg(&keys[..]).ignore().cmd("TIME");
+            let clock: Result<((u64, u64),), _> = look.query(conn);
+            let clock_ms = match clock {
+                Ok(((secs, micros),)) => secs.saturating_mul(1000).saturating_add(micros / 1000),
+                Err(e) => {
+                    self.conn = None;
+                    return Err(fail(e).into());
+                }
+            };
             let tx = RedisTx {
                 conn: RefCell::new(conn),
                 writes: RefCell::new(redis::pipe()),
                 url: &url,
                 taken: RefCell::new(Vec::new()),
+                clock_ms,
             };
             let out = match decide(&tx) {
                 Ok(out) => out,
@@ -268,11 +278,14 @@ impl RedisStore {
 
     /// Forgives what `session` has used, as [`crate::ledger::Store::reset`]
     /// does, in one transaction: each of its ledgers starts again from zero
-    /// at `now_ms`; repetitions, rate windows, reservations and unpriced
-    /// models are cleared; call ids stay seen. Logged. Returns how many
-    /// ledgers were reset (0: no such session).
+    /// at the server's time (`now_ms`, the caller's clock, is not used: a
+    /// Redis ledger's time is its server's); repetitions, rate windows,
+    /// reservations and unpriced models are cleared; call ids stay seen.
+    /// Logged. Returns how many ledgers were reset (0: no such session).
     pub fn reset(&mut self, session: &str, now_ms: u64, who: &str) -> Result<usize, StoreError> {
         self.decide(session, |tx| {
+            // The server's clock, as the gateways' decisions use it.
+            let now_ms = LedgerTx::clock_ms(tx).unwrap_or(now_ms);
             let agents: Vec<String> = tx.read(|c| c.hkeys(key(session, "ledger")))?;
             let mut agents = agents;
             // A session that lost its ledger gets a fresh one.
@@ -340,6 +353,9 @@ pub struct RedisTx<'a> {
     /// transaction would still find them, and give back or count them a
     /// second time (a commit and the next decision share a transaction).
     taken: RefCell<Vec<(String, String)>>,
+    /// The server's clock when the transaction began (`TIME`, after
+    /// `WATCH`), in milliseconds since the Unix epoch.
+    clock_ms: u64,
 }
 
 impl RedisTx<'_> {
@@ -540,6 +556,10 @@ impl LedgerTx for RedisTx<'_> {
         let first: Vec<(String, u64)> =
             self.read(|c| c.zrangebyscore_limit_withscores(&rate, &min, "+inf", 0, 1))?;
         Ok((count, first.first().map(|(_, at)| *at)))
+    }
+
+    fn clock_ms(&self) -> Option<u64> {
+        Some(self.clock_ms)
     }
 }
 

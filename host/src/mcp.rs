@@ -381,16 +381,26 @@ impl LedgerGate {
 
     /// Runs `f` in one transaction of the session (made again, for Redis,
     /// while another writer got in between) with the session's ledgers.
+    /// The time of the transaction, given to `f` (its last argument), is
+    /// the store's clock when it has one (Redis: the server's, so gateways
+    /// whose clocks differ decide on one time), else `now`.
     fn transaction<T>(
         &mut self,
         now: u64,
-        mut f: impl FnMut(&dyn LedgerTx, &mut Ledgers<'_>, &ReplayBudget, &str) -> Result<T, GateError>,
+        mut f: impl FnMut(
+            &dyn LedgerTx,
+            &mut Ledgers<'_>,
+            &ReplayBudget,
+            &str,
+            u64,
+        ) -> Result<T, GateError>,
     ) -> Result<T, String> {
         let (budget, session) = (&self.budget, self.session.as_str());
         let tools = self.tools.as_deref().map_err(|e| format!("budget {e}"))?;
         let mut decide = |tx: &dyn LedgerTx| {
+            let now = tx.clock_ms().unwrap_or(now);
             let mut ledgers = Ledgers::load(tx, session, budget, tools, now)?;
-            let out = f(tx, &mut ledgers, budget, session)?;
+            let out = f(tx, &mut ledgers, budget, session, now)?;
             ledgers.store(tx, session, now)?;
             Ok(out)
         };
@@ -410,7 +420,7 @@ impl LedgerGate {
         now: u64,
     ) -> Result<Verdict, String> {
         let ttl = self.ttl_ms;
-        self.transaction(now, |tx, ledgers, budget, session| {
+        self.transaction(now, |tx, ledgers, budget, session, now| {
             for (key, tool) in ran {
                 let cap = ledgers.tools.cap(tool);
                 gate::commit_reservation(tx, session, &mut ledgers.session, key, tool, cap)?;
@@ -464,7 +474,7 @@ impl CallGate for LedgerGate {
     }
 
     fn commit(&mut self, key: &str, tool: &str, now: u64) -> Result<(), String> {
-        self.transaction(now, |tx, l, _, session| {
+        self.transaction(now, |tx, l, _, session, _| {
             let cap = l.tools.cap(tool);
             gate::commit_reservation(tx, session, &mut l.session, key, tool, cap)
         })
@@ -478,7 +488,7 @@ impl CallGate for LedgerGate {
         detail: &str,
         now: u64,
     ) -> Result<(), String> {
-        self.transaction(now, |tx, l, _, session| {
+        self.transaction(now, |tx, l, _, session, now| {
             let cap = l.tools.cap(tool);
             gate::commit_reservation(tx, session, &mut l.session, key, tool, cap)?;
             // Logged as a refusal at decision time is: "deny KEY: REASON",
@@ -489,7 +499,7 @@ impl CallGate for LedgerGate {
     }
 
     fn roll_back(&mut self, key: &str, now: u64) -> Result<(), String> {
-        self.transaction(now, |tx, l, _, session| {
+        self.transaction(now, |tx, l, _, session, _| {
             gate::roll_back_reservation(tx, session, &mut l.session, key)
         })
     }

@@ -1190,7 +1190,7 @@ fn a_late_answer_committed_with_the_next_decision_counts_once_on_both_ledgers() 
     for (name, backend) in backends {
         let budget = budgetgate::replay::parse_budget(budget).expect("budget");
         let session = format!("late-{name}");
-        let mut gate = LedgerGate::on(backend, budget, session.clone(), 1_000);
+        let mut gate = LedgerGate::on(backend, budget, session.clone(), 2_000);
         let input = json!({});
         let call = |id: &'static str| ToolCall {
             name: "echo",
@@ -1199,17 +1199,26 @@ fn a_late_answer_committed_with_the_next_decision_counts_once_on_both_ledgers() 
             shown_id: id,
             id_scope: "on this connection",
         };
+        // A Redis ledger's time is its server's (issue 29): the time given
+        // passes there for real.
+        let pass = |ms: u64| {
+            if name == "redis" {
+                std::thread::sleep(Duration::from_millis(ms));
+            }
+        };
         const T0: u64 = 1_000_000;
         assert_eq!(gate.decide(&call("k1"), T0), Ok(Verdict::Run), "{name}");
+        pass(1_000);
         assert_eq!(
-            gate.decide(&call("k2"), T0 + 900),
+            gate.decide(&call("k2"), T0 + 1_000),
             Ok(Verdict::Run),
             "{name}"
         );
-        // k1 answered at T0 + 1 500, past its expiry (T0 + 1 000), k2 still
+        // k1 answered at T0 + 2 500, past its expiry (T0 + 2 000), k2 still
         // running: committed with k3's decision, which the budget refuses.
+        pass(1_500);
         let ran = [("k1".to_owned(), "echo".to_owned())];
-        let (failed, verdict) = gate.commit_then_decide(&ran, &call("k3"), T0 + 1_500);
+        let (failed, verdict) = gate.commit_then_decide(&ran, &call("k3"), T0 + 2_500);
         assert!(failed.is_empty(), "{name}: {failed:?}");
         match verdict {
             Ok(Verdict::Refuse(r)) => assert_eq!(r.reason, "tool-budget", "{name}"),
@@ -1438,4 +1447,117 @@ fn a_gateway_with_normal_durability_keeps_its_decisions_when_killed() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(said), "{extra:?}: {stderr}");
     }
+}
+
+// ---- issue 29: the Redis ledger against clock skew, foreign keys and a
+// server that lost its data.
+
+/// A gate on the Redis ledger at `url` for `session`: `budget` (TOML),
+/// reservations expiring after `ttl_ms`.
+fn redis_gate(url: &str, budget: &str, session: &str, ttl_ms: u64) -> budgetgate::mcp::LedgerGate {
+    let budget = budgetgate::replay::parse_budget(budget).expect("budget");
+    let store = budgetgate::ledger_redis::RedisStore::open(url, Duration::from_secs(5))
+        .expect("redis client");
+    budgetgate::mcp::LedgerGate::on(
+        budgetgate::mcp::Backend::Redis(store),
+        budget,
+        session.to_owned(),
+        ttl_ms,
+    )
+}
+
+/// Decides a call of `echo` with id `id` (its input made of the id, so no
+/// two calls repeat) at `now`.
+fn decide_echo(
+    gate: &mut budgetgate::mcp::LedgerGate,
+    id: &str,
+    now: u64,
+) -> Result<budgetgate::gate::Verdict, String> {
+    use budgetgate::mcp::CallGate;
+    let input = json!({ "id": id });
+    gate.decide(
+        &budgetgate::gate::ToolCall {
+            name: "echo",
+            input: &input,
+            call_id: id,
+            shown_id: id,
+            id_scope: "on this connection",
+        },
+        now,
+    )
+}
+
+/// Milliseconds since the Unix epoch by this machine's clock.
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64
+}
+
+/// The session's ledger in Redis: (tool calls used, reserved).
+fn redis_tool_calls(url: &str, session: &str) -> (u64, u64) {
+    use budgetgate_core::budget::Limit;
+    let ledger = budgetgate::ledger_redis::RedisStore::open(url, Duration::from_secs(5))
+        .and_then(|mut r| r.list())
+        .expect("listed")
+        .into_iter()
+        .find(|l| l.session == session && l.agent.is_empty())
+        .expect("the session")
+        .ledger
+        .expect("a record");
+    (
+        ledger.used(Limit::ToolCalls),
+        ledger.reserved(Limit::ToolCalls),
+    )
+}
+
+/// Issue 29 (clock skew): on Redis, time is the server's, not each
+/// gateway's: a gateway whose clock is 61 s ahead of another's gets no
+/// second `per_minute` window at once. With `per_minute = 3`, 3 calls
+/// through one gateway and 3 through the other pass 3 in all.
+#[test]
+fn a_gateway_whose_clock_is_ahead_gets_no_second_rate_window_on_redis() {
+    use budgetgate::gate::Verdict;
+    let Some(redis) = redis() else { return };
+    let budget = "[budget]\nmax_seconds = 100000\n[rate]\nper_minute = 3\n";
+    let mut on_time = redis_gate(&redis.url, budget, "skew-rate", 600_000);
+    let mut ahead = redis_gate(&redis.url, budget, "skew-rate", 600_000);
+    let now = wall_ms();
+    let mut ran = Vec::new();
+    for i in 0..3u64 {
+        let id = format!("on-time-{i}");
+        if decide_echo(&mut on_time, &id, now + i) == Ok(Verdict::Run) {
+            ran.push(id);
+        }
+    }
+    for i in 0..3u64 {
+        let id = format!("ahead-{i}");
+        match decide_echo(&mut ahead, &id, now + 61_000 + i) {
+            Ok(Verdict::Run) => ran.push(id),
+            Ok(Verdict::Refuse(r)) => assert_eq!(r.reason, "rate-limit", "{id}: {r:?}"),
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    assert_eq!(ran.len(), 3, "per_minute = 3 across both gateways: {ran:?}");
+}
+
+/// Issue 29 (clock skew): a gateway whose clock is ahead by more than the
+/// reservation TTL does not expire (and give back) another gateway's live
+/// reservation: with `max_tool_calls = 1` and a call in flight, its call is
+/// refused.
+#[test]
+fn a_gateway_whose_clock_is_ahead_expires_no_live_reservation_on_redis() {
+    use budgetgate::gate::Verdict;
+    let Some(redis) = redis() else { return };
+    let budget = "[budget]\nmax_seconds = 100000\nmax_tool_calls = 1\n";
+    let mut on_time = redis_gate(&redis.url, budget, "skew-ttl", 10_000);
+    let mut ahead = redis_gate(&redis.url, budget, "skew-ttl", 10_000);
+    let now = wall_ms();
+    assert_eq!(decide_echo(&mut on_time, "k1", now), Ok(Verdict::Run));
+    match decide_echo(&mut ahead, "k2", now + 30_000) {
+        Ok(Verdict::Refuse(r)) => assert_eq!(r.reason, "tool-budget", "{r:?}"),
+        other => panic!("k2 was let through while k1 is in flight: {other:?}"),
+    }
+    assert_eq!(redis_tool_calls(&redis.url, "skew-ttl"), (0, 1));
 }
