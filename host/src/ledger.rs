@@ -89,6 +89,20 @@ pub enum StoreError {
         /// What went wrong.
         detail: String,
     },
+    /// A key of a session in the Redis ledger holds another type than the
+    /// ledger keeps there (another client wrote it): the transaction is
+    /// not made, so that none of it is (fail closed for the session).
+    #[error("ledger {url}: key {key} holds a {found}, not the {expected} budgetgate keeps there (written by another client?); nothing was written, and the session's gated calls are refused until the key is repaired")]
+    RedisType {
+        /// The server's URL.
+        url: String,
+        /// The key.
+        key: String,
+        /// Its type, as Redis `TYPE` names it.
+        found: String,
+        /// The type the ledger keeps there.
+        expected: String,
+    },
     /// The file has another schema version.
     #[error("ledger {path}: schema version {found}; this build reads version {SCHEMA_VERSION}")]
     Schema {

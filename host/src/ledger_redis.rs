@@ -4,21 +4,29 @@
 //! The same state as the SQLite ledger ([`crate::ledger`]), per session
 //! under keys with a hash tag (`bg:{SESSION}:…`, so a cluster keeps a
 //! session on one node): `ledger` (hash: agent → the core's record),
-//! `calls` (hash: call id → its fingerprint and stored answer), `repeats` (hash: fingerprint → count),
-//! `resv` (hash: reservation → `expires_ms tool`), `rate` (sorted set of
-//! the instants of calls let through), `unpriced` (set), `updated` (hash:
-//! agent → when its ledger was last written, ms since the Unix epoch); and
-//! one list `bg:log` (JSON objects `{at_ms, session, action, detail}`).
+//! `calls` (hash: call id → its fingerprint and stored answer), `repeats`
+//! (hash: fingerprint → count), `resv` (hash: reservation → `expires_ms
+//! tool`), `rate` (sorted set of the instants of calls let through),
+//! `unpriced` (set), `updated` (hash: agent → when its ledger was last
+//! written, ms since the Unix epoch) and `log` (list of JSON objects
+//! `{at_ms, session, action, detail}`: the session's log, on its slot).
+//! Earlier builds kept one shared list `bg:log`: it is still read (and
+//! merged by time) by [`RedisStore::log`], never written.
 //!
 //! A decision is one optimistic transaction: the session's keys are
 //! `WATCH`ed, the server's clock read (`TIME`: the time of the whole
-//! decision, so gateways whose clocks differ decide on one time), the keys
-//! read, the decision made in Rust with the core's ledger, and its writes
-//! sent in one `MULTI` … `EXEC`. If another gateway wrote any of
-//! those keys meanwhile, `EXEC` does nothing and the decision is made again
-//! on the new figures, so concurrent gateways never exceed a budget. A
-//! server that cannot be reached or answers an error is a [`StoreError`]:
-//! the caller refuses (fail closed).
+//! decision, so gateways whose clocks differ decide on one time) and each
+//! key's type checked, the keys read, the decision made in Rust with the
+//! core's ledger, and its writes sent in one `MULTI` … `EXEC`. If another
+//! gateway wrote any of those keys meanwhile, `EXEC` does nothing and the
+//! decision is made again on the new figures, so concurrent gateways never
+//! exceed a budget. The transaction is all or nothing: Redis applies the
+//! other commands of an `EXEC` when one fails, so a key of another type
+//! than the ledger keeps there (another client's) is found before `MULTI`
+//! and refused ([`StoreError::RedisType`]) with nothing written; an error
+//! reply inside `EXEC` is reported all the same. A server that cannot be
+//! reached or answers an error is a [`StoreError`]: the caller refuses
+//! (fail closed).
 
 use std::cell::RefCell;
 use std::time::Duration;
@@ -81,18 +89,51 @@ impl RedisStore {
             let Some(conn) = self.conn.as_mut() else {
                 break;
             };
-            // The keys watched, then the server's clock: the time of the
-            // whole decision (one round trip).
+            // The keys watched, then the server's clock (the time of the
+            // whole decision) and the type of each key, in one round trip.
             let mut look = redis::pipe();
             look.cmd("WATCH").arg(&keys[..]).ignore().cmd("TIME");
-            let clock: Result<((u64, u64),), _> = look.query(conn);
-            let clock_ms = match clock {
-                Ok(((secs, micros),)) => secs.saturating_mul(1000).saturating_add(micros / 1000),
+            for k in &keys {
+                look.cmd("TYPE").arg(k);
+            }
+            let looked: Result<Vec<redis::Value>, _> = look.query(conn);
+            let looked = match looked {
+                Ok(v) => v,
                 Err(e) => {
                     self.conn = None;
                     return Err(fail(e).into());
                 }
             };
+            let (clock_ms, types) = match read_look(looked) {
+                Ok(read) => read,
+                Err(detail) => {
+                    self.conn = None;
+                    return Err(StoreError::Redis {
+                        url: url.clone(),
+                        detail,
+                    }
+                    .into());
+                }
+            };
+            // A key of another type (another client's) would fail its
+            // command inside EXEC while the others apply: a transaction
+            // half made. Checked under WATCH: a change after this aborts
+            // EXEC. Nothing is written; the session is refused.
+            let wrong = keys
+                .iter()
+                .zip(KEYS)
+                .zip(&types)
+                .find(|((_, (_, expected)), found)| *found != "none" && found != expected);
+            if let Some(((name, (_, expected)), found)) = wrong {
+                unwatch(&mut self.conn);
+                return Err(StoreError::RedisType {
+                    url: url.clone(),
+                    key: name.clone(),
+                    found: found.clone(),
+                    expected: (*expected).to_owned(),
+                }
+                .into());
+            }
             let tx = RedisTx {
                 conn: RefCell::new(conn),
                 writes: RefCell::new(redis::pipe()),
@@ -127,16 +168,40 @@ impl RedisStore {
             let conn = conn.into_inner();
             let mut writes = writes.into_inner();
             writes.atomic();
-            // EXEC answers nil when a watched key changed: decide again.
+            // EXEC answers nil when a watched key changed: decide again. An
+            // error reply for one of its commands (the client reports it as
+            // an error) would mean the others were applied: the types are
+            // checked above so that it cannot happen; should it, it is said.
             let done: Option<redis::Value> = match writes.query(conn) {
                 Ok(v) => v,
                 Err(e) => {
                     self.conn = None;
-                    return Err(fail(e).into());
+                    let detail = if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                        e.to_string()
+                    } else {
+                        format!("EXEC answered an error inside the transaction of session {session:?} ({e}); its other writes may have been applied")
+                    };
+                    return Err(StoreError::Redis {
+                        url: url.clone(),
+                        detail,
+                    }
+                    .into());
                 }
             };
-            if done.is_some() {
-                return Ok(out);
+            match done {
+                None => {}
+                Some(redis::Value::Array(replies))
+                    if replies
+                        .iter()
+                        .any(|r| matches!(r, redis::Value::ServerError(_))) =>
+                {
+                    return Err(StoreError::Redis {
+                        url: url.clone(),
+                        detail: format!("EXEC answered an error inside the transaction of session {session:?}; its other writes may have been applied"),
+                    }
+                    .into());
+                }
+                Some(_) => return Ok(out),
             }
         }
         Err(StoreError::Redis {
@@ -241,39 +306,45 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// The log, oldest first: (at_ms, session, action, detail); a line that
-    /// is not such an object is shown as an `unreadable` entry.
+    /// The log, oldest first: (at_ms, session, action, detail): every
+    /// session's own log (`bg:{*}:log`, found by `SCAN`) and the shared
+    /// `bg:log` of earlier builds, merged by time. A line that is not such
+    /// an object, and a log key that cannot be read as a list, are shown as
+    /// an `unreadable` entry.
     pub fn log(&mut self) -> Result<Vec<(u64, String, String, String)>, StoreError> {
         let url = self.url.clone();
+        let fail = |e: redis::RedisError| StoreError::Redis {
+            url: url.clone(),
+            detail: e.to_string(),
+        };
         let conn = self.connection()?;
-        let lines: Vec<String> = conn
-            .lrange("bg:log", 0, -1)
-            .map_err(|e| StoreError::Redis {
-                url,
-                detail: e.to_string(),
-            })?;
-        Ok(lines
-            .into_iter()
-            .map(|line| {
-                let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-                let text = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_owned);
-                match (
-                    v.get("at_ms").and_then(serde_json::Value::as_u64),
-                    text("session"),
-                    text("action"),
-                ) {
-                    (Some(at), Some(session), Some(action)) => {
-                        (at, session, action, text("detail").unwrap_or_default())
-                    }
-                    _ => (
-                        0,
-                        String::new(),
-                        "unreadable".into(),
-                        line.chars().take(200).collect(),
-                    ),
-                }
-            })
-            .collect())
+        let mut names: Vec<String> = conn
+            .scan_match::<_, String>("bg:{*}:log")
+            .map_err(&fail)?
+            .collect::<Result<_, _>>()
+            .map_err(&fail)?;
+        names.sort();
+        names.push("bg:log".to_owned());
+        let mut entries = Vec::new();
+        for name in names {
+            let lines: Result<Vec<Vec<u8>>, _> = conn.lrange(&name, 0, -1);
+            match lines {
+                Ok(lines) => entries.extend(
+                    lines
+                        .iter()
+                        .map(|line| log_entry(&String::from_utf8_lossy(line))),
+                ),
+                Err(e) => entries.push((
+                    0,
+                    session_of(&name).unwrap_or_default(),
+                    "unreadable".into(),
+                    format!("the log key {name} cannot be read: {e}"),
+                )),
+            }
+        }
+        // Stable: each key's entries stay in the order they were appended.
+        entries.sort_by_key(|e| e.0);
+        Ok(entries)
     }
 
     /// Forgives what `session` has used, as [`crate::ledger::Store::reset`]
@@ -314,6 +385,45 @@ impl RedisStore {
     }
 }
 
+/// One line of a log: (at_ms, session, action, detail), or an
+/// `unreadable` entry showing the line.
+fn log_entry(line: &str) -> (u64, String, String, String) {
+    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+    let text = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_owned);
+    match (
+        v.get("at_ms").and_then(serde_json::Value::as_u64),
+        text("session"),
+        text("action"),
+    ) {
+        (Some(at), Some(session), Some(action)) => {
+            (at, session, action, text("detail").unwrap_or_default())
+        }
+        _ => (
+            0,
+            String::new(),
+            "unreadable".into(),
+            line.chars().take(200).collect(),
+        ),
+    }
+}
+
+/// The server's clock (ms) and each key's type, from the replies to
+/// `WATCH` (ignored), `TIME` and one `TYPE` per key; `Err`: what is wrong
+/// with a reply.
+fn read_look(replies: Vec<redis::Value>) -> Result<(u64, Vec<String>), String> {
+    let mut replies = replies.into_iter();
+    let time = replies.next().ok_or("no reply to TIME")?;
+    let (secs, micros): (u64, u64) =
+        redis::from_redis_value(time).map_err(|e| format!("TIME answered {e}"))?;
+    let types = replies
+        .map(|t| redis::from_redis_value::<String>(t).map_err(|e| format!("TYPE answered {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((
+        secs.saturating_mul(1000).saturating_add(micros / 1000),
+        types,
+    ))
+}
+
 /// The session a `bg:{TAG}:WHAT` key is of (the tag unescaped).
 fn session_of(name: &str) -> Option<String> {
     let tag = name.strip_prefix("bg:{")?.rsplit_once("}:")?.0;
@@ -333,13 +443,31 @@ fn key(session: &str, what: &str) -> String {
     format!("bg:{{{tag}}}:{what}")
 }
 
+/// A session's keys (`bg:{SESSION}:WHAT`) with the Redis type each holds
+/// when it exists (as `TYPE` names it).
+const KEYS: [(&str, &str); 8] = [
+    ("ledger", "hash"),
+    ("calls", "hash"),
+    ("repeats", "hash"),
+    ("resv", "hash"),
+    ("rate", "zset"),
+    ("unpriced", "set"),
+    ("updated", "hash"),
+    ("log", "list"),
+];
+
 fn keys(session: &str) -> Vec<String> {
-    [
-        "ledger", "calls", "repeats", "resv", "rate", "unpriced", "updated",
-    ]
-    .iter()
-    .map(|w| key(session, w))
-    .collect()
+    KEYS.iter().map(|(w, _)| key(session, w)).collect()
+}
+
+/// Ends a transaction that writes nothing: forgets the `WATCH`es (the
+/// connection is dropped if even that fails).
+fn unwatch(conn: &mut Option<Connection>) {
+    if let Some(c) = conn.as_mut() {
+        if redis::cmd("UNWATCH").query::<()>(c).is_err() {
+            *conn = None;
+        }
+    }
 }
 
 /// One decision's view of a session in Redis: reads go to the server at
@@ -478,7 +606,7 @@ impl LedgerTx for RedisTx<'_> {
             "action": action, "detail": detail})
         .to_string();
         self.write(|p| {
-            p.rpush("bg:log", line).ignore();
+            p.rpush(key(session, "log"), line).ignore();
         });
         Ok(())
     }

@@ -195,3 +195,41 @@ fn a_decision_torn_by_a_concurrent_write_is_made_again() {
     assert!(decided.is_ok(), "{decided:?}");
     assert_eq!(attempts, 2, "made again once");
 }
+
+/// Issue 29: each session's log is its own key (`bg:{S}:log`, on the
+/// session's cluster slot); `ledger show` reads it merged by time with the
+/// shared `bg:log` an earlier build wrote.
+#[test]
+fn ledger_show_merges_the_sessions_own_log_with_the_old_shared_one() {
+    let Some(redis) = common::redis::redis() else {
+        return;
+    };
+    let mut store = RedisStore::open(&redis.url, Duration::from_secs(5)).expect("client");
+    store
+        .decide("fleet-b", |tx| {
+            tx.put_ledger("fleet-b", "", &Ledger::new(0), 1_764_590_000_000)?;
+            tx.log(1_764_590_000_000, "fleet-b", "call", "the newer entry")
+        })
+        .expect("stored");
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let _: () = redis::cmd("RPUSH")
+        .arg("bg:log")
+        .arg(
+            serde_json::json!({"at_ms": 1_764_500_000_000u64, "session": "fleet-b",
+                "action": "call", "detail": "the older entry"})
+            .to_string(),
+        )
+        .query(&mut conn)
+        .unwrap();
+    let kind: String = redis::cmd("TYPE")
+        .arg("bg:{fleet-b}:log")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(kind, "list");
+    let (code, out, err) = ledger_cmd(&["show", "fleet-b", "--ledger", &redis.url]);
+    assert_eq!(code, Some(0), "{err}");
+    let older = out.find("the older entry").expect(&out);
+    let newer = out.find("the newer entry").expect(&out);
+    assert!(older < newer, "merged by time: {out}");
+}

@@ -1561,3 +1561,135 @@ fn a_gateway_whose_clock_is_ahead_expires_no_live_reservation_on_redis() {
     }
     assert_eq!(redis_tool_calls(&redis.url, "skew-ttl"), (0, 1));
 }
+
+fn redis_conn(url: &str) -> redis::Connection {
+    redis::Client::open(url)
+        .and_then(|c| c.get_connection())
+        .expect("a connection")
+}
+
+/// Every key of `session` with its `DUMP` (type and content, byte for byte).
+fn session_state(conn: &mut redis::Connection, session: &str) -> Vec<(String, Vec<u8>)> {
+    let mut names: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("bg:{{{session}}}:*"))
+        .query(conn)
+        .expect("KEYS");
+    names.sort();
+    names
+        .into_iter()
+        .map(|k| {
+            let dump: Vec<u8> = redis::cmd("DUMP").arg(&k).query(conn).expect("DUMP");
+            (k, dump)
+        })
+        .collect()
+}
+
+/// Issue 29 (partial transactions): a key of another type in a session
+/// (another client's `SET bg:{S}:updated x`) makes each decision an error
+/// that names the key, its type and the type expected, and nothing of the
+/// session changes, byte for byte: no reservation left, nothing counted,
+/// also when commits shared the transaction. Once the key is repaired, the
+/// commit and the decision made again count once.
+#[test]
+fn a_wrong_typed_redis_key_refuses_and_leaves_the_session_unchanged() {
+    use budgetgate::gate::Verdict;
+    use budgetgate::mcp::CallGate;
+    let Some(redis) = redis() else { return };
+    let budget = "[budget]\nmax_seconds = 100000\nmax_tool_calls = 10\n";
+    let mut gate = redis_gate(&redis.url, budget, "planted", 600_000);
+    let now = wall_ms();
+    assert_eq!(decide_echo(&mut gate, "k1", now), Ok(Verdict::Run));
+    let mut conn = redis_conn(&redis.url);
+    let _: () = redis::cmd("SET")
+        .arg("bg:{planted}:updated")
+        .arg("x")
+        .query(&mut conn)
+        .expect("SET");
+    let before = session_state(&mut conn, "planted");
+
+    let refused = decide_echo(&mut gate, "k2", now + 1);
+    assert_eq!(
+        session_state(&mut conn, "planted"),
+        before,
+        "k2 left nothing"
+    );
+    let e = refused.expect_err("a decision on a wrong-typed key is an error");
+    assert!(
+        e.contains("bg:{planted}:updated") && e.contains("string") && e.contains("hash"),
+        "{e}"
+    );
+
+    let input = json!({"id": "k3"});
+    let k3 = budgetgate::gate::ToolCall {
+        name: "echo",
+        input: &input,
+        call_id: "k3",
+        shown_id: "k3",
+        id_scope: "on this connection",
+    };
+    let ran = [("k1".to_owned(), "echo".to_owned())];
+    let (failed, verdict) = gate.commit_then_decide(&ran, &k3, now + 2);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(verdict.is_err(), "{verdict:?}");
+    assert_eq!(
+        session_state(&mut conn, "planted"),
+        before,
+        "k1's commit and k3's decision left nothing"
+    );
+
+    let _: () = redis::cmd("DEL")
+        .arg("bg:{planted}:updated")
+        .query(&mut conn)
+        .expect("DEL");
+    assert_eq!(
+        redis_tool_calls(&redis.url, "planted"),
+        (0, 1),
+        "k1 in flight"
+    );
+    let (failed, verdict) = gate.commit_then_decide(&ran, &k3, now + 3);
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(verdict, Ok(Verdict::Run));
+    assert_eq!(
+        redis_tool_calls(&redis.url, "planted"),
+        (1, 1),
+        "k1 counted once, k3 reserved"
+    );
+}
+
+/// Issue 29 (partial transactions): the log is the session's own key, so a
+/// `bg:log` of another type (or another session's wrong-typed key) takes
+/// no decision of a healthy session down: its refusals are made and logged,
+/// and read back by `RedisStore::log` beside the old shared log's entries.
+#[test]
+fn a_planted_shared_log_or_another_sessions_key_leaves_a_healthy_session_alone() {
+    use budgetgate::gate::Verdict;
+    let Some(redis) = redis() else { return };
+    let mut conn = redis_conn(&redis.url);
+    for key in ["bg:log", "bg:{other}:updated"] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg("x")
+            .query(&mut conn)
+            .expect("SET");
+    }
+    let budget = "[budget]\nmax_seconds = 100000\nmax_tool_calls = 1\n";
+    let mut healthy = redis_gate(&redis.url, budget, "healthy", 600_000);
+    let now = wall_ms();
+    assert_eq!(decide_echo(&mut healthy, "k1", now), Ok(Verdict::Run));
+    match decide_echo(&mut healthy, "k2", now + 1) {
+        Ok(Verdict::Refuse(r)) => assert_eq!(r.reason, "tool-budget", "{r:?}"),
+        other => panic!("k2: {other:?}"),
+    }
+    let mut other = redis_gate(&redis.url, budget, "other", 600_000);
+    let e = decide_echo(&mut other, "o1", now).expect_err("the other session fails closed");
+    assert!(e.contains("bg:{other}:updated"), "{e}");
+    let log = budgetgate::ledger_redis::RedisStore::open(&redis.url, Duration::from_secs(5))
+        .and_then(|mut r| r.log())
+        .expect("the log is read");
+    assert!(
+        log.iter().any(|(_, s, action, detail)| s == "healthy"
+            && action == "deny"
+            && detail.contains("k2")),
+        "{log:?}"
+    );
+}
