@@ -103,6 +103,19 @@ pub enum StoreError {
         /// The type the ledger keeps there.
         expected: String,
     },
+    /// The Redis ledger of a session vanished or was replaced under this
+    /// gateway: its epoch key is missing, or another than the one seen.
+    #[error("ledger {url}: the Redis ledger of session {session:?} vanished or was replaced under this gateway (its epoch key {key} is {what}): the server restarted without persistence, or the database was flushed, so budget already used could come back; every gated call of the session is refused (fail closed): check the server (appendonly yes), then restart the gateway")]
+    RedisVanished {
+        /// The server's URL.
+        url: String,
+        /// The session.
+        session: String,
+        /// The epoch key (`bg:{SESSION}:epoch`).
+        key: String,
+        /// What was found of it.
+        what: &'static str,
+    },
     /// The file has another schema version.
     #[error("ledger {path}: schema version {found}; this build reads version {SCHEMA_VERSION}")]
     Schema {

@@ -9,9 +9,10 @@
 //! tool`), `rate` (sorted set of the instants of calls let through),
 //! `unpriced` (set), `updated` (hash: agent → when its ledger was last
 //! written, ms since the Unix epoch) and `log` (list of JSON objects
-//! `{at_ms, session, action, detail}`: the session's log, on its slot).
-//! Earlier builds kept one shared list `bg:log`: it is still read (and
-//! merged by time) by [`RedisStore::log`], never written.
+//! `{at_ms, session, action, detail}`: the session's log, on its slot) and
+//! `epoch` (string: a random value written with the session's first
+//! write). Earlier builds kept one shared list `bg:log`: it is still read
+//! (and merged by time) by [`RedisStore::log`], never written.
 //!
 //! A decision is one optimistic transaction: the session's keys are
 //! `WATCH`ed, the server's clock read (`TIME`: the time of the whole
@@ -27,8 +28,18 @@
 //! reply inside `EXEC` is reported all the same. A server that cannot be
 //! reached or answers an error is a [`StoreError`]: the caller refuses
 //! (fail closed).
+//!
+//! A ledger that vanishes under a running gateway (a server restarted
+//! without persistence, `FLUSHDB`) would give every session its budget
+//! back: each [`RedisStore`] remembers the epoch it saw of each session,
+//! and a transaction that finds it missing or another refuses
+//! ([`StoreError::RedisVanished`]) with nothing written, until the gateway
+//! is restarted. A reset keeps the epoch. The gateway warns at start when
+//! the server does not have `appendonly yes`
+//! ([`RedisStore::persistence_warning`]).
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use budgetgate_core::budget::Ledger;
@@ -45,6 +56,9 @@ pub struct RedisStore {
     url: String,
     conn: Option<Connection>,
     timeout: Duration,
+    /// The epoch (`bg:{SESSION}:epoch`) seen of each session: a ledger
+    /// found later without it, or with another, vanished under this store.
+    epochs: HashMap<String, String>,
 }
 
 impl RedisStore {
@@ -60,6 +74,7 @@ impl RedisStore {
             url: url.to_owned(),
             conn: None,
             timeout,
+            epochs: HashMap::new(),
         })
     }
 
@@ -85,17 +100,21 @@ impl RedisStore {
             detail: e.to_string(),
         };
         let keys = keys(session);
+        let epoch_key = key(session, "epoch");
         for _ in 0..MAX_RETRIES {
             let Some(conn) = self.conn.as_mut() else {
                 break;
             };
             // The keys watched, then the server's clock (the time of the
-            // whole decision) and the type of each key, in one round trip.
+            // whole decision), the type of each key and the session's
+            // epoch, in one round trip (a GET of another type answers an
+            // error, kept in its place: the type check says it).
             let mut look = redis::pipe();
             look.cmd("WATCH").arg(&keys[..]).ignore().cmd("TIME");
             for k in &keys {
                 look.cmd("TYPE").arg(k);
             }
+            look.cmd("GET").arg(&epoch_key).ignore_errors();
             let looked: Result<Vec<redis::Value>, _> = look.query(conn);
             let looked = match looked {
                 Ok(v) => v,
@@ -104,7 +123,7 @@ impl RedisStore {
                     return Err(fail(e).into());
                 }
             };
-            let (clock_ms, types) = match read_look(looked) {
+            let (clock_ms, types, epoch) = match read_look(looked, keys.len()) {
                 Ok(read) => read,
                 Err(detail) => {
                     self.conn = None;
@@ -134,6 +153,43 @@ impl RedisStore {
                 }
                 .into());
             }
+            // The epoch: written with the session's first write, and then
+            // always there. Missing or another than the one this store saw:
+            // the ledger vanished (a server restarted without persistence,
+            // FLUSHDB) or was replaced, and budget used could come back.
+            let epoch: Option<String> = match redis::from_redis_value(epoch) {
+                Ok(epoch) => epoch,
+                Err(e) => {
+                    self.conn = None;
+                    return Err(StoreError::Redis {
+                        url: url.clone(),
+                        detail: format!("GET {epoch_key} answered {e}"),
+                    }
+                    .into());
+                }
+            };
+            let new_epoch = match (self.epochs.get(session), epoch) {
+                (Some(seen), found) if found.as_ref() != Some(seen) => {
+                    unwatch(&mut self.conn);
+                    return Err(StoreError::RedisVanished {
+                        url: url.clone(),
+                        session: session.to_owned(),
+                        key: epoch_key,
+                        what: if found.is_some() {
+                            "holds another epoch than the one this gateway saw"
+                        } else {
+                            "missing"
+                        },
+                    }
+                    .into());
+                }
+                (Some(_), _) => None,
+                (None, Some(found)) => {
+                    self.epochs.insert(session.to_owned(), found);
+                    None
+                }
+                (None, None) => Some(fresh_epoch()),
+            };
             let tx = RedisTx {
                 conn: RefCell::new(conn),
                 writes: RefCell::new(redis::pipe()),
@@ -167,6 +223,11 @@ impl RedisStore {
             let RedisTx { conn, writes, .. } = tx;
             let conn = conn.into_inner();
             let mut writes = writes.into_inner();
+            // The session's first write: its epoch with it.
+            let new_epoch = new_epoch.filter(|_| !writes.is_empty());
+            if let Some(epoch) = &new_epoch {
+                writes.set(&epoch_key, epoch).ignore();
+            }
             writes.atomic();
             // EXEC answers nil when a watched key changed: decide again. An
             // error reply for one of its commands (the client reports it as
@@ -201,7 +262,12 @@ impl RedisStore {
                     }
                     .into());
                 }
-                Some(_) => return Ok(out),
+                Some(_) => {
+                    if let Some(epoch) = new_epoch {
+                        self.epochs.insert(session.to_owned(), epoch);
+                    }
+                    return Ok(out);
+                }
             }
         }
         Err(StoreError::Redis {
@@ -234,6 +300,38 @@ impl RedisStore {
     /// The server's address, as given.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// What a gateway says at start about the server's persistence, if
+    /// anything: a server without `appendonly yes` loses the ledger when it
+    /// restarts (every session's budget would come back; a running gateway
+    /// refuses a session whose ledger vanished, one started afterwards
+    /// cannot tell), and a server that refuses `CONFIG GET appendonly`
+    /// (managed services often do) or cannot be reached could not be
+    /// checked. `None`: it has `appendonly yes`.
+    pub fn persistence_warning(&mut self) -> Option<String> {
+        let url = self.url.clone();
+        let config: Result<Vec<String>, String> = match self.connection() {
+            Ok(conn) => redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("appendonly")
+                .query(conn)
+                .map_err(|e| e.to_string()),
+            Err(StoreError::Redis { detail, .. }) => Err(detail),
+            Err(e) => Err(e.to_string()),
+        };
+        let lost = "a restart loses the ledger, and with it the budget every session has used (docs/MCP.md, \"Redis\")";
+        match config.as_deref() {
+            Ok([name, value]) if name == "appendonly" => (value != "yes").then(|| {
+                format!("the Redis server at {url} has appendonly {value}: {lost}; set appendonly yes")
+            }),
+            Ok(other) => Some(format!(
+                "the Redis server at {url}: whether it persists the ledger could not be checked (CONFIG GET appendonly answered {other:?}); without appendonly yes {lost}"
+            )),
+            Err(e) => Some(format!(
+                "the Redis server at {url}: whether it persists the ledger could not be checked (CONFIG GET appendonly: {e}); without appendonly yes {lost}"
+            )),
+        }
     }
 
     /// Every stored ledger, as [`crate::ledger::Store::list`] gives them:
@@ -407,21 +505,50 @@ fn log_entry(line: &str) -> (u64, String, String, String) {
     }
 }
 
-/// The server's clock (ms) and each key's type, from the replies to
-/// `WATCH` (ignored), `TIME` and one `TYPE` per key; `Err`: what is wrong
-/// with a reply.
-fn read_look(replies: Vec<redis::Value>) -> Result<(u64, Vec<String>), String> {
+/// The server's clock (ms), each of `n` keys' type and the reply to `GET`
+/// the epoch, from the replies to `WATCH` (ignored), `TIME`, one `TYPE`
+/// per key and the `GET`; `Err`: what is wrong with a reply.
+fn read_look(
+    replies: Vec<redis::Value>,
+    n: usize,
+) -> Result<(u64, Vec<String>, redis::Value), String> {
     let mut replies = replies.into_iter();
     let time = replies.next().ok_or("no reply to TIME")?;
     let (secs, micros): (u64, u64) =
         redis::from_redis_value(time).map_err(|e| format!("TIME answered {e}"))?;
     let types = replies
+        .by_ref()
+        .take(n)
         .map(|t| redis::from_redis_value::<String>(t).map_err(|e| format!("TYPE answered {e}")))
         .collect::<Result<Vec<_>, _>>()?;
+    if types.len() != n {
+        return Err(format!("{} replies to TYPE, not {n}", types.len()));
+    }
+    let epoch = replies.next().ok_or("no reply to GET the epoch")?;
     Ok((
         secs.saturating_mul(1000).saturating_add(micros / 1000),
         types,
+        epoch,
     ))
+}
+
+/// A new epoch: 128 random bits in hex (the standard library's hasher
+/// keys come from the system's random source), told apart from any other
+/// store's.
+fn fresh_epoch() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let half = |salt: u64| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(nanos);
+        h.write_u32(std::process::id());
+        h.write_u64(unique());
+        h.write_u64(salt);
+        h.finish()
+    };
+    format!("{:016x}{:016x}", half(0), half(1))
 }
 
 /// The session a `bg:{TAG}:WHAT` key is of (the tag unescaped).
@@ -445,7 +572,7 @@ fn key(session: &str, what: &str) -> String {
 
 /// A session's keys (`bg:{SESSION}:WHAT`) with the Redis type each holds
 /// when it exists (as `TYPE` names it).
-const KEYS: [(&str, &str); 8] = [
+const KEYS: [(&str, &str); 9] = [
     ("ledger", "hash"),
     ("calls", "hash"),
     ("repeats", "hash"),
@@ -454,6 +581,7 @@ const KEYS: [(&str, &str); 8] = [
     ("unpriced", "set"),
     ("updated", "hash"),
     ("log", "list"),
+    ("epoch", "string"),
 ];
 
 fn keys(session: &str) -> Vec<String> {

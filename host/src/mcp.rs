@@ -211,11 +211,21 @@ pub fn setup(args: &McpArgs, default_session: String) -> Result<Setup, String> {
             .and_then(|t| crate::replay::budget::parse_budget(&t))
             .map_err(|e| format!("budget {}: {e}", path.display()))?,
     };
-    let store = open_ledger(
+    let mut store = open_ledger(
         args.ledger.as_deref(),
         Duration::from_secs(5),
         args.durability,
     )?;
+    // A Redis that does not persist every write loses the ledger when it
+    // restarts: said at start (the gateway still starts).
+    if let Backend::Redis(redis) = &mut store {
+        if let Some(warning) = redis.persistence_warning() {
+            eprintln!(
+                "budgetgate mcp: warning: {}",
+                crate::term::terminal_safe(&warning)
+            );
+        }
+    }
     let session = args.session.clone().unwrap_or(default_session);
     if session.is_empty() || session.chars().count() > 256 || session.chars().any(char::is_control)
     {

@@ -1693,3 +1693,92 @@ fn a_planted_shared_log_or_another_sessions_key_leaves_a_healthy_session_alone()
         "{log:?}"
     );
 }
+
+/// Issue 29 (a Redis without persistence restarted, or `FLUSHDB`): a
+/// ledger that vanished under a running gateway is detected, and the next
+/// call refused (gate-error naming the cause), never given a whole budget
+/// again; a gateway started afterwards works. An operator's `ledger reset`
+/// is no such loss: the ledger's epoch stays. The server has `appendonly
+/// no`, and the gateway says so at start.
+#[test]
+fn a_flushed_redis_ledger_is_refused_until_the_gateway_restarts() {
+    let Some(redis) = redis() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 2\n");
+    let server = python_server(&s, false);
+    let server: Vec<&str> = server.iter().map(String::as_str).collect();
+    let args = with_ledger(s.gateway_args(&[], &server), &redis.url);
+    let mut gw = Gateway::start(&args);
+    for id in [1, 2] {
+        let ran = gw.call(id, "echo", json!({ "n": id }));
+        assert_ne!(ran["result"]["isError"], true, "{ran}");
+    }
+    let reset = Command::new(bin())
+        .args(["ledger", "reset", "e2e", "--yes", "--ledger", &redis.url])
+        .output()
+        .expect("runs");
+    assert_eq!(reset.status.code(), Some(0), "{reset:?}");
+    let ran = gw.call(3, "echo", json!({"n": 3}));
+    assert_ne!(ran["result"]["isError"], true, "after a reset: {ran}");
+    // The whole budget is used (the third call is committed with the next
+    // decision); the ledger is lost.
+    let _: () = redis::cmd("FLUSHDB")
+        .query(&mut redis_conn(&redis.url))
+        .expect("FLUSHDB");
+    let refused = gw.call(4, "echo", json!({"n": 4}));
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert_eq!(
+        refused["result"]["_meta"]["budgetgate"]["reason"], "gate-error",
+        "{refused}"
+    );
+    assert!(text_of(&refused).contains("vanished"), "{refused}");
+    drop(gw.stdin.take());
+    let (code, stderr) = gw.end(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("budgetgate mcp: warning: the Redis server at")
+            && stderr.contains("appendonly no"),
+        "{stderr}"
+    );
+
+    let mut fresh = Gateway::start(&args);
+    let again = fresh.call(5, "echo", json!({"n": 5}));
+    assert_ne!(again["result"]["isError"], true, "{again}");
+    drop(fresh.stdin.take());
+    assert_eq!(fresh.end(Duration::from_secs(10)).0, Some(0));
+}
+
+/// Issue 29: at start, a gateway on a Redis ledger asks the server whether
+/// it persists every write (`CONFIG GET appendonly`): nothing is said when
+/// it does, and a server that refuses `CONFIG` is said to be unchecked.
+#[test]
+fn a_redis_gateway_warns_unless_the_server_has_appendonly_yes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let folder = dir.path().display().to_string();
+    let cases: [(&[&str], Option<&str>); 2] = [
+        (&["--appendonly", "yes", "--dir", &folder], None),
+        (
+            &["--rename-command", "CONFIG", ""],
+            Some("could not be checked"),
+        ),
+    ];
+    for (extra, said) in cases {
+        let Some(redis) = common::redis::redis_with(extra) else {
+            return;
+        };
+        let out = Command::new(bin())
+            .args(["mcp", "--terminal", "never", "--ledger", &redis.url])
+            .args(["--", "sh", "-c", "cat"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{extra:?}: {stderr}");
+        match said {
+            None => assert!(!stderr.contains("warning"), "{extra:?}: {stderr}"),
+            Some(said) => assert!(
+                stderr.contains("budgetgate mcp: warning:") && stderr.contains(said),
+                "{extra:?}: {stderr}"
+            ),
+        }
+    }
+}
