@@ -45,7 +45,7 @@ use std::time::Duration;
 use budgetgate_core::budget::Ledger;
 use redis::{Commands, Connection, Pipeline};
 
-use crate::ledger::{LedgerTx, ListedLedger, StoreError};
+use crate::ledger::{oversized_record, LedgerTx, ListedLedger, StoreError, MAX_RECORD_LEN};
 
 /// Most times a decision is made again after a concurrent write.
 pub const MAX_RETRIES: usize = 200;
@@ -337,8 +337,9 @@ impl RedisStore {
     /// Every stored ledger, as [`crate::ledger::Store::list`] gives them:
     /// sessions found by `SCAN` over `bg:{*}:ledger` and `bg:{*}:calls`,
     /// newest update first. A session whose keys cannot be read as a ledger
-    /// (a key of another type, a record that does not decode) is listed with
-    /// the reason, as is one with calls but no ledger
+    /// (a key of another type, a record that does not decode or is longer
+    /// than any record: its length is read first, `HSTRLEN`, and such a
+    /// record never loaded) is listed with the reason, as is one with calls but no ledger
     /// ([`crate::ledger::LOST_LEDGER`]); the listing goes on.
     pub fn list(&mut self) -> Result<Vec<ListedLedger>, StoreError> {
         let url = self.url.clone();
@@ -358,7 +359,28 @@ impl RedisStore {
         }
         let mut out = Vec::new();
         for session in sessions {
-            let records: Result<Vec<(String, Vec<u8>)>, _> = conn.hgetall(key(&session, "ledger"));
+            let ledger_key = key(&session, "ledger");
+            // Each record's length first: one longer than any record is
+            // listed as such, never loaded.
+            let agents: Result<Vec<String>, _> = conn.hkeys(&ledger_key);
+            let records = agents.and_then(|agents| {
+                agents
+                    .into_iter()
+                    .map(|agent| {
+                        let len: u64 = redis::cmd("HSTRLEN")
+                            .arg(&ledger_key)
+                            .arg(&agent)
+                            .query(conn)?;
+                        if len > MAX_RECORD_LEN as u64 {
+                            return Ok((agent, Err(oversized_record(len))));
+                        }
+                        let record: Option<Vec<u8>> = conn.hget(&ledger_key, &agent)?;
+                        let ledger = Ledger::from_record(&record.unwrap_or_default())
+                            .map_err(|e| e.to_string());
+                        Ok((agent, ledger))
+                    })
+                    .collect::<Result<Vec<_>, redis::RedisError>>()
+            });
             let updated: Vec<(String, u64)> =
                 conn.hgetall(key(&session, "updated")).unwrap_or_default();
             let records = match records {
@@ -382,13 +404,13 @@ impl RedisStore {
                     updated_ms: 0,
                 });
             }
-            for (agent, record) in records {
+            for (agent, ledger) in records {
                 let updated_ms = updated
                     .iter()
                     .find(|(a, _)| *a == agent)
                     .map_or(0, |(_, at)| *at);
                 out.push(ListedLedger {
-                    ledger: Ledger::from_record(&record).map_err(|e| e.to_string()),
+                    ledger,
                     session: session.clone(),
                     agent,
                     updated_ms,
