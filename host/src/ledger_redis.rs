@@ -39,7 +39,6 @@
 //! ([`RedisStore::persistence_warning`]).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::time::Duration;
 
 use budgetgate_core::budget::Ledger;
@@ -56,9 +55,10 @@ pub struct RedisStore {
     url: String,
     conn: Option<Connection>,
     timeout: Duration,
-    /// The epoch (`bg:{SESSION}:epoch`) seen of each session: a ledger
-    /// found later without it, or with another, vanished under this store.
-    epochs: HashMap<String, String>,
+    /// The epoch (`bg:{SESSION}:epoch`) seen of each session (a gateway
+    /// has one): a ledger found later without it, or with another,
+    /// vanished under this store.
+    epochs: Vec<(String, String)>,
 }
 
 impl RedisStore {
@@ -74,7 +74,7 @@ impl RedisStore {
             url: url.to_owned(),
             conn: None,
             timeout,
-            epochs: HashMap::new(),
+            epochs: Vec::new(),
         })
     }
 
@@ -168,7 +168,8 @@ impl RedisStore {
                     .into());
                 }
             };
-            let new_epoch = match (self.epochs.get(session), epoch) {
+            let seen = self.epochs.iter().find(|(s, _)| s == session);
+            let new_epoch = match (seen.map(|(_, e)| e), epoch) {
                 (Some(seen), found) if found.as_ref() != Some(seen) => {
                     unwatch(&mut self.conn);
                     return Err(StoreError::RedisVanished {
@@ -185,7 +186,7 @@ impl RedisStore {
                 }
                 (Some(_), _) => None,
                 (None, Some(found)) => {
-                    self.epochs.insert(session.to_owned(), found);
+                    self.epochs.push((session.to_owned(), found));
                     None
                 }
                 (None, None) => Some(fresh_epoch()),
@@ -264,7 +265,7 @@ impl RedisStore {
                 }
                 Some(_) => {
                     if let Some(epoch) = new_epoch {
-                        self.epochs.insert(session.to_owned(), epoch);
+                        self.epochs.push((session.to_owned(), epoch));
                     }
                     return Ok(out);
                 }
