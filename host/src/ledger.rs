@@ -117,7 +117,7 @@ pub enum StoreError {
     },
     /// The Redis ledger of a session vanished or was replaced under this
     /// gateway: its epoch key is missing, or another than the one seen.
-    #[error("ledger {url}: the Redis ledger of session {session:?} vanished or was replaced under this gateway (its epoch key {key} is {what}): the server restarted without persistence, or the database was flushed, so budget already used could come back; every gated call of the session is refused (fail closed): check the server (appendonly yes), then restart the gateway")]
+    #[error("ledger {url}: the Redis ledger of session {session:?} vanished or was replaced under this gateway (its epoch key {key} {what}): the server restarted without persistence, or the database was flushed, so budget already used could come back; every gated call of the session is refused (fail closed): check the server (appendonly yes), then restart the gateway")]
     RedisVanished {
         /// The server's URL.
         url: String,
@@ -125,7 +125,7 @@ pub enum StoreError {
         session: String,
         /// The epoch key (`bg:{SESSION}:epoch`).
         key: String,
-        /// What was found of it.
+        /// What was found of it (`is missing`, `holds another …`).
         what: &'static str,
     },
     /// The file has another schema version.

@@ -179,7 +179,7 @@ impl RedisStore {
                         what: if found.is_some() {
                             "holds another epoch than the one this gateway saw"
                         } else {
-                            "missing"
+                            "is missing"
                         },
                     }
                     .into());
