@@ -24,7 +24,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use budgetgate_core::budget::{Ledger, RecordError};
+use budgetgate_core::budget::{Ledger, RecordError, RECORD_LEN};
+use budgetgate_core::limits::MAX_TOOLS;
+use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// The schema's version, kept in `PRAGMA user_version`.
@@ -32,6 +34,16 @@ pub const SCHEMA_VERSION: i64 = 2;
 
 /// The ledger file's name inside the state folder.
 pub const FILE_NAME: &str = "ledger.sqlite3";
+
+/// The longest stored record any build reads (a version-1 record, whose
+/// tool slots also kept a cap): a listing refuses a longer one by its
+/// length, without loading it.
+pub const MAX_RECORD_LEN: usize = RECORD_LEN + MAX_TOOLS * 4;
+
+/// Why a stored record of `len` bytes is not read: longer than any record.
+pub fn oversized_record(len: u64) -> String {
+    format!("its record is {len} bytes, longer than any ledger record ({MAX_RECORD_LEN} bytes at most); not read")
+}
 
 /// How durable a committed decision is (SQLite's `synchronous` with the WAL
 /// journal; `docs/MCP.md`, "Durability").
@@ -88,6 +100,33 @@ pub enum StoreError {
         url: String,
         /// What went wrong.
         detail: String,
+    },
+    /// A key of a session in the Redis ledger holds another type than the
+    /// ledger keeps there (another client wrote it): the transaction is
+    /// not made, so that none of it is (fail closed for the session).
+    #[error("ledger {url}: key {key} holds a {found}, not the {expected} budgetgate keeps there (written by another client?); nothing was written, and the session's gated calls are refused until the key is repaired")]
+    RedisType {
+        /// The server's URL.
+        url: String,
+        /// The key.
+        key: String,
+        /// Its type, as Redis `TYPE` names it.
+        found: String,
+        /// The type the ledger keeps there.
+        expected: String,
+    },
+    /// The Redis ledger of a session vanished or was replaced under this
+    /// gateway: its epoch key is missing, or another than the one seen.
+    #[error("ledger {url}: the Redis ledger of session {session:?} vanished or was replaced under this gateway (its epoch key {key} {what}): the server restarted without persistence, or the database was flushed, so budget already used could come back; every gated call of the session is refused (fail closed): check the server (appendonly yes), then restart the gateway")]
+    RedisVanished {
+        /// The server's URL.
+        url: String,
+        /// The session.
+        session: String,
+        /// The epoch key (`bg:{SESSION}:epoch`).
+        key: String,
+        /// What was found of it (`is missing`, `holds another …`).
+        what: &'static str,
     },
     /// The file has another schema version.
     #[error("ledger {path}: schema version {found}; this build reads version {SCHEMA_VERSION}")]
@@ -308,34 +347,56 @@ impl Store {
         Ok(out)
     }
 
-    /// Every stored ledger: (session, agent, ledger or its decode error,
-    /// updated_ms), sessions in order of last update, newest first.
+    /// Every stored ledger: (session, agent, ledger or why it cannot be
+    /// read, updated_ms), sessions in order of last update, newest first.
+    /// A row that cannot be read is listed with the reason (a record that
+    /// does not decode, is not a blob, or is longer than any record: its
+    /// length is read first, and such a record never loaded), and the
+    /// listing goes on.
     pub fn list(&self) -> Result<Vec<ListedLedger>, StoreError> {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT session, agent, record, updated_ms FROM ledgers
-                 ORDER BY updated_ms DESC, session, agent",
+                "SELECT session, agent, typeof(record), length(record),
+                        CASE WHEN typeof(record) = 'blob' AND length(record) <= ?1
+                             THEN record END,
+                        updated_ms
+                 FROM ledgers ORDER BY updated_ms DESC, session, agent",
             )
             .map_err(self.sql())?;
         let rows = stmt
-            .query_map([], |r| {
+            .query_map([to_i64(MAX_RECORD_LEN as u64)], |r| {
                 Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, Vec<u8>>(2)?,
-                    r.get::<_, i64>(3)?,
+                    r.get::<_, SqlValue>(0)?,
+                    r.get::<_, SqlValue>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<i64>>(3)?,
+                    r.get::<_, Option<Vec<u8>>>(4)?,
+                    r.get::<_, SqlValue>(5)?,
                 ))
             })
             .map_err(self.sql())?;
         let mut out = Vec::new();
         for row in rows {
-            let (session, agent, record, updated_ms) = row.map_err(self.sql())?;
+            let (session, agent, kind, len, record, updated_ms) = row.map_err(self.sql())?;
+            let (session, bad_session) = listed_text(session, "session id");
+            let (agent, bad_agent) = listed_text(agent, "agent id");
+            let ledger = match (bad_session.or(bad_agent), record) {
+                (Some(bad), _) => Err(bad),
+                (None, _) if kind != "blob" => {
+                    Err(format!("its record is stored as {kind}, not a blob"))
+                }
+                (None, Some(record)) => Ledger::from_record(&record).map_err(|e| e.to_string()),
+                (None, None) => Err(oversized_record(len.map_or(0, to_u64))),
+            };
             out.push(ListedLedger {
-                ledger: Ledger::from_record(&record).map_err(|e| e.to_string()),
+                ledger,
                 session,
                 agent,
-                updated_ms: u64::try_from(updated_ms).unwrap_or(0),
+                updated_ms: match updated_ms {
+                    SqlValue::Integer(ms) => to_u64(ms),
+                    _ => 0,
+                },
             });
         }
         // Sessions whose ledger was lost: refused until reset, so listed.
@@ -426,6 +487,22 @@ impl Store {
     }
 }
 
+/// A text column of a listed row as text, and what is wrong with it when
+/// it is stored as another type (`what`: the column, for the message).
+fn listed_text(value: SqlValue, what: &str) -> (String, Option<String>) {
+    let (shown, kind) = match value {
+        SqlValue::Text(text) => return (text, None),
+        SqlValue::Blob(bytes) => (String::from_utf8_lossy(&bytes).into_owned(), "blob"),
+        SqlValue::Integer(n) => (n.to_string(), "integer"),
+        SqlValue::Real(x) => (x.to_string(), "real"),
+        SqlValue::Null => (String::new(), "null"),
+    };
+    (
+        shown,
+        Some(format!("its {what} is stored as {kind}, not text")),
+    )
+}
+
 /// What a listing says of a session that has state (call ids, transcripts
 /// read) but no ledger record: deleted by hand, or by a tool.
 pub const LOST_LEDGER: &str = "no ledger record, though the session has state (the record was deleted): every gated call is refused until `budgetgate ledger reset SESSION`";
@@ -438,7 +515,8 @@ pub struct ListedLedger {
     /// The sub-agent id, empty for the session itself.
     pub agent: String,
     /// The ledger, or why it cannot be read: its record does not decode,
-    /// or the session has state but lost its ledger ([`LOST_LEDGER`]).
+    /// is stored as another type or is longer than any record, or the
+    /// session has state but lost its ledger ([`LOST_LEDGER`]).
     /// Every gated call of such a session is refused.
     pub ledger: Result<Ledger, String>,
     /// When it was last written, in milliseconds since the Unix epoch.
@@ -501,6 +579,14 @@ pub trait LedgerTx {
         session: &str,
         since_ms: u64,
     ) -> Result<(u64, Option<u64>), StoreError>;
+    /// The store's own clock, in milliseconds since the Unix epoch, read
+    /// once for this transaction, when the store has one (Redis: the
+    /// server's `TIME`): gateways on many machines then decide and write on
+    /// one clock, whatever their own clocks say. `None` (SQLite, on one
+    /// machine): the caller's clock is the time.
+    fn clock_ms(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl LedgerTx for Tx<'_> {
@@ -980,6 +1066,33 @@ impl Tx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 29: a listing refuses a record longer than `MAX_RECORD_LEN`
+    /// unread, so no longer record may be one a build reads: the longest
+    /// is a version-1 record of exactly that length.
+    #[test]
+    fn no_record_longer_than_the_largest_is_read() {
+        let shaped = |len: usize, version: u8| {
+            let mut bytes = vec![0u8; len];
+            bytes[..3].copy_from_slice(b"BGL");
+            bytes[3] = version;
+            Ledger::<MAX_TOOLS>::from_record(&bytes)
+        };
+        // Of its version's length: refused for its checksum, not its length.
+        assert!(matches!(
+            shaped(MAX_RECORD_LEN, 1),
+            Err(RecordError::Checksum)
+        ));
+        assert!(matches!(shaped(RECORD_LEN, 2), Err(RecordError::Checksum)));
+        for len in [MAX_RECORD_LEN + 1, 2 * MAX_RECORD_LEN] {
+            for version in [1, 2] {
+                assert!(matches!(
+                    shaped(len, version),
+                    Err(RecordError::Length(n)) if n == len
+                ));
+            }
+        }
+    }
 
     /// Issue 13 (latency): a new ledger file has 1 KiB pages (fewer bytes
     /// written to the WAL per decision); a file made before keeps its page

@@ -98,11 +98,13 @@ pub enum LedgerCommand {
     /// With --json, one JSON object per line: {"session", "agent" (null for
     /// the session itself), "updated_ms", "limits": {KEY: {"used", "max"
     /// (null: no limit)}}, "caps": {TOOL: {"used", "max"}}, "error" (only
-    /// when the stored record does not decode)}; KEY is model_calls, tokens,
+    /// when the stored record cannot be read)}; KEY is model_calls, tokens,
     /// time_ms, cost_micro_usd, tool_calls.
     #[command(after_help = "\
-Exit status: 0 listed; 2 the ledger cannot be opened; 1 a stored record does
-not decode (listed with its error).
+Exit status: 0 listed; 2 the ledger cannot be opened; 1 a stored record cannot
+be read: it does not decode, is stored as another type, or is longer than any
+record (not loaded); each such session is listed with its error, the others
+beside it.
 
 Examples:
   budgetgate ledger list
@@ -117,8 +119,8 @@ Examples:
     },
     /// One session: its ledgers and the ledger's log for it.
     #[command(after_help = "\
-Exit status: 0 shown; 1 a stored record does not decode; 2 no such session
-or no ledger.
+Exit status: 0 shown; 1 a stored record of the session cannot be read (shown
+with its error); 2 no such session or no ledger.
 
 Examples:
   budgetgate ledger show 0f5c3a9e-5d1c-4a8e-9a43-6c1f0e1d2b7a

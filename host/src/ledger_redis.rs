@@ -4,19 +4,39 @@
 //! The same state as the SQLite ledger ([`crate::ledger`]), per session
 //! under keys with a hash tag (`bg:{SESSION}:…`, so a cluster keeps a
 //! session on one node): `ledger` (hash: agent → the core's record),
-//! `calls` (hash: call id → its fingerprint and stored answer), `repeats` (hash: fingerprint → count),
-//! `resv` (hash: reservation → `expires_ms tool`), `rate` (sorted set of
-//! the instants of calls let through), `unpriced` (set), `updated` (hash:
-//! agent → when its ledger was last written, ms since the Unix epoch); and
-//! one list `bg:log` (JSON objects `{at_ms, session, action, detail}`).
+//! `calls` (hash: call id → its fingerprint and stored answer), `repeats`
+//! (hash: fingerprint → count), `resv` (hash: reservation → `expires_ms
+//! tool`), `rate` (sorted set of the instants of calls let through),
+//! `unpriced` (set), `updated` (hash: agent → when its ledger was last
+//! written, ms since the Unix epoch) and `log` (list of JSON objects
+//! `{at_ms, session, action, detail}`: the session's log, on its slot) and
+//! `epoch` (string: a random value written with the session's first
+//! write). Earlier builds kept one shared list `bg:log`: it is still read
+//! (and merged by time) by [`RedisStore::log`], never written.
 //!
 //! A decision is one optimistic transaction: the session's keys are
-//! `WATCH`ed, read, the decision made in Rust with the core's ledger, and
-//! its writes sent in one `MULTI` … `EXEC`. If another gateway wrote any of
-//! those keys meanwhile, `EXEC` does nothing and the decision is made again
-//! on the new figures, so concurrent gateways never exceed a budget. A
-//! server that cannot be reached or answers an error is a [`StoreError`]:
-//! the caller refuses (fail closed).
+//! `WATCH`ed, the server's clock read (`TIME`: the time of the whole
+//! decision, so gateways whose clocks differ decide on one time) and each
+//! key's type checked, the keys read, the decision made in Rust with the
+//! core's ledger, and its writes sent in one `MULTI` … `EXEC`. If another
+//! gateway wrote any of those keys meanwhile, `EXEC` does nothing and the
+//! decision is made again on the new figures, so concurrent gateways never
+//! exceed a budget. The transaction is all or nothing: Redis applies the
+//! other commands of an `EXEC` when one fails, so a key of another type
+//! than the ledger keeps there (another client's) is found before `MULTI`
+//! and refused ([`StoreError::RedisType`]) with nothing written; an error
+//! reply inside `EXEC` is reported all the same. A server that cannot be
+//! reached or answers an error is a [`StoreError`]: the caller refuses
+//! (fail closed).
+//!
+//! A ledger that vanishes under a running gateway (a server restarted
+//! without persistence, `FLUSHDB`) would give every session its budget
+//! back: each [`RedisStore`] remembers the epoch it saw of each session,
+//! and a transaction that finds it missing or another refuses
+//! ([`StoreError::RedisVanished`]) with nothing written, until the gateway
+//! is restarted. A reset keeps the epoch. The gateway warns at start when
+//! the server does not have `appendonly yes`
+//! ([`RedisStore::persistence_warning`]).
 
 use std::cell::RefCell;
 use std::time::Duration;
@@ -24,7 +44,7 @@ use std::time::Duration;
 use budgetgate_core::budget::Ledger;
 use redis::{Commands, Connection, Pipeline};
 
-use crate::ledger::{LedgerTx, ListedLedger, StoreError};
+use crate::ledger::{oversized_record, LedgerTx, ListedLedger, StoreError, MAX_RECORD_LEN};
 
 /// Most times a decision is made again after a concurrent write.
 pub const MAX_RETRIES: usize = 200;
@@ -35,6 +55,10 @@ pub struct RedisStore {
     url: String,
     conn: Option<Connection>,
     timeout: Duration,
+    /// The epoch (`bg:{SESSION}:epoch`) seen of each session (a gateway
+    /// has one): a ledger found later without it, or with another,
+    /// vanished under this store.
+    epochs: Vec<(String, String)>,
 }
 
 impl RedisStore {
@@ -50,6 +74,7 @@ impl RedisStore {
             url: url.to_owned(),
             conn: None,
             timeout,
+            epochs: Vec::new(),
         })
     }
 
@@ -75,20 +100,103 @@ impl RedisStore {
             detail: e.to_string(),
         };
         let keys = keys(session);
+        let epoch_key = key(session, "epoch");
         for _ in 0..MAX_RETRIES {
             let Some(conn) = self.conn.as_mut() else {
                 break;
             };
-            let watched: Result<(), _> = redis::cmd("WATCH").arg(&keys[..]).query(conn);
-            if let Err(e) = watched {
-                self.conn = None;
-                return Err(fail(e).into());
+            // The keys watched, then the server's clock (the time of the
+            // whole decision), the type of each key and the session's
+            // epoch, in one round trip (a GET of another type answers an
+            // error, kept in its place: the type check says it).
+            let mut look = redis::pipe();
+            look.cmd("WATCH").arg(&keys[..]).ignore().cmd("TIME");
+            for k in &keys {
+                look.cmd("TYPE").arg(k);
             }
+            look.cmd("GET").arg(&epoch_key).ignore_errors();
+            let looked: Result<Vec<redis::Value>, _> = look.query(conn);
+            let looked = match looked {
+                Ok(v) => v,
+                Err(e) => {
+                    self.conn = None;
+                    return Err(fail(e).into());
+                }
+            };
+            let (clock_ms, types, epoch) = match read_look(looked, keys.len()) {
+                Ok(read) => read,
+                Err(detail) => {
+                    self.conn = None;
+                    return Err(StoreError::Redis {
+                        url: url.clone(),
+                        detail,
+                    }
+                    .into());
+                }
+            };
+            // A key of another type (another client's) would fail its
+            // command inside EXEC while the others apply: a transaction
+            // half made. Checked under WATCH: a change after this aborts
+            // EXEC. Nothing is written; the session is refused.
+            let wrong = keys
+                .iter()
+                .zip(KEYS)
+                .zip(&types)
+                .find(|((_, (_, expected)), found)| *found != "none" && found != expected);
+            if let Some(((name, (_, expected)), found)) = wrong {
+                unwatch(&mut self.conn);
+                return Err(StoreError::RedisType {
+                    url: url.clone(),
+                    key: name.clone(),
+                    found: found.clone(),
+                    expected: (*expected).to_owned(),
+                }
+                .into());
+            }
+            // The epoch: written with the session's first write, and then
+            // always there. Missing or another than the one this store saw:
+            // the ledger vanished (a server restarted without persistence,
+            // FLUSHDB) or was replaced, and budget used could come back.
+            let epoch: Option<String> = match redis::from_redis_value(epoch) {
+                Ok(epoch) => epoch,
+                Err(e) => {
+                    self.conn = None;
+                    return Err(StoreError::Redis {
+                        url: url.clone(),
+                        detail: format!("GET {epoch_key} answered {e}"),
+                    }
+                    .into());
+                }
+            };
+            let seen = self.epochs.iter().find(|(s, _)| s == session);
+            let new_epoch = match (seen.map(|(_, e)| e), epoch) {
+                (Some(seen), found) if found.as_ref() != Some(seen) => {
+                    unwatch(&mut self.conn);
+                    return Err(StoreError::RedisVanished {
+                        url: url.clone(),
+                        session: session.to_owned(),
+                        key: epoch_key,
+                        what: if found.is_some() {
+                            "holds another epoch than the one this gateway saw"
+                        } else {
+                            "is missing"
+                        },
+                    }
+                    .into());
+                }
+                (Some(_), _) => None,
+                (None, Some(found)) => {
+                    self.epochs.push((session.to_owned(), found));
+                    None
+                }
+                (None, None) => Some(fresh_epoch()),
+            };
             let tx = RedisTx {
                 conn: RefCell::new(conn),
                 writes: RefCell::new(redis::pipe()),
                 url: &url,
                 taken: RefCell::new(Vec::new()),
+                clock_ms,
             };
             let out = match decide(&tx) {
                 Ok(out) => out,
@@ -116,17 +224,51 @@ impl RedisStore {
             let RedisTx { conn, writes, .. } = tx;
             let conn = conn.into_inner();
             let mut writes = writes.into_inner();
+            // The session's first write: its epoch with it.
+            let new_epoch = new_epoch.filter(|_| !writes.is_empty());
+            if let Some(epoch) = &new_epoch {
+                writes.set(&epoch_key, epoch).ignore();
+            }
             writes.atomic();
-            // EXEC answers nil when a watched key changed: decide again.
+            // EXEC answers nil when a watched key changed: decide again. An
+            // error reply for one of its commands (the client reports it as
+            // an error) would mean the others were applied: the types are
+            // checked above so that it cannot happen; should it, it is said.
             let done: Option<redis::Value> = match writes.query(conn) {
                 Ok(v) => v,
                 Err(e) => {
                     self.conn = None;
-                    return Err(fail(e).into());
+                    let detail = if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                        e.to_string()
+                    } else {
+                        format!("EXEC answered an error inside the transaction of session {session:?} ({e}); its other writes may have been applied")
+                    };
+                    return Err(StoreError::Redis {
+                        url: url.clone(),
+                        detail,
+                    }
+                    .into());
                 }
             };
-            if done.is_some() {
-                return Ok(out);
+            match done {
+                None => {}
+                Some(redis::Value::Array(replies))
+                    if replies
+                        .iter()
+                        .any(|r| matches!(r, redis::Value::ServerError(_))) =>
+                {
+                    return Err(StoreError::Redis {
+                        url: url.clone(),
+                        detail: format!("EXEC answered an error inside the transaction of session {session:?}; its other writes may have been applied"),
+                    }
+                    .into());
+                }
+                Some(_) => {
+                    if let Some(epoch) = new_epoch {
+                        self.epochs.push((session.to_owned(), epoch));
+                    }
+                    return Ok(out);
+                }
             }
         }
         Err(StoreError::Redis {
@@ -161,11 +303,44 @@ impl RedisStore {
         &self.url
     }
 
+    /// What a gateway says at start about the server's persistence, if
+    /// anything: a server without `appendonly yes` loses the ledger when it
+    /// restarts (every session's budget would come back; a running gateway
+    /// refuses a session whose ledger vanished, one started afterwards
+    /// cannot tell), and a server that refuses `CONFIG GET appendonly`
+    /// (managed services often do) or cannot be reached could not be
+    /// checked. `None`: it has `appendonly yes`.
+    pub fn persistence_warning(&mut self) -> Option<String> {
+        let url = self.url.clone();
+        let config: Result<Vec<String>, String> = match self.connection() {
+            Ok(conn) => redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("appendonly")
+                .query(conn)
+                .map_err(|e| e.to_string()),
+            Err(StoreError::Redis { detail, .. }) => Err(detail),
+            Err(e) => Err(e.to_string()),
+        };
+        let lost = "a restart loses the ledger, and with it the budget every session has used (docs/MCP.md, \"Redis\")";
+        match config.as_deref() {
+            Ok([name, value]) if name == "appendonly" => (value != "yes").then(|| {
+                format!("the Redis server at {url} has appendonly {value}: {lost}; set appendonly yes")
+            }),
+            Ok(other) => Some(format!(
+                "the Redis server at {url}: whether it persists the ledger could not be checked (CONFIG GET appendonly answered {other:?}); without appendonly yes {lost}"
+            )),
+            Err(e) => Some(format!(
+                "the Redis server at {url}: whether it persists the ledger could not be checked (CONFIG GET appendonly: {e}); without appendonly yes {lost}"
+            )),
+        }
+    }
+
     /// Every stored ledger, as [`crate::ledger::Store::list`] gives them:
     /// sessions found by `SCAN` over `bg:{*}:ledger` and `bg:{*}:calls`,
     /// newest update first. A session whose keys cannot be read as a ledger
-    /// (a key of another type, a record that does not decode) is listed with
-    /// the reason, as is one with calls but no ledger
+    /// (a key of another type, a record that does not decode or is longer
+    /// than any record: its length is read first, `HSTRLEN`, and such a
+    /// record never loaded) is listed with the reason, as is one with calls but no ledger
     /// ([`crate::ledger::LOST_LEDGER`]); the listing goes on.
     pub fn list(&mut self) -> Result<Vec<ListedLedger>, StoreError> {
         let url = self.url.clone();
@@ -185,7 +360,28 @@ impl RedisStore {
         }
         let mut out = Vec::new();
         for session in sessions {
-            let records: Result<Vec<(String, Vec<u8>)>, _> = conn.hgetall(key(&session, "ledger"));
+            let ledger_key = key(&session, "ledger");
+            // Each record's length first: one longer than any record is
+            // listed as such, never loaded.
+            let agents: Result<Vec<String>, _> = conn.hkeys(&ledger_key);
+            let records = agents.and_then(|agents| {
+                agents
+                    .into_iter()
+                    .map(|agent| {
+                        let len: u64 = redis::cmd("HSTRLEN")
+                            .arg(&ledger_key)
+                            .arg(&agent)
+                            .query(conn)?;
+                        if len > MAX_RECORD_LEN as u64 {
+                            return Ok((agent, Err(oversized_record(len))));
+                        }
+                        let record: Option<Vec<u8>> = conn.hget(&ledger_key, &agent)?;
+                        let ledger = Ledger::from_record(&record.unwrap_or_default())
+                            .map_err(|e| e.to_string());
+                        Ok((agent, ledger))
+                    })
+                    .collect::<Result<Vec<_>, redis::RedisError>>()
+            });
             let updated: Vec<(String, u64)> =
                 conn.hgetall(key(&session, "updated")).unwrap_or_default();
             let records = match records {
@@ -209,13 +405,13 @@ impl RedisStore {
                     updated_ms: 0,
                 });
             }
-            for (agent, record) in records {
+            for (agent, ledger) in records {
                 let updated_ms = updated
                     .iter()
                     .find(|(a, _)| *a == agent)
                     .map_or(0, |(_, at)| *at);
                 out.push(ListedLedger {
-                    ledger: Ledger::from_record(&record).map_err(|e| e.to_string()),
+                    ledger,
                     session: session.clone(),
                     agent,
                     updated_ms,
@@ -231,48 +427,57 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// The log, oldest first: (at_ms, session, action, detail); a line that
-    /// is not such an object is shown as an `unreadable` entry.
+    /// The log, oldest first: (at_ms, session, action, detail): every
+    /// session's own log (`bg:{*}:log`, found by `SCAN`) and the shared
+    /// `bg:log` of earlier builds, merged by time. A line that is not such
+    /// an object, and a log key that cannot be read as a list, are shown as
+    /// an `unreadable` entry.
     pub fn log(&mut self) -> Result<Vec<(u64, String, String, String)>, StoreError> {
         let url = self.url.clone();
+        let fail = |e: redis::RedisError| StoreError::Redis {
+            url: url.clone(),
+            detail: e.to_string(),
+        };
         let conn = self.connection()?;
-        let lines: Vec<String> = conn
-            .lrange("bg:log", 0, -1)
-            .map_err(|e| StoreError::Redis {
-                url,
-                detail: e.to_string(),
-            })?;
-        Ok(lines
-            .into_iter()
-            .map(|line| {
-                let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-                let text = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_owned);
-                match (
-                    v.get("at_ms").and_then(serde_json::Value::as_u64),
-                    text("session"),
-                    text("action"),
-                ) {
-                    (Some(at), Some(session), Some(action)) => {
-                        (at, session, action, text("detail").unwrap_or_default())
-                    }
-                    _ => (
-                        0,
-                        String::new(),
-                        "unreadable".into(),
-                        line.chars().take(200).collect(),
-                    ),
-                }
-            })
-            .collect())
+        let mut names: Vec<String> = conn
+            .scan_match::<_, String>("bg:{*}:log")
+            .map_err(&fail)?
+            .collect::<Result<_, _>>()
+            .map_err(&fail)?;
+        names.sort();
+        names.push("bg:log".to_owned());
+        let mut entries = Vec::new();
+        for name in names {
+            let lines: Result<Vec<Vec<u8>>, _> = conn.lrange(&name, 0, -1);
+            match lines {
+                Ok(lines) => entries.extend(
+                    lines
+                        .iter()
+                        .map(|line| log_entry(&String::from_utf8_lossy(line))),
+                ),
+                Err(e) => entries.push((
+                    0,
+                    session_of(&name).unwrap_or_default(),
+                    "unreadable".into(),
+                    format!("the log key {name} cannot be read: {e}"),
+                )),
+            }
+        }
+        // Stable: each key's entries stay in the order they were appended.
+        entries.sort_by_key(|e| e.0);
+        Ok(entries)
     }
 
     /// Forgives what `session` has used, as [`crate::ledger::Store::reset`]
     /// does, in one transaction: each of its ledgers starts again from zero
-    /// at `now_ms`; repetitions, rate windows, reservations and unpriced
-    /// models are cleared; call ids stay seen. Logged. Returns how many
-    /// ledgers were reset (0: no such session).
+    /// at the server's time (`now_ms`, the caller's clock, is not used: a
+    /// Redis ledger's time is its server's); repetitions, rate windows,
+    /// reservations and unpriced models are cleared; call ids stay seen.
+    /// Logged. Returns how many ledgers were reset (0: no such session).
     pub fn reset(&mut self, session: &str, now_ms: u64, who: &str) -> Result<usize, StoreError> {
         self.decide(session, |tx| {
+            // The server's clock, as the gateways' decisions use it.
+            let now_ms = LedgerTx::clock_ms(tx).unwrap_or(now_ms);
             let agents: Vec<String> = tx.read(|c| c.hkeys(key(session, "ledger")))?;
             let mut agents = agents;
             // A session that lost its ledger gets a fresh one.
@@ -301,6 +506,74 @@ impl RedisStore {
     }
 }
 
+/// One line of a log: (at_ms, session, action, detail), or an
+/// `unreadable` entry showing the line.
+fn log_entry(line: &str) -> (u64, String, String, String) {
+    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+    let text = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_owned);
+    match (
+        v.get("at_ms").and_then(serde_json::Value::as_u64),
+        text("session"),
+        text("action"),
+    ) {
+        (Some(at), Some(session), Some(action)) => {
+            (at, session, action, text("detail").unwrap_or_default())
+        }
+        _ => (
+            0,
+            String::new(),
+            "unreadable".into(),
+            line.chars().take(200).collect(),
+        ),
+    }
+}
+
+/// The server's clock (ms), each of `n` keys' type and the reply to `GET`
+/// the epoch, from the replies to `WATCH` (ignored), `TIME`, one `TYPE`
+/// per key and the `GET`; `Err`: what is wrong with a reply.
+fn read_look(
+    replies: Vec<redis::Value>,
+    n: usize,
+) -> Result<(u64, Vec<String>, redis::Value), String> {
+    let mut replies = replies.into_iter();
+    let time = replies.next().ok_or("no reply to TIME")?;
+    let (secs, micros): (u64, u64) =
+        redis::from_redis_value(time).map_err(|e| format!("TIME answered {e}"))?;
+    let types = replies
+        .by_ref()
+        .take(n)
+        .map(|t| redis::from_redis_value::<String>(t).map_err(|e| format!("TYPE answered {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    if types.len() != n {
+        return Err(format!("{} replies to TYPE, not {n}", types.len()));
+    }
+    let epoch = replies.next().ok_or("no reply to GET the epoch")?;
+    Ok((
+        secs.saturating_mul(1000).saturating_add(micros / 1000),
+        types,
+        epoch,
+    ))
+}
+
+/// A new epoch: 128 random bits in hex (the standard library's hasher
+/// keys come from the system's random source), told apart from any other
+/// store's.
+fn fresh_epoch() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let half = |salt: u64| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(nanos);
+        h.write_u32(std::process::id());
+        h.write_u64(unique());
+        h.write_u64(salt);
+        h.finish()
+    };
+    format!("{:016x}{:016x}", half(0), half(1))
+}
+
 /// The session a `bg:{TAG}:WHAT` key is of (the tag unescaped).
 fn session_of(name: &str) -> Option<String> {
     let tag = name.strip_prefix("bg:{")?.rsplit_once("}:")?.0;
@@ -320,13 +593,32 @@ fn key(session: &str, what: &str) -> String {
     format!("bg:{{{tag}}}:{what}")
 }
 
+/// A session's keys (`bg:{SESSION}:WHAT`) with the Redis type each holds
+/// when it exists (as `TYPE` names it).
+const KEYS: [(&str, &str); 9] = [
+    ("ledger", "hash"),
+    ("calls", "hash"),
+    ("repeats", "hash"),
+    ("resv", "hash"),
+    ("rate", "zset"),
+    ("unpriced", "set"),
+    ("updated", "hash"),
+    ("log", "list"),
+    ("epoch", "string"),
+];
+
 fn keys(session: &str) -> Vec<String> {
-    [
-        "ledger", "calls", "repeats", "resv", "rate", "unpriced", "updated",
-    ]
-    .iter()
-    .map(|w| key(session, w))
-    .collect()
+    KEYS.iter().map(|(w, _)| key(session, w)).collect()
+}
+
+/// Ends a transaction that writes nothing: forgets the `WATCH`es (the
+/// connection is dropped if even that fails).
+fn unwatch(conn: &mut Option<Connection>) {
+    if let Some(c) = conn.as_mut() {
+        if redis::cmd("UNWATCH").query::<()>(c).is_err() {
+            *conn = None;
+        }
+    }
 }
 
 /// One decision's view of a session in Redis: reads go to the server at
@@ -340,6 +632,9 @@ pub struct RedisTx<'a> {
     /// transaction would still find them, and give back or count them a
     /// second time (a commit and the next decision share a transaction).
     taken: RefCell<Vec<(String, String)>>,
+    /// The server's clock when the transaction began (`TIME`, after
+    /// `WATCH`), in milliseconds since the Unix epoch.
+    clock_ms: u64,
 }
 
 impl RedisTx<'_> {
@@ -462,7 +757,7 @@ impl LedgerTx for RedisTx<'_> {
             "action": action, "detail": detail})
         .to_string();
         self.write(|p| {
-            p.rpush("bg:log", line).ignore();
+            p.rpush(key(session, "log"), line).ignore();
         });
         Ok(())
     }
@@ -540,6 +835,10 @@ impl LedgerTx for RedisTx<'_> {
         let first: Vec<(String, u64)> =
             self.read(|c| c.zrangebyscore_limit_withscores(&rate, &min, "+inf", 0, 1))?;
         Ok((count, first.first().map(|(_, at)| *at)))
+    }
+
+    fn clock_ms(&self) -> Option<u64> {
+        Some(self.clock_ms)
     }
 }
 

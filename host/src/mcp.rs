@@ -216,11 +216,21 @@ pub fn setup(args: &McpArgs, default_session: String) -> Result<Setup, String> {
             .and_then(|t| crate::replay::budget::parse_budget(&t))
             .map_err(|e| format!("budget {}: {e}", path.display()))?,
     };
-    let store = open_ledger(
+    let mut store = open_ledger(
         args.ledger.as_deref(),
         Duration::from_secs(5),
         args.durability,
     )?;
+    // A Redis that does not persist every write loses the ledger when it
+    // restarts: said at start (the gateway still starts).
+    if let Backend::Redis(redis) = &mut store {
+        if let Some(warning) = redis.persistence_warning() {
+            eprintln!(
+                "budgetgate mcp: warning: {}",
+                crate::term::terminal_safe(&warning)
+            );
+        }
+    }
     let session = args.session.clone().unwrap_or(default_session);
     if session.is_empty() || session.chars().count() > 256 || session.chars().any(char::is_control)
     {
@@ -445,16 +455,26 @@ impl LedgerGate {
 
     /// Runs `f` in one transaction of the session (made again, for Redis,
     /// while another writer got in between) with the session's ledgers.
+    /// The time of the transaction, given to `f` (its last argument), is
+    /// the store's clock when it has one (Redis: the server's, so gateways
+    /// whose clocks differ decide on one time), else `now`.
     fn transaction<T>(
         &mut self,
         now: u64,
-        mut f: impl FnMut(&dyn LedgerTx, &mut Ledgers<'_>, &ReplayBudget, &str) -> Result<T, GateError>,
+        mut f: impl FnMut(
+            &dyn LedgerTx,
+            &mut Ledgers<'_>,
+            &ReplayBudget,
+            &str,
+            u64,
+        ) -> Result<T, GateError>,
     ) -> Result<T, String> {
         let (budget, session) = (&self.budget, self.session.as_str());
         let tools = self.tools.as_deref().map_err(|e| format!("budget {e}"))?;
         let mut decide = |tx: &dyn LedgerTx| {
+            let now = tx.clock_ms().unwrap_or(now);
             let mut ledgers = Ledgers::load(tx, session, budget, tools, now)?;
-            let out = f(tx, &mut ledgers, budget, session)?;
+            let out = f(tx, &mut ledgers, budget, session, now)?;
             ledgers.store(tx, session, now)?;
             Ok(out)
         };
@@ -474,7 +494,7 @@ impl LedgerGate {
         now: u64,
     ) -> Result<Verdict, String> {
         let ttl = self.ttl_ms;
-        self.transaction(now, |tx, ledgers, budget, session| {
+        self.transaction(now, |tx, ledgers, budget, session, now| {
             for (key, _) in ran {
                 gate::commit_reservation(tx, session, &mut ledgers.session, key)?;
             }
@@ -537,7 +557,7 @@ impl CallGate for LedgerGate {
 
     fn commit(&mut self, key: &str, tool: &str, now: u64) -> Result<(), String> {
         let _ = tool;
-        self.transaction(now, |tx, l, _, session| {
+        self.transaction(now, |tx, l, _, session, _| {
             gate::commit_reservation(tx, session, &mut l.session, key)
         })
     }
@@ -551,7 +571,7 @@ impl CallGate for LedgerGate {
         now: u64,
     ) -> Result<(), String> {
         let _ = tool;
-        self.transaction(now, |tx, l, _, session| {
+        self.transaction(now, |tx, l, _, session, now| {
             gate::commit_reservation(tx, session, &mut l.session, key)?;
             // Logged as a refusal at decision time is: "deny KEY: REASON",
             // with the person's answer after it.
@@ -561,7 +581,7 @@ impl CallGate for LedgerGate {
     }
 
     fn roll_back(&mut self, key: &str, now: u64) -> Result<(), String> {
-        self.transaction(now, |tx, l, _, session| {
+        self.transaction(now, |tx, l, _, session, _| {
             gate::roll_back_reservation(tx, session, &mut l.session, key)
         })
     }
@@ -570,8 +590,10 @@ impl CallGate for LedgerGate {
         if keys.is_empty() {
             return Ok(());
         }
-        let expires_ms = now.saturating_add(self.ttl_ms);
-        self.transaction(now, |tx, _, _, session| {
+        let ttl = self.ttl_ms;
+        // The store's clock where it has one (Redis), as every expiry.
+        self.transaction(now, |tx, _, _, session, now| {
+            let expires_ms = now.saturating_add(ttl);
             for key in keys {
                 // One no longer stored was spent at its expiry (this
                 // process could not renew it in time): its commit counts

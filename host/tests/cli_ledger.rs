@@ -195,3 +195,158 @@ fn a_decision_torn_by_a_concurrent_write_is_made_again() {
     assert!(decided.is_ok(), "{decided:?}");
     assert_eq!(attempts, 2, "made again once");
 }
+
+/// Issue 29: each session's log is its own key (`bg:{S}:log`, on the
+/// session's cluster slot); `ledger show` reads it merged by time with the
+/// shared `bg:log` an earlier build wrote.
+#[test]
+fn ledger_show_merges_the_sessions_own_log_with_the_old_shared_one() {
+    let Some(redis) = common::redis::redis() else {
+        return;
+    };
+    let mut store = RedisStore::open(&redis.url, Duration::from_secs(5)).expect("client");
+    store
+        .decide("fleet-b", |tx| {
+            tx.put_ledger("fleet-b", "", &Ledger::new(0), 1_764_590_000_000)?;
+            tx.log(1_764_590_000_000, "fleet-b", "call", "the newer entry")
+        })
+        .expect("stored");
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let _: () = redis::cmd("RPUSH")
+        .arg("bg:log")
+        .arg(
+            serde_json::json!({"at_ms": 1_764_500_000_000u64, "session": "fleet-b",
+                "action": "call", "detail": "the older entry"})
+            .to_string(),
+        )
+        .query(&mut conn)
+        .unwrap();
+    let kind: String = redis::cmd("TYPE")
+        .arg("bg:{fleet-b}:log")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(kind, "list");
+    let (code, out, err) = ledger_cmd(&["show", "fleet-b", "--ledger", &redis.url]);
+    assert_eq!(code, Some(0), "{err}");
+    let older = out.find("the older entry").expect(&out);
+    let newer = out.find("the newer entry").expect(&out);
+    assert!(older < newer, "merged by time: {out}");
+}
+
+/// Runs `budgetgate ledger ARGS` under a Python parent that reports the
+/// child's peak resident memory: (exit status, stdout, stderr, peak KiB).
+fn ledger_cmd_peak(args: &[&str]) -> (Option<i32>, String, String, u64) {
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import resource, subprocess, sys\n\
+             p = subprocess.run(sys.argv[1:], capture_output=True)\n\
+             sys.stdout.buffer.write(p.stdout)\n\
+             sys.stderr.buffer.write(p.stderr)\n\
+             sys.stderr.write('PEAK %d' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n\
+             sys.exit(p.returncode)",
+        )
+        .arg(env!("CARGO_BIN_EXE_budgetgate"))
+        .arg("ledger")
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let (stderr, peak) = stderr.rsplit_once("PEAK ").expect("the peak");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr.to_owned(),
+        peak.trim().parse().expect("KiB"),
+    )
+}
+
+/// JSON lines of a listing, by session.
+fn rows_by_session(out: &str) -> std::collections::BTreeMap<String, Value> {
+    out.lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
+        .map(|v| (v["session"].as_str().expect("a session").to_owned(), v))
+        .collect()
+}
+
+/// Peak memory of a listing, in KiB: a 50 MB record is never read whole.
+const LISTING_PEAK_KIB: u64 = 30 * 1024;
+
+/// Issue 29: one bad row of a SQLite ledger does not take the listing
+/// down: a record stored as text (not a blob) and one of 50 MB are each
+/// listed with what is wrong (exit 1, as a record that does not decode),
+/// the sound sessions beside them; the 50 MB record is never loaded (its
+/// length is read first). `ledger show` of a bad session names it (exit
+/// 1), of a sound one works (exit 0).
+#[test]
+fn a_sqlite_listing_names_a_wrong_typed_or_oversized_record_and_goes_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store =
+        budgetgate::ledger::Store::open(dir.path(), Duration::from_secs(5)).expect("ledger");
+    for session in ["good-1", "good-2"] {
+        store
+            .decide(|tx: &mut budgetgate::ledger::Tx<'_>| {
+                tx.put_ledger(session, "", &Ledger::new(0), 1_764_590_000_000)
+            })
+            .expect("stored");
+    }
+    drop(store);
+    let file = dir.path().join(budgetgate::ledger::FILE_NAME);
+    let conn = rusqlite::Connection::open(&file).expect("sqlite");
+    conn.execute_batch(
+        "INSERT INTO ledgers VALUES ('typed', '', 'not a blob', 5);
+         INSERT INTO ledgers VALUES ('huge', '', zeroblob(52428800), 6);",
+    )
+    .expect("bad rows");
+    drop(conn);
+    let ledger = format!("sqlite:{}", file.display());
+
+    let (code, out, err, peak) = ledger_cmd_peak(&["list", "--json", "--ledger", &ledger]);
+    assert_eq!(code, Some(1), "{err}");
+    let rows = rows_by_session(&out);
+    assert!(rows["good-1"]["limits"].is_object(), "{out}");
+    assert!(rows["good-2"]["limits"].is_object(), "{out}");
+    let typed = rows["typed"]["error"].as_str().expect("an error");
+    assert!(typed.contains("text") && typed.contains("blob"), "{typed}");
+    let huge = rows["huge"]["error"].as_str().expect("an error");
+    assert!(huge.contains("52428800 bytes"), "{huge}");
+    assert!(peak < LISTING_PEAK_KIB, "peak {peak} KiB");
+
+    let (code, out, err) = ledger_cmd(&["show", "typed", "--ledger", &ledger]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(out.contains("unreadable") && out.contains("blob"), "{out}");
+    let (code, out, err) = ledger_cmd(&["show", "good-1", "--ledger", &ledger]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("session good-1"), "{out}");
+}
+
+/// Issue 29: a 50 MB record in a Redis ledger is listed with its length
+/// (exit 1) without being read (`HSTRLEN` first), beside the sound session.
+#[test]
+fn a_redis_listing_names_an_oversized_record_without_reading_it() {
+    let Some(redis) = common::redis::redis() else {
+        return;
+    };
+    let mut store = RedisStore::open(&redis.url, Duration::from_secs(5)).expect("client");
+    store
+        .decide("good", |tx| {
+            tx.put_ledger("good", "", &Ledger::new(0), 1_764_590_000_000)
+        })
+        .expect("stored");
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("bg:{huge}:ledger")
+        .arg("")
+        .arg(vec![0u8; 52_428_800])
+        .query(&mut conn)
+        .unwrap();
+    let (code, out, err, peak) = ledger_cmd_peak(&["list", "--json", "--ledger", &redis.url]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(peak < LISTING_PEAK_KIB, "peak {peak} KiB");
+    let rows = rows_by_session(&out);
+    assert!(rows["good"]["limits"].is_object(), "{out}");
+    let huge = rows["huge"]["error"].as_str().expect("an error");
+    assert!(huge.contains("52428800 bytes"), "{huge}");
+}

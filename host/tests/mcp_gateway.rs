@@ -1272,7 +1272,7 @@ fn a_late_answer_committed_with_the_next_decision_counts_once_on_both_ledgers() 
     for (name, backend) in backends {
         let budget = budgetgate::replay::parse_budget(budget).expect("budget");
         let session = format!("late-{name}");
-        let mut gate = LedgerGate::on(backend, budget, session.clone(), 1_000);
+        let mut gate = LedgerGate::on(backend, budget, session.clone(), 2_000);
         let input = json!({});
         let call = |id: &'static str| ToolCall {
             name: "echo",
@@ -1281,17 +1281,26 @@ fn a_late_answer_committed_with_the_next_decision_counts_once_on_both_ledgers() 
             shown_id: id,
             id_scope: "on this connection",
         };
+        // A Redis ledger's time is its server's (issue 29): the time given
+        // passes there for real.
+        let pass = |ms: u64| {
+            if name == "redis" {
+                std::thread::sleep(Duration::from_millis(ms));
+            }
+        };
         const T0: u64 = 1_000_000;
         assert_eq!(gate.decide(&call("k1"), T0), Ok(Verdict::Run), "{name}");
+        pass(1_000);
         assert_eq!(
-            gate.decide(&call("k2"), T0 + 900),
+            gate.decide(&call("k2"), T0 + 1_000),
             Ok(Verdict::Run),
             "{name}"
         );
-        // k1 answered at T0 + 1 500, past its expiry (T0 + 1 000), k2 still
+        // k1 answered at T0 + 2 500, past its expiry (T0 + 2 000), k2 still
         // running: committed with k3's decision, which the budget refuses.
+        pass(1_500);
         let ran = [("k1".to_owned(), "echo".to_owned())];
-        let (failed, verdict) = gate.commit_then_decide(&ran, &call("k3"), T0 + 1_500);
+        let (failed, verdict) = gate.commit_then_decide(&ran, &call("k3"), T0 + 2_500);
         assert!(failed.is_empty(), "{name}: {failed:?}");
         match verdict {
             Ok(Verdict::Refuse(r)) => assert_eq!(r.reason, "tool-budget", "{name}"),
@@ -1519,5 +1528,339 @@ fn a_gateway_with_normal_durability_keeps_its_decisions_when_killed() {
         assert_eq!(out.status.code(), Some(2), "{extra:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(said), "{extra:?}: {stderr}");
+    }
+}
+
+// ---- issue 29: the Redis ledger against clock skew, foreign keys and a
+// server that lost its data.
+
+/// A gate on the Redis ledger at `url` for `session`: `budget` (TOML),
+/// reservations expiring after `ttl_ms`.
+fn redis_gate(url: &str, budget: &str, session: &str, ttl_ms: u64) -> budgetgate::mcp::LedgerGate {
+    let budget = budgetgate::replay::parse_budget(budget).expect("budget");
+    let store = budgetgate::ledger_redis::RedisStore::open(url, Duration::from_secs(5))
+        .expect("redis client");
+    budgetgate::mcp::LedgerGate::on(
+        budgetgate::mcp::Backend::Redis(store),
+        budget,
+        session.to_owned(),
+        ttl_ms,
+    )
+}
+
+/// Decides a call of `echo` with id `id` (its input made of the id, so no
+/// two calls repeat) at `now`.
+fn decide_echo(
+    gate: &mut budgetgate::mcp::LedgerGate,
+    id: &str,
+    now: u64,
+) -> Result<budgetgate::gate::Verdict, String> {
+    use budgetgate::mcp::CallGate;
+    let input = json!({ "id": id });
+    gate.decide(
+        &budgetgate::gate::ToolCall {
+            name: "echo",
+            input: &input,
+            call_id: id,
+            shown_id: id,
+            id_scope: "on this connection",
+        },
+        now,
+    )
+}
+
+/// Milliseconds since the Unix epoch by this machine's clock.
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64
+}
+
+/// The session's ledger in Redis: (tool calls used, reserved).
+fn redis_tool_calls(url: &str, session: &str) -> (u64, u64) {
+    use budgetgate_core::budget::Limit;
+    let ledger = budgetgate::ledger_redis::RedisStore::open(url, Duration::from_secs(5))
+        .and_then(|mut r| r.list())
+        .expect("listed")
+        .into_iter()
+        .find(|l| l.session == session && l.agent.is_empty())
+        .expect("the session")
+        .ledger
+        .expect("a record");
+    (
+        ledger.used(Limit::ToolCalls),
+        ledger.reserved(Limit::ToolCalls),
+    )
+}
+
+/// Issue 29 (clock skew): on Redis, time is the server's, not each
+/// gateway's: a gateway whose clock is 61 s ahead of another's gets no
+/// second `per_minute` window at once. With `per_minute = 3`, 3 calls
+/// through one gateway and 3 through the other pass 3 in all.
+#[test]
+fn a_gateway_whose_clock_is_ahead_gets_no_second_rate_window_on_redis() {
+    use budgetgate::gate::Verdict;
+    let Some(redis) = redis() else { return };
+    let budget = "[budget]\nmax_seconds = 100000\n[rate]\nper_minute = 3\n";
+    let mut on_time = redis_gate(&redis.url, budget, "skew-rate", 600_000);
+    let mut ahead = redis_gate(&redis.url, budget, "skew-rate", 600_000);
+    let now = wall_ms();
+    let mut ran = Vec::new();
+    for i in 0..3u64 {
+        let id = format!("on-time-{i}");
+        if decide_echo(&mut on_time, &id, now + i) == Ok(Verdict::Run) {
+            ran.push(id);
+        }
+    }
+    for i in 0..3u64 {
+        let id = format!("ahead-{i}");
+        match decide_echo(&mut ahead, &id, now + 61_000 + i) {
+            Ok(Verdict::Run) => ran.push(id),
+            Ok(Verdict::Refuse(r)) => assert_eq!(r.reason, "rate-limit", "{id}: {r:?}"),
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    assert_eq!(ran.len(), 3, "per_minute = 3 across both gateways: {ran:?}");
+}
+
+/// Issue 29 (clock skew): a gateway whose clock is ahead by more than the
+/// reservation TTL does not expire (and give back) another gateway's live
+/// reservation: with `max_tool_calls = 1` and a call in flight, its call is
+/// refused.
+#[test]
+fn a_gateway_whose_clock_is_ahead_expires_no_live_reservation_on_redis() {
+    use budgetgate::gate::Verdict;
+    let Some(redis) = redis() else { return };
+    let budget = "[budget]\nmax_seconds = 100000\nmax_tool_calls = 1\n";
+    let mut on_time = redis_gate(&redis.url, budget, "skew-ttl", 10_000);
+    let mut ahead = redis_gate(&redis.url, budget, "skew-ttl", 10_000);
+    let now = wall_ms();
+    assert_eq!(decide_echo(&mut on_time, "k1", now), Ok(Verdict::Run));
+    match decide_echo(&mut ahead, "k2", now + 30_000) {
+        Ok(Verdict::Refuse(r)) => assert_eq!(r.reason, "tool-budget", "{r:?}"),
+        other => panic!("k2 was let through while k1 is in flight: {other:?}"),
+    }
+    assert_eq!(redis_tool_calls(&redis.url, "skew-ttl"), (0, 1));
+}
+
+fn redis_conn(url: &str) -> redis::Connection {
+    redis::Client::open(url)
+        .and_then(|c| c.get_connection())
+        .expect("a connection")
+}
+
+/// Every key of `session` with its `DUMP` (type and content, byte for byte).
+fn session_state(conn: &mut redis::Connection, session: &str) -> Vec<(String, Vec<u8>)> {
+    let mut names: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("bg:{{{session}}}:*"))
+        .query(conn)
+        .expect("KEYS");
+    names.sort();
+    names
+        .into_iter()
+        .map(|k| {
+            let dump: Vec<u8> = redis::cmd("DUMP").arg(&k).query(conn).expect("DUMP");
+            (k, dump)
+        })
+        .collect()
+}
+
+/// Issue 29 (partial transactions): a key of another type in a session
+/// (another client's `SET bg:{S}:updated x`) makes each decision an error
+/// that names the key, its type and the type expected, and nothing of the
+/// session changes, byte for byte: no reservation left, nothing counted,
+/// also when commits shared the transaction. Once the key is repaired, the
+/// commit and the decision made again count once.
+#[test]
+fn a_wrong_typed_redis_key_refuses_and_leaves_the_session_unchanged() {
+    use budgetgate::gate::Verdict;
+    use budgetgate::mcp::CallGate;
+    let Some(redis) = redis() else { return };
+    let budget = "[budget]\nmax_seconds = 100000\nmax_tool_calls = 10\n";
+    let mut gate = redis_gate(&redis.url, budget, "planted", 600_000);
+    let now = wall_ms();
+    assert_eq!(decide_echo(&mut gate, "k1", now), Ok(Verdict::Run));
+    let mut conn = redis_conn(&redis.url);
+    let _: () = redis::cmd("SET")
+        .arg("bg:{planted}:updated")
+        .arg("x")
+        .query(&mut conn)
+        .expect("SET");
+    let before = session_state(&mut conn, "planted");
+
+    let refused = decide_echo(&mut gate, "k2", now + 1);
+    assert_eq!(
+        session_state(&mut conn, "planted"),
+        before,
+        "k2 left nothing"
+    );
+    let e = refused.expect_err("a decision on a wrong-typed key is an error");
+    assert!(
+        e.contains("bg:{planted}:updated") && e.contains("string") && e.contains("hash"),
+        "{e}"
+    );
+
+    let input = json!({"id": "k3"});
+    let k3 = budgetgate::gate::ToolCall {
+        name: "echo",
+        input: &input,
+        call_id: "k3",
+        shown_id: "k3",
+        id_scope: "on this connection",
+    };
+    let ran = [("k1".to_owned(), "echo".to_owned())];
+    let (failed, verdict) = gate.commit_then_decide(&ran, &k3, now + 2);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(verdict.is_err(), "{verdict:?}");
+    assert_eq!(
+        session_state(&mut conn, "planted"),
+        before,
+        "k1's commit and k3's decision left nothing"
+    );
+
+    let _: () = redis::cmd("DEL")
+        .arg("bg:{planted}:updated")
+        .query(&mut conn)
+        .expect("DEL");
+    assert_eq!(
+        redis_tool_calls(&redis.url, "planted"),
+        (0, 1),
+        "k1 in flight"
+    );
+    let (failed, verdict) = gate.commit_then_decide(&ran, &k3, now + 3);
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(verdict, Ok(Verdict::Run));
+    assert_eq!(
+        redis_tool_calls(&redis.url, "planted"),
+        (1, 1),
+        "k1 counted once, k3 reserved"
+    );
+}
+
+/// Issue 29 (partial transactions): the log is the session's own key, so a
+/// `bg:log` of another type (or another session's wrong-typed key) takes
+/// no decision of a healthy session down: its refusals are made and logged,
+/// and read back by `RedisStore::log` beside the old shared log's entries.
+#[test]
+fn a_planted_shared_log_or_another_sessions_key_leaves_a_healthy_session_alone() {
+    use budgetgate::gate::Verdict;
+    let Some(redis) = redis() else { return };
+    let mut conn = redis_conn(&redis.url);
+    for key in ["bg:log", "bg:{other}:updated"] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg("x")
+            .query(&mut conn)
+            .expect("SET");
+    }
+    let budget = "[budget]\nmax_seconds = 100000\nmax_tool_calls = 1\n";
+    let mut healthy = redis_gate(&redis.url, budget, "healthy", 600_000);
+    let now = wall_ms();
+    assert_eq!(decide_echo(&mut healthy, "k1", now), Ok(Verdict::Run));
+    match decide_echo(&mut healthy, "k2", now + 1) {
+        Ok(Verdict::Refuse(r)) => assert_eq!(r.reason, "tool-budget", "{r:?}"),
+        other => panic!("k2: {other:?}"),
+    }
+    let mut other = redis_gate(&redis.url, budget, "other", 600_000);
+    let e = decide_echo(&mut other, "o1", now).expect_err("the other session fails closed");
+    assert!(e.contains("bg:{other}:updated"), "{e}");
+    let log = budgetgate::ledger_redis::RedisStore::open(&redis.url, Duration::from_secs(5))
+        .and_then(|mut r| r.log())
+        .expect("the log is read");
+    assert!(
+        log.iter().any(|(_, s, action, detail)| s == "healthy"
+            && action == "deny"
+            && detail.contains("k2")),
+        "{log:?}"
+    );
+}
+
+/// Issue 29 (a Redis without persistence restarted, or `FLUSHDB`): a
+/// ledger that vanished under a running gateway is detected, and the next
+/// call refused (gate-error naming the cause), never given a whole budget
+/// again; a gateway started afterwards works. An operator's `ledger reset`
+/// is no such loss: the ledger's epoch stays. The server has `appendonly
+/// no`, and the gateway says so at start.
+#[test]
+fn a_flushed_redis_ledger_is_refused_until_the_gateway_restarts() {
+    let Some(redis) = redis() else { return };
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 2\n");
+    let server = python_server(&s, false);
+    let server: Vec<&str> = server.iter().map(String::as_str).collect();
+    let args = with_ledger(s.gateway_args(&[], &server), &redis.url);
+    let mut gw = Gateway::start(&args);
+    for id in [1, 2] {
+        let ran = gw.call(id, "echo", json!({ "n": id }));
+        assert_ne!(ran["result"]["isError"], true, "{ran}");
+    }
+    let reset = Command::new(bin())
+        .args(["ledger", "reset", "e2e", "--yes", "--ledger", &redis.url])
+        .output()
+        .expect("runs");
+    assert_eq!(reset.status.code(), Some(0), "{reset:?}");
+    let ran = gw.call(3, "echo", json!({"n": 3}));
+    assert_ne!(ran["result"]["isError"], true, "after a reset: {ran}");
+    // The whole budget is used (the third call is committed with the next
+    // decision); the ledger is lost.
+    let _: () = redis::cmd("FLUSHDB")
+        .query(&mut redis_conn(&redis.url))
+        .expect("FLUSHDB");
+    let refused = gw.call(4, "echo", json!({"n": 4}));
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert_eq!(
+        refused["result"]["_meta"]["budgetgate"]["reason"], "gate-error",
+        "{refused}"
+    );
+    assert!(text_of(&refused).contains("vanished"), "{refused}");
+    drop(gw.stdin.take());
+    let (code, stderr) = gw.end(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("budgetgate mcp: warning: the Redis server at")
+            && stderr.contains("appendonly no"),
+        "{stderr}"
+    );
+
+    let mut fresh = Gateway::start(&args);
+    let again = fresh.call(5, "echo", json!({"n": 5}));
+    assert_ne!(again["result"]["isError"], true, "{again}");
+    drop(fresh.stdin.take());
+    assert_eq!(fresh.end(Duration::from_secs(10)).0, Some(0));
+}
+
+/// Issue 29: at start, a gateway on a Redis ledger asks the server whether
+/// it persists every write (`CONFIG GET appendonly`): nothing is said when
+/// it does, and a server that refuses `CONFIG` is said to be unchecked.
+#[test]
+fn a_redis_gateway_warns_unless_the_server_has_appendonly_yes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let folder = dir.path().display().to_string();
+    let cases: [(&[&str], Option<&str>); 2] = [
+        (&["--appendonly", "yes", "--dir", &folder], None),
+        (
+            &["--rename-command", "CONFIG", ""],
+            Some("could not be checked"),
+        ),
+    ];
+    for (extra, said) in cases {
+        let Some(redis) = common::redis::redis_with(extra) else {
+            return;
+        };
+        let out = Command::new(bin())
+            .args(["mcp", "--terminal", "never", "--ledger", &redis.url])
+            .args(["--", "sh", "-c", "cat"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{extra:?}: {stderr}");
+        match said {
+            None => assert!(!stderr.contains("warning"), "{extra:?}: {stderr}"),
+            Some(said) => assert!(
+                stderr.contains("budgetgate mcp: warning:") && stderr.contains(said),
+                "{extra:?}: {stderr}"
+            ),
+        }
     }
 }

@@ -20,6 +20,12 @@ impl Drop for Redis {
 }
 
 pub fn redis() -> Option<Redis> {
+    redis_with(&[])
+}
+
+/// [`redis`] with `extra` arguments after the defaults (`--save ""
+/// --appendonly no`), which they may override (a later one wins).
+pub fn redis_with(extra: &[&str]) -> Option<Redis> {
     if Command::new("redis-server")
         .arg("--version")
         .output()
@@ -47,6 +53,7 @@ pub fn redis() -> Option<Redis> {
             "--appendonly",
             "no",
         ])
+        .args(extra)
         .stdout(Stdio::null())
         .spawn()
         .expect("redis-server starts");
