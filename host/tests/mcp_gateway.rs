@@ -1864,3 +1864,89 @@ fn a_redis_gateway_warns_unless_the_server_has_appendonly_yes() {
         }
     }
 }
+
+/// Issue 29, reproduction 2 on Redis: with Redis shut down while call 1's
+/// answer came, its commit failed and was lost; restarted from its AOF,
+/// the reservation then expired and was given back, so a budget of two
+/// ran three. The failed commit is kept, calls are refused until it lands,
+/// and after the restart the budget holds.
+#[test]
+fn a_commit_that_failed_while_redis_was_down_lands_after_its_restart() {
+    use budgetgate::mcp::{Backend, LedgerGate, Out, Proxy};
+    if redis().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let start = || {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child
+    };
+    let mut server = start();
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let budget =
+        budgetgate::replay::parse_budget("[budget]\nmax_seconds = 100000\nmax_tool_calls = 2\n")
+            .expect("budget");
+    let store =
+        budgetgate::ledger_redis::RedisStore::open(&url, Duration::from_secs(2)).expect("redis");
+    let gate = LedgerGate::on(Backend::Redis(store), budget, "down".into(), 2_000);
+    let mut p = Proxy::new(gate, "c".into(), 4096, 60_000);
+    let call = |n: u64| {
+        json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+            "params": {"name": "t", "arguments": {"n": n}}})
+        .to_string()
+    };
+    let forwarded = |outs: &[Out]| outs.iter().filter(|o| matches!(o, Out::Server(_))).count();
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("time")
+            .as_millis() as u64
+    };
+    assert_eq!(forwarded(&p.on_client(call(1).as_bytes(), now())), 1);
+    // Redis shuts down (its AOF written) while call 1 runs.
+    let _ = Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "shutdown"])
+        .status();
+    let _ = server.wait();
+    let answer = json!({"jsonrpc": "2.0", "id": 1, "result": {"content": []}}).to_string();
+    p.on_server(answer.as_bytes(), now());
+    assert_eq!(p.unsettled(), 1, "the failed commit is kept");
+    let outs = p.on_client(call(2).as_bytes(), now());
+    assert_eq!(forwarded(&outs), 0, "a call let through with a commit lost");
+    // Restarted from its AOF, past the reservation's TTL.
+    std::thread::sleep(Duration::from_millis(2_500));
+    server = start();
+    let mut ran = 0;
+    for n in 3..=6 {
+        ran += forwarded(&p.on_client(call(n).as_bytes(), now()));
+    }
+    assert_eq!(ran, 1, "one more call on a budget of two");
+    assert_eq!(p.unsettled(), 0);
+    drop(p);
+    let _ = server.kill();
+    let _ = server.wait();
+}
