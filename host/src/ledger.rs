@@ -177,6 +177,40 @@ pub fn state_dir(explicit: Option<&Path>) -> PathBuf {
     home.join(".local/state/budgetgate")
 }
 
+/// Where a ledger is, as `--ledger URL` names it (the one reader of that
+/// option, for the gateways and `budgetgate ledger`): `redis://…` (or
+/// `rediss://…` where the client supports it), `sqlite:FILE`, or a state
+/// folder; no URL is the default state folder ([`state_dir`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LedgerUrl {
+    /// A Redis (or Valkey) server.
+    Redis(String),
+    /// A SQLite file (`sqlite:FILE`).
+    SqliteFile(PathBuf),
+    /// A state folder holding [`FILE_NAME`].
+    StateDir(PathBuf),
+}
+
+impl LedgerUrl {
+    /// Reads `url` (`None`: the state folder `state`, else the default).
+    /// A URL of another scheme is an error that names it and the forms.
+    pub fn parse(url: Option<&str>, state: Option<&Path>) -> Result<Self, String> {
+        let Some(url) = url else {
+            return Ok(Self::StateDir(state_dir(state)));
+        };
+        if url.starts_with("redis://") || url.starts_with("rediss://") {
+            return Ok(Self::Redis(url.to_owned()));
+        }
+        match url.strip_prefix("sqlite:") {
+            Some(file) => Ok(Self::SqliteFile(PathBuf::from(file))),
+            None if url.contains("://") => Err(format!(
+                "--ledger {url}: not a ledger this build reads (redis://HOST:PORT/DB, sqlite:FILE or a state folder)"
+            )),
+            None => Ok(Self::StateDir(PathBuf::from(url))),
+        }
+    }
+}
+
 /// One open ledger file.
 pub struct Store {
     conn: Connection,
@@ -1066,6 +1100,34 @@ impl Tx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One reader of `--ledger` for every command that takes it.
+    #[test]
+    fn a_ledger_url_is_redis_a_sqlite_file_or_a_state_folder() {
+        let parse = |u| LedgerUrl::parse(Some(u), None);
+        assert_eq!(
+            parse("redis://127.0.0.1:6379/0"),
+            Ok(LedgerUrl::Redis("redis://127.0.0.1:6379/0".into()))
+        );
+        assert_eq!(
+            parse("rediss://h/1"),
+            Ok(LedgerUrl::Redis("rediss://h/1".into()))
+        );
+        assert_eq!(
+            parse("sqlite:/tmp/l.db"),
+            Ok(LedgerUrl::SqliteFile("/tmp/l.db".into()))
+        );
+        assert_eq!(parse("/var/x"), Ok(LedgerUrl::StateDir("/var/x".into())));
+        let e = parse("postgres://h/db").unwrap_err();
+        assert!(
+            e.contains("postgres://h/db") && e.contains("sqlite:FILE"),
+            "{e}"
+        );
+        assert_eq!(
+            LedgerUrl::parse(None, Some(Path::new("/s"))),
+            Ok(LedgerUrl::StateDir("/s".into()))
+        );
+    }
 
     /// Issue 29: a listing refuses a record longer than `MAX_RECORD_LEN`
     /// unread, so no longer record may be one a build reads: the longest

@@ -9,7 +9,7 @@ use std::time::Duration;
 use budgetgate_core::budget::{Ledger, Limit};
 use serde_json::{json, Value};
 
-use crate::ledger::{state_dir, ListedLedger, Store, StoreError};
+use crate::ledger::{LedgerUrl, ListedLedger, Store, StoreError};
 use crate::ledger_redis::RedisStore;
 
 /// Where the ledger is.
@@ -36,21 +36,16 @@ impl Opened {
     /// file is an error, not an empty ledger.
     fn open(state: &StateArg) -> Result<Self, StoreError> {
         let wait = Duration::from_secs(10);
-        let file = match state.ledger.as_deref() {
-            Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
-                return RedisStore::open(url, wait).map(Self::Redis);
-            }
-            Some(url) => match url.strip_prefix("sqlite:") {
-                Some(file) => PathBuf::from(file),
-                None if url.contains("://") => {
-                    return Err(StoreError::Redis {
-                        url: url.to_owned(),
-                        detail: "not a ledger this build reads (redis://HOST:PORT/DB, sqlite:FILE or a state folder)".into(),
-                    })
-                }
-                None => PathBuf::from(url).join(crate::ledger::FILE_NAME),
+        let url = LedgerUrl::parse(state.ledger.as_deref(), state.state.as_deref()).map_err(
+            |detail| StoreError::Redis {
+                url: state.ledger.clone().unwrap_or_default(),
+                detail,
             },
-            None => state_dir(state.state.as_deref()).join(crate::ledger::FILE_NAME),
+        )?;
+        let file = match url {
+            LedgerUrl::Redis(url) => return RedisStore::open(&url, wait).map(Self::Redis),
+            LedgerUrl::SqliteFile(file) => file,
+            LedgerUrl::StateDir(dir) => dir.join(crate::ledger::FILE_NAME),
         };
         if !file.is_file() {
             return Err(StoreError::NotFound {

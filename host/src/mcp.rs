@@ -73,7 +73,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::gate::{self, Counting, GateError, Ledgers, Refusal, ToolCall, Verdict};
-use crate::ledger::{state_dir, Durability, LedgerTx, Store, StoreError};
+use crate::ledger::{Durability, LedgerTx, LedgerUrl, Store, StoreError};
 use crate::mcp_terminal::Terminal;
 use crate::replay::budget::{ReplayBudget, BUDGET_TOOLS};
 use budgetgate_core::approval::{self, Answer, Decision};
@@ -210,11 +210,7 @@ pub struct Setup {
 pub fn setup(args: &McpArgs, default_session: String) -> Result<Setup, String> {
     let budget = match &args.budget {
         None => ReplayBudget::default(),
-        Some(path) => std::fs::File::open(path)
-            .map_err(|e| e.to_string())
-            .and_then(|f| crate::replay::read_limited(f, 1 << 20, "budget file"))
-            .and_then(|t| crate::replay::budget::parse_budget(&t))
-            .map_err(|e| format!("budget {}: {e}", path.display()))?,
+        Some(path) => crate::replay::budget::read_budget_file(path)?,
     };
     let mut store = open_ledger(
         args.ledger.as_deref(),
@@ -2734,50 +2730,44 @@ pub fn open_ledger(
     durability: Durability,
 ) -> Result<Backend, String> {
     let shown = |e: StoreError| e.to_string();
-    match url {
-        None => Store::open_with(&state_dir(None), wait, durability)
-            .map(Backend::Sqlite)
-            .map_err(shown),
-        Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
+    let parsed = LedgerUrl::parse(url, None)?;
+    let shown_url = url.unwrap_or_default();
+    match parsed {
+        LedgerUrl::Redis(url) => {
             if durability != Durability::Full {
                 return Err(format!(
                     "--durability {}: applies to a SQLite ledger; a Redis ledger ({url}) is as durable as the server's appendfsync setting",
                     durability.synchronous().to_lowercase()
                 ));
             }
-            crate::ledger_redis::RedisStore::open(url, wait)
+            crate::ledger_redis::RedisStore::open(&url, wait)
                 .map(Backend::Redis)
                 .map_err(shown)
         }
-        Some(url) => match url.strip_prefix("sqlite:") {
-            Some(file) => {
-                let file = std::path::Path::new(file);
-                if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    if !dir.is_dir() {
-                        return Err(missing_folder(url, dir));
-                    }
+        LedgerUrl::SqliteFile(file) => {
+            if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+                if !dir.is_dir() {
+                    return Err(missing_folder(shown_url, dir));
                 }
-                Store::open_file_with(file, wait, durability)
-                    .map(Backend::Sqlite)
-                    .map_err(shown)
             }
-            None if url.contains("://") => Err(format!(
-                "--ledger {url}: not a ledger this build reads (redis://HOST:PORT/DB, sqlite:FILE or a state folder)"
-            )),
-            None => {
-                // The state folder itself may be new; the folder it is in
-                // must exist (a mistyped path never starts an empty budget).
-                let dir = std::path::Path::new(url);
+            Store::open_file_with(&file, wait, durability)
+                .map(Backend::Sqlite)
+                .map_err(shown)
+        }
+        LedgerUrl::StateDir(dir) => {
+            // The state folder itself may be new; the folder it is in must
+            // exist (a mistyped path never starts an empty budget).
+            if url.is_some() {
                 if let Some(parent) = dir.parent().filter(|d| !d.as_os_str().is_empty()) {
                     if !parent.is_dir() {
-                        return Err(missing_folder(url, parent));
+                        return Err(missing_folder(shown_url, parent));
                     }
                 }
-                Store::open_with(dir, wait, durability)
-                    .map(Backend::Sqlite)
-                    .map_err(shown)
             }
-        },
+            Store::open_with(&dir, wait, durability)
+                .map(Backend::Sqlite)
+                .map_err(shown)
+        }
     }
 }
 

@@ -1598,12 +1598,6 @@ pub fn read_limited(reader: impl Read, limit: u64, what: &str) -> Result<String,
     text_of(crate::input::read_bounded(reader, limit), what)
 }
 
-/// Reads an input file (`-`: standard input) of at most `limit` bytes. A
-/// regular file known to be larger is refused before reading.
-fn read_input(path: &Path, limit: u64, what: &str) -> Result<String, String> {
-    text_of(crate::input::read_path(path, limit), what)
-}
-
 /// A gzip-compressed recording (a whole cassette as `.yaml.gz`, as
 /// langchain keeps them; `1f 8b` at the start) decompressed, at most
 /// [`MAX_SESSION_BYTES`] of it (a larger one is refused, so a gzip bomb is
@@ -1619,7 +1613,10 @@ pub fn gunzipped(bytes: Vec<u8>) -> Result<Vec<u8>, crate::input::ReadError> {
 }
 
 /// The read bytes as UTF-8 text, or the one-line reason they are not.
-fn text_of(read: Result<Vec<u8>, crate::input::ReadError>, what: &str) -> Result<String, String> {
+pub(crate) fn text_of(
+    read: Result<Vec<u8>, crate::input::ReadError>,
+    what: &str,
+) -> Result<String, String> {
     let bytes = read.map_err(|e| match e {
         crate::input::ReadError::Io(e) => format!("cannot read: {e}"),
         crate::input::ReadError::TooLarge { limit } => format!(
@@ -1675,12 +1672,9 @@ fn load_session(path: &Path) -> Result<Session, String> {
 /// The budget file (or the defaults) with `--approve` applied.
 fn load_budget(args: &ReplayArgs) -> Result<ReplayBudget, (String, String)> {
     let mut budget = match &args.budget {
-        Some(path) => {
-            let name = format!("budget file {}", input_name(path));
-            let text = read_input(path, MAX_BUDGET_BYTES, "a budget file")
-                .map_err(|e| (name.clone(), e))?;
-            parse_budget(&text).map_err(|e| (name, e))?
-        }
+        // The one reader of budget files (the hook and the gateways read
+        // theirs the same way).
+        Some(path) => budget::read_budget(path, budget::StdinBudget::Allowed)?,
         None => ReplayBudget::default(),
     };
     if let Some(approve) = &args.approve {

@@ -435,15 +435,51 @@ fn toml_error(text: &str, e: &toml::de::Error) -> String {
 /// [`parse_budget`]. The error names the file (`budget file PATH: …`).
 /// Every command that takes `--budget` reads it this way.
 pub fn read_budget_file(path: &std::path::Path) -> Result<ReplayBudget, String> {
-    let shown = format!("budget file {}", path.display());
-    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!("{shown}: not a regular file"));
-    }
-    let file = std::fs::File::open(path).map_err(|e| format!("{shown}: {e}"))?;
-    let text = crate::replay::read_limited(file, crate::replay::MAX_BUDGET_BYTES, "budget file")
-        .map_err(|e| format!("{shown}: {e}"))?;
-    parse_budget(&text).map_err(|e| format!("{shown}: {e}"))
+    read_budget(path, StdinBudget::Refused).map_err(|(shown, e)| format!("{shown}: {e}"))
+}
+
+/// Whether `-` names standard input as the budget file (`replay`, whose
+/// standard input is otherwise unused) or a file called `-` (the hook and
+/// the gateways, whose standard input is the agent's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StdinBudget {
+    /// `-` is standard input.
+    Allowed,
+    /// `-` is a file of that name.
+    Refused,
+}
+
+/// The one reader of budget files, for every command that takes `--budget`:
+/// at most [`crate::replay::MAX_BUDGET_BYTES`] (an endless or larger input
+/// is refused unread), never a FIFO or a folder (which could block), as
+/// UTF-8, parsed by [`parse_budget`]. The error in two parts: what was read
+/// (`budget file PATH`) and what is wrong with it.
+pub fn read_budget(
+    path: &std::path::Path,
+    stdin: StdinBudget,
+) -> Result<ReplayBudget, (String, String)> {
+    let is_stdin = path == std::path::Path::new("-");
+    let (shown, read) = if is_stdin && stdin == StdinBudget::Refused {
+        let file = std::path::Path::new(".").join(path);
+        (
+            format!("budget file {}", path.display()),
+            crate::input::read_path(&file, crate::replay::MAX_BUDGET_BYTES),
+        )
+    } else {
+        (
+            format!("budget file {}", crate::input::display_name(path)),
+            crate::input::read_path(path, crate::replay::MAX_BUDGET_BYTES),
+        )
+    };
+    let text = crate::replay::text_of(read, "a budget file").map_err(|e| {
+        let e = match stdin {
+            StdinBudget::Allowed => e,
+            // No advice to read standard input where it is the agent's.
+            StdinBudget::Refused => e.replace("; give - to read standard input", ""),
+        };
+        (shown.clone(), e)
+    })?;
+    parse_budget(&text).map_err(|e| (shown, e))
 }
 
 /// Reads a budget file; anything missing keeps the reference's default.
