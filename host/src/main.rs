@@ -19,8 +19,11 @@ or budget, 2 invalid input (a one-line error on stderr names the file and the
 rule); each subcommand's --help gives its own.
 
 Examples:
+  budgetgate hook install --budget examples/claude-code-budget.toml
+  budgetgate mcp --budget examples/mcp-budget.toml -- npx -y @modelcontextprotocol/server-everything
+  budgetgate replay ~/.claude/projects --budget examples/budget.toml
+  budgetgate ledger list
   budgetgate plan examples/plan.json --limits examples/limits.json
-  budgetgate run examples/run-add.json
   echo '{\"fn\":\"aggregate_usage\",\"args\":{\"plan\":[]}}' | budgetgate eval"
 )]
 struct Cli {
@@ -64,6 +67,7 @@ Examples:
   budgetgate plan examples/plan.json --limits examples/limits.json
   budgetgate plan examples/plan.json --tokens 9000 --fanout 2
   budgetgate plan examples/plan.json --limits examples/limits.json --json")]
+    #[command(display_order = 7)]
     Plan(cli::plan::PlanArgs),
 
     /// Run a scripted agent against the demo tools within its budgets (SPEC A).
@@ -100,6 +104,7 @@ Examples:
   budgetgate run examples/run-budget.json --json
   budgetgate run examples/run-add.json --decision-units 2 --tool-units add=3
   budgetgate run examples/run-add.json --max-decisions 1")]
+    #[command(display_order = 8)]
     Run(cli::run::RunArgs),
 
     /// Answer JSON Lines requests on stdin, one JSON line per request on stdout.
@@ -126,6 +131,7 @@ Examples:
   {\"ok\":{\"steps\":0,\"tokens\":0,\"output\":0,\"max_depth\":0,\"max_fanout\":0}}
   $ echo '{\"fn\":\"validate_agent_action\",\"args\":{\"value\":[]}}' | budgetgate eval
   {\"error\":\"invalid-input\",\"detail\":\"an action must be a JSON object\"}")]
+    #[command(display_order = 6)]
     Eval,
 
     /// Re-decide a recorded agent session through the turn gate (SPEC C).
@@ -156,6 +162,7 @@ Examples:
   budgetgate replay examples/replay/claude-code.jsonl
   budgetgate replay examples/replay/vcr-cassette.yaml --budget examples/budget.toml
   budgetgate replay examples/replay/swe-agent.traj --approve none --json")]
+    #[command(display_order = 3)]
     Replay(budgetgate::replay::ReplayArgs),
 
     /// Run a script of proposals through the gate on a device (a
@@ -178,6 +185,7 @@ Examples:
   budgetgate device --tcp 127.0.0.1:4440 --console 127.0.0.1:4441 --operator approve examples/device-session.json
   budgetgate device --serial /dev/ttyACM0 examples/device-session.json --json
   scripts/demo")]
+    #[command(display_order = 5)]
     Device(budgetgate::device::DeviceArgs),
 
     /// Put the gate in front of an agent as a hook (Claude Code).
@@ -187,6 +195,7 @@ Examples:
     /// `hook install` writes the hooks into Claude Code's settings;
     /// `hook uninstall` removes exactly what install added.
     #[command(subcommand)]
+    #[command(display_order = 1)]
     Hook(HookCommand),
 
     /// Put the gate in front of an MCP server (stdio, or Streamable HTTP
@@ -224,11 +233,13 @@ Examples:
   budgetgate mcp --session team-a --ledger sqlite:/var/lib/budgetgate/ledger.sqlite3 -- ./my-server
   budgetgate mcp --durability normal -- ./my-server    # faster; a power cut may forget the last calls
   budgetgate mcp --listen 8080 --upstream http://127.0.0.1:3001/mcp --session remote")]
+    #[command(display_order = 2)]
     Mcp(budgetgate::mcp::McpArgs),
 
     /// Look at (or, as an operator, reset) the durable ledger that the hook
     /// and other front-ends share.
     #[command(subcommand)]
+    #[command(display_order = 4)]
     Ledger(budgetgate::ledger_cli::LedgerCommand),
 }
 

@@ -95,6 +95,26 @@ fn help_examples_name_files_that_exist() {
     }
 }
 
+/// The subcommands people use most come first (issue 30): the hook, the
+/// gateway, replay, the ledger; the lesson functions after them.
+#[test]
+fn help_lists_the_front_ends_before_the_lesson_functions() {
+    let text = help(&["--help"]);
+    let listed: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        listed,
+        ["hook", "mcp", "replay", "ledger", "device", "eval", "plan", "run", "help"],
+        "{text}"
+    );
+}
+
 #[test]
 fn no_command_is_a_usage_error() {
     cargo_bin_cmd!("budgetgate")
