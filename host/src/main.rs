@@ -18,6 +18,9 @@ Exit status (plan, run, replay, device): 0 complete, 1 stopped by a limit
 or budget, 2 invalid input (a one-line error on stderr names the file and the
 rule); each subcommand's --help gives its own.
 
+SPEC A, SPEC B, SPEC C: sections of the behaviour contract, docs/CONTRACT.md
+in the repository (SPEC X names its section X).
+
 Examples:
   budgetgate plan examples/plan.json --limits examples/limits.json
   budgetgate run examples/run-add.json
@@ -63,7 +66,9 @@ Examples:
   budgetgate plan examples/plan.json
   budgetgate plan examples/plan.json --limits examples/limits.json
   budgetgate plan examples/plan.json --tokens 9000 --fanout 2
-  budgetgate plan examples/plan.json --limits examples/limits.json --json")]
+  budgetgate plan examples/plan.json --limits examples/limits.json --json
+
+SPEC B: section B of the behaviour contract, docs/CONTRACT.md in the repository.")]
     Plan(cli::plan::PlanArgs),
 
     /// Run a scripted agent against the demo tools within its budgets (SPEC A).
@@ -99,7 +104,9 @@ Examples:
   budgetgate run examples/run-add.json
   budgetgate run examples/run-budget.json --json
   budgetgate run examples/run-add.json --decision-units 2 --tool-units add=3
-  budgetgate run examples/run-add.json --max-decisions 1")]
+  budgetgate run examples/run-add.json --max-decisions 1
+
+SPEC A: section A of the behaviour contract, docs/CONTRACT.md in the repository.")]
     Run(cli::run::RunArgs),
 
     /// Answer JSON Lines requests on stdin, one JSON line per request on stdout.
@@ -155,7 +162,9 @@ the report cannot be written. FILE `-` reads the session from stdin.
 Examples:
   budgetgate replay examples/replay/claude-code.jsonl
   budgetgate replay examples/replay/vcr-cassette.yaml --budget examples/budget.toml
-  budgetgate replay examples/replay/swe-agent.traj --approve none --json")]
+  budgetgate replay examples/replay/swe-agent.traj --approve none --json
+
+SPEC C: section C of the behaviour contract, docs/CONTRACT.md in the repository.")]
     Replay(budgetgate::replay::ReplayArgs),
 
     /// Run a script of proposals through the gate on a device (a
