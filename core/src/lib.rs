@@ -5,7 +5,10 @@
 //! sans-IO: it never reads a clock or calls a tool or a policy; the caller
 //! feeds it proposals and outcomes and gets verdicts back.
 //!
-//! What it implements (the behaviour contract, `SPEC.md`):
+//! `SPEC X` in these docs names section X of docs/CONTRACT.md, the
+//! behaviour contract kept in the repository.
+//!
+//! What it implements of that contract:
 //! * [`ActionRef::parse`]: action validation in one pass, stricter than the
 //!   reference at the JSON level, with every string left in the document
 //!   (`SPEC A1`); [`ActionRef::validate`] keeps, for an invalid one, the

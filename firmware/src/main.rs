@@ -18,6 +18,8 @@
 //!   [`board::EXIT_PANIC`] / [`board::EXIT_FAULT`].
 //!
 //! See `docs/FIRMWARE.md` for building, running, sizes and the log.
+//!
+//! `SPEC X` in these docs names section X of docs/CONTRACT.md.
 #![no_std]
 #![no_main]
 // `unsafe_code` is `deny` for the crate (Cargo.toml) and allowed only in

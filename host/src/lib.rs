@@ -2,6 +2,8 @@
 //! with std conveniences around them (closures as policy and tools, JSON values,
 //! the `budgetgate` command).
 //!
+//! `SPEC X` in these docs names section X of docs/CONTRACT.md.
+//!
 //! * [`driver::run_bounded_agent`]: the bounded run with closures (`SPEC A2`);
 //! * [`eval`]: the JSON Lines machine interface of `budgetgate eval`;
 //! * [`tools::DemoKind`]: the demo tools used by `eval`, `run` and the examples.

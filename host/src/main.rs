@@ -18,6 +18,9 @@ Exit status (plan, run, replay, device): 0 complete, 1 stopped by a limit
 or budget, 2 invalid input (a one-line error on stderr names the file and the
 rule); each subcommand's --help gives its own.
 
+SPEC A, SPEC B, SPEC C: sections of the behaviour contract, docs/CONTRACT.md
+in the repository (SPEC X names its section X).
+
 Examples:
   budgetgate hook install --budget examples/claude-code-budget.toml
   budgetgate mcp --budget examples/mcp-budget.toml -- npx -y @modelcontextprotocol/server-everything
@@ -66,7 +69,9 @@ Examples:
   budgetgate plan examples/plan.json
   budgetgate plan examples/plan.json --limits examples/limits.json
   budgetgate plan examples/plan.json --tokens 9000 --fanout 2
-  budgetgate plan examples/plan.json --limits examples/limits.json --json")]
+  budgetgate plan examples/plan.json --limits examples/limits.json --json
+
+SPEC B: section B of the behaviour contract, docs/CONTRACT.md in the repository.")]
     #[command(display_order = 7)]
     Plan(cli::plan::PlanArgs),
 
@@ -103,7 +108,9 @@ Examples:
   budgetgate run examples/run-add.json
   budgetgate run examples/run-budget.json --json
   budgetgate run examples/run-add.json --decision-units 2 --tool-units add=3
-  budgetgate run examples/run-add.json --max-decisions 1")]
+  budgetgate run examples/run-add.json --max-decisions 1
+
+SPEC A: section A of the behaviour contract, docs/CONTRACT.md in the repository.")]
     #[command(display_order = 8)]
     Run(cli::run::RunArgs),
 
@@ -161,7 +168,9 @@ the report cannot be written. FILE `-` reads the session from stdin.
 Examples:
   budgetgate replay examples/replay/claude-code.jsonl
   budgetgate replay examples/replay/vcr-cassette.yaml --budget examples/budget.toml
-  budgetgate replay examples/replay/swe-agent.traj --approve none --json")]
+  budgetgate replay examples/replay/swe-agent.traj --approve none --json
+
+SPEC C: section C of the behaviour contract, docs/CONTRACT.md in the repository.")]
     #[command(display_order = 3)]
     Replay(budgetgate::replay::ReplayArgs),
 

@@ -115,6 +115,28 @@ fn help_lists_the_front_ends_before_the_lesson_functions() {
     );
 }
 
+/// Help that cites a section of the contract says where the contract is.
+#[test]
+fn help_that_cites_spec_sections_names_docs_contract() {
+    for command in [
+        &["--help"][..],
+        &["plan", "--help"],
+        &["run", "--help"],
+        &["replay", "--help"],
+    ] {
+        let text = help(command);
+        if text.contains("SPEC ") {
+            assert!(
+                text.contains("docs/CONTRACT.md"),
+                "{command:?} cites SPEC without docs/CONTRACT.md:\n{text}"
+            );
+        }
+    }
+    assert!(
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/CONTRACT.md")).is_file()
+    );
+}
+
 #[test]
 fn no_command_is_a_usage_error() {
     cargo_bin_cmd!("budgetgate")

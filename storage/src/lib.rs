@@ -1,7 +1,8 @@
 //! The device's budget in flash: the core's ledger record
 //! ([`budgetgate_core::budget::Record`]) kept in NOR flash with
 //! `sequential-storage`, so that a reset or a power cut never gives budget
-//! back (`SPEC E`, durable state; issue 15).
+//! back (`SPEC E`, durable state; issue 15). `SPEC X` in these docs names
+//! section X of docs/CONTRACT.md.
 //!
 //! The ledger is stored after every decision, before the decision's effect
 //! (an actuator command) is released. `sequential-storage` writes each

@@ -15,7 +15,8 @@
 //! * [`config`]: the case count, raised with the `PROPTEST_CASES` variable.
 //!
 //! Everything here allocates freely and is written from the contract
-//! (`SPEC.md`) and the seed's Python, not from the core's code.
+//! (`docs/CONTRACT.md`, whose section X is what `SPEC X` names) and the
+//! seed's Python, not from the core's code.
 #![allow(dead_code)]
 
 use proptest::prelude::*;
