@@ -870,6 +870,51 @@ mod tests {
         );
     }
 
+    /// Issue 30: the turn gate and the hook disagreed on a malformed name
+    /// with a reused id (`duplicate-call-id` here, `invalid-name` in the
+    /// hook). Every front-end checks the name first (`SPEC E`, one check
+    /// order); the id is still remembered.
+    #[test]
+    fn a_malformed_name_on_a_reused_id_is_invalid_name_as_in_every_front_end() {
+        let mut g = gate(TurnLimits::DEFAULT);
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("t1", "search", r#"{"x":1}"#)),
+            Ok(CallVerdict::Execute)
+        );
+        // The same id again in this response, with a bad name: answered
+        // invalid-name (untracked), not an error.
+        assert_eq!(
+            g.propose(&call("t1", "bad name", "{}")),
+            Ok(CallVerdict::Refused(RefusalReason::InvalidName))
+        );
+        // With a good name it stays the caller's error.
+        assert_eq!(
+            g.propose(&call("t1", "search", "{}")),
+            Err(ProposeError::DuplicateCallId)
+        );
+        g.report("t1", ToolOutcome::Ok).unwrap();
+        g.finish_turn().unwrap();
+        tool_turn(&mut g, 1_000, 1);
+        // An id of an earlier response with a bad name: invalid-name.
+        assert_eq!(
+            g.propose(&call("t1", "no/such", "{}")),
+            Ok(CallVerdict::Refused(RefusalReason::InvalidName))
+        );
+        // A new id with a bad name is remembered all the same.
+        assert_eq!(
+            g.propose(&call("t2", "a b", "{}")),
+            Ok(CallVerdict::Refused(RefusalReason::InvalidName))
+        );
+        g.finish_turn().unwrap();
+        tool_turn(&mut g, 1_000, 1);
+        assert_eq!(
+            g.propose(&call("t2", "search", r#"{"x":2}"#)),
+            Ok(CallVerdict::Refused(RefusalReason::DuplicateCallId))
+        );
+        assert_eq!(g.refusals().get(RefusalReason::InvalidName), 3);
+    }
+
     #[test]
     fn a_full_call_id_table_refuses_new_ids_and_never_forgets_one() {
         // 8 id slots: 6 ids fit, then every new id is refused.

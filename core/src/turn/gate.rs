@@ -523,9 +523,11 @@ enum Phase {
 /// 2. [`record`](Self::record) counts the call and its usage and takes the
 ///    response's stop reason;
 /// 3. [`propose`](Self::propose) decides each `tool_use` block, in order:
-///    stop reason, tool name (`[A-Za-z0-9_-]{1,64}`, else `invalid-name`),
-///    arguments, repetition, tool-attempt budget, tool rule
-///    (unknown / approval / run). Refused calls are answered on the spot;
+///    stop reason (`cut-off`, `not-tool-turn`: the response's, before any
+///    call's), tool name (`[A-Za-z0-9_-]{1,64}`, else `invalid-name`), call
+///    id (`duplicate-call-id`), arguments, repetition, tool-attempt budget,
+///    tool cap, tool rule (unknown / approval / run): the per-call order
+///    every front-end keeps (`SPEC E`, one check order). Refused calls are answered on the spot;
 ///    [`approve`](Self::approve) takes approvals, [`report`](Self::report)
 ///    the outcome of each executed call;
 /// 4. [`finish_turn`](Self::finish_turn) checks that every call has its
@@ -545,9 +547,11 @@ enum Phase {
 /// **Call ids over the whole run** (`SPEC E`). Every id proposed is
 /// remembered for the rest of the run (as a 64-bit fingerprint): a call
 /// whose id an earlier response used is refused `duplicate-call-id` and
-/// answered, before any other check, so it never runs twice. The same id
-/// twice in one response is [`ProposeError::DuplicateCallId`] (the caller
-/// cannot answer both with one `tool_use_id`).
+/// answered, after the response's stop reason and the name only, so it
+/// never runs twice. The same id twice in one response is
+/// [`ProposeError::DuplicateCallId`] (the caller cannot answer both with
+/// one `tool_use_id`), unless the response or the name refuses the second
+/// block first: that refusal is answered, untracked.
 ///
 /// Capacities: `CALLS` calls tracked per response (16), `SEEN` distinct
 /// calls remembered for repetitions (64), `TOOLS` named tool rules (8),
@@ -831,7 +835,15 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
             return Err(ProposeError::NotInTurn(self.phase()));
         };
         let id = CallId::new(call.call_id).map_err(ProposeError::InvalidCallId)?;
+        // The response's stop reason, then the name, come before the id
+        // (`SPEC E`, one check order for every front-end).
+        let first = Self::before_the_id(stop, call.name);
         if self.calls.iter().any(|t| t.id == id) {
+            if let Some(reason) = first {
+                // Untracked (its id is the earlier block's) but answered.
+                self.refusals.add(reason);
+                return Ok(CallVerdict::Refused(reason));
+            }
             return Err(ProposeError::DuplicateCallId);
         }
         // Every id proposed is remembered for the whole run, refused or not
@@ -842,10 +854,11 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
             self.refusals.add(RefusalReason::TurnCapacity);
             return Ok(CallVerdict::Refused(RefusalReason::TurnCapacity));
         }
-        let verdict = match seen {
-            Seen::Again => CallVerdict::Refused(RefusalReason::DuplicateCallId),
-            Seen::Full => CallVerdict::Refused(RefusalReason::CallIdCapacity),
-            Seen::New => self.decide(stop, call),
+        let verdict = match (first, seen) {
+            (Some(reason), _) => CallVerdict::Refused(reason),
+            (None, Seen::Again) => CallVerdict::Refused(RefusalReason::DuplicateCallId),
+            (None, Seen::Full) => CallVerdict::Refused(RefusalReason::CallIdCapacity),
+            (None, Seen::New) => self.decide(call),
         };
         let state = match verdict {
             CallVerdict::Execute => CallState::Executing,
@@ -860,18 +873,24 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         Ok(verdict)
     }
 
-    fn decide(&mut self, stop: StopReason, call: &ProposedCall<'_>) -> CallVerdict {
+    /// The refusals that come before a call's id is looked at: the
+    /// response's stop reason, then the tool's name.
+    fn before_the_id(stop: StopReason, name: &str) -> Option<RefusalReason> {
         match stop {
             StopReason::ToolUse => {}
             // A cut-off call may have incomplete arguments: never run it.
-            StopReason::MaxTokens => return CallVerdict::Refused(RefusalReason::CutOff),
-            _ => return CallVerdict::Refused(RefusalReason::NotToolTurn),
+            StopReason::MaxTokens => return Some(RefusalReason::CutOff),
+            _ => return Some(RefusalReason::NotToolTurn),
         }
         // A name outside the grammar is never matched against a rule, never
         // counted as a repeat or an attempt, and never runs (`SPEC E`).
-        if ToolName::new(call.name).is_err() {
-            return CallVerdict::Refused(RefusalReason::InvalidName);
-        }
+        ToolName::new(name)
+            .is_err()
+            .then_some(RefusalReason::InvalidName)
+    }
+
+    /// Decides a call of a `tool_use` response whose name and id passed.
+    fn decide(&mut self, call: &ProposedCall<'_>) -> CallVerdict {
         let Some(arguments) = call.arguments else {
             return CallVerdict::Refused(RefusalReason::InvalidArguments);
         };
