@@ -76,6 +76,8 @@ struct ModelGate {
     /// A forwarded call may be given back now (a server line, or a request
     /// that never reached the server).
     may_give_back: bool,
+    /// Calls counted after their error ([`CallGate::count_unreserved`]).
+    late: HashSet<String>,
 }
 
 impl ModelGate {
@@ -138,6 +140,20 @@ impl CallGate for ModelGate {
             "{key} reached the server and was given back without its answer saying it did not run"
         );
         self.end(key, "roll back");
+        Ok(())
+    }
+    fn count_unreserved(&mut self, key: &str, _tool: &str, _now: u64) -> Result<(), String> {
+        // Only a call given back before (on the server's error) is counted
+        // again this way, once its result comes after all.
+        assert_eq!(
+            self.reserved.get(key),
+            Some(&true),
+            "{key} counted without a reservation, yet it was never given back"
+        );
+        assert!(
+            self.late.insert(key.to_owned()),
+            "{key} counted twice after its error"
+        );
         Ok(())
     }
     fn renew(&mut self, keys: &[String], _now: u64) -> Result<(), String> {

@@ -461,6 +461,14 @@ pub fn commit_reservation(
     Ok(())
 }
 
+/// Counts one tool call that holds no reservation (one given back on the
+/// server's error, then answered with a result after all): the call and,
+/// against `cap`, the tool.
+pub fn count_unreserved(ledger: &mut Ledger, tool: &str, cap: Option<u32>) {
+    ledger.record(Limit::ToolCalls, 1);
+    let _ = ledger.try_count_tool(tool, cap);
+}
+
 /// Ends reservation `key` of `session` with nothing counted: only for a
 /// call known not to have run (the server answered its request with a
 /// JSON-RPC error, or it never reached the server). One already ended,

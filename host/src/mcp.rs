@@ -270,6 +270,12 @@ pub trait CallGate {
     fn roll_back(&mut self, key: &str, now_ms: u64) -> Result<(), String>;
     /// Whether the budget never lets `tool` run (removed from `tools/list`).
     fn denied(&self, tool: &str) -> bool;
+    /// The call `key`, given back on the server's error, ran after all (the
+    /// server answered it with a result too): count it, with no
+    /// reservation left to commit. By default as [`Self::commit`].
+    fn count_unreserved(&mut self, key: &str, tool: &str, now_ms: u64) -> Result<(), String> {
+        self.commit(key, tool, now_ms)
+    }
     /// Renews the reservations `keys` (calls still running or awaiting
     /// approval in this process), so that no other process's decision
     /// takes them for a dead gateway's. By default nothing to renew.
@@ -382,6 +388,11 @@ impl<G: CallGate> CallGate for std::sync::Arc<std::sync::Mutex<G>> {
         self.lock()
             .map_err(|_| "the gate's lock is poisoned".to_owned())?
             .renew(keys, now_ms)
+    }
+    fn count_unreserved(&mut self, key: &str, tool: &str, now_ms: u64) -> Result<(), String> {
+        self.lock()
+            .map_err(|_| "the gate's lock is poisoned".to_owned())?
+            .count_unreserved(key, tool, now_ms)
     }
     fn renew_every_ms(&self) -> Option<u64> {
         // A poisoned lock: renew often (each renewal fails, and says so).
@@ -582,6 +593,20 @@ impl CallGate for LedgerGate {
         })
     }
 
+    fn count_unreserved(&mut self, key: &str, tool: &str, now: u64) -> Result<(), String> {
+        self.transaction(now, |tx, l, _, session, now| {
+            let cap = l.tools.cap(tool);
+            gate::count_unreserved(&mut l.session, tool, cap);
+            tx.log(
+                now,
+                session,
+                "late",
+                &format!("{key}: {tool} answered with a result after its error; counted"),
+            )?;
+            Ok(())
+        })
+    }
+
     fn renew(&mut self, keys: &[String], now: u64) -> Result<(), String> {
         if keys.is_empty() {
             return Ok(());
@@ -735,10 +760,32 @@ fn over_limit(value: &Value, limit: u64) -> bool {
 }
 
 /// A JSON-RPC id as the proxy keys it: its compact JSON, so that `"a"`
-/// and `"\u0061"` are one id.
+/// and `"\u0061"` are one id, and a number as a JavaScript or Python peer
+/// reads it, so that `1`, `1.0` and `1e0` are one id too (a server that
+/// reads them as one would otherwise answer one request with the answer
+/// to another).
 pub(crate) fn normal_id(raw: &RawValue) -> String {
-    readable_id(raw).unwrap_or_else(|| raw.get().to_owned())
+    match serde_json::from_str::<Value>(raw.get()) {
+        Ok(v) => id_key(&v),
+        Err(_) => raw.get().to_owned(),
+    }
 }
+
+/// [`normal_id`] of a read id.
+fn id_key(v: &Value) -> String {
+    let Value::Number(n) = v else {
+        return v.to_string();
+    };
+    match n.as_f64() {
+        // A double, as the peer holds it: integers past 2^53 round there.
+        #[allow(clippy::cast_possible_truncation)]
+        Some(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.0e18 => (f as i64).to_string(),
+        _ => n.to_string(),
+    }
+}
+
+/// The largest integer id a JavaScript peer holds exactly (2^53).
+const MAX_EXACT_ID: u64 = 1 << 53;
 
 /// An id's compact JSON, read back: `None` when its value cannot be read
 /// (a number beyond a 64-bit float), which the gateway's own answers then
@@ -820,6 +867,23 @@ fn shortened(text: &str, max: usize) -> String {
 
 // ------------------------------------------------------------------ proxy
 
+/// How many calls given back on a server's error are remembered, should
+/// the server answer one with a result after all.
+const GIVEN_BACK_KEPT: usize = 256;
+
+/// Whether the server's answer `msg` (whose text is `text`) says its
+/// request did not run: a JSON-RPC error object and no `result` member at
+/// all. Anything else — a result of any kind, `null`, neither — may come
+/// from a call that ran (`SPEC E`).
+fn says_not_run(text: &str, msg: &Message<'_>) -> bool {
+    let error_object = msg
+        .error
+        .is_some_and(|e| e.get().trim_start().starts_with('{'));
+    error_object
+        && msg.result.is_none()
+        && crate::strict::value_from_str(text).is_ok_and(|v| v.get("result").is_none())
+}
+
 /// What becomes of a message from the server on its way to the client.
 enum Reply {
     /// Passed on as it came.
@@ -896,6 +960,9 @@ pub struct Proxy<G: CallGate> {
     /// When the reservations this proxy holds were last renewed
     /// ([`CallGate::renew`]).
     renewed_at: u64,
+    /// Calls given back on the server's JSON-RPC error, newest last: id,
+    /// key and tool ([`Self::unawaited_answer`]).
+    given_back: VecDeque<(String, String, String)>,
 }
 
 impl<G: CallGate> Proxy<G> {
@@ -926,6 +993,7 @@ impl<G: CallGate> Proxy<G> {
             },
             unsettled: Vec::new(),
             renewed_at: 0,
+            given_back: VecDeque::new(),
         }
     }
 
@@ -1185,7 +1253,8 @@ impl<G: CallGate> Proxy<G> {
         // read is answered as no id, JSON-RPC's null when the id cannot be
         // detected, not a line the client may not parse.
         let readable = msg.id.and_then(readable_id);
-        let id = readable.as_deref().or(msg.id.map(RawValue::get));
+        let key = msg.id.map(normal_id);
+        let id = key.as_deref();
         let reply_id = readable.as_deref().unwrap_or("null");
         if msg.jsonrpc.as_deref() != Some("2.0") {
             out.push(Out::Client(error_line(
@@ -1268,7 +1337,7 @@ impl<G: CallGate> Proxy<G> {
                 let target = msg
                     .params
                     .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
-                    .and_then(|p| p.get("requestId").map(Value::to_string));
+                    .and_then(|p| p.get("requestId").map(id_key));
                 if let Some(target) = target {
                     return self.cancel(&target, now, out);
                 }
@@ -1408,7 +1477,20 @@ impl<G: CallGate> Proxy<G> {
         };
         let id = match crate::strict::value_from_str(raw_id.get()) {
             Ok(v @ Value::String(_)) => v.to_string(),
-            Ok(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+            Ok(Value::Number(n))
+                if n.as_i64().is_some_and(|i| i.unsigned_abs() <= MAX_EXACT_ID)
+                    || n.as_u64().is_some_and(|u| u <= MAX_EXACT_ID) =>
+            {
+                n.to_string()
+            }
+            Ok(Value::Number(n)) if n.is_i64() || n.is_u64() => {
+                return refuse(
+                    out,
+                    raw_id.get(),
+                    INVALID_REQUEST,
+                    format!("Invalid Request: a tools/call id past 2^53 ({n}) is not told apart from its neighbours by a JavaScript peer (refused, not forwarded)"),
+                )
+            }
             Ok(v) => {
                 // A number is an id JSON-RPC knows (MCP wants an integer):
                 // answered with it as sent, so the client can match the
@@ -1433,6 +1515,19 @@ impl<G: CallGate> Proxy<G> {
                 )
             }
         };
+        // A request still awaiting its answer under this id (not a call:
+        // a call's id again is the gate's `duplicate-call-id`) would take
+        // the call's answer, or give it the request's error.
+        if matches!(self.pending.get(&id), Some(p) if !matches!(p, Pending::Call { .. }))
+            || self.approvals.values().any(|a| a.id == id)
+        {
+            return refuse(
+                out,
+                &id,
+                INVALID_REQUEST,
+                format!("Invalid Request: the id {id} is already used by a request awaiting its answer (refused, not forwarded)"),
+            );
+        }
         if self.in_flight() >= MAX_PENDING {
             return refuse(
                 out,
@@ -1883,7 +1978,11 @@ impl<G: CallGate> Proxy<G> {
     fn server_one(&mut self, text: &str, now: u64) -> Reply {
         match serde_json::from_str::<Message<'_>>(text) {
             Ok(msg) => self.server_message(text, &msg, now),
-            Err(_) => Reply::Same,
+            // As a line that is not a JSON-RPC message: dropped.
+            Err(e) => {
+                eprintln!("budgetgate mcp: the server sent a batch member that is not a JSON-RPC message ({e}; dropped)");
+                Reply::Drop
+            }
         }
     }
 
@@ -1897,7 +1996,7 @@ impl<G: CallGate> Proxy<G> {
         let id = normal_id(id);
         let id = id.as_str();
         let Some(pending) = self.pending.remove(id) else {
-            return Reply::Same;
+            return self.unawaited_answer(id, text, msg, now);
         };
         match pending {
             Pending::Other => Reply::Same,
@@ -1906,13 +2005,15 @@ impl<G: CallGate> Proxy<G> {
                 tool,
                 cancelled,
             } => {
-                let Some(result) = msg.result else {
+                if says_not_run(text, msg) {
                     // A JSON-RPC error from the server for this request:
                     // the call did not run. The only answer that gives a
                     // call back (`SPEC E`).
                     self.roll_back(&key, now);
+                    self.remember_given_back(id, &key, &tool);
                     return if cancelled { Reply::Drop } else { Reply::Same };
-                };
+                }
+                let result = msg.result.filter(|r| r.get().trim_start().starts_with('{'));
                 // Any result counts, whatever it holds: the call ran.
                 self.unsettled.push((key, tool.clone()));
                 if cancelled {
@@ -1921,6 +2022,15 @@ impl<G: CallGate> Proxy<G> {
                     return Reply::Drop;
                 }
                 let mut refusal = Refusal::worded(word::TOOL_ERROR, "", "", "");
+                let Some(result) = result.filter(|_| msg.error.is_none()) else {
+                    // No result object, or an error beside one: not an
+                    // answer the gate can read, yet not one that says the
+                    // call did not run. Counted, withheld (fail closed).
+                    refusal.text = format!(
+                        "budgetgate withheld this answer (tool-error): the server's answer for {tool} is not a JSON-RPC result or error it can read, so it was not passed on. The call may have run, so it counts against the budget."
+                    );
+                    return Reply::Instead(refused_line(id, &refusal));
+                };
                 match crate::strict::value_from_str(result.get()) {
                     Ok(value) if !over_limit(&value, self.max_result_bytes) => return Reply::Same,
                     Ok(_) => {
@@ -1973,6 +2083,36 @@ impl<G: CallGate> Proxy<G> {
                 }
             }
         }
+    }
+
+    /// An answer from the server to an id no request awaits (a second
+    /// answer, or one to a call it had answered with an error): never
+    /// passed on (the client awaits nothing under that id, and its size
+    /// was never checked). A result for a call that was given back on the
+    /// server's error means the call ran after all: counted now.
+    fn unawaited_answer(&mut self, id: &str, text: &str, msg: &Message<'_>, now: u64) -> Reply {
+        if !says_not_run(text, msg) {
+            if let Some(at) = self.given_back.iter().position(|(i, _, _)| i == id) {
+                if let Some((_, key, tool)) = self.given_back.remove(at) {
+                    if let Err(e) = self.gate.count_unreserved(&key, &tool, now) {
+                        eprintln!("budgetgate mcp: counting {key}, answered after its error: {e}");
+                    }
+                }
+            }
+        }
+        eprintln!("budgetgate mcp: the server answered {id}, which no request awaits (dropped)");
+        Reply::Drop
+    }
+
+    /// Remembers a call given back on the server's error, in case the
+    /// server answers it with a result after all (the last
+    /// [`GIVEN_BACK_KEPT`]).
+    fn remember_given_back(&mut self, id: &str, key: &str, tool: &str) {
+        if self.given_back.len() >= GIVEN_BACK_KEPT {
+            self.given_back.pop_front();
+        }
+        self.given_back
+            .push_back((id.to_owned(), key.to_owned(), tool.to_owned()));
     }
 
     /// The server's answer to request `id` (compact JSON; `None` when it
@@ -2981,7 +3121,10 @@ mod tests {
         fn used(&self) -> (u64, u64) {
             let store = Store::open(self.dir.path(), Duration::from_secs(5)).expect("ledger");
             let l = store.list().expect("list");
-            let ledger = l[0].ledger.as_ref().expect("record");
+            let Some(first) = l.first() else {
+                return (0, 0);
+            };
+            let ledger = first.ledger.as_ref().expect("record");
             (
                 ledger.used(budgetgate_core::budget::Limit::ToolCalls),
                 ledger.reserved(budgetgate_core::budget::Limit::ToolCalls),
@@ -3303,8 +3446,10 @@ mod tests {
             assert!(message.contains(says), "{line}: {message}");
         }
         assert_eq!(p.in_flight(), 0);
-        // String and integer ids are let through.
-        for (n, id) in [r#""a""#, "-3", "18446744073709551615"].iter().enumerate() {
+        // String and integer ids are let through, up to 2^53 (past it a
+        // JavaScript server could not tell two ids apart: issue 29's
+        // hostile trial; refused in a_call_may_not_take_the_id_of_…).
+        for (n, id) in [r#""a""#, "-3", "9007199254740992"].iter().enumerate() {
             let line = format!(
                 r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo{n}"}}}}"#
             );
@@ -4122,6 +4267,124 @@ mod tests {
         assert_eq!(s.used(), (0, 2));
         // Renewal is due within a third of the TTL.
         assert!(p.next_deadline().is_some_and(|d| d <= T0 + 5_000 + ttl / 3));
+    }
+
+    /// Hostile trial of issue 29's fix, F1: a `tools/call` took over the
+    /// id of a request still awaiting its answer, so the server's error
+    /// for that request gave the call back and the call's own result went
+    /// through unchecked. Refused, not forwarded; `1.0` and `1` are one id.
+    #[test]
+    fn a_call_may_not_take_the_id_of_a_request_awaiting_its_answer() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        for (first, id) in [
+            (r#"{"jsonrpc":"2.0","id":5,"method":"nosuch/method"}"#, 5),
+            (r#"{"jsonrpc":"2.0","id":6.0,"method":"nosuch/method"}"#, 6),
+            (r#"{"jsonrpc":"2.0","id":7e0,"method":"nosuch/method"}"#, 7),
+        ] {
+            assert_eq!(server(&p.on_client(first.as_bytes(), T0)).len(), 1);
+            let outs = p.on_client(&call(id, "t", json!({"i": id})), T0);
+            assert!(server(&outs).is_empty(), "{outs:?}");
+            assert_eq!(client(&outs)[0]["error"]["code"], INVALID_REQUEST);
+            // The server's error for the request is its own, nothing more.
+            let error = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"no"}}}}"#
+            );
+            assert_eq!(client(&p.on_server(error.as_bytes(), T0)).len(), 1);
+        }
+        assert_eq!(s.used(), (0, 0));
+        // In one batch, the same.
+        let batch = format!(
+            "[{},{}]",
+            r#"{"jsonrpc":"2.0","id":9,"method":"nosuch/method"}"#,
+            String::from_utf8(call(9, "t", json!({}))).unwrap()
+        );
+        let outs = p.on_client(batch.as_bytes(), T0);
+        assert_eq!(
+            server(&outs),
+            [r#"[{"jsonrpc":"2.0","id":9,"method":"nosuch/method"}]"#]
+        );
+        assert_eq!(client(&outs)[0]["error"]["code"], INVALID_REQUEST);
+        // An id past 2^53 cannot be told apart by a JavaScript server.
+        let big = br#"{"jsonrpc":"2.0","id":9007199254740993,"method":"tools/call","params":{"name":"t","arguments":{}}}"#;
+        let outs = p.on_client(big, T0);
+        assert!(server(&outs).is_empty());
+        assert_eq!(client(&outs)[0]["error"]["code"], INVALID_REQUEST);
+    }
+
+    /// F2: an answer that is no JSON-RPC error (`result: null`, neither
+    /// member, `error: null`) gave the call back. Counted, and withheld
+    /// when it is no result object.
+    #[test]
+    fn only_a_json_rpc_error_object_gives_a_call_back() {
+        let s = Setup::new();
+        let mut p = s.proxy("[budget]\nmax_seconds = 3600\nmax_tool_calls = 9\n");
+        let answers = [
+            r#"{"jsonrpc":"2.0","id":1,"result":null}"#,
+            r#"{"jsonrpc":"2.0","id":2}"#,
+            r#"{"jsonrpc":"2.0","id":3,"result":null,"error":null}"#,
+            r#"{"jsonrpc":"2.0","id":4,"error":{"code":1,"message":"x"},"result":{"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"error":"not an object"}"#,
+        ];
+        for (n, a) in answers.iter().enumerate() {
+            let id = n as u64 + 1;
+            p.on_client(&call(id, "t", json!({"i": id})), T0);
+            let outs = client(&p.on_server(a.as_bytes(), T0));
+            assert_eq!(outs[0]["result"]["isError"], true, "{a}: {outs:?}");
+            assert_eq!(s.used(), (id, 0), "{a}");
+        }
+        p.on_client(&call(6, "t", json!({"i": 6})), T0);
+        p.on_server(
+            br#"{"jsonrpc":"2.0","id":6,"error":{"code":-32602,"message":"bad"}}"#,
+            T0,
+        );
+        assert_eq!(s.used(), (5, 0), "a JSON-RPC error gives it back");
+    }
+
+    /// F3: a second answer to the same id went through unchecked (a result
+    /// after an error: uncounted and unbounded). Dropped; a result after
+    /// the error counts the call after all.
+    #[test]
+    fn a_second_answer_to_one_id_is_dropped_and_a_result_after_an_error_counts() {
+        let s = Setup::new();
+        let mut p =
+            s.proxy("[budget]\nmax_seconds = 3600\nmax_tool_calls = 9\nmax_result_bytes = 100\n");
+        let big = json!({"content": [{"type": "text", "text": "x".repeat(2_000)}]});
+        p.on_client(&call(1, "t", json!({})), T0);
+        p.on_server(
+            br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"no"}}"#,
+            T0,
+        );
+        assert_eq!(s.used(), (0, 0));
+        assert!(p.on_server(&answer(1, big.clone()), T0).is_empty());
+        assert_eq!(s.used(), (1, 0), "it ran after all");
+        assert!(p.on_server(&answer(1, big.clone()), T0).is_empty());
+        assert_eq!(s.used(), (1, 0), "counted once");
+        p.on_client(&call(2, "t", json!({"n": 2})), T0);
+        assert_eq!(
+            client(&p.on_server(&answer(2, json!({"content": []})), T0)).len(),
+            1
+        );
+        assert!(p.on_server(&answer(2, big), T0).is_empty());
+        assert_eq!(s.used(), (2, 0));
+    }
+
+    /// F4: a member of a server batch that is no JSON-RPC message went
+    /// through unchecked (one line with the same fault is dropped).
+    #[test]
+    fn a_batch_member_that_cannot_be_read_is_dropped() {
+        let s = Setup::new();
+        let mut p = s.proxy(BUDGET);
+        p.on_client(&call(1, "t", json!({})), T0);
+        let x = "x".repeat(2_000);
+        let batch = format!(
+            r#"[{{"jsonrpc":"2.0","id":1,"result":{{"a":"{x}"}},"result":{{"b":"{x}"}}}},{{"jsonrpc":"2.0","method":5}},{{"jsonrpc":"2.0","method":"notifications/message","params":{{}}}}]"#
+        );
+        let outs = client(&p.on_server(batch.as_bytes(), T0));
+        assert_eq!(outs.len(), 1);
+        let kept = outs[0].as_array().expect("a batch");
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(kept[0]["method"], "notifications/message");
     }
 
     /// A call waiting for approval keeps its reservation past the TTL.

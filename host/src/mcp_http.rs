@@ -768,6 +768,13 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
         return json_reply(status, merged(&local));
     };
     let ids = request_ids(&forward);
+    // Should the client go away before the answer (hyper then drops this
+    // task, and the upstream request with it), the requests still awaited
+    // are answered to no one and counted: the upstream may have run them.
+    let mut abandoned = Abandoned {
+        proxy: Some(Arc::clone(&proxy)),
+        ids: ids.clone(),
+    };
     let rb = upstream_request(
         gw,
         reqwest::Method::POST,
@@ -811,9 +818,10 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
     }
     if !status.is_success() {
         // 4xx: the client must see it (401 to authorize, 404 to start a
-        // new session); the server refused the HTTP request, so the
-        // requests in it did not run: given back.
-        let _ = fail_pending(&proxy, &ids, Ran::No, &format!("answered HTTP {status}"));
+        // new session). An HTTP status is no JSON-RPC answer that the
+        // call did not run (something between may have forwarded it, a
+        // server may run it and then fail): the calls in it count.
+        let _ = fail_pending(&proxy, &ids, Ran::Maybe, &format!("answered HTTP {status}"));
         if status == StatusCode::NOT_FOUND && !key.is_empty() {
             if let Some(gone) = gw.forget(&key) {
                 if let Ok(mut p) = gone.lock() {
@@ -840,6 +848,8 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
         return with_headers(reply, &up_headers);
     }
     if is_sse(&up_headers) {
+        // The relay reads the stream to its end whether the client stays.
+        abandoned.proxy = None;
         let (tx, rx) = tokio::sync::mpsc::channel(EVENT_QUEUE);
         let relay_proxy = Arc::clone(&proxy);
         let upstream = gw.upstream.clone();
@@ -876,6 +886,27 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
         return with_headers(full(StatusCode::ACCEPTED, "text/plain", ""), &up_headers);
     }
     with_headers(json_reply(StatusCode::OK, merged(&texts)), &up_headers)
+}
+
+/// The requests of a POST whose task may be dropped before their answers
+/// (the client went away): on drop, each still awaited is answered to no
+/// one and counted ([`Ran::Maybe`]), so no request stays pending for ever.
+struct Abandoned {
+    proxy: Option<Session>,
+    ids: Vec<String>,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if let Some(proxy) = self.proxy.take() {
+            let _ = fail_pending(
+                &proxy,
+                &self.ids,
+                Ran::Maybe,
+                "lost its client before answering",
+            );
+        }
+    }
 }
 
 /// Whether a client's request accepts an SSE stream as its answer.
@@ -1150,12 +1181,7 @@ async fn deliver(
         }
         Ok(resp) if !resp.status().is_success() => {
             let why = format!("at {} answered HTTP {}", gw.upstream, resp.status());
-            let ran = if resp.status().is_client_error() {
-                Ran::No
-            } else {
-                Ran::Maybe
-            };
-            fail_pending(proxy, &ids, ran, &why)
+            fail_pending(proxy, &ids, Ran::Maybe, &why)
         }
         Ok(mut resp) => match read_upstream(&mut resp, MAX_BODY).await {
             Ok(Some(body)) => {

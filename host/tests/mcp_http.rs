@@ -1040,6 +1040,47 @@ fn over_http_an_answer_over_16_mib_counts_its_call_and_is_withheld() {
     assert_eq!(s.tool_calls(), (1, 0));
 }
 
+/// Hostile trial of issue 29's fix, F5: a POST whose client went away
+/// before the answer left its call reserved (and its id awaited) for as
+/// long as the gateway ran. The call is answered to no one and counted.
+#[test]
+fn over_http_a_call_whose_client_went_away_is_counted_not_left_pending() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 5\n");
+    let (_up, port, ran) = slow_upstream("1", 10);
+    let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{port}/mcp"));
+    let addr = url
+        .strip_prefix("http://")
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let body = call_body(7, "slow");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut tcp = TcpStream::connect(&addr).expect("connect");
+    tcp.write_all(head.as_bytes()).expect("write");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ran.lock().unwrap().matches("ran slow").count() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the call never reached the upstream"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(tcp);
+    while s.tool_calls() != (1, 0) {
+        assert!(
+            Instant::now() < deadline,
+            "the abandoned call: {:?}, not counted",
+            s.tool_calls()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Issue 29, reproduction 1 over HTTP: a call cancelled 0.1 s after it was
 /// sent, whose 20 KB result came 0.5 s later, passed the 4 096-byte bound
 /// and counted nothing. Now it counts and its result is not passed on.
