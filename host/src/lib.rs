@@ -23,8 +23,6 @@ pub mod ledger;
 pub mod ledger_cli;
 pub mod ledger_redis;
 pub mod mcp;
-pub mod mcp_http;
-pub mod mcp_terminal;
 pub mod replay;
 pub mod strict;
 pub mod term;

@@ -143,7 +143,7 @@ pub struct Gateway {
     /// stream the question went out on).
     waiters: Waiters,
     /// The person at the gateway's terminal, asked when a client cannot be.
-    terminal: Option<crate::mcp_terminal::Terminal>,
+    terminal: Option<crate::mcp::terminal::Terminal>,
 }
 
 /// An answer to one of the gateway's questions.
@@ -216,7 +216,7 @@ impl Gateway {
         let waiters: Waiters = Arc::default();
         let terminal = terminal.and_then(|tty| {
             let waiters = Arc::clone(&waiters);
-            crate::mcp_terminal::Terminal::on(tty, move |key, yes| {
+            crate::mcp::terminal::Terminal::on(tty, move |key, yes| {
                 let waiter = waiters.lock().ok().and_then(|mut w| w.remove(&key));
                 if let Some(w) = waiter {
                     let _ = w.send(Answer::Person(yes));
@@ -1566,7 +1566,7 @@ pub fn command(args: &McpArgs, upstream: &str) -> ExitCode {
         Duration::from_secs(args.upstream_timeout),
         Duration::from_secs(args.approval_timeout),
         connection,
-        crate::mcp::terminal(args),
+        crate::mcp::asking_terminal(args),
     ) {
         Ok(g) => Arc::new(g),
         Err(e) => return fail(e),

@@ -1,0 +1,314 @@
+//! The gateway's logic without I/O ([`Proxy`]): lines in, [`Out`]
+//! messages out, time passed in. The client's side is in `client.rs`,
+//! questions in `questions.rs`, the server's side in `server.rs`.
+
+#[allow(unused_imports)]
+use super::*;
+
+mod client;
+mod questions;
+mod server;
+
+/// How many calls given back on a server's error are remembered, should
+/// the server answer one with a result after all.
+const GIVEN_BACK_KEPT: usize = 256;
+
+/// Whether the server's answer `msg` (whose text is `text`) says its
+/// request did not run: a JSON-RPC error object and no `result` member at
+/// all. Anything else — a result of any kind, `null`, neither — may come
+/// from a call that ran (`SPEC E`).
+fn says_not_run(text: &str, msg: &Message<'_>) -> bool {
+    let error_object = msg
+        .error
+        .is_some_and(|e| e.get().trim_start().starts_with('{'));
+    error_object
+        && msg.result.is_none()
+        && crate::strict::value_from_str(text).is_ok_and(|v| v.get("result").is_none())
+}
+
+/// What becomes of a message from the server on its way to the client.
+enum Reply {
+    /// Passed on as it came.
+    Same,
+    /// This message instead (a withheld result, a filtered list).
+    Instead(String),
+    /// Not passed on (the answer to a call the client cancelled).
+    Drop,
+}
+
+/// Whether a request the server will not answer may have run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ran {
+    /// Known not to have run: it never reached the server (the connection
+    /// to it could not be made, or the server refused the HTTP request
+    /// before reading it). Given back.
+    No,
+    /// It reached the server, or may have: counted (`SPEC E`).
+    Maybe,
+}
+
+#[derive(Debug)]
+enum Pending {
+    /// A `tools/call` let through, with its reservation.
+    Call {
+        key: String,
+        tool: String,
+        cancelled: bool,
+    },
+    /// A `tools/list`, whose result is filtered.
+    List,
+    /// Any other request.
+    Other,
+}
+
+#[derive(Debug)]
+struct Approval {
+    /// The client's request id (raw JSON).
+    id: String,
+    key: String,
+    tool: String,
+    /// The request line, forwarded once approved.
+    line: String,
+    /// The question and its deadline: the one approval state machine.
+    question: approval::Question,
+    by: Asker,
+}
+
+/// The gateway's logic without I/O: lines in, [`Out`] messages out, the
+/// time passed in (milliseconds; the ledger's clock).
+pub struct Proxy<G: CallGate> {
+    gate: G,
+    connection: String,
+    max_result_bytes: u64,
+    approval_timeout_ms: u64,
+    pub(super) elicitation: bool,
+    /// Set when the transport cannot ask a person: why (approval refused).
+    cannot_ask: Option<String>,
+    /// A person at the gateway's terminal can be asked (when the client
+    /// cannot).
+    terminal: bool,
+    pending: HashMap<String, Pending>,
+    approvals: HashMap<String, Approval>,
+    next_approval: u64,
+    /// A secret of this proxy's, in every question id, so that a client
+    /// cannot answer a question it has not been sent (ids are not guessed).
+    question_salt: u64,
+    /// Calls the server answered whose reservations are not committed
+    /// yet ([`Self::on_server_unsettled`]): committed by [`Self::settle`],
+    /// which every other entry point (and dropping the proxy) runs first.
+    /// A commit that failed stays here and is made again before the next
+    /// decision, which is refused until it lands (fail closed).
+    unsettled: Vec<(String, String)>,
+    /// When the reservations this proxy holds were last renewed
+    /// ([`CallGate::renew`]).
+    renewed_at: u64,
+    /// Calls given back on the server's JSON-RPC error, newest last: id,
+    /// key and tool ([`Self::unawaited_answer`]).
+    given_back: VecDeque<(String, String, String)>,
+}
+
+impl<G: CallGate> Proxy<G> {
+    /// A proxy deciding with `gate`. `connection` names this client's MCP
+    /// session in the ledger's call ids (JSON-RPC ids are unique within
+    /// one connection only).
+    pub fn new(
+        gate: G,
+        connection: String,
+        max_result_bytes: u64,
+        approval_timeout_ms: u64,
+    ) -> Self {
+        Self {
+            gate,
+            connection,
+            max_result_bytes,
+            approval_timeout_ms,
+            elicitation: false,
+            cannot_ask: None,
+            terminal: false,
+            pending: HashMap::new(),
+            approvals: HashMap::new(),
+            next_approval: 0,
+            question_salt: {
+                use std::hash::BuildHasher;
+                std::collections::hash_map::RandomState::new()
+                    .hash_one(std::time::SystemTime::now())
+            },
+            unsettled: Vec::new(),
+            renewed_at: 0,
+            given_back: VecDeque::new(),
+        }
+    }
+
+    /// Commits the reservations of the calls the server answered through
+    /// [`Self::on_server_unsettled`] (in the order they were answered).
+    /// Every entry point of the proxy but [`Self::on_client`] and
+    /// [`Self::on_server_unsettled`] settles first; a client's
+    /// `tools/call` commits them in its decision's own transaction
+    /// ([`CallGate::commit_then_decide`]), and other messages leave them
+    /// for the transport to settle ([`Self::unsettled`]). So a commit is
+    /// never behind a later decision.
+    /// A commit that fails is kept, to be made again.
+    pub fn settle(&mut self, now: u64) {
+        for (key, tool) in std::mem::take(&mut self.unsettled) {
+            self.commit(&key, &tool, now);
+        }
+    }
+
+    /// The reservations this proxy holds: calls forwarded and not yet
+    /// answered, and calls awaiting approval.
+    fn held(&self) -> Vec<String> {
+        let calls = self.pending.values().filter_map(|p| match p {
+            Pending::Call { key, .. } => Some(key.clone()),
+            _ => None,
+        });
+        calls
+            .chain(self.approvals.values().map(|a| a.key.clone()))
+            .collect()
+    }
+
+    /// When the held reservations are next to be renewed.
+    fn renewal_due(&self) -> Option<u64> {
+        let every = self.gate.renew_every_ms()?;
+        let holds = self.approvals.len() + self.pending.len() > 0;
+        holds.then(|| self.renewed_at.saturating_add(every))
+    }
+
+    /// Renews the reservations this proxy holds when they are due
+    /// ([`CallGate::renew`]), and commits answered calls: a reservation
+    /// held by a live process never expires, whatever the tool's or the
+    /// person's time (`SPEC E`). The Streamable HTTP transport calls this
+    /// on a timer; [`Self::on_tick`] does too.
+    pub fn renew_held(&mut self, now: u64) {
+        self.settle(now);
+        if self.renewal_due().is_none_or(|due| due > now) {
+            return;
+        }
+        self.renewed_at = now;
+        let keys = self.held();
+        if let Err(e) = self.gate.renew(&keys, now) {
+            eprintln!("budgetgate mcp: renewing {} reservation(s): {e} (tried again at the next renewal; a reservation not renewed in time is counted as spent, never given back)", keys.len());
+        }
+    }
+
+    /// Starts the renewal clock when the first reservation is taken, so a
+    /// new one is renewed a full period after it was made.
+    fn holding_from(&mut self, now: u64) {
+        if self.approvals.is_empty()
+            && !self
+                .pending
+                .values()
+                .any(|p| matches!(p, Pending::Call { .. }))
+        {
+            self.renewed_at = now;
+        }
+    }
+
+    /// How many answered calls wait for their commit ([`Self::settle`]).
+    pub fn unsettled(&self) -> usize {
+        self.unsettled.len()
+    }
+
+    /// Whether approval may be asked: with `Some(why)`, calls to tools in
+    /// `needs_approval` are refused (`approval-refused`) with `why` as the
+    /// reason, as when the client declared no elicitation capability (a
+    /// Streamable HTTP POST whose answer cannot be a stream, which is where
+    /// the question would go); `None` asks again.
+    pub fn set_cannot_ask(&mut self, why: Option<String>) {
+        self.cannot_ask = why;
+    }
+
+    /// Whether the person at the gateway's terminal may be asked about a
+    /// call when the client cannot be (no `elicitation` capability).
+    pub fn ask_on_terminal(&mut self, yes: bool) {
+        self.terminal = yes;
+    }
+
+    /// The name of this client's session in the ledger's call ids.
+    pub fn connection(&self) -> &str {
+        &self.connection
+    }
+
+    /// The approval questions awaiting the client's answer: each
+    /// question's id (compact JSON) and its deadline.
+    pub fn asking(&self) -> Vec<(String, u64)> {
+        self.approvals
+            .iter()
+            .map(|(eid, a)| (eid.clone(), a.question.deadline_ms()))
+            .collect()
+    }
+
+    /// The id (compact JSON) of this proxy's question number `n`:
+    /// `"budgetgate-approval-N-SECRET"`, SECRET 16 hex digits that depend on
+    /// the proxy's secret and `n`, so a client cannot answer a question
+    /// before it has been sent.
+    fn question_id(&self, n: u64) -> String {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (self.question_salt, n).hash(&mut h);
+        format!("\"budgetgate-approval-{n}-{:016x}\"", h.finish())
+    }
+
+    /// Whether `eid` (compact JSON) is the id of a question this proxy
+    /// asked, answered or not.
+    fn asked_once(&self, eid: &str) -> bool {
+        eid.strip_prefix("\"budgetgate-approval-")
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(n, _)| n.parse::<u64>().ok())
+            .is_some_and(|n| (1..=self.next_approval).contains(&n) && eid == self.question_id(n))
+    }
+
+    /// Who was asked the question `eid` (compact JSON), while it awaits
+    /// its answer.
+    pub fn asks(&self, eid: &str) -> Option<Asker> {
+        self.approvals.get(eid).map(|a| a.by)
+    }
+
+    /// The id of the question asked about the call whose request id is
+    /// `id` (compact JSON), while it awaits its answer.
+    pub fn question_about(&self, id: &str) -> Option<&str> {
+        self.approvals
+            .iter()
+            .find(|(_, a)| a.id == id)
+            .map(|(eid, _)| eid.as_str())
+    }
+
+    /// Whether the request `id` (its compact JSON) awaits the server's answer.
+    pub fn awaits(&self, id: &str) -> bool {
+        self.pending.contains_key(id)
+    }
+
+    /// Requests awaiting an answer (from the server or an approver).
+    pub fn in_flight(&self) -> usize {
+        self.pending.len() + self.approvals.len()
+    }
+
+    /// The gate.
+    pub fn gate(&self) -> &G {
+        &self.gate
+    }
+
+    /// The gate, to change (tests and fuzzing drive a model gate's faults).
+    pub fn gate_mut(&mut self) -> &mut G {
+        &mut self.gate
+    }
+
+    /// When [`Self::on_tick`] next has something to do: a question's
+    /// deadline, or the renewal of held reservations.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.approvals
+            .values()
+            .map(|a| a.question.deadline_ms())
+            .chain(self.renewal_due())
+            .min()
+    }
+}
+
+/// A proxy dropped with answered calls not yet committed commits them:
+/// a call that ran is counted whichever way the transport ends.
+impl<G: CallGate> Drop for Proxy<G> {
+    fn drop(&mut self) {
+        if !self.unsettled.is_empty() {
+            self.settle(now());
+        }
+    }
+}
