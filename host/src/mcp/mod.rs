@@ -53,7 +53,7 @@
 //! ([`CallGate`], [`LedgerGate`]); [`message`] the JSON-RPC messages and
 //! their ids; [`proxy`] the sans-IO state machine (client side, questions,
 //! server side); [`lines`] bounded line reading; [`stdio`] the stdio
-//! transport; [`http`] the Streamable HTTP transport; [`terminal`] the
+//! transport; [`http`] the Streamable HTTP transport ([`sse`] its stream reader); [`terminal`] the
 //! person at the gateway's terminal.
 //!
 //! The protocol is handled with `serde_json` and a few typed views that
@@ -253,6 +253,7 @@ pub mod http;
 pub mod lines;
 pub mod message;
 pub mod proxy;
+pub mod sse;
 pub mod stdio;
 pub mod terminal;
 
