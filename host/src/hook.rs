@@ -49,7 +49,7 @@ use budgetgate_core::TokenUsage;
 use serde_json::{json, Value};
 
 use crate::gate::{self, GateError, Ledgers};
-use crate::ledger::{state_dir, CountedUsage, Store, StoreError, Tx};
+use crate::ledger::{CountedUsage, LedgerTx, LedgerUrl, Store, StoreError};
 
 pub mod transcript;
 use crate::replay::budget::{price_of, ReplayBudget};
@@ -81,6 +81,11 @@ pub struct ClaudeCodeArgs {
     /// $XDG_STATE_HOME/budgetgate, else ~/.local/state/budgetgate).
     #[arg(long, value_name = "DIR")]
     pub state: Option<PathBuf>,
+    /// The ledger as `budgetgate mcp --ledger` names it: sqlite:FILE, a
+    /// state folder, or redis://HOST:PORT/DB (one budget shared with
+    /// gateways on other machines).
+    #[arg(long, value_name = "URL", conflicts_with = "state")]
+    pub ledger: Option<String>,
     /// The command's own deadline in milliseconds (1..=60000): past it, it
     /// refuses.
     #[arg(long, value_name = "MS", default_value_t = DEFAULT_DEADLINE_MS,
@@ -319,7 +324,7 @@ fn open_regular(path: &Path) -> std::io::Result<File> {
 /// Only complete lines are read, at most [`MAX_READ_PER_EVENT`] bytes in all;
 /// the offsets are stored with the decision. Returns the bytes left unread.
 fn absorb(
-    tx: &Tx<'_>,
+    tx: &(impl LedgerTx + ?Sized),
     event: &HookEvent,
     budget: &ReplayBudget,
     ledgers: &mut Ledgers<'_>,
@@ -335,7 +340,7 @@ fn absorb(
             path: shown.clone(),
             detail,
         };
-        let offset = tx.offset(session, &shown)?;
+        let offset = tx.transcript_offset(session, &shown)?;
         let mut file = match open_regular(&path) {
             Ok(file) => file,
             // Not written yet (a session's first event): nothing to count.
@@ -382,7 +387,7 @@ fn absorb(
                 .map_err(|detail| fail(format!("line at byte {at}: {detail}")))?;
             at += n as u64;
         }
-        tx.set_offset(session, &shown, at)?;
+        tx.set_transcript_offset(session, &shown, at)?;
         // What is left beyond this event's allowance (not a line still being
         // written at the end of the file).
         if chunk < len - offset {
@@ -394,7 +399,7 @@ fn absorb(
 
 /// Counts one transcript line, if it is a model response.
 fn count_line(
-    tx: &Tx<'_>,
+    tx: &(impl LedgerTx + ?Sized),
     event: &HookEvent,
     budget: &ReplayBudget,
     ledgers: &mut Ledgers<'_>,
@@ -487,7 +492,7 @@ fn memchr_find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 /// Decides one event against the ledger in `tx` (see the module docs for
 /// the order). Changes are committed with the transaction.
 pub fn decide(
-    tx: &mut Tx<'_>,
+    tx: &(impl LedgerTx + ?Sized),
     event: &HookEvent,
     budget: &ReplayBudget,
     now: u64,
@@ -538,7 +543,7 @@ pub fn decide(
 }
 
 fn decide_call(
-    tx: &mut Tx<'_>,
+    tx: &(impl LedgerTx + ?Sized),
     event: &HookEvent,
     call: &ToolUse,
     budget: &ReplayBudget,
@@ -657,8 +662,31 @@ pub fn command(args: &ClaudeCodeArgs) -> std::process::ExitCode {
             }
         };
         let wait = Duration::from_millis(args.deadline_ms).saturating_sub(started.elapsed());
-        let mut store = Store::open(&state_dir(args.state.as_deref()), wait)?;
-        let answer = store.decide(|tx| decide(tx, &event, &budget, now_ms()))?;
+        let url =
+            LedgerUrl::parse(args.ledger.as_deref(), args.state.as_deref()).map_err(|detail| {
+                StoreError::Redis {
+                    url: args.ledger.clone().unwrap_or_default(),
+                    detail,
+                }
+            })?;
+        let answer = match url {
+            LedgerUrl::Redis(url) => {
+                let mut store = crate::ledger_redis::RedisStore::open(&url, wait)?;
+                // Time is the Redis server's, as for the gateways.
+                store.decide(&event.session_id, |tx| {
+                    let now = tx.clock_ms().unwrap_or_else(now_ms);
+                    decide(tx, &event, &budget, now)
+                })?
+            }
+            LedgerUrl::SqliteFile(file) => {
+                let mut store = Store::open_file(&file, wait)?;
+                store.decide(|tx| decide(tx, &event, &budget, now_ms()))?
+            }
+            LedgerUrl::StateDir(dir) => {
+                let mut store = Store::open(&dir, wait)?;
+                store.decide(|tx| decide(tx, &event, &budget, now_ms()))?
+            }
+        };
         Ok((event.name, answer))
     })();
     let mut code = 0u8;

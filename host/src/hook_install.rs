@@ -74,6 +74,11 @@ pub struct InstallArgs {
     /// The ledger folder the hook uses (stored as an absolute path).
     #[arg(long, value_name = "DIR")]
     pub state: Option<PathBuf>,
+    /// The ledger as `budgetgate mcp --ledger` names it: sqlite:FILE, a
+    /// state folder (both stored as absolute paths), or
+    /// redis://HOST:PORT/DB.
+    #[arg(long, value_name = "URL", conflicts_with = "state")]
+    pub ledger: Option<String>,
     /// Print what would change, write nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -107,6 +112,17 @@ fn absolute(path: &Path) -> Result<PathBuf, String> {
 
 /// The command line written into settings.json.
 pub fn hook_command(program: &Path, budget: Option<&Path>, state: Option<&Path>) -> String {
+    hook_command_on(program, budget, state, None)
+}
+
+/// [`hook_command`] with `--ledger URL` (already absolute where it names a
+/// path).
+pub fn hook_command_on(
+    program: &Path,
+    budget: Option<&Path>,
+    state: Option<&Path>,
+    ledger: Option<&str>,
+) -> String {
     let mut command = format!(
         "{} hook claude-code",
         shell_quote(&program.to_string_lossy())
@@ -117,7 +133,22 @@ pub fn hook_command(program: &Path, budget: Option<&Path>, state: Option<&Path>)
     if let Some(state) = state {
         command += &format!(" --state {}", shell_quote(&state.to_string_lossy()));
     }
+    if let Some(ledger) = ledger {
+        command += &format!(" --ledger {}", shell_quote(ledger));
+    }
     command
+}
+
+/// `--ledger URL` with a path made absolute (the hook runs in whatever
+/// folder Claude Code starts it in).
+fn absolute_ledger(url: &str) -> Result<String, String> {
+    match crate::ledger::LedgerUrl::parse(Some(url), None)? {
+        crate::ledger::LedgerUrl::Redis(url) => Ok(url),
+        crate::ledger::LedgerUrl::SqliteFile(file) => {
+            Ok(format!("sqlite:{}", absolute(&file)?.display()))
+        }
+        crate::ledger::LedgerUrl::StateDir(dir) => Ok(absolute(&dir)?.display().to_string()),
+    }
 }
 
 /// Whether a hook command is one that install wrote: the whole command is
@@ -345,7 +376,13 @@ pub fn install(args: &InstallArgs) -> ExitCode {
             }
         };
         let state = args.state.as_deref().map(absolute).transpose()?;
-        let command = hook_command(&program, budget.as_deref(), state.as_deref());
+        let ledger = args.ledger.as_deref().map(absolute_ledger).transpose()?;
+        let command = hook_command_on(
+            &program,
+            budget.as_deref(),
+            state.as_deref(),
+            ledger.as_deref(),
+        );
         change(&path, args.dry_run, |before| with_ours(before, &command))
     })();
     finish(result, "install")

@@ -621,9 +621,60 @@ pub trait LedgerTx {
     fn clock_ms(&self) -> Option<u64> {
         None
     }
+    /// How far the transcript `path` of `session` has been counted (bytes;
+    /// 0 when never read). The Claude Code hook's state.
+    fn transcript_offset(&self, session: &str, path: &str) -> Result<u64, StoreError>;
+    /// Records that transcript `path` has been counted up to `offset`.
+    fn set_transcript_offset(
+        &self,
+        session: &str,
+        path: &str,
+        offset: u64,
+    ) -> Result<(), StoreError>;
+    /// The usage counted so far for model response `key`, if it was seen.
+    fn response(&self, session: &str, key: &str) -> Result<Option<CountedUsage>, StoreError>;
+    /// Stores the usage counted for model response `key` (of `agent`'s
+    /// `model`).
+    fn put_response(
+        &self,
+        session: &str,
+        key: &str,
+        agent: &str,
+        model: &str,
+        usage: CountedUsage,
+    ) -> Result<(), StoreError>;
+    /// Records that `model`, which has no price, was used in `session`.
+    fn add_unpriced(&self, session: &str, model: &str) -> Result<(), StoreError>;
 }
 
 impl LedgerTx for Tx<'_> {
+    fn transcript_offset(&self, session: &str, path: &str) -> Result<u64, StoreError> {
+        Tx::offset(self, session, path)
+    }
+    fn set_transcript_offset(
+        &self,
+        session: &str,
+        path: &str,
+        offset: u64,
+    ) -> Result<(), StoreError> {
+        Tx::set_offset(self, session, path, offset)
+    }
+    fn response(&self, session: &str, key: &str) -> Result<Option<CountedUsage>, StoreError> {
+        Tx::response(self, session, key)
+    }
+    fn put_response(
+        &self,
+        session: &str,
+        key: &str,
+        agent: &str,
+        model: &str,
+        usage: CountedUsage,
+    ) -> Result<(), StoreError> {
+        Tx::put_response(self, session, key, agent, model, usage)
+    }
+    fn add_unpriced(&self, session: &str, model: &str) -> Result<(), StoreError> {
+        Tx::add_unpriced(self, session, model)
+    }
     fn ledger(&self, session: &str, agent: &str) -> Result<Option<Ledger>, StoreError> {
         Tx::ledger(self, session, agent)
     }

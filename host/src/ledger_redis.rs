@@ -44,7 +44,9 @@ use std::time::Duration;
 use budgetgate_core::budget::Ledger;
 use redis::{Commands, Connection, Pipeline};
 
-use crate::ledger::{oversized_record, LedgerTx, ListedLedger, StoreError, MAX_RECORD_LEN};
+use crate::ledger::{
+    oversized_record, CountedUsage, LedgerTx, ListedLedger, StoreError, MAX_RECORD_LEN,
+};
 
 /// Most times a decision is made again after a concurrent write.
 pub const MAX_RETRIES: usize = 200;
@@ -595,8 +597,10 @@ fn key(session: &str, what: &str) -> String {
 
 /// A session's keys (`bg:{SESSION}:WHAT`) with the Redis type each holds
 /// when it exists (as `TYPE` names it).
-const KEYS: [(&str, &str); 9] = [
+const KEYS: [(&str, &str); 11] = [
     ("ledger", "hash"),
+    ("offsets", "hash"),
+    ("responses", "hash"),
     ("calls", "hash"),
     ("repeats", "hash"),
     ("resv", "hash"),
@@ -839,6 +843,65 @@ impl LedgerTx for RedisTx<'_> {
 
     fn clock_ms(&self) -> Option<u64> {
         Some(self.clock_ms)
+    }
+
+    fn transcript_offset(&self, session: &str, path: &str) -> Result<u64, StoreError> {
+        let offset: Option<u64> = self.read(|c| c.hget(key(session, "offsets"), path))?;
+        Ok(offset.unwrap_or(0))
+    }
+
+    fn set_transcript_offset(
+        &self,
+        session: &str,
+        path: &str,
+        offset: u64,
+    ) -> Result<(), StoreError> {
+        self.write(|p| {
+            p.hset(key(session, "offsets"), path, offset).ignore();
+        });
+        Ok(())
+    }
+
+    fn response(&self, session: &str, key_: &str) -> Result<Option<CountedUsage>, StoreError> {
+        let value: Option<String> = self.read(|c| c.hget(key(session, "responses"), key_))?;
+        value
+            .map(|v| {
+                let bad = || StoreError::Answer(v.chars().take(80).collect());
+                let v: serde_json::Value = serde_json::from_str(&v).map_err(|_| bad())?;
+                let n = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).ok_or_else(bad);
+                Ok(CountedUsage {
+                    input: n("input")?,
+                    output: n("output")?,
+                    cache_read: n("cache_read")?,
+                    cache_write: n("cache_write")?,
+                })
+            })
+            .transpose()
+    }
+
+    fn put_response(
+        &self,
+        session: &str,
+        key_: &str,
+        agent: &str,
+        model: &str,
+        usage: CountedUsage,
+    ) -> Result<(), StoreError> {
+        let value = serde_json::json!({"agent": agent, "model": model,
+            "input": usage.input, "output": usage.output,
+            "cache_read": usage.cache_read, "cache_write": usage.cache_write})
+        .to_string();
+        self.write(|p| {
+            p.hset(key(session, "responses"), key_, value).ignore();
+        });
+        Ok(())
+    }
+
+    fn add_unpriced(&self, session: &str, model: &str) -> Result<(), StoreError> {
+        self.write(|p| {
+            p.sadd(key(session, "unpriced"), model).ignore();
+        });
+        Ok(())
     }
 }
 
