@@ -91,7 +91,8 @@ pub enum LedgerCommand {
     /// Every session (and sub-agent) with its budgets, used / max per limit.
     ///
     /// With --json, one JSON object per line: {"session", "agent" (null for
-    /// the session itself), "updated_ms", "limits": {KEY: {"used", "max"
+    /// the session itself), "updated_ms", "limits": {KEY: {"used",
+    /// "reserved" (held by calls in flight or awaiting approval), "max"
     /// (null: no limit)}}, "caps": {TOOL: {"used", "max"}}, "error" (only
     /// when the stored record cannot be read)}; KEY is model_calls, tokens,
     /// time_ms, cost_micro_usd, tool_calls.
@@ -190,7 +191,8 @@ fn as_json(entry: &ListedLedger) -> Value {
                 .map(|&l| {
                     (
                         l.key().to_owned(),
-                        json!({"used": ledger.used(l), "max": ledger.max(l)}),
+                        json!({"used": ledger.used(l), "reserved": ledger.reserved(l),
+                               "max": ledger.max(l)}),
                     )
                 })
                 .collect();
@@ -241,13 +243,25 @@ fn table(out: &mut String, entry: &ListedLedger) {
     let mut rows: Vec<(String, String, String, String)> = Vec::new();
     for limit in Limit::ALL {
         let (used, max) = (ledger.used(limit), ledger.max(limit));
-        if max.is_none() && used == 0 {
+        let reserved = ledger.reserved(limit);
+        if max.is_none() && used == 0 && reserved == 0 {
             continue;
         }
+        // What calls in flight hold is shown beside what was used: it
+        // counts against the limit as much (`docs/MCP.md`).
+        let shown = if reserved > 0 {
+            format!(
+                "{} (+{} reserved)",
+                figure(limit, used),
+                figure(limit, reserved)
+            )
+        } else {
+            figure(limit, used)
+        };
         rows.push((
             label(limit).to_owned(),
-            bar(used, max),
-            figure(limit, used),
+            bar(used.saturating_add(reserved), max),
+            shown,
             max.map_or("no limit".into(), |m| figure(limit, m)),
         ));
     }

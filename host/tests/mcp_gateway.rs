@@ -719,6 +719,14 @@ fn a_cancelled_long_call_keeps_its_reservation_and_counts_at_the_end() {
         "{refused}"
     );
     assert_eq!(s.tool_calls(), (0, 1));
+    // An operator sees what the call in flight holds (round 2, finding 6).
+    let show = Command::new(bin())
+        .args(["ledger", "show", "e2e", "--ledger"])
+        .arg(format!("sqlite:{}", s.path("ledger.sqlite3").display()))
+        .output()
+        .expect("ledger show");
+    let shown = String::from_utf8_lossy(&show.stdout);
+    assert!(shown.contains("0 (+1 reserved) / 1"), "{shown}");
     drop(g.stdin.take());
     let (code, _) = g.end(Duration::from_secs(10));
     assert_eq!(code, Some(0));

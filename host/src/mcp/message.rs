@@ -138,9 +138,13 @@ pub(crate) fn id_key(v: &Value) -> String {
         return v.to_string();
     };
     match n.as_f64() {
-        // A double, as the peer holds it: integers past 2^53 round there.
-        #[allow(clippy::cast_possible_truncation)]
-        Some(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.0e18 => (f as i64).to_string(),
+        // A double, as the peer holds it (integers past 2^53 round there;
+        // -0 is 0), written one way whatever the spelling: 1, 1.0, 1e0 and
+        // 10000000000000000000, 1e19 are one id each.
+        Some(f) if f.is_finite() => {
+            let f = if f == 0.0 { 0.0 } else { f };
+            format!("{f}")
+        }
         _ => n.to_string(),
     }
 }

@@ -1333,6 +1333,100 @@ fn a_batch_member_that_cannot_be_read_is_dropped() {
     assert_eq!(kept[0]["method"], "notifications/message");
 }
 
+/// Hostile trial, round 2, finding 1: a ping took the id of a call given
+/// back on the server's error, and the call's late 3 KB result reached the
+/// client as the ping's answer, uncounted. The id stays taken; the late
+/// result is counted and dropped.
+#[test]
+fn no_request_takes_the_id_of_a_call_whose_answer_may_still_come() {
+    let s = Setup::new();
+    let mut p =
+        s.proxy("[budget]\nmax_seconds = 3600\nmax_tool_calls = 2\nmax_result_bytes = 100\n");
+    p.on_client(&call(1, "t", json!({})), T0);
+    p.on_server(
+        br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"no"}}"#,
+        T0,
+    );
+    assert_eq!(s.used(), (0, 0));
+    let outs = p.on_client(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, T0);
+    assert!(server(&outs).is_empty(), "{outs:?}");
+    assert_eq!(client(&outs)[0]["error"]["code"], INVALID_REQUEST);
+    let late = answer(
+        1,
+        json!({"content": [{"type": "text", "text": "x".repeat(3_000)}]}),
+    );
+    assert!(p.on_server(&late, T0).is_empty());
+    assert_eq!(s.used(), (1, 0));
+    // Answered here (lost), the same: its id stays taken.
+    assert_eq!(server(&p.on_client(&call(2, "u", json!({})), T0)).len(), 1);
+    let _ = p.on_no_answer("2", Ran::Maybe, "did not answer", T0);
+    assert!(server(&p.on_client(br#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#, T0)).is_empty());
+}
+
+/// Round 2, finding 2: 256 calls given back on their errors pushed the
+/// first out of memory, so its late result went uncounted.
+#[test]
+fn a_late_result_counts_after_hundreds_of_calls_given_back() {
+    let s = Setup::new();
+    let mut p = s.proxy("[budget]\nmax_seconds = 3600\nmax_tool_calls = 1\n");
+    let error = |n: u64| {
+        format!(r#"{{"jsonrpc":"2.0","id":{n},"error":{{"code":-32000,"message":"no"}}}}"#)
+    };
+    p.on_client(&call(1, "t", json!({})), T0);
+    p.on_server(error(1).as_bytes(), T0);
+    for n in 100..400u64 {
+        assert_eq!(
+            server(&p.on_client(&call(n, "t", json!({"n": n})), T0)).len(),
+            1
+        );
+        p.on_server(error(n).as_bytes(), T0);
+    }
+    p.on_server(&answer(1, json!({"content": []})), T0);
+    assert_eq!(s.used(), (1, 0));
+    assert!(server(&p.on_client(&call(2, "t", json!({"n": 2})), T0)).is_empty());
+}
+
+/// Round 2, finding 3: a late result's count that failed was only logged,
+/// and calls went on. Kept, and no call is let through until it lands.
+#[test]
+fn a_late_count_that_fails_is_kept_and_calls_wait_for_it() {
+    let s = Setup::new();
+    let budget = "[budget]\nmax_seconds = 3600\nmax_tool_calls = 1\n";
+    let mut p = Proxy::new(
+        s.gate_with_timeout(budget, 60_000, 50),
+        "a".into(),
+        4096,
+        1_000,
+    );
+    p.on_client(&call(1, "t", json!({})), T0);
+    p.on_server(
+        br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"no"}}"#,
+        T0,
+    );
+    let blocker = s.lock_ledger();
+    p.on_server(&answer(1, json!({"content": []})), T0);
+    assert_eq!(p.unsettled(), 1, "the failed count is kept");
+    drop(blocker);
+    let outs = p.on_client(&call(2, "t", json!({"n": 2})), T0);
+    assert!(server(&outs).is_empty(), "{outs:?}");
+    assert_eq!(p.unsettled(), 0);
+    assert_eq!(s.used(), (1, 0));
+}
+
+/// Round 2, finding 5: ids of 1e19 and more were keyed apart from their
+/// integer spellings (and -0 from 0).
+#[test]
+fn ids_are_keyed_as_the_double_a_peer_reads() {
+    let key = |t: &str| normal_id(&serde_json::from_str::<Box<RawValue>>(t).unwrap());
+    assert_eq!(key("1e19"), key("10000000000000000000"));
+    assert_eq!(key("-0"), key("0"));
+    assert_eq!(key("-0.0"), key("0e5"));
+    assert_eq!(key("1.0"), key("1"));
+    assert_eq!(key("9007199254740993"), key("9007199254740992"));
+    assert_ne!(key("1"), key("\"1\""));
+    assert_ne!(key("1.5"), key("1"));
+}
+
 /// A call waiting for approval keeps its reservation past the TTL.
 #[test]
 fn a_call_awaiting_approval_keeps_its_reservation_past_the_ttl() {

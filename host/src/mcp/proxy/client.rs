@@ -144,12 +144,13 @@ impl<G: CallGate> Proxy<G> {
                 // (A `tools/call` reusing one is the gate's: `duplicate-call-id`.)
                 if method != "tools/call"
                     && (self.pending.contains_key(id)
+                        || self.is_closed(id)
                         || self.approvals.values().any(|a| a.id == id))
                 {
                     out.push(Out::Client(error_line(
                         reply_id,
                         INVALID_REQUEST,
-                        &format!("Invalid Request: the id {id} is already used by a request awaiting its answer"),
+                        &format!("Invalid Request: the id {id} is already used by a request awaiting its answer, or by a call whose answer may still come"),
                     )));
                     return false;
                 }
@@ -492,6 +493,21 @@ impl<G: CallGate> Proxy<G> {
             // afresh on each connection.
             id_scope: "on this connection",
         };
+        // Calls that ran after their error are counted first; none is let
+        // through while one is not (fail closed).
+        for (key, tool) in std::mem::take(&mut self.late) {
+            self.count_late(&key, &tool, now);
+        }
+        if let Some((key, _)) = self.late.first() {
+            let refusal = Refusal::worded(
+                "gate-error",
+                &format!("the budget could not be checked (an earlier call, {key}, ran and its count could not be recorded yet)"),
+                "Not executed (the gate fails closed). Tell the user the budget gate is not working.",
+                "",
+            );
+            out.push(Out::Client(refused_line(id, &refusal)));
+            return false;
+        }
         let ran = std::mem::take(&mut self.unsettled);
         let (failed, verdict) = self.gate.commit_then_decide(&ran, &call, now);
         for f in failed {

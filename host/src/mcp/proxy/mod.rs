@@ -9,9 +9,19 @@ mod client;
 mod questions;
 mod server;
 
-/// How many calls given back on a server's error are remembered, should
-/// the server answer one with a result after all.
-const GIVEN_BACK_KEPT: usize = 256;
+/// How many calls no longer awaited are remembered, should the server
+/// answer one after all ([`Proxy::unawaited_answer`]).
+const CLOSED_KEPT: usize = 4096;
+
+/// A call no longer awaited whose answer may still come.
+#[derive(Debug)]
+struct Closed {
+    id: String,
+    key: String,
+    tool: String,
+    /// Already counted (answered here); else given back on its error.
+    counted: bool,
+}
 
 /// Whether the server's answer `msg` (whose text is `text`) says its
 /// request did not run: a JSON-RPC error object and no `result` member at
@@ -102,9 +112,14 @@ pub struct Proxy<G: CallGate> {
     /// When the reservations this proxy holds were last renewed
     /// ([`CallGate::renew`]).
     renewed_at: u64,
-    /// Calls given back on the server's JSON-RPC error, newest last: id,
-    /// key and tool ([`Self::unawaited_answer`]).
-    given_back: VecDeque<(String, String, String)>,
+    /// Calls no longer awaited whose answer may still come from the server
+    /// (given back on its JSON-RPC error, or answered here: lost, too long),
+    /// newest last: id, key, tool, and whether the call is counted
+    /// ([`Self::unawaited_answer`]). No request may take their ids.
+    closed: VecDeque<Closed>,
+    /// Calls that ran after their error whose count failed: counted again
+    /// before the next decision, which waits for them (fail closed).
+    late: Vec<(String, String)>,
 }
 
 impl<G: CallGate> Proxy<G> {
@@ -135,7 +150,8 @@ impl<G: CallGate> Proxy<G> {
             },
             unsettled: Vec::new(),
             renewed_at: 0,
-            given_back: VecDeque::new(),
+            closed: VecDeque::new(),
+            late: Vec::new(),
         }
     }
 
@@ -152,6 +168,38 @@ impl<G: CallGate> Proxy<G> {
         for (key, tool) in std::mem::take(&mut self.unsettled) {
             self.commit(&key, &tool, now);
         }
+        for (key, tool) in std::mem::take(&mut self.late) {
+            self.count_late(&key, &tool, now);
+        }
+    }
+
+    /// Counts a call given back on its error that ran after all; kept in
+    /// `late` when the count fails.
+    fn count_late(&mut self, key: &str, tool: &str, now: u64) {
+        if let Err(e) = self.gate.count_unreserved(key, tool, now) {
+            eprintln!("budgetgate mcp: counting {key}, answered after its error: {e} (kept: counted again before the next decision, which waits for it)");
+            self.late.push((key.to_owned(), tool.to_owned()));
+        }
+    }
+
+    /// Whether the id `id` (its key) is a call's whose answer may still
+    /// come: no request may take it.
+    fn is_closed(&self, id: &str) -> bool {
+        self.closed.iter().any(|c| c.id == id)
+    }
+
+    /// Remembers a call no longer awaited whose answer may still come
+    /// (the last [`CLOSED_KEPT`]).
+    fn close(&mut self, id: &str, key: &str, tool: &str, counted: bool) {
+        if self.closed.len() >= CLOSED_KEPT {
+            self.closed.pop_front();
+        }
+        self.closed.push_back(Closed {
+            id: id.to_owned(),
+            key: key.to_owned(),
+            tool: tool.to_owned(),
+            counted,
+        });
     }
 
     /// The reservations this proxy holds: calls forwarded and not yet
@@ -205,7 +253,7 @@ impl<G: CallGate> Proxy<G> {
 
     /// How many answered calls wait for their commit ([`Self::settle`]).
     pub fn unsettled(&self) -> usize {
-        self.unsettled.len()
+        self.unsettled.len() + self.late.len()
     }
 
     /// Whether approval may be asked: with `Some(why)`, calls to tools in

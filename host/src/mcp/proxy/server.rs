@@ -108,7 +108,7 @@ impl<G: CallGate> Proxy<G> {
                     // the call did not run. The only answer that gives a
                     // call back (`SPEC E`).
                     self.roll_back(&key, now);
-                    self.remember_given_back(id, &key, &tool);
+                    self.close(id, &key, &tool, false);
                     return if cancelled { Reply::Drop } else { Reply::Same };
                 }
                 let result = msg.result.filter(|r| r.get().trim_start().starts_with('{'));
@@ -196,27 +196,16 @@ impl<G: CallGate> Proxy<G> {
         now: u64,
     ) -> Reply {
         if !says_not_run(text, msg) {
-            if let Some(at) = self.given_back.iter().position(|(i, _, _)| i == id) {
-                if let Some((_, key, tool)) = self.given_back.remove(at) {
-                    if let Err(e) = self.gate.count_unreserved(&key, &tool, now) {
-                        eprintln!("budgetgate mcp: counting {key}, answered after its error: {e}");
-                    }
+            if let Some(at) = self.closed.iter().position(|c| c.id == id && !c.counted) {
+                if let Some(c) = self.closed.get_mut(at) {
+                    c.counted = true;
+                    let (key, tool) = (c.key.clone(), c.tool.clone());
+                    self.count_late(&key, &tool, now);
                 }
             }
         }
         eprintln!("budgetgate mcp: the server answered {id}, which no request awaits (dropped)");
         Reply::Drop
-    }
-
-    /// Remembers a call given back on the server's error, in case the
-    /// server answers it with a result after all (the last
-    /// [`GIVEN_BACK_KEPT`]).
-    pub(super) fn remember_given_back(&mut self, id: &str, key: &str, tool: &str) {
-        if self.given_back.len() >= GIVEN_BACK_KEPT {
-            self.given_back.pop_front();
-        }
-        self.given_back
-            .push_back((id.to_owned(), key.to_owned(), tool.to_owned()));
     }
 
     /// The server's answer to request `id` (compact JSON; `None` when it
@@ -263,7 +252,12 @@ impl<G: CallGate> Proxy<G> {
         };
         match ran {
             Ran::No => self.roll_back(&key, now),
-            Ran::Maybe => self.unsettled.push((key, tool.clone())),
+            Ran::Maybe => {
+                // Its answer may still come (a stream resumed, a slow
+                // server): its id stays taken.
+                self.close(id, &key, &tool, true);
+                self.unsettled.push((key, tool.clone()));
+            }
         }
         if cancelled {
             return Vec::new();
