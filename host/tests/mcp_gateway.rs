@@ -1906,11 +1906,7 @@ fn a_commit_that_failed_while_redis_was_down_lands_after_its_restart() {
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server starts");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        common::redis::wait_for_port(port);
         child
     };
     let mut server = start();

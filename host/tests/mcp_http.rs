@@ -924,6 +924,12 @@ fn a_server_killed_mid_call_answers_it_with_an_error_result_and_counts_it() {
     );
 }
 
+/// `HOST:PORT` of an `http://HOST:PORT/PATH` URL.
+fn host_port(url: &str) -> String {
+    let rest = url.strip_prefix("http://").expect("an http URL");
+    rest.split('/').next().expect("a host").to_owned()
+}
+
 /// The scripted upstream (`tests/mcp/slow_upstream.py`): answers a call
 /// after `delay` seconds with `size` bytes of text; its stderr counts the
 /// calls it ran (`ran NAME`).
@@ -1048,13 +1054,7 @@ fn over_http_a_call_whose_client_went_away_is_counted_not_left_pending() {
     let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 5\n");
     let (_up, port, ran) = slow_upstream("1", 10);
     let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{port}/mcp"));
-    let addr = url
-        .strip_prefix("http://")
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let addr = host_port(&url);
     let body = call_body(7, "slow");
     let head = format!(
         "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
@@ -1181,13 +1181,7 @@ fn an_upstream_that_is_down_answers_with_a_json_rpc_error_and_counts_nothing() {
     ];
     let (code, _, _) = http(&url, "POST", &twice, initialize_body().as_bytes());
     assert_eq!(code, 403);
-    let addr = url
-        .strip_prefix("http://")
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let addr = host_port(&url);
     for hosts in [
         vec!["evil.example"],
         vec![addr.as_str(), "evil.example"],
@@ -1248,13 +1242,7 @@ fn idle_connections_do_not_lock_other_clients_out() {
     let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 5\n");
     let (_up, port, _) = slow_upstream("0", 10);
     let (_gw, url, _) = s.gateway(&format!("http://127.0.0.1:{port}/mcp"));
-    let addr = url
-        .strip_prefix("http://")
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let addr = host_port(&url);
     let idle: Vec<TcpStream> = (0..300)
         .filter_map(|_| TcpStream::connect(&addr).ok())
         .collect();

@@ -57,13 +57,18 @@ pub fn redis_with(extra: &[&str]) -> Option<Redis> {
         .stdout(Stdio::null())
         .spawn()
         .expect("redis-server starts");
+    wait_for_port(port);
+    Some(Redis {
+        child,
+        url: format!("redis://127.0.0.1:{port}/0"),
+    })
+}
+
+/// Waits (at most 10 s) until a server listens on loopback `port`.
+pub fn wait_for_port(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "redis-server did not listen");
         std::thread::sleep(Duration::from_millis(20));
     }
-    Some(Redis {
-        child,
-        url: format!("redis://127.0.0.1:{port}/0"),
-    })
 }

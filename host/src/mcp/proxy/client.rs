@@ -499,13 +499,8 @@ impl<G: CallGate> Proxy<G> {
             self.count_late(&key, &tool, now);
         }
         if let Some((key, _)) = self.late.first() {
-            let refusal = Refusal::worded(
-                "gate-error",
-                &format!("the budget could not be checked (an earlier call, {key}, ran and its count could not be recorded yet)"),
-                "Not executed (the gate fails closed). Tell the user the budget gate is not working.",
-                "",
-            );
-            out.push(Out::Client(refused_line(id, &refusal)));
+            let e = format!("an earlier call, {key}, ran and its count could not be recorded yet");
+            out.push(Out::Client(refused_line(id, &gate_error(&e))));
             return false;
         }
         let ran = std::mem::take(&mut self.unsettled);
@@ -520,13 +515,7 @@ impl<G: CallGate> Proxy<G> {
         let verdict = match verdict {
             Ok(v) => v,
             Err(e) => {
-                let refusal = Refusal::worded(
-                    "gate-error",
-                    &format!("the budget could not be checked ({e})"),
-                    "Not executed (the gate fails closed). Tell the user the budget gate is not working.",
-                    "",
-                );
-                out.push(Out::Client(refused_line(id, &refusal)));
+                out.push(Out::Client(refused_line(id, &gate_error(&e))));
                 return false;
             }
         };
@@ -607,4 +596,14 @@ impl<G: CallGate> Proxy<G> {
             }
         }
     }
+}
+
+/// The refusal of a call the gate could not decide (`why`): fail closed.
+fn gate_error(why: &str) -> Refusal {
+    Refusal::worded(
+        "gate-error",
+        &format!("the budget could not be checked ({why})"),
+        "Not executed (the gate fails closed). Tell the user the budget gate is not working.",
+        "",
+    )
 }
