@@ -1954,3 +1954,33 @@ fn a_commit_that_failed_while_redis_was_down_lands_after_its_restart() {
     let _ = server.kill();
     let _ = server.wait();
 }
+
+/// Issue 29, reproduction 3 on Redis: a live gate renews its reservation
+/// (in the server's time), so another gate on the session never takes it
+/// for a dead one's; once renewal stops, it is spent, never given back.
+#[test]
+fn a_renewed_reservation_outlives_its_ttl_on_redis_and_is_spent_when_renewal_stops() {
+    use budgetgate::gate::Verdict;
+    use budgetgate::mcp::CallGate;
+    let Some(redis) = redis() else { return };
+    let budget = "[budget]\nmax_seconds = 100000\nmax_tool_calls = 1\n";
+    let mut live = redis_gate(&redis.url, budget, "renew", 1_000);
+    let mut other = redis_gate(&redis.url, budget, "renew", 1_000);
+    assert_eq!(decide_echo(&mut live, "k1", 0), Ok(Verdict::Run));
+    for n in 0..6 {
+        std::thread::sleep(Duration::from_millis(400));
+        live.renew(&["k1".to_owned()], 0).expect("renewed");
+        let verdict = decide_echo(&mut other, &format!("o{n}"), 0);
+        assert!(
+            matches!(&verdict, Ok(Verdict::Refuse(r)) if r.reason == "tool-budget"),
+            "another call ran while k1 was renewed: {verdict:?}"
+        );
+    }
+    // Renewal stops (the gate died): past the TTL, k1 is spent.
+    std::thread::sleep(Duration::from_millis(1_200));
+    let verdict = decide_echo(&mut other, "o9", 0);
+    assert!(
+        matches!(&verdict, Ok(Verdict::Refuse(r)) if r.reason == "tool-budget"),
+        "the expired reservation was given back: {verdict:?}"
+    );
+}
