@@ -289,7 +289,7 @@ impl RunArgs {
     /// [`EvalError::InvalidInput`] when a tool name is invalid or repeated
     /// (nothing runs then).
     pub fn run(&self) -> Result<RunResult, EvalError> {
-        let script: Vec<&str> = self.script.iter().map(|raw| raw.get()).collect();
+        let script: Vec<&[u8]> = self.script.iter().map(|raw| raw.get().as_bytes()).collect();
         run_script(&script, &self.tools, self.limits).map(|(result, _)| result)
     }
 }
@@ -299,7 +299,7 @@ impl RunArgs {
 /// result, how many times the policy was asked (so how many proposals the
 /// run validated: all of them but a last one it rejected as invalid).
 fn run_script(
-    script: &[&str],
+    script: &[&[u8]],
     tools: &[(String, DemoKind)],
     limits: RunLimits,
 ) -> Result<(RunResult, usize), EvalError> {

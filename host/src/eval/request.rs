@@ -73,13 +73,17 @@ impl<'a> Cursor<'a> {
     /// known ASCII words or checks them itself.
     fn plain(&mut self) -> Option<&'a [u8]> {
         self.byte(b'"')?;
-        let rest = self.bytes.get(self.at..)?;
-        let len = memchr::memchr2(b'"', b'\\', rest)?;
-        if rest.get(len) != Some(&b'"') {
-            return None;
+        let start = self.at;
+        // Keys, names and kinds are short: a byte loop beats a vector search.
+        loop {
+            match *self.bytes.get(self.at)? {
+                b'"' => break,
+                b'\\' => return None,
+                _ => self.at += 1,
+            }
         }
-        self.at += len + 1;
-        rest.get(..len)
+        self.at += 1;
+        self.bytes.get(start..self.at - 1)
     }
 
     /// A key and its colon.
@@ -107,21 +111,29 @@ impl<'a> Cursor<'a> {
         let start = self.at;
         let mut depth = 0u32;
         loop {
-            match *self.bytes.get(self.at)? {
-                b'"' => {
+            // Bytes that change nothing here (digits, letters, `:`, and
+            // `,` or whitespace inside a container) in one tight loop.
+            while let Some(&b) = self.bytes.get(self.at) {
+                match SKIP[usize::from(b)] {
+                    PLAIN => self.at += 1,
+                    DELIMITER if depth > 0 => self.at += 1,
+                    _ => break,
+                }
+            }
+            match SKIP[usize::from(*self.bytes.get(self.at)?)] {
+                QUOTE => {
                     self.at += 1;
                     loop {
-                        let rest = self.bytes.get(self.at..)?;
-                        let len = memchr::memchr2(b'"', b'\\', rest)?;
-                        self.at += len + 1;
-                        if rest.get(len) == Some(&b'"') {
-                            break;
+                        match *self.bytes.get(self.at)? {
+                            b'"' => break,
+                            // The escaped byte too.
+                            b'\\' => self.at += 2,
+                            _ => self.at += 1,
                         }
-                        // The escaped byte.
-                        self.at += 1;
                     }
+                    self.at += 1;
                 }
-                b'{' | b'[' => {
+                OPEN => {
                     depth += 1;
                     if depth > MAX_SKIP_DEPTH {
                         return None;
@@ -129,18 +141,13 @@ impl<'a> Cursor<'a> {
                     self.at += 1;
                     continue;
                 }
-                b'}' | b']' => {
-                    if depth == 0 {
-                        break;
-                    }
+                CLOSE if depth > 0 => {
                     depth -= 1;
                     self.at += 1;
                 }
-                b',' | b' ' | b'\t' | b'\n' | b'\r' if depth == 0 => break,
-                _ => {
-                    self.at += 1;
-                    continue;
-                }
+                // A delimiter, or a container's end, after a top-level
+                // scalar.
+                _ => break,
             }
             if depth == 0 {
                 break;
@@ -192,18 +199,48 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// The classes of bytes for [`Cursor::skip`].
+const PLAIN: u8 = 0;
+const QUOTE: u8 = 1;
+const OPEN: u8 = 2;
+const CLOSE: u8 = 3;
+const DELIMITER: u8 = 4;
+
+const SKIP: [u8; 256] = {
+    let mut table = [PLAIN; 256];
+    table[b'"' as usize] = QUOTE;
+    table[b'{' as usize] = OPEN;
+    table[b'[' as usize] = OPEN;
+    table[b'}' as usize] = CLOSE;
+    table[b']' as usize] = CLOSE;
+    table[b',' as usize] = DELIMITER;
+    table[b' ' as usize] = DELIMITER;
+    table[b'\t' as usize] = DELIMITER;
+    table[b'\n' as usize] = DELIMITER;
+    table[b'\r' as usize] = DELIMITER;
+    table
+};
+
+const fn is_space(b: &u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
 /// `bytes` without JSON whitespace at either end.
 fn trim(bytes: &[u8]) -> &[u8] {
-    let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
     let start = bytes
         .iter()
         .position(|b| !is_space(b))
         .unwrap_or(bytes.len());
+    trim_end(bytes.get(start..).unwrap_or_default())
+}
+
+/// `bytes` without JSON whitespace at its end.
+fn trim_end(bytes: &[u8]) -> &[u8] {
     let end = bytes
         .iter()
         .rposition(|b| !is_space(b))
-        .map_or(start, |e| e + 1);
-    bytes.get(start..end).unwrap_or_default()
+        .map_or(0, |e| e + 1);
+    bytes.get(..end).unwrap_or_default()
 }
 
 /// The envelope `{"fn": NAME, "args": ARGS}`, in either order: the name's
@@ -211,6 +248,9 @@ fn trim(bytes: &[u8]) -> &[u8] {
 fn envelope(line: &[u8]) -> Option<(&[u8], &[u8])> {
     let mut c = Cursor::new(line);
     c.byte(b'{')?;
+    if let Some(found) = args_first(line, c.at) {
+        return found;
+    }
     let (mut name, mut args) = (None, None);
     loop {
         match c.key()? {
@@ -229,6 +269,33 @@ fn envelope(line: &[u8]) -> Option<(&[u8], &[u8])> {
     }
     c.end()?;
     Some((name?, args?))
+}
+
+/// The envelope with its arguments first (keys sorted), `at` just past its
+/// `{`: the name is read from the line's end, `, "fn": "NAME" }`, backwards
+/// (the name has no quote or backslash: it must be one of the functions'
+/// names), and the arguments are everything between, not skipped first.
+/// `None` when the line does not go on with `"args"`; `Some(None)` to
+/// decline.
+#[allow(clippy::option_option)]
+fn args_first(line: &[u8], at: usize) -> Option<Option<(&[u8], &[u8])>> {
+    let mut c = Cursor { bytes: line, at };
+    if c.key() != Some(b"args") {
+        return None;
+    }
+    let found = (|| {
+        let tail = trim_end(line).strip_suffix(b"}")?;
+        let tail = trim_end(tail).strip_suffix(b"\"")?;
+        let open = tail.iter().rposition(|&b| b == b'"')?;
+        let name = tail.get(open + 1..)?;
+        let tail = trim_end(tail.get(..open)?).strip_suffix(b":")?;
+        let tail = trim_end(tail).strip_suffix(b"\"fn\"")?;
+        let tail = trim_end(tail).strip_suffix(b",")?;
+        let args = trim(tail.get(c.at..)?);
+        (!args.is_empty() && super::FUNCTIONS.iter().any(|f| f.as_bytes() == name))
+            .then_some((name, args))
+    })();
+    Some(found)
 }
 
 /// Answers `line` onto `out` if it is a request this reader takes (see the
@@ -279,19 +346,32 @@ fn usage(args: &[u8], out: &mut Vec<u8>) -> bool {
     }
 }
 
-/// `{"plan": PLAN, "limits": LIMITS}`, in either order.
+/// `{"plan": PLAN, "limits": LIMITS}`, in either order. With the plan
+/// first, the limits are found from the end instead of skipping the plan:
+/// valid limits are one flat object, so they start at the last `{`, after
+/// `, "limits":` (what is read backwards is then parsed whole, as the plan
+/// before it, so a line read wrongly here is declined).
 fn workflow(args: &[u8], out: &mut Vec<u8>) -> bool {
     let mut c = Cursor::new(args);
     let parts = (|| {
         c.byte(b'{')?;
-        let first = c.key()?;
-        let first_value = c.skip()?;
-        c.byte(b',')?;
-        let second = c.key()?;
-        let second_value = c.last()?;
-        match (first, second) {
-            (b"plan", b"limits") => Some((first_value, second_value)),
-            (b"limits", b"plan") => Some((second_value, first_value)),
+        match c.key()? {
+            b"plan" => {
+                let inner = trim_end(args).strip_suffix(b"}")?;
+                let open = inner.iter().rposition(|&b| b == b'{')?;
+                let limits = trim_end(inner.get(open..)?);
+                let before = trim_end(inner.get(..open)?).strip_suffix(b":")?;
+                let before = trim_end(before).strip_suffix(b"\"limits\"")?;
+                let before = trim_end(before).strip_suffix(b",")?;
+                let plan = trim(before.get(c.at..)?);
+                (!plan.is_empty()).then_some((plan, limits))
+            }
+            b"limits" => {
+                let limits = c.skip()?;
+                c.byte(b',')?;
+                (c.key()? == b"plan").then_some(())?;
+                Some((c.last()?, limits))
+            }
             _ => None,
         }
     })();
@@ -408,14 +488,7 @@ fn run(args: &[u8], out: &mut Vec<u8>) -> bool {
     ) else {
         return false;
     };
-    let mut texts = Vec::with_capacity(script.len());
-    for item in &script {
-        match std::str::from_utf8(item) {
-            Ok(text) => texts.push(text),
-            Err(_) => return false,
-        }
-    }
-    let Ok((result, proposed)) = super::run_script(&texts, &tools, limits) else {
+    let Ok((result, proposed)) = super::run_script(&script, &tools, limits) else {
         return false;
     };
     // Proposals before `checked` were validated as actions by the run.
