@@ -6,6 +6,15 @@
 //! `{"error": "bad-request", "detail": TEXT}` for a line that is not a request.
 //! Values are handed to the core as their raw JSON text, so integers and
 //! floats stay distinct (`15` vs `15.0`) and `-0` is the integer 0.
+//!
+//! One reader takes every spelling of a request — compact, Python's
+//! `json.dumps` default, keys sorted, any whitespace and key order — in one
+//! pass over the line (`request`, at the same speed whatever the spelling:
+//! `docs/BENCHMARKS.md`); an error, and the rare request it declines (an
+//! escape in a key), is read again through serde_json (`general`), which
+//! words the error. Both give the same answer to every line
+//! (`tests::every_spelling_answers_as_the_general_path`,
+//! `tests::mutants_answer_as_the_general_path`).
 
 use budgetgate_core::{trace_work, ActionRef, Limits, Plan, RunLimits, WorkRow};
 use serde_json::json;
