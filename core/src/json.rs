@@ -305,6 +305,25 @@ pub(crate) fn check_document(bytes: &[u8]) -> Result<&str, JsonError> {
     Ok(text)
 }
 
+/// Checks that `bytes` is one complete JSON document under the contract's
+/// rules (those of [`Reader`]: RFC 8259 syntax, valid UTF-8, no byte-order
+/// mark, no lone surrogate escape, at most 128 levels), without reading it
+/// into anything. Duplicate keys are not looked for, and a string whose
+/// escapes decode to more than 256 bytes is refused
+/// ([`JsonError::StringTooLong`]): a caller that must not refuse such a
+/// document reads it another way.
+///
+/// # Errors
+/// The first rule the document breaks.
+pub fn check(bytes: &[u8]) -> Result<(), JsonError> {
+    let mut scratch = [0u8; 256];
+    let mut reader = Reader::new(bytes, &mut scratch)?;
+    while reader.state != State::Done {
+        reader.next()?;
+    }
+    reader.finish()
+}
+
 /// A string read by [`Reader`]: borrowed from the document when it has no
 /// escape, otherwise decoded into the reader's scratch buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1043,6 +1062,18 @@ mod tests {
                 }
             }
             let (a, b) = (ours(&doc), picojson_events(&doc));
+            // `check` reads as the reader does, and accepts nothing that
+            // serde_json refuses (what `budgetgate eval` relies on).
+            let checked = check(&doc).is_ok();
+            assert_eq!(
+                checked,
+                a != "error",
+                "{}",
+                std::string::String::from_utf8_lossy(&doc)
+            );
+            if checked {
+                assert!(serde_json::from_slice::<serde::de::IgnoredAny>(&doc).is_ok());
+            }
             if a != b {
                 // picojson is lenient where RFC 8259 is not (it accepts a
                 // container closed by the other bracket, `[12}`): there the

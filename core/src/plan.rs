@@ -556,8 +556,8 @@ impl Limits {
 
     /// Reads and validates limits from a JSON object with exactly the five keys.
     pub fn parse(json: &[u8]) -> Result<Self, LimitsError> {
-        // The common spelling in one pass; anything else, and every error,
-        // is the general reader's (as for plans).
+        // Every spelling without escapes in one pass; an escape, and every
+        // error, is the general reader's (as for plans).
         let compact = core::str::from_utf8(json).ok().and_then(|text| {
             Compact {
                 bytes: json,
@@ -620,11 +620,12 @@ impl Limits {
     }
 }
 
-/// The commonest spelling of a plan, read in one pass without the general
-/// reader: an array of row objects whose members are `"id"` and `"parent"`
-/// with plain strings (no escape, ASCII) or `null`, and `"tokens"` and
-/// `"output"` with plain non-negative integers, in any order, with optional
-/// whitespace. Anything else — another spelling, a rule broken, a byte it
+/// A plan or limits in any spelling without escapes, read in one pass
+/// without the general reader: an array of row objects whose members are
+/// `"id"` and `"parent"` with plain strings (no escape, ASCII) or `null`,
+/// and `"tokens"` and `"output"` with plain non-negative integers, in any
+/// order (keys sorted or not), with any whitespace (compact or Python's
+/// `json.dumps` default), at the same speed. Anything else — another spelling, a rule broken, a byte it
 /// does not expect — gives `None` and the general reader decides, so the
 /// answer (errors included) is always the general reader's; this only ever
 /// answers a valid plan. `tests::the_compact_reader_agrees_with_the_general_one`

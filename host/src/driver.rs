@@ -88,9 +88,10 @@ pub enum SetupError {
 pub type Proposal<T = String> = Result<T, String>;
 
 /// Runs the bounded loop (`SPEC A2`). `policy` sees the observations so far
-/// (read-only) and returns a proposal as JSON text, or fails. Tools are called
+/// (read-only) and returns a proposal as JSON text (its bytes: `String`,
+/// `&str` or `&[u8]`; the core checks the encoding), or fails. Tools are called
 /// by registered name.
-pub fn run_bounded_agent<'t, T: AsRef<str>>(
+pub fn run_bounded_agent<'t, T: AsRef<[u8]>>(
     policy: impl FnMut(&[Observation]) -> Proposal<T>,
     tools: Vec<(String, Tool<'t>)>,
     limits: RunLimits,
@@ -110,7 +111,7 @@ pub fn run_bounded_agent<'t, T: AsRef<str>>(
 /// [`run_bounded_agent`] with the tools given as their names, in order, and
 /// one function that calls tool `i` (its index in `names`): no closure per
 /// tool. A panic inside `call` is caught and counts as a failure.
-pub fn run_with_tools<'n, T: AsRef<str>>(
+pub fn run_with_tools<'n, T: AsRef<[u8]>>(
     mut policy: impl FnMut(&[Observation]) -> Proposal<T>,
     names: impl IntoIterator<Item = &'n str>,
     mut call: impl FnMut(usize, &Args<'_>) -> Result<Value, String>,
@@ -131,7 +132,7 @@ pub fn run_with_tools<'n, T: AsRef<str>>(
         let proposal = catch_unwind(AssertUnwindSafe(|| policy(&observations)))
             .unwrap_or_else(|_| Err("policy panicked".into()));
         let action = match &proposal {
-            Ok(text) => ActionRef::validate(text.as_ref().as_bytes()).map_err(Rejection::Invalid),
+            Ok(text) => ActionRef::validate(text.as_ref()).map_err(Rejection::Invalid),
             Err(message) => Err(Rejection::PolicyFailed(message.clone())),
         };
         let Ok(verdict) = run.decide(action.as_ref().ok()) else {

@@ -6,8 +6,16 @@
 //! `{"error": "bad-request", "detail": TEXT}` for a line that is not a request.
 //! Values are handed to the core as their raw JSON text, so integers and
 //! floats stay distinct (`15` vs `15.0`) and `-0` is the integer 0.
+//!
+//! One reader takes every spelling of a request — compact, Python's
+//! `json.dumps` default, keys sorted, any whitespace and key order — in one
+//! pass over the line (`request`, at the same speed whatever the spelling:
+//! `docs/BENCHMARKS.md`); an error, and the rare request it declines (an
+//! escape in a key), is read again through serde_json (`general`), which
+//! words the error. Both give the same answer to every line
+//! (`tests::every_spelling_answers_as_the_general_path`,
+//! `tests::mutants_answer_as_the_general_path`).
 
-use budgetgate_core::limits::MAX_STEPS;
 use budgetgate_core::{trace_work, ActionRef, Limits, Plan, RunLimits, WorkRow};
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -15,6 +23,8 @@ use serde_json::value::RawValue;
 use crate::driver::{run_with_tools, RunResult};
 use crate::strict::{as_int, shape, Shape, StrictObject};
 use crate::tools::DemoKind;
+
+mod request;
 
 /// Every function `eval` answers.
 pub const FUNCTIONS: [&str; 5] = [
@@ -54,9 +64,18 @@ pub fn answer_line(line: &[u8]) -> String {
 /// the result is serialized straight from the core's types, with no JSON
 /// value tree in between.
 pub fn write_answer(line: &[u8], out: &mut Vec<u8>) {
+    write_with(line, out, handle_into);
+}
+
+/// [`write_answer`] with `read` reading the request.
+fn write_with(
+    line: &[u8],
+    out: &mut Vec<u8>,
+    read: fn(&[u8], &mut Vec<u8>) -> Result<(), EvalError>,
+) {
     let start = out.len();
     out.extend_from_slice(b"{\"ok\":");
-    match handle_into(line, out) {
+    match read(line, out) {
         Ok(()) => out.push(b'}'),
         Err(e) => {
             out.truncate(start);
@@ -115,10 +134,21 @@ pub fn handle(line: &[u8]) -> Result<serde_json::Value, EvalError> {
 
 /// Answers one request: its result written onto `out`, or the error to
 /// report (then `out` may hold part of a result, which the caller drops).
+///
+/// Every request is read first by the one reader of [`request`], whatever
+/// its spelling; what it declines (every error, and the rare request it
+/// does not take) is read by [`general`], which words the error.
 fn handle_into(line: &[u8], out: &mut Vec<u8>) -> Result<(), EvalError> {
-    if fast_path(line, out) {
+    if request::answer(line, out) {
         return Ok(());
     }
+    general(line, out)
+}
+
+/// Answers one request through serde_json: each level of the request as a
+/// [`StrictObject`] of raw values. The reader of the errors, and of the
+/// requests [`request::answer`] declines.
+fn general(line: &[u8], out: &mut Vec<u8>) -> Result<(), EvalError> {
     let text = std::str::from_utf8(line).map_err(|e| bad(format!("line is not UTF-8: {e}")))?;
     let request: StrictObject =
         serde_json::from_str(text).map_err(|e| bad(format!("not a JSON object: {e}")))?;
@@ -159,56 +189,6 @@ fn handle_into(line: &[u8], out: &mut Vec<u8>) -> Result<(), EvalError> {
             FUNCTIONS.join(", ")
         ))),
     }
-}
-
-/// The three commonest requests in their compact spelling, answered without
-/// reading the envelope as JSON three times: `{"fn":"validate_agent_action",
-/// "args":{"value":V}}`, `{"fn":"bounded_workflow","args":{"plan":P,
-/// "limits":L}}` and `{"fn":"run_bounded_agent","args":A}` with no
-/// whitespace around the envelope's keys. Only a success is answered here: when
-/// the inner documents parse as a valid action (or plan and limits), each is
-/// one complete JSON value, so the line is exactly that envelope and the
-/// answer is the one the general path gives. Anything else (another spelling,
-/// an invalid value, a duplicate key) goes the general way, which finds the
-/// right error.
-fn fast_path(line: &[u8], out: &mut Vec<u8>) -> bool {
-    let line = line.trim_ascii_end();
-    let mark = out.len();
-    if let Some(value) = line
-        .strip_prefix(br#"{"fn":"validate_agent_action","args":{"value":"#)
-        .and_then(|rest| rest.strip_suffix(b"}}"))
-    {
-        if let Ok(action) = ActionRef::parse(value) {
-            crate::answer::action(out, &action);
-            return true;
-        }
-    } else if let Some(args) = line
-        .strip_prefix(br#"{"fn":"bounded_workflow","args":{"plan":"#)
-        .and_then(|rest| rest.strip_suffix(b"}}"))
-    {
-        const LIMITS: &[u8] = br#","limits":"#;
-        let split = args.windows(LIMITS.len()).rposition(|w| w == LIMITS);
-        if let Some(at) = split {
-            let (plan, limits) = (&args[..at], &args[at + LIMITS.len()..]);
-            if let (Ok(plan), Ok(limits)) = (Plan::<MAX_STEPS>::parse(plan), Limits::parse(limits))
-            {
-                crate::answer::workflow(out, &plan, &plan.bounded_workflow(&limits));
-                return true;
-            }
-        }
-    } else if let Some(args) = line
-        .strip_prefix(br#"{"fn":"run_bounded_agent","args":"#)
-        .and_then(|rest| rest.strip_suffix(b"}"))
-    {
-        // A complete object here makes the line exactly that envelope.
-        if let Some(result) = fast_run(args) {
-            if crate::answer::run(out, &result).is_ok() {
-                return true;
-            }
-        }
-    }
-    out.truncate(mark);
-    false
 }
 
 /// A budget argument: absent gives the default; present must be an integer.
@@ -318,18 +298,20 @@ impl RunArgs {
     /// [`EvalError::InvalidInput`] when a tool name is invalid or repeated
     /// (nothing runs then).
     pub fn run(&self) -> Result<RunResult, EvalError> {
-        let script: Vec<&str> = self.script.iter().map(|raw| raw.get()).collect();
-        run_script(&script, &self.tools, self.limits)
+        let script: Vec<&[u8]> = self.script.iter().map(|raw| raw.get().as_bytes()).collect();
+        run_script(&script, &self.tools, self.limits).map(|(result, _)| result)
     }
 }
 
 /// The bounded loop with `script` as policy: round `i` proposes `script[i]`
-/// (its JSON text), and the policy fails once it is used up.
+/// (its JSON text), and the policy fails once it is used up. With the
+/// result, how many times the policy was asked (so how many proposals the
+/// run validated: all of them but a last one it rejected as invalid).
 fn run_script(
-    script: &[&str],
+    script: &[&[u8]],
     tools: &[(String, DemoKind)],
     limits: RunLimits,
-) -> Result<RunResult, EvalError> {
+) -> Result<(RunResult, usize), EvalError> {
     let mut next = 0usize;
     let policy = |_: &[crate::driver::Observation]| {
         let proposal = script
@@ -348,91 +330,8 @@ fn run_script(
         },
         limits,
     )
+    .map(|result| (result, next))
     .map_err(invalid)
-}
-
-/// `run_bounded_agent`'s arguments read in one pass, borrowed from the line,
-/// for the fast path: the same keys as [`RunArgs::from_args`] (serde refuses
-/// an unknown or repeated key, and [`ToolsInOrder`] a repeated tool), each
-/// value kept as its raw text. Anything it refuses goes the general way.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BorrowedRunArgs<'a> {
-    #[serde(borrow)]
-    script: Vec<&'a RawValue>,
-    tools: ToolsInOrder,
-    // `deserialize_with` sees `null` too (as the raw text `null`), so a null
-    // budget is refused as in the general path, not read as absent.
-    #[serde(default, borrow, deserialize_with = "raw_present")]
-    max_decisions: Option<&'a RawValue>,
-    #[serde(default, borrow, deserialize_with = "raw_present")]
-    max_tool_calls: Option<&'a RawValue>,
-}
-
-fn raw_present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue as serde::Deserialize>::deserialize(d).map(Some)
-}
-
-/// A `tools` object's members in document order; a repeated name is an error.
-struct ToolsInOrder(Vec<(String, String)>);
-
-impl<'de> serde::Deserialize<'de> for ToolsInOrder {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Members;
-        impl<'de> serde::de::Visitor<'de> for Members {
-            type Value = ToolsInOrder;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object of tool names to kinds")
-            }
-            fn visit_map<M: serde::de::MapAccess<'de>>(
-                self,
-                mut map: M,
-            ) -> Result<Self::Value, M::Error> {
-                let mut out: Vec<(String, String)> = Vec::new();
-                while let Some((name, kind)) = map.next_entry::<String, String>()? {
-                    if out.iter().any(|(n, _)| *n == name) {
-                        return Err(serde::de::Error::custom("duplicate tool"));
-                    }
-                    out.push((name, kind));
-                }
-                Ok(ToolsInOrder(out))
-            }
-        }
-        d.deserialize_map(Members)
-    }
-}
-
-/// The fast path's run: `Some` only when the arguments read cleanly and the
-/// run starts (every error is left to the general path).
-fn fast_run(args: &[u8]) -> Option<RunResult> {
-    // The whole text is checked first, as the general path checks the line:
-    // serde_json does not look inside the strings of a raw value it skips.
-    let text = std::str::from_utf8(args).ok()?;
-    let a: BorrowedRunArgs<'_> = serde_json::from_str(text).ok()?;
-    let mut tools = Vec::with_capacity(a.tools.0.len());
-    for (name, kind) in a.tools.0 {
-        tools.push((name, DemoKind::parse(&kind)?));
-    }
-    if tools.len() > budgetgate_core::limits::MAX_TOOLS {
-        return None;
-    }
-    let budget = |raw: Option<&RawValue>, default: u32| match raw {
-        None => Some(default),
-        Some(raw) => as_int(raw).and_then(|v| u32::try_from(v).ok()),
-    };
-    let limits = RunLimits::new(
-        budget(
-            a.max_decisions,
-            budgetgate_core::limits::DEFAULT_MAX_DECISIONS,
-        )?,
-        budget(
-            a.max_tool_calls,
-            budgetgate_core::limits::DEFAULT_MAX_TOOL_CALLS,
-        )?,
-    )
-    .ok()?;
-    let script: Vec<&str> = a.script.iter().map(|raw| raw.get()).collect();
-    run_script(&script, &tools, limits).ok()
 }
 
 fn work(args: &StrictObject) -> Result<budgetgate_core::Work, EvalError> {
@@ -540,18 +439,162 @@ fn work(args: &StrictObject) -> Result<budgetgate_core::Work, EvalError> {
 mod tests {
     use super::*;
 
-    /// The compact fast path answers exactly as the general path does, on
-    /// every request of the reference vectors (valid and invalid): the same
-    /// line with a space after its first `{` takes the general path.
-    #[test]
-    fn the_fast_path_answers_as_the_general_path() {
+    /// The answer the general path alone gives.
+    fn general_line(line: &[u8]) -> String {
+        let mut out = Vec::new();
+        write_with(line, &mut out, general);
+        String::from_utf8(out).unwrap()
+    }
+
+    /// A JSON value as its parts' text, for spelling it again.
+    enum Node<'a> {
+        Scalar(&'a str),
+        Array(Vec<Node<'a>>),
+        Object(Vec<(&'a str, Node<'a>)>),
+    }
+
+    fn space(s: &[u8], at: &mut usize) {
+        while matches!(s.get(*at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            *at += 1;
+        }
+    }
+
+    /// Reads a value of (valid) JSON text; `None` for anything it does not
+    /// follow.
+    fn node<'a>(s: &'a str, at: &mut usize) -> Option<Node<'a>> {
+        let b = s.as_bytes();
+        space(b, at);
+        let start = *at;
+        match *b.get(*at)? {
+            b'{' | b'[' => {
+                let object = b[*at] == b'{';
+                let close = if object { b'}' } else { b']' };
+                *at += 1;
+                let (mut members, mut items) = (Vec::new(), Vec::new());
+                space(b, at);
+                if b.get(*at) == Some(&close) {
+                    *at += 1;
+                } else {
+                    loop {
+                        if object {
+                            let Node::Scalar(key) = node(s, at)? else {
+                                return None;
+                            };
+                            space(b, at);
+                            (b.get(*at) == Some(&b':')).then_some(())?;
+                            *at += 1;
+                            members.push((key, node(s, at)?));
+                        } else {
+                            items.push(node(s, at)?);
+                        }
+                        space(b, at);
+                        match *b.get(*at)? {
+                            b',' => *at += 1,
+                            c if c == close => {
+                                *at += 1;
+                                break;
+                            }
+                            _ => return None,
+                        }
+                    }
+                }
+                Some(if object {
+                    Node::Object(members)
+                } else {
+                    Node::Array(items)
+                })
+            }
+            b'"' => {
+                *at += 1;
+                loop {
+                    match *b.get(*at)? {
+                        b'"' => break,
+                        b'\\' => *at += 2,
+                        _ => *at += 1,
+                    }
+                }
+                *at += 1;
+                s.get(start..*at).map(Node::Scalar)
+            }
+            _ => {
+                while !matches!(
+                    b.get(*at),
+                    None | Some(b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r')
+                ) {
+                    *at += 1;
+                }
+                (*at > start).then(|| Node::Scalar(&s[start..*at]))
+            }
+        }
+    }
+
+    /// `node` spelled with separators `item` and `key`, keys sorted or not.
+    fn spell(node: &Node<'_>, item: &str, key: &str, sorted: bool, out: &mut String) {
+        match node {
+            Node::Scalar(text) => out.push_str(text),
+            Node::Array(items) => {
+                out.push('[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(item);
+                    }
+                    spell(v, item, key, sorted, out);
+                }
+                out.push(']');
+            }
+            Node::Object(members) => {
+                let mut members: Vec<&(&str, Node<'_>)> = members.iter().collect();
+                if sorted {
+                    members.sort_by_key(|(k, _)| *k);
+                }
+                out.push('{');
+                for (i, (k, v)) in members.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(item);
+                    }
+                    out.push_str(k);
+                    out.push_str(key);
+                    spell(v, item, key, sorted, out);
+                }
+                out.push('}');
+            }
+        }
+    }
+
+    /// The spellings of a request tested: as written; Python's `json.dumps`
+    /// default; keys sorted (compact); keys sorted with the default
+    /// separators; whitespace of every kind around every token.
+    fn spellings(line: &str) -> Vec<String> {
+        let mut all = vec![line.to_owned()];
+        let mut at = 0;
+        let Some(tree) = node(line, &mut at) else {
+            return all;
+        };
+        if line[at..].trim_matches([' ', '\t', '\n', '\r']).is_empty() {
+            for (item, key, sorted) in [
+                (", ", ": ", false),
+                (",", ":", true),
+                (", ", ": ", true),
+                (" \t,\r ", "\t:\n ", false),
+            ] {
+                let mut out = String::new();
+                spell(&tree, item, key, sorted, &mut out);
+                all.push(out);
+            }
+            all.push(format!(" \t{}\t ", all[0]));
+        }
+        all
+    }
+
+    /// Every request of the reference vectors, as written.
+    fn vector_requests() -> Vec<String> {
         #[derive(serde::Deserialize)]
         struct Case<'a> {
             #[serde(borrow)]
             request: &'a RawValue,
         }
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors");
-        let mut fast = 0;
+        let mut requests = Vec::new();
         for file in [
             "validate.jsonl",
             "run.jsonl",
@@ -562,28 +605,108 @@ mod tests {
             let text = std::fs::read_to_string(dir.join(file)).unwrap();
             for line in text.lines() {
                 let case: Case = serde_json::from_str(line).unwrap();
-                let compact = case.request.get();
-                let spaced = format!("{{ {}", &compact[1..]);
-                let (a, b) = (
-                    answer_line(compact.as_bytes()),
-                    answer_line(spaced.as_bytes()),
-                );
-                assert_eq!(a, b, "{compact}");
-                let mut out = Vec::new();
-                fast += usize::from(fast_path(compact.as_bytes(), &mut out));
+                requests.push(case.request.get().to_owned());
             }
         }
-        assert!(fast > 300, "the fast path answered only {fast} requests");
+        requests
     }
-    /// The run's one-pass reading leaves every doubtful request to the
-    /// general path, which gives the contract's error: invalid UTF-8 inside
-    /// a proposal, a null or fractional budget, a repeated tool or key, an
-    /// unknown key, a non-string kind, a lone surrogate in a tool name.
+
+    /// One reader for every spelling: on every request of the reference
+    /// vectors (valid and invalid), in each spelling of [`spellings`], the
+    /// answer is the general path's, byte for byte; a request answered
+    /// `ok` is answered the same in every spacing; and the one-pass
+    /// reader takes the same requests whatever their spelling.
     #[test]
-    fn the_fast_run_path_declines_what_the_general_path_refuses() {
+    fn every_spelling_answers_as_the_general_path() {
+        let mut taken = [0usize; 6];
+        let mut respelled = 0;
+        for request in vector_requests() {
+            let all = spellings(&request);
+            respelled += usize::from(all.len() > 1);
+            let first = answer_line(request.as_bytes());
+            for (k, line) in all.iter().enumerate() {
+                let answer = answer_line(line.as_bytes());
+                assert_eq!(answer, general_line(line.as_bytes()), "{line}");
+                // Sorting keys changes a request (the order of a call's
+                // arguments is kept in its answer); spacing does not.
+                if first.starts_with(r#"{"ok":"#) && !matches!(k, 2 | 3) {
+                    assert_eq!(answer, first, "{line}");
+                }
+                let mut out = Vec::new();
+                taken[k] += usize::from(request::answer(line.as_bytes(), &mut out));
+            }
+        }
+        assert!(respelled > 300, "only {respelled} requests were respelled");
+        assert!(taken[0] > 300, "the one reader took only {taken:?}");
+        assert!(
+            taken.iter().all(|&t| t == taken[0]),
+            "taken per spelling: {taken:?}"
+        );
+    }
+
+    /// On mutants of the vectors' requests in every spelling (bytes
+    /// replaced, inserted or removed: broken syntax, escapes, whitespace of
+    /// other kinds, repeated keys, invalid UTF-8), the answer is always the
+    /// general path's.
+    #[test]
+    fn mutants_answer_as_the_general_path() {
+        let requests: Vec<String> = vector_requests()
+            .iter()
+            .flat_map(|r| spellings(r))
+            .collect();
+        let alphabet: &[u8] = b"{}[],:\"\\ \t\n\x0c\x00\xff0123456789-.eEtrufalsn_ud8xvpk";
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut ok, mut taken) = (0, 0);
+        for _ in 0..40_000 {
+            let mut line = requests[(next() % requests.len() as u64) as usize]
+                .as_bytes()
+                .to_vec();
+            for _ in 0..1 + next() % 2 {
+                let at = (next() % (line.len() as u64 + 1)) as usize;
+                let byte = alphabet[(next() % alphabet.len() as u64) as usize];
+                match next() % 4 {
+                    0 if at < line.len() => line[at] = byte,
+                    1 if at < line.len() => {
+                        line.remove(at);
+                    }
+                    2 if at < line.len() => {
+                        // A key or value repeated: the member around `at`.
+                        let end = (at + 1 + (next() % 40) as usize).min(line.len());
+                        let copy = line[at..end].to_vec();
+                        line.splice(at..at, copy);
+                    }
+                    _ => line.insert(at, byte),
+                }
+            }
+            let answer = answer_line(&line);
+            assert_eq!(
+                answer,
+                general_line(&line),
+                "{}",
+                String::from_utf8_lossy(&line)
+            );
+            ok += usize::from(answer.starts_with(r#"{"ok":"#));
+            taken += usize::from(request::answer(&line, &mut Vec::new()));
+        }
+        assert!(ok > 3_000 && taken > 2_000, "{ok} ok, {taken} taken");
+    }
+
+    /// The one reader leaves every doubtful request to the general path,
+    /// which gives the contract's error: invalid UTF-8 inside a proposal, a
+    /// null or fractional budget, a repeated tool or key, an unknown key, a
+    /// non-string kind, a lone surrogate in a tool name, a form feed after
+    /// the request (not JSON whitespace).
+    #[test]
+    fn the_one_reader_declines_what_the_general_path_refuses() {
         let ok = r#"{"fn":"run_bounded_agent","args":{"script":[{"kind":"final","text":"x"}],"tools":{"add":"add"}}}"#;
         let mut out = Vec::new();
-        assert!(fast_path(ok.as_bytes(), &mut out), "the plain case is fast");
+        assert!(request::answer(ok.as_bytes(), &mut out), "the plain case");
         let mut hostile: Vec<Vec<u8>> = [
             r#"{"fn":"run_bounded_agent","args":{"script":[],"tools":{"add":"add"},"max_decisions":null}}"#,
             r#"{"fn":"run_bounded_agent","args":{"script":[],"tools":{"add":"add"},"max_tool_calls":1.5}}"#,
@@ -592,18 +715,26 @@ mod tests {
             r#"{"fn":"run_bounded_agent","args":{"script":[],"tools":{},"extra":1}}"#,
             r#"{"fn":"run_bounded_agent","args":{"script":[],"tools":{"add":1}}}"#,
             r#"{"fn":"run_bounded_agent","args":{"script":[],"tools":{"\ud800":"add"}}}"#,
+            r#"{"args":{"script":[{"kind":"final","text":"x"}],"tools":{}},"fn":"run_bounded_agent","fn":"run_bounded_agent"}"#,
+            r#"{"fn":"validate_agent_action","args":{"value":{"kind":"final","text":"x"}}}"#,
         ]
         .iter()
         .map(|l| l.as_bytes().to_vec())
         .collect();
+        hostile.last_mut().unwrap().push(0x0c);
         let mut bad_utf8 =
             br#"{"fn":"run_bounded_agent","args":{"script":[{"kind":"final","text":""#.to_vec();
         bad_utf8.extend_from_slice(b"\xff\"}],\"tools\":{}}}");
         hostile.push(bad_utf8);
+        // A proposal the run never reaches is still read as JSON first.
+        hostile.push(
+            br#"{"fn":"run_bounded_agent","args":{"script":[{"kind":"final","text":"x"},[1,]],"tools":{}}}"#
+                .to_vec(),
+        );
         for line in &hostile {
             let mut out = Vec::new();
             assert!(
-                !fast_path(line, &mut out),
+                !request::answer(line, &mut out),
                 "{}",
                 String::from_utf8_lossy(line)
             );
