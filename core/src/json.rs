@@ -306,7 +306,7 @@ pub(crate) fn check_document(bytes: &[u8]) -> Result<&str, JsonError> {
 }
 
 /// Checks that `bytes` is one complete JSON document under the contract's
-/// rules (those of [`Reader`]: RFC 8259 syntax, valid UTF-8, no byte-order
+/// rules (those of the reader, `Reader`: RFC 8259 syntax, valid UTF-8, no byte-order
 /// mark, no lone surrogate escape, at most 128 levels), without reading it
 /// into anything. Duplicate keys are not looked for, and a string whose
 /// escapes decode to more than 256 bytes is refused
