@@ -324,8 +324,7 @@ impl CallGate for LedgerGate {
         }
     }
 
-    fn commit(&mut self, key: &str, tool: &str, now: u64) -> Result<(), String> {
-        let _ = tool;
+    fn commit(&mut self, key: &str, _tool: &str, now: u64) -> Result<(), String> {
         self.transaction(now, |tx, l, _, session, _| {
             gate::commit_reservation(tx, session, &mut l.session, key)
         })
@@ -334,12 +333,11 @@ impl CallGate for LedgerGate {
     fn refused(
         &mut self,
         key: &str,
-        tool: &str,
+        _tool: &str,
         reason: &str,
         detail: &str,
         now: u64,
     ) -> Result<(), String> {
-        let _ = tool;
         self.transaction(now, |tx, l, _, session, now| {
             gate::commit_reservation(tx, session, &mut l.session, key)?;
             // Logged as a refusal at decision time is: "deny KEY: REASON",

@@ -286,6 +286,15 @@ pub fn default_session(command: &[String]) -> String {
 }
 
 /// The refusal of a `--ledger` in a folder that does not exist.
+/// The folder `path` is in must exist (`url` names it in the error): a
+/// mistyped path never starts an empty budget.
+fn folder_of_exists(url: &str, path: &std::path::Path) -> Result<(), String> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) if !dir.is_dir() => Err(missing_folder(url, dir)),
+        _ => Ok(()),
+    }
+}
+
 fn missing_folder(url: &str, dir: &std::path::Path) -> String {
     format!(
         "--ledger {url}: the folder {} does not exist (create it first: a mistyped path would start an empty budget)",
@@ -318,11 +327,7 @@ pub fn open_ledger(
                 .map_err(shown)
         }
         LedgerUrl::SqliteFile(file) => {
-            if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
-                if !dir.is_dir() {
-                    return Err(missing_folder(shown_url, dir));
-                }
-            }
+            folder_of_exists(shown_url, &file)?;
             Store::open_file_with(&file, wait, durability)
                 .map(Backend::Sqlite)
                 .map_err(shown)
@@ -331,11 +336,7 @@ pub fn open_ledger(
             // The state folder itself may be new; the folder it is in must
             // exist (a mistyped path never starts an empty budget).
             if url.is_some() {
-                if let Some(parent) = dir.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    if !parent.is_dir() {
-                        return Err(missing_folder(shown_url, parent));
-                    }
-                }
+                folder_of_exists(shown_url, &dir)?;
             }
             Store::open_with(&dir, wait, durability)
                 .map(Backend::Sqlite)

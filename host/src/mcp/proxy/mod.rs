@@ -217,8 +217,18 @@ impl<G: CallGate> Proxy<G> {
     /// When the held reservations are next to be renewed.
     fn renewal_due(&self) -> Option<u64> {
         let every = self.gate.renew_every_ms()?;
-        let holds = self.approvals.len() + self.pending.len() > 0;
-        holds.then(|| self.renewed_at.saturating_add(every))
+        self.holds_reservations()
+            .then(|| self.renewed_at.saturating_add(every))
+    }
+
+    /// Whether this proxy holds a reservation (a call in flight or one
+    /// awaiting approval): what [`Self::held`] lists, without listing it.
+    fn holds_reservations(&self) -> bool {
+        !self.approvals.is_empty()
+            || self
+                .pending
+                .values()
+                .any(|p| matches!(p, Pending::Call { .. }))
     }
 
     /// Renews the reservations this proxy holds when they are due
@@ -241,12 +251,7 @@ impl<G: CallGate> Proxy<G> {
     /// Starts the renewal clock when the first reservation is taken, so a
     /// new one is renewed a full period after it was made.
     fn holding_from(&mut self, now: u64) {
-        if self.approvals.is_empty()
-            && !self
-                .pending
-                .values()
-                .any(|p| matches!(p, Pending::Call { .. }))
-        {
+        if !self.holds_reservations() {
             self.renewed_at = now;
         }
     }
