@@ -98,6 +98,7 @@ pub mod action;
 pub mod approval;
 pub mod budget;
 pub mod device;
+pub mod engine;
 pub mod ident;
 pub mod json;
 pub mod limits;

@@ -3,20 +3,15 @@
 //! [`decide_tool_call`], so both refuse in the same order with the same
 //! words (`SPEC C`, `SPEC E`: one budget engine).
 //!
-//! The order, first rule that applies answers:
-//!
-//! 1. a tool name outside `[A-Za-z0-9_-]{1,64}` → `invalid-name`;
-//! 2. a call id seen earlier in the session → `duplicate-call-id`;
-//! 3. a limit checked before each model call already reached — model calls,
-//!    tokens, time, cost — or a model without a price in cost mode →
-//!    `budget-exhausted`;
-//! 4. the same tool with the same canonical arguments more than
-//!    `max_repeats` times → `repeat` (the count is raised first);
-//! 5. no tool attempts left (used and reserved) → `tool-budget`;
-//! 6. the tool's own cap reached → `tool-cap`;
-//! 7. a `[rate]` window full → `rate-limit` (with when it reopens);
-//! 8. the attempt counts (recorded, or reserved: [`Counting`]); a tool in
-//!    `needs_approval` → [`Verdict::Ask`], otherwise [`Verdict::Run`].
+//! The order is the core's one check order
+//! ([`budgetgate_core::engine::CallCheck::ORDER`]): `invalid-name`,
+//! `duplicate-call-id`, `budget-exhausted` (the hook and the gateway cannot
+//! refuse the model call itself), `repeat`, `tool-budget`, `tool-cap`,
+//! `rate-limit`, then approval. This module adapts the store to the
+//! engine ([`budgetgate_core::engine::State`]) and words its answer; it
+//! restates no check. A call asked about again (the same id with the same
+//! tool and input, where the front-end runs nothing itself: a second copy
+//! of the hook, a retry) gets its first answer, counted once.
 //!
 //! Reservations (`SPEC E`, reserve → commit → roll back) are stored with an
 //! expiry that the process holding them renews while their calls run or
@@ -27,21 +22,17 @@
 //! A call is given back only when it is known not to have run
 //! ([`roll_back_reservation`]).
 
-use budgetgate_core::budget::{Exceeded, Ledger, Limit, Reservation};
-use budgetgate_core::tools::{ToolRule, ToolTable};
-use budgetgate_core::turn::{RefusalReason, ToolName};
+use budgetgate_core::budget::{Exceeded, Ledger, Limit};
+use budgetgate_core::engine::{self, Seen, Shown, ONE_CALL};
+use budgetgate_core::tools::ToolTable;
+use budgetgate_core::turn::{CallFingerprint, RefusalReason};
 use serde_json::Value;
 
 use crate::ledger::{LedgerTx, StoreError};
 use crate::replay::budget::{ReplayBudget, BUDGET_TOOLS};
 
-/// The reason word of a full `[rate]` window (the core has no clock
-/// windows: they are the host's, checked after the core's rules).
-pub const RATE_LIMIT: &str = "rate-limit";
-
-/// What the model reads after a `rate-limit` refusal.
-pub const RATE_LIMIT_MESSAGE: &str =
-    "Too many tool calls in a short time; not executed. Wait until the window reopens, or answer with what you have.";
+/// The reason word of a full `[rate]` window.
+pub const RATE_LIMIT: &str = RefusalReason::RateLimit.as_str();
 
 /// Why a decision could not be made; the front-end refuses (fail closed).
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +78,15 @@ pub enum Counting<'a> {
         /// When an unfinished reservation is rolled back by the next decision.
         expires_ms: u64,
     },
+}
+
+impl Counting<'_> {
+    fn engine(self) -> engine::Counting {
+        match self {
+            Self::Record => engine::Counting::Record,
+            Self::Reserve { .. } => engine::Counting::Reserve,
+        }
+    }
 }
 
 /// A refused call: the reason word, the text the model reads, and the
@@ -136,11 +136,17 @@ impl Refusal {
         }
     }
 
-    fn figures(mut self, limit: impl Into<String>, used: u64, max: u64) -> Self {
-        self.limit = Some(limit.into());
-        self.used = Some(used);
-        self.max = Some(max);
-        self
+    /// The engine's refusal of `call`, worded (`SPEC E`: one set of words).
+    pub fn of(refusal: &engine::Refusal, call: &Shown<'_>) -> Self {
+        let mut out = Self::new(refusal.reason, &refusal.detail(call).to_string());
+        if let Some((limit, used, max)) = refusal.figures() {
+            out.limit = Some(limit.key_for(call.name).to_string());
+            out.used = Some(used);
+            out.max = Some(max);
+        }
+        out.retry_after_ms = refusal.retry_after_ms();
+        out.ends_session = refusal.ends_session();
+        out
     }
 }
 
@@ -160,7 +166,6 @@ fn reason_word(word: &str) -> Option<&'static str> {
     RefusalReason::ALL
         .iter()
         .map(|r| r.as_str())
-        .chain([RATE_LIMIT])
         .find(|w| *w == word)
 }
 
@@ -326,54 +331,110 @@ impl<'t> Ledgers<'t> {
     }
 }
 
+/// The store as the engine reads it (`SPEC E`): the session's ledgers, its
+/// call ids, repetition counts, rate windows and unpriced models.
+struct Stored<'a, 't, T: LedgerTx + ?Sized> {
+    tx: &'a T,
+    session: &'a str,
+    agent: Option<&'a str>,
+    ledgers: &'a mut Ledgers<'t>,
+    /// The call id as looked up before the decision (once: the same row
+    /// answers a call asked about again).
+    seen: Seen,
+    /// Whether the engine came to the id's check: only then is the id
+    /// remembered with its answer.
+    id_checked: bool,
+    /// The model counted without a price, once asked about.
+    unpriced: Option<String>,
+}
+
+impl<'a, 't, T: LedgerTx + ?Sized> Stored<'a, 't, T> {
+    fn new(
+        tx: &'a T,
+        session: &'a str,
+        agent: Option<&'a str>,
+        ledgers: &'a mut Ledgers<'t>,
+    ) -> Self {
+        Self {
+            tx,
+            session,
+            agent,
+            ledgers,
+            seen: Seen::New,
+            id_checked: false,
+            unpriced: None,
+        }
+    }
+}
+
+impl<T: LedgerTx + ?Sized> engine::State for Stored<'_, '_, T> {
+    type Error = GateError;
+
+    fn see_id(&mut self, _id: &str) -> Result<Seen, GateError> {
+        self.id_checked = true;
+        Ok(self.seen)
+    }
+
+    fn raise_repeat(&mut self, key: CallFingerprint) -> Result<Option<u64>, GateError> {
+        Ok(Some(self.tx.raise_repeat(self.session, key.as_u128())?))
+    }
+
+    fn ledgers(&mut self) -> engine::Ledgers<'_> {
+        let agent = self.agent;
+        let Ledgers {
+            session, agents, ..
+        } = &mut *self.ledgers;
+        engine::Ledgers {
+            session,
+            agent: agents
+                .iter_mut()
+                .find(|(a, _)| Some(a.as_str()) == agent)
+                .map(|(_, ledger)| ledger),
+        }
+    }
+
+    fn unpriced(&mut self) -> Result<bool, GateError> {
+        self.unpriced = self.tx.unpriced(self.session)?;
+        Ok(self.unpriced.is_some())
+    }
+
+    fn rate_calls_after(&mut self, since_ms: u64) -> Result<(u64, Option<u64>), GateError> {
+        Ok(self.tx.rate_calls_after(self.session, since_ms)?)
+    }
+
+    fn add_rate_call(&mut self, now_ms: u64) -> Result<(), GateError> {
+        Ok(self
+            .tx
+            .add_rate_call(self.session, now_ms, engine::LONGEST_RATE_WINDOW_MS)?)
+    }
+}
+
 /// The first before-call limit reached among the session's ledger and the
 /// sub-agent's (its text and figures), or a model used without a price in
-/// cost mode.
+/// cost mode: the engine's `budget-exhausted` check
+/// ([`engine::budget_exhausted`]).
 pub fn exhausted(
     tx: &(impl LedgerTx + ?Sized),
     session: &str,
     agent: Option<&str>,
-    budget: &ReplayBudget,
-    ledgers: &Ledgers<'_>,
+    ledgers: &mut Ledgers<'_>,
 ) -> Result<Option<(String, Option<Exceeded>)>, GateError> {
-    let mut found: Option<Exceeded> = ledgers.session.first_exhausted(Limit::before_model_call);
-    let mut whose = "session";
-    if found.is_none() {
-        if let Some((_, ledger)) = ledgers
-            .agents
-            .iter()
-            .find(|(a, _)| Some(a.as_str()) == agent)
-        {
-            found = ledger.first_exhausted(Limit::before_model_call);
-            whose = "sub-agent";
-        }
-    }
-    if let Some(e) = found {
-        return Ok(Some((format!("{whose} {e}"), Some(e))));
-    }
-    // Models without a price are remembered in cost mode only, and matter
-    // only there.
-    let cost_mode = budget.limits.max_cost_micros.is_some();
-    if let Some(model) = cost_mode
-        .then(|| tx.unpriced(session))
-        .transpose()?
-        .flatten()
-    {
-        return Ok(Some((
-            format!(
-                "model {model:?} has no price in the budget, and a cost budget never counts a call as free: add [prices.{model:?}] (input, output, cache_read, cache_write: USD per million tokens) to the budget file"
-            ),
-            None,
-        )));
-    }
-    Ok(None)
+    let mut state = Stored::new(tx, session, agent, ledgers);
+    let Some(refusal) = engine::budget_exhausted(&mut state)? else {
+        return Ok(None);
+    };
+    let shown = Shown {
+        name: "",
+        id: "",
+        id_scope: "",
+        unpriced_model: state.unpriced.as_deref(),
+    };
+    let exceeded = match refusal.why {
+        engine::Why::Exhausted { exceeded, .. } => exceeded,
+        _ => None,
+    };
+    Ok(Some((refusal.detail(&shown).to_string(), exceeded)))
 }
-
-/// The reservation a stored one stands for: one tool call.
-const ONE_CALL: Reservation = Reservation {
-    limit: Limit::ToolCalls,
-    amount: 1,
-};
 
 fn give_back(ledger: &mut Ledger, tool: &str) {
     // A ledger stored before the reservation (another build) may hold none:
@@ -498,58 +559,14 @@ pub struct Context<'a> {
     pub now: u64,
 }
 
-/// Decides one tool call against the ledgers loaded in `tx`, in the order
-/// of the module docs. The caller stores the ledgers and commits the
-/// transaction.
+/// Decides one tool call against the ledgers loaded in `tx` through the
+/// core's engine, in its order (the module docs). The caller stores the
+/// ledgers and commits the transaction.
 pub fn decide_tool_call(
     tx: &(impl LedgerTx + ?Sized),
     cx: &Context<'_>,
     ledgers: &mut Ledgers<'_>,
     call: &ToolCall<'_>,
-    counting: Counting<'_>,
-) -> Result<Verdict, GateError> {
-    let Context { session, now, .. } = *cx;
-    count_expired(tx, session, &mut ledgers.session, now)?;
-    // 1. Names outside the grammar never run and never match a rule loosely.
-    if ToolName::new(call.name).is_err() {
-        return Ok(Verdict::Refuse(Refusal::new(
-            RefusalReason::InvalidName,
-            &format!(
-                "the tool name {} is outside [A-Za-z0-9_-]{{1,64}}",
-                Value::from(call.name)
-            ),
-        )));
-    }
-    let fingerprint = crate::replay::fingerprint_value(call.input)
-        .map(|f| f.with_name(call.name).as_u128())
-        .ok_or_else(|| GateError::Input("`tool_input` is nested too deeply to compare".into()))?;
-    // 2. A call id seen earlier in the session. Where the front-end runs
-    // nothing itself (the hook: Claude Code runs the tool once per id), the
-    // same call seen again — a second copy of the hook, a retry — gets the
-    // answer it got and is counted once; any other call under that id, and
-    // any id seen again by a front-end that forwards the call (MCP), is
-    // refused.
-    if let Some((seen, stored)) = tx.call(session, call.call_id)? {
-        if seen == fingerprint && matches!(counting, Counting::Record) {
-            return Ok(Verdict::from_stored(&stored)?);
-        }
-        return Ok(Verdict::Refuse(Refusal::new(
-            RefusalReason::DuplicateCallId,
-            &format!("{} was already used {}", call.shown_id, call.id_scope),
-        )));
-    }
-    let verdict = decide_new_call(tx, cx, ledgers, call, fingerprint, counting)?;
-    tx.put_call(session, call.call_id, fingerprint, &verdict.stored())?;
-    Ok(verdict)
-}
-
-/// Steps 3 to 8 for a call whose id is new.
-fn decide_new_call(
-    tx: &(impl LedgerTx + ?Sized),
-    cx: &Context<'_>,
-    ledgers: &mut Ledgers<'_>,
-    call: &ToolCall<'_>,
-    fingerprint: u128,
     counting: Counting<'_>,
 ) -> Result<Verdict, GateError> {
     let Context {
@@ -558,133 +575,71 @@ fn decide_new_call(
         budget,
         now,
     } = *cx;
-    // 3. The next model call would be refused: nothing more may run.
-    if let Some((detail, figures)) = exhausted(tx, session, agent, budget, ledgers)? {
-        let mut refusal = Refusal::new(RefusalReason::BudgetExhausted, &detail);
-        // A sub-agent's own limit ends its calls, not the session's loop.
-        refusal.ends_session = !detail.starts_with("sub-agent");
-        if let Some(e) = figures {
-            refusal = refusal.figures(e.limit.key(), e.used, e.max);
-        }
-        return Ok(Verdict::Refuse(refusal));
-    }
-    // 4. Repetitions: the count is raised first, then compared (SPEC C).
-    let count = tx.raise_repeat(session, fingerprint)?;
-    let max_repeats = budget.limits.max_repeats;
-    if count > u64::from(max_repeats) {
-        return Ok(Verdict::Refuse(
-            Refusal::new(
-                RefusalReason::Repeat,
-                &format!(
-                    "the same {} call with the same input was made {count} times (max_repeats {max_repeats})",
-                    call.name
-                ),
-            )
-            .figures("max_repeats", count, u64::from(max_repeats)),
+    count_expired(tx, session, &mut ledgers.session, now)?;
+    let fingerprint = crate::replay::fingerprint_value(call.input).map(|f| f.with_name(call.name));
+    let decided = engine::Call {
+        name: call.name,
+        id: call.call_id,
+        stop: None,
+        fingerprint,
+        now_ms: now,
+    };
+    // Input the host cannot compare is not the model's error but a limit
+    // of this reader: the call cannot be decided (fail closed).
+    if fingerprint.is_none() && engine::stateless(&decided).is_none() {
+        return Err(GateError::Input(
+            "`tool_input` is nested too deeply to compare".into(),
         ));
     }
-    // 5. Tool attempts, the session's and the sub-agent's, then the tool's cap.
-    let mut owners: Vec<&mut Ledger> = vec![&mut ledgers.session];
-    for (name, ledger) in &mut ledgers.agents {
-        if Some(name.as_str()) == agent {
-            owners.push(ledger);
+    let prior = tx.call(session, call.call_id)?;
+    // Where the front-end runs nothing itself (the hook: Claude Code runs
+    // the tool once per id), the same call asked about again — a second
+    // copy of the hook, a retry — gets the answer it got, counted once.
+    if let (Some((seen, stored)), Counting::Record) = (&prior, counting) {
+        if Some(*seen) == fingerprint.map(CallFingerprint::as_u128) {
+            return Ok(Verdict::from_stored(stored)?);
         }
     }
-    for ledger in &owners {
-        if let Some(max) = ledger.max(Limit::ToolCalls) {
-            let used = ledger
-                .used(Limit::ToolCalls)
-                .saturating_add(ledger.reserved(Limit::ToolCalls));
-            if used >= max {
-                return Ok(Verdict::Refuse(
-                    Refusal::new(
-                        RefusalReason::ToolBudget,
-                        &format!("{used} of {max} tool calls used"),
-                    )
-                    .figures(Limit::ToolCalls.key(), used, max),
-                ));
-            }
-        }
-    }
-    let tool_cap = ledgers.tools.cap(call.name);
-    if let Some(cap) = owners[0].cap_reached(call.name, tool_cap) {
-        return Ok(Verdict::Refuse(
-            Refusal::new(
-                RefusalReason::ToolCap,
-                &format!(
-                    "{} may be called at most {} times in this session ({} used)",
-                    call.name, cap.max, cap.used
-                ),
-            )
-            .figures(
-                format!("max_calls.{}", call.name),
-                u64::from(cap.used),
-                u64::from(cap.max),
-            ),
-        ));
-    }
-    // 7. Rate windows, shortest first.
-    for (key, window, max) in budget.rate.windows() {
-        let (used, oldest) = tx.rate_calls_after(session, now.saturating_sub(window))?;
-        if used >= u64::from(max) {
-            let reopens = oldest.map_or(window, |t| t.saturating_add(window).saturating_sub(now));
-            let mut refusal = Refusal::worded(
-                RATE_LIMIT,
-                &format!(
-                    "{used} tool calls in the last {} ({key} {max}); the window reopens in {} s",
-                    match key {
-                        "per_minute" => "minute",
-                        "per_hour" => "hour",
-                        _ => "day",
-                    },
-                    reopens.div_ceil(1000).max(1)
-                ),
-                RATE_LIMIT_MESSAGE,
-                "",
-            )
-            .figures(key, used, u64::from(max));
-            refusal.retry_after_ms = Some(reopens.max(1));
-            return Ok(Verdict::Refuse(refusal));
-        }
-    }
-    // 8. The attempt counts.
-    match counting {
-        Counting::Record => {
-            // The caps are the session's: a sub-agent's ledger counts no
-            // tool of its own.
-            let mut cap = tool_cap;
-            for ledger in owners {
-                ledger.record(Limit::ToolCalls, 1);
-                let _ = ledger.try_count_tool(call.name, cap.take());
-            }
-        }
-        Counting::Reserve { key, expires_ms } => {
-            // The reservation is the session's; a sub-agent's ledger (the
-            // hook's only) counts at once.
-            let mut owners = owners.into_iter();
-            if let Some(ledger) = owners.next() {
-                // Stored as a row (the token is plain data: ONE_CALL).
-                let _held = ledger
-                    .try_reserve(Limit::ToolCalls, 1)
-                    .map_err(|e| GateError::Input(e.to_string()))?;
-                let _ = ledger.try_count_tool(call.name, tool_cap);
-            }
-            for ledger in owners {
-                ledger.record(Limit::ToolCalls, 1);
-            }
-            tx.put_reservation(session, key, call.name, expires_ms)?;
-        }
-    }
-    if budget.rate.any() {
-        tx.add_rate_call(session, now, 86_400_000)?;
-    }
-    if ledgers.tools.rule(call.name) == ToolRule::NeedsApproval {
-        return Ok(Verdict::Ask(format!(
+    let windows = budget.rate.windows();
+    let rules = engine::Rules {
+        max_repeats: budget.limits.max_repeats,
+        tools: ledgers.tools,
+        rate: &windows,
+        budget_per_call: true,
+    };
+    let mut state = Stored::new(tx, session, agent, ledgers);
+    state.seen = if prior.is_some() {
+        Seen::Again
+    } else {
+        Seen::New
+    };
+    let decision = engine::decide(&mut state, &rules, &decided, counting.engine())?;
+    let shown = Shown {
+        name: call.name,
+        id: call.shown_id,
+        id_scope: call.id_scope,
+        unpriced_model: state.unpriced.as_deref(),
+    };
+    let verdict = match decision {
+        engine::Decision::Refused(refusal) => Verdict::Refuse(Refusal::of(&refusal, &shown)),
+        engine::Decision::Run => Verdict::Run,
+        engine::Decision::Ask => Verdict::Ask(format!(
             "budgetgate: {} needs a person's approval (needs_approval in the budget)",
             call.name
-        )));
+        )),
+    };
+    if let (Counting::Reserve { key, expires_ms }, engine::Decision::Run | engine::Decision::Ask) =
+        (counting, decision)
+    {
+        tx.put_reservation(session, key, call.name, expires_ms)?;
     }
-    Ok(Verdict::Run)
+    // An id new to the session is remembered with its answer; a call
+    // refused before its id was looked at (its name) leaves none.
+    if state.id_checked && state.seen == Seen::New {
+        let fingerprint = fingerprint.map_or(0, CallFingerprint::as_u128);
+        tx.put_call(session, call.call_id, fingerprint, &verdict.stored())?;
+    }
+    Ok(verdict)
 }
 
 #[cfg(test)]

@@ -523,7 +523,7 @@ pub fn decide(
         // Only the session's own budget ends the session: a sub-agent over
         // its own limit has its calls denied, and its stop is its own.
         (None, "UserPromptSubmit" | "Stop" | "SubagentStop") => {
-            match gate::exhausted(tx, session, None, budget, &ledgers)? {
+            match gate::exhausted(tx, session, None, &mut ledgers)? {
                 Some((detail, Some(_))) => Answer::Stop(format!(
                     "budgetgate: {detail}; the session's budget is spent (see `budgetgate ledger show {session}`)"
                 )),

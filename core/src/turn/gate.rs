@@ -11,9 +11,10 @@ use super::ids::{CallIds, Seen};
 use super::outcome::{
     ErrorResult, ExhaustReason, Exhaustion, RefusalCounts, RefusalReason, RunStatus, StopReason,
 };
-use super::rules::{CallId, NameError, ToolName, ToolRule, ToolRules, ToolRulesError};
+use super::rules::{CallId, NameError, ToolName, ToolRules, ToolRulesError};
 use super::usage::TokenUsage;
 use crate::budget::{Exceeded, Ledger, LedgerError, Limit, Reservation};
+use crate::engine;
 use crate::limits::{
     DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_REPEATS, DEFAULT_MAX_RUN_MILLIS, DEFAULT_MAX_RUN_TOKENS,
     MAX_DISTINCT_CALLS, MAX_RUN_CALL_IDS, MAX_TOOLS, MAX_TURN_CALLS,
@@ -584,6 +585,40 @@ pub struct TurnGate<
     phase: Phase,
 }
 
+/// A run's memory as the engine reads it ([`engine::State`]): the id
+/// already looked up (the gate remembers every id it is shown, even one it
+/// then refuses for its name), the distinct calls, the run's ledger.
+struct RunState<'g, const SEEN: usize, const TOOLS: usize> {
+    id: Seen,
+    repeats: &'g mut Vec<(CallFingerprint, u32), SEEN>,
+    ledger: &'g mut Ledger<TOOLS>,
+}
+
+impl<const SEEN: usize, const TOOLS: usize> engine::State<TOOLS> for RunState<'_, SEEN, TOOLS> {
+    type Error = core::convert::Infallible;
+
+    fn see_id(&mut self, _id: &str) -> Result<Seen, Self::Error> {
+        Ok(self.id)
+    }
+
+    fn raise_repeat(&mut self, key: CallFingerprint) -> Result<Option<u64>, Self::Error> {
+        Ok(match self.repeats.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, count)) => {
+                *count = count.saturating_add(1);
+                Some(u64::from(*count))
+            }
+            None => self.repeats.push((key, 1)).ok().map(|()| 1),
+        })
+    }
+
+    fn ledgers(&mut self) -> engine::Ledgers<'_, TOOLS> {
+        engine::Ledgers {
+            session: self.ledger,
+            agent: None,
+        }
+    }
+}
+
 impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize>
     TurnGate<CALLS, SEEN, TOOLS, IDS>
 {
@@ -591,16 +626,6 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         CALLS >= 1 && CALLS <= u16::MAX as usize && SEEN >= 1 && IDS >= 1,
         "a turn gate tracks 1..=65535 calls per response, at least one distinct call and one call id"
     );
-
-    /// The limits checked before each model call, in the reference's order
-    /// (steps, tokens, time), then cost; each with the reason it stops the
-    /// run with.
-    const BEFORE_CALL: [(Limit, ExhaustReason); 4] = [
-        (Limit::ModelCalls, ExhaustReason::Steps),
-        (Limit::Tokens, ExhaustReason::Tokens),
-        (Limit::Millis, ExhaustReason::Time),
-        (Limit::CostMicros, ExhaustReason::Cost),
-    ];
 
     /// A run that began at `now_ms` (a monotonic instant in milliseconds)
     /// and has made no model call yet (`SPEC C`).
@@ -637,11 +662,16 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
     /// applies it (`SPEC C`).
     pub fn check(&self, now_ms: u64) -> Option<Exhaustion> {
         let elapsed_ms = self.elapsed_ms(now_ms);
-        let found = Self::BEFORE_CALL.into_iter().find_map(|(limit, reason)| {
-            self.ledger
-                .exhausted_at(limit, now_ms)
-                .map(|e: Exceeded| (reason, e.max))
-        });
+        // The ledger's one order (`Limit::ALL`): steps, tokens, time, cost.
+        let found = Limit::ALL
+            .into_iter()
+            .filter(|l| l.before_model_call())
+            .find_map(|limit| {
+                let reason = ExhaustReason::of_limit(limit)?;
+                self.ledger
+                    .exhausted_at(limit, now_ms)
+                    .map(|e: Exceeded| (reason, e.max))
+            });
         let (reason, limit) = match found {
             Some(found) => found,
             None if self.unpriced => match self.limits.max_cost_micros {
@@ -835,11 +865,17 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
             return Err(ProposeError::NotInTurn(self.phase()));
         };
         let id = CallId::new(call.call_id).map_err(ProposeError::InvalidCallId)?;
+        let decided = engine::Call {
+            name: call.name,
+            id: call.call_id,
+            stop: Some(stop),
+            fingerprint: call.arguments.map(|a| a.with_name(call.name)),
+            now_ms: 0,
+        };
         // The response's stop reason, then the name, come before the id
         // (`SPEC E`, one check order for every front-end).
-        let first = Self::before_the_id(stop, call.name);
         if self.calls.iter().any(|t| t.id == id) {
-            if let Some(reason) = first {
+            if let Some(reason) = engine::stateless(&decided) {
                 // Untracked (its id is the earlier block's) but answered.
                 self.refusals.add(reason);
                 return Ok(CallVerdict::Refused(reason));
@@ -854,11 +890,24 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
             self.refusals.add(RefusalReason::TurnCapacity);
             return Ok(CallVerdict::Refused(RefusalReason::TurnCapacity));
         }
-        let verdict = match (first, seen) {
-            (Some(reason), _) => CallVerdict::Refused(reason),
-            (None, Seen::Again) => CallVerdict::Refused(RefusalReason::DuplicateCallId),
-            (None, Seen::Full) => CallVerdict::Refused(RefusalReason::CallIdCapacity),
-            (None, Seen::New) => self.decide(call),
+        let rules = engine::Rules {
+            max_repeats: self.limits.max_repeats,
+            tools: &self.rules,
+            rate: &[],
+            // The run stops before its next model call instead: as in the
+            // reference, the calls of a response that reached a limit run.
+            budget_per_call: false,
+        };
+        let mut state = RunState {
+            id: seen,
+            repeats: &mut self.seen,
+            ledger: &mut self.ledger,
+        };
+        let verdict = match engine::decide(&mut state, &rules, &decided, engine::Counting::Record) {
+            Ok(engine::Decision::Run) => CallVerdict::Execute,
+            Ok(engine::Decision::Ask) => CallVerdict::NeedsApproval,
+            Ok(engine::Decision::Refused(r)) => CallVerdict::Refused(r.reason),
+            Err(never) => match never {},
         };
         let state = match verdict {
             CallVerdict::Execute => CallState::Executing,
@@ -871,64 +920,6 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         // Cannot fail: fullness was checked above.
         let _ = self.calls.push(Tracked { id, state });
         Ok(verdict)
-    }
-
-    /// The refusals that come before a call's id is looked at: the
-    /// response's stop reason, then the tool's name.
-    fn before_the_id(stop: StopReason, name: &str) -> Option<RefusalReason> {
-        match stop {
-            StopReason::ToolUse => {}
-            // A cut-off call may have incomplete arguments: never run it.
-            StopReason::MaxTokens => return Some(RefusalReason::CutOff),
-            _ => return Some(RefusalReason::NotToolTurn),
-        }
-        // A name outside the grammar is never matched against a rule, never
-        // counted as a repeat or an attempt, and never runs (`SPEC E`).
-        ToolName::new(name)
-            .is_err()
-            .then_some(RefusalReason::InvalidName)
-    }
-
-    /// Decides a call of a `tool_use` response whose name and id passed.
-    fn decide(&mut self, call: &ProposedCall<'_>) -> CallVerdict {
-        let Some(arguments) = call.arguments else {
-            return CallVerdict::Refused(RefusalReason::InvalidArguments);
-        };
-        // The reference counts first (`vistas[clave] += 1`), then compares.
-        let key = arguments.with_name(call.name);
-        let count = match self.seen.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, count)) => {
-                *count = count.saturating_add(1);
-                *count
-            }
-            None => {
-                if self.seen.push((key, 1)).is_err() {
-                    return CallVerdict::Refused(RefusalReason::RepeatCapacity);
-                }
-                1
-            }
-        };
-        if count > self.limits.max_repeats {
-            return CallVerdict::Refused(RefusalReason::Repeat);
-        }
-        if self.ledger.exhausted_at(Limit::ToolCalls, 0).is_some() {
-            return CallVerdict::Refused(RefusalReason::ToolBudget);
-        }
-        // The tool's own cap, if the table has one ([`Self::try_add_cap`]);
-        // its calls are counted in the ledger.
-        if self
-            .ledger
-            .try_count_tool(call.name, self.rules.cap(call.name))
-            .is_err()
-        {
-            return CallVerdict::Refused(RefusalReason::ToolCap);
-        }
-        self.ledger.record(Limit::ToolCalls, 1);
-        match self.rules.rule(call.name) {
-            ToolRule::Run => CallVerdict::Execute,
-            ToolRule::NeedsApproval => CallVerdict::NeedsApproval,
-            ToolRule::Unknown => CallVerdict::Refused(RefusalReason::UnknownTool),
-        }
     }
 
     /// [`propose`](Self::propose), then, if the call needs approval, asks

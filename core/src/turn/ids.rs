@@ -29,16 +29,8 @@ const KEY1: u64 = u64::from_le_bytes(*b"te-ids-1");
 /// which can only refuse).
 const EMPTY: u64 = 0;
 
-/// What [`CallIds::try_insert`] found (`SPEC E`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Seen {
-    /// A new id, now remembered.
-    New,
-    /// The id (or one with the same fingerprint) was seen before.
-    Again,
-    /// A new id, but the table is full: not remembered, so it must be refused.
-    Full,
-}
+/// What [`CallIds::try_insert`] found (`SPEC E`): the engine's [`Seen`].
+pub(super) use crate::engine::Seen;
 
 /// The fingerprints of the call ids seen in a run, in `N` fixed slots (`SPEC E`).
 #[derive(Debug, Clone, PartialEq, Eq)]

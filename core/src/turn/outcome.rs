@@ -6,6 +6,7 @@ use core::fmt;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::usage::TokenUsage;
+use crate::budget::Limit;
 use crate::word;
 
 /// Longest unknown stop reason kept, in bytes (`SPEC C`).
@@ -166,6 +167,19 @@ pub enum ExhaustReason {
 }
 
 impl ExhaustReason {
+    /// The reason a run stops with when `limit`, one of those checked
+    /// before each model call, is reached; `None` for a limit checked per
+    /// tool call (tool attempts).
+    pub const fn of_limit(limit: Limit) -> Option<Self> {
+        match limit {
+            Limit::ModelCalls => Some(Self::Steps),
+            Limit::Tokens => Some(Self::Tokens),
+            Limit::Millis => Some(Self::Time),
+            Limit::CostMicros => Some(Self::Cost),
+            Limit::ToolCalls => None,
+        }
+    }
+
     /// The spelling used in statuses and reports (`SPEC C`).
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -325,11 +339,14 @@ pub enum RefusalReason {
     /// `tool-cap`: the tool's own call cap (`[tools] max_calls`) is reached
     /// (`SPEC E`).
     ToolCap,
+    /// `rate-limit`: a `[rate]` window is full: too many calls in a short
+    /// time (`SPEC E`).
+    RateLimit,
 }
 
 impl RefusalReason {
     /// Every reason, in the order reports list them (`SPEC C`).
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::Repeat,
         Self::ApprovalRefused,
         Self::UnknownTool,
@@ -344,6 +361,7 @@ impl RefusalReason {
         Self::DuplicateCallId,
         Self::CallIdCapacity,
         Self::ToolCap,
+        Self::RateLimit,
     ];
 
     /// The spelling used in reports (`SPEC C`).
@@ -363,6 +381,7 @@ impl RefusalReason {
             Self::DuplicateCallId => word::DUPLICATE_CALL_ID,
             Self::CallIdCapacity => "call-id-capacity",
             Self::ToolCap => "tool-cap",
+            Self::RateLimit => "rate-limit",
         }
     }
 
@@ -384,6 +403,7 @@ impl RefusalReason {
             Self::DuplicateCallId => "Error: this tool call id was already used earlier in this conversation; not executed. Give every tool call a new id.",
             Self::CallIdCapacity => "Too many tool calls in this run; not executed. Answer with what you have.",
             Self::ToolCap => "This tool's own call budget is exhausted, not executed. Use another tool or answer with what you have.",
+            Self::RateLimit => "Too many tool calls in a short time; not executed. Wait until the window reopens, or answer with what you have.",
         }
     }
 
@@ -627,6 +647,29 @@ mod tests {
         }
     }
 
+    /// `SPEC C`: each limit checked before a model call stops a run with
+    /// its own reason; tool attempts are checked per call instead.
+    #[test]
+    fn each_before_call_limit_stops_with_its_own_reason() {
+        let reasons = Limit::ALL.map(ExhaustReason::of_limit);
+        assert_eq!(
+            reasons,
+            [
+                Some(ExhaustReason::Steps),
+                Some(ExhaustReason::Tokens),
+                Some(ExhaustReason::Time),
+                Some(ExhaustReason::Cost),
+                None
+            ]
+        );
+        for limit in Limit::ALL {
+            assert_eq!(
+                ExhaustReason::of_limit(limit).is_some(),
+                limit.before_model_call()
+            );
+        }
+    }
+
     /// `SPEC C`: every reason a tool call is refused has its own word, the
     /// one reports count refusals under, and displays as that word.
     #[test]
@@ -646,6 +689,7 @@ mod tests {
             "duplicate-call-id",
             "call-id-capacity",
             "tool-cap",
+            "rate-limit",
         ];
         for (reason, word) in RefusalReason::ALL.into_iter().zip(words) {
             assert_eq!(reason.as_str(), word, "{reason:?}");

@@ -1,6 +1,7 @@
 //! The budget file of `budgetgate replay` (TOML; documented in
 //! `docs/TURN-GATE.md`, example `examples/budget.toml`).
 
+use budgetgate_core::engine::{RateSpan, RateWindow};
 use budgetgate_core::tools::{ToolRule, ToolTable};
 use budgetgate_core::turn::{TokenMode, ToolName, TurnLimits};
 use serde::Deserialize;
@@ -241,20 +242,20 @@ pub struct RateLimits {
 }
 
 impl RateLimits {
-    /// The windows, shortest first: (key, window in ms, maximum).
-    pub fn windows(&self) -> impl Iterator<Item = (&'static str, u64, u32)> {
-        [
-            ("per_minute", 60_000, self.per_minute),
-            ("per_hour", 3_600_000, self.per_hour),
-            ("per_day", 86_400_000, self.per_day),
-        ]
-        .into_iter()
-        .filter_map(|(key, window, max)| max.map(|m| (key, window, m)))
+    /// The windows set, shortest first, as the engine checks them.
+    pub fn windows(&self) -> Vec<RateWindow> {
+        RateSpan::ALL
+            .into_iter()
+            .zip([self.per_minute, self.per_hour, self.per_day])
+            .filter_map(|(span, max)| max.map(|max| RateWindow { span, max }))
+            .collect()
     }
 
     /// Whether any window is set.
     pub fn any(&self) -> bool {
-        self.windows().next().is_some()
+        [self.per_minute, self.per_hour, self.per_day]
+            .iter()
+            .any(Option::is_some)
     }
 }
 
@@ -701,8 +702,17 @@ mod tests {
         .unwrap();
         assert_eq!(b.max_result_bytes, 100);
         assert_eq!(
-            b.rate.windows().collect::<Vec<_>>(),
-            [("per_minute", 60_000, 30), ("per_day", 86_400_000, 1000)]
+            b.rate.windows(),
+            [
+                RateWindow {
+                    span: RateSpan::Minute,
+                    max: 30
+                },
+                RateWindow {
+                    span: RateSpan::Day,
+                    max: 1000
+                }
+            ]
         );
         assert!(b.rate.any());
         assert!(!ReplayBudget::default().rate.any());
