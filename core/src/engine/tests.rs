@@ -766,12 +766,12 @@ fn each_refusal_says_why_with_its_figures() {
         "a model has no price in the budget, and a cost budget never counts a call as free"
     );
     let odd = Shown {
-        name: "a\u{1}\n\t\r\u{8}\u{c}\\b",
+        name: "a \u{1}\n\t\r\u{8}\u{c}\\b\u{7f}",
         ..shown
     };
     assert_eq!(
         text(&refused(RefusalReason::InvalidName, Why::Plain), &odd).as_str(),
-        "the tool name \"a\\u0001\\n\\t\\r\\b\\f\\\\b\" is outside [A-Za-z0-9_-]{1,64}"
+        "the tool name \"a \\u0001\\n\\t\\r\\b\\f\\\\b\u{7f}\" is outside [A-Za-z0-9_-]{1,64}"
     );
     let keys = [
         (LimitName::Ledger(Limit::Millis), "time_ms"),
@@ -789,4 +789,69 @@ fn each_refusal_says_why_with_its_figures() {
     );
     assert_eq!(Whose::Session.as_str(), "session");
     assert_eq!(LONGEST_RATE_WINDOW_MS, RateSpan::Day.millis());
+}
+
+/// A state that keeps only what every front-end must (ids, repeats, a
+/// ledger): the trait's defaults remember no unpriced model and no rate
+/// calls, so a cost limit never refuses for a price and a rate window only
+/// ever refuses when its maximum is 0 (then for its whole span).
+struct Least {
+    ledger: Ledger,
+}
+
+impl State for Least {
+    type Error = Broken;
+
+    fn see_id(&mut self, _id: &str) -> Result<Seen, Broken> {
+        Ok(Seen::New)
+    }
+
+    fn raise_repeat(&mut self, _key: CallFingerprint) -> Result<Option<u64>, Broken> {
+        Ok(Some(1))
+    }
+
+    fn ledgers(&mut self) -> Ledgers<'_> {
+        Ledgers {
+            session: &mut self.ledger,
+            agent: None,
+        }
+    }
+}
+
+#[test]
+fn a_state_without_prices_or_rate_calls_takes_the_defaults() {
+    let tools = table();
+    let minute = [RateWindow {
+        span: RateSpan::Minute,
+        max: 1,
+    }];
+    let r = rules(&tools, &minute);
+    let mut least = Least {
+        ledger: Ledger::new(0),
+    };
+    least.ledger.set_max(Limit::CostMicros, Some(1_000));
+    for id in ["a", "b"] {
+        assert_eq!(
+            decide(&mut least, &r, &call("read", id, "{}", 5), Counting::Record),
+            Ok(Decision::Run),
+            "{id}"
+        );
+    }
+    let day = [RateWindow {
+        span: RateSpan::Day,
+        max: 0,
+    }];
+    let Ok(Decision::Refused(refusal)) = decide(
+        &mut least,
+        &rules(&tools, &day),
+        &call("read", "c", "{}", 5),
+        Counting::Record,
+    ) else {
+        panic!("refused")
+    };
+    assert_eq!(refusal.retry_after_ms(), Some(86_400_000));
+    assert_eq!(
+        refusal.figures(),
+        Some((LimitName::Rate(RateSpan::Day), 0, 0))
+    );
 }
