@@ -1737,12 +1737,14 @@ fn a_long_last_answer_of_a_server_that_exited_reaches_a_client_that_closed() {
         let mut lines = BufReader::new(from_gateway).lines();
         let line = lines.next().expect("a line").expect("read");
         let v: Value = serde_json::from_str(&line).expect("JSON");
-        // Reported gone before the answer is read: the exit status of a
-        // process that wrote into its pipe and ended.
-        told.store(true, std::sync::atomic::Ordering::SeqCst);
         let text: String = "x".repeat(300_000);
         let reply = json!({"jsonrpc": "2.0", "id": v["id"], "result": {"content": [{"type": "text", "text": text}]}});
         writeln!(server_writes, "{reply}").expect("write");
+        // Reported gone once its last write is in the pipe, before the
+        // gateway has read it: a process that wrote its answer and ended.
+        // (Reported earlier, before the answer was written, the test
+        // raced the writer: a real process cannot write after its exit.)
+        told.store(true, std::sync::atomic::Ordering::SeqCst);
     });
     writeln!(
         to_gateway,
