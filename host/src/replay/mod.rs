@@ -19,13 +19,9 @@
 mod approval;
 mod batch;
 pub(crate) mod budget;
-mod claude_line;
-mod formats;
-mod openai;
-mod providers;
+mod read;
 pub(crate) mod session;
 mod spill;
-mod time;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -46,7 +42,7 @@ use serde_json::Value;
 pub use crate::term::terminal_safe;
 pub use approval::{PolicyApprover, PromptApprover};
 pub use budget::{parse_budget, ApprovePolicy, ReplayBudget};
-pub use formats::{
+pub use read::{
     read_large_claude_code, read_large_claude_code_spilled, read_session, MAX_YAML_ALIAS_WEIGHT,
     MAX_YAML_DEPTH,
 };
@@ -1660,7 +1656,7 @@ fn load_session(path: &Path) -> Result<Session, String> {
     let large = path != Path::new("-")
         && std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() >= STREAM_FROM_BYTES);
     if large {
-        if let Some(session) = formats::read_large_claude_code_spilled(path)? {
+        if let Some(session) = read::read_large_claude_code_spilled(path)? {
             return Ok(session);
         }
     }
