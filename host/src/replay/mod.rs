@@ -34,6 +34,8 @@ use std::process::ExitCode;
 use budgetgate_core::turn::{ArgsFingerprint, FingerprintBuilder, TurnGate};
 use serde_json::Value;
 
+use crate::text::one_line;
+
 pub use crate::term::terminal_safe;
 pub use approval::{PolicyApprover, PromptApprover};
 pub use budget::{parse_budget, ApprovePolicy, ReplayBudget};
@@ -304,10 +306,6 @@ pub fn command_to(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => status,
         Err(e) => fail("<stdout>", &format!("cannot write the report: {e}")),
     }
-}
-
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]
