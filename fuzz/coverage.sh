@@ -25,7 +25,7 @@ files_of() {
         hook_event) echo ../host/src/hook.rs ../host/src/hook/transcript.rs ../host/src/gate.rs ../host/src/ledger.rs ;;
         hook_transcript) echo ../host/src/hook/transcript.rs ;;
         mcp_lines) echo ../host/src/mcp.rs ;;
-        replay_formats) echo ../host/src/replay.rs ../host/src/replay/formats.rs ../host/src/replay/openai.rs ../host/src/replay/providers.rs ../host/src/replay/session.rs ../host/src/replay/time.rs ;;
+        replay_formats) echo ../host/src/replay/mod.rs ../host/src/replay/decide.rs ../host/src/replay/rows.rs ../host/src/replay/report.rs ../host/src/replay/read/*.rs ../host/src/replay/session.rs ;;
         *) echo "unknown target $1" >&2; return 1 ;;
     esac
 }

@@ -1,8 +1,7 @@
-//! `budgetgate replay`'s recording readers (`host/src/replay/formats.rs`,
-//! `openai.rs`, `providers.rs`: format detection, then Claude Code logs and
-//! stream-json, claude-trace, Messages API exchanges, VCR cassettes in JSON
-//! or YAML, SWE-agent trajectories) and the replay itself (`SPEC C`), on
-//! arbitrary bytes.
+//! `budgetgate replay`'s recording readers (`host/src/replay/read/`: format
+//! detection, then Claude Code logs and stream-json, claude-trace, Messages
+//! API exchanges, VCR cassettes in JSON or YAML, SWE-agent trajectories)
+//! and the replay itself (`SPEC C`), on arbitrary bytes.
 //!
 //! Input: `FLAGS RECORDING`; `FLAGS` bit 0 picks the budget (the
 //! reference's defaults, or a tight one with approval, a tool cap and a

@@ -46,6 +46,7 @@ use serde_json::Value;
 
 use crate::input::{read_path, ReadError};
 use crate::term::{terminal_safe, unsafe_on_terminal};
+use crate::text::shorten;
 
 /// How long a connection attempt keeps retrying (the device, e.g. QEMU, may
 /// still be starting).
@@ -791,16 +792,6 @@ pub struct Session<'o, P: Port> {
 
 fn seconds(d: Duration) -> String {
     format!("{} s", d.as_secs_f64())
-}
-
-fn shorten(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        text.to_owned()
-    } else {
-        let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
-        cut.push('…');
-        cut
-    }
 }
 
 /// A proposal in a few words: `tool c1 add {"a":7,"b":8}`, `final "15"`.

@@ -26,4 +26,5 @@ pub mod mcp;
 pub mod replay;
 pub mod strict;
 pub mod term;
+pub mod text;
 pub mod tools;

@@ -8,6 +8,8 @@ pub mod run;
 use std::path::Path;
 
 use budgetgate::input::{read_path, ReadError};
+use budgetgate::text::one_line;
+pub use budgetgate::text::shorten;
 use std::process::ExitCode;
 
 /// How a subcommand ended; the process exit status.
@@ -147,26 +149,11 @@ pub fn syntax_position(bytes: &[u8]) -> String {
     }
 }
 
-/// Keeps a message on one line.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 /// Text safe to print on a terminal: control characters (including DEL and
 /// the C1 range, which JSON does not escape), bidirectional-text controls and
 /// U+2028/9 are shown as `\u{..}`; the same rule as `replay` uses.
 pub fn printable(text: &str) -> String {
     budgetgate::term::terminal_safe(text).into_owned()
-}
-
-/// `text` cut to at most `max` characters, ending in `…` when cut.
-pub fn shorten(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_owned();
-    }
-    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
 /// Alignment of a table column.
@@ -216,13 +203,6 @@ pub fn table(header: &[(&str, Align)], rows: &[Vec<String>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shorten_counts_characters_and_marks_the_cut() {
-        assert_eq!(shorten("abc", 3), "abc");
-        assert_eq!(shorten("abcd", 3), "ab…");
-        assert_eq!(shorten(&"é".repeat(50), 40).chars().count(), 40);
-    }
 
     #[test]
     fn printable_escapes_terminal_controls() {

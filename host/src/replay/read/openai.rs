@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::formats::UNREADABLE;
+use super::exchanges::UNREADABLE;
 use crate::strict::value_from_str;
 
 /// Whether a body is a Chat Completions reply (`object: chat.completion`,
