@@ -42,7 +42,7 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use budgetgate_core::budget::{Ledger, Limit};
 use budgetgate_core::TokenUsage;
@@ -52,7 +52,7 @@ use crate::gate::{self, GateError, Ledgers};
 use crate::ledger::{CountedUsage, LedgerTx, LedgerUrl, Store, StoreError};
 
 pub mod transcript;
-use crate::replay::budget::{price_of, ReplayBudget};
+use crate::gate::budget_file::{price_of, ReplayBudget};
 
 /// Longest transcript line read (a longer one is an error: the gate cannot
 /// count what it cannot read).
@@ -269,14 +269,7 @@ impl HookEvent {
     }
 }
 
-/// Milliseconds since the Unix epoch (the hook runs as a new process each
-/// time, so only the wall clock is shared; a clock that goes back counts as
-/// no time, see [`Ledger::observe_time`]).
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub use crate::gate::clock::now_ms;
 
 /// The transcripts of a session: its own file and, beside it, the
 /// `<session>/subagents/agent-<id>.jsonl` files Claude Code writes for
@@ -658,7 +651,7 @@ pub fn command(args: &ClaudeCodeArgs) -> std::process::ExitCode {
         let budget = match &args.budget {
             None => ReplayBudget::default(),
             Some(path) => {
-                crate::replay::budget::read_budget_file(path).map_err(HookError::Budget)?
+                crate::gate::budget_file::read_budget_file(path).map_err(HookError::Budget)?
             }
         };
         let wait = Duration::from_millis(args.deadline_ms).saturating_sub(started.elapsed());

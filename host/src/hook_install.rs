@@ -365,7 +365,7 @@ pub fn install(args: &InstallArgs) -> ExitCode {
             Some(b) => {
                 let b = absolute(b)?;
                 // Read exactly as the hook will read it.
-                crate::replay::budget::read_budget_file(&b)?;
+                crate::gate::budget_file::read_budget_file(&b)?;
                 Some(b)
             }
             None => {

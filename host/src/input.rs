@@ -79,3 +79,20 @@ fn waits_or_is_no_file(meta: &std::fs::Metadata) -> bool {
         meta.is_dir()
     }
 }
+
+/// The read bytes as UTF-8 text, or the one-line reason they are not.
+pub(crate) fn text_of(read: Result<Vec<u8>, ReadError>, what: &str) -> Result<String, String> {
+    let bytes = read.map_err(|e| match e {
+        ReadError::Io(e) => format!("cannot read: {e}"),
+        ReadError::TooLarge { limit } => format!(
+            "larger than {} MiB, the limit for {what}; refused",
+            limit >> 20
+        ),
+    })?;
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "not UTF-8 text (an invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}

@@ -418,7 +418,7 @@ pub fn command(command: &LedgerCommand) -> ExitCode {
             let who = std::env::var("USER").unwrap_or_else(|_| "an operator".into());
             match store.reset(
                 session,
-                crate::hook::now_ms(),
+                crate::gate::clock::now_ms(),
                 &format!("{who} (budgetgate ledger reset)"),
             ) {
                 Ok(0) => fail(&format!("no session {session:?} in {}", store.path())),

@@ -193,7 +193,7 @@ impl Sessions {
 }
 
 fn now() -> u64 {
-    crate::hook::now_ms()
+    crate::gate::clock::now_ms()
 }
 
 impl Gateway {
@@ -1611,7 +1611,7 @@ mod tests {
 
     /// A gateway in front of nothing, on a ledger in a new folder (kept
     /// while the folder is).
-    fn gateway(budget: crate::replay::ReplayBudget) -> (tempfile::TempDir, Gateway) {
+    fn gateway(budget: crate::gate::budget_file::ReplayBudget) -> (tempfile::TempDir, Gateway) {
         let dir = tempfile::tempdir().expect("dir");
         let store = crate::ledger::Store::open(dir.path(), Duration::from_secs(5)).expect("ledger");
         let gate = LedgerGate::new(store, budget, "s".into(), 60_000);
@@ -1657,7 +1657,7 @@ mod tests {
     /// the body stays, a batch a batch.
     #[test]
     fn answers_to_the_gateways_questions_go_to_the_task_that_asked() {
-        let budget = crate::replay::budget::parse_budget(
+        let budget = crate::gate::budget_file::parse_budget(
             "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"mail\"]\n",
         )
         .expect("budget");

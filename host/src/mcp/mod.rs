@@ -80,10 +80,10 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use crate::gate::budget_file::{ReplayBudget, BUDGET_TOOLS};
 use crate::gate::{self, Counting, GateError, Ledgers, Refusal, ToolCall, Verdict};
 use crate::ledger::{Durability, LedgerTx, LedgerUrl, Store, StoreError};
 use crate::mcp::terminal::Terminal;
-use crate::replay::budget::{ReplayBudget, BUDGET_TOOLS};
 use budgetgate_core::approval::{self, Answer, Decision};
 use budgetgate_core::tools::ToolTable;
 use budgetgate_core::word;
@@ -218,7 +218,7 @@ pub struct Setup {
 pub fn setup(args: &McpArgs, default_session: String) -> Result<Setup, String> {
     let budget = match &args.budget {
         None => ReplayBudget::default(),
-        Some(path) => crate::replay::budget::read_budget_file(path)?,
+        Some(path) => crate::gate::budget_file::read_budget_file(path)?,
     };
     let mut store = open_ledger(
         args.ledger.as_deref(),

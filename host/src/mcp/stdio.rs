@@ -19,7 +19,7 @@ pub enum Ending {
 
 /// The wall clock in milliseconds (the ledger's clock).
 pub(crate) fn now() -> u64 {
-    crate::hook::now_ms()
+    crate::gate::clock::now_ms()
 }
 
 /// Bytes read from an input at a time.

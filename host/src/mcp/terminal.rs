@@ -82,7 +82,7 @@ pub fn controlling() -> Option<File> {
 
 /// The wall clock in milliseconds (the proxy's clock).
 fn now() -> u64 {
-    crate::hook::now_ms()
+    crate::gate::clock::now_ms()
 }
 
 impl Terminal {

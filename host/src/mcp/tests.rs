@@ -27,13 +27,13 @@ impl Setup {
     }
     fn gate(&self, budget: &str, ttl_ms: u64) -> LedgerGate {
         let store = Store::open(self.dir.path(), Duration::from_secs(5)).expect("ledger");
-        let budget = crate::replay::budget::parse_budget(budget).expect("budget");
+        let budget = crate::gate::budget_file::parse_budget(budget).expect("budget");
         LedgerGate::new(store, budget, "s".into(), ttl_ms)
     }
     /// A gate that waits at most `wait_ms` for the ledger's lock.
     fn gate_with_timeout(&self, budget: &str, ttl_ms: u64, wait_ms: u64) -> LedgerGate {
         let store = Store::open(self.dir.path(), Duration::from_millis(wait_ms)).expect("ledger");
-        let budget = crate::replay::budget::parse_budget(budget).expect("budget");
+        let budget = crate::gate::budget_file::parse_budget(budget).expect("budget");
         LedgerGate::new(store, budget, "s".into(), ttl_ms)
     }
     /// Another process's write transaction on the ledger, held while

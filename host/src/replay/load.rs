@@ -73,7 +73,7 @@ pub(super) fn add_subagents(main: &Path, session: &mut Session) -> Result<(), (S
 /// `limit + 1` bytes, so an endless input (`/dev/zero`) is refused without
 /// being read whole. `what` names the kind of input in the error.
 pub fn read_limited(reader: impl Read, limit: u64, what: &str) -> Result<String, String> {
-    text_of(crate::input::read_bounded(reader, limit), what)
+    crate::input::text_of(crate::input::read_bounded(reader, limit), what)
 }
 
 /// A gzip-compressed recording (a whole cassette as `.yaml.gz`, as
@@ -88,26 +88,6 @@ pub fn gunzipped(bytes: Vec<u8>) -> Result<Vec<u8>, crate::input::ReadError> {
         flate2::read::MultiGzDecoder::new(bytes.as_slice()),
         MAX_SESSION_BYTES,
     )
-}
-
-/// The read bytes as UTF-8 text, or the one-line reason they are not.
-pub(crate) fn text_of(
-    read: Result<Vec<u8>, crate::input::ReadError>,
-    what: &str,
-) -> Result<String, String> {
-    let bytes = read.map_err(|e| match e {
-        crate::input::ReadError::Io(e) => format!("cannot read: {e}"),
-        crate::input::ReadError::TooLarge { limit } => format!(
-            "larger than {} MiB, the limit for {what}; refused",
-            limit >> 20
-        ),
-    })?;
-    String::from_utf8(bytes).map_err(|e| {
-        format!(
-            "not UTF-8 text (an invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        )
-    })
 }
 
 pub(super) fn load(args: &ReplayArgs) -> Result<(ReplayBudget, Session), (String, String)> {
@@ -143,7 +123,7 @@ pub(super) fn load_session(path: &Path) -> Result<Session, String> {
         }
     }
     let bytes = crate::input::read_path(path, MAX_SESSION_BYTES);
-    let text = text_of(bytes.and_then(gunzipped), "a recording")?;
+    let text = crate::input::text_of(bytes.and_then(gunzipped), "a recording")?;
     read_session(&text)
 }
 

@@ -18,7 +18,11 @@
 
 mod approval;
 mod batch;
-pub(crate) mod budget;
+/// The budget file, read by every front-end (`crate::gate::budget_file`;
+/// kept at this path while callers move).
+pub use crate::gate::budget_file as budget;
+pub use crate::gate::fingerprint::fingerprint_value;
+pub(crate) use crate::gate::fingerprint::fingerprint_walk;
 mod decide;
 mod load;
 mod read;
@@ -31,8 +35,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use budgetgate_core::turn::{ArgsFingerprint, FingerprintBuilder, TurnGate};
-use serde_json::Value;
+use budgetgate_core::turn::TurnGate;
 
 use crate::text::one_line;
 
@@ -40,7 +43,6 @@ pub use crate::term::terminal_safe;
 pub use approval::{PolicyApprover, PromptApprover};
 pub use budget::{parse_budget, ApprovePolicy, ReplayBudget};
 pub use decide::{decide, replay};
-pub(crate) use load::text_of;
 use load::{add_subagents, load, load_budget, load_session};
 pub use load::{gunzipped, read_limited, subagent_logs, STREAM_FROM_BYTES};
 pub use read::{
@@ -65,8 +67,7 @@ pub const REPORT_SCHEMA_VERSION: u32 = 2;
 /// before it is read whole.
 pub const MAX_SESSION_BYTES: u64 = 256 << 20;
 
-/// Largest budget file `replay` reads (bytes).
-pub const MAX_BUDGET_BYTES: u64 = 1 << 20;
+pub use crate::gate::budget_file::MAX_BUDGET_BYTES;
 
 /// The gate the host replays with: roomier than the device's defaults
 /// (256 calls per response, 4096 distinct calls, 256 named tools, 24 576
@@ -127,80 +128,6 @@ pub struct ReplayArgs {
 
 fn spill_read_error(e: std::io::Error) -> String {
     format!("cannot read the responses back from their temporary file: {e}")
-}
-
-/// Fingerprints a JSON value's canonical form (`SPEC C`); `None` if it
-/// nests deeper than 128 levels.
-///
-/// `serde_json` reads `-0` as the float `-0.0`, so the literal is lost:
-/// Python reads `-0` as the integer 0 (`json.dumps` writes `0`, a repeat
-/// of `0`) but `-0.0` and `-0e0` as the float `-0.0` (written `-0.0`, not a
-/// repeat of `0`). A value `-0.0` is fingerprinted as the integer 0, so a
-/// `-0` repeating `0` is counted as the reference counts it; a `-0.0`
-/// after a `0` is then counted as a repeat too, which the reference would
-/// not count: stricter, never looser.
-pub fn fingerprint_value(value: &Value) -> Option<ArgsFingerprint> {
-    fingerprint_walk(value, false).0
-}
-
-/// [`fingerprint_value`], with every float `-0.0` read as the float `0.0`
-/// when `unsigned_zeros` (as `serde_json` compares them), otherwise as the
-/// integer 0; also says whether a `-0.0` was met (before the walk ends,
-/// when too deep).
-pub(crate) fn fingerprint_walk(
-    value: &Value,
-    unsigned_zeros: bool,
-) -> (Option<ArgsFingerprint>, bool) {
-    fn walk(
-        b: &mut FingerprintBuilder<128>,
-        v: &Value,
-        unsigned_zeros: bool,
-        negative_zero: &mut bool,
-    ) -> Option<()> {
-        match v {
-            Value::Null => b.null().ok(),
-            Value::Bool(x) => b.bool(*x).ok(),
-            Value::Number(n) => {
-                if let Some(i) = n.as_i64() {
-                    b.i64(i).ok()
-                } else if let Some(u) = n.as_u64() {
-                    b.u64(u).ok()
-                } else {
-                    let x = n.as_f64()?;
-                    if x == 0.0 && x.is_sign_negative() {
-                        *negative_zero = true;
-                        if unsigned_zeros {
-                            return b.f64(0.0).ok();
-                        }
-                        // `-0` as Python reads it (see `fingerprint_value`).
-                        return b.i64(0).ok();
-                    }
-                    b.f64(x).ok()
-                }
-            }
-            Value::String(s) => b.str(s).ok(),
-            Value::Array(items) => {
-                b.begin_array().ok()?;
-                for item in items {
-                    walk(b, item, unsigned_zeros, negative_zero)?;
-                }
-                b.end_array().ok()
-            }
-            Value::Object(map) => {
-                b.begin_object().ok()?;
-                for (k, item) in map {
-                    b.key(k).ok()?;
-                    walk(b, item, unsigned_zeros, negative_zero)?;
-                }
-                b.end_object().ok()
-            }
-        }
-    }
-    let mut builder = FingerprintBuilder::<128>::new();
-    let mut negative_zero = false;
-    let fingerprint = walk(&mut builder, value, unsigned_zeros, &mut negative_zero)
-        .and_then(|()| builder.finish().ok());
-    (fingerprint, negative_zero)
 }
 
 /// Reads and replays `text` (a whole recording) with `budget`.
@@ -312,6 +239,7 @@ pub fn command_to(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -
 mod tests {
     use super::*;
     use clap::Parser;
+    use serde_json::Value;
 
     #[derive(Parser)]
     struct Cli {

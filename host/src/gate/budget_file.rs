@@ -1,6 +1,9 @@
 //! The budget file of `budgetgate replay` (TOML; documented in
 //! `docs/TURN-GATE.md`, example `examples/budget.toml`).
 
+/// Largest budget file any front-end reads (bytes).
+pub const MAX_BUDGET_BYTES: u64 = 1 << 20;
+
 use budgetgate_core::engine::{RateSpan, RateWindow};
 use budgetgate_core::tools::{ToolRule, ToolTable};
 use budgetgate_core::turn::{TokenMode, ToolName, TurnLimits};
@@ -451,7 +454,7 @@ pub enum StdinBudget {
 }
 
 /// The one reader of budget files, for every command that takes `--budget`:
-/// at most [`crate::replay::MAX_BUDGET_BYTES`] (an endless or larger input
+/// at most [`MAX_BUDGET_BYTES`] (an endless or larger input
 /// is refused unread), never a FIFO or a folder (which could block), as
 /// UTF-8, parsed by [`parse_budget`]. The error in two parts: what was read
 /// (`budget file PATH`) and what is wrong with it.
@@ -464,15 +467,15 @@ pub fn read_budget(
         let file = std::path::Path::new(".").join(path);
         (
             format!("budget file {}", path.display()),
-            crate::input::read_path(&file, crate::replay::MAX_BUDGET_BYTES),
+            crate::input::read_path(&file, MAX_BUDGET_BYTES),
         )
     } else {
         (
             format!("budget file {}", crate::input::display_name(path)),
-            crate::input::read_path(path, crate::replay::MAX_BUDGET_BYTES),
+            crate::input::read_path(path, MAX_BUDGET_BYTES),
         )
     };
-    let text = crate::replay::text_of(read, "a budget file").map_err(|e| {
+    let text = crate::input::text_of(read, "a budget file").map_err(|e| {
         let e = match stdin {
             StdinBudget::Allowed => e,
             // No advice to read standard input where it is the agent's.

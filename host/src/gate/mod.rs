@@ -22,6 +22,10 @@
 //! A call is given back only when it is known not to have run
 //! ([`roll_back_reservation`]).
 
+pub mod budget_file;
+pub mod clock;
+pub mod fingerprint;
+
 use budgetgate_core::budget::{Exceeded, Ledger, Limit};
 use budgetgate_core::engine::{self, Seen, Shown, ONE_CALL};
 use budgetgate_core::tools::ToolTable;
@@ -29,7 +33,7 @@ use budgetgate_core::turn::{CallFingerprint, RefusalReason};
 use serde_json::Value;
 
 use crate::ledger::{LedgerTx, StoreError};
-use crate::replay::budget::{ReplayBudget, BUDGET_TOOLS};
+use budget_file::{ReplayBudget, BUDGET_TOOLS};
 
 /// The reason word of a full `[rate]` window.
 pub const RATE_LIMIT: &str = RefusalReason::RateLimit.as_str();
@@ -576,7 +580,7 @@ pub fn decide_tool_call(
         now,
     } = *cx;
     count_expired(tx, session, &mut ledgers.session, now)?;
-    let fingerprint = crate::replay::fingerprint_value(call.input).map(|f| f.with_name(call.name));
+    let fingerprint = fingerprint::fingerprint_value(call.input).map(|f| f.with_name(call.name));
     let decided = engine::Call {
         name: call.name,
         id: call.call_id,
@@ -696,7 +700,7 @@ mod tests {
     fn the_hooks_counting_meets_rate_windows_too() {
         let dir = tempfile::tempdir().expect("dir");
         let mut store = Store::open(dir.path(), Duration::from_secs(5)).expect("store");
-        let budget = crate::replay::budget::parse_budget(
+        let budget = budget_file::parse_budget(
             "[budget]\nmax_seconds = 100000\n[rate]\nper_minute = 1\nper_hour = 2\n",
         )
         .expect("budget");
@@ -729,7 +733,7 @@ mod tests {
     fn a_sub_agents_call_counts_toward_the_sessions_cap_only() {
         let dir = tempfile::tempdir().expect("dir");
         let mut store = Store::open(dir.path(), Duration::from_secs(5)).expect("store");
-        let budget = crate::replay::budget::parse_budget(
+        let budget = budget_file::parse_budget(
             "[budget]\nmax_seconds = 100000\n[tools]\nmax_calls = { t = 1 }\n[subagent]\nmax_tool_calls = 10\n",
         )
         .expect("budget");
@@ -768,7 +772,7 @@ mod tests {
     fn an_expired_reservation_is_spent_not_given_back_and_counts_once() {
         let dir = tempfile::tempdir().expect("dir");
         let mut store = Store::open(dir.path(), Duration::from_secs(5)).expect("store");
-        let budget = crate::replay::budget::parse_budget(
+        let budget = budget_file::parse_budget(
             "[budget]\nmax_seconds = 100000\n[tools]\nmax_calls = { t = 5 }\n",
         )
         .expect("budget");
