@@ -129,7 +129,6 @@ use serde::Serialize;
 
 use crate::action::{ActionRef, ToolCallRef, Values};
 use crate::approval::{Decision, Question};
-use crate::budget::{DutyExceeded, DutyWindow, DutyWindows, Watchdog};
 use crate::ident::Identifier;
 use crate::limits::{DEFAULT_MAX_RUN_MILLIS, MAX_DUTY_WINDOWS, MAX_STEPS, MAX_TOOLS};
 use crate::link::{self, FrameError, Reply, Request, FRAME_MAX, PROTOCOL_VERSION};
@@ -138,6 +137,12 @@ use crate::resume::{self, AuditEntry, AuditVerdict, ResumeError, RunView, Stage}
 use crate::run::{ObservationData, Pending as Token, Progress, Run, RunError, RunLimits, Status};
 use crate::run::{ToolSet, TraceRow, Verdict};
 use crate::tools::{ToolRule, ToolTable};
+
+pub(crate) mod duty;
+pub(crate) mod watchdog;
+
+use duty::{DutyExceeded, DutyWindow, DutyWindows};
+use watchdog::Watchdog;
 
 /// `defmt::info!` with the `defmt` feature, nothing (the arguments only
 /// borrowed) without it: the core never needs a global logger.
@@ -1486,7 +1491,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
             if !window.must_stop(now) {
                 continue;
             }
-            crate::budget::switch_off_device(window, now);
+            duty::switch_off_device(window, now);
             self.actuators.safe_state_of(actuator);
             self.clock_ms = now_ms;
             let number = u8::try_from(actuator).unwrap_or(u8::MAX);
@@ -1547,7 +1552,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         self.moved = false;
         let now = duty_clock(self.clock_ms);
         for window in self.duty.iter_mut().flatten() {
-            crate::budget::switch_off_device(window, now);
+            duty::switch_off_device(window, now);
         }
     }
 
@@ -1584,7 +1589,7 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         // window stays on (towards off) until the actuator is made safe.
         if let (Switch::Off(actuator), Some(_)) = (switch, &result) {
             if let Some(Some(window)) = self.duty.get_mut(actuator) {
-                crate::budget::switch_off_device(window, now);
+                duty::switch_off_device(window, now);
             }
         }
         // Sealed before the run measures it: a result the contract allows
