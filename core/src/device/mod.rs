@@ -138,7 +138,9 @@ use crate::run::{ObservationData, Pending as Token, Progress, Run, RunError, Run
 use crate::run::{ToolSet, TraceRow, Verdict};
 use crate::tools::{ToolRule, ToolTable};
 
+pub(crate) mod audit;
 pub(crate) mod duty;
+pub(crate) mod record;
 pub(crate) mod watchdog;
 
 use duty::{DutyExceeded, DutyWindow, DutyWindows};
