@@ -97,6 +97,7 @@
 pub mod action;
 pub mod approval;
 pub mod budget;
+mod bytes;
 pub mod device;
 pub mod ident;
 pub mod json;

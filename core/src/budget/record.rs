@@ -5,6 +5,7 @@
 use core::fmt;
 
 use super::{Ledger, Limit, ToolCount};
+use crate::bytes::{Malformed, CRC};
 use crate::limits::MAX_TOOLS;
 use crate::tools::ToolName;
 
@@ -96,8 +97,6 @@ impl fmt::Display for RecordError {
 
 impl core::error::Error for RecordError {}
 
-const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
-
 /// A cursor writing into a fixed buffer (lengths are checked by `const`
 /// sizes, so every write is in bounds; `get_mut` keeps it panic-free).
 struct Writer<'a> {
@@ -114,34 +113,16 @@ impl Writer<'_> {
     }
 }
 
-struct Cursor<'a> {
-    buf: &'a [u8],
-    at: usize,
+impl Malformed for RecordError {
+    fn length(len: usize) -> Self {
+        Self::Length(len)
+    }
+    fn field(what: &'static str) -> Self {
+        Self::Field(what)
+    }
 }
 
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], RecordError> {
-        let out = self
-            .buf
-            .get(self.at..self.at + n)
-            .ok_or(RecordError::Length(self.buf.len()))?;
-        self.at += n;
-        Ok(out)
-    }
-    fn u8(&mut self) -> Result<u8, RecordError> {
-        Ok(self.take(1)?.first().copied().unwrap_or(0))
-    }
-    fn u32(&mut self) -> Result<u32, RecordError> {
-        let mut b = [0u8; 4];
-        b.copy_from_slice(self.take(4)?);
-        Ok(u32::from_le_bytes(b))
-    }
-    fn u64(&mut self) -> Result<u64, RecordError> {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(b))
-    }
-}
+type Cursor<'a> = crate::bytes::Cursor<'a, RecordError>;
 
 impl Ledger<MAX_TOOLS> {
     /// The ledger as its fixed-size, versioned, checksummed record.
@@ -199,7 +180,7 @@ impl Ledger<MAX_TOOLS> {
             return Err(RecordError::Length(bytes.len()));
         }
         let (body, crc) = bytes.split_at(len - 4);
-        let mut c = Cursor { buf: body, at: 0 };
+        let mut c = Cursor::new(body, 0);
         if c.take(3)? != MAGIC {
             return Err(RecordError::Magic);
         }

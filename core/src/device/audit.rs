@@ -157,7 +157,7 @@ impl AuditEntry<'_> {
         if self.call_id.len() > ID_MAX || self.tool.len() > ID_MAX {
             return Err(ResumeError::Field("identifier"));
         }
-        let mut w = Writer { buf: out, at: 0 };
+        let mut w = Writer::new(out);
         w.put(&[AUDIT_ENTRY_VERSION])?;
         w.put(&self.run.to_le_bytes())?;
         w.put(&[self.step, self.verdict.code()])?;
@@ -190,7 +190,7 @@ impl AuditRecord {
     /// version, an unknown verdict, text that is not UTF-8 or too long, and
     /// trailing bytes. (The flash store's items carry their own CRC.)
     pub fn decode(bytes: &[u8]) -> Result<Self, ResumeError> {
-        let mut c = Cursor { buf: bytes, at: 0 };
+        let mut c = Cursor::new(bytes, 0);
         let version = c.u8()?;
         if version != AUDIT_ENTRY_VERSION {
             return Err(ResumeError::Version(version));

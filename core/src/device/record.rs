@@ -6,7 +6,7 @@
 use core::fmt;
 
 use super::duty::{DutyWindow, DutyWindows};
-use crate::ident::Identifier;
+use crate::bytes::{Malformed, CRC};
 use crate::limits::{DUTY_SPANS, MAX_DECISIONS, MAX_DUTY_WINDOWS, MAX_TOOL_CALLS};
 use crate::run::{RejectReason, RunLimits, Status, TraceRow};
 
@@ -27,8 +27,6 @@ const DUTY_MAX: usize = 1 + 4 + 4 + 1 + DUTY_SPANS * (4 + 4);
 /// every span, the CRC (1 670 bytes).
 pub const RUN_RECORD_MAX: usize =
     HEADER + MAX_TOOL_CALLS as usize * TOOL_ROW_MAX + 2 + 1 + MAX_DUTY_WINDOWS * DUTY_MAX + 4;
-
-const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
 
 /// Where the run's time budget stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,67 +122,18 @@ impl fmt::Display for ResumeError {
 
 impl core::error::Error for ResumeError {}
 
-pub(super) struct Writer<'a> {
-    pub(super) buf: &'a mut [u8],
-    pub(super) at: usize,
-}
-
-impl Writer<'_> {
-    pub(super) fn put(&mut self, bytes: &[u8]) -> Result<(), ResumeError> {
-        let end = self.at + bytes.len();
-        self.buf
-            .get_mut(self.at..end)
-            .ok_or(ResumeError::Length(end))?
-            .copy_from_slice(bytes);
-        self.at = end;
-        Ok(())
+impl Malformed for ResumeError {
+    fn length(len: usize) -> Self {
+        Self::Length(len)
     }
-    pub(super) fn text(&mut self, text: &str) -> Result<(), ResumeError> {
-        let len = u8::try_from(text.len()).map_err(|_| ResumeError::Field("identifier"))?;
-        self.put(&[len])?;
-        self.put(text.as_bytes())
+    fn field(what: &'static str) -> Self {
+        Self::Field(what)
     }
 }
 
-pub(super) struct Cursor<'a> {
-    pub(super) buf: &'a [u8],
-    pub(super) at: usize,
-}
-
-impl<'a> Cursor<'a> {
-    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], ResumeError> {
-        let out = self
-            .buf
-            .get(self.at..self.at + n)
-            .ok_or(ResumeError::Length(self.buf.len()))?;
-        self.at += n;
-        Ok(out)
-    }
-    pub(super) fn u8(&mut self) -> Result<u8, ResumeError> {
-        Ok(self.take(1)?.first().copied().unwrap_or(0))
-    }
-    pub(super) fn u32(&mut self) -> Result<u32, ResumeError> {
-        let mut b = [0u8; 4];
-        b.copy_from_slice(self.take(4)?);
-        Ok(u32::from_le_bytes(b))
-    }
-    pub(super) fn u64(&mut self) -> Result<u64, ResumeError> {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(b))
-    }
-    fn ident(&mut self, what: &'static str) -> Result<Identifier, ResumeError> {
-        let len = usize::from(self.u8()?);
-        let bytes = self.take(len)?;
-        core::str::from_utf8(bytes)
-            .ok()
-            .and_then(|t| Identifier::new(t).ok())
-            .ok_or(ResumeError::Field(what))
-    }
-    pub(super) fn done(&self) -> bool {
-        self.at == self.buf.len()
-    }
-}
+/// The run record's and the audit entry's writer and cursor.
+pub(super) type Writer<'a> = crate::bytes::Writer<'a, ResumeError>;
+pub(super) type Cursor<'a> = crate::bytes::Cursor<'a, ResumeError>;
 
 pub(super) const fn status_code(status: Option<Status>) -> u8 {
     match status {
@@ -223,7 +172,7 @@ impl RunView<'_> {
     /// row cannot be stored (more rows than a run holds).
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, ResumeError> {
         let rows = u8::try_from(self.trace.len()).map_err(|_| ResumeError::Field("rows"))?;
-        let mut w = Writer { buf: out, at: 0 };
+        let mut w = Writer::new(out);
         w.put(&MAGIC)?;
         w.put(&[RUN_RECORD_VERSION])?;
         w.put(&self.run.to_le_bytes())?;
@@ -413,12 +362,12 @@ fn check_duty(c: &mut Cursor<'_>) -> Result<u8, ResumeError> {
 /// Yields nothing more once one does not read (which [`decode`] has ruled
 /// out).
 pub fn duty<'a>(bytes: &'a [u8], header: &Header) -> impl Iterator<Item = StoredDuty> + 'a {
-    let mut c = Cursor {
-        buf: bytes
+    let mut c = Cursor::new(
+        bytes
             .get(..bytes.len().saturating_sub(4))
             .unwrap_or_default(),
-        at: HEADER,
-    };
+        HEADER,
+    );
     let read = (0..header.rows).all(|step| row(&mut c, step).is_ok());
     let count = if read { c.u8().unwrap_or(0) } else { 0 };
     (0..count).map_while(move |_| duty_window(&mut c).ok())
@@ -470,7 +419,7 @@ pub fn decode(bytes: &[u8]) -> Result<Header, ResumeError> {
         .checked_sub(4)
         .ok_or(ResumeError::Length(bytes.len()))?;
     let (body, crc) = bytes.split_at(body_len);
-    let mut c = Cursor { buf: body, at: 0 };
+    let mut c = Cursor::new(body, 0);
     if c.take(3)? != MAGIC {
         return Err(ResumeError::Magic);
     }
@@ -599,10 +548,7 @@ fn check(h: &Header, c: &mut Cursor<'_>) -> Result<(), ResumeError> {
         {
             tools = tools.saturating_add(1);
             last = Some((*executed, *ok));
-            let mut before = Cursor {
-                buf: c.buf.get(..at).unwrap_or_default(),
-                at: start,
-            };
+            let mut before = Cursor::new(c.buf.get(..at).unwrap_or_default(), start);
             for s in 0..step {
                 if let TraceRow::Tool { call_id: seen, .. } = row(&mut before, s)? {
                     if seen == *call_id {
@@ -650,12 +596,12 @@ fn check(h: &Header, c: &mut Cursor<'_>) -> Result<(), ResumeError> {
 /// more once a row does not read (which [`decode`] has ruled out).
 pub fn rows<'a>(bytes: &'a [u8], header: &Header) -> impl Iterator<Item = TraceRow> + 'a {
     let count = header.rows;
-    let mut c = Cursor {
-        buf: bytes
+    let mut c = Cursor::new(
+        bytes
             .get(..bytes.len().saturating_sub(4))
             .unwrap_or_default(),
-        at: HEADER,
-    };
+        HEADER,
+    );
     (0..count).map_while(move |step| row(&mut c, step).ok())
 }
 
@@ -663,6 +609,7 @@ pub fn rows<'a>(bytes: &'a [u8], header: &Header) -> impl Iterator<Item = TraceR
 mod tests {
     use super::*;
     use crate::device::audit::{AuditEntry, AuditVerdict, AUDIT_ENTRY_MAX};
+    use crate::ident::Identifier;
     use heapless::Vec;
 
     /// Issue 15 (the run's record in flash): `RUN_RECORD_MAX` is what the
