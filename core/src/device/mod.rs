@@ -132,19 +132,11 @@ use crate::approval::{Decision, Question};
 use crate::ident::Identifier;
 use crate::limits::{DEFAULT_MAX_RUN_MILLIS, MAX_DUTY_WINDOWS, MAX_STEPS, MAX_TOOLS};
 use crate::link::{self, FrameError, Reply, Request, FRAME_MAX, PROTOCOL_VERSION};
-use crate::registry::{check_into, ArgumentError, CheckedArguments};
+use crate::registry::{check_into, CheckedArguments};
 use crate::resume::{self, AuditEntry, AuditVerdict, ResumeError, RunView, Stage};
 use crate::run::{ObservationData, Pending as Token, Progress, Run, RunError, RunLimits, Status};
 use crate::run::{ToolSet, TraceRow, Verdict};
 use crate::tools::{ToolRule, ToolTable};
-
-pub(crate) mod audit;
-pub(crate) mod duty;
-pub(crate) mod record;
-pub(crate) mod watchdog;
-
-use duty::{DutyExceeded, DutyWindow, DutyWindows};
-use watchdog::Watchdog;
 
 /// `defmt::info!` with the `defmt` feature, nothing (the arguments only
 /// borrowed) without it: the core never needs a global logger.
@@ -157,173 +149,21 @@ macro_rules! log {
     }};
 }
 
+mod actuators;
+pub(crate) mod audit;
+pub(crate) mod duty;
+mod keys;
+pub(crate) mod record;
+pub(crate) mod watchdog;
+
+pub use actuators::{Actuators, Command, CommandError, JournalFailure, Switch, ToolFailure};
+use duty::{DutyExceeded, DutyWindow, DutyWindows};
+pub use keys::ApprovalKeys;
+use watchdog::Watchdog;
+
 /// The words of the protocol (`docs/PROTOCOL.md`) the device gate spells:
 /// the core's one module of words ([`crate::word`]).
 pub use crate::word;
-
-/// A tool that could not do what it was asked: its observation is
-/// `tool-error` (`SPEC A2` step 5). The tool was executed all the same.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct ToolFailure;
-
-impl fmt::Display for ToolFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("the tool failed")
-    }
-}
-
-impl core::error::Error for ToolFailure {}
-
-/// The board could not store the gate's state ([`Actuators::journal`]):
-/// the gate refuses to go on (fail closed, [`word::STORAGE_ERROR`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct JournalFailure;
-
-impl fmt::Display for JournalFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("the gate's state could not be stored")
-    }
-}
-
-impl core::error::Error for JournalFailure {}
-
-/// Why a call whose arguments fit its [`ToolSpec`](crate::registry::ToolSpec) does not become its
-/// tool's [`Command`] ([`Command::parse`]). The gate refuses it exactly as
-/// it refuses arguments that break the signature: `invalid-arguments`, not
-/// executed, a counted attempt, audited [`AuditVerdict::InvalidArguments`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[non_exhaustive]
-pub enum CommandError {
-    /// This tool number (its index in the gate's [`ToolSpec`](crate::registry::ToolSpec) list) has
-    /// no command: the tool list and the command type disagree.
-    Tool(usize),
-    /// An argument the signature allows and the command cannot take (a
-    /// rule between arguments, a narrower range): which, and why.
-    Argument(ArgumentError),
-}
-
-impl From<ArgumentError> for CommandError {
-    fn from(e: ArgumentError) -> Self {
-        Self::Argument(e)
-    }
-}
-
-impl fmt::Display for CommandError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Tool(tool) => write!(f, "tool {tool} has no command"),
-            Self::Argument(e) => fmt::Display::fmt(e, f),
-        }
-    }
-}
-
-impl core::error::Error for CommandError {}
-
-/// A device's tool call as a typed value: what [`Actuators::execute`] runs.
-/// Parse, then trust: the gate parses a call once, from the arguments its
-/// [`ToolSpec::check`](crate::registry::ToolSpec::check) handed back, before any prompt or actuator, and from
-/// then on only this value exists; a call waiting for approval keeps it,
-/// and `execute` never sees the raw arguments. So a command holds what it
-/// needs by value (an enum with a variant per tool, the arguments as the
-/// types the tool works in), nothing borrowed from the frame.
-pub trait Command: Sized {
-    /// The command of tool number `tool` (its index in the gate's
-    /// [`ToolSpec`](crate::registry::ToolSpec) list), from the arguments that passed that spec's check
-    /// (each of its parameter's type and range, read once): take them as
-    /// the types the tool works in, and refuse what a signature cannot say
-    /// (a rule between two arguments). A refusal is the observation
-    /// `invalid-arguments` (`SPEC A2` step 5: a counted attempt, not
-    /// executed); nothing runs.
-    fn parse(tool: usize, args: &CheckedArguments<'_>) -> Result<Self, CommandError>;
-}
-
-/// What a device maker implements: the device's tools acting on its
-/// actuators. The gate calls [`Actuators::execute`] only for a call that
-/// the run accepted, whose arguments passed its [`ToolSpec::check`](crate::registry::ToolSpec::check) and
-/// parsed to its [`Command`], and that the operator approved if its spec
-/// says so.
-pub trait Actuators {
-    /// The device's tool calls, typed ([`Command::parse`]).
-    type Command: Command;
-
-    /// A tool's result: compact JSON on the wire, measured by the run
-    /// (`SPEC A2`: at most 4096 bytes, or the observation is `tool-error`).
-    /// Stricter on a device: its observation must also fit one reply frame
-    /// ([`FRAME_MAX`] bytes with the observation's other fields and the
-    /// checksum; keep results under about 800 bytes), or it is a
-    /// `tool-error` too, in the run's trace as on the wire.
-    type Result: Serialize;
-
-    /// Runs `command`, parsed from an accepted, checked (and, if its tool
-    /// needs it, approved) call. A failure is the observation `tool-error`.
-    fn execute(&mut self, command: Self::Command) -> Result<Self::Result, ToolFailure>;
-
-    /// Drives every actuator to its safe state (the state at boot). Called
-    /// on every start and every stop of a run.
-    fn safe_state(&mut self);
-
-    /// The actuators as read back from the hardware, one bit each; 0 means
-    /// every actuator is in its safe state (`STATUS`'s `actuators`).
-    fn read_back(&mut self) -> u32;
-
-    /// Which actuator `command` switches on or off, for its duty window
-    /// ([`DeviceGate::set_duty_window`]): the gate asks before it prompts
-    /// for and before it executes the call. [`Switch::None`] (the default)
-    /// for a command that moves no actuator with a window.
-    fn switches(&self, command: &Self::Command) -> Switch {
-        let _ = command;
-        Switch::None
-    }
-
-    /// Drives actuator number `actuator` to its safe state: its duty window
-    /// is spent ([`DeviceGate::poll`]). By default every actuator
-    /// ([`Actuators::safe_state`]): the safe direction for all, though the
-    /// other windows go on counting (towards off).
-    fn safe_state_of(&mut self, actuator: usize) {
-        let _ = actuator;
-        self.safe_state();
-    }
-
-    /// Called once per proposal when the gate has reached its verdict
-    /// (checksum, request, validation, the run's decision, the argument
-    /// check and the command's parse), before any actuator may move: a
-    /// board can read its cycle counter here to measure the gate's work.
-    /// Does nothing by default.
-    fn on_verdict(&mut self) {}
-
-    /// Stores the run (`run`, encoded by [`RunView::encode`]) and appends
-    /// `entry` to the audit log, durably, before returning (`SPEC E`,
-    /// durable state; issue 15). Called after every decision and every
-    /// change of the run, before its effect is released: before a call's
-    /// actuator moves (`entry` says `executing`), before its observation or
-    /// stop is written to the agent. A board gives the newest stored record
-    /// to [`DeviceGate::resume`] at boot. A failure makes the gate refuse
-    /// the call and every later proposal ([`word::STORAGE_ERROR`]) until a
-    /// run is started whose start can be stored. Stores nothing by default.
-    fn journal(&mut self, run: &RunView<'_>, entry: &AuditEntry<'_>) -> Result<(), JournalFailure> {
-        let _ = (run, entry);
-        Ok(())
-    }
-}
-
-/// What a call does to an actuator with a duty window
-/// ([`Actuators::switches`]); actuators are numbered from 0, below
-/// [`MAX_DUTY_WINDOWS`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum Switch {
-    /// No actuator with a window: nothing is counted.
-    None,
-    /// Switches this actuator on: refused if its window is spent; its
-    /// on-time counts from the call's execution.
-    On(usize),
-    /// Switches this actuator off (the safe direction): its on-time stops
-    /// once the call has run without failing.
-    Off(usize),
-}
 
 /// Why [`DeviceGate::set_duty_window`] refused a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -418,75 +258,6 @@ impl Default for Timing {
 /// [`crate::approval::Answer`]. Its deadline is the prompt's
 /// [`crate::approval::Question`]: an approval at or after it is a timeout.
 pub use crate::approval::Answer;
-
-/// Two debounced keys that answer approval prompts on a board that has them
-/// (issue 15, physical approval): one approves, one denies. Sans-IO: the
-/// board samples its pins (an `embedded-hal` `InputPin`) and passes the
-/// levels in with the time; a press is the key going down and staying down
-/// for `debounce_ms`, after it was seen up as long. A key already held when
-/// sampling begins answers nothing until it is released and pressed again,
-/// and while both keys are down nothing is answered (fail safe: no guess).
-/// The board hands the answer to [`DeviceGate::on_answer`], which ignores it
-/// when no call waits.
-#[derive(Debug, Clone)]
-pub struct ApprovalKeys {
-    debounce_ms: u64,
-    keys: [Key; 2],
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Key {
-    /// The debounced level (`true`: down).
-    down: bool,
-    /// The raw level last seen, and since when.
-    raw: bool,
-    since_ms: u64,
-}
-
-impl Key {
-    /// Takes a sample; `true` when this sample completes a press.
-    fn sample(&mut self, raw: bool, now_ms: u64, debounce_ms: u64) -> bool {
-        if raw != self.raw {
-            self.raw = raw;
-            self.since_ms = now_ms;
-            return false;
-        }
-        if raw == self.down || now_ms.saturating_sub(self.since_ms) < debounce_ms {
-            return false;
-        }
-        self.down = raw;
-        raw
-    }
-}
-
-impl ApprovalKeys {
-    /// Keys debounced over `debounce_ms` (20 ms suits most switches), both
-    /// taken as held until they are seen up.
-    pub const fn new(debounce_ms: u32) -> Self {
-        let held = Key {
-            down: true,
-            raw: true,
-            since_ms: 0,
-        };
-        Self {
-            debounce_ms: debounce_ms as u64,
-            keys: [held, held],
-        }
-    }
-
-    /// Samples both keys at `now_ms` (`true`: pressed); the answer a
-    /// completed press gives, if any.
-    pub fn sample(&mut self, approve: bool, deny: bool, now_ms: u64) -> Option<Answer> {
-        let [a, d] = &mut self.keys;
-        let approved = a.sample(approve, now_ms, self.debounce_ms);
-        let denied = d.sample(deny, now_ms, self.debounce_ms);
-        match (approved, denied) {
-            (true, false) if !d.raw => Some(Answer::Approve),
-            (false, true) if !a.raw => Some(Answer::Refuse),
-            _ => None,
-        }
-    }
-}
 
 /// Why [`DeviceGate::start`] cannot start a run now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
