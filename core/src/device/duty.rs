@@ -1,7 +1,20 @@
 //! Actuators' duty windows (issue 15): [`DutyWindow`], the budget of
-//! on-time an actuator governor keeps, sans-IO.
+//! on-time an actuator governor keeps, sans-IO, and the device gate's
+//! windows ([`DeviceGate::set_duty_window`]): a call that would switch on
+//! an actuator whose window is spent is refused, and one whose window is
+//! spent is driven safe.
 
+use core::fmt;
+
+use embedded_io::Write;
 use heapless::Vec;
+
+use super::{Actuators, DeviceGate};
+use crate::action::ToolCallRef;
+use crate::limits::MAX_DUTY_WINDOWS;
+use crate::resume::AuditVerdict;
+use crate::run::Pending as Token;
+use crate::word;
 
 /// An actuator's duty window: at most `max_on_ms` of on-time in any window
 /// of `window_ms` (a valve open at most 30 s in any 10 min), the budget an
@@ -246,6 +259,172 @@ impl<const N: usize> DutyWindow<N> {
             }
         }
         hi
+    }
+}
+
+/// Why [`DeviceGate::set_duty_window`] refused a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum DutyError {
+    /// The actuator's number is [`MAX_DUTY_WINDOWS`] or more.
+    Actuator(usize),
+    /// The window is 0 ms, or its most on-time is longer than it.
+    Window,
+    /// The actuator's window already counts on-time, and the new window
+    /// is longer: on-time from before the old window was no longer kept,
+    /// so the longer one would count less than happened.
+    Longer,
+}
+
+impl fmt::Display for DutyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Actuator(a) => write!(
+                f,
+                "actuator {a} is over the {MAX_DUTY_WINDOWS} that may have a duty window"
+            ),
+            Self::Window => f.write_str(
+                "a duty window must be at least 1 ms and its most on-time no longer than it",
+            ),
+            Self::Longer => f.write_str(
+                "a duty window that has counted on-time cannot be made longer (the on-time before it is no longer kept)",
+            ),
+        }
+    }
+}
+
+impl core::error::Error for DutyError {}
+
+/// The duty windows' clock runs this far ahead of the gate's, ms: a window
+/// resumed at boot (the gate's clock near 0) keeps the spans of the boot
+/// before at times that still exist. Any window (a `u32` of ms) fits.
+const DUTY_EPOCH_MS: u64 = 1 << 32;
+
+/// The duty windows' clock at the gate's `now_ms`.
+pub(super) const fn duty_clock(now_ms: u64) -> u64 {
+    now_ms.saturating_add(DUTY_EPOCH_MS)
+}
+
+impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
+    /// Gives actuator number `actuator` a duty window: at most `max_on_ms`
+    /// of on-time in any `window_ms` (issue 15), counted from the calls
+    /// that switch it ([`Actuators::switches`]). A call that would switch it
+    /// on when the window holds that much is refused ([`word::DUTY_LIMIT`]);
+    /// [`Self::poll`] drives it safe when the window is spent. A board sets
+    /// its windows at boot, before [`Self::resume`] brings their history
+    /// back; set again later (an operator's console), a window keeps the
+    /// on-time it has counted, so setting it never gives on-time back: the
+    /// new maximum applies at once to what was counted. Refuses
+    /// ([`DutyError`], changing nothing) an actuator number of
+    /// [`MAX_DUTY_WINDOWS`] or more, a window of 0 ms, a most on-time
+    /// longer than the window, and a window longer than the actuator's
+    /// current one once that has counted on-time.
+    pub fn set_duty_window(
+        &mut self,
+        actuator: usize,
+        window_ms: u32,
+        max_on_ms: u32,
+    ) -> Result<(), DutyError> {
+        let slot = self
+            .duty
+            .get_mut(actuator)
+            .ok_or(DutyError::Actuator(actuator))?;
+        if window_ms == 0 || max_on_ms > window_ms {
+            return Err(DutyError::Window);
+        }
+        let (window_ms, max_on_ms) = (u64::from(window_ms), u64::from(max_on_ms));
+        *slot = Some(match slot.as_ref().filter(|w| w.has_history()) {
+            Some(counted) if window_ms > counted.window_ms() => return Err(DutyError::Longer),
+            Some(counted) => counted.with_limits(window_ms, max_on_ms),
+            None => DutyWindow::new(window_ms, max_on_ms),
+        });
+        Ok(())
+    }
+
+    /// Actuator number `actuator`'s duty window, if it has one; its times
+    /// are in the windows' own clock, a fixed distance ahead of the gate's
+    /// (so that a resumed window keeps spans from before the boot).
+    pub fn duty_window(
+        &self,
+        actuator: usize,
+    ) -> Option<&DutyWindow<{ crate::limits::DUTY_SPANS }>> {
+        self.duty.get(actuator)?.as_ref()
+    }
+
+    /// The on-time of actuator number `actuator` in its duty window at
+    /// `now_ms` (the gate's clock), ms; `None` if it has no window.
+    pub fn duty_on_time(&self, actuator: usize, now_ms: u64) -> Option<u64> {
+        Some(self.duty_window(actuator)?.on_time(duty_clock(now_ms)))
+    }
+
+    /// The duty windows at `now_ms`: every actuator whose window is spent
+    /// is driven to its safe state ([`Actuators::safe_state_of`]), its
+    /// window switched off, and that is logged ([`AuditVerdict::DutyOff`],
+    /// and `duty: actuator N …` on the console). The run goes on: a duty
+    /// limit is not a fault.
+    pub(super) fn check_duty<C: Write>(
+        &mut self,
+        now_ms: u64,
+        console: &mut C,
+    ) -> Result<(), C::Error> {
+        let now = duty_clock(now_ms);
+        let mut shown = Ok(());
+        for actuator in 0..MAX_DUTY_WINDOWS {
+            let Some(Some(window)) = self.duty.get_mut(actuator) else {
+                continue;
+            };
+            if !window.must_stop(now) {
+                continue;
+            }
+            switch_off_device(window, now);
+            self.actuators.safe_state_of(actuator);
+            self.clock_ms = now_ms;
+            let number = u8::try_from(actuator).unwrap_or(u8::MAX);
+            let step = self.step();
+            self.journal(step, None, AuditVerdict::DutyOff(number));
+            log!(
+                info,
+                "run {=u32}: actuator {=u8} spent its duty window; driven safe",
+                self.runs,
+                number
+            );
+            if shown.is_ok() {
+                // One digit: MAX_DUTY_WINDOWS is at most 10.
+                shown = console
+                    .write_all(b"duty: actuator ")
+                    .and_then(|()| console.write_all(&[b'0' + number % 10]))
+                    .and_then(|()| {
+                        console.write_all(b" spent its duty window; driven to its safe state\n")
+                    });
+            }
+        }
+        shown
+    }
+
+    /// Refuses a call that would switch on an actuator whose duty window
+    /// is spent, as an approval refusal is: a counted attempt that did not
+    /// run. The reply says in how many ms the window lets it on again.
+    pub(super) fn refuse_duty<W: Write>(
+        &mut self,
+        agent: &mut W,
+        call: &ToolCallRef<'_>,
+        token: Token,
+        spent: DutyExceeded,
+    ) -> Result<(), W::Error> {
+        let now = duty_clock(self.clock_ms);
+        // `u64::MAX`: a window that allows no on-time never lets it on;
+        // otherwise within the window's length (a `u32`).
+        let retry = (spent.retry_at_ms != u64::MAX)
+            .then(|| u32::try_from(spent.retry_at_ms.saturating_sub(now)).unwrap_or(u32::MAX));
+        log!(
+            info,
+            "run {=u32} step {=u8}: {=str}: duty window spent; not executed",
+            self.runs,
+            token.step(),
+            call.call_id.as_str()
+        );
+        self.refuse_with(agent, call, token, word::DUTY_LIMIT, retry)
     }
 }
 

@@ -130,7 +130,7 @@ use serde::Serialize;
 use crate::action::{ActionRef, ToolCallRef, Values};
 use crate::approval::{Decision, Question};
 use crate::ident::Identifier;
-use crate::limits::{DEFAULT_MAX_RUN_MILLIS, MAX_DUTY_WINDOWS, MAX_STEPS, MAX_TOOLS};
+use crate::limits::{DEFAULT_MAX_RUN_MILLIS, MAX_STEPS, MAX_TOOLS};
 use crate::link::{self, FrameError, Reply, Request, FRAME_MAX, PROTOCOL_VERSION};
 use crate::registry::{check_into, CheckedArguments};
 use crate::resume::{self, AuditEntry, AuditVerdict, ResumeError, RunView, Stage};
@@ -157,57 +157,14 @@ pub(crate) mod record;
 pub(crate) mod watchdog;
 
 pub use actuators::{Actuators, Command, CommandError, JournalFailure, Switch, ToolFailure};
-use duty::{DutyExceeded, DutyWindow, DutyWindows};
+pub use duty::DutyError;
+use duty::{duty_clock, DutyWindow, DutyWindows};
 pub use keys::ApprovalKeys;
 use watchdog::Watchdog;
 
 /// The words of the protocol (`docs/PROTOCOL.md`) the device gate spells:
 /// the core's one module of words ([`crate::word`]).
 pub use crate::word;
-
-/// Why [`DeviceGate::set_duty_window`] refused a window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[non_exhaustive]
-pub enum DutyError {
-    /// The actuator's number is [`MAX_DUTY_WINDOWS`] or more.
-    Actuator(usize),
-    /// The window is 0 ms, or its most on-time is longer than it.
-    Window,
-    /// The actuator's window already counts on-time, and the new window
-    /// is longer: on-time from before the old window was no longer kept,
-    /// so the longer one would count less than happened.
-    Longer,
-}
-
-impl fmt::Display for DutyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Actuator(a) => write!(
-                f,
-                "actuator {a} is over the {MAX_DUTY_WINDOWS} that may have a duty window"
-            ),
-            Self::Window => f.write_str(
-                "a duty window must be at least 1 ms and its most on-time no longer than it",
-            ),
-            Self::Longer => f.write_str(
-                "a duty window that has counted on-time cannot be made longer (the on-time before it is no longer kept)",
-            ),
-        }
-    }
-}
-
-impl core::error::Error for DutyError {}
-
-/// The duty windows' clock runs this far ahead of the gate's, ms: a window
-/// resumed at boot (the gate's clock near 0) keeps the spans of the boot
-/// before at times that still exist. Any window (a `u32` of ms) fits.
-const DUTY_EPOCH_MS: u64 = 1 << 32;
-
-/// The duty windows' clock at the gate's `now_ms`.
-const fn duty_clock(now_ms: u64) -> u64 {
-    now_ms.saturating_add(DUTY_EPOCH_MS)
-}
 
 /// An observation's `data` on the wire: a tool's result or an error word.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -698,63 +655,6 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
     /// of later runs. A run that already stopped on time stays stopped.
     pub fn set_time_budget(&mut self, ms: u32) {
         self.timing.time_budget_ms = ms;
-    }
-
-    /// Sets the dead-man switch ([`Timing::dead_man_ms`]; 0: off).
-    pub fn set_dead_man(&mut self, ms: u32) {
-        self.timing.dead_man_ms = ms;
-        self.dead_man.set_timeout(u64::from(ms));
-    }
-
-    /// Gives actuator number `actuator` a duty window: at most `max_on_ms`
-    /// of on-time in any `window_ms` (issue 15), counted from the calls
-    /// that switch it ([`Actuators::switches`]). A call that would switch it
-    /// on when the window holds that much is refused ([`word::DUTY_LIMIT`]);
-    /// [`Self::poll`] drives it safe when the window is spent. A board sets
-    /// its windows at boot, before [`Self::resume`] brings their history
-    /// back; set again later (an operator's console), a window keeps the
-    /// on-time it has counted, so setting it never gives on-time back: the
-    /// new maximum applies at once to what was counted. Refuses
-    /// ([`DutyError`], changing nothing) an actuator number of
-    /// [`MAX_DUTY_WINDOWS`] or more, a window of 0 ms, a most on-time
-    /// longer than the window, and a window longer than the actuator's
-    /// current one once that has counted on-time.
-    pub fn set_duty_window(
-        &mut self,
-        actuator: usize,
-        window_ms: u32,
-        max_on_ms: u32,
-    ) -> Result<(), DutyError> {
-        let slot = self
-            .duty
-            .get_mut(actuator)
-            .ok_or(DutyError::Actuator(actuator))?;
-        if window_ms == 0 || max_on_ms > window_ms {
-            return Err(DutyError::Window);
-        }
-        let (window_ms, max_on_ms) = (u64::from(window_ms), u64::from(max_on_ms));
-        *slot = Some(match slot.as_ref().filter(|w| w.has_history()) {
-            Some(counted) if window_ms > counted.window_ms() => return Err(DutyError::Longer),
-            Some(counted) => counted.with_limits(window_ms, max_on_ms),
-            None => DutyWindow::new(window_ms, max_on_ms),
-        });
-        Ok(())
-    }
-
-    /// Actuator number `actuator`'s duty window, if it has one; its times
-    /// are in the windows' own clock, a fixed distance ahead of the gate's
-    /// (so that a resumed window keeps spans from before the boot).
-    pub fn duty_window(
-        &self,
-        actuator: usize,
-    ) -> Option<&DutyWindow<{ crate::limits::DUTY_SPANS }>> {
-        self.duty.get(actuator)?.as_ref()
-    }
-
-    /// The on-time of actuator number `actuator` in its duty window at
-    /// `now_ms` (the gate's clock), ms; `None` if it has no window.
-    pub fn duty_on_time(&self, actuator: usize, now_ms: u64) -> Option<u64> {
-        Some(self.duty_window(actuator)?.on_time(duty_clock(now_ms)))
     }
 
     /// The two clocks' settings.
@@ -1249,75 +1149,6 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         shown.map_err(IoError::Console)
     }
 
-    /// The duty windows at `now_ms`: every actuator whose window is spent
-    /// is driven to its safe state ([`Actuators::safe_state_of`]), its
-    /// window switched off, and that is logged ([`AuditVerdict::DutyOff`],
-    /// and `duty: actuator N …` on the console). The run goes on: a duty
-    /// limit is not a fault.
-    fn check_duty<C: Write>(&mut self, now_ms: u64, console: &mut C) -> Result<(), C::Error> {
-        let now = duty_clock(now_ms);
-        let mut shown = Ok(());
-        for actuator in 0..MAX_DUTY_WINDOWS {
-            let Some(Some(window)) = self.duty.get_mut(actuator) else {
-                continue;
-            };
-            if !window.must_stop(now) {
-                continue;
-            }
-            duty::switch_off_device(window, now);
-            self.actuators.safe_state_of(actuator);
-            self.clock_ms = now_ms;
-            let number = u8::try_from(actuator).unwrap_or(u8::MAX);
-            let step = self.step();
-            self.journal(step, None, AuditVerdict::DutyOff(number));
-            log!(
-                info,
-                "run {=u32}: actuator {=u8} spent its duty window; driven safe",
-                self.runs,
-                number
-            );
-            if shown.is_ok() {
-                // One digit: MAX_DUTY_WINDOWS is at most 10.
-                shown = console
-                    .write_all(b"duty: actuator ")
-                    .and_then(|()| console.write_all(&[b'0' + number % 10]))
-                    .and_then(|()| {
-                        console.write_all(b" spent its duty window; driven to its safe state\n")
-                    });
-            }
-        }
-        shown
-    }
-
-    /// The dead-man switch ([`Timing::dead_man_ms`]): trips when a tool ran
-    /// since the actuators were last made safe, no call waits for the
-    /// operator, and no valid frame came for that long.
-    fn check_dead_man<C: Write>(&mut self, now_ms: u64, console: &mut C) -> Result<(), C::Error> {
-        if self.dead_man.timeout_ms() == 0
-            || !self.moved
-            || self.pending.is_some()
-            || self.halted.is_some()
-            || !self.dead_man.check(now_ms)
-        {
-            return Ok(());
-        }
-        self.clock_ms = now_ms;
-        self.safe();
-        let step = self.step();
-        self.journal(step, None, AuditVerdict::DeadMan);
-        // A journal that failed halted the gate already (storage-error).
-        self.halted.get_or_insert(word::DEAD_MAN);
-        log!(
-            warn,
-            "run {=u32}: dead-man: no frame for {=u64} ms with an actuator out of its safe state; actuators safe",
-            self.runs,
-            self.dead_man.timeout_ms()
-        );
-        console.write_all(
-            b"dead-man: no valid frame on the agent link in time; actuators safe; start a run to go on\n",
-        )
-    }
-
     /// Drives every actuator to its safe state; their duty windows switch
     /// off at the gate's clock.
     fn safe(&mut self) {
@@ -1413,31 +1244,6 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         why: &'static str,
     ) -> Result<(), W::Error> {
         self.refuse_with(agent, call, token, why, None)
-    }
-
-    /// Refuses a call that would switch on an actuator whose duty window
-    /// is spent, as an approval refusal is: a counted attempt that did not
-    /// run. The reply says in how many ms the window lets it on again.
-    fn refuse_duty<W: Write>(
-        &mut self,
-        agent: &mut W,
-        call: &ToolCallRef<'_>,
-        token: Token,
-        spent: DutyExceeded,
-    ) -> Result<(), W::Error> {
-        let now = duty_clock(self.clock_ms);
-        // `u64::MAX`: a window that allows no on-time never lets it on;
-        // otherwise within the window's length (a `u32`).
-        let retry = (spent.retry_at_ms != u64::MAX)
-            .then(|| u32::try_from(spent.retry_at_ms.saturating_sub(now)).unwrap_or(u32::MAX));
-        log!(
-            info,
-            "run {=u32} step {=u8}: {=str}: duty window spent; not executed",
-            self.runs,
-            token.step(),
-            call.call_id.as_str()
-        );
-        self.refuse_with(agent, call, token, word::DUTY_LIMIT, retry)
     }
 
     fn refuse_with<W: Write>(

@@ -2,6 +2,7 @@
 //! a number the test moves, a lamp (actuator 0, no window) and a valve
 //! (actuator 1).
 use super::*;
+use crate::limits::MAX_DUTY_WINDOWS;
 use crate::registry::{Param, ParamKind, ToolSpec};
 use crate::resume::{AuditRecord, AUDIT_ENTRY_MAX, RUN_RECORD_MAX};
 use std::string::String;

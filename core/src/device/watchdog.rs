@@ -1,4 +1,14 @@
-//! The agent link's dead-man switch (issue 15): [`Watchdog`], sans-IO.
+//! The agent link's dead-man switch (issue 15): [`Watchdog`], sans-IO, and
+//! the device gate's ([`Timing::dead_man_ms`]): the actuators driven safe
+//! when the link goes silent.
+
+use embedded_io::Write;
+
+#[cfg(doc)]
+use super::Timing;
+use super::{Actuators, DeviceGate};
+use crate::resume::AuditVerdict;
+use crate::word;
 
 /// The dead-man's switch of a link: when no valid frame has come for
 /// `timeout_ms` while an actuator is out of its safe state, the device drives
@@ -54,6 +64,47 @@ impl Watchdog {
     pub fn reset(&mut self, now_ms: u64) {
         self.tripped = false;
         self.last_ms = now_ms;
+    }
+}
+
+impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
+    /// Sets the dead-man switch ([`Timing::dead_man_ms`]; 0: off).
+    pub fn set_dead_man(&mut self, ms: u32) {
+        self.timing.dead_man_ms = ms;
+        self.dead_man.set_timeout(u64::from(ms));
+    }
+
+    /// The dead-man switch ([`Timing::dead_man_ms`]): trips when a tool ran
+    /// since the actuators were last made safe, no call waits for the
+    /// operator, and no valid frame came for that long.
+    pub(super) fn check_dead_man<C: Write>(
+        &mut self,
+        now_ms: u64,
+        console: &mut C,
+    ) -> Result<(), C::Error> {
+        if self.dead_man.timeout_ms() == 0
+            || !self.moved
+            || self.pending.is_some()
+            || self.halted.is_some()
+            || !self.dead_man.check(now_ms)
+        {
+            return Ok(());
+        }
+        self.clock_ms = now_ms;
+        self.safe();
+        let step = self.step();
+        self.journal(step, None, AuditVerdict::DeadMan);
+        // A journal that failed halted the gate already (storage-error).
+        self.halted.get_or_insert(word::DEAD_MAN);
+        log!(
+            warn,
+            "run {=u32}: dead-man: no frame for {=u64} ms with an actuator out of its safe state; actuators safe",
+            self.runs,
+            self.dead_man.timeout_ms()
+        );
+        console.write_all(
+            b"dead-man: no valid frame on the agent link in time; actuators safe; start a run to go on\n",
+        )
     }
 }
 
