@@ -5,7 +5,7 @@
 //! so only the command's parse can refuse `to <= from`.
 use super::*;
 use crate::registry::{ArgumentError, Param, ParamKind, ToolSpec};
-use crate::resume::{AuditRecord, AUDIT_ENTRY_MAX};
+use crate::resume::{AuditEntry, AuditRecord, RunView, AUDIT_ENTRY_MAX};
 use std::cell::Cell;
 use std::string::{String, ToString};
 use std::vec::Vec;

@@ -4,7 +4,7 @@
 use super::*;
 use crate::limits::MAX_DUTY_WINDOWS;
 use crate::registry::{Param, ParamKind, ToolSpec};
-use crate::resume::{AuditRecord, AUDIT_ENTRY_MAX, RUN_RECORD_MAX};
+use crate::resume::{self, AuditEntry, AuditRecord, RunView, AUDIT_ENTRY_MAX, RUN_RECORD_MAX};
 use std::string::String;
 use std::vec::Vec;
 
