@@ -4,7 +4,8 @@
 //! `from..to`: a rule between two arguments that no signature states,
 //! so only the command's parse can refuse `to <= from`.
 use super::*;
-use crate::registry::{ArgumentError, Param, ParamKind, ToolSpec};
+use crate::link;
+use crate::registry::{ArgumentError, CheckedArguments, Param, ParamKind, ToolSpec};
 use crate::resume::{AuditEntry, AuditRecord, RunView, AUDIT_ENTRY_MAX};
 use std::cell::Cell;
 use std::string::{String, ToString};

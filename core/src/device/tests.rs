@@ -3,8 +3,11 @@
 //! (actuator 1).
 use super::*;
 use crate::limits::MAX_DUTY_WINDOWS;
-use crate::registry::{Param, ParamKind, ToolSpec};
-use crate::resume::{self, AuditEntry, AuditRecord, RunView, AUDIT_ENTRY_MAX, RUN_RECORD_MAX};
+use crate::link;
+use crate::registry::{CheckedArguments, Param, ParamKind, ToolSpec};
+use crate::resume::{
+    self, AuditEntry, AuditRecord, RunView, Stage, AUDIT_ENTRY_MAX, RUN_RECORD_MAX,
+};
 use std::string::String;
 use std::vec::Vec;
 
