@@ -102,7 +102,6 @@ pub mod device;
 pub mod ident;
 pub mod json;
 pub mod limits;
-pub mod link;
 pub mod plan;
 pub mod pyjson;
 pub mod registry;
@@ -112,6 +111,9 @@ pub mod tools;
 pub mod turn;
 pub mod word;
 pub mod work;
+
+#[doc(inline)]
+pub use device::link;
 
 pub use action::{
     Action, ActionError, ActionRef, Arguments, ArgumentsRef, Field, InvalidAction, JsonStr,

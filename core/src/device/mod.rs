@@ -131,8 +131,6 @@ use crate::action::ActionRef;
 #[cfg(doc)]
 use crate::approval::Decision;
 use crate::limits::{DEFAULT_MAX_RUN_MILLIS, MAX_STEPS, MAX_TOOLS};
-#[cfg(doc)]
-use crate::link;
 use crate::link::{FrameError, Request, FRAME_MAX, PROTOCOL_VERSION};
 use crate::resume::AuditVerdict;
 #[cfg(doc)]
@@ -157,6 +155,7 @@ pub(crate) mod audit;
 pub(crate) mod duty;
 mod journal;
 mod keys;
+pub mod link;
 mod propose;
 pub(crate) mod record;
 mod reply;
