@@ -1,5 +1,5 @@
-//! The device's audit log (`SPEC E`; issue 15): an [`AuditEntry`] per
-//! decision and change of the run, encoded by [`AuditEntry::encode`] and
+//! The device's audit log (`SPEC E`, durable state; `SPEC A2` runs; issue
+//! 15): an [`AuditEntry`] per decision and change of the run, encoded by [`AuditEntry::encode`] and
 //! read back by [`AuditRecord::decode`] (the layout is documented on
 //! [`crate::resume`], which re-exports this module).
 

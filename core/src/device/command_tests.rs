@@ -1,6 +1,7 @@
-//! Parse, then trust (issue 15): a call becomes its device's command
-//! once, right after its signature check, and only the command reaches
-//! the actuators. A timer that switches a lamp or a valve on for hours
+//! Parse, then trust in the device gate (`SPEC A2`, `SPEC C` on a
+//! co-processor; issue 15): a call becomes its device's command once,
+//! right after its signature check, and only the command reaches the
+//! actuators. A timer that switches a lamp or a valve on for hours
 //! `from..to`: a rule between two arguments that no signature states,
 //! so only the command's parse can refuse `to <= from`.
 use super::*;

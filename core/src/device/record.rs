@@ -1,6 +1,6 @@
-//! The device run's stored form (`SPEC E`, durable state): [`RunView`]
-//! encodes a run, [`decode`] checks a record and [`rows`] and [`duty`] read
-//! it back. The layout and what decoding refuses are documented on
+//! The device run's stored form (`SPEC E`, durable state; `SPEC A2`
+//! bounds): [`RunView`] encodes a run, [`decode`] checks a record and
+//! [`rows`] and [`duty`] read it back. The layout and what decoding refuses are documented on
 //! [`crate::resume`], which re-exports this module.
 
 use core::fmt;

@@ -1,6 +1,6 @@
-//! The duty windows through the gate (issue 15): tiny windows, the clock
-//! a number the test moves, a lamp (actuator 0, no window) and a valve
-//! (actuator 1).
+//! The duty windows through the device gate (`SPEC A2`, `SPEC C` on a
+//! co-processor; issue 15): tiny windows, the clock a number the test
+//! moves, a lamp (actuator 0, no window) and a valve (actuator 1).
 use super::*;
 use crate::limits::MAX_DUTY_WINDOWS;
 use crate::link;

@@ -1,3 +1,5 @@
+//! The turn gate's tests (`SPEC C`).
+
 use super::*;
 
 type Gate = TurnGate<4, 8, 4>;
