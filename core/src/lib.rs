@@ -97,12 +97,12 @@
 pub mod action;
 pub mod approval;
 pub mod budget;
+mod bytes;
 pub mod device;
 pub mod engine;
 pub mod ident;
 pub mod json;
 pub mod limits;
-pub mod link;
 pub mod plan;
 pub mod pyjson;
 pub mod registry;
@@ -112,6 +112,9 @@ pub mod tools;
 pub mod turn;
 pub mod word;
 pub mod work;
+
+#[doc(inline)]
+pub use device::link;
 
 pub use action::{
     Action, ActionError, ActionRef, Arguments, ArgumentsRef, Field, InvalidAction, JsonStr,

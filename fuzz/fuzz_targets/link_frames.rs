@@ -1,5 +1,5 @@
-//! The agent link's frame decoder (`core/src/link.rs`) on an arbitrary byte
-//! stream, against an independent model of the framing rules
+//! The agent link's frame decoder (`core/src/device/link.rs`) on an
+//! arbitrary byte stream, against an independent model of the framing rules
 //! (`docs/PROTOCOL.md`): split on `\n`; a line over `FRAME_MAX` bytes is
 //! `TooLong` (a trailing `\r` counts toward the 1024 bytes, as the decoder
 //! does; PROTOCOL.md does not say); one trailing `\r` is dropped; empty
