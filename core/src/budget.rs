@@ -458,7 +458,8 @@ impl<const TOOLS: usize> Ledger<TOOLS> {
 mod tests {
     use super::*;
 
-    fn ledger() -> Ledger {
+    /// The ledger the tests start from (the record's tests too).
+    pub(super) fn ledger() -> Ledger {
         let mut l = Ledger::new(100);
         l.set_max(Limit::Tokens, Some(1000));
         l.set_max(Limit::ToolCalls, Some(2));
@@ -467,7 +468,7 @@ mod tests {
     }
 
     /// `Bash` capped at 1 call, as the tool table says.
-    const BASH: Option<u32> = Some(1);
+    pub(super) const BASH: Option<u32> = Some(1);
 
     fn tools() -> ToolTable<8> {
         let mut t = ToolTable::new();

@@ -253,6 +253,25 @@ fn put_collected<S: Sink, T: fmt::Display + ?Sized>(
     sink.put(b"\"")
 }
 
+/// `value` as a JSON string, quoted and escaped as [`put_str`] escapes it,
+/// for a message (`{}`) that names a value the way JSON shows it.
+pub(crate) struct Quoted<'a>(pub(crate) &'a str);
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Text<'a, 'b>(&'a mut fmt::Formatter<'b>);
+        impl Sink for Text<'_, '_> {
+            fn put(&mut self, bytes: &[u8]) -> Result<(), EncodeError> {
+                // The escaper cuts only before and after ASCII bytes: each
+                // piece is UTF-8.
+                let text = core::str::from_utf8(bytes).map_err(|_| EncodeError::Unsupported)?;
+                self.0.write_str(text).map_err(|_| EncodeError::Unsupported)
+            }
+        }
+        put_str(&mut Text(f), self.0).map_err(|_| fmt::Error)
+    }
+}
+
 /// Writes `value` as a JSON string, escaped as Python's encoder escapes it.
 fn put_str<S: Sink>(sink: &mut S, value: &str) -> Result<(), EncodeError> {
     sink.put(b"\"")?;

@@ -256,27 +256,7 @@ impl Ledger<MAX_TOOLS> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::ToolTable;
-
-    // The ledger and tool table of the budget's tests, copied (their
-    // helpers are private to them): the records below are of this ledger.
-    fn ledger() -> Ledger {
-        let mut l = Ledger::new(100);
-        l.set_max(Limit::Tokens, Some(1000));
-        l.set_max(Limit::ToolCalls, Some(2));
-        l.track_caps(&tools()).unwrap();
-        l
-    }
-
-    /// `Bash` capped at 1 call, as the tool table says.
-    const BASH: Option<u32> = Some(1);
-
-    fn tools() -> ToolTable<8> {
-        let mut t = ToolTable::new();
-        t.set_others(crate::tools::ToolRule::Run);
-        t.try_add_cap("Bash", 1).unwrap();
-        t
-    }
+    use crate::budget::tests::{ledger, BASH};
 
     #[test]
     fn a_record_decodes_to_the_same_ledger() {

@@ -86,6 +86,7 @@
 use core::fmt;
 
 use crate::budget::{CapReached, Exceeded, Ledger, Limit, Reservation};
+use crate::pyjson::Quoted;
 use crate::tools::{ToolName, ToolRule, ToolTable};
 use crate::turn::{CallFingerprint, RefusalReason, StopReason};
 
@@ -498,29 +499,6 @@ pub struct Shown<'a> {
 pub struct Detail<'a> {
     refusal: &'a Refusal,
     call: &'a Shown<'a>,
-}
-
-/// Writes `text` as a JSON string (quoted, escaped), as names are shown.
-struct Quoted<'a>(&'a str);
-
-impl fmt::Display for Quoted<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("\"")?;
-        for c in self.0.chars() {
-            match c {
-                '"' => f.write_str("\\\"")?,
-                '\\' => f.write_str("\\\\")?,
-                '\n' => f.write_str("\\n")?,
-                '\r' => f.write_str("\\r")?,
-                '\t' => f.write_str("\\t")?,
-                '\u{8}' => f.write_str("\\b")?,
-                '\u{c}' => f.write_str("\\f")?,
-                c if (c as u32) < 0x20 => write!(f, "\\u{:04x}", c as u32)?,
-                c => write!(f, "{c}")?,
-            }
-        }
-        f.write_str("\"")
-    }
 }
 
 impl fmt::Display for Detail<'_> {

@@ -253,13 +253,6 @@ impl RateLimits {
             .filter_map(|(span, max)| max.map(|max| RateWindow { span, max }))
             .collect()
     }
-
-    /// Whether any window is set.
-    pub fn any(&self) -> bool {
-        [self.per_minute, self.per_hour, self.per_day]
-            .iter()
-            .any(Option::is_some)
-    }
 }
 
 /// A model's prices, in US dollars per million tokens (`[prices.MODEL]`).
@@ -717,8 +710,8 @@ mod tests {
                 }
             ]
         );
-        assert!(b.rate.any());
-        assert!(!ReplayBudget::default().rate.any());
+        assert!(!b.rate.windows().is_empty());
+        assert!(ReplayBudget::default().rate.windows().is_empty());
         assert_eq!(ReplayBudget::default().max_result_bytes, 4096);
         assert!(parse_budget("[rate]\nper_second = 1").is_err());
         assert!(parse_budget("[rate]\nper_minute = -1").is_err());

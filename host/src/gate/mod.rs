@@ -35,9 +35,6 @@ use serde_json::Value;
 use crate::ledger::{LedgerTx, StoreError};
 use budget_file::{ReplayBudget, BUDGET_TOOLS};
 
-/// The reason word of a full `[rate]` window.
-pub const RATE_LIMIT: &str = RefusalReason::RateLimit.as_str();
-
 /// Why a decision could not be made; the front-end refuses (fail closed).
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
@@ -713,7 +710,10 @@ mod tests {
         else {
             panic!("refused")
         };
-        assert_eq!((r.reason, r.retry_after_ms), (RATE_LIMIT, Some(31_000)));
+        assert_eq!(
+            (r.reason, r.retry_after_ms),
+            (RefusalReason::RateLimit.as_str(), Some(31_000))
+        );
         assert!(r.text.contains("the window reopens in 31 s"), "{}", r.text);
         assert_eq!(
             decide(&mut store, &budget, "c", json!({"i": 3}), rec, 61_001),
