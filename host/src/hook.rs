@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use budgetgate_core::budget::{Ledger, Limit};
+use budgetgate_core::engine;
 use budgetgate_core::TokenUsage;
 use serde_json::{json, Value};
 
@@ -451,31 +451,30 @@ fn count_line(
     let agent_key = agent.unwrap_or("");
     tx.put_response(session, &key, agent_key, model, new)
         .map_err(|e| e.to_string())?;
-    let cost = match price_of(&budget.prices, model) {
-        Some(price) => Some(price.cost_micros(&delta)),
-        None if budget.limits.max_cost_micros.is_some() => {
-            tx.add_unpriced(session, model).map_err(|e| e.to_string())?;
-            None
-        }
-        None => None,
-    };
-    let count = |ledger: &mut Ledger| {
-        if old.is_none() {
-            ledger.record(Limit::ModelCalls, 1);
-        }
-        ledger.record(Limit::Tokens, delta.total());
-        if let Some(cost) = cost {
-            ledger.record(Limit::CostMicros, cost);
-        }
-    };
-    count(&mut ledgers.session);
     if let Some(agent) = agent {
-        let ledger = ledgers
+        ledgers
             .agent(tx, session, agent, budget, now)
             .map_err(|e| e.to_string())?;
-        count(ledger);
     }
-    Ok(())
+    // The engine counts it: a model call the first time the response is
+    // seen, the tokens not counted before, their cost (a model without a
+    // price under a cost limit is remembered), in the session's ledger
+    // and the sub-agent's.
+    let response = engine::Response {
+        model,
+        tokens: delta.total(),
+        cost_micros: price_of(&budget.prices, model).map(|price| price.cost_micros(&delta)),
+        new_call: old.is_none(),
+    };
+    let who = gate::model::Whose { session, agent };
+    gate::model::count_response(
+        tx,
+        &who,
+        ledgers,
+        engine::Admitted { reserved: None },
+        &response,
+    )
+    .map_err(|e| e.to_string())
 }
 
 fn memchr_find(haystack: &[u8], needle: &[u8]) -> Option<usize> {

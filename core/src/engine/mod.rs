@@ -57,6 +57,7 @@
 //!         }
 //!     }
 //!     fn ledgers(&mut self) -> Ledgers<'_> { Ledgers { session: &mut self.ledger, agent: None } }
+//!     fn add_unpriced(&mut self, _model: &str) -> Result<(), Self::Error> { Ok(()) }
 //! }
 //!
 //! let mut table: ToolTable = ToolTable::new();
@@ -88,10 +89,16 @@ use core::fmt;
 use crate::budget::{CapReached, Exceeded, Ledger, Limit, Reservation};
 use crate::pyjson::Quoted;
 use crate::tools::{ToolName, ToolRule, ToolTable};
-use crate::turn::{CallFingerprint, RefusalReason, StopReason};
+use crate::turn::{CallFingerprint, ExhaustReason, RefusalReason, StopReason};
 
+mod model;
 #[cfg(test)]
 mod tests;
+
+pub use model::{
+    before_model_call, count_response, release, spent, spent_in_memory, Admitted, ModelStop,
+    ModelStopDetail, Response,
+};
 
 /// One check of a proposed tool call, in the order of the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -306,11 +313,17 @@ pub trait State<const TOOLS: usize = { crate::limits::MAX_TOOLS }> {
     fn ledgers(&mut self) -> Ledgers<'_, TOOLS>;
 
     /// Whether a response was counted without a price while a cost limit is
-    /// set (a cost budget never counts a call as free). Asked only with
-    /// [`Rules::budget_per_call`].
+    /// set (a cost budget never counts a call as free). Asked before a model
+    /// call and, with [`Rules::budget_per_call`], before a tool call.
     fn unpriced(&mut self) -> Result<bool, Self::Error> {
         Ok(false)
     }
+
+    /// Remembers that a response of `model`, which has no price, was
+    /// counted under a cost limit ([`count_response`]): the next model call
+    /// is stopped `unpriced-model`, and [`unpriced`](Self::unpriced) answers
+    /// `true` from now on.
+    fn add_unpriced(&mut self, model: &str) -> Result<(), Self::Error>;
 
     /// How many calls were let through after `since_ms`, and the instant of
     /// the oldest of them. Asked only when the rules set rate windows.
@@ -712,26 +725,15 @@ fn apply<S: State<T> + ?Sized, const T: usize, const N: usize>(
 pub fn budget_exhausted<S: State<T> + ?Sized, const T: usize>(
     state: &mut S,
 ) -> Result<Option<Refusal>, S::Error> {
-    let exhausted = |whose, exceeded| Refusal {
+    // Time as the ledgers have observed it (the front-end brings it up to
+    // date first): `now_ms` 0 adds nothing.
+    Ok(model::stopped(state, 0)?.map(|stop| Refusal {
         reason: RefusalReason::BudgetExhausted,
-        why: Why::Exhausted { whose, exceeded },
-    };
-    let ledgers = state.ledgers();
-    if let Some(e) = ledgers.session.first_exhausted(Limit::before_model_call) {
-        return Ok(Some(exhausted(Whose::Session, Some(e))));
-    }
-    if let Some(e) = ledgers
-        .agent
-        .and_then(|l| l.first_exhausted(Limit::before_model_call))
-    {
-        return Ok(Some(exhausted(Whose::SubAgent, Some(e))));
-    }
-    let cost_mode = state.ledgers().session.max(Limit::CostMicros).is_some();
-    // Models without a price matter in cost mode only.
-    if cost_mode && state.unpriced()? {
-        return Ok(Some(exhausted(Whose::Session, None)));
-    }
-    Ok(None)
+        why: Why::Exhausted {
+            whose: stop.whose,
+            exceeded: (stop.reason != ExhaustReason::Unpriced).then_some(stop.exceeded),
+        },
+    }))
 }
 
 /// The first full rate window, shortest first.

@@ -7,26 +7,26 @@ use heapless::{String as HString, Vec as HVec};
 
 /// A session in memory, with every call the engine makes on it written down.
 #[derive(Default)]
-struct Mem {
-    session: Ledger,
-    agent: Option<Ledger>,
-    ids: HVec<HString<16>, 16>,
-    id_room: usize,
-    repeats: HVec<(CallFingerprint, u64), 8>,
-    repeat_room: usize,
-    unpriced: bool,
-    asked_unpriced: u32,
-    rate: HVec<u64, 16>,
-    asked_rate: HVec<u64, 4>,
+pub(super) struct Mem {
+    pub(super) session: Ledger,
+    pub(super) agent: Option<Ledger>,
+    pub(super) ids: HVec<HString<16>, 16>,
+    pub(super) id_room: usize,
+    pub(super) repeats: HVec<(CallFingerprint, u64), 8>,
+    pub(super) repeat_room: usize,
+    pub(super) unpriced: bool,
+    pub(super) asked_unpriced: u32,
+    pub(super) rate: HVec<u64, 16>,
+    pub(super) asked_rate: HVec<u64, 4>,
     /// Counts a call exactly one window old as still in it (a store less
     /// strict than the contract's "after").
-    inclusive: bool,
+    pub(super) inclusive: bool,
     /// Every method fails with this once set (a store that cannot be read).
-    broken: bool,
+    pub(super) broken: bool,
 }
 
 impl Mem {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             session: Ledger::new(0),
             id_room: 16,
@@ -43,7 +43,7 @@ impl Default for Ledger {
 }
 
 #[derive(Debug, PartialEq)]
-struct Broken;
+pub(super) struct Broken;
 
 impl State for Mem {
     type Error = Broken;
@@ -98,6 +98,14 @@ impl State for Mem {
 
     fn add_rate_call(&mut self, now_ms: u64) -> Result<(), Broken> {
         let _ = self.rate.push(now_ms);
+        Ok(())
+    }
+
+    fn add_unpriced(&mut self, _model: &str) -> Result<(), Broken> {
+        if self.broken {
+            return Err(Broken);
+        }
+        self.unpriced = true;
         Ok(())
     }
 }
@@ -815,6 +823,10 @@ impl State for Least {
             session: &mut self.ledger,
             agent: None,
         }
+    }
+
+    fn add_unpriced(&mut self, _model: &str) -> Result<(), Broken> {
+        Ok(())
     }
 }
 

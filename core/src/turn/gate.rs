@@ -13,7 +13,7 @@ use super::outcome::{
 };
 use super::rules::{CallId, NameError, ToolName, ToolRules, ToolRulesError};
 use super::usage::TokenUsage;
-use crate::budget::{Exceeded, Ledger, LedgerError, Limit, Reservation};
+use crate::budget::{Ledger, Limit, Reservation};
 use crate::engine;
 use crate::limits::{
     DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_REPEATS, DEFAULT_MAX_RUN_MILLIS, DEFAULT_MAX_RUN_TOKENS,
@@ -592,6 +592,7 @@ struct RunState<'g, const SEEN: usize, const TOOLS: usize> {
     id: Seen,
     repeats: &'g mut Vec<(CallFingerprint, u32), SEEN>,
     ledger: &'g mut Ledger<TOOLS>,
+    unpriced: &'g mut bool,
 }
 
 impl<const SEEN: usize, const TOOLS: usize> engine::State<TOOLS> for RunState<'_, SEEN, TOOLS> {
@@ -616,6 +617,15 @@ impl<const SEEN: usize, const TOOLS: usize> engine::State<TOOLS> for RunState<'_
             session: self.ledger,
             agent: None,
         }
+    }
+
+    fn unpriced(&mut self) -> Result<bool, Self::Error> {
+        Ok(*self.unpriced)
+    }
+
+    fn add_unpriced(&mut self, _model: &str) -> Result<(), Self::Error> {
+        *self.unpriced = true;
+        Ok(())
     }
 }
 
@@ -661,26 +671,8 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
     /// `None` if none is. Changes nothing. [`begin_call`](Self::begin_call)
     /// applies it (`SPEC C`).
     pub fn check(&self, now_ms: u64) -> Option<Exhaustion> {
-        let elapsed_ms = self.elapsed_ms(now_ms);
-        // The ledger's one order (`Limit::ALL`): steps, tokens, time, cost.
-        let found = Limit::ALL
-            .into_iter()
-            .filter(|l| l.before_model_call())
-            .find_map(|limit| {
-                let reason = ExhaustReason::of_limit(limit)?;
-                self.ledger
-                    .exhausted_at(limit, now_ms)
-                    .map(|e: Exceeded| (reason, e.max))
-            });
-        let (reason, limit) = match found {
-            Some(found) => found,
-            None if self.unpriced => match self.limits.max_cost_micros {
-                Some(max) => (ExhaustReason::Unpriced, max),
-                None => return None,
-            },
-            None => return None,
-        };
-        Some(self.exhaustion(reason, limit, elapsed_ms, 0))
+        let stop = engine::spent_in_memory(&self.ledger, now_ms, self.unpriced)?;
+        Some(self.exhaustion(stop.reason, stop.exceeded.max, self.elapsed_ms(now_ms), 0))
     }
 
     /// The time limit alone (`>=`), for a host that also bounds time
@@ -749,39 +741,34 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
 
     fn admit(&mut self, now_ms: u64, worst_case: Option<u64>) -> Result<Admission, AdmitError> {
         self.ready()?;
-        let mut exhausted = self.check(now_ms);
-        let mut reserved = None;
-        if let (None, Some(worst)) = (exhausted, worst_case) {
-            // Held in the ledger until the response is recorded, and
-            // committed then with the real usage.
-            match self.ledger.try_reserve(Limit::Tokens, worst) {
-                Ok(r) => reserved = Some(r),
-                Err(LedgerError::Exceeded(e)) => {
-                    exhausted = Some(self.exhaustion(
-                        ExhaustReason::TokenReserve,
-                        e.max,
-                        self.elapsed_ms(now_ms),
-                        worst,
-                    ));
-                }
-                // Nothing else is reserved between calls, so no sum can
-                // overflow; were it to, refusing is the safe answer.
-                Err(_) => {
-                    exhausted = Some(self.exhaustion(
-                        ExhaustReason::TokenReserve,
-                        self.limits.max_tokens,
-                        self.elapsed_ms(now_ms),
-                        worst,
-                    ));
-                }
+        let mut state = RunState {
+            id: Seen::New,
+            repeats: &mut self.seen,
+            ledger: &mut self.ledger,
+            unpriced: &mut self.unpriced,
+        };
+        // The engine's one check before a model call: the limits in order,
+        // then `unpriced-model`, then (with a worst case) the reservation,
+        // held in the ledger until the response is recorded.
+        let Ok(admitted) = engine::before_model_call(&mut state, now_ms, worst_case);
+        match admitted {
+            Ok(admitted) => {
+                self.phase = Phase::AwaitingResponse {
+                    reserved: admitted.reserved,
+                };
+                Ok(Admission::Proceed { call: self.steps() })
+            }
+            Err(stop) => {
+                let e = self.exhaustion(
+                    stop.reason,
+                    stop.exceeded.max,
+                    self.elapsed_ms(now_ms),
+                    stop.worst_case,
+                );
+                self.phase = Phase::Finished(RunStatus::Incomplete(e));
+                Ok(Admission::Exhausted(e))
             }
         }
-        if let Some(e) = exhausted {
-            self.phase = Phase::Finished(RunStatus::Incomplete(e));
-            return Ok(Admission::Exhausted(e));
-        }
-        self.phase = Phase::AwaitingResponse { reserved };
-        Ok(Admission::Proceed { call: self.steps() })
     }
 
     /// Records a model response (`SPEC C`, the reference's `registrar`):
@@ -813,18 +800,22 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         let Phase::AwaitingResponse { reserved } = self.phase else {
             return Err(RecordError::NotAwaitingResponse(self.phase()));
         };
-        self.ledger.record(Limit::ModelCalls, 1);
         let total = usage.total();
-        let committed = reserved.map(|r| self.ledger.commit(r, total));
-        if !matches!(committed, Some(Ok(()))) {
-            // No reservation (after-the-fact), or one the ledger no longer
-            // holds: the usage is counted all the same, never hidden.
-            self.ledger.record(Limit::Tokens, total);
-        }
-        match cost_micros {
-            Some(cost) => self.ledger.record(Limit::CostMicros, cost),
-            None => self.unpriced = true,
-        }
+        let mut state = RunState {
+            id: Seen::New,
+            repeats: &mut self.seen,
+            ledger: &mut self.ledger,
+            unpriced: &mut self.unpriced,
+        };
+        // The engine counts it: a model call, its tokens (the reservation
+        // committed, or after the fact; never hidden), its cost.
+        let response = engine::Response {
+            model: "",
+            tokens: total,
+            cost_micros,
+            new_call: true,
+        };
+        let Ok(()) = engine::count_response(&mut state, engine::Admitted { reserved }, &response);
         self.usage = self.usage.saturating_add(usage);
         self.calls.clear();
         self.phase = Phase::InTurn { stop };
@@ -902,6 +893,7 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
             id: seen,
             repeats: &mut self.seen,
             ledger: &mut self.ledger,
+            unpriced: &mut self.unpriced,
         };
         let verdict = match engine::decide(&mut state, &rules, &decided, engine::Counting::Record) {
             Ok(engine::Decision::Run) => CallVerdict::Execute,

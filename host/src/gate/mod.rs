@@ -25,6 +25,7 @@
 pub mod budget_file;
 pub mod clock;
 pub mod fingerprint;
+pub mod model;
 
 use budgetgate_core::budget::{Exceeded, Ledger, Limit};
 use budgetgate_core::engine::{self, Seen, Shown, ONE_CALL};
@@ -407,6 +408,12 @@ impl<T: LedgerTx + ?Sized> engine::State for Stored<'_, '_, T> {
         Ok(self
             .tx
             .add_rate_call(self.session, now_ms, engine::LONGEST_RATE_WINDOW_MS)?)
+    }
+
+    fn add_unpriced(&mut self, model: &str) -> Result<(), GateError> {
+        self.tx.add_unpriced(self.session, model)?;
+        self.unpriced = Some(model.to_owned());
+        Ok(())
     }
 }
 

@@ -1,0 +1,320 @@
+//! The model-call side of the engine (`SPEC C`, `SPEC E`): the check before
+//! a model call is made, and the counting of its response. Every front-end
+//! that sees model calls uses these: the turn gate (replay), the Claude Code
+//! hook (from the transcript, after the fact), the model proxy (on the
+//! call's path, before it goes out).
+//!
+//! Before a model call the limits checked are those of [`Limit::ALL`] that
+//! [`Limit::before_model_call`] selects, in that order (model calls, tokens,
+//! time, cost), the session's then the sub-agent's, each with `>=` as the
+//! reference's `agotado()`; then, under a cost limit, a model counted
+//! without a price (`unpriced-model`: a cost budget never counts a call as
+//! free); then, in reserve mode, whether the call's worst case fits
+//! (`token-reserve`). The first that applies stops the call; its word is an
+//! [`ExhaustReason`].
+
+use core::convert::Infallible;
+use core::fmt;
+
+use super::{State, Whose};
+
+#[cfg(test)]
+mod tests;
+use crate::budget::{Exceeded, Ledger, LedgerError, Limit, Reservation};
+use crate::turn::ExhaustReason;
+
+/// Why a model call is not made: the contract's stop word and the figures
+/// behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ModelStop {
+    /// The stop word: `steps`, `tokens`, `time`, `cost`, `unpriced-model`
+    /// or `token-reserve`.
+    pub reason: ExhaustReason,
+    /// The session's budget or the sub-agent's.
+    pub whose: Whose,
+    /// The limit, what was used (with what is reserved) and its maximum.
+    /// For `unpriced-model`: the cost limit, with the cost counted so far.
+    pub exceeded: Exceeded,
+    /// `token-reserve` only: the refused call's worst case, in tokens.
+    pub worst_case: u64,
+}
+
+impl ModelStop {
+    /// The sentence that says why, for a person and for the agent: the
+    /// limit, what was used, and that no further call will be made.
+    pub fn detail(&self) -> ModelStopDetail<'_> {
+        ModelStopDetail(self)
+    }
+}
+
+/// [`ModelStop::detail`]'s sentence.
+pub struct ModelStopDetail<'a>(&'a ModelStop);
+
+impl fmt::Display for ModelStopDetail<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0;
+        let e = s.exceeded;
+        let whose = s.whose.as_str();
+        match s.reason {
+            ExhaustReason::Unpriced => write!(
+                f,
+                "budgetgate: the {whose}'s cost budget ({} micro-USD) cannot count a model \
+                 that has no price, so no further model call is made (unpriced-model)",
+                e.max
+            ),
+            ExhaustReason::TokenReserve => write!(
+                f,
+                "budgetgate: this model call could use up to {} tokens, and the {whose}'s \
+                 token budget has {} of {} left, so it is not made (token-reserve)",
+                s.worst_case,
+                e.max.saturating_sub(e.used),
+                e.max
+            ),
+            reason => write!(
+                f,
+                "budgetgate: the {whose}'s budget is spent: {} of {} {} used ({}), so no \
+                 further model call is made; stop and report the work done so far",
+                e.used,
+                e.max,
+                e.limit.unit(),
+                reason
+            ),
+        }
+    }
+}
+
+/// A model call let through: what it holds until its response is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Admitted {
+    /// Reserve mode: the worst case held in the session's ledger (and the
+    /// sub-agent's, when it has a token limit) until
+    /// [`count_response`] commits it or [`release`] rolls it back.
+    pub reserved: Option<Reservation>,
+}
+
+/// The first limit checked before each model call that `session` (then
+/// `agent`) has reached at `now_ms`, or, under a cost limit, a model counted
+/// without a price (`unpriced` is asked only then). The one walk behind
+/// [`before_model_call`] and the tool-call check
+/// [`budget_exhausted`](super::budget_exhausted).
+pub fn spent<const T: usize, E>(
+    session: &Ledger<T>,
+    agent: Option<&Ledger<T>>,
+    now_ms: u64,
+    unpriced: impl FnOnce() -> Result<bool, E>,
+) -> Result<Option<ModelStop>, E> {
+    if let Some(stop) = limit_reached(session, agent, now_ms) {
+        return Ok(Some(stop));
+    }
+    Ok(match session.max(Limit::CostMicros) {
+        // Models without a price matter in cost mode only.
+        Some(_) if unpriced()? => unpriced_stop(session),
+        _ => None,
+    })
+}
+
+/// [`spent`] for a front-end that holds its ledger and its unpriced flag
+/// in memory (the turn gate).
+pub fn spent_in_memory<const T: usize>(
+    ledger: &Ledger<T>,
+    now_ms: u64,
+    unpriced: bool,
+) -> Option<ModelStop> {
+    match spent::<T, Infallible>(ledger, None, now_ms, || Ok(unpriced)) {
+        Ok(stop) => stop,
+        Err(never) => match never {},
+    }
+}
+
+/// The ledgers' walk of [`spent`].
+fn limit_reached<const T: usize>(
+    session: &Ledger<T>,
+    agent: Option<&Ledger<T>>,
+    now_ms: u64,
+) -> Option<ModelStop> {
+    let first = |ledger: &Ledger<T>| {
+        Limit::ALL
+            .into_iter()
+            .filter(|l| l.before_model_call())
+            .find_map(|limit| ledger.exhausted_at(limit, now_ms))
+    };
+    let (whose, exceeded) = first(session)
+        .map(|e| (Whose::Session, e))
+        .or_else(|| agent.and_then(first).map(|e| (Whose::SubAgent, e)))?;
+    Some(ModelStop {
+        // Every limit checked before a model call has its word.
+        reason: ExhaustReason::of_limit(exceeded.limit).unwrap_or(ExhaustReason::Closed),
+        whose,
+        exceeded,
+        worst_case: 0,
+    })
+}
+
+/// `unpriced-model`, with the session's cost figures; `None` without a
+/// cost limit.
+fn unpriced_stop<const T: usize>(session: &Ledger<T>) -> Option<ModelStop> {
+    let max = session.max(Limit::CostMicros)?;
+    Some(ModelStop {
+        reason: ExhaustReason::Unpriced,
+        whose: Whose::Session,
+        exceeded: Exceeded {
+            limit: Limit::CostMicros,
+            used: session.used(Limit::CostMicros),
+            max,
+        },
+        worst_case: 0,
+    })
+}
+
+/// Decides whether the next model call may be made at `now_ms` (`SPEC C`).
+/// `worst_case` is, in reserve mode, the most tokens the call can be billed
+/// (its input counted soundly plus its `max_tokens`): it is reserved in
+/// the session's ledger (and the sub-agent's, when that has a token limit)
+/// when it fits, and the call is stopped `token-reserve` when it does not.
+/// Errors only when `state` cannot be read; the front-end then refuses.
+pub fn before_model_call<S: State<T> + ?Sized, const T: usize>(
+    state: &mut S,
+    now_ms: u64,
+    worst_case: Option<u64>,
+) -> Result<Result<Admitted, ModelStop>, S::Error> {
+    if let Some(stop) = stopped(state, now_ms)? {
+        return Ok(Err(stop));
+    }
+    let Some(worst) = worst_case else {
+        return Ok(Ok(Admitted { reserved: None }));
+    };
+    let ledgers = state.ledgers();
+    let refused = |whose, e: Exceeded| ModelStop {
+        reason: ExhaustReason::TokenReserve,
+        whose,
+        exceeded: e,
+        worst_case: worst,
+    };
+    let session_max = ledgers.session.max(Limit::Tokens);
+    let reserved = match ledgers.session.try_reserve(Limit::Tokens, worst) {
+        Ok(r) => r,
+        Err(e) => {
+            return Ok(Err(refused(
+                Whose::Session,
+                reserve_failure(e, session_max),
+            )))
+        }
+    };
+    if let Some(agent) = ledgers.agent {
+        if agent.max(Limit::Tokens).is_some() {
+            let agent_max = agent.max(Limit::Tokens);
+            if let Err(e) = agent.try_reserve(Limit::Tokens, worst) {
+                // Nothing is held for a call that is not made.
+                let _ = ledgers.session.roll_back(reserved);
+                return Ok(Err(refused(Whose::SubAgent, reserve_failure(e, agent_max))));
+            }
+        }
+    }
+    Ok(Ok(Admitted {
+        reserved: Some(reserved),
+    }))
+}
+
+/// [`spent`] over a front-end's state: its ledgers, then (in cost mode) its
+/// unpriced flag.
+pub(super) fn stopped<S: State<T> + ?Sized, const T: usize>(
+    state: &mut S,
+    now_ms: u64,
+) -> Result<Option<ModelStop>, S::Error> {
+    let ledgers = state.ledgers();
+    if let Some(stop) = limit_reached(ledgers.session, ledgers.agent.as_deref(), now_ms) {
+        return Ok(Some(stop));
+    }
+    if state.ledgers().session.max(Limit::CostMicros).is_none() || !state.unpriced()? {
+        return Ok(None);
+    }
+    Ok(unpriced_stop(state.ledgers().session))
+}
+
+/// What a failed reservation reports: the limit passed, or (a sum past
+/// `u64::MAX`, which no budget reaches) the limit as if full.
+fn reserve_failure(e: LedgerError, max: Option<u64>) -> Exceeded {
+    match e {
+        LedgerError::Exceeded(e) => e,
+        _ => {
+            let max = max.unwrap_or(u64::MAX);
+            Exceeded {
+                limit: Limit::Tokens,
+                used: max,
+                max,
+            }
+        }
+    }
+}
+
+/// One model response to count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Response<'a> {
+    /// The model that answered (named to the state when it has no price).
+    pub model: &'a str,
+    /// Tokens billed (input, output, cache reads and writes), or the part
+    /// not counted before when a response is seen again with more.
+    pub tokens: u64,
+    /// Its cost in micro-dollars; `None`: the model has no price.
+    pub cost_micros: Option<u64>,
+    /// Whether this is the response's first sight, so that it counts as a
+    /// model call (a response read again with more usage counts its tokens
+    /// only).
+    pub new_call: bool,
+}
+
+/// Counts a model response (`SPEC C`, the reference's `registrar`): a model
+/// call when it is new, its tokens (committing `admitted`'s reservation,
+/// or counted after the fact), its cost, in the session's ledger and the
+/// sub-agent's. A model without a price under a cost limit is told to the
+/// state ([`State::add_unpriced`]): the next model call is then stopped.
+/// Usage above a reservation is counted all the same, never hidden.
+pub fn count_response<S: State<T> + ?Sized, const T: usize>(
+    state: &mut S,
+    admitted: Admitted,
+    response: &Response<'_>,
+) -> Result<(), S::Error> {
+    let cost_mode = {
+        let ledgers = state.ledgers();
+        let count = |ledger: &mut Ledger<T>| {
+            if response.new_call {
+                ledger.record(Limit::ModelCalls, 1);
+            }
+            let committed = admitted
+                .reserved
+                .is_some_and(|r| ledger.commit(r, response.tokens).is_ok());
+            if !committed {
+                // After the fact, or a reservation this ledger does not
+                // hold (a sub-agent without a token limit).
+                ledger.record(Limit::Tokens, response.tokens);
+            }
+            if let Some(cost) = response.cost_micros {
+                ledger.record(Limit::CostMicros, cost);
+            }
+        };
+        count(ledgers.session);
+        if let Some(agent) = ledgers.agent {
+            count(agent);
+        }
+        ledgers.session.max(Limit::CostMicros).is_some()
+    };
+    if response.cost_micros.is_none() && cost_mode {
+        state.add_unpriced(response.model)?;
+    }
+    Ok(())
+}
+
+/// Gives back a reservation of a model call that was never made or failed
+/// before the upstream billed anything (refused, unreachable). A call that
+/// may have been billed is counted with [`count_response`] instead.
+pub fn release<S: State<T> + ?Sized, const T: usize>(state: &mut S, admitted: Admitted) {
+    if let Some(r) = admitted.reserved {
+        let ledgers = state.ledgers();
+        let _ = ledgers.session.roll_back(r);
+        if let Some(agent) = ledgers.agent {
+            let _ = agent.roll_back(r);
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The model-call side's tests: each limit on both sides of its boundary,
+//! the order, the sub-agent, reserve mode, and the counting of a response.
+
+use super::*;
+use crate::engine::tests::{Broken, Mem};
+
+fn session(max_calls: u64, max_tokens: u64) -> Mem {
+    let mut m = Mem::new();
+    m.session.set_max(Limit::ModelCalls, Some(max_calls));
+    m.session.set_max(Limit::Tokens, Some(max_tokens));
+    m
+}
+
+fn response(tokens: u64, cost: Option<u64>) -> Response<'static> {
+    Response {
+        model: "m",
+        tokens,
+        cost_micros: cost,
+        new_call: true,
+    }
+}
+
+fn stop(m: &mut Mem, now: u64, worst: Option<u64>) -> Option<ModelStop> {
+    before_model_call(m, now, worst).unwrap().err()
+}
+
+#[test]
+fn a_call_is_made_while_the_tokens_are_below_the_limit_and_not_at_it() {
+    let mut m = session(10, 100);
+    m.session.record(Limit::Tokens, 99);
+    assert_eq!(stop(&mut m, 0, None), None);
+    m.session.record(Limit::Tokens, 1);
+    let s = stop(&mut m, 0, None).unwrap();
+    assert_eq!(s.reason, ExhaustReason::Tokens);
+    assert_eq!(s.whose, Whose::Session);
+    assert_eq!((s.exceeded.used, s.exceeded.max), (100, 100));
+    assert_eq!(
+        s.detail().to_string(),
+        "budgetgate: the session's budget is spent: 100 of 100 tokens used (tokens), so no \
+         further model call is made; stop and report the work done so far"
+    );
+}
+
+#[test]
+fn the_limits_are_checked_in_the_ledgers_order_steps_first() {
+    let mut m = session(2, 100);
+    m.session.set_max(Limit::Millis, Some(50));
+    m.session.set_max(Limit::CostMicros, Some(7));
+    m.session.record(Limit::ModelCalls, 2);
+    m.session.record(Limit::Tokens, 100);
+    m.session.record(Limit::CostMicros, 7);
+    assert_eq!(stop(&mut m, 60, None).unwrap().reason, ExhaustReason::Steps);
+    m.session.set_max(Limit::ModelCalls, Some(3));
+    assert_eq!(
+        stop(&mut m, 60, None).unwrap().reason,
+        ExhaustReason::Tokens
+    );
+    m.session.set_max(Limit::Tokens, Some(101));
+    // Time is read at `now`: 49 ms in, not yet; 50 ms in, spent.
+    assert_eq!(stop(&mut m, 49, None).unwrap().reason, ExhaustReason::Cost);
+    assert_eq!(stop(&mut m, 50, None).unwrap().reason, ExhaustReason::Time);
+    m.session.set_max(Limit::CostMicros, Some(8));
+    assert_eq!(stop(&mut m, 49, None), None);
+}
+
+#[test]
+fn tool_attempts_do_not_stop_a_model_call() {
+    let mut m = session(10, 100);
+    m.session.set_max(Limit::ToolCalls, Some(1));
+    m.session.record(Limit::ToolCalls, 5);
+    assert_eq!(stop(&mut m, 0, None), None);
+}
+
+#[test]
+fn a_sub_agents_own_limit_stops_its_calls_after_the_sessions() {
+    let mut m = session(10, 100);
+    let mut agent = Ledger::new(0);
+    agent.set_max(Limit::Tokens, Some(20));
+    agent.record(Limit::Tokens, 20);
+    m.agent = Some(agent);
+    let s = stop(&mut m, 0, None).unwrap();
+    assert_eq!(
+        (s.reason, s.whose),
+        (ExhaustReason::Tokens, Whose::SubAgent)
+    );
+    m.session.record(Limit::ModelCalls, 10);
+    assert_eq!(stop(&mut m, 0, None).unwrap().whose, Whose::Session);
+}
+
+#[test]
+fn a_model_without_a_price_stops_the_next_call_in_cost_mode_only() {
+    let mut m = session(10, 1_000);
+    count_response(&mut m, Admitted { reserved: None }, &response(10, None)).unwrap();
+    assert!(!m.unpriced, "no cost limit: nothing to remember");
+    assert_eq!(stop(&mut m, 0, None), None);
+    assert_eq!(m.asked_unpriced, 0, "asked only under a cost limit");
+
+    m.session.set_max(Limit::CostMicros, Some(500));
+    count_response(&mut m, Admitted { reserved: None }, &response(10, Some(40))).unwrap();
+    assert!(!m.unpriced);
+    assert_eq!(stop(&mut m, 0, None), None);
+    count_response(&mut m, Admitted { reserved: None }, &response(10, None)).unwrap();
+    assert!(m.unpriced);
+    let s = stop(&mut m, 0, None).unwrap();
+    assert_eq!(s.reason, ExhaustReason::Unpriced);
+    assert_eq!((s.exceeded.used, s.exceeded.max), (40, 500));
+    assert!(s.detail().to_string().contains("unpriced-model"));
+}
+
+#[test]
+fn reserve_mode_lets_a_worst_case_that_fits_exactly_and_holds_it() {
+    let mut m = session(10, 100);
+    m.session.record(Limit::Tokens, 40);
+    let held = before_model_call(&mut m, 0, Some(60)).unwrap().unwrap();
+    assert_eq!(m.session.reserved(Limit::Tokens), 60);
+    // A second call in flight finds nothing left.
+    let s = stop(&mut m, 0, Some(1)).unwrap();
+    assert_eq!(
+        s.reason,
+        ExhaustReason::Tokens,
+        "used and reserved reach the limit"
+    );
+    count_response(&mut m, held, &response(25, None)).unwrap();
+    assert_eq!(m.session.reserved(Limit::Tokens), 0);
+    assert_eq!(m.session.used(Limit::Tokens), 65);
+    assert_eq!(m.session.used(Limit::ModelCalls), 1);
+}
+
+#[test]
+fn reserve_mode_refuses_a_worst_case_one_past_what_is_left() {
+    let mut m = session(10, 100);
+    m.session.record(Limit::Tokens, 40);
+    let s = stop(&mut m, 0, Some(61)).unwrap();
+    assert_eq!(s.reason, ExhaustReason::TokenReserve);
+    assert_eq!(
+        (s.exceeded.used, s.exceeded.max, s.worst_case),
+        (40, 100, 61)
+    );
+    assert_eq!(m.session.reserved(Limit::Tokens), 0, "nothing held");
+    assert_eq!(
+        s.detail().to_string(),
+        "budgetgate: this model call could use up to 61 tokens, and the session's token \
+         budget has 60 of 100 left, so it is not made (token-reserve)"
+    );
+}
+
+#[test]
+fn a_sub_agents_reservation_that_does_not_fit_holds_nothing_in_the_session() {
+    let mut m = session(10, 1_000);
+    let mut agent = Ledger::new(0);
+    agent.set_max(Limit::Tokens, Some(50));
+    m.agent = Some(agent);
+    let s = stop(&mut m, 0, Some(51)).unwrap();
+    assert_eq!(
+        (s.reason, s.whose),
+        (ExhaustReason::TokenReserve, Whose::SubAgent)
+    );
+    assert_eq!(m.session.reserved(Limit::Tokens), 0);
+    let held = before_model_call(&mut m, 0, Some(50)).unwrap().unwrap();
+    assert_eq!(m.agent.as_ref().unwrap().reserved(Limit::Tokens), 50);
+    count_response(&mut m, held, &response(70, None)).unwrap();
+    // Usage above the reservation is counted all the same.
+    assert_eq!(m.session.used(Limit::Tokens), 70);
+    assert_eq!(m.agent.as_ref().unwrap().used(Limit::Tokens), 70);
+    assert_eq!(m.agent.as_ref().unwrap().reserved(Limit::Tokens), 0);
+}
+
+#[test]
+fn a_sub_agent_without_a_token_limit_counts_after_the_fact() {
+    let mut m = session(10, 1_000);
+    m.agent = Some(Ledger::new(0));
+    let held = before_model_call(&mut m, 0, Some(50)).unwrap().unwrap();
+    assert_eq!(m.agent.as_ref().unwrap().reserved(Limit::Tokens), 0);
+    count_response(&mut m, held, &response(30, Some(3))).unwrap();
+    let agent = m.agent.as_ref().unwrap();
+    assert_eq!(
+        (
+            agent.used(Limit::Tokens),
+            agent.used(Limit::ModelCalls),
+            agent.used(Limit::CostMicros)
+        ),
+        (30, 1, 3)
+    );
+}
+
+#[test]
+fn a_released_call_gives_its_reservation_back_and_counts_nothing() {
+    let mut m = session(10, 100);
+    let held = before_model_call(&mut m, 0, Some(100)).unwrap().unwrap();
+    release(&mut m, held);
+    assert_eq!(m.session.reserved(Limit::Tokens), 0);
+    assert_eq!(m.session.used(Limit::ModelCalls), 0);
+    assert!(before_model_call(&mut m, 0, Some(100)).unwrap().is_ok());
+}
+
+#[test]
+fn a_response_seen_again_counts_its_tokens_but_not_another_call() {
+    let mut m = session(10, 100);
+    let again = Response {
+        new_call: false,
+        ..response(5, None)
+    };
+    count_response(&mut m, Admitted { reserved: None }, &response(10, None)).unwrap();
+    count_response(&mut m, Admitted { reserved: None }, &again).unwrap();
+    assert_eq!(m.session.used(Limit::ModelCalls), 1);
+    assert_eq!(m.session.used(Limit::Tokens), 15);
+}
+
+#[test]
+fn a_state_that_cannot_be_read_fails_the_decision() {
+    let mut m = session(10, 100);
+    m.session.set_max(Limit::CostMicros, Some(5));
+    m.broken = true;
+    let r = count_response(&mut m, Admitted { reserved: None }, &response(1, None));
+    assert_eq!(r, Err(Broken));
+}
+
+#[test]
+fn the_turn_gates_walk_and_the_stores_walk_agree() {
+    let mut m = session(3, 100);
+    m.session.record(Limit::Tokens, 100);
+    let in_memory = spent_in_memory(&m.session, 0, false);
+    assert_eq!(in_memory, stop(&mut m, 0, None));
+    assert_eq!(in_memory.map(|s| s.reason), Some(ExhaustReason::Tokens));
+}
