@@ -22,6 +22,7 @@
 //! A call is given back only when it is known not to have run
 //! ([`roll_back_reservation`]).
 
+pub mod backend;
 pub mod budget_file;
 pub mod clock;
 pub mod fingerprint;

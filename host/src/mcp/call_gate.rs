@@ -184,14 +184,6 @@ impl<G: CallGate> CallGate for std::sync::Arc<std::sync::Mutex<G>> {
     }
 }
 
-/// Where the ledger is kept.
-pub enum Backend {
-    /// The SQLite file the hook uses.
-    Sqlite(Store),
-    /// A Redis (or Valkey) server, for gateways on many machines.
-    Redis(crate::ledger_redis::RedisStore),
-}
-
 /// The ledger's gate: one transaction per decision, shared with the hook
 /// and other gateways on the same session.
 pub struct LedgerGate {
@@ -240,18 +232,8 @@ impl LedgerGate {
     ) -> Result<T, String> {
         let (budget, session) = (&self.budget, self.session.as_str());
         let tools = self.tools.as_deref().map_err(|e| format!("budget {e}"))?;
-        let mut decide = |tx: &dyn LedgerTx| {
-            let now = tx.clock_ms().unwrap_or(now);
-            let mut ledgers = Ledgers::load(tx, session, budget, tools, now)?;
-            let out = f(tx, &mut ledgers, budget, session, now)?;
-            ledgers.store(tx, session, now)?;
-            Ok(out)
-        };
-        match &mut self.backend {
-            Backend::Sqlite(store) => store.decide(|tx| decide(&*tx)),
-            Backend::Redis(store) => store.decide(session, |tx| decide(tx)),
-        }
-        .map_err(|e: GateError| e.to_string())
+        self.backend
+            .transaction(session, budget, tools, now, &mut f)
     }
 
     /// Commits each call in `ran`, then decides `call`, in one transaction:

@@ -82,7 +82,7 @@ use serde_json::{json, Value};
 
 use crate::gate::budget_file::{ReplayBudget, BUDGET_TOOLS};
 use crate::gate::{self, Counting, GateError, Ledgers, Refusal, ToolCall, Verdict};
-use crate::ledger::{Durability, LedgerTx, LedgerUrl, Store, StoreError};
+use crate::ledger::{Durability, LedgerTx, Store};
 use crate::mcp::terminal::Terminal;
 use budgetgate_core::approval::{self, Answer, Decision};
 use budgetgate_core::tools::ToolTable;
@@ -257,6 +257,7 @@ pub mod sse;
 pub mod stdio;
 pub mod terminal;
 
+pub use crate::gate::backend::{open_ledger, Backend};
 pub use call_gate::*;
 pub use lines::{Line, Lines};
 pub use message::*;
@@ -283,66 +284,6 @@ pub fn default_session(command: &[String]) -> String {
         .take(32)
         .collect();
     format!("mcp-{base}-{hash:016x}")
-}
-
-/// The refusal of a `--ledger` in a folder that does not exist.
-/// The folder `path` is in must exist (`url` names it in the error): a
-/// mistyped path never starts an empty budget.
-fn folder_of_exists(url: &str, path: &std::path::Path) -> Result<(), String> {
-    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        Some(dir) if !dir.is_dir() => Err(missing_folder(url, dir)),
-        _ => Ok(()),
-    }
-}
-
-fn missing_folder(url: &str, dir: &std::path::Path) -> String {
-    format!(
-        "--ledger {url}: the folder {} does not exist (create it first: a mistyped path would start an empty budget)",
-        dir.display()
-    )
-}
-
-/// Opens the ledger named by `--ledger`: `redis://…` (or `rediss://…`
-/// where the client supports it), `sqlite:FILE`, or a state folder; a
-/// SQLite ledger with `durability`. A Redis ledger with any durability but
-/// the default is refused: how durable Redis is, is the server's setting.
-pub fn open_ledger(
-    url: Option<&str>,
-    wait: Duration,
-    durability: Durability,
-) -> Result<Backend, String> {
-    let shown = |e: StoreError| e.to_string();
-    let parsed = LedgerUrl::parse(url, None)?;
-    let shown_url = url.unwrap_or_default();
-    match parsed {
-        LedgerUrl::Redis(url) => {
-            if durability != Durability::Full {
-                return Err(format!(
-                    "--durability {}: applies to a SQLite ledger; a Redis ledger ({url}) is as durable as the server's appendfsync setting",
-                    durability.synchronous().to_lowercase()
-                ));
-            }
-            crate::ledger_redis::RedisStore::open(&url, wait)
-                .map(Backend::Redis)
-                .map_err(shown)
-        }
-        LedgerUrl::SqliteFile(file) => {
-            folder_of_exists(shown_url, &file)?;
-            Store::open_file_with(&file, wait, durability)
-                .map(Backend::Sqlite)
-                .map_err(shown)
-        }
-        LedgerUrl::StateDir(dir) => {
-            // The state folder itself may be new; the folder it is in must
-            // exist (a mistyped path never starts an empty budget).
-            if url.is_some() {
-                folder_of_exists(shown_url, &dir)?;
-            }
-            Store::open_with(&dir, wait, durability)
-                .map(Backend::Sqlite)
-                .map_err(shown)
-        }
-    }
 }
 
 /// The terminal to ask approval at (`--terminal auto`: the controlling

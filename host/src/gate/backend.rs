@@ -1,0 +1,116 @@
+//! Where a session's ledger is kept, as every front-end on a store opens
+//! it (`--ledger`: a SQLite file, a state folder, a Redis server), and the
+//! one transaction a decision is made in.
+
+use std::time::Duration;
+
+use budgetgate_core::tools::ToolTable;
+
+use super::budget_file::{ReplayBudget, BUDGET_TOOLS};
+use super::{GateError, Ledgers};
+use crate::ledger::{Durability, LedgerTx, LedgerUrl, Store, StoreError};
+
+/// Where the ledger is kept.
+pub enum Backend {
+    /// The SQLite file the hook uses.
+    Sqlite(Store),
+    /// A Redis (or Valkey) server, for gateways on many machines.
+    Redis(crate::ledger_redis::RedisStore),
+}
+
+impl Backend {
+    /// Runs `f` in one transaction of `session` (made again, for Redis,
+    /// while another writer got in between) with the session's ledgers,
+    /// loaded with `budget`'s maxima and `tools` (its tool table) and
+    /// stored after `f`. The time of the transaction, given to `f` (its
+    /// last argument), is the store's clock when it has one (Redis: the
+    /// server's, so front-ends whose clocks differ decide on one time),
+    /// else `now`. `Err` is the one-line reason (the front-end refuses).
+    pub fn transaction<T>(
+        &mut self,
+        session: &str,
+        budget: &ReplayBudget,
+        tools: &ToolTable<BUDGET_TOOLS>,
+        now: u64,
+        f: &mut impl FnMut(
+            &dyn LedgerTx,
+            &mut Ledgers<'_>,
+            &ReplayBudget,
+            &str,
+            u64,
+        ) -> Result<T, GateError>,
+    ) -> Result<T, String> {
+        let mut decide = |tx: &dyn LedgerTx| {
+            let now = tx.clock_ms().unwrap_or(now);
+            let mut ledgers = Ledgers::load(tx, session, budget, tools, now)?;
+            let out = f(tx, &mut ledgers, budget, session, now)?;
+            ledgers.store(tx, session, now)?;
+            Ok(out)
+        };
+        match self {
+            Backend::Sqlite(store) => store.decide(|tx| decide(&*tx)),
+            Backend::Redis(store) => store.decide(session, |tx| decide(tx)),
+        }
+        .map_err(|e: GateError| e.to_string())
+    }
+}
+
+/// The refusal of a `--ledger` in a folder that does not exist.
+/// The folder `path` is in must exist (`url` names it in the error): a
+/// mistyped path never starts an empty budget.
+fn folder_of_exists(url: &str, path: &std::path::Path) -> Result<(), String> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) if !dir.is_dir() => Err(missing_folder(url, dir)),
+        _ => Ok(()),
+    }
+}
+
+fn missing_folder(url: &str, dir: &std::path::Path) -> String {
+    format!(
+        "--ledger {url}: the folder {} does not exist (create it first: a mistyped path would start an empty budget)",
+        dir.display()
+    )
+}
+
+/// Opens the ledger named by `--ledger`: `redis://…` (or `rediss://…`
+/// where the client supports it), `sqlite:FILE`, or a state folder; a
+/// SQLite ledger with `durability`. A Redis ledger with any durability but
+/// the default is refused: how durable Redis is, is the server's setting.
+pub fn open_ledger(
+    url: Option<&str>,
+    wait: Duration,
+    durability: Durability,
+) -> Result<Backend, String> {
+    let shown = |e: StoreError| e.to_string();
+    let parsed = LedgerUrl::parse(url, None)?;
+    let shown_url = url.unwrap_or_default();
+    match parsed {
+        LedgerUrl::Redis(url) => {
+            if durability != Durability::Full {
+                return Err(format!(
+                    "--durability {}: applies to a SQLite ledger; a Redis ledger ({url}) is as durable as the server's appendfsync setting",
+                    durability.synchronous().to_lowercase()
+                ));
+            }
+            crate::ledger_redis::RedisStore::open(&url, wait)
+                .map(Backend::Redis)
+                .map_err(shown)
+        }
+        LedgerUrl::SqliteFile(file) => {
+            folder_of_exists(shown_url, &file)?;
+            Store::open_file_with(&file, wait, durability)
+                .map(Backend::Sqlite)
+                .map_err(shown)
+        }
+        LedgerUrl::StateDir(dir) => {
+            // The state folder itself may be new; the folder it is in must
+            // exist (a mistyped path never starts an empty budget).
+            if url.is_some() {
+                folder_of_exists(shown_url, &dir)?;
+            }
+            Store::open_with(&dir, wait, durability)
+                .map(Backend::Sqlite)
+                .map_err(shown)
+        }
+    }
+}
