@@ -471,7 +471,7 @@ fn count_line(
         tx,
         &who,
         ledgers,
-        engine::Admitted { reserved: None },
+        engine::Admitted::AFTER_THE_FACT,
         &response,
     )
     .map_err(|e| e.to_string())

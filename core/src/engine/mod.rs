@@ -97,7 +97,7 @@ mod tests;
 
 pub use model::{
     before_model_call, count_response, release, spent, spent_in_memory, Admitted, ModelStop,
-    ModelStopDetail, Response,
+    ModelStopDetail, Response, ONE_MODEL_CALL,
 };
 
 /// One check of a proposed tool call, in the order of the module docs.

@@ -13,7 +13,7 @@ use super::outcome::{
 };
 use super::rules::{CallId, NameError, ToolName, ToolRules, ToolRulesError};
 use super::usage::TokenUsage;
-use crate::budget::{Ledger, Limit, Reservation};
+use crate::budget::{Ledger, Limit};
 use crate::engine;
 use crate::limits::{
     DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_REPEATS, DEFAULT_MAX_RUN_MILLIS, DEFAULT_MAX_RUN_TOKENS,
@@ -503,7 +503,7 @@ struct Tracked {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Ready,
-    AwaitingResponse { reserved: Option<Reservation> },
+    AwaitingResponse { admitted: engine::Admitted },
     InTurn { stop: StopReason },
     Finished(RunStatus),
 }
@@ -753,9 +753,7 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         let Ok(admitted) = engine::before_model_call(&mut state, now_ms, worst_case);
         match admitted {
             Ok(admitted) => {
-                self.phase = Phase::AwaitingResponse {
-                    reserved: admitted.reserved,
-                };
+                self.phase = Phase::AwaitingResponse { admitted };
                 Ok(Admission::Proceed { call: self.steps() })
             }
             Err(stop) => {
@@ -797,7 +795,7 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         stop: StopReason,
         cost_micros: Option<u64>,
     ) -> Result<Recorded, RecordError> {
-        let Phase::AwaitingResponse { reserved } = self.phase else {
+        let Phase::AwaitingResponse { admitted } = self.phase else {
             return Err(RecordError::NotAwaitingResponse(self.phase()));
         };
         let total = usage.total();
@@ -815,14 +813,16 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
             cost_micros,
             new_call: true,
         };
-        let Ok(()) = engine::count_response(&mut state, engine::Admitted { reserved }, &response);
+        let Ok(()) = engine::count_response(&mut state, admitted, &response);
         self.usage = self.usage.saturating_add(usage);
         self.calls.clear();
         self.phase = Phase::InTurn { stop };
         Ok(Recorded {
             steps: self.steps(),
             usage: self.usage,
-            over_reservation: reserved.map_or(0, |r| total.saturating_sub(r.amount)),
+            over_reservation: admitted
+                .reserved
+                .map_or(0, |r| total.saturating_sub(r.amount)),
         })
     }
 

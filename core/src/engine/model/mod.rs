@@ -84,15 +84,35 @@ impl fmt::Display for ModelStopDetail<'_> {
     }
 }
 
-/// A model call let through: what it holds until its response is counted.
+/// A model call let through: what it holds until its response is counted
+/// ([`count_response`] commits it) or the call is known not to have been
+/// billed ([`release`] gives it back).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Admitted {
+    /// The model call itself, held in the session's ledger (and the
+    /// sub-agent's) from the moment it is let through, so that calls made
+    /// at once never pass `max_model_calls` together.
+    pub call: Option<Reservation>,
     /// Reserve mode: the worst case held in the session's ledger (and the
-    /// sub-agent's, when it has a token limit) until
-    /// [`count_response`] commits it or [`release`] rolls it back.
+    /// sub-agent's, when it has a token limit).
     pub reserved: Option<Reservation>,
 }
+
+impl Admitted {
+    /// Nothing held: a response counted after the fact, without a decision
+    /// before its call (the hook reads it from the transcript).
+    pub const AFTER_THE_FACT: Self = Self {
+        call: None,
+        reserved: None,
+    };
+}
+
+/// One model call, as held by [`Admitted::call`].
+pub const ONE_MODEL_CALL: Reservation = Reservation {
+    limit: Limit::ModelCalls,
+    amount: 1,
+};
 
 /// The first limit checked before each model call that `session` (then
 /// `agent`) has reached at `now_ms`, or, under a cost limit, a model counted
@@ -182,38 +202,48 @@ pub fn before_model_call<S: State<T> + ?Sized, const T: usize>(
     if let Some(stop) = stopped(state, now_ms)? {
         return Ok(Err(stop));
     }
-    let Some(worst) = worst_case else {
-        return Ok(Ok(Admitted { reserved: None }));
-    };
-    let ledgers = state.ledgers();
+    let mut ledgers = state.ledgers();
     let refused = |whose, e: Exceeded| ModelStop {
         reason: ExhaustReason::TokenReserve,
         whose,
         exceeded: e,
-        worst_case: worst,
+        worst_case: worst_case.unwrap_or(0),
     };
-    let session_max = ledgers.session.max(Limit::Tokens);
-    let reserved = match ledgers.session.try_reserve(Limit::Tokens, worst) {
-        Ok(r) => r,
-        Err(e) => {
-            return Ok(Err(refused(
-                Whose::Session,
-                reserve_failure(e, session_max),
-            )))
-        }
-    };
-    if let Some(agent) = ledgers.agent {
-        if agent.max(Limit::Tokens).is_some() {
-            let agent_max = agent.max(Limit::Tokens);
-            if let Err(e) = agent.try_reserve(Limit::Tokens, worst) {
-                // Nothing is held for a call that is not made.
-                let _ = ledgers.session.roll_back(reserved);
-                return Ok(Err(refused(Whose::SubAgent, reserve_failure(e, agent_max))));
+    let mut reserved = None;
+    if let Some(worst) = worst_case {
+        let session_max = ledgers.session.max(Limit::Tokens);
+        let r = match ledgers.session.try_reserve(Limit::Tokens, worst) {
+            Ok(r) => r,
+            Err(e) => {
+                return Ok(Err(refused(
+                    Whose::Session,
+                    reserve_failure(e, session_max),
+                )))
+            }
+        };
+        if let Some(agent) = ledgers.agent.as_deref_mut() {
+            if let Some(agent_max) = agent.max(Limit::Tokens) {
+                if let Err(e) = agent.try_reserve(Limit::Tokens, worst) {
+                    // Nothing is held for a call that is not made.
+                    let _ = ledgers.session.roll_back(r);
+                    return Ok(Err(refused(
+                        Whose::SubAgent,
+                        reserve_failure(e, Some(agent_max)),
+                    )));
+                }
             }
         }
+        reserved = Some(r);
+    }
+    // Below its maximum (checked above), so one more call fits; a sum past
+    // u64::MAX (no maximum) holds nothing, and the response counts it.
+    let held = ledgers.session.try_reserve(Limit::ModelCalls, 1).is_ok();
+    if let Some(agent) = ledgers.agent {
+        let _ = agent.try_reserve(Limit::ModelCalls, 1);
     }
     Ok(Ok(Admitted {
-        reserved: Some(reserved),
+        call: held.then_some(ONE_MODEL_CALL),
+        reserved,
     }))
 }
 
@@ -279,7 +309,8 @@ pub fn count_response<S: State<T> + ?Sized, const T: usize>(
     let cost_mode = {
         let ledgers = state.ledgers();
         let count = |ledger: &mut Ledger<T>| {
-            if response.new_call {
+            let held = admitted.call.is_some_and(|c| ledger.commit(c, 1).is_ok());
+            if response.new_call && !held {
                 ledger.record(Limit::ModelCalls, 1);
             }
             let committed = admitted
@@ -310,10 +341,10 @@ pub fn count_response<S: State<T> + ?Sized, const T: usize>(
 /// before the upstream billed anything (refused, unreachable). A call that
 /// may have been billed is counted with [`count_response`] instead.
 pub fn release<S: State<T> + ?Sized, const T: usize>(state: &mut S, admitted: Admitted) {
-    if let Some(r) = admitted.reserved {
-        let ledgers = state.ledgers();
+    let mut ledgers = state.ledgers();
+    for r in [admitted.call, admitted.reserved].into_iter().flatten() {
         let _ = ledgers.session.roll_back(r);
-        if let Some(agent) = ledgers.agent {
+        if let Some(agent) = ledgers.agent.as_deref_mut() {
             let _ = agent.roll_back(r);
         }
     }

@@ -90,16 +90,16 @@ fn a_sub_agents_own_limit_stops_its_calls_after_the_sessions() {
 #[test]
 fn a_model_without_a_price_stops_the_next_call_in_cost_mode_only() {
     let mut m = session(10, 1_000);
-    count_response(&mut m, Admitted { reserved: None }, &response(10, None)).unwrap();
+    count_response(&mut m, Admitted::AFTER_THE_FACT, &response(10, None)).unwrap();
     assert!(!m.unpriced, "no cost limit: nothing to remember");
     assert_eq!(stop(&mut m, 0, None), None);
     assert_eq!(m.asked_unpriced, 0, "asked only under a cost limit");
 
     m.session.set_max(Limit::CostMicros, Some(500));
-    count_response(&mut m, Admitted { reserved: None }, &response(10, Some(40))).unwrap();
+    count_response(&mut m, Admitted::AFTER_THE_FACT, &response(10, Some(40))).unwrap();
     assert!(!m.unpriced);
     assert_eq!(stop(&mut m, 0, None), None);
-    count_response(&mut m, Admitted { reserved: None }, &response(10, None)).unwrap();
+    count_response(&mut m, Admitted::AFTER_THE_FACT, &response(10, None)).unwrap();
     assert!(m.unpriced);
     let s = stop(&mut m, 0, None).unwrap();
     assert_eq!(s.reason, ExhaustReason::Unpriced);
@@ -200,8 +200,8 @@ fn a_response_seen_again_counts_its_tokens_but_not_another_call() {
         new_call: false,
         ..response(5, None)
     };
-    count_response(&mut m, Admitted { reserved: None }, &response(10, None)).unwrap();
-    count_response(&mut m, Admitted { reserved: None }, &again).unwrap();
+    count_response(&mut m, Admitted::AFTER_THE_FACT, &response(10, None)).unwrap();
+    count_response(&mut m, Admitted::AFTER_THE_FACT, &again).unwrap();
     assert_eq!(m.session.used(Limit::ModelCalls), 1);
     assert_eq!(m.session.used(Limit::Tokens), 15);
 }
@@ -211,7 +211,7 @@ fn a_state_that_cannot_be_read_fails_the_decision() {
     let mut m = session(10, 100);
     m.session.set_max(Limit::CostMicros, Some(5));
     m.broken = true;
-    let r = count_response(&mut m, Admitted { reserved: None }, &response(1, None));
+    let r = count_response(&mut m, Admitted::AFTER_THE_FACT, &response(1, None));
     assert_eq!(r, Err(Broken));
 }
 
@@ -222,4 +222,25 @@ fn the_turn_gates_walk_and_the_stores_walk_agree() {
     let in_memory = spent_in_memory(&m.session, 0, false);
     assert_eq!(in_memory, stop(&mut m, 0, None));
     assert_eq!(in_memory.map(|s| s.reason), Some(ExhaustReason::Tokens));
+}
+
+#[test]
+fn calls_in_flight_hold_their_model_call_so_they_never_pass_the_limit_together() {
+    let mut m = session(2, 1_000);
+    let first = before_model_call(&mut m, 0, None).unwrap().unwrap();
+    let second = before_model_call(&mut m, 0, None).unwrap().unwrap();
+    let s = stop(&mut m, 0, None).unwrap();
+    assert_eq!(
+        (s.reason, s.exceeded.used, s.exceeded.max),
+        (ExhaustReason::Steps, 2, 2)
+    );
+    // A call never billed gives its place back; a counted one keeps it.
+    release(&mut m, first);
+    count_response(&mut m, second, &response(10, None)).unwrap();
+    assert_eq!(m.session.used(Limit::ModelCalls), 1);
+    assert_eq!(m.session.reserved(Limit::ModelCalls), 0);
+    let third = before_model_call(&mut m, 0, None).unwrap().unwrap();
+    count_response(&mut m, third, &response(10, None)).unwrap();
+    assert_eq!(m.session.used(Limit::ModelCalls), 2);
+    assert_eq!(stop(&mut m, 0, None).unwrap().reason, ExhaustReason::Steps);
 }
