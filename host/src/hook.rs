@@ -424,7 +424,7 @@ fn count_line(
             if value.is_null() {
                 TokenUsage::ZERO
             } else {
-                crate::replay::session::billed_usage(&value)?.0
+                gate::usage::billed_usage(&value)?.0
             }
         }
     };

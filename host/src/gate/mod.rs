@@ -27,6 +27,7 @@ pub mod budget_file;
 pub mod clock;
 pub mod fingerprint;
 pub mod model;
+pub mod usage;
 
 use budgetgate_core::budget::{Exceeded, Ledger, Limit};
 use budgetgate_core::engine::{self, Seen, Shown, ONE_CALL};

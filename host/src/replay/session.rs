@@ -4,7 +4,7 @@
 use budgetgate_core::turn::{ArgsFingerprint, TokenUsage};
 use serde_json::Value;
 
-use crate::strict::field;
+pub use crate::gate::usage::{billed_usage, UsageIteration};
 
 use std::borrow::Cow;
 
@@ -174,17 +174,6 @@ pub enum UsageGranularity {
     /// No usage is recorded at all (a SWE-agent trajectory without
     /// `info.model_stats`): the cost is unknown, the token limit unchecked.
     Unknown,
-}
-
-/// One entry of a response's `usage.iterations` (compaction, advisor and
-/// other sub-inferences billed within one request).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct UsageIteration {
-    /// The iteration's `type` (`compaction`, `message`, …), or `unknown`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// Its usage, the four counted fields.
-    pub usage: TokenUsage,
 }
 
 /// One model response, counted once.
@@ -376,72 +365,6 @@ impl Session {
                 .fold(TokenUsage::ZERO, TokenUsage::saturating_add),
         }
     }
-}
-
-/// The usage billed for one response: the top level plus every entry of
-/// `usage.iterations` but the message's own sampling passes (`"type":
-/// "message"`), which the top level already is — compaction and advisor
-/// sub-inferences are billed there and nowhere else (Anthropic's compaction
-/// guide; in recorded cassettes the top level equals the sum of the
-/// `message` iterations). The one rule replay and `budgetgate hook` count
-/// by. Returns the total and every iteration. An `iterations` that is neither a list nor null, or an entry
-/// that is not a usage object, is an error naming it.
-pub fn billed_usage(value: &Value) -> Result<(TokenUsage, Vec<UsageIteration>), String> {
-    let mut total = usage_from_value(value)?;
-    let mut iterations = Vec::new();
-    match field(value, "iterations") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(items)) => {
-            for (at, item) in items.iter().enumerate() {
-                let usage =
-                    usage_from_value(item).map_err(|e| format!("usage.iterations[{at}]: {e}"))?;
-                let kind = field(item, "type")
-                    .and_then(Value::as_str)
-                    .unwrap_or("unknown");
-                if kind != "message" {
-                    total = total.saturating_add(usage);
-                }
-                iterations.push(UsageIteration {
-                    kind: kind.to_owned(),
-                    usage,
-                });
-            }
-        }
-        Some(_) => return Err("usage `iterations` is neither a list nor null".into()),
-    }
-    Ok((total, iterations))
-}
-
-/// Reads a usage object leniently from a JSON value: the four counted
-/// fields, absent or null counting 0 (`SPEC C`). A field that is not a
-/// non-negative integer is an error naming it.
-pub fn usage_from_value(value: &Value) -> Result<TokenUsage, String> {
-    if !value.is_object() {
-        return Err("usage is not an object".into());
-    }
-    let mut usage = TokenUsage::ZERO;
-    for (key, slot) in [
-        ("input_tokens", &mut usage.input_tokens),
-        ("output_tokens", &mut usage.output_tokens),
-        (
-            "cache_read_input_tokens",
-            &mut usage.cache_read_input_tokens,
-        ),
-        (
-            "cache_creation_input_tokens",
-            &mut usage.cache_creation_input_tokens,
-        ),
-    ] {
-        match field(value, key) {
-            None | Some(Value::Null) => {}
-            Some(v) => {
-                *slot = v
-                    .as_u64()
-                    .ok_or_else(|| format!("usage `{key}` is not a non-negative integer"))?
-            }
-        }
-    }
-    Ok(usage)
 }
 
 #[cfg(test)]

@@ -15,7 +15,10 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
+use budgetgate_core::turn::TokenUsage;
+
 use super::exchanges::UNREADABLE;
+use crate::gate::usage::{openai_usage, OpenAiShape};
 use crate::strict::value_from_str;
 
 /// Whether a body is a Chat Completions reply (`object: chat.completion`,
@@ -37,52 +40,24 @@ pub(super) fn is_response(body: &Value) -> bool {
 
 /// The usage of a Chat reply in the four counted fields.
 fn chat_usage(usage: Option<&Value>) -> Result<Value, String> {
-    usage_of(
-        usage,
-        "prompt_tokens",
-        "completion_tokens",
-        "prompt_tokens_details",
-    )
+    usage_json(openai_usage(usage, OpenAiShape::Chat)?)
 }
 
 /// The usage of a Responses reply in the four counted fields.
 fn responses_usage(usage: Option<&Value>) -> Result<Value, String> {
-    usage_of(
-        usage,
-        "input_tokens",
-        "output_tokens",
-        "input_tokens_details",
-    )
+    usage_json(openai_usage(usage, OpenAiShape::Responses)?)
 }
 
-fn usage_of(
-    usage: Option<&Value>,
-    input: &str,
-    output: &str,
-    details: &str,
-) -> Result<Value, String> {
-    let Some(usage) = usage.filter(|u| !u.is_null()) else {
-        return Ok(Value::Null);
-    };
-    let count = |v: Option<&Value>, key: &str| -> Result<u64, String> {
-        match v {
-            None | Some(Value::Null) => Ok(0),
-            Some(v) => v
-                .as_u64()
-                .ok_or_else(|| format!("usage `{key}` is not a non-negative integer")),
-        }
-    };
-    let prompt = count(usage.get(input), input)?;
-    let cached = count(
-        usage.get(details).and_then(|d| d.get("cached_tokens")),
-        "cached_tokens",
-    )?;
-    Ok(json!({
-        "input_tokens": prompt.saturating_sub(cached),
-        "cache_read_input_tokens": cached.min(prompt),
-        "cache_creation_input_tokens": 0,
-        "output_tokens": count(usage.get(output), output)?,
-    }))
+fn usage_json(usage: Option<TokenUsage>) -> Result<Value, String> {
+    Ok(match usage {
+        None => Value::Null,
+        Some(u) => json!({
+            "input_tokens": u.input_tokens,
+            "cache_read_input_tokens": u.cache_read_input_tokens,
+            "cache_creation_input_tokens": u.cache_creation_input_tokens,
+            "output_tokens": u.output_tokens,
+        }),
+    })
 }
 
 /// A function call's arguments (a JSON string): the value, or the
