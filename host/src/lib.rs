@@ -23,6 +23,8 @@ pub mod ledger;
 pub mod ledger_cli;
 pub mod ledger_redis;
 pub mod mcp;
+pub mod net;
+pub mod proxy;
 pub mod replay;
 pub mod strict;
 pub mod term;

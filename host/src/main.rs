@@ -72,7 +72,7 @@ Examples:
   budgetgate plan examples/plan.json --limits examples/limits.json --json
 
 SPEC B: section B of the behaviour contract, docs/CONTRACT.md in the repository.")]
-    #[command(display_order = 7)]
+    #[command(display_order = 8)]
     Plan(cli::plan::PlanArgs),
 
     /// Run a scripted agent against the demo tools within its budgets (SPEC A).
@@ -111,7 +111,7 @@ Examples:
   budgetgate run examples/run-add.json --max-decisions 1
 
 SPEC A: section A of the behaviour contract, docs/CONTRACT.md in the repository.")]
-    #[command(display_order = 8)]
+    #[command(display_order = 9)]
     Run(cli::run::RunArgs),
 
     /// Answer JSON Lines requests on stdin, one JSON line per request on stdout.
@@ -138,7 +138,7 @@ Examples:
   {\"ok\":{\"steps\":0,\"tokens\":0,\"output\":0,\"max_depth\":0,\"max_fanout\":0}}
   $ echo '{\"fn\":\"validate_agent_action\",\"args\":{\"value\":[]}}' | budgetgate eval
   {\"error\":\"invalid-input\",\"detail\":\"an action must be a JSON object\"}")]
-    #[command(display_order = 6)]
+    #[command(display_order = 7)]
     Eval,
 
     /// Re-decide a recorded agent session through the turn gate (SPEC C).
@@ -171,7 +171,7 @@ Examples:
   budgetgate replay examples/replay/swe-agent.traj --approve none --json
 
 SPEC C: section C of the behaviour contract, docs/CONTRACT.md in the repository.")]
-    #[command(display_order = 3)]
+    #[command(display_order = 4)]
     Replay(budgetgate::replay::ReplayArgs),
 
     /// Run a script of proposals through the gate on a device (a
@@ -194,7 +194,7 @@ Examples:
   budgetgate device --tcp 127.0.0.1:4440 --console 127.0.0.1:4441 --operator approve examples/device-session.json
   budgetgate device --serial /dev/ttyACM0 examples/device-session.json --json
   scripts/demo")]
-    #[command(display_order = 5)]
+    #[command(display_order = 6)]
     Device(budgetgate::device::DeviceArgs),
 
     /// Put the gate in front of an agent as a hook (Claude Code).
@@ -245,10 +245,36 @@ Examples:
     #[command(display_order = 2)]
     Mcp(budgetgate::mcp::McpArgs),
 
+    /// Put the gate in front of the model API: every model call is decided
+    /// against the budget before it reaches the provider.
+    ///
+    /// Serves Anthropic's Messages API (POST /v1/messages) and OpenAI's Chat
+    /// Completions and Responses (POST /v1/chat/completions, /v1/responses),
+    /// streamed or not, and forwards them to --upstream; everything else
+    /// (count_tokens, model lists) passes through ungated. Before each call
+    /// the engine checks model calls, tokens, cost and time (docs/PROXY.md);
+    /// with token_mode = "reserve" the call's worst case (its input bound
+    /// plus its max tokens) must fit. A refused call never reaches the
+    /// upstream: it is answered with the provider's own error shape, status
+    /// 400 and x-should-retry: false, naming the limit and what was used.
+    /// The response's usage is read on the way back and counted in the
+    /// ledger the hook and the MCP gateway share.
+    #[command(after_help = "\
+Exit status: 0 stopped by SIGINT or SIGTERM; 2 it could not start (budget,
+ledger, address, upstream; one line on stderr).
+
+Examples:
+  budgetgate proxy --upstream http://127.0.0.1:9000 --budget budget.toml
+  ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude
+  budgetgate proxy --listen 127.0.0.1:0 --upstream http://127.0.0.1:9000 --ledger redis://127.0.0.1/0
+  OPENAI_BASE_URL=http://127.0.0.1:8787/v1 python agent.py")]
+    #[command(display_order = 3)]
+    Proxy(cli::proxy::ProxyArgs),
+
     /// Look at (or, as an operator, reset) the durable ledger that the hook
     /// and other front-ends share.
     #[command(subcommand)]
-    #[command(display_order = 4)]
+    #[command(display_order = 5)]
     Ledger(budgetgate::ledger_cli::LedgerCommand),
 }
 
@@ -317,5 +343,6 @@ fn main() -> ExitCode {
         Command::Hook(HookCommand::Uninstall(args)) => budgetgate::hook_install::uninstall(&args),
         Command::Ledger(command) => budgetgate::ledger_cli::command(&command),
         Command::Mcp(args) => budgetgate::mcp::command(&args),
+        Command::Proxy(args) => cli::proxy::main(&args),
     }
 }

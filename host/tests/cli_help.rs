@@ -110,7 +110,7 @@ fn help_lists_the_front_ends_before_the_lesson_functions() {
         .collect();
     assert_eq!(
         listed,
-        ["hook", "mcp", "replay", "ledger", "device", "eval", "plan", "run", "help"],
+        ["hook", "mcp", "proxy", "replay", "ledger", "device", "eval", "plan", "run", "help"],
         "{text}"
     );
 }

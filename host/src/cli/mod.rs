@@ -3,6 +3,7 @@
 
 pub mod eval;
 pub mod plan;
+pub mod proxy;
 pub mod run;
 
 use std::path::Path;

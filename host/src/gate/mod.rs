@@ -466,12 +466,21 @@ pub fn count_expired(
     // A ledger that holds no reservation has none stored: every stored
     // reservation is held in the ledger written by the same transaction
     // (one query less per decision when no call is in flight).
-    if ledger.reserved(Limit::ToolCalls) == 0 {
+    if ledger.reserved(Limit::ToolCalls) == 0 && ledger.reserved(Limit::ModelCalls) == 0 {
         return Ok(0);
     }
     let expired = tx.take_expired_reservations(session, now)?;
-    for _ in &expired {
-        spend(ledger);
+    for text in &expired {
+        match model::read_reservation(text) {
+            Some(e) => {
+                model::spend_expired(ledger, &e);
+                // A cost budget never counts a call as free.
+                if e.cost_micros.is_none() && ledger.max(Limit::CostMicros).is_some() {
+                    tx.add_unpriced(session, e.model)?;
+                }
+            }
+            None => spend(ledger),
+        }
     }
     if !expired.is_empty() {
         tx.log(

@@ -61,3 +61,76 @@ pub fn release(
     let mut state = Stored::new(tx, who.session, who.agent, ledgers);
     engine::release(&mut state, admitted);
 }
+
+/// How a model call's reservation is stored (the store's reservation row
+/// holds one text): `model:HELD:CHARGE:COST:MODEL`, the tokens held in the
+/// ledger, the tokens and the cost (micro-USD, `-` for a model without a
+/// price) to count should its process die before the response is counted,
+/// and the model. A tool's name never holds `:`, so a tool call's
+/// reservation is never read as one.
+pub fn reservation_text(
+    admitted: &Admitted,
+    charge: u64,
+    cost_micros: Option<u64>,
+    model: &str,
+) -> String {
+    let held = admitted.reserved.map_or(0, |r| r.amount);
+    let cost = cost_micros.map_or_else(|| "-".to_owned(), |c| c.to_string());
+    format!("{MODEL_RESERVATION}{held}:{charge}:{cost}:{model}")
+}
+
+/// The prefix of [`reservation_text`].
+pub const MODEL_RESERVATION: &str = "model:";
+
+/// A model call's stored reservation, read back ([`reservation_text`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expiring<'a> {
+    /// Tokens held in the ledger.
+    pub held: u64,
+    /// Tokens to count.
+    pub charge: u64,
+    /// Cost to count; `None`: the model has no price.
+    pub cost_micros: Option<u64>,
+    /// The model.
+    pub model: &'a str,
+}
+
+/// Reads a stored reservation; `None`: not a model call's.
+pub fn read_reservation(text: &str) -> Option<Expiring<'_>> {
+    let rest = text.strip_prefix(MODEL_RESERVATION)?;
+    let mut parts = rest.splitn(4, ':');
+    let held = parts.next()?.parse().ok()?;
+    let charge = parts.next()?.parse().ok()?;
+    let cost = match parts.next()? {
+        "-" => None,
+        c => Some(c.parse().ok()?),
+    };
+    Some(Expiring {
+        held,
+        charge,
+        cost_micros: cost,
+        model: parts.next()?,
+    })
+}
+
+/// Counts a model call whose process died with its response uncounted
+/// (its reservation expired): the call, its charge in tokens (at least
+/// what was held in reserve mode) and its cost: never free, never given
+/// back.
+pub fn spend_expired(ledger: &mut budgetgate_core::budget::Ledger, e: &Expiring<'_>) {
+    let (held, charge, cost_micros) = (e.held, e.charge, e.cost_micros);
+    use budgetgate_core::budget::{Limit, Reservation};
+    if ledger.commit(engine::ONE_MODEL_CALL, 1).is_err() {
+        ledger.record(Limit::ModelCalls, 1);
+    }
+    let tokens = Reservation {
+        limit: Limit::Tokens,
+        amount: held,
+    };
+    if held == 0 || ledger.commit(tokens, charge.max(held)).is_err() {
+        ledger.record(Limit::Tokens, charge.max(held));
+    }
+    if let Some(cost) = cost_micros {
+        ledger.record(Limit::CostMicros, cost);
+    }
+}

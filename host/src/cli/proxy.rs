@@ -1,0 +1,68 @@
+//! `budgetgate proxy`: its arguments, turned into the proxy's set-up
+//! ([`budgetgate::proxy::Config`]).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use budgetgate::ledger::Durability;
+use budgetgate::proxy::{self, Config};
+
+/// Arguments of `budgetgate proxy`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProxyArgs {
+    /// Where to serve the model API: `PORT` (on 127.0.0.1) or `HOST:PORT`;
+    /// port 0 picks a free one, printed on stderr.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
+    pub listen: String,
+    /// The model API to forward to: `http://HOST[:PORT][/PATH]` (the
+    /// request's path is added to PATH).
+    #[arg(long, value_name = "URL")]
+    pub upstream: String,
+    /// Budget file (TOML, docs/BUDGETS.md); the reference's defaults when
+    /// absent. `token_mode = "reserve"` reserves each call's worst case.
+    #[arg(long, value_name = "FILE")]
+    pub budget: Option<PathBuf>,
+    /// The ledger: `sqlite:FILE`, a state folder, or `redis://HOST:PORT/DB`
+    /// (the hook's and the MCP gateway's, so they share one budget).
+    #[arg(long, value_name = "URL")]
+    pub ledger: Option<String>,
+    /// The session of requests that name none (Claude Code names its own in
+    /// `X-Claude-Code-Session-Id`).
+    #[arg(long, value_name = "NAME", default_value = "proxy")]
+    pub session: String,
+    /// A request header that names the session, for clients other than
+    /// Claude Code (e.g. `x-agent-session`).
+    #[arg(long, value_name = "HEADER")]
+    pub session_header: Option<String>,
+    /// How durable each decision is in a SQLite ledger.
+    #[arg(long, value_enum, value_name = "LEVEL", default_value_t = Durability::Full)]
+    pub durability: Durability,
+    /// Seconds a model call may take, from its request to its last byte;
+    /// past it the call is cut and what was reported counts.
+    #[arg(long, value_name = "S", default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub call_timeout: u64,
+}
+
+/// Runs `budgetgate proxy`: exit 0 when stopped by SIGINT or SIGTERM, 2 when
+/// it cannot start.
+pub fn main(args: &ProxyArgs) -> ExitCode {
+    let listen = match budgetgate::net::listen_addr(&args.listen) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("budgetgate proxy: {e}; not started");
+            return ExitCode::from(2);
+        }
+    };
+    proxy::run(&Config {
+        listen,
+        upstream: args.upstream.clone(),
+        budget: args.budget.clone(),
+        ledger: args.ledger.clone(),
+        session: args.session.clone(),
+        session_header: args.session_header.clone(),
+        durability: args.durability,
+        call_timeout: Duration::from_secs(args.call_timeout),
+    })
+}

@@ -1,0 +1,236 @@
+//! What the HTTP front-ends share (the model proxy; the MCP gateway's
+//! Streamable HTTP transport is moving here): the accept loop with its
+//! bounds on connections and slow clients, a body fed by a channel, a
+//! bounded body reader, the check that a request comes from this machine's
+//! pages only, and the upstream client.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Request, Response, StatusCode};
+
+/// A response as the front-ends build it.
+pub type Reply = Response<BoxBody<Bytes, Infallible>>;
+
+/// Most client connections served at once; more wait to be accepted.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// How long a new connection may wait before its first byte (ms).
+pub const FIRST_BYTE_MS: u64 = 2_000;
+
+/// How long a request's head may take to arrive (s).
+pub const HEAD_TIMEOUT_S: u64 = 10;
+
+/// A response body fed by a channel (a stream relayed as it comes); the
+/// channel's sender dropped ends it.
+pub struct ChannelBody(pub tokio::sync::mpsc::Receiver<Bytes>);
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+/// A whole response.
+pub fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Reply {
+    let mut r = Response::new(Full::new(body.into()).boxed());
+    *r.status_mut() = status;
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    r
+}
+
+/// Why a body was not read whole.
+#[derive(Debug)]
+pub enum ReadError {
+    /// Longer than allowed.
+    TooLarge,
+    /// The connection failed.
+    Failed(String),
+}
+
+/// Reads `body` up to `max` bytes; past that, `TooLarge` (nothing more is
+/// kept).
+pub async fn read_bounded(mut body: Incoming, max: usize) -> Result<Vec<u8>, ReadError> {
+    let mut buf = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ReadError::Failed(e.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if buf.len() + data.len() > max {
+            return Err(ReadError::TooLarge);
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(buf)
+}
+
+/// Whether an `Origin` is this machine's (`http://localhost[:P]`,
+/// `http://127.0.0.1[:P]`, `http://[::1][:P]`).
+pub fn local_origin(origin: &str) -> bool {
+    let rest = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .unwrap_or("");
+    let host = if let Some(v6) = rest.strip_prefix('[') {
+        v6.split(']').next().map(|h| format!("[{h}]"))
+    } else {
+        rest.split(':').next().map(str::to_owned)
+    };
+    matches!(host.as_deref(), Some("localhost" | "127.0.0.1" | "[::1]"))
+}
+
+/// Whether `host` (a `Host` header: a name or address, with or without a
+/// port) names this gateway listening on `bound`: `localhost`, a loopback
+/// address, or the address it listens on. A gateway listening on every
+/// address (`0.0.0.0`, `::`) is reached by names it cannot know: any host.
+pub fn allowed_host(host: &str, bound: SocketAddr) -> bool {
+    if bound.ip().is_unspecified() {
+        return true;
+    }
+    let name = if let Some(v6) = host.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(name, _)| name)
+    };
+    if name.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    name.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback() || ip == bound.ip())
+}
+
+/// Why a request from a browser page must be refused (`403`): an `Origin`
+/// of another machine, or more than one. `None`: no `Origin` (not a
+/// browser) or this machine's.
+pub fn foreign_origin(req: &Request<Incoming>) -> Option<&'static str> {
+    let origins: Vec<&HeaderValue> = req.headers().get_all("origin").iter().collect();
+    match origins.as_slice() {
+        [] => None,
+        [one] if local_origin(one.to_str().unwrap_or("")) => None,
+        [_] => Some("requests from a web page of another origin are refused (Origin)"),
+        _ => Some("a request with more than one Origin header is refused"),
+    }
+}
+
+/// Serves `handle` on `listener` until SIGINT or SIGTERM: at most
+/// [`MAX_CONNECTIONS`] at once, a connection that sends nothing within
+/// [`FIRST_BYTE_MS`] closed, a request head given [`HEAD_TIMEOUT_S`].
+pub async fn serve<H, F>(listener: tokio::net::TcpListener, name: &'static str, handle: H)
+where
+    H: Fn(SocketAddr, Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Reply> + Send + 'static,
+{
+    let Ok(bound) = listener.local_addr() else {
+        eprintln!("budgetgate {name}: the listening address cannot be read; stopped");
+        return;
+    };
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let stop = stop_signal();
+    tokio::pin!(stop);
+    loop {
+        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
+        let (stream, _) = tokio::select! {
+            () = &mut stop => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    eprintln!("budgetgate {name}: accepting a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let mut first = [0u8; 1];
+            let first_byte = tokio::time::timeout(
+                Duration::from_millis(FIRST_BYTE_MS),
+                stream.peek(&mut first),
+            )
+            .await;
+            if !matches!(first_byte, Ok(Ok(n)) if n > 0) {
+                drop(permit);
+                return;
+            }
+            let service = hyper::service::service_fn(move |req| {
+                let reply = handle(bound, req);
+                async move { Ok::<_, Infallible>(reply.await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(HEAD_TIMEOUT_S))
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+            drop(permit);
+        });
+    }
+}
+
+/// Resolves at SIGINT or SIGTERM.
+pub async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(mut int), Ok(mut term)) => {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            _ => std::future::pending::<()>().await,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Request and response headers that concern one connection only
+/// (RFC 9110 §7.6.1), never passed on.
+pub const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// The address of `--listen`: `PORT` (on 127.0.0.1) or `HOST:PORT`.
+pub fn listen_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse::<SocketAddr>().map_err(|_| {
+        format!("--listen {text}: not PORT or HOST:PORT with an IP address (127.0.0.1:8080, [::1]:8080)")
+    })
+}

@@ -1,0 +1,295 @@
+//! The model APIs the proxy gates, read as little as a decision needs: which
+//! API a request is for, its model, its most output tokens, whether it
+//! streams, a sound bound of its input; the usage its answer reports; and
+//! a refusal in each provider's own error shape.
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::gate::usage::{billed_usage, openai_usage, OpenAiShape};
+use budgetgate_core::turn::TokenUsage;
+
+/// A model API the proxy gates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// Anthropic's Messages API (`POST /v1/messages`).
+    Messages,
+    /// OpenAI's Chat Completions (`POST /v1/chat/completions`).
+    Chat,
+    /// OpenAI's Responses (`POST /v1/responses`).
+    Responses,
+}
+
+impl Api {
+    /// The API a `POST` to `path` (its query left out) is a model call of;
+    /// `None`: not a model call (passed through ungated, as
+    /// `/v1/messages/count_tokens` is).
+    pub fn of_path(path: &str) -> Option<Self> {
+        match path.trim_end_matches('/') {
+            "/v1/messages" => Some(Self::Messages),
+            "/v1/chat/completions" => Some(Self::Chat),
+            "/v1/responses" => Some(Self::Responses),
+            _ => None,
+        }
+    }
+
+    /// The field that bounds the reply's tokens, as the API names it.
+    pub const fn max_field(self) -> &'static str {
+        match self {
+            Self::Messages => "max_tokens",
+            Self::Chat => "max_completion_tokens",
+            Self::Responses => "max_output_tokens",
+        }
+    }
+}
+
+/// Tokens a provider may bill beyond the request's own bytes: the system
+/// prompt it adds for tool use (Anthropic: a few hundred tokens) with room
+/// to spare.
+pub const INPUT_OVERHEAD_TOKENS: u64 = 4_096;
+
+/// Tokens counted for each image or document block, whose base64 bytes
+/// can be fewer than its tokens (Anthropic bills an image up to about
+/// 1 600 tokens, a PDF page up to about 3 000 with its image).
+pub const MEDIA_TOKENS: u64 = 3_000;
+
+/// What a model call is, as far as the gate needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelRequest {
+    /// The API.
+    pub api: Api,
+    /// The model asked for.
+    pub model: String,
+    /// The most output tokens the request allows (`max_tokens`,
+    /// `max_completion_tokens` or `max_output_tokens`), if it says.
+    pub max_output: Option<u64>,
+    /// Whether the answer is streamed (server-sent events).
+    pub stream: bool,
+    /// Chat Completions only: the client asked for the final usage chunk
+    /// (`stream_options.include_usage`).
+    pub include_usage: bool,
+    /// Tokens the input cannot be billed above: every byte of the body as
+    /// one token (no tokenizer makes a token of less than a byte of text),
+    /// plus [`INPUT_OVERHEAD_TOKENS`], plus [`MEDIA_TOKENS`] per image or
+    /// document block.
+    pub input_bound: u64,
+}
+
+impl ModelRequest {
+    /// The most tokens the call can be billed: its input bound plus its
+    /// most output tokens; `None` when the request sets no bound on its
+    /// output.
+    pub fn worst_case(&self) -> Option<u64> {
+        self.max_output
+            .map(|out| self.input_bound.saturating_add(out))
+    }
+}
+
+#[derive(Deserialize)]
+struct Fields {
+    model: Option<Value>,
+    max_tokens: Option<Value>,
+    max_completion_tokens: Option<Value>,
+    max_output_tokens: Option<Value>,
+    stream: Option<Value>,
+    stream_options: Option<Value>,
+}
+
+/// Reads the fields of a model call's JSON body; `Err` names the field
+/// that is missing or of the wrong type (the call is refused, never sent).
+pub fn read_request(api: Api, body: &[u8]) -> Result<ModelRequest, String> {
+    let fields: Fields = serde_json::from_slice(body)
+        .map_err(|e| format!("the request body is not a JSON object ({e})"))?;
+    let model = match fields.model {
+        Some(Value::String(m)) if !m.is_empty() => m,
+        Some(_) => return Err("`model` is not a non-empty string".into()),
+        None => return Err("the request names no `model`".into()),
+    };
+    let count = |v: Option<Value>, name: &str| -> Result<Option<u64>, String> {
+        match v {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| format!("`{name}` is not a non-negative integer")),
+        }
+    };
+    let max_output = match api {
+        Api::Messages => count(fields.max_tokens, "max_tokens")?,
+        Api::Chat => count(fields.max_completion_tokens, "max_completion_tokens")?
+            .or(count(fields.max_tokens, "max_tokens")?),
+        Api::Responses => count(fields.max_output_tokens, "max_output_tokens")?,
+    };
+    let stream = match fields.stream {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(_) => return Err("`stream` is not true or false".into()),
+    };
+    let include_usage = fields
+        .stream_options
+        .as_ref()
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    Ok(ModelRequest {
+        api,
+        model,
+        max_output,
+        stream,
+        include_usage,
+        input_bound: input_bound(body),
+    })
+}
+
+/// The input bound of [`ModelRequest::input_bound`].
+pub fn input_bound(body: &[u8]) -> u64 {
+    let media: usize = [
+        &b"\"image\""[..],
+        b"\"image_url\"",
+        b"\"input_image\"",
+        b"\"document\"",
+        b"\"input_file\"",
+        b"\"file\"",
+    ]
+    .iter()
+    .map(|word| memchr::memmem::find_iter(body, word).count())
+    .sum();
+    (body.len() as u64)
+        .saturating_add(INPUT_OVERHEAD_TOKENS)
+        .saturating_add(MEDIA_TOKENS.saturating_mul(media as u64))
+}
+
+/// A Chat Completions body with `stream_options.include_usage` set, for a
+/// streamed call whose client did not ask for the usage chunk (the proxy
+/// needs it, and keeps it from the client). `None`: the body cannot be
+/// rewritten (it was read above, so this does not happen).
+pub fn with_include_usage(body: &[u8]) -> Option<Vec<u8>> {
+    let mut value: serde_json::Map<String, Value> = serde_json::from_slice(body).ok()?;
+    let options = value.entry("stream_options").or_insert_with(|| json!({}));
+    if !options.is_object() {
+        *options = json!({});
+    }
+    options
+        .as_object_mut()?
+        .insert("include_usage".into(), Value::Bool(true));
+    serde_json::to_vec(&value).ok()
+}
+
+/// The usage a whole (not streamed) answer of `api` reports; `None` when
+/// it reports none.
+pub fn answer_usage(api: Api, body: &[u8]) -> Result<Option<TokenUsage>, String> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| format!("the upstream's answer is not JSON ({e})"))?;
+    usage_in(api, &value)
+}
+
+fn usage_in(api: Api, answer: &Value) -> Result<Option<TokenUsage>, String> {
+    let usage = answer.get("usage").filter(|u| !u.is_null());
+    match api {
+        Api::Messages => usage.map(|u| billed_usage(u).map(|(t, _)| t)).transpose(),
+        Api::Chat => openai_usage(usage, OpenAiShape::Chat),
+        Api::Responses => openai_usage(usage, OpenAiShape::Responses),
+    }
+}
+
+/// The usage of a streamed answer, read event by event: each field the
+/// largest reported (Anthropic's `message_delta` repeats the counts so
+/// far; OpenAI reports once, at the end).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StreamUsage {
+    /// The usage so far; `None` until an event reports one.
+    pub usage: Option<TokenUsage>,
+    /// The stream reported its end (Anthropic `message_stop`, OpenAI
+    /// `[DONE]` or `response.completed`).
+    pub ended: bool,
+}
+
+/// What the proxy does with one event of a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventUse {
+    /// Relayed to the client.
+    Relay,
+    /// Kept from the client: the usage chunk the proxy asked for.
+    Withhold,
+}
+
+impl StreamUsage {
+    /// Reads one event's data; `hide_usage_chunk`: the client did not ask
+    /// for Chat's usage chunk (the proxy did), so it is withheld.
+    pub fn read_event(&mut self, api: Api, data: &str, hide_usage_chunk: bool) -> EventUse {
+        if data == "[DONE]" {
+            self.ended = true;
+            return EventUse::Relay;
+        }
+        let Ok(value) = serde_json::from_str::<Value>(data) else {
+            return EventUse::Relay;
+        };
+        let kind = value.get("type").and_then(Value::as_str).unwrap_or("");
+        let reported = match (api, kind) {
+            (Api::Messages, "message_start") => value
+                .get("message")
+                .and_then(|m| usage_in(Api::Messages, m).ok())
+                .flatten(),
+            (Api::Messages, "message_delta") => usage_in(Api::Messages, &value).ok().flatten(),
+            (Api::Messages, "message_stop") => {
+                self.ended = true;
+                None
+            }
+            (Api::Responses, "response.completed" | "response.incomplete" | "response.failed") => {
+                self.ended = true;
+                value
+                    .get("response")
+                    .and_then(|r| usage_in(Api::Responses, r).ok())
+                    .flatten()
+            }
+            (Api::Chat, _) => usage_in(Api::Chat, &value).ok().flatten(),
+            _ => None,
+        };
+        let Some(u) = reported else {
+            return EventUse::Relay;
+        };
+        let o = self.usage.unwrap_or(TokenUsage::ZERO);
+        self.usage = Some(TokenUsage {
+            input_tokens: o.input_tokens.max(u.input_tokens),
+            output_tokens: o.output_tokens.max(u.output_tokens),
+            cache_read_input_tokens: o.cache_read_input_tokens.max(u.cache_read_input_tokens),
+            cache_creation_input_tokens: o
+                .cache_creation_input_tokens
+                .max(u.cache_creation_input_tokens),
+        });
+        let usage_only = value
+            .get("choices")
+            .and_then(Value::as_array)
+            .is_some_and(Vec::is_empty);
+        if api == Api::Chat && hide_usage_chunk && usage_only {
+            EventUse::Withhold
+        } else {
+            EventUse::Relay
+        }
+    }
+}
+
+/// A refusal in `api`'s own error shape: the status, and the body. The
+/// status is 400 (`invalid_request_error`), which the official SDKs and
+/// Claude Code do not retry; the proxy also sends `x-should-retry: false`.
+pub fn refusal_body(api: Api, code: &str, message: &str) -> Bytes {
+    let body = match api {
+        Api::Messages => json!({
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": message},
+        }),
+        Api::Chat | Api::Responses => json!({
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": null,
+                "code": code,
+            },
+        }),
+    };
+    Bytes::from(body.to_string())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,168 @@
+use super::*;
+
+#[test]
+fn the_gated_paths_are_the_three_model_calls_and_nothing_else() {
+    assert_eq!(Api::of_path("/v1/messages"), Some(Api::Messages));
+    assert_eq!(Api::of_path("/v1/messages/"), Some(Api::Messages));
+    assert_eq!(Api::of_path("/v1/chat/completions"), Some(Api::Chat));
+    assert_eq!(Api::of_path("/v1/responses"), Some(Api::Responses));
+    assert_eq!(Api::of_path("/v1/messages/count_tokens"), None);
+    assert_eq!(Api::of_path("/v1/models"), None);
+    assert_eq!(Api::of_path("/v1/messagesx"), None);
+}
+
+#[test]
+fn a_request_is_read_for_its_model_bound_and_stream() {
+    let body = br#"{"model":"claude-x","max_tokens":1024,"stream":true,"messages":[]}"#;
+    let r = read_request(Api::Messages, body).unwrap();
+    assert_eq!(r.model, "claude-x");
+    assert_eq!(r.max_output, Some(1024));
+    assert!(r.stream);
+    assert_eq!(r.input_bound, body.len() as u64 + INPUT_OVERHEAD_TOKENS);
+    assert_eq!(r.worst_case(), Some(r.input_bound + 1024));
+
+    let chat = br#"{"model":"gpt","max_tokens":5,"max_completion_tokens":7,"stream_options":{"include_usage":true}}"#;
+    let r = read_request(Api::Chat, chat).unwrap();
+    assert_eq!(
+        (r.max_output, r.stream, r.include_usage),
+        (Some(7), false, true)
+    );
+    let r = read_request(Api::Chat, br#"{"model":"gpt","max_tokens":5}"#).unwrap();
+    assert_eq!(r.max_output, Some(5));
+    let r = read_request(Api::Responses, br#"{"model":"gpt","max_output_tokens":9}"#).unwrap();
+    assert_eq!(r.max_output, Some(9));
+    assert_eq!(r.worst_case(), Some(r.input_bound + 9));
+    let r = read_request(Api::Responses, br#"{"model":"gpt"}"#).unwrap();
+    assert_eq!(r.worst_case(), None);
+}
+
+#[test]
+fn a_request_that_cannot_be_read_names_its_field() {
+    let err = |api, body: &[u8]| read_request(api, body).unwrap_err();
+    assert!(err(Api::Messages, b"{").contains("not a JSON object"));
+    assert!(err(Api::Messages, b"[]").contains("not a JSON object"));
+    assert!(err(Api::Messages, br#"{"max_tokens":1}"#).contains("names no `model`"));
+    assert!(err(Api::Messages, br#"{"model":""}"#).contains("`model`"));
+    assert!(err(Api::Messages, br#"{"model":"m","max_tokens":-1}"#).contains("`max_tokens`"));
+    assert!(err(Api::Messages, br#"{"model":"m","stream":"yes"}"#).contains("`stream`"));
+    assert!(
+        err(Api::Chat, br#"{"model":"m","max_completion_tokens":1.5}"#)
+            .contains("`max_completion_tokens`")
+    );
+}
+
+#[test]
+fn every_media_block_adds_its_tokens_to_the_input_bound() {
+    let body = br#"{"content":[{"type":"image","source":{}},{"type": "document"},{"type":"input_image"}]}"#;
+    assert_eq!(
+        input_bound(body),
+        body.len() as u64 + INPUT_OVERHEAD_TOKENS + 3 * MEDIA_TOKENS
+    );
+}
+
+#[test]
+fn include_usage_is_added_and_other_stream_options_kept() {
+    let out =
+        with_include_usage(br#"{"model":"m","stream":true,"stream_options":{"x":1}}"#).unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["stream_options"], json!({"x": 1, "include_usage": true}));
+    let out = with_include_usage(br#"{"model":"m","stream_options":null}"#).unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["stream_options"], json!({"include_usage": true}));
+}
+
+#[test]
+fn a_whole_answer_reports_its_usage_in_each_api() {
+    let messages = br#"{"usage":{"input_tokens":10,"output_tokens":5,"cache_read_input_tokens":2,"cache_creation_input_tokens":1}}"#;
+    assert_eq!(
+        answer_usage(Api::Messages, messages)
+            .unwrap()
+            .map(|u| u.total()),
+        Some(18)
+    );
+    let chat = br#"{"usage":{"prompt_tokens":10,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":3}}}"#;
+    let u = answer_usage(Api::Chat, chat).unwrap().unwrap();
+    assert_eq!(
+        (u.input_tokens, u.cache_read_input_tokens, u.output_tokens),
+        (7, 3, 4)
+    );
+    let responses = br#"{"usage":{"input_tokens":8,"output_tokens":2}}"#;
+    assert_eq!(
+        answer_usage(Api::Responses, responses)
+            .unwrap()
+            .map(|u| u.total()),
+        Some(10)
+    );
+    assert_eq!(answer_usage(Api::Messages, b"{}").unwrap(), None);
+    assert!(answer_usage(Api::Messages, b"nope").is_err());
+}
+
+#[test]
+fn a_messages_stream_reports_the_largest_of_each_count() {
+    let mut s = StreamUsage::default();
+    let start = r#"{"type":"message_start","message":{"usage":{"input_tokens":100,"output_tokens":1,"cache_read_input_tokens":50}}}"#;
+    assert_eq!(s.read_event(Api::Messages, start, false), EventUse::Relay);
+    s.read_event(
+        Api::Messages,
+        r#"{"type":"content_block_delta","delta":{}}"#,
+        false,
+    );
+    s.read_event(
+        Api::Messages,
+        r#"{"type":"message_delta","usage":{"output_tokens":40}}"#,
+        false,
+    );
+    assert!(!s.ended);
+    s.read_event(Api::Messages, r#"{"type":"message_stop"}"#, false);
+    assert!(s.ended);
+    let u = s.usage.unwrap();
+    assert_eq!(
+        (u.input_tokens, u.output_tokens, u.cache_read_input_tokens),
+        (100, 40, 50)
+    );
+}
+
+#[test]
+fn a_chat_stream_usage_chunk_is_withheld_only_when_the_proxy_asked_for_it() {
+    let chunk = r#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3}}"#;
+    let mut s = StreamUsage::default();
+    assert_eq!(s.read_event(Api::Chat, chunk, true), EventUse::Withhold);
+    assert_eq!(s.usage.map(|u| u.total()), Some(12));
+    let mut s = StreamUsage::default();
+    assert_eq!(s.read_event(Api::Chat, chunk, false), EventUse::Relay);
+    // A content chunk is never withheld.
+    let content = r#"{"choices":[{"delta":{"content":"hi"}}]}"#;
+    assert_eq!(s.read_event(Api::Chat, content, true), EventUse::Relay);
+    assert_eq!(s.read_event(Api::Chat, "[DONE]", true), EventUse::Relay);
+    assert!(s.ended);
+}
+
+#[test]
+fn a_responses_stream_reports_at_its_completion() {
+    let mut s = StreamUsage::default();
+    s.read_event(
+        Api::Responses,
+        r#"{"type":"response.output_text.delta","delta":"x"}"#,
+        false,
+    );
+    assert_eq!(s.usage, None);
+    s.read_event(
+        Api::Responses,
+        r#"{"type":"response.completed","response":{"usage":{"input_tokens":5,"output_tokens":6}}}"#,
+        false,
+    );
+    assert_eq!(s.usage.map(|u| u.total()), Some(11));
+    assert!(s.ended);
+}
+
+#[test]
+fn refusals_take_each_providers_error_shape() {
+    let v: Value = serde_json::from_slice(&refusal_body(Api::Messages, "tokens", "spent")).unwrap();
+    assert_eq!(
+        v,
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "spent"}})
+    );
+    let v: Value = serde_json::from_slice(&refusal_body(Api::Chat, "tokens", "spent")).unwrap();
+    assert_eq!(v["error"]["code"], "tokens");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+}

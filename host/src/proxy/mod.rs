@@ -1,0 +1,594 @@
+//! `budgetgate proxy`: the gate in front of the model API (`SPEC C`,
+//! `SPEC E`; `docs/PROXY.md`). It serves the model API on loopback and
+//! forwards to the upstream; before each model call the core engine
+//! decides (model calls, tokens, cost, time, and in reserve mode the call's
+//! worst case), so a call the budget does not allow never reaches the
+//! upstream; the response's usage is read on the way back and counted.
+//!
+//! * **Gated:** `POST /v1/messages` (Anthropic), `POST /v1/chat/completions`
+//!   and `POST /v1/responses` (OpenAI), streamed or not. Everything else
+//!   (`count_tokens`, model lists, …) is passed through ungated.
+//! * **Passed through unchanged**, headers and body, but for: hop-by-hop
+//!   headers and `Accept-Encoding` (the proxy asks for an answer it can
+//!   read); a streamed Chat Completions call whose client did not ask for
+//!   usage gets `stream_options.include_usage`, and its usage chunk is kept
+//!   from the client.
+//! * **Whose budget:** `X-Claude-Code-Session-Id` when the request has one,
+//!   else the header named by `--session-header`, else `--session`.
+//! * **A refusal** is the provider's own error shape with status 400 and
+//!   `x-should-retry: false`, which the official SDKs and Claude Code do
+//!   not retry; its message names the limit and what was used.
+//! * **Never free, never lost:** a call let through is stored as a
+//!   reservation before it is forwarded; its response's usage commits it; a
+//!   stream cut off counts what was reported (or, with nothing reported,
+//!   the call's charge: its reservation, or its input bound); a proxy
+//!   killed mid-call leaves the reservation to expire and be counted.
+
+pub mod api;
+pub mod gate;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, HOST};
+use hyper::{Method, Request, Response, StatusCode};
+
+use crate::gate::backend::{open_ledger, Backend};
+use crate::gate::budget_file::ReplayBudget;
+use crate::gate::clock::now_ms;
+use crate::ledger::Durability;
+use crate::mcp::sse::{SseItem, SseParser};
+use crate::net::{self, ChannelBody, ReadError, Reply};
+use api::{Api, EventUse, ModelRequest, StreamUsage};
+use gate::{Admission, ModelGate, Outcome, Ticket};
+
+/// Largest request body read (64 MiB: a long conversation with images).
+pub const MAX_REQUEST: usize = 64 << 20;
+
+/// Largest whole (not streamed) answer read for its usage (64 MiB); a
+/// longer one is relayed all the same and counted at its charge.
+pub const MAX_ANSWER: usize = 64 << 20;
+
+/// Chunks queued towards a client that reads slowly; when full, the proxy
+/// stops reading the upstream.
+pub const CHUNK_QUEUE: usize = 32;
+
+/// The header Claude Code names its session in.
+pub const CLAUDE_CODE_SESSION: &str = "x-claude-code-session-id";
+
+/// How the proxy is set up (`budgetgate proxy`'s options).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The upstream's base URL.
+    pub upstream: String,
+    /// The budget file, if any.
+    pub budget: Option<std::path::PathBuf>,
+    /// The ledger URL (`--ledger`).
+    pub ledger: Option<String>,
+    /// The session of requests that name none.
+    pub session: String,
+    /// A header that names the session, after Claude Code's.
+    pub session_header: Option<String>,
+    /// How durable each decision is in a SQLite ledger.
+    pub durability: Durability,
+    /// How long a call may take, from its request to its last byte.
+    pub call_timeout: Duration,
+}
+
+/// The running proxy.
+pub struct Proxy {
+    gate: ModelGate,
+    client: reqwest::Client,
+    upstream: reqwest::Url,
+    session: String,
+    session_header: Option<HeaderName>,
+    call_timeout: Duration,
+    ids: AtomicU64,
+    id_prefix: String,
+}
+
+/// Checks the upstream URL: `http://HOST[:PORT][/PATH]`.
+pub fn upstream_url(text: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(text).map_err(|e| format!("--upstream {text}: {e}"))?;
+    match url.scheme() {
+        "http" if url.host().is_some() => Ok(url),
+        "https" => Err(format!(
+            "--upstream {text}: https is not supported by this build yet (no TLS); put a TLS-terminating proxy on this machine in front of it, or use http://"
+        )),
+        _ => Err(format!("--upstream {text}: not an http:// URL")),
+    }
+}
+
+/// Whether `session` may name a session: 1 to 256 characters, no control
+/// characters.
+pub fn valid_session(session: &str) -> bool {
+    !session.is_empty() && session.chars().count() <= 256 && !session.chars().any(char::is_control)
+}
+
+impl Proxy {
+    /// A proxy as `config` says, on `backend` with `budget`.
+    pub fn new(config: &Config, backend: Backend, budget: ReplayBudget) -> Result<Self, String> {
+        let upstream = upstream_url(&config.upstream)?;
+        if !valid_session(&config.session) {
+            return Err("--session must be 1 to 256 characters without control characters".into());
+        }
+        let session_header = config
+            .session_header
+            .as_deref()
+            .map(|h| {
+                HeaderName::from_bytes(h.as_bytes())
+                    .map_err(|_| format!("--session-header {h}: not a header name"))
+            })
+            .transpose()?;
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(10))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| format!("the HTTP client: {e}"))?;
+        // A reservation outlives any call this proxy lets run.
+        let ttl_ms = u64::try_from(config.call_timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(60_000);
+        Ok(Self {
+            gate: ModelGate::new(backend, budget, ttl_ms),
+            client,
+            upstream,
+            session: config.session.clone(),
+            session_header,
+            call_timeout: config.call_timeout,
+            ids: AtomicU64::new(0),
+            id_prefix: format!("proxy-{}-{}", std::process::id(), now_ms()),
+        })
+    }
+
+    /// The session a request counts in.
+    fn session_of(&self, headers: &HeaderMap) -> Result<String, String> {
+        let named = headers
+            .get(CLAUDE_CODE_SESSION)
+            .map(|v| (CLAUDE_CODE_SESSION, v))
+            .or_else(|| {
+                let h = self.session_header.as_ref()?;
+                headers.get(h).map(|v| (h.as_str(), v))
+            });
+        match named {
+            None => Ok(self.session.clone()),
+            Some((name, value)) => match value.to_str() {
+                Ok(s) if valid_session(s) => Ok(s.to_owned()),
+                _ => Err(format!(
+                    "the {name} header is not a session name (1 to 256 characters, no control characters)"
+                )),
+            },
+        }
+    }
+
+    fn next_key(&self) -> String {
+        let n = self.ids.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n}", self.id_prefix)
+    }
+}
+
+/// A reply in `api`'s error shape (any API's, when the call is not one's).
+fn refusal(api: Api, status: StatusCode, code: &str, message: &str) -> Reply {
+    let mut r = net::full(
+        status,
+        "application/json",
+        api::refusal_body(api, code, message),
+    );
+    r.headers_mut()
+        .insert("x-should-retry", HeaderValue::from_static("false"));
+    r
+}
+
+/// Handles one request.
+pub async fn handle(proxy: Arc<Proxy>, bound: SocketAddr, req: Request<Incoming>) -> Reply {
+    let host_ok = req
+        .headers()
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .is_none_or(|h| net::allowed_host(h, bound));
+    if !host_ok {
+        return refusal(
+            Api::Messages,
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "budgetgate: the Host header does not name this proxy",
+        );
+    }
+    if let Some(why) = net::foreign_origin(&req) {
+        return refusal(
+            Api::Messages,
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            &format!("budgetgate: {why}"),
+        );
+    }
+    let gated = (req.method() == Method::POST)
+        .then(|| Api::of_path(req.uri().path()))
+        .flatten();
+    let (parts, body) = req.into_parts();
+    let api_for_errors = gated.unwrap_or(Api::Messages);
+    let body = match net::read_bounded(body, MAX_REQUEST).await {
+        Ok(b) => b,
+        Err(ReadError::TooLarge) => {
+            return refusal(
+                api_for_errors,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                &format!(
+                    "budgetgate: the request body is over {} MiB",
+                    MAX_REQUEST >> 20
+                ),
+            )
+        }
+        Err(ReadError::Failed(e)) => {
+            return refusal(
+                api_for_errors,
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                &format!("budgetgate: reading the request: {e}"),
+            )
+        }
+    };
+    let req = Request::from_parts(parts, ());
+    match gated {
+        None => pass_through(&proxy, &req, body).await,
+        Some(api) => gated_call(&proxy, api, &req, body).await,
+    }
+}
+
+/// The parts of a request the proxy reads (its body read already).
+type Head = Request<()>;
+
+async fn pass_through(proxy: &Arc<Proxy>, req: &Head, body: Vec<u8>) -> Reply {
+    let rb = forward(proxy, req, body);
+    match rb.send().await {
+        Ok(resp) => relay(resp, None).await,
+        Err(e) => upstream_failed(Api::Messages, &e),
+    }
+}
+
+fn forward(proxy: &Proxy, req: &Head, body: Vec<u8>) -> reqwest::RequestBuilder {
+    let (uri, headers) = (req.uri(), req.headers());
+    let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes())
+        .unwrap_or(reqwest::Method::POST);
+    let mut out = reqwest::header::HeaderMap::new();
+    for (name, value) in headers {
+        let n = name.as_str();
+        if net::HOP_BY_HOP.contains(&n)
+            || matches!(n, "host" | "content-length" | "accept-encoding")
+        {
+            continue;
+        }
+        if let (Ok(k), Ok(v)) = (
+            reqwest::header::HeaderName::from_bytes(n.as_bytes()),
+            reqwest::header::HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            out.append(k, v);
+        }
+    }
+    let mut url = proxy.upstream.clone();
+    let base = proxy.upstream.path().trim_end_matches('/');
+    url.set_path(&format!("{base}{}", uri.path()));
+    url.set_query(uri.query());
+    proxy
+        .client
+        .request(method, url)
+        .headers(out)
+        .timeout(proxy.call_timeout)
+        .body(body)
+}
+
+fn upstream_failed(api: Api, e: &reqwest::Error) -> Reply {
+    let why = if e.is_timeout() {
+        "did not answer in time".to_owned()
+    } else if e.is_connect() {
+        format!("could not be reached ({e})")
+    } else {
+        format!("failed ({e})")
+    };
+    let mut r = net::full(
+        StatusCode::BAD_GATEWAY,
+        "application/json",
+        api::refusal_body(
+            api,
+            "upstream_failed",
+            &format!("budgetgate: the upstream {why}"),
+        ),
+    );
+    // The call did not happen: a client may try again.
+    r.headers_mut()
+        .insert("x-should-retry", HeaderValue::from_static("true"));
+    r
+}
+
+async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> Reply {
+    let session = match proxy.session_of(req.headers()) {
+        Ok(s) => s,
+        Err(e) => {
+            return refusal(
+                api,
+                StatusCode::BAD_REQUEST,
+                "invalid_session",
+                &format!("budgetgate: {e}"),
+            )
+        }
+    };
+    let request = match api::read_request(api, &body) {
+        Ok(r) => r,
+        Err(e) => {
+            return refusal(
+                api,
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                &format!("budgetgate: {e}; the call was not made"),
+            )
+        }
+    };
+    let key = proxy.next_key();
+    let ticket = match proxy.gate.admit(&session, &key, &request, now_ms()) {
+        Ok(Admission::Go(t)) => t,
+        Ok(Admission::Stop(stop)) => {
+            return refusal(
+                api,
+                StatusCode::BAD_REQUEST,
+                stop.reason.as_str(),
+                &stop.detail().to_string(),
+            );
+        }
+        Err(e) => {
+            let mut r = refusal(
+                api,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ledger_unavailable",
+                &format!("budgetgate: the ledger could not decide ({e}); the call is refused (fail closed)"),
+            );
+            r.headers_mut()
+                .insert("x-should-retry", HeaderValue::from_static("false"));
+            return r;
+        }
+    };
+    // A streamed Chat call without the usage chunk: asked for, then kept
+    // from the client.
+    let hide_usage = api == Api::Chat && request.stream && !request.include_usage;
+    let body = if hide_usage {
+        api::with_include_usage(&body).unwrap_or(body)
+    } else {
+        body
+    };
+    let tap = Tap {
+        proxy: Arc::clone(proxy),
+        ticket,
+        request,
+        hide_usage,
+    };
+    match forward(proxy, req, body).send().await {
+        Ok(resp) => relay(resp, Some(tap)).await,
+        Err(e) => {
+            // Not reached, or no answer head: a connection that could not
+            // be made was not billed; one that timed out may have been.
+            let outcome = if e.is_connect() {
+                Outcome::NotBilled
+            } else {
+                Outcome::Unknown
+            };
+            tap.finish(outcome);
+            upstream_failed(api, &e)
+        }
+    }
+}
+
+/// What a gated call's relay counts.
+struct Tap {
+    proxy: Arc<Proxy>,
+    ticket: Ticket,
+    request: ModelRequest,
+    hide_usage: bool,
+}
+
+impl Tap {
+    fn finish(&self, outcome: Outcome) {
+        if let Err(e) = self.proxy.gate.finish(&self.ticket, outcome, now_ms()) {
+            // Its reservation stays stored: it expires and is counted.
+            eprintln!(
+                "budgetgate proxy: counting call {}: {}; its reservation will be counted when it expires",
+                self.ticket.key,
+                crate::term::terminal_safe(&e)
+            );
+        }
+    }
+}
+
+/// Relays the upstream's answer as it comes; for a gated call, reads its
+/// usage on the way and counts it at the end.
+async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Reply {
+    let status = resp.status();
+    let mut builder = Response::builder().status(status.as_u16());
+    let mut streamed = false;
+    for (name, value) in resp.headers() {
+        let n = name.as_str();
+        if net::HOP_BY_HOP.contains(&n) || n == "content-length" {
+            continue;
+        }
+        if n == "content-type" {
+            streamed = value.as_bytes().starts_with(b"text/event-stream");
+        }
+        builder = builder.header(name.as_str(), value.as_bytes());
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(CHUNK_QUEUE);
+    tokio::spawn(async move {
+        let mut reader = UsageReader::new(tap.as_ref(), streamed);
+        // Until the end, or a stream cut (the upstream failed, or the call
+        // ran past its deadline), or the client gone: what was reported
+        // counts.
+        'relay: while let Ok(Some(chunk)) = resp.chunk().await {
+            for piece in reader.feed(&chunk).into_iter().flatten() {
+                if tx.send(piece).await.is_err() {
+                    break 'relay;
+                }
+            }
+        }
+        drop(tx);
+        if let Some(tap) = tap {
+            let outcome = if !status.is_success() {
+                // An error answer is not billed.
+                Outcome::NotBilled
+            } else {
+                // Nothing reported: the call's charge counts.
+                reader
+                    .usage(tap.request.api)
+                    .map_or(Outcome::Unknown, Outcome::Billed)
+            };
+            tap.finish(outcome);
+        }
+    });
+    builder.body(ChannelBody(rx).boxed()).unwrap_or_else(|_| {
+        net::full(
+            StatusCode::BAD_GATEWAY,
+            "text/plain",
+            "budgetgate: the upstream's answer has headers that cannot be relayed",
+        )
+    })
+}
+
+/// Reads a gated answer's usage as it passes: a stream event by event, a
+/// whole answer kept up to [`MAX_ANSWER`] bytes.
+struct UsageReader {
+    api: Option<Api>,
+    hide_usage: bool,
+    streamed: bool,
+    sse: SseParser,
+    stream: StreamUsage,
+    whole: Vec<u8>,
+    whole_over: bool,
+}
+
+impl UsageReader {
+    fn new(tap: Option<&Tap>, streamed: bool) -> Self {
+        Self {
+            api: tap.map(|t| t.request.api),
+            hide_usage: tap.is_some_and(|t| t.hide_usage),
+            streamed,
+            sse: SseParser::default(),
+            stream: StreamUsage::default(),
+            whole: Vec::new(),
+            whole_over: false,
+        }
+    }
+
+    /// What to send the client of `chunk`: the chunk itself, or (when an
+    /// event is withheld) the events to relay.
+    fn feed(&mut self, chunk: &Bytes) -> Vec<Option<Bytes>> {
+        let Some(api) = self.api else {
+            return vec![Some(chunk.clone())];
+        };
+        if !self.streamed {
+            if !self.whole_over {
+                if self.whole.len() + chunk.len() > MAX_ANSWER {
+                    self.whole_over = true;
+                    self.whole = Vec::new();
+                } else {
+                    self.whole.extend_from_slice(chunk);
+                }
+            }
+            return vec![Some(chunk.clone())];
+        }
+        let items = self.sse.feed(chunk);
+        if !self.hide_usage {
+            for item in &items {
+                if let SseItem::Event { data, .. } = item {
+                    self.stream.read_event(api, data, false);
+                }
+            }
+            return vec![Some(chunk.clone())];
+        }
+        // Relayed event by event, the usage chunk left out.
+        items
+            .into_iter()
+            .map(|item| match item {
+                SseItem::Event { raw, data, .. } => {
+                    match self.stream.read_event(api, &data, true) {
+                        EventUse::Relay => Some(raw),
+                        EventUse::Withhold => None,
+                    }
+                }
+                SseItem::Other(raw) => Some(raw),
+                SseItem::TooLong => None,
+            })
+            .collect()
+    }
+
+    fn usage(&self, api: Api) -> Option<budgetgate_core::turn::TokenUsage> {
+        if self.streamed {
+            return self.stream.usage;
+        }
+        if self.whole_over {
+            return None;
+        }
+        api::answer_usage(api, &self.whole).ok().flatten()
+    }
+}
+
+/// `budgetgate proxy`: serves until SIGINT or SIGTERM (exit 0, calls in
+/// flight counted as far as reported); exit 2 when it cannot start.
+pub fn run(config: &Config) -> ExitCode {
+    let fail = |what: String| {
+        eprintln!(
+            "budgetgate proxy: {}; not started (fail closed)",
+            crate::term::terminal_safe(&what)
+        );
+        ExitCode::from(2)
+    };
+    let budget = match &config.budget {
+        None => ReplayBudget::default(),
+        Some(path) => match crate::gate::budget_file::read_budget_file(path) {
+            Ok(b) => b,
+            Err(e) => return fail(e),
+        },
+    };
+    let backend = match open_ledger(
+        config.ledger.as_deref(),
+        Duration::from_secs(5),
+        config.durability,
+    ) {
+        Ok(b) => b,
+        Err(e) => return fail(e),
+    };
+    let proxy = match Proxy::new(config, backend, budget) {
+        Ok(p) => Arc::new(p),
+        Err(e) => return fail(e),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail(format!("the async runtime: {e}")),
+    };
+    let listen = config.listen;
+    let upstream = config.upstream.clone();
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(listen).await {
+            Ok(l) => l,
+            Err(e) => return fail(format!("--listen {listen}: {e}")),
+        };
+        let bound = listener.local_addr().unwrap_or(listen);
+        if !bound.ip().is_loopback() {
+            eprintln!("budgetgate proxy: warning: listening on {bound}, not loopback: anyone who reaches it spends this budget");
+        }
+        eprintln!("budgetgate proxy: listening on http://{bound}, upstream {upstream}");
+        let handler = move |bound, req| handle(Arc::clone(&proxy), bound, req);
+        net::serve(listener, "proxy", handler).await;
+        eprintln!("budgetgate proxy: stopped");
+        ExitCode::SUCCESS
+    })
+}
