@@ -1,0 +1,659 @@
+//! `budgetgate proxy` end to end: the real binary between a client and a
+//! scripted model API on loopback (the model itself is the one part that
+//! cannot run here: it answers with fixed usage in the real API's shapes).
+//! The client here speaks raw HTTP/1.1 so that every byte it gets is seen;
+//! tests/proxy/sdk_client.py drives the proxy with the official SDKs.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// Input and output tokens of every scripted answer.
+const INPUT: u64 = 1_000;
+const OUTPUT: u64 = 100;
+
+/// What the scripted upstream saw: each request's path, headers and body.
+#[derive(Default)]
+struct Seen {
+    requests: Vec<(String, String, Vec<u8>)>,
+}
+
+/// A scripted model API on loopback.
+struct Upstream {
+    port: u16,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl Upstream {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let shared = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let seen = Arc::clone(&shared);
+                std::thread::spawn(move || answer(stream, &seen));
+            }
+        });
+        Self { port, seen }
+    }
+
+    fn count(&self, path: &str) -> usize {
+        let seen = self.seen.lock().expect("lock");
+        seen.requests.iter().filter(|(p, _, _)| p == path).count()
+    }
+
+    fn last_body(&self) -> Value {
+        let seen = self.seen.lock().expect("lock");
+        let (_, _, body) = seen.requests.last().expect("a request");
+        serde_json::from_slice(body).expect("JSON body")
+    }
+
+    fn last_head(&self) -> String {
+        let seen = self.seen.lock().expect("lock");
+        seen.requests.last().expect("a request").1.clone()
+    }
+}
+
+fn read_request(reader: &mut BufReader<TcpStream>) -> Option<(String, String, Vec<u8>)> {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        if line == "\r\n" {
+            break;
+        }
+        head.push_str(&line);
+    }
+    let path = head.split_whitespace().nth(1)?.to_owned();
+    let length = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())
+                .flatten()
+        })
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some((path, head.to_ascii_lowercase(), body))
+}
+
+fn answer(stream: TcpStream, seen: &Mutex<Seen>) {
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    let Some((path, head, body)) = read_request(&mut reader) else {
+        return;
+    };
+    seen.lock()
+        .expect("lock")
+        .requests
+        .push((path.clone(), head.clone(), body.clone()));
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let streamed = request["stream"] == json!(true);
+    let delay = head
+        .lines()
+        .find_map(|l| l.strip_prefix("x-test-delay-ms: "))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(ms) = delay {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    let mut out = stream;
+    let cut = head.contains("x-test-cut: 1");
+    let stall = head.contains("x-test-stall: 1");
+    if head.contains("x-test-status: 529") {
+        let body = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        let _ = write!(
+            out,
+            "HTTP/1.1 529 Overloaded\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        return;
+    }
+    let usage = json!({"input_tokens": INPUT, "output_tokens": OUTPUT});
+    match (path.as_str(), streamed) {
+        ("/v1/messages", false) => {
+            let body = json!({
+                "id": "msg_1", "type": "message", "role": "assistant", "model": request["model"],
+                "content": [{"type": "text", "text": "ok"}],
+                "stop_reason": "end_turn", "stop_sequence": null, "usage": usage,
+            })
+            .to_string();
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nrequest-id: req_1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+        ("/v1/messages", true) => {
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n"
+            );
+            let start = json!({"type": "message_start", "message": {
+                "id": "msg_1", "type": "message", "role": "assistant", "model": request["model"],
+                "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": INPUT, "output_tokens": 1}}});
+            let _ = write!(out, "event: message_start\ndata: {start}\n\n");
+            let _ = out.flush();
+            if cut {
+                return;
+            }
+            if stall {
+                std::thread::sleep(Duration::from_secs(30));
+                return;
+            }
+            let events = [
+                (
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                ),
+                (
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}}),
+                ),
+                (
+                    "content_block_stop",
+                    json!({"type": "content_block_stop", "index": 0}),
+                ),
+                (
+                    "message_delta",
+                    json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": OUTPUT}}),
+                ),
+                ("message_stop", json!({"type": "message_stop"})),
+            ];
+            for (name, data) in events {
+                let _ = write!(out, "event: {name}\ndata: {data}\n\n");
+                let _ = out.flush();
+            }
+        }
+        ("/v1/chat/completions", false) => {
+            let body = json!({
+                "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": request["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": INPUT, "completion_tokens": OUTPUT, "total_tokens": INPUT + OUTPUT},
+            })
+            .to_string();
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+        ("/v1/chat/completions", true) => {
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+            );
+            let chunk = json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": request["model"],
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"}, "finish_reason": null}]});
+            let _ = write!(out, "data: {chunk}\n\n");
+            let done = json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": request["model"],
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+            let _ = write!(out, "data: {done}\n\n");
+            if request["stream_options"]["include_usage"] == json!(true) {
+                let usage = json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": request["model"],
+                    "choices": [], "usage": {"prompt_tokens": INPUT, "completion_tokens": OUTPUT, "total_tokens": INPUT + OUTPUT}});
+                let _ = write!(out, "data: {usage}\n\n");
+            }
+            let _ = write!(out, "data: [DONE]\n\n");
+        }
+        _ => {
+            let body = r#"{"input_tokens":42}"#;
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    }
+}
+
+/// A running `budgetgate proxy`, killed when dropped.
+struct Proxy {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_proxy(upstream: &Upstream, budget: &Path, ledger: &Path, extra: &[&str]) -> Proxy {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_budgetgate"))
+        .args(["proxy", "--listen", "127.0.0.1:0", "--upstream"])
+        .arg(format!("http://127.0.0.1:{}", upstream.port))
+        .arg("--budget")
+        .arg(budget)
+        .arg("--ledger")
+        .arg(format!("sqlite:{}", ledger.display()))
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the proxy");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let line = lines.next().expect("a line").expect("stderr");
+    let addr = line
+        .split("listening on http://")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let port = addr
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("port");
+    std::thread::spawn(move || for _ in lines {});
+    Proxy { child, port }
+}
+
+/// One answer as the client got it.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+    }
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+fn post(port: u16, path: &str, headers: &[(&str, &str)], body: &Value) -> Answer {
+    let body = body.to_string();
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    stream.write_all(request.as_bytes()).expect("write");
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head");
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    let status = head[9..12].parse().expect("status");
+    let mut body = raw[split + 4..].to_vec();
+    if head.contains("transfer-encoding: chunked") {
+        body = unchunk(&body);
+    }
+    Answer { status, head, body }
+}
+
+fn unchunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(end) = raw.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&raw[..end]).unwrap_or("0").trim(), 16)
+                .unwrap_or(0);
+        if size == 0 {
+            return out;
+        }
+        let start = end + 2;
+        out.extend_from_slice(&raw[start..(start + size).min(raw.len())]);
+        raw = &raw[(start + size + 2).min(raw.len())..];
+    }
+}
+
+fn messages(stream: bool) -> Value {
+    json!({"model": "claude-test", "max_tokens": 100, "stream": stream,
+           "messages": [{"role": "user", "content": "hi"}]})
+}
+
+fn write_budget(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("budget.toml");
+    std::fs::write(&path, text).expect("budget");
+    path
+}
+
+/// The session's ledger as `budgetgate ledger list --json` shows it.
+fn ledger_row(ledger: &Path, session: &str) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_budgetgate"))
+        .args(["ledger", "list", "--json", "--ledger"])
+        .arg(format!("sqlite:{}", ledger.display()))
+        .output()
+        .expect("ledger list");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
+        .find(|row| row["session"] == session && row["agent"].as_str().unwrap_or("").is_empty())
+        .unwrap_or_else(|| panic!("no row for {session} in {text}"))
+}
+
+fn used(row: &Value, limit: &str) -> u64 {
+    row["limits"][limit]["used"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {limit} in {row}"))
+}
+
+#[test]
+fn a_token_budget_stops_at_the_model_call_the_seed_loop_would_not_make() {
+    let dir = tempfile::tempdir().expect("dir");
+    let budget = write_budget(
+        dir.path(),
+        "[budget]\nmax_tokens = 2500\nmax_model_calls = 50\n",
+    );
+    let ledger = dir.path().join("ledger.sqlite3");
+    let upstream = Upstream::start();
+    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    // 0, 1 100, 2 200 tokens used: each below 2 500, each call made (the
+    // second streamed).
+    for (at, stream) in [(0, false), (1, true), (2, false)] {
+        let a = post(proxy.port, "/v1/messages", &[], &messages(stream));
+        assert_eq!(a.status, 200, "call {at}: {}", a.text());
+        if stream {
+            assert!(a.text().contains("event: message_stop"), "{}", a.text());
+        } else {
+            assert_eq!(a.json()["usage"]["output_tokens"], OUTPUT);
+            assert!(
+                a.head.contains("request-id: req_1"),
+                "the upstream's headers pass"
+            );
+        }
+    }
+    assert_eq!(upstream.count("/v1/messages"), 3);
+    // 3 300 used: the fourth call is refused, and never reaches the upstream.
+    let a = post(proxy.port, "/v1/messages", &[], &messages(true));
+    assert_eq!(a.status, 400, "{}", a.text());
+    assert!(a.head.contains("x-should-retry: false"), "{}", a.head);
+    let err = a.json();
+    assert_eq!(err["type"], "error");
+    assert_eq!(err["error"]["type"], "invalid_request_error");
+    let message = err["error"]["message"].as_str().expect("message");
+    assert!(
+        message.contains("3300 of 2500 tokens used (tokens)"),
+        "{message}"
+    );
+    assert_eq!(upstream.count("/v1/messages"), 3);
+    let row = ledger_row(&ledger, "proxy");
+    assert_eq!(used(&row, "tokens"), 3 * (INPUT + OUTPUT));
+    assert_eq!(used(&row, "model_calls"), 3);
+}
+
+#[test]
+fn anything_but_a_model_call_passes_through_ungated() {
+    let dir = tempfile::tempdir().expect("dir");
+    let budget = write_budget(dir.path(), "[budget]\nmax_model_calls = 1\n");
+    let ledger = dir.path().join("ledger.sqlite3");
+    let upstream = Upstream::start();
+    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let keyed = [("x-api-key", "sk-test"), ("accept-encoding", "gzip")];
+    assert_eq!(
+        post(proxy.port, "/v1/messages", &keyed, &messages(false)).status,
+        200
+    );
+    // The client's headers pass, but for the encoding: the proxy reads
+    // the answer.
+    let head = upstream.last_head();
+    assert!(head.contains("x-api-key: sk-test"), "{head}");
+    assert!(!head.contains("accept-encoding: gzip"), "{head}");
+    assert_eq!(
+        post(proxy.port, "/v1/messages", &[], &messages(false)).status,
+        400
+    );
+    // count_tokens is not a model call.
+    let a = post(
+        proxy.port,
+        "/v1/messages/count_tokens?beta=true",
+        &[],
+        &messages(false),
+    );
+    assert_eq!(
+        (a.status, a.json()["input_tokens"].clone()),
+        (200, json!(42))
+    );
+    assert_eq!(upstream.count("/v1/messages/count_tokens?beta=true"), 1);
+}
+
+#[test]
+fn reserve_mode_refuses_a_call_whose_worst_case_does_not_fit() {
+    let dir = tempfile::tempdir().expect("dir");
+    let budget = write_budget(
+        dir.path(),
+        "[budget]\nmax_tokens = 5000\nmax_model_calls = 50\ntoken_mode = \"reserve\"\n",
+    );
+    let ledger = dir.path().join("ledger.sqlite3");
+    let upstream = Upstream::start();
+    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    // Worst case: the body's bytes + 4 096 + 100 output, about 4 300: fits
+    // in 5 000 once; after 1 100 used, 1 100 + 4 300 does not.
+    assert_eq!(
+        post(proxy.port, "/v1/messages", &[], &messages(false)).status,
+        200
+    );
+    let a = post(proxy.port, "/v1/messages", &[], &messages(false));
+    assert_eq!(a.status, 400);
+    let message = a.json()["error"]["message"]
+        .as_str()
+        .expect("message")
+        .to_owned();
+    assert!(message.contains("(token-reserve)"), "{message}");
+    assert!(message.contains("has 3900 of 5000 left"), "{message}");
+    assert_eq!(upstream.count("/v1/messages"), 1);
+    let row = ledger_row(&ledger, "proxy");
+    assert_eq!(used(&row, "tokens"), INPUT + OUTPUT);
+}
+
+#[test]
+fn parallel_calls_in_reserve_mode_never_pass_the_budget_together() {
+    let dir = tempfile::tempdir().expect("dir");
+    // Room for exactly 3 worst cases of about 4 300.
+    let budget = write_budget(
+        dir.path(),
+        "[budget]\nmax_tokens = 13500\nmax_model_calls = 100\ntoken_mode = \"reserve\"\n",
+    );
+    let ledger = dir.path().join("ledger.sqlite3");
+    let upstream = Upstream::start();
+    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let port = proxy.port;
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            std::thread::spawn(move || {
+                post(
+                    port,
+                    "/v1/messages",
+                    &[("x-test-delay-ms", "300")],
+                    &messages(false),
+                )
+                .status
+            })
+        })
+        .collect();
+    let statuses: Vec<u16> = calls.into_iter().map(|c| c.join().expect("call")).collect();
+    let made = statuses.iter().filter(|&&s| s == 200).count();
+    assert_eq!(made, 3, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|&&s| s == 400).count(), 13);
+    assert_eq!(upstream.count("/v1/messages"), 3);
+    assert_eq!(
+        used(&ledger_row(&ledger, "proxy"), "tokens"),
+        3 * (INPUT + OUTPUT)
+    );
+}
+
+#[test]
+fn claude_codes_session_header_names_the_ledger_row() {
+    let dir = tempfile::tempdir().expect("dir");
+    let budget = write_budget(dir.path(), "[budget]\nmax_model_calls = 1\n");
+    let ledger = dir.path().join("ledger.sqlite3");
+    let upstream = Upstream::start();
+    let proxy = start_proxy(
+        &upstream,
+        &budget,
+        &ledger,
+        &["--session-header", "x-agent"],
+    );
+    let cc = [("x-claude-code-session-id", "cc-1")];
+    assert_eq!(
+        post(proxy.port, "/v1/messages", &cc, &messages(false)).status,
+        200
+    );
+    assert_eq!(
+        post(proxy.port, "/v1/messages", &cc, &messages(false)).status,
+        400
+    );
+    // Another session has its own budget; the named header is read when
+    // Claude Code's is absent.
+    let other = [("x-agent", "team-b")];
+    assert_eq!(
+        post(proxy.port, "/v1/messages", &other, &messages(false)).status,
+        200
+    );
+    assert_eq!(used(&ledger_row(&ledger, "cc-1"), "model_calls"), 1);
+    assert_eq!(used(&ledger_row(&ledger, "team-b"), "model_calls"), 1);
+    let bad = [("x-claude-code-session-id", "")];
+    let a = post(proxy.port, "/v1/messages", &bad, &messages(false));
+    assert_eq!(a.status, 400);
+    assert!(a
+        .text()
+        .contains("x-claude-code-session-id header is not a session name"));
+}
+
+#[test]
+fn a_chat_stream_gets_the_usage_chunk_only_when_its_client_asked() {
+    let dir = tempfile::tempdir().expect("dir");
+    let budget = write_budget(dir.path(), "[budget]\nmax_tokens = 100000\n");
+    let ledger = dir.path().join("ledger.sqlite3");
+    let upstream = Upstream::start();
+    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let chat = json!({"model": "gpt-test", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let a = post(proxy.port, "/v1/chat/completions", &[], &chat);
+    assert_eq!(a.status, 200);
+    assert_eq!(
+        upstream.last_body()["stream_options"]["include_usage"],
+        true
+    );
+    assert!(!a.text().contains("\"usage\""), "withheld: {}", a.text());
+    assert!(a.text().contains("data: [DONE]"));
+    let mut asked = chat.clone();
+    asked["stream_options"] = json!({"include_usage": true});
+    let a = post(proxy.port, "/v1/chat/completions", &[], &asked);
+    assert!(a.text().contains("\"usage\""), "relayed: {}", a.text());
+    let not_streamed = json!({"model": "gpt-test", "messages": []});
+    let a = post(proxy.port, "/v1/chat/completions", &[], &not_streamed);
+    assert_eq!(a.json()["usage"]["prompt_tokens"], INPUT);
+    assert_eq!(
+        used(&ledger_row(&ledger, "proxy"), "tokens"),
+        3 * (INPUT + OUTPUT)
+    );
+}
+
+#[test]
+fn a_stream_cut_off_counts_what_was_reported_and_an_error_counts_nothing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let budget = write_budget(dir.path(), "[budget]\nmax_tokens = 100000\n");
+    let ledger = dir.path().join("ledger.sqlite3");
+    let upstream = Upstream::start();
+    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let a = post(
+        proxy.port,
+        "/v1/messages",
+        &[("x-test-cut", "1")],
+        &messages(true),
+    );
+    assert_eq!(a.status, 200);
+    assert!(a.text().contains("message_start"));
+    let row = ledger_row(&ledger, "proxy");
+    assert_eq!(
+        (used(&row, "tokens"), used(&row, "model_calls")),
+        (INPUT + 1, 1)
+    );
+    // An error answer (529 overloaded) is relayed as it came, not billed.
+    let a = post(
+        proxy.port,
+        "/v1/messages",
+        &[("x-test-status", "529")],
+        &messages(false),
+    );
+    assert_eq!(a.status, 529);
+    assert_eq!(a.json()["error"]["type"], "overloaded_error");
+    let row = ledger_row(&ledger, "proxy");
+    assert_eq!(
+        (used(&row, "tokens"), used(&row, "model_calls")),
+        (INPUT + 1, 1)
+    );
+}
+
+#[test]
+fn a_proxy_killed_mid_stream_gives_no_budget_back() {
+    let dir = tempfile::tempdir().expect("dir");
+    let budget = write_budget(dir.path(), "[budget]\nmax_model_calls = 1\n");
+    let ledger = dir.path().join("ledger.sqlite3");
+    let upstream = Upstream::start();
+    let mut proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let port = proxy.port;
+    let call = std::thread::spawn(move || {
+        post(
+            port,
+            "/v1/messages",
+            &[("x-test-stall", "1")],
+            &messages(true),
+        )
+    });
+    while upstream.count("/v1/messages") == 0 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = proxy.child.kill(); // SIGKILL
+    let _ = proxy.child.wait();
+    let _ = call.join();
+    // A new proxy on the same ledger: the call in flight still holds its
+    // place, so the one model call allowed is spent.
+    let again = start_proxy(&upstream, &budget, &ledger, &[]);
+    let a = post(again.port, "/v1/messages", &[], &messages(false));
+    assert_eq!(a.status, 400, "{}", a.text());
+    assert!(a.text().contains("(steps)"), "{}", a.text());
+    assert_eq!(upstream.count("/v1/messages"), 1);
+}
+
+#[test]
+fn a_request_that_cannot_be_read_is_refused_before_the_upstream() {
+    let dir = tempfile::tempdir().expect("dir");
+    let budget = write_budget(dir.path(), "[budget]\n");
+    let ledger = dir.path().join("ledger.sqlite3");
+    let upstream = Upstream::start();
+    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let a = post(proxy.port, "/v1/messages", &[], &json!({"max_tokens": 5}));
+    assert_eq!(a.status, 400);
+    assert!(a.text().contains("names no `model`"), "{}", a.text());
+    let a = post(
+        proxy.port,
+        "/v1/messages",
+        &[("origin", "http://evil.example")],
+        &messages(false),
+    );
+    assert_eq!(a.status, 403);
+    assert_eq!(upstream.count("/v1/messages"), 0);
+}
