@@ -324,6 +324,12 @@ fn absorb(
     now: u64,
 ) -> Result<u64, HookError> {
     let session = &event.session_id;
+    // A session whose model calls go through `budgetgate proxy` is counted
+    // there, exactly and before each call: its transcript is not read
+    // (it would count every response twice).
+    if gate::model::proxied(tx, session)? {
+        return Ok(0);
+    }
     let main = Path::new(&event.transcript_path);
     let mut allowance = MAX_READ_PER_EVENT;
     let mut left = 0u64;

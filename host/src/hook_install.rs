@@ -79,6 +79,13 @@ pub struct InstallArgs {
     /// redis://HOST:PORT/DB.
     #[arg(long, value_name = "URL", conflicts_with = "state")]
     pub ledger: Option<String>,
+    /// Also send Claude Code's model calls through `budgetgate proxy` at
+    /// URL (`http://127.0.0.1:PORT`): sets `env.ANTHROPIC_BASE_URL` in the
+    /// same settings file. The proxy then counts the session's model calls
+    /// and tokens, exactly and before each call, and the hook reads them
+    /// from the shared ledger instead of the transcript (docs/PROXY.md).
+    #[arg(long, value_name = "URL")]
+    pub proxy: Option<String>,
     /// Print what would change, write nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -383,18 +390,89 @@ pub fn install(args: &InstallArgs) -> ExitCode {
             state.as_deref(),
             ledger.as_deref(),
         );
-        change(&path, args.dry_run, |before| with_ours(before, &command))
+        let proxy = args.proxy.as_deref().map(proxy_url).transpose()?;
+        change(&path, args.dry_run, |before| {
+            let after = with_ours(before, &command)?;
+            match &proxy {
+                Some(url) => with_proxy(&after, url),
+                None => Ok(after),
+            }
+        })
     })();
     finish(result, "install")
 }
 
 /// `budgetgate hook uninstall`.
 pub fn uninstall(args: &UninstallArgs) -> ExitCode {
-    let result = args
-        .scope
-        .path()
-        .and_then(|path| change(&path, args.dry_run, |before| Ok(without_ours(before))));
+    let result = args.scope.path().and_then(|path| {
+        change(&path, args.dry_run, |before| {
+            Ok(without_proxy(&without_ours(before)))
+        })
+    });
     finish(result, "uninstall")
+}
+
+/// The setting Claude Code reads the Messages API's address from.
+pub const BASE_URL: &str = "ANTHROPIC_BASE_URL";
+
+/// Checks `--proxy`: an `http://` URL of this machine (where `budgetgate
+/// proxy` listens), without a path.
+pub fn proxy_url(text: &str) -> Result<String, String> {
+    let trimmed = text.trim_end_matches('/');
+    if !is_local_proxy(trimmed) {
+        return Err(format!(
+            "--proxy {text}: not http://127.0.0.1:PORT, http://localhost:PORT or http://[::1]:PORT (where budgetgate proxy listens)"
+        ));
+    }
+    Ok(trimmed.to_owned())
+}
+
+/// Whether `url` is a `budgetgate proxy` address as `--proxy` takes it.
+fn is_local_proxy(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let port = ["127.0.0.1:", "localhost:", "[::1]:"]
+        .iter()
+        .find_map(|host| rest.strip_prefix(host));
+    port.is_some_and(|p| p.parse::<u16>().is_ok_and(|p| p > 0))
+}
+
+/// `settings` with `env.ANTHROPIC_BASE_URL` set to `url`.
+pub fn with_proxy(settings: &Value, url: &str) -> Result<Value, String> {
+    let mut out = settings.clone();
+    let object = out
+        .as_object_mut()
+        .ok_or("settings.json is not a JSON object")?;
+    object
+        .entry("env")
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+        .ok_or("`env` in the settings file is not an object")?
+        .insert(BASE_URL.into(), Value::String(url.to_owned()));
+    Ok(out)
+}
+
+/// `settings` without an `env.ANTHROPIC_BASE_URL` that `--proxy` could
+/// have written (a local proxy's address); another one is left alone.
+pub fn without_proxy(settings: &Value) -> Value {
+    let mut out = settings.clone();
+    let Some(env) = out.get_mut("env").and_then(Value::as_object_mut) else {
+        return out;
+    };
+    if env
+        .get(BASE_URL)
+        .and_then(Value::as_str)
+        .is_some_and(is_local_proxy)
+    {
+        env.remove(BASE_URL);
+        if env.is_empty() {
+            if let Some(object) = out.as_object_mut() {
+                object.remove("env");
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -463,5 +541,37 @@ mod tests {
         assert!(with_ours(&json!([]), "x").is_err());
         assert!(with_ours(&json!({"hooks": []}), "x").is_err());
         assert!(with_ours(&json!({"hooks": {"Stop": {}}}), "x").is_err());
+    }
+
+    #[test]
+    fn the_proxy_is_set_in_env_and_only_a_local_one_is_removed_again() {
+        assert_eq!(
+            proxy_url("http://127.0.0.1:8787/").unwrap(),
+            "http://127.0.0.1:8787"
+        );
+        assert!(proxy_url("http://localhost:1").is_ok());
+        assert!(proxy_url("http://[::1]:9").is_ok());
+        for bad in [
+            "https://127.0.0.1:8787",
+            "http://example.com:80",
+            "http://127.0.0.1",
+            "http://127.0.0.1:0",
+            "http://127.0.0.1:80/v1",
+        ] {
+            assert!(proxy_url(bad).is_err(), "{bad}");
+        }
+        let before = json!({"env": {"FOO": "1"}, "model": "x"});
+        let after = with_proxy(&before, "http://127.0.0.1:8787").unwrap();
+        assert_eq!(
+            after["env"],
+            json!({"FOO": "1", "ANTHROPIC_BASE_URL": "http://127.0.0.1:8787"})
+        );
+        assert_eq!(without_proxy(&after), before);
+        let only = with_proxy(&json!({}), "http://127.0.0.1:8787").unwrap();
+        assert_eq!(without_proxy(&only), json!({}));
+        // Someone else's base URL is not ours to remove.
+        let theirs = json!({"env": {"ANTHROPIC_BASE_URL": "https://gateway.example"}});
+        assert_eq!(without_proxy(&theirs), theirs);
+        assert!(with_proxy(&json!({"env": []}), "http://127.0.0.1:1").is_err());
     }
 }

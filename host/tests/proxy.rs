@@ -657,3 +657,63 @@ fn a_request_that_cannot_be_read_is_refused_before_the_upstream() {
     assert_eq!(a.status, 403);
     assert_eq!(upstream.count("/v1/messages"), 0);
 }
+
+/// Runs `budgetgate hook claude-code` on `event` with `budget` and
+/// `ledger`; its standard output.
+fn hook(budget: &Path, ledger: &Path, event: &Value) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_budgetgate"))
+        .args(["hook", "claude-code", "--budget"])
+        .arg(budget)
+        .arg("--ledger")
+        .arg(format!("sqlite:{}", ledger.display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hook");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(event.to_string().as_bytes())
+        .expect("event");
+    let out = child.wait_with_output().expect("hook ends");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_hook_leaves_the_transcript_of_a_session_the_proxy_counts_unread() {
+    let dir = tempfile::tempdir().expect("dir");
+    let budget = write_budget(dir.path(), "[budget]\nmax_tokens = 100000\n");
+    let ledger = dir.path().join("ledger.sqlite3");
+    let upstream = Upstream::start();
+    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let cc = [("x-claude-code-session-id", "cc-h")];
+    assert_eq!(
+        post(proxy.port, "/v1/messages", &cc, &messages(false)).status,
+        200
+    );
+    // The transcript Claude Code wrote of that response (here: bigger, so
+    // that counting it would show).
+    let transcript = dir.path().join("t.jsonl");
+    let line = json!({"type": "assistant", "requestId": "req_1", "timestamp": "2026-12-01T10:00:00Z",
+        "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+                    "content": [], "stop_reason": null, "usage": {"input_tokens": 5000, "output_tokens": 0}}});
+    std::fs::write(&transcript, format!("{line}\n")).expect("transcript");
+    let event = |session: &str| {
+        json!({"session_id": session, "transcript_path": transcript, "cwd": dir.path(),
+               "permission_mode": "default", "hook_event_name": "PreToolUse",
+               "tool_name": "Read", "tool_input": {"file_path": "/x"}, "tool_use_id": format!("t-{session}")})
+    };
+    hook(&budget, &ledger, &event("cc-h"));
+    assert_eq!(used(&ledger_row(&ledger, "cc-h"), "tokens"), INPUT + OUTPUT);
+    // A session without the proxy is counted from its transcript.
+    hook(&budget, &ledger, &event("plain"));
+    assert_eq!(used(&ledger_row(&ledger, "plain"), "tokens"), 5000);
+}

@@ -62,6 +62,25 @@ pub fn release(
     engine::release(&mut state, admitted);
 }
 
+/// The mark a session's model calls are counted by the model proxy: kept
+/// as the read offset of a transcript path no file has (transcripts are
+/// named by absolute paths), so both stores hold it as they are.
+pub const PROXIED: &str = "<budgetgate proxy>";
+
+/// Marks `session` as counted by the model proxy ([`PROXIED`]).
+pub fn mark_proxied(tx: &(impl LedgerTx + ?Sized), session: &str) -> Result<(), GateError> {
+    if tx.transcript_offset(session, PROXIED)? == 0 {
+        tx.set_transcript_offset(session, PROXIED, 1)?;
+    }
+    Ok(())
+}
+
+/// Whether `session`'s model calls are counted by the model proxy: the
+/// hook then leaves its transcript unread.
+pub fn proxied(tx: &(impl LedgerTx + ?Sized), session: &str) -> Result<bool, GateError> {
+    Ok(tx.transcript_offset(session, PROXIED)? > 0)
+}
+
 /// How a model call's reservation is stored (the store's reservation row
 /// holds one text): `model:HELD:CHARGE:COST:MODEL`, the tokens held in the
 /// ledger, the tokens and the cost (micro-USD, `-` for a model without a

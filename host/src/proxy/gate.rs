@@ -127,6 +127,7 @@ impl ModelGate {
         let ttl = self.ttl_ms;
         let price = price_of(&self.budget.prices, &request.model);
         self.transaction(session, now, |tx, ledgers, now| {
+            model::mark_proxied(tx, session)?;
             gate::count_expired(tx, session, &mut ledgers.session, now)?;
             ledgers.observe_time(now);
             let who = model::Whose {
