@@ -717,3 +717,102 @@ fn the_hook_leaves_the_transcript_of_a_session_the_proxy_counts_unread() {
     hook(&budget, &ledger, &event("plain"));
     assert_eq!(used(&ledger_row(&ledger, "plain"), "tokens"), 5000);
 }
+
+/// The venv's Python with the official SDKs (tests/mcp/install.sh), if
+/// installed.
+fn sdk_python() -> Option<PathBuf> {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp/.venv/bin/python");
+    let ok = Command::new(&python)
+        .args(["-c", "import anthropic, openai"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("BUDGETGATE_REQUIRE_MCP").is_none(),
+        "BUDGETGATE_REQUIRE_MCP is set but the anthropic and openai SDKs are not installed (tests/mcp/install.sh)"
+    );
+    eprintln!("skipped: the anthropic and openai SDKs are not installed (tests/mcp/install.sh)");
+    None
+}
+
+#[test]
+fn the_official_sdks_get_their_answers_and_read_a_refusal_without_retrying() {
+    let Some(python) = sdk_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let budget = write_budget(
+        dir.path(),
+        "[budget]\nmax_model_calls = 4\nmax_tokens = 100000\n",
+    );
+    let ledger = dir.path().join("ledger.sqlite3");
+    let upstream = Upstream::start();
+    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/proxy/sdk_client.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(format!("http://127.0.0.1:{}", proxy.port))
+        .output()
+        .expect("the SDK client runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    let by = |name: &str| -> Value {
+        calls
+            .iter()
+            .find(|c| c["call"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} in {stdout}"))
+    };
+    assert_eq!(
+        by("messages")["result"],
+        json!({"text": "ok", "output_tokens": OUTPUT})
+    );
+    assert_eq!(
+        by("messages-streamed")["result"],
+        json!({"text": "ok", "output_tokens": OUTPUT})
+    );
+    assert_eq!(
+        by("chat")["result"],
+        json!({"text": "ok", "prompt_tokens": INPUT})
+    );
+    // The usage chunk the proxy asked for is not shown to a client that
+    // did not ask.
+    assert_eq!(
+        by("chat-streamed")["result"],
+        json!({"text": "ok", "usage_chunks": 0})
+    );
+    for name in ["messages-refused", "chat-refused"] {
+        let c = by(name);
+        assert_eq!(c["ok"], false, "{c}");
+        assert_eq!(
+            (c["status"].clone(), c["error"].clone()),
+            (json!(400), json!("BadRequestError")),
+            "{c}"
+        );
+        assert_eq!(c["requests"], 1, "retried: {c}");
+        assert!(
+            c["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("4 of 4 model calls used (steps)"),
+            "{c}"
+        );
+    }
+    assert_eq!(upstream.count("/v1/messages"), 2);
+    assert_eq!(upstream.count("/v1/chat/completions"), 2);
+    let row = ledger_row(&ledger, "proxy");
+    assert_eq!(
+        (used(&row, "model_calls"), used(&row, "tokens")),
+        (4, 4 * (INPUT + OUTPUT))
+    );
+}
