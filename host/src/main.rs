@@ -264,9 +264,9 @@ Exit status: 0 stopped by SIGINT or SIGTERM; 2 it could not start (budget,
 ledger, address, upstream; one line on stderr).
 
 Examples:
-  budgetgate proxy --upstream http://127.0.0.1:9000 --budget budget.toml
+  budgetgate proxy --upstream https://api.anthropic.com --budget budget.toml
   ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude
-  budgetgate proxy --listen 127.0.0.1:0 --upstream http://127.0.0.1:9000 --ledger redis://127.0.0.1/0
+  budgetgate proxy --listen 127.0.0.1:0 --upstream https://llm.internal --upstream-ca ca.pem --ledger redis://127.0.0.1/0
   OPENAI_BASE_URL=http://127.0.0.1:8787/v1 python agent.py")]
     #[command(display_order = 3)]
     Proxy(cli::proxy::ProxyArgs),

@@ -234,3 +234,66 @@ pub fn listen_addr(text: &str) -> Result<SocketAddr, String> {
         format!("--listen {text}: not PORT or HOST:PORT with an IP address (127.0.0.1:8080, [::1]:8080)")
     })
 }
+
+/// Seconds an upstream has to accept a TCP connection (and finish TLS).
+pub const CONNECT_TIMEOUT_S: u64 = 10;
+
+/// Largest `--upstream-ca` file read (1 MiB of PEM).
+pub const MAX_CA_BYTES: u64 = 1 << 20;
+
+/// Checks an upstream URL for option `flag`: `http://` or `https://` with a
+/// host.
+pub fn upstream_url(flag: &str, text: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(text).map_err(|e| format!("{flag} {text}: {e}"))?;
+    match url.scheme() {
+        "http" | "https" if url.host().is_some() => Ok(url),
+        _ => Err(format!("{flag} {text}: not an http:// or https:// URL")),
+    }
+}
+
+/// The upstream client every HTTP front-end uses: HTTP/1.1, no proxy from
+/// the environment, no redirects followed, TLS by rustls with the system's
+/// roots (certificates and host names verified), and the certificates of
+/// `ca` (a PEM file: a private CA) trusted beside them.
+pub fn upstream_client(ca: Option<&std::path::Path>) -> Result<reqwest::Client, String> {
+    let mut builder = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(Duration::from_secs(CONNECT_TIMEOUT_S))
+        .tcp_nodelay(true);
+    if let Some(path) = ca {
+        let shown = path.display();
+        let pem = crate::input::read_path(path, MAX_CA_BYTES).map_err(|e| match e {
+            crate::input::ReadError::Io(e) => format!("--upstream-ca {shown}: {e}"),
+            crate::input::ReadError::TooLarge { limit } => {
+                format!("--upstream-ca {shown}: larger than {} KiB", limit >> 10)
+            }
+        })?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| format!("--upstream-ca {shown}: {}", error_chain(&e)))?;
+        if certs.is_empty() {
+            return Err(format!("--upstream-ca {shown}: no PEM certificate in it"));
+        }
+        builder = builder.tls_certs_merge(certs);
+    }
+    builder
+        .build()
+        .map_err(|e| format!("the HTTP client: {}", error_chain(&e)))
+}
+
+/// An error with its causes, outermost first (`error sending request: …:
+/// invalid peer certificate: UnknownIssuer`), so a failed TLS verification
+/// names its cause.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}

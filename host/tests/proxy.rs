@@ -816,3 +816,213 @@ fn the_official_sdks_get_their_answers_and_read_a_refusal_without_retrying() {
         (4, 4 * (INPUT + OUTPUT))
     );
 }
+
+/// Makes a test CA and a server certificate for 127.0.0.1 (only) signed by
+/// it, with `openssl`; the paths of the CA's certificate, the server's
+/// certificate and its key.
+fn test_ca(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl runs");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=budgetgate test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("ext");
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
+    (
+        dir.join("ca.pem"),
+        dir.join("server.pem"),
+        dir.join("server.key"),
+    )
+}
+
+/// The HTTPS scripted upstream (tests/proxy/tls_upstream.py), killed when
+/// dropped.
+struct TlsUpstream {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for TlsUpstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_tls_upstream(cert: &Path, key: &Path) -> TlsUpstream {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/proxy/tls_upstream.py");
+    let mut child = Command::new("python3")
+        .arg(script)
+        .arg(cert)
+        .arg(key)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("port");
+    let port = line.trim().parse().expect("a port");
+    TlsUpstream { child, port }
+}
+
+fn start_proxy_at(url: &str, budget: &Path, ledger: &Path, extra: &[&str]) -> Proxy {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_budgetgate"))
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            url,
+            "--budget",
+        ])
+        .arg(budget)
+        .arg("--ledger")
+        .arg(format!("sqlite:{}", ledger.display()))
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the proxy");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let line = lines.next().expect("a line").expect("stderr");
+    let port = line
+        .split("listening on http://")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|addr| addr.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    std::thread::spawn(move || for _ in lines {});
+    Proxy { child, port }
+}
+
+#[test]
+fn an_https_upstream_is_reached_with_its_ca_and_refused_without_it_or_by_another_name() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (ca, cert, key) = test_ca(dir.path());
+    let upstream = start_tls_upstream(&cert, &key);
+    let budget = write_budget(dir.path(), "[budget]\nmax_tokens = 100000\n");
+    let ledger = dir.path().join("ledger.sqlite3");
+    let url = format!("https://127.0.0.1:{}", upstream.port);
+    let ca_arg = ca.display().to_string();
+    let trusted = start_proxy_at(&url, &budget, &ledger, &["--upstream-ca", &ca_arg]);
+    let a = post(trusted.port, "/v1/messages", &[], &messages(false));
+    assert_eq!(
+        (a.status, a.json()["content"][0]["text"].clone()),
+        (200, json!("over tls")),
+        "{}",
+        a.text()
+    );
+    assert_eq!(
+        used(&ledger_row(&ledger, "proxy"), "tokens"),
+        INPUT + OUTPUT
+    );
+
+    // Without the CA: the certificate is not trusted; the call was not made.
+    let untrusted = start_proxy_at(&url, &budget, &ledger, &[]);
+    let a = post(untrusted.port, "/v1/messages", &[], &messages(false));
+    assert_eq!(a.status, 502, "{}", a.text());
+    let message = a.json()["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(message.to_lowercase().contains("certificate"), "{message}");
+
+    // With the CA but another host name than the certificate's.
+    let other = format!("https://localhost:{}", upstream.port);
+    let renamed = start_proxy_at(&other, &budget, &ledger, &["--upstream-ca", &ca_arg]);
+    let a = post(renamed.port, "/v1/messages", &[], &messages(false));
+    assert_eq!(a.status, 502, "{}", a.text());
+    let message = a.json()["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(message.to_lowercase().contains("certificate"), "{message}");
+    // Neither failed call counted (not billed: never reached the model).
+    let row = ledger_row(&ledger, "proxy");
+    assert_eq!(
+        (used(&row, "tokens"), used(&row, "model_calls")),
+        (INPUT + OUTPUT, 1)
+    );
+}
+
+#[test]
+fn a_ca_file_that_is_not_pem_stops_the_proxy_at_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let bad = dir.path().join("ca.pem");
+    std::fs::write(&bad, "not a certificate").expect("file");
+    let out = Command::new(env!("CARGO_BIN_EXE_budgetgate"))
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "https://127.0.0.1:1",
+            "--upstream-ca",
+        ])
+        .arg(&bad)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--upstream-ca") && err.contains("no PEM certificate"),
+        "{err}"
+    );
+}

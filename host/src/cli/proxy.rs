@@ -15,10 +15,15 @@ pub struct ProxyArgs {
     /// port 0 picks a free one, printed on stderr.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
     pub listen: String,
-    /// The model API to forward to: `http://HOST[:PORT][/PATH]` (the
+    /// The model API to forward to: `https://api.anthropic.com`,
+    /// `https://api.openai.com`, or any `http(s)://HOST[:PORT][/PATH]` (the
     /// request's path is added to PATH).
     #[arg(long, value_name = "URL")]
     pub upstream: String,
+    /// A PEM file of CA certificates trusted beside the system's, for an
+    /// HTTPS upstream with a private CA.
+    #[arg(long, value_name = "FILE")]
+    pub upstream_ca: Option<PathBuf>,
     /// Budget file (TOML, docs/BUDGETS.md); the reference's defaults when
     /// absent. `token_mode = "reserve"` reserves each call's worst case.
     #[arg(long, value_name = "FILE")]
@@ -64,5 +69,6 @@ pub fn main(args: &ProxyArgs) -> ExitCode {
         session_header: args.session_header.clone(),
         durability: args.durability,
         call_timeout: Duration::from_secs(args.call_timeout),
+        upstream_ca: args.upstream_ca.clone(),
     })
 }

@@ -8,6 +8,9 @@
 //! * **Gated:** `POST /v1/messages` (Anthropic), `POST /v1/chat/completions`
 //!   and `POST /v1/responses` (OpenAI), streamed or not. Everything else
 //!   (`count_tokens`, model lists, …) is passed through ungated.
+//! * **TLS** to an `https://` upstream with rustls: the system's roots,
+//!   `--upstream-ca FILE` for a private CA, certificate and host name
+//!   verified; a failed verification answers `502` naming the cause.
 //! * **Passed through unchanged**, headers and body, but for: hop-by-hop
 //!   headers and `Accept-Encoding` (the proxy asks for an answer it can
 //!   read); a streamed Chat Completions call whose client did not ask for
@@ -81,6 +84,9 @@ pub struct Config {
     pub durability: Durability,
     /// How long a call may take, from its request to its last byte.
     pub call_timeout: Duration,
+    /// A PEM file of certificates trusted beside the system's (a private
+    /// CA of an HTTPS upstream).
+    pub upstream_ca: Option<std::path::PathBuf>,
 }
 
 /// The running proxy.
@@ -95,18 +101,6 @@ pub struct Proxy {
     id_prefix: String,
 }
 
-/// Checks the upstream URL: `http://HOST[:PORT][/PATH]`.
-pub fn upstream_url(text: &str) -> Result<reqwest::Url, String> {
-    let url = reqwest::Url::parse(text).map_err(|e| format!("--upstream {text}: {e}"))?;
-    match url.scheme() {
-        "http" if url.host().is_some() => Ok(url),
-        "https" => Err(format!(
-            "--upstream {text}: https is not supported by this build yet (no TLS); put a TLS-terminating proxy on this machine in front of it, or use http://"
-        )),
-        _ => Err(format!("--upstream {text}: not an http:// URL")),
-    }
-}
-
 /// Whether `session` may name a session: 1 to 256 characters, no control
 /// characters.
 pub fn valid_session(session: &str) -> bool {
@@ -116,7 +110,7 @@ pub fn valid_session(session: &str) -> bool {
 impl Proxy {
     /// A proxy as `config` says, on `backend` with `budget`.
     pub fn new(config: &Config, backend: Backend, budget: ReplayBudget) -> Result<Self, String> {
-        let upstream = upstream_url(&config.upstream)?;
+        let upstream = net::upstream_url("--upstream", &config.upstream)?;
         if !valid_session(&config.session) {
             return Err("--session must be 1 to 256 characters without control characters".into());
         }
@@ -128,13 +122,7 @@ impl Proxy {
                     .map_err(|_| format!("--session-header {h}: not a header name"))
             })
             .transpose()?;
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(10))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| format!("the HTTP client: {e}"))?;
+        let client = net::upstream_client(config.upstream_ca.as_deref())?;
         // A reservation outlives any call this proxy lets run.
         let ttl_ms = u64::try_from(config.call_timeout.as_millis())
             .unwrap_or(u64::MAX)
@@ -292,9 +280,9 @@ fn upstream_failed(api: Api, e: &reqwest::Error) -> Reply {
     let why = if e.is_timeout() {
         "did not answer in time".to_owned()
     } else if e.is_connect() {
-        format!("could not be reached ({e})")
+        format!("could not be reached ({})", net::error_chain(e))
     } else {
-        format!("failed ({e})")
+        format!("failed ({})", net::error_chain(e))
     };
     let mut r = net::full(
         StatusCode::BAD_GATEWAY,
