@@ -63,7 +63,7 @@
 //! let mut table: ToolTable = ToolTable::new();
 //! table.try_add("search", ToolRule::Run).unwrap();
 //! table.try_add_cap("search", 1).unwrap();
-//! let rules = Rules { max_repeats: 2, tools: &table, rate: &[], budget_per_call: true };
+//! let rules = Rules { max_repeats: 2, tools: &table, rate: &[], loops: engine::LoopRules::OFF, budget_per_call: true };
 //! let mut session = Session { ledger: Ledger::new(0), ids: Vec::new(), repeats: Vec::new() };
 //! session.ledger.set_max(Limit::ToolCalls, Some(5));
 //! session.ledger.track_caps(&table).unwrap();
@@ -91,9 +91,12 @@ use crate::pyjson::Quoted;
 use crate::tools::{ToolName, ToolRule, ToolTable};
 use crate::turn::{CallFingerprint, ExhaustReason, RefusalReason, StopReason};
 
+pub mod loops;
 mod model;
 #[cfg(test)]
 mod tests;
+
+pub use loops::{LoopRules, NoProgress, Outcome, Pattern, Window, LOOP_WINDOW};
 
 pub use model::{
     before_model_call, count_response, release, spent, spent_in_memory, Admitted, ModelStop,
@@ -116,6 +119,9 @@ pub enum CallCheck {
     Budget,
     /// Repetitions (`repeat`, `repeat-capacity`).
     Repeat,
+    /// Calls that would repeat a pattern without progress (`no-progress`;
+    /// only with `[loops]`).
+    NoProgress,
     /// Tool attempts (`tool-budget`).
     ToolBudget,
     /// The tool's own cap (`tool-cap`).
@@ -127,13 +133,14 @@ pub enum CallCheck {
 impl CallCheck {
     /// Every check, in the order they are made (`SPEC E`: one check order
     /// for every front-end).
-    pub const ORDER: [Self; 9] = [
+    pub const ORDER: [Self; 10] = [
         Self::StopReason,
         Self::Name,
         Self::CallId,
         Self::Arguments,
         Self::Budget,
         Self::Repeat,
+        Self::NoProgress,
         Self::ToolBudget,
         Self::ToolCap,
         Self::Rate,
@@ -273,6 +280,9 @@ pub struct Rules<'a, const N: usize = { crate::limits::MAX_TOOLS }> {
     pub tools: &'a ToolTable<N>,
     /// The rate windows, shortest first (none: no rate limit).
     pub rate: &'a [RateWindow],
+    /// The loop patterns looked for ([`LoopRules::OFF`]: none, without a
+    /// `[loops]` table).
+    pub loops: LoopRules,
     /// Whether the limits checked before each model call are checked before
     /// each tool call too ([`CallCheck::Budget`]): for a front-end that
     /// cannot refuse the model call itself (the hook, the gateway). A
@@ -319,6 +329,13 @@ pub trait State<const TOOLS: usize = { crate::limits::MAX_TOOLS }> {
         Ok(false)
     }
 
+    /// The session's last calls, for loop detection; asked only when the
+    /// rules look for loops. `None`: the front-end keeps no window, and a
+    /// call under `[loops]` is then refused `no-progress` (fail closed).
+    fn loop_window(&mut self) -> Result<Option<&mut Window>, Self::Error> {
+        Ok(None)
+    }
+
     /// Remembers that a response of `model`, which has no price, was
     /// counted under a cost limit ([`count_response`]): the next model call
     /// is stopped `unpriced-model`, and [`unpriced`](Self::unpriced) answers
@@ -353,6 +370,8 @@ pub enum LimitName {
     ToolCap,
     /// A rate window.
     Rate(RateSpan),
+    /// A loop pattern's threshold (`[loops]`).
+    Loop(Pattern),
 }
 
 impl LimitName {
@@ -375,6 +394,7 @@ impl fmt::Display for KeyFor<'_> {
             LimitName::MaxRepeats => f.write_str("max_repeats"),
             LimitName::ToolCap => write!(f, "max_calls.{}", self.tool),
             LimitName::Rate(span) => f.write_str(span.key()),
+            LimitName::Loop(pattern) => f.write_str(pattern.key()),
         }
     }
 }
@@ -411,6 +431,8 @@ pub enum Why {
     },
     /// The tool's cap was reached.
     ToolCap(CapReached),
+    /// The call would repeat a pattern without progress.
+    NoProgress(NoProgress),
     /// A rate window is full.
     Rate {
         /// The window.
@@ -459,6 +481,11 @@ impl Refusal {
             Why::Rate { window, used, .. } => {
                 Some((LimitName::Rate(window.span), used, u64::from(window.max)))
             }
+            Why::NoProgress(p) => Some((
+                LimitName::Loop(p.pattern),
+                u64::from(p.times),
+                u64::from(p.max),
+            )),
         }
     }
 
@@ -555,6 +582,7 @@ impl fmt::Display for Detail<'_> {
                 window.max,
                 retry_after_ms.div_ceil(1000).max(1)
             ),
+            (_, Why::NoProgress(p)) => loop_detail(f, call.name, &p),
             (RefusalReason::InvalidName, Why::Plain) => write!(
                 f,
                 "the tool name {} is outside [A-Za-z0-9_-]{{1,64}}",
@@ -564,6 +592,36 @@ impl fmt::Display for Detail<'_> {
                 write!(f, "{} was already used {}", call.id, call.id_scope)
             }
             (reason, Why::Plain) => f.write_str(reason.as_str()),
+        }
+    }
+}
+
+fn loop_detail(f: &mut fmt::Formatter<'_>, name: &str, p: &NoProgress) -> fmt::Result {
+    let before = p.times.saturating_sub(1);
+    match p.pattern {
+        Pattern::SameOutcome => write!(
+            f,
+            "{name} was called {before} times with the same input and returned the same result each time (same_outcome {}); change approach or stop",
+            p.max
+        ),
+        Pattern::SameError => write!(
+            f,
+            "{name} was called {before} times with the same input and failed with the same error each time (same_error {}); change approach or stop",
+            p.max
+        ),
+        Pattern::PingPong(_) => {
+            write!(f, "{name}")?;
+            let others = p.others.iter().flatten();
+            let count = others.clone().count();
+            for (i, other) in others.enumerate() {
+                let sep = if i + 1 == count { " and " } else { ", " };
+                write!(f, "{sep}{}", other.as_str())?;
+            }
+            write!(
+                f,
+                " were called in turn {before} times with the same results (ping_pong_cycles {}); change approach or stop",
+                p.max
+            )
         }
     }
 }
@@ -683,6 +741,20 @@ fn apply<S: State<T> + ?Sized, const T: usize, const N: usize>(
             },
             None => Some(Refusal::plain(RefusalReason::InvalidArguments)),
         },
+        CallCheck::NoProgress if rules.loops.is_on() => {
+            let found = match (call.fingerprint, state.loop_window()?) {
+                (Some(key), Some(window)) => {
+                    loops::detect(window.steps(), &rules.loops, key).map(Why::NoProgress)
+                }
+                // No window to look in: refused (fail closed).
+                _ => Some(Why::Plain),
+            };
+            found.map(|why| Refusal {
+                reason: RefusalReason::NoProgress,
+                why,
+            })
+        }
+        CallCheck::NoProgress => None,
         CallCheck::ToolBudget => {
             let ledgers = state.ledgers();
             let agent = ledgers.agent.as_deref().map(|l| (Whose::SubAgent, l));
@@ -790,5 +862,28 @@ fn count<S: State<T> + ?Sized, const T: usize, const N: usize>(
     if !rules.rate.is_empty() {
         state.add_rate_call(call.now_ms)?;
     }
+    if rules.loops.is_on() {
+        if let (Some(key), Ok(name), Some(window)) = (
+            call.fingerprint,
+            ToolName::new(call.name),
+            state.loop_window()?,
+        ) {
+            window.push(key, name);
+        }
+    }
     Ok(())
+}
+
+/// Reports what call `call` (its fingerprint) returned, for loop detection:
+/// the latest such call in the window without an outcome gets it. `false`
+/// when there is none (forgotten, or no window).
+pub fn report_outcome<S: State<T> + ?Sized, const T: usize>(
+    state: &mut S,
+    call: CallFingerprint,
+    outcome: Outcome,
+) -> Result<bool, S::Error> {
+    Ok(match state.loop_window()? {
+        Some(window) => window.report(call, outcome),
+        None => false,
+    })
 }

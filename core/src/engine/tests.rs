@@ -23,6 +23,8 @@ pub(super) struct Mem {
     pub(super) inclusive: bool,
     /// Every method fails with this once set (a store that cannot be read).
     pub(super) broken: bool,
+    /// The loop window, when the session keeps one.
+    pub(super) window: Option<Window>,
 }
 
 impl Mem {
@@ -101,6 +103,13 @@ impl State for Mem {
         Ok(())
     }
 
+    fn loop_window(&mut self) -> Result<Option<&mut Window>, Broken> {
+        if self.broken {
+            return Err(Broken);
+        }
+        Ok(self.window.as_mut())
+    }
+
     fn add_unpriced(&mut self, _model: &str) -> Result<(), Broken> {
         if self.broken {
             return Err(Broken);
@@ -140,6 +149,7 @@ fn rules<'a>(tools: &'a ToolTable, rate: &'a [RateWindow]) -> Rules<'a> {
         max_repeats: 2,
         tools,
         rate,
+        loops: LoopRules::OFF,
         budget_per_call: true,
     }
 }
@@ -172,6 +182,7 @@ fn the_first_check_in_the_one_order_answers() {
             CallCheck::Arguments,
             CallCheck::Budget,
             CallCheck::Repeat,
+            CallCheck::NoProgress,
             CallCheck::ToolBudget,
             CallCheck::ToolCap,
             CallCheck::Rate,
@@ -249,7 +260,7 @@ fn the_first_check_in_the_one_order_answers() {
 fn stateless_checks_come_first_and_need_no_state() {
     assert!(CallCheck::StopReason.is_stateless() && CallCheck::Name.is_stateless());
     let stateful = CallCheck::ORDER.into_iter().filter(|c| !c.is_stateless());
-    assert_eq!(stateful.count(), 7);
+    assert_eq!(stateful.count(), 8);
     let mut c = call("read", "a", "{}", 0);
     assert_eq!(stateless(&c), None);
     c.stop = Some(StopReason::ToolUse);
@@ -866,4 +877,108 @@ fn a_state_without_prices_or_rate_calls_takes_the_defaults() {
         refusal.figures(),
         Some((LimitName::Rate(RateSpan::Day), 0, 0))
     );
+}
+
+/// `[loops]` as an ordinary check: after `repeat`, before `tool-budget`;
+/// its figures and its sentence; the outcome reported through the engine.
+#[test]
+fn a_call_that_repeats_a_result_without_progress_is_refused_no_progress() {
+    let tools = table();
+    let mut r = rules(&tools, &[]);
+    r.max_repeats = 100;
+    r.loops = LoopRules {
+        same_outcome: Some(3),
+        same_error: None,
+        ping_pong_cycles: None,
+    };
+    let mut mem = Mem::new();
+    mem.window = Some(Window::new());
+    for (i, id) in ["a", "b"].iter().enumerate() {
+        assert_eq!(
+            decide_on(&mut mem, &r, &call("read", id, "{}", i as u64)),
+            Decision::Run
+        );
+        let reported = report_outcome(
+            &mut mem,
+            fingerprint("read", "{}"),
+            Outcome::of(b"same", false),
+        );
+        assert_eq!(reported, Ok(true));
+    }
+    let d = decide_on(&mut mem, &r, &call("read", "c", "{}", 9));
+    let Decision::Refused(refusal) = d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(refusal.reason, RefusalReason::NoProgress);
+    assert_eq!(refusal.reason.as_str(), "no-progress");
+    let (limit, used, max) = refusal.figures().expect("figures");
+    assert_eq!(
+        (limit.key_for("read").to_string(), used, max),
+        ("same_outcome".into(), 3, 3)
+    );
+    let shown = Shown {
+        name: "read",
+        id: "c",
+        id_scope: "",
+        unpriced_model: None,
+    };
+    assert_eq!(
+        refusal.detail(&shown).to_string(),
+        "read was called 2 times with the same input and returned the same result each time (same_outcome 3); change approach or stop"
+    );
+    // Not counted: the window still holds two calls, the attempts two.
+    assert_eq!(mem.window.as_ref().map(|w| w.steps().len()), Some(2));
+    assert_eq!(mem.session.used(Limit::ToolCalls), 2);
+    // Another input is another call.
+    assert_eq!(
+        decide_on(&mut mem, &r, &call("read", "d", "{\"f\":1}", 9)),
+        Decision::Run
+    );
+}
+
+#[test]
+fn repeat_answers_before_no_progress_and_no_progress_before_the_tool_budget() {
+    let tools = table();
+    let mut r = rules(&tools, &[]);
+    r.max_repeats = 2;
+    r.loops = LoopRules {
+        same_outcome: Some(3),
+        same_error: None,
+        ping_pong_cycles: None,
+    };
+    let mut mem = Mem::new();
+    mem.window = Some(Window::new());
+    for id in ["a", "b"] {
+        assert_eq!(
+            decide_on(&mut mem, &r, &call("read", id, "{}", 1)),
+            Decision::Run
+        );
+        let _ = report_outcome(
+            &mut mem,
+            fingerprint("read", "{}"),
+            Outcome::of(b"x", false),
+        );
+    }
+    // The third is both a repeat and no progress: `repeat` comes first.
+    let d = decide_on(&mut mem, &r, &call("read", "c", "{}", 1));
+    assert_eq!(reason(d), Some(RefusalReason::Repeat));
+    r.max_repeats = 100;
+    mem.session.set_max(Limit::ToolCalls, Some(2));
+    let d = decide_on(&mut mem, &r, &call("read", "e", "{}", 1));
+    assert_eq!(reason(d), Some(RefusalReason::NoProgress));
+}
+
+#[test]
+fn loops_without_a_window_fail_closed_and_without_loops_no_window_is_asked() {
+    let tools = table();
+    let mut r = rules(&tools, &[]);
+    let mut mem = Mem::new();
+    mem.broken = false;
+    assert_eq!(
+        decide_on(&mut mem, &r, &call("read", "a", "{}", 1)),
+        Decision::Run
+    );
+    r.loops.ping_pong_cycles = Some(3);
+    let d = decide_on(&mut mem, &r, &call("read", "b", "{\"x\":1}", 1));
+    assert_eq!(reason(d), Some(RefusalReason::NoProgress));
 }

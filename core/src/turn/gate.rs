@@ -885,6 +885,8 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
             max_repeats: self.limits.max_repeats,
             tools: &self.rules,
             rate: &[],
+            // Not yet from a replay budget's `[loops]`.
+            loops: engine::LoopRules::OFF,
             // The run stops before its next model call instead: as in the
             // reference, the calls of a response that reached a limit run.
             budget_per_call: false,

@@ -342,11 +342,14 @@ pub enum RefusalReason {
     /// `rate-limit`: a `[rate]` window is full: too many calls in a short
     /// time (`SPEC E`).
     RateLimit,
+    /// `no-progress`: the call would repeat a pattern of calls whose
+    /// outcomes do not change (`[loops]`; `SPEC E`).
+    NoProgress,
 }
 
 impl RefusalReason {
     /// Every reason, in the order reports list them (`SPEC C`).
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::Repeat,
         Self::ApprovalRefused,
         Self::UnknownTool,
@@ -362,6 +365,7 @@ impl RefusalReason {
         Self::CallIdCapacity,
         Self::ToolCap,
         Self::RateLimit,
+        Self::NoProgress,
     ];
 
     /// The spelling used in reports (`SPEC C`).
@@ -382,6 +386,7 @@ impl RefusalReason {
             Self::CallIdCapacity => "call-id-capacity",
             Self::ToolCap => "tool-cap",
             Self::RateLimit => "rate-limit",
+            Self::NoProgress => "no-progress",
         }
     }
 
@@ -404,6 +409,7 @@ impl RefusalReason {
             Self::CallIdCapacity => "Too many tool calls in this run; not executed. Answer with what you have.",
             Self::ToolCap => "This tool's own call budget is exhausted, not executed. Use another tool or answer with what you have.",
             Self::RateLimit => "Too many tool calls in a short time; not executed. Wait until the window reopens, or answer with what you have.",
+            Self::NoProgress => "These calls keep returning the same results; not executed. Change approach or stop and answer with what you have.",
         }
     }
 
@@ -690,6 +696,7 @@ mod tests {
             "call-id-capacity",
             "tool-cap",
             "rate-limit",
+            "no-progress",
         ];
         for (reason, word) in RefusalReason::ALL.into_iter().zip(words) {
             assert_eq!(reason.as_str(), word, "{reason:?}");

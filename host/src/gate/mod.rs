@@ -624,6 +624,8 @@ pub fn decide_tool_call(
         max_repeats: budget.limits.max_repeats,
         tools: ledgers.tools,
         rate: &windows,
+        // Not yet from the budget file's `[loops]`.
+        loops: engine::LoopRules::OFF,
         budget_per_call: true,
     };
     let mut state = Stored::new(tx, session, agent, ledgers);

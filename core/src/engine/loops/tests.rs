@@ -1,0 +1,203 @@
+//! Each pattern on both sides of its threshold; what breaks a pattern.
+
+use super::*;
+use crate::turn::ArgsFingerprint;
+
+fn fp(name: &str, args: &str) -> CallFingerprint {
+    let mut scratch = [0u8; 64];
+    ArgsFingerprint::of_json(args.as_bytes(), &mut scratch)
+        .map(|a| a.with_name(name))
+        .unwrap_or_else(|_| ArgsFingerprint::from_u128(0).with_name(name))
+}
+
+fn ok(text: &str) -> Outcome {
+    Outcome::of(text.as_bytes(), false)
+}
+
+fn err(text: &str) -> Outcome {
+    Outcome::of(text.as_bytes(), true)
+}
+
+/// A window of `(tool, args, outcome)` calls, oldest first.
+fn window(calls: &[(&str, &str, Option<Outcome>)]) -> Window {
+    let mut w = Window::new();
+    for &(name, args, outcome) in calls {
+        let call = fp(name, args);
+        w.push(call, ToolName::new(name).expect("name"));
+        if let Some(o) = outcome {
+            assert!(w.report(call, o));
+        }
+    }
+    w
+}
+
+const RULES: LoopRules = LoopRules {
+    same_outcome: Some(4),
+    same_error: Some(3),
+    ping_pong_cycles: Some(3),
+};
+
+#[test]
+fn the_same_call_with_the_same_result_is_refused_at_its_threshold_and_not_before() {
+    let status = ("status", "{}", Some(ok("pending")));
+    let three = window(&[status, status]);
+    assert_eq!(
+        detect(three.steps(), &RULES, fp("status", "{}")),
+        None,
+        "3rd call passes"
+    );
+    let four = window(&[status, status, status]);
+    let found = detect(four.steps(), &RULES, fp("status", "{}")).expect("4th refused");
+    assert_eq!(
+        (found.pattern, found.times, found.max),
+        (Pattern::SameOutcome, 4, 4)
+    );
+    // Another call's arguments are another call.
+    assert_eq!(
+        detect(four.steps(), &RULES, fp("status", "{\"id\":2}")),
+        None
+    );
+}
+
+#[test]
+fn a_changed_result_starts_the_count_again() {
+    let w = window(&[
+        ("status", "{}", Some(ok("pending"))),
+        ("status", "{}", Some(ok("pending"))),
+        ("status", "{}", Some(ok("running"))),
+        ("status", "{}", Some(ok("running"))),
+    ]);
+    assert_eq!(detect(w.steps(), &RULES, fp("status", "{}")), None);
+}
+
+#[test]
+fn other_calls_in_between_do_not_hide_the_same_result() {
+    let w = window(&[
+        ("status", "{}", Some(ok("pending"))),
+        ("sleep", "{\"s\":1}", Some(ok(""))),
+        ("status", "{}", Some(ok("pending"))),
+        ("sleep", "{\"s\":2}", Some(ok(""))),
+        ("status", "{}", Some(ok("pending"))),
+    ]);
+    let found = detect(w.steps(), &RULES, fp("status", "{}")).expect("refused");
+    assert_eq!(found.pattern, Pattern::SameOutcome);
+}
+
+#[test]
+fn a_result_not_seen_yet_is_never_matched() {
+    let w = window(&[
+        ("status", "{}", Some(ok("pending"))),
+        ("status", "{}", Some(ok("pending"))),
+        ("status", "{}", Some(ok("pending"))),
+        ("status", "{}", None),
+    ]);
+    assert_eq!(detect(w.steps(), &RULES, fp("status", "{}")), None);
+}
+
+#[test]
+fn the_same_error_has_its_own_lower_threshold() {
+    let fail = ("make", "{}", Some(err("error: missing ;")));
+    let one = window(&[fail]);
+    assert_eq!(
+        detect(one.steps(), &RULES, fp("make", "{}")),
+        None,
+        "2nd try passes"
+    );
+    let two = window(&[fail, fail]);
+    let found = detect(two.steps(), &RULES, fp("make", "{}")).expect("3rd refused");
+    assert_eq!(
+        (found.pattern, found.times, found.max),
+        (Pattern::SameError, 3, 3)
+    );
+    // Without same_error, an error counts as any result.
+    let only_outcome = LoopRules {
+        same_error: None,
+        ..RULES
+    };
+    assert_eq!(detect(two.steps(), &only_outcome, fp("make", "{}")), None);
+    let three = window(&[fail, fail, fail]);
+    let found = detect(three.steps(), &only_outcome, fp("make", "{}")).expect("refused");
+    assert_eq!(found.pattern, Pattern::SameOutcome);
+}
+
+#[test]
+fn two_calls_in_turn_with_unchanged_results_are_refused_at_the_third_cycle() {
+    let a = ("grep", "{\"q\":\"x\"}", Some(ok("no match")));
+    let b = ("view", "{\"f\":\"a.rs\"}", Some(ok("fn main() {}")));
+    // A B A B A, then B: three whole cycles.
+    let w = window(&[a, b, a, b, a]);
+    let found = detect(w.steps(), &RULES, fp("view", "{\"f\":\"a.rs\"}")).expect("refused");
+    assert_eq!(
+        (found.pattern, found.times, found.max),
+        (Pattern::PingPong(2), 3, 3)
+    );
+    assert_eq!(found.others[0].map(|n| n.as_str().len()), Some(4));
+    assert_eq!(found.others[0].expect("other").as_str(), "grep");
+    // A B A B, then A: two and a half cycles.
+    let w = window(&[a, b, a, b]);
+    assert_eq!(detect(w.steps(), &RULES, fp("grep", "{\"q\":\"x\"}")), None);
+}
+
+#[test]
+fn a_changed_result_or_another_call_breaks_the_cycle() {
+    let a = ("grep", "{\"q\":\"x\"}", Some(ok("no match")));
+    let b = ("view", "{\"f\":\"a.rs\"}", Some(ok("fn main() {}")));
+    let b2 = ("view", "{\"f\":\"a.rs\"}", Some(ok("fn main() { edited }")));
+    let w = window(&[a, b2, a, b, a]);
+    assert_eq!(
+        detect(w.steps(), &RULES, fp("view", "{\"f\":\"a.rs\"}")),
+        None
+    );
+    let c = ("edit", "{}", Some(ok("done")));
+    let w = window(&[a, b, c, a, b, a]);
+    assert_eq!(
+        detect(w.steps(), &RULES, fp("view", "{\"f\":\"a.rs\"}")),
+        None
+    );
+}
+
+#[test]
+fn three_calls_in_turn_are_a_cycle_too() {
+    let a = ("ls", "{}", Some(ok("a b")));
+    let b = ("cat", "{\"f\":\"a\"}", Some(ok("1")));
+    let c = ("cat", "{\"f\":\"b\"}", Some(ok("2")));
+    let w = window(&[a, b, c, a, b, c, a, b]);
+    let found = detect(w.steps(), &RULES, fp("cat", "{\"f\":\"b\"}")).expect("refused");
+    assert_eq!((found.pattern, found.times), (Pattern::PingPong(3), 3));
+    let (first, second) = (
+        found.others[0].expect("first"),
+        found.others[1].expect("second"),
+    );
+    assert_eq!([first.as_str(), second.as_str()], ["ls", "cat"]);
+    let w = window(&[a, b, c, a, b, c, a]);
+    assert_eq!(detect(w.steps(), &RULES, fp("cat", "{\"f\":\"a\"}")), None);
+}
+
+#[test]
+fn the_window_forgets_its_oldest_call_and_reports_the_latest_unreported() {
+    let mut w: Window<2> = Window::new();
+    let (x, y, z) = (fp("x", "{}"), fp("y", "{}"), fp("z", "{}"));
+    w.push(x, ToolName::new("x").expect("x"));
+    w.push(y, ToolName::new("y").expect("y"));
+    w.push(z, ToolName::new("z").expect("z"));
+    assert_eq!(
+        w.steps()
+            .iter()
+            .map(|s| s.call)
+            .collect::<heapless::Vec<_, 2>>(),
+        [y, z]
+    );
+    assert!(!w.report(x, ok("gone")), "forgotten");
+    assert!(w.report(z, ok("1")));
+    assert!(!w.report(z, ok("2")), "reported already");
+    assert_eq!(w.steps()[1].outcome, Some(ok("1")));
+}
+
+#[test]
+fn loops_are_off_without_a_threshold() {
+    assert!(!LoopRules::OFF.is_on());
+    assert!(RULES.is_on());
+    let status = ("status", "{}", Some(ok("pending")));
+    let w = window(&[status, status, status, status, status]);
+    assert_eq!(detect(w.steps(), &LoopRules::OFF, fp("status", "{}")), None);
+}
