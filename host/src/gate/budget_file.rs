@@ -4,7 +4,7 @@
 /// Largest budget file any front-end reads (bytes).
 pub const MAX_BUDGET_BYTES: u64 = 1 << 20;
 
-use budgetgate_core::engine::{RateSpan, RateWindow};
+use budgetgate_core::engine::{LoopRules, RateSpan, RateWindow};
 use budgetgate_core::tools::{ToolRule, ToolTable};
 use budgetgate_core::turn::{TokenMode, ToolName, TurnLimits};
 use serde::Deserialize;
@@ -195,7 +195,22 @@ pub struct ReplayBudget {
     /// Largest tool result passed on, in bytes of its compact JSON
     /// (`[budget] max_result_bytes`, default 4096, the contract's bound).
     pub max_result_bytes: u64,
+    /// Loop detection (`[loops]`): off without the table; a table without
+    /// a key takes the recommended threshold ([`RECOMMENDED_LOOPS`]).
+    pub loops: LoopRules,
 }
+
+/// The thresholds a `[loops]` table takes for the keys it leaves out: the
+/// 4th call of the same tool and input after 3 that returned the same, the
+/// 3rd after 2 that failed the same way, the 3rd cycle of two or three
+/// calls in turn (each one step earlier than OpenHands' stuck detector
+/// flags the same patterns: 4 identical observations, 3 identical errors,
+/// 6 alternating steps).
+pub const RECOMMENDED_LOOPS: LoopRules = LoopRules {
+    same_outcome: Some(4),
+    same_error: Some(3),
+    ping_pong_cycles: Some(3),
+};
 
 /// Most tools a budget's tool table lists (`needs_approval` and
 /// `max_calls` together), as replay's rules hold them.
@@ -330,6 +345,7 @@ impl Default for ReplayBudget {
             count_server_tools: true,
             rate: RateLimits::default(),
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+            loops: LoopRules::OFF,
         }
     }
 }
@@ -347,6 +363,43 @@ struct File {
     subagent: SubagentLimits,
     #[serde(default)]
     rate: RateLimits,
+    loops: Option<LoopsSection>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LoopsSection {
+    same_outcome: Option<u16>,
+    same_error: Option<u16>,
+    ping_pong_cycles: Option<u16>,
+}
+
+impl LoopsSection {
+    /// The rules, each key checked: at least 2 (the first call is never a
+    /// loop), and no more than the window of calls remembered can show.
+    fn rules(&self) -> Result<LoopRules, String> {
+        let window = budgetgate_core::engine::LOOP_WINDOW as u16;
+        let check = |key: &str, v: Option<u16>, default: Option<u16>, most: u16| {
+            match v {
+            None => Ok(default),
+            Some(n) if (2..=most).contains(&n) => Ok(Some(n)),
+            Some(n) => Err(format!(
+                "[loops] {key} = {n} is out of range: from 2 to {most} (the last {window} calls are remembered)"
+            )),
+        }
+        };
+        let r = RECOMMENDED_LOOPS;
+        Ok(LoopRules {
+            same_outcome: check("same_outcome", self.same_outcome, r.same_outcome, window)?,
+            same_error: check("same_error", self.same_error, r.same_error, window)?,
+            ping_pong_cycles: check(
+                "ping_pong_cycles",
+                self.ping_pong_cycles,
+                r.ping_pong_cycles,
+                window / 2,
+            )?,
+        })
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -562,7 +615,12 @@ pub fn parse_budget(text: &str) -> Result<ReplayBudget, String> {
             budgetgate_core::limits::MAX_TOOLS
         ));
     }
+    let loops = match &file.loops {
+        None => LoopRules::OFF,
+        Some(section) => section.rules()?,
+    };
     Ok(ReplayBudget {
+        loops,
         prices,
         tool_caps,
         subagent: file.subagent,
@@ -806,5 +864,46 @@ mod tests {
         assert!(millis("1e300").unwrap_err().contains("1e300"));
         let err = millis("18446744073709552").unwrap_err();
         assert!(err.contains("out of range"), "{err}");
+    }
+
+    #[test]
+    fn loops_are_off_without_the_table_and_take_the_recommended_thresholds_with_it() {
+        assert_eq!(parse_budget("").unwrap().loops, LoopRules::OFF);
+        assert_eq!(parse_budget("[loops]").unwrap().loops, RECOMMENDED_LOOPS);
+        let b = parse_budget("[loops]\nsame_outcome = 6\nping_pong_cycles = 2").unwrap();
+        assert_eq!(
+            b.loops,
+            LoopRules {
+                same_outcome: Some(6),
+                same_error: Some(3),
+                ping_pong_cycles: Some(2),
+            }
+        );
+        assert_eq!(
+            parse_budget("[loops]\nsame_error = 32")
+                .unwrap()
+                .loops
+                .same_error,
+            Some(32)
+        );
+        for (text, key) in [
+            (
+                "[loops]\nsame_outcome = 1",
+                "same_outcome = 1 is out of range: from 2 to 32",
+            ),
+            (
+                "[loops]\nsame_error = 33",
+                "same_error = 33 is out of range",
+            ),
+            (
+                "[loops]\nping_pong_cycles = 17",
+                "ping_pong_cycles = 17 is out of range: from 2 to 16",
+            ),
+            ("[loops]\nsame_outcome = -1", "line 2"),
+            ("[loops]\nsame = 3", "unknown field `same`"),
+        ] {
+            let e = parse_budget(text).unwrap_err();
+            assert!(e.contains(key), "{text}: {e}");
+        }
     }
 }
