@@ -34,6 +34,11 @@ const MODEL: &str = "claude-sonnet-4-5";
 /// within it).
 const RUN_LIMIT: Duration = Duration::from_secs(60);
 
+/// The proxy's bound on a call's input (`host/src/proxy/api`): every byte
+/// of the body as a token, plus this, plus [`MEDIA_TOKENS`] per media word.
+const INPUT_OVERHEAD_TOKENS: u64 = 4_096;
+const MEDIA_TOKENS: u64 = 3_000;
+
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_budgetgate"))
 }
@@ -165,6 +170,16 @@ impl Api {
             .iter()
             .filter(|r| r.is_model_call())
             .map(Request::json)
+            .collect()
+    }
+
+    /// The bodies of the scripted model's calls as they came.
+    fn model_call_bytes(&self) -> Vec<Vec<u8>> {
+        let seen = self.seen.lock().expect("lock");
+        seen.requests
+            .iter()
+            .filter(|r| r.is_model_call())
+            .map(|r| r.body.clone())
             .collect()
     }
 
@@ -589,6 +604,40 @@ fn session_of(run: &Run, api: &Api) -> String {
 /// SPEC C (tokens) through `budgetgate proxy`: Claude Code's fourth model
 /// call is refused before the model, and Claude Code ends at once with the
 /// proxy's message; the ledger holds its session's three calls.
+/// The worst case the proxy reserves for a call whose body is `body`: its
+/// input bound plus its `max_tokens`.
+fn worst_case(body: &[u8]) -> u64 {
+    let media: u64 = [
+        &b"\"image\""[..],
+        b"\"image_url\"",
+        b"\"input_image\"",
+        b"\"document\"",
+        b"\"input_file\"",
+        b"\"file\"",
+    ]
+    .iter()
+    .map(|word| body.windows(word.len()).filter(|w| w == word).count() as u64)
+    .sum();
+    let request: Value = serde_json::from_slice(body).expect("JSON body");
+    body.len() as u64
+        + INPUT_OVERHEAD_TOKENS
+        + MEDIA_TOKENS * media
+        + request["max_tokens"].as_u64().expect("max_tokens")
+}
+
+/// The worst case of Claude Code's first model call, measured by a run
+/// like the tests' (a folder of the same shape, the same options) straight
+/// at a scripted API that answers it with text.
+fn first_call_worst_case(cli: &Path, args: &[&str]) -> u64 {
+    let folder = Folder::new();
+    let api = Api::start(vec![Turn::Text("done")]);
+    let run = folder.claude(cli, &api.url(), args, &[]);
+    assert!(run.status.success(), "{}", run.json);
+    let calls = api.model_call_bytes();
+    assert_eq!(calls.len(), 1);
+    worst_case(&calls[0])
+}
+
 #[test]
 fn claude_code_through_the_proxy_stops_at_the_model_call_the_token_budget_does_not_allow() {
     let Some(cli) = cli() else { return };
@@ -643,5 +692,56 @@ fn claude_code_through_the_proxy_stops_at_the_model_call_the_token_budget_does_n
     // the model.
     let refused = refused_model_calls(&["--ledger", &at], &session);
     eprintln!("proxy, tokens: the proxy refused {refused} model calls");
+    assert!((1..=6).contains(&refused), "{refused} refusals");
+}
+
+/// SPEC C, SPEC E (reserve): in reserve mode the proxy holds each call's
+/// worst case (its input bound plus Claude Code's `max_tokens`) before it
+/// is made; Claude Code's second call, whose worst case no longer fits,
+/// is refused (`token-reserve`) and never reaches the model.
+#[test]
+fn claude_code_through_the_proxy_in_reserve_mode_is_refused_the_call_whose_worst_case_does_not_fit()
+{
+    let Some(cli) = cli() else { return };
+    let args = ["--allowedTools", "Bash"];
+    // The first call fits with 500 tokens to spare (a run's body may differ
+    // from the measured one by a few bytes: ids and times of the same
+    // length); the second's body only grows, and 1 100 tokens are used by
+    // then, so its worst case is at least 600 past the budget.
+    let first = first_call_worst_case(&cli, &args);
+    let max = first + 500;
+    eprintln!("proxy, reserve: the first call's worst case is {first} tokens; max_tokens = {max}");
+    let folder = Folder::new();
+    let budget = folder.write(
+        "budget.toml",
+        &format!("[budget]\nmax_tokens = {max}\nmax_model_calls = 50\ntoken_mode = \"reserve\"\n"),
+    );
+    let ledger_file = folder.path("ledger.sqlite3");
+    let api = Api::start(vec![bash("echo 1"), bash("echo 2"), Turn::Text("done")]);
+    let proxy = Proxy::start(&api, &budget, &ledger_file);
+    let run = folder.claude(&cli, &proxy.url(), &args, &[]);
+    api.report("proxy, reserve", &run);
+    let calls = api.model_call_bytes();
+    assert_eq!(calls.len(), 1, "the refused call never reached the model");
+    let measured = worst_case(&calls[0]);
+    eprintln!("proxy, reserve: this run's first call's worst case is {measured} tokens");
+    assert!(measured <= max, "{measured} > {max}");
+    assert!(!run.status.success(), "{}", run.json);
+    assert_eq!(run.json["is_error"], true, "{}", run.json);
+    assert_eq!(run.json["api_error_status"], 400, "{}", run.json);
+    let result = run.json["result"].as_str().unwrap_or_default();
+    let left = format!(
+        "and the session's token budget has {} of {max} left, so it is not made (token-reserve)",
+        max - BILLED
+    );
+    assert!(result.contains(&left), "{result}");
+    let session = session_of(&run, &api);
+    let at = format!("sqlite:{}", ledger_file.display());
+    let row = ledger_row(&["--ledger", &at], &session);
+    assert_eq!(used(&row, "tokens"), BILLED, "{row}");
+    assert_eq!(row["limits"]["tokens"]["reserved"], 0, "{row}");
+    assert_eq!(used(&row, "model_calls"), 1, "{row}");
+    let refused = refused_model_calls(&["--ledger", &at], &session);
+    eprintln!("proxy, reserve: the proxy refused {refused} model calls");
     assert!((1..=6).contains(&refused), "{refused} refusals");
 }
