@@ -65,18 +65,22 @@ fn cli() -> Option<PathBuf> {
         }
         // The package's placeholder, before its native binary is in place.
         Ok(out) => format!(
-            "{} does not run: {}",
+            "the Claude Code CLI {} does not run: {}",
             path.display(),
             String::from_utf8_lossy(&out.stderr).trim()
         ),
-        Err(e) => format!("{} is missing ({e})", path.display()),
+        Err(e) => format!("the Claude Code CLI {} is missing ({e})", path.display()),
     };
+    missing(&why)
+}
+
+/// `None` (the test is skipped, saying `why`), or with
+/// `BUDGETGATE_REQUIRE_MCP=1` a failure.
+fn missing<T>(why: &str) -> Option<T> {
     if std::env::var("BUDGETGATE_REQUIRE_MCP").as_deref() == Ok("1") {
-        panic!(
-            "BUDGETGATE_REQUIRE_MCP=1 and the Claude Code CLI: {why} (run tests/mcp/install.sh)"
-        );
+        panic!("BUDGETGATE_REQUIRE_MCP=1 and {why} (run tests/mcp/install.sh)");
     }
-    eprintln!("skipped: the Claude Code CLI: {why} (run tests/mcp/install.sh)");
+    eprintln!("skipped: {why} (run tests/mcp/install.sh)");
     None
 }
 
@@ -744,4 +748,66 @@ fn claude_code_through_the_proxy_in_reserve_mode_is_refused_the_call_whose_worst
     let refused = refused_model_calls(&["--ledger", &at], &session);
     eprintln!("proxy, reserve: the proxy refused {refused} model calls");
     assert!((1..=6).contains(&refused), "{refused} refusals");
+}
+
+/// SPEC C (a tool's cap) through the hook alone: `budgetgate hook install
+/// --project` in Claude Code's working folder, Claude Code straight at the
+/// scripted API. Its second Bash call is denied by the hook before it
+/// runs; the model reads why in the next call's `tool_result`, Claude Code
+/// reports the denial, and the ledger has counted the session's model
+/// calls and tokens from the transcript and logged the denial.
+#[test]
+fn the_hook_in_claude_codes_project_denies_the_bash_call_over_its_cap() {
+    let Some(cli) = cli() else { return };
+    let folder = Folder::new();
+    let budget = folder.write("budget.toml", "[tools]\nmax_calls = { Bash = 1 }\n");
+    let state = folder.path("state");
+    let install = Command::new(bin())
+        .args(["hook", "install", "--project", "--budget"])
+        .arg(&budget)
+        .arg("--state")
+        .arg(&state)
+        .current_dir(folder.path("work"))
+        .output()
+        .expect("hook install");
+    assert!(install.status.success(), "{install:?}");
+    assert!(folder.path("work/.claude/settings.json").exists());
+    let api = Api::start(vec![bash("echo one"), bash("echo two"), Turn::Text("done")]);
+    let run = folder.claude(&cli, &api.url(), &["--allowedTools", "Bash"], &[]);
+    api.report("hook", &run);
+    let calls = api.model_calls();
+    assert_eq!(calls.len(), 3, "{:?}", api.other_requests());
+    let ran = last_tool_result(&calls[1]);
+    assert_ne!(ran["is_error"], true, "{ran}");
+    assert_eq!(result_text(&ran).lines().next(), Some("one"), "{ran}");
+    let denied = last_tool_result(&calls[2]);
+    assert_eq!(denied["tool_use_id"], "toolu_0001", "{denied}");
+    assert_eq!(denied["is_error"], true, "{denied}");
+    assert!(
+        result_text(&denied).contains(
+            "budgetgate refused this call (tool-cap): Bash may be called at most 1 times in this session (1 used)"
+        ),
+        "{denied}"
+    );
+    assert!(run.status.success(), "{}", run.json);
+    assert_eq!(run.json["result"], "done", "{}", run.json);
+    let denials = &run.json["permission_denials"];
+    assert_eq!(
+        (
+            denials.as_array().map(Vec::len),
+            &denials[0]["tool_name"],
+            &denials[0]["tool_input"]["command"]
+        ),
+        (Some(1), &json!("Bash"), &json!("echo two")),
+        "{denials}"
+    );
+    let session = session_of(&run, &api);
+    let at = ["--state", state.to_str().expect("UTF-8 path")];
+    let row = ledger_row(&at, &session);
+    assert_eq!(row["caps"]["Bash"]["used"], 1, "{row}");
+    assert_eq!(used(&row, "tool_calls"), 1, "{row}");
+    assert_eq!(used(&row, "model_calls"), 3, "{row}");
+    assert_eq!(used(&row, "tokens"), 3 * BILLED, "{row}");
+    let log = ledger(&[&["show", session.as_str()], &at[..]].concat());
+    assert!(log.contains("deny toolu_0001: tool-cap"), "{log}");
 }
