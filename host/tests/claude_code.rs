@@ -74,6 +74,15 @@ fn cli() -> Option<PathBuf> {
     missing(&why)
 }
 
+/// An installed npm package's command, or `None` as [`cli`] says.
+fn npm_bin(name: &str) -> Option<PathBuf> {
+    let path = mcp_dir().join("node_modules/.bin").join(name);
+    if path.exists() {
+        return Some(path);
+    }
+    missing(&format!("{} is missing", path.display()))
+}
+
 /// `None` (the test is skipped, saying `why`), or with
 /// `BUDGETGATE_REQUIRE_MCP=1` a failure.
 fn missing<T>(why: &str) -> Option<T> {
@@ -810,4 +819,88 @@ fn the_hook_in_claude_codes_project_denies_the_bash_call_over_its_cap() {
     assert_eq!(used(&row, "tokens"), 3 * BILLED, "{row}");
     let log = ledger(&[&["show", session.as_str()], &at[..]].concat());
     assert!(log.contains("deny toolu_0001: tool-cap"), "{log}");
+}
+
+/// SPEC C (a tool's cap) through the MCP gateway: Claude Code starts
+/// `budgetgate mcp … -- mcp-server-filesystem` from `--mcp-config`; the
+/// scripted model calls `mcp__files__create_directory` three times with a
+/// cap of two. The third is refused by the gateway and never reaches the
+/// server (its folder is not made); the refusal's text is the tool result
+/// the model reads in its next call.
+#[test]
+fn the_mcp_gateway_refuses_claude_codes_mcp_call_over_its_cap_and_the_model_reads_why() {
+    let Some(cli) = cli() else { return };
+    let Some(server) = npm_bin("mcp-server-filesystem") else {
+        return;
+    };
+    let folder = Folder::new();
+    let budget = folder.write(
+        "budget.toml",
+        "[tools]\nmax_calls = { create_directory = 2 }\n",
+    );
+    let ledger_file = folder.path("ledger.sqlite3");
+    let work = folder.path("work");
+    let config = json!({"mcpServers": {"files": {
+        "command": bin(),
+        "args": ["mcp", "--budget", budget, "--ledger", format!("sqlite:{}", ledger_file.display()),
+                 "--session", "files", "--terminal", "never", "--", server, work],
+    }}});
+    let config = folder.write("mcp.json", &config.to_string());
+    let make = |name: &str| {
+        Turn::Tool(
+            "mcp__files__create_directory".into(),
+            json!({"path": work.join(name)}),
+        )
+    };
+    let api = Api::start(vec![make("a"), make("b"), make("c"), Turn::Text("done")]);
+    let args = [
+        "--mcp-config",
+        config.to_str().expect("UTF-8 path"),
+        "--strict-mcp-config",
+        "--allowedTools",
+        "mcp__files__create_directory",
+    ];
+    // Every tool's schema in the first call, as a model that is not
+    // scripted would need it to call the tool (without this, MCP tools are
+    // found through ToolSearch first).
+    let run = folder.claude(&cli, &api.url(), &args, &[("ENABLE_TOOL_SEARCH", "false")]);
+    api.report("mcp", &run);
+    let calls = api.model_calls();
+    assert_eq!(calls.len(), 4, "{:?}", api.other_requests());
+    let tools: Vec<&str> = calls[0]["tools"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(tools.contains(&"mcp__files__create_directory"), "{tools:?}");
+    for (call, name) in calls[1..3].iter().zip(["a", "b"]) {
+        let made = last_tool_result(call);
+        assert_ne!(made["is_error"], true, "{made}");
+        assert!(
+            result_text(&made).contains("Successfully created directory"),
+            "{made}"
+        );
+        assert!(work.join(name).is_dir());
+    }
+    let refused = last_tool_result(&calls[3]);
+    assert_eq!(refused["tool_use_id"], "toolu_0002", "{refused}");
+    assert_eq!(refused["is_error"], true, "{refused}");
+    assert!(
+        result_text(&refused).contains(
+            "budgetgate refused this call (tool-cap): create_directory may be called at most 2 times in this session (2 used)"
+        ),
+        "{refused}"
+    );
+    assert!(
+        !work.join("c").exists(),
+        "the server never ran the refused call"
+    );
+    assert!(run.status.success(), "{}", run.json);
+    assert_eq!(run.json["result"], "done", "{}", run.json);
+    let at = format!("sqlite:{}", ledger_file.display());
+    let row = ledger_row(&["--ledger", &at], "files");
+    assert_eq!(used(&row, "tool_calls"), 2, "{row}");
+    assert_eq!(row["limits"]["tool_calls"]["reserved"], 0, "{row}");
+    assert_eq!(row["caps"]["create_directory"]["used"], 2, "{row}");
+    let log = ledger(&["show", "files", "--ledger", &at]);
+    assert!(log.contains(": tool-cap"), "{log}");
 }
