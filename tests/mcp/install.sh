@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Installs what the MCP gateway's end-to-end tests (host/tests/mcp_gateway.rs,
-# host/tests/mcp_http.rs) run: the reference MCP servers from the npm
-# registry, pinned in package.json / package-lock.json, into
-# tests/mcp/node_modules, and the official Python MCP client, pinned in
+# Installs what the end-to-end tests of the MCP gateway
+# (host/tests/mcp_gateway.rs, host/tests/mcp_http.rs) and of Claude Code
+# (host/tests/claude_code.rs) run: the reference MCP servers and the Claude
+# Code CLI from the npm registry, pinned in package.json / package-lock.json,
+# into tests/mcp/node_modules, and the official Python MCP client, pinned in
 # requirements.txt, into the venv tests/mcp/.venv. Idempotent: does nothing
 # when both are installed from the current pins (a stamp holds their
-# checksum). Needs node (>= 18), npm and python3 (>= 3.10) with venv.
+# checksum). Needs node (>= 18), npm and python3 (>= 3.10) with venv (the
+# CLI's package asks for node >= 22, but runs as a native binary: only its
+# install script runs on node, and does on 20).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -14,6 +17,11 @@ stamp() { sha256sum "$@" | sha256sum | cut -d' ' -f1; }
 want=$(stamp package-lock.json)
 if [ "$(cat node_modules/.budgetgate-stamp 2>/dev/null)" != "$want" ]; then
   npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+  # No package's install script runs but this one, read for what it does:
+  # the CLI's postinstall copies its native binary, from the platform's
+  # package npm just installed (no download), over the placeholder
+  # bin/claude.exe, which otherwise only says it is not installed.
+  node node_modules/@anthropic-ai/claude-code/install.cjs
   echo "$want" > node_modules/.budgetgate-stamp
 fi
 
