@@ -256,7 +256,7 @@ Examples:
     /// with token_mode = "reserve" the call's worst case (its input bound
     /// plus its max tokens) must fit. A refused call never reaches the
     /// upstream: it is answered with the provider's own error shape, status
-    /// 400 and x-should-retry: false, naming the limit and what was used.
+    /// 402 and x-should-retry: false, naming the limit and what was used.
     /// The response's usage is read on the way back and counted in the
     /// ledger the hook and the MCP gateway share.
     #[command(after_help = "\

@@ -387,11 +387,11 @@ fn a_token_budget_stops_at_the_model_call_the_seed_loop_would_not_make() {
     assert_eq!(upstream.count("/v1/messages"), 3);
     // 3 300 used: the fourth call is refused, and never reaches the upstream.
     let a = post(proxy.port, "/v1/messages", &[], &messages(true));
-    assert_eq!(a.status, 400, "{}", a.text());
+    assert_eq!(a.status, 402, "{}", a.text());
     assert!(a.head.contains("x-should-retry: false"), "{}", a.head);
     let err = a.json();
     assert_eq!(err["type"], "error");
-    assert_eq!(err["error"]["type"], "invalid_request_error");
+    assert_eq!(err["error"]["type"], "billing_error");
     let message = err["error"]["message"].as_str().expect("message");
     assert!(
         message.contains("3300 of 2500 tokens used (tokens)"),
@@ -422,7 +422,7 @@ fn anything_but_a_model_call_passes_through_ungated() {
     assert!(!head.contains("accept-encoding: gzip"), "{head}");
     assert_eq!(
         post(proxy.port, "/v1/messages", &[], &messages(false)).status,
-        400
+        402
     );
     // count_tokens is not a model call.
     let a = post(
@@ -455,7 +455,7 @@ fn reserve_mode_refuses_a_call_whose_worst_case_does_not_fit() {
         200
     );
     let a = post(proxy.port, "/v1/messages", &[], &messages(false));
-    assert_eq!(a.status, 400);
+    assert_eq!(a.status, 402);
     let message = a.json()["error"]["message"]
         .as_str()
         .expect("message")
@@ -495,7 +495,7 @@ fn parallel_calls_in_reserve_mode_never_pass_the_budget_together() {
     let statuses: Vec<u16> = calls.into_iter().map(|c| c.join().expect("call")).collect();
     let made = statuses.iter().filter(|&&s| s == 200).count();
     assert_eq!(made, 3, "{statuses:?}");
-    assert_eq!(statuses.iter().filter(|&&s| s == 400).count(), 13);
+    assert_eq!(statuses.iter().filter(|&&s| s == 402).count(), 13);
     assert_eq!(upstream.count("/v1/messages"), 3);
     assert_eq!(
         used(&ledger_row(&ledger, "proxy"), "tokens"),
@@ -522,7 +522,7 @@ fn claude_codes_session_header_names_the_ledger_row() {
     );
     assert_eq!(
         post(proxy.port, "/v1/messages", &cc, &messages(false)).status,
-        400
+        402
     );
     // Another session has its own budget; the named header is read when
     // Claude Code's is absent.
@@ -633,7 +633,7 @@ fn a_proxy_killed_mid_stream_gives_no_budget_back() {
     // place, so the one model call allowed is spent.
     let again = start_proxy(&upstream, &budget, &ledger, &[]);
     let a = post(again.port, "/v1/messages", &[], &messages(false));
-    assert_eq!(a.status, 400, "{}", a.text());
+    assert_eq!(a.status, 402, "{}", a.text());
     assert!(a.text().contains("(steps)"), "{}", a.text());
     assert_eq!(upstream.count("/v1/messages"), 1);
 }
@@ -738,7 +738,7 @@ fn sdk_python() -> Option<PathBuf> {
 }
 
 #[test]
-fn the_official_sdks_get_their_answers_and_read_a_refusal_without_retrying() {
+fn the_official_sdks_get_their_answers_and_read_a_refusal_without_retrying_it() {
     let Some(python) = sdk_python() else {
         return;
     };
@@ -791,12 +791,15 @@ fn the_official_sdks_get_their_answers_and_read_a_refusal_without_retrying() {
         by("chat-streamed")["result"],
         json!({"text": "ok", "usage_chunks": 0})
     );
-    for name in ["messages-refused", "chat-refused"] {
+    for (name, class) in [
+        ("messages-refused", "PaymentRequiredError"),
+        ("chat-refused", "APIStatusError"),
+    ] {
         let c = by(name);
         assert_eq!(c["ok"], false, "{c}");
         assert_eq!(
             (c["status"].clone(), c["error"].clone()),
-            (json!(400), json!("BadRequestError")),
+            (json!(402), json!(class)),
             "{c}"
         );
         assert_eq!(c["requests"], 1, "retried: {c}");

@@ -18,9 +18,10 @@
 //!   from the client.
 //! * **Whose budget:** `X-Claude-Code-Session-Id` when the request has one,
 //!   else the header named by `--session-header`, else `--session`.
-//! * **A refusal** is the provider's own error shape with status 400 and
-//!   `x-should-retry: false`, which the official SDKs and Claude Code do
-//!   not retry; its message names the limit and what was used.
+//! * **A refusal** is the provider's own error shape with status 402
+//!   (Anthropic's `billing_error`) and `x-should-retry: false`, which the
+//!   official SDKs and Claude Code do not send again; its message names the
+//!   limit and what was used.
 //! * **Never free, never lost:** a call let through is stored as a
 //!   reservation before it is forwarded; its response's usage commits it; a
 //!   stream cut off counts what was reported (or, with nothing reported,
@@ -48,7 +49,7 @@ use crate::gate::clock::now_ms;
 use crate::ledger::Durability;
 use crate::mcp::sse::{SseItem, SseParser};
 use crate::net::{self, ChannelBody, ReadError, Reply};
-use api::{Api, EventUse, ModelRequest, StreamUsage};
+use api::{Api, EventUse, ModelRequest, Refused, StreamUsage};
 use gate::{Admission, ModelGate, Outcome, Ticket};
 
 /// Largest request body read (64 MiB: a long conversation with images).
@@ -165,15 +166,23 @@ impl Proxy {
     }
 }
 
-/// A reply in `api`'s error shape (any API's, when the call is not one's).
-fn refusal(api: Api, status: StatusCode, code: &str, message: &str) -> Reply {
+/// The proxy's own answer in `api`'s error shape (Anthropic's when the
+/// request is not a model call), with `x-should-retry: false` but for an
+/// upstream that failed (the call was not made: a client may try again).
+fn refusal(api: Api, kind: Refused, code: &str, message: &str) -> Reply {
+    let status = StatusCode::from_u16(kind.status()).unwrap_or(StatusCode::BAD_REQUEST);
     let mut r = net::full(
         status,
         "application/json",
-        api::refusal_body(api, code, message),
+        api::refusal_body(api, kind, code, message),
     );
+    let retry = if kind == Refused::Upstream {
+        "true"
+    } else {
+        "false"
+    };
     r.headers_mut()
-        .insert("x-should-retry", HeaderValue::from_static("false"));
+        .insert("x-should-retry", HeaderValue::from_static(retry));
     r
 }
 
@@ -187,7 +196,7 @@ pub async fn handle(proxy: Arc<Proxy>, bound: SocketAddr, req: Request<Incoming>
     if !host_ok {
         return refusal(
             Api::Messages,
-            StatusCode::FORBIDDEN,
+            Refused::Forbidden,
             "forbidden",
             "budgetgate: the Host header does not name this proxy",
         );
@@ -195,7 +204,7 @@ pub async fn handle(proxy: Arc<Proxy>, bound: SocketAddr, req: Request<Incoming>
     if let Some(why) = net::foreign_origin(&req) {
         return refusal(
             Api::Messages,
-            StatusCode::FORBIDDEN,
+            Refused::Forbidden,
             "forbidden",
             &format!("budgetgate: {why}"),
         );
@@ -210,7 +219,7 @@ pub async fn handle(proxy: Arc<Proxy>, bound: SocketAddr, req: Request<Incoming>
         Err(ReadError::TooLarge) => {
             return refusal(
                 api_for_errors,
-                StatusCode::PAYLOAD_TOO_LARGE,
+                Refused::Invalid,
                 "request_too_large",
                 &format!(
                     "budgetgate: the request body is over {} MiB",
@@ -221,7 +230,7 @@ pub async fn handle(proxy: Arc<Proxy>, bound: SocketAddr, req: Request<Incoming>
         Err(ReadError::Failed(e)) => {
             return refusal(
                 api_for_errors,
-                StatusCode::BAD_REQUEST,
+                Refused::Invalid,
                 "invalid_request",
                 &format!("budgetgate: reading the request: {e}"),
             )
@@ -284,19 +293,12 @@ fn upstream_failed(api: Api, e: &reqwest::Error) -> Reply {
     } else {
         format!("failed ({})", net::error_chain(e))
     };
-    let mut r = net::full(
-        StatusCode::BAD_GATEWAY,
-        "application/json",
-        api::refusal_body(
-            api,
-            "upstream_failed",
-            &format!("budgetgate: the upstream {why}"),
-        ),
-    );
-    // The call did not happen: a client may try again.
-    r.headers_mut()
-        .insert("x-should-retry", HeaderValue::from_static("true"));
-    r
+    refusal(
+        api,
+        Refused::Upstream,
+        "upstream_failed",
+        &format!("budgetgate: the upstream {why}"),
+    )
 }
 
 async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> Reply {
@@ -305,7 +307,7 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
         Err(e) => {
             return refusal(
                 api,
-                StatusCode::BAD_REQUEST,
+                Refused::Invalid,
                 "invalid_session",
                 &format!("budgetgate: {e}"),
             )
@@ -316,7 +318,7 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
         Err(e) => {
             return refusal(
                 api,
-                StatusCode::BAD_REQUEST,
+                Refused::Invalid,
                 "invalid_request",
                 &format!("budgetgate: {e}; the call was not made"),
             )
@@ -328,21 +330,18 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
         Ok(Admission::Stop(stop)) => {
             return refusal(
                 api,
-                StatusCode::BAD_REQUEST,
+                Refused::Budget,
                 stop.reason.as_str(),
                 &stop.detail().to_string(),
             );
         }
         Err(e) => {
-            let mut r = refusal(
+            return refusal(
                 api,
-                StatusCode::SERVICE_UNAVAILABLE,
+                Refused::Unavailable,
                 "ledger_unavailable",
                 &format!("budgetgate: the ledger could not decide ({e}); the call is refused (fail closed)"),
             );
-            r.headers_mut()
-                .insert("x-should-retry", HeaderValue::from_static("false"));
-            return r;
         }
     };
     // A streamed Chat call without the usage chunk: asked for, then kept

@@ -270,19 +270,69 @@ impl StreamUsage {
     }
 }
 
-/// A refusal in `api`'s own error shape: the status, and the body. The
-/// status is 400 (`invalid_request_error`), which the official SDKs and
-/// Claude Code do not retry; the proxy also sends `x-should-retry: false`.
-pub fn refusal_body(api: Api, code: &str, message: &str) -> Bytes {
+/// Why the proxy answers a call itself, in the providers' error kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The budget does not allow the call: `402`, Anthropic's
+    /// `billing_error` (a kind Claude Code and the official SDKs end on at
+    /// once, without sending the call again).
+    Budget,
+    /// The request cannot be read: `400`, `invalid_request_error`.
+    Invalid,
+    /// From a page of another origin, or to another host: `403`.
+    Forbidden,
+    /// The upstream failed: `502`, `api_error`.
+    Upstream,
+    /// The ledger could not decide: `503`, `api_error` (fail closed).
+    Unavailable,
+}
+
+impl Refused {
+    /// The HTTP status.
+    pub const fn status(self) -> u16 {
+        match self {
+            Self::Budget => 402,
+            Self::Invalid => 400,
+            Self::Forbidden => 403,
+            Self::Upstream => 502,
+            Self::Unavailable => 503,
+        }
+    }
+
+    /// The error's `type` in Anthropic's shape.
+    pub const fn anthropic_type(self) -> &'static str {
+        match self {
+            Self::Budget => "billing_error",
+            Self::Invalid => "invalid_request_error",
+            Self::Forbidden => "permission_error",
+            Self::Upstream | Self::Unavailable => "api_error",
+        }
+    }
+
+    /// The error's `type` in OpenAI's shape.
+    pub const fn openai_type(self) -> &'static str {
+        match self {
+            Self::Budget => "budget_exceeded",
+            Self::Invalid => "invalid_request_error",
+            Self::Forbidden => "permission_error",
+            Self::Upstream | Self::Unavailable => "server_error",
+        }
+    }
+}
+
+/// The proxy's own answer in `api`'s error shape: `kind` gives its type,
+/// `code` the contract's word (OpenAI's `code`), `message` what the agent
+/// reads.
+pub fn refusal_body(api: Api, kind: Refused, code: &str, message: &str) -> Bytes {
     let body = match api {
         Api::Messages => json!({
             "type": "error",
-            "error": {"type": "invalid_request_error", "message": message},
+            "error": {"type": kind.anthropic_type(), "message": message},
         }),
         Api::Chat | Api::Responses => json!({
             "error": {
                 "message": message,
-                "type": "invalid_request_error",
+                "type": kind.openai_type(),
                 "param": null,
                 "code": code,
             },

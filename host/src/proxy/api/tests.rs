@@ -157,12 +157,28 @@ fn a_responses_stream_reports_at_its_completion() {
 
 #[test]
 fn refusals_take_each_providers_error_shape() {
-    let v: Value = serde_json::from_slice(&refusal_body(Api::Messages, "tokens", "spent")).unwrap();
+    let body = refusal_body(Api::Messages, Refused::Budget, "tokens", "spent");
+    let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(
         v,
-        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "spent"}})
+        json!({"type": "error", "error": {"type": "billing_error", "message": "spent"}})
     );
-    let v: Value = serde_json::from_slice(&refusal_body(Api::Chat, "tokens", "spent")).unwrap();
+    let body = refusal_body(Api::Chat, Refused::Budget, "tokens", "spent");
+    let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["error"]["code"], "tokens");
+    assert_eq!(v["error"]["type"], "budget_exceeded");
+    assert_eq!(
+        [
+            Refused::Budget,
+            Refused::Invalid,
+            Refused::Forbidden,
+            Refused::Upstream,
+            Refused::Unavailable
+        ]
+        .map(Refused::status),
+        [402, 400, 403, 502, 503]
+    );
+    let body = refusal_body(Api::Responses, Refused::Invalid, "x", "bad");
+    let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["error"]["type"], "invalid_request_error");
 }
