@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::device::{connect, DeviceError, LineReader, CONSOLE_LINE_MAX, CONSOLE_TIMEOUT};
+use super::console::{LineReader, CONSOLE_LINE_MAX, CONSOLE_TIMEOUT};
+use super::link::{connect, DeviceError};
+use super::report::error_line;
 use crate::term::terminal_safe;
 
 /// The most entries read (a device's log holds a few hundred).
@@ -188,7 +190,7 @@ pub fn command(args: &AuditArgs) -> ExitCode {
     let entries = match result {
         Ok(entries) => entries,
         Err(e) => {
-            eprintln!("{}", crate::device::error_line(&e));
+            eprintln!("{}", error_line(&e));
             return ExitCode::from(2);
         }
     };
