@@ -1,0 +1,224 @@
+//! `budgetgate mcp --listen ADDR --upstream URL`: the budget gate in front
+//! of a remote MCP server over MCP's Streamable HTTP transport (`SPEC C`,
+//! `SPEC E`; `docs/MCP.md`, "Streamable HTTP").
+//!
+//! The gateway serves the client at `http://ADDR/mcp` and is itself a
+//! Streamable HTTP client of the upstream URL. Each message goes through the
+//! same [`Proxy`] as on stdio (one per MCP session, all on one ledger gate),
+//! so the decisions, words, reservations and transparency are the stdio
+//! gateway's:
+//!
+//! * **POST** (JSON-RPC from the client): the body, read up to [`MAX_BODY`]
+//!   bytes (a longer one is drained without being kept and answered `413`
+//!   with a JSON-RPC `-32600`; an empty or blank one `400` with `-32700`),
+//!   goes through [`Proxy::on_client`]. What the
+//!   proxy answers itself (a refused `tools/call`, `-32700`, `-32600`) is
+//!   answered here without reaching the upstream; what it forwards is POSTed
+//!   upstream byte for byte. The upstream's answer, `application/json` or
+//!   `text/event-stream` (each event's data through [`Proxy::on_server`]:
+//!   reservations committed on a result, rolled back on an error, results
+//!   over the bound withheld), goes back in the form the upstream chose,
+//!   every other event and field as it came.
+//! * **GET** (the server-to-client SSE stream) and **DELETE** (end of the
+//!   session) are forwarded; `Mcp-Session-Id`, `MCP-Protocol-Version`,
+//!   `Last-Event-ID` and `Authorization` pass through, and so do the
+//!   upstream's `Mcp-Session-Id` and `WWW-Authenticate`.
+//! * **The upstream failing** (not reachable, no answer within
+//!   `--upstream-timeout`, a 5xx, a stream that ends before every request
+//!   in it was answered): each request awaiting it is answered naming the
+//!   cause. A call counts unless it never reached the upstream (a
+//!   connection that could not be made, a 4xx): answered with an error
+//!   result saying it may have run (`SPEC E`; `docs/MCP.md`, "Reservations
+//!   and the ledger").
+//! * **Who may connect**: an `Origin` of another machine, two of them, or a
+//!   `Host` that is not this gateway's is refused `403`; a connection that
+//!   sends nothing within [`FIRST_BYTE_MS`] is closed.
+//! * **Approval** (`needs_approval`): the call's POST is answered with an
+//!   SSE stream whose first event is the gateway's `elicitation/create`;
+//!   the client's answer, in a POST of its own, goes to the task that asked
+//!   (`route_answers`), which forwards the call and relays its answer on
+//!   that stream, or writes the refusal there (declined, cancelled, no
+//!   answer within `--approval-timeout`).
+//!
+//! One tokio current-thread runtime runs hyper (HTTP/1.1, the server) and
+//! reqwest (the upstream client, no TLS). The ledger's transactions are
+//! short and synchronous, made under the session's lock, never across an
+//! await.
+//!
+//! The rooms of this folder: `mod.rs` the transport's bounds, the
+//! addresses of `--listen` and `--upstream` and [`command`]; `sessions.rs`
+//! the gateway's state ([`Gateway`]: one proxy per MCP session, the
+//! questions awaiting answers, the renewal of reservations); `server.rs`
+//! the client's side (accepting connections, [`handle`] routing POST, GET
+//! and DELETE); `upstream.rs` the upstream's side (requests sent, answers
+//! and streams relayed); `questions.rs` approval over HTTP; `body.rs` the
+//! bodies read and written; `tests.rs` the unit tests.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use hyper::Response;
+
+use crate::mcp::{LedgerGate, McpArgs, Proxy, Setup};
+
+mod body;
+mod questions;
+mod server;
+mod sessions;
+mod upstream;
+
+pub use server::*;
+pub use sessions::*;
+
+/// Largest request body read from the client, and largest JSON body or SSE
+/// event read from the upstream (16 MiB, the stdio gateway's line bound).
+pub const MAX_BODY: usize = crate::mcp::MAX_LINE;
+
+/// Bytes of an over-long request body read (and dropped) so that the client
+/// can read the `413` (256 MiB); past that the connection is closed.
+pub const MAX_DRAIN: u64 = 256 << 20;
+
+/// Largest body of an upstream error answer (4xx, 5xx) passed on (64 KiB).
+pub const MAX_ERROR_BODY: usize = 64 << 10;
+
+/// Most MCP sessions the gateway keeps at once. A new one beyond takes
+/// the place of the least recently used session with nothing in flight (a
+/// client that comes back to it gets a new proxy, as after a restart); when
+/// every session has requests in flight, it is answered `503`.
+pub const MAX_SESSIONS: usize = 1024;
+
+/// Most client connections served at once; more wait to be accepted.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// SSE chunks queued towards a client that reads slowly; when full, the
+/// gateway stops reading the upstream's stream.
+pub const EVENT_QUEUE: usize = 16;
+
+/// Seconds a client has to send its request headers, and its body.
+pub const CLIENT_TIMEOUT_S: u64 = 30;
+
+/// How long a new connection may wait before its first byte (ms): past it,
+/// it is closed and its slot given to another.
+pub const FIRST_BYTE_MS: u64 = 2_000;
+
+/// How long a request's head may take to arrive (s), on a new connection
+/// and between requests on a kept-alive one (longer than the 5 s that
+/// common HTTP clients keep an idle connection).
+pub const HEAD_TIMEOUT_S: u64 = 10;
+
+/// Seconds the gateway waits for a TCP connection to the upstream.
+pub const CONNECT_TIMEOUT_S: u64 = 10;
+
+/// The path the gateway serves.
+pub const PATH: &str = "/mcp";
+
+type Gate = Arc<Mutex<LedgerGate>>;
+type Session = Arc<Mutex<Proxy<Gate>>>;
+type Reply = Response<BoxBody<Bytes, Infallible>>;
+
+fn now() -> u64 {
+    crate::gate::clock::now_ms()
+}
+
+/// The address of `--listen`: `PORT` (on 127.0.0.1) or `HOST:PORT`.
+pub fn listen_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse::<SocketAddr>().map_err(|_| {
+        format!("--listen {text}: not PORT or HOST:PORT with an IP address (127.0.0.1:8080, [::1]:8080)")
+    })
+}
+
+/// Checks the upstream URL: `http://HOST[:PORT]/PATH` (no TLS in this
+/// build).
+pub fn upstream_url(text: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(text).map_err(|e| format!("--upstream {text}: {e}"))?;
+    match url.scheme() {
+        "http" if url.host().is_some() => Ok(url),
+        "https" => Err(format!(
+            "--upstream {text}: https is not supported by this build (no TLS); put a TLS-terminating proxy on this machine in front of it, or use http://"
+        )),
+        _ => Err(format!("--upstream {text}: not an http:// URL")),
+    }
+}
+
+/// The default session of an upstream URL: `mcp-`, its host and 16 hex
+/// digits of a 64-bit FNV-1a hash of the host and the whole URL.
+pub fn default_session(url: &reqwest::Url) -> String {
+    crate::mcp::default_session(&[
+        url.host_str().unwrap_or("").to_owned(),
+        url.as_str().to_owned(),
+    ])
+}
+
+/// `budgetgate mcp --listen ADDR --upstream URL`: serves until SIGINT or
+/// SIGTERM (exit 0, calls in flight counted); exit 2 when it cannot start.
+pub fn command(args: &McpArgs, upstream: &str) -> ExitCode {
+    let fail = |what: String| {
+        eprintln!(
+            "budgetgate mcp: {}; not started (fail closed)",
+            crate::term::terminal_safe(&what)
+        );
+        ExitCode::from(2)
+    };
+    let addr = match args.listen.as_deref().map(listen_addr) {
+        Some(Ok(a)) => a,
+        Some(Err(e)) => return fail(e),
+        None => return fail("--upstream needs --listen ADDR".into()),
+    };
+    let url = match upstream_url(upstream) {
+        Ok(u) => u,
+        Err(e) => return fail(e),
+    };
+    let Setup {
+        gate,
+        max_result_bytes,
+    } = match crate::mcp::setup(args, default_session(&url)) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail(format!("the async runtime: {e}")),
+    };
+    let connection = format!("{}-{}", std::process::id(), now());
+    let gw = match Gateway::new(
+        url.to_string(),
+        gate,
+        max_result_bytes,
+        Duration::from_secs(args.upstream_timeout),
+        Duration::from_secs(args.approval_timeout),
+        connection,
+        crate::mcp::asking_terminal(args),
+    ) {
+        Ok(g) => Arc::new(g),
+        Err(e) => return fail(e),
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => l,
+            Err(e) => return fail(format!("--listen {addr}: {e}")),
+        };
+        let bound = listener.local_addr().unwrap_or(addr);
+        if !bound.ip().is_loopback() {
+            eprintln!("budgetgate mcp: warning: listening on {bound}, not loopback: anyone who reaches it spends this budget");
+        }
+        eprintln!("budgetgate mcp: listening on http://{bound}{PATH}, upstream {url}");
+        serve(listener, Arc::clone(&gw)).await;
+        gw.close_all();
+        eprintln!("budgetgate mcp: stopped");
+        ExitCode::SUCCESS
+    })
+}
+
+#[cfg(test)]
+mod tests;
