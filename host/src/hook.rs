@@ -27,7 +27,7 @@
 //! `UserPromptSubmit`, `Stop` and `SubagentStop` end the session
 //! (`continue: false` with a `stopReason`) once a before-call limit is
 //! reached. Every decision is one SQLite transaction (see
-//! [`crate::ledger`]), so concurrent hook processes never exceed a budget
+//! [`crate::store`]), so concurrent hook processes never exceed a budget
 //! and a killed process leaves the ledger as before its decision.
 //!
 //! Fail closed: an unreadable budget, a corrupt ledger, a lock not had in
@@ -49,7 +49,7 @@ use budgetgate_core::TokenUsage;
 use serde_json::{json, Value};
 
 use crate::gate::{self, GateError, Ledgers};
-use crate::ledger::{CountedUsage, LedgerTx, LedgerUrl, Store, StoreError};
+use crate::store::{CountedUsage, LedgerTx, LedgerUrl, Store, StoreError};
 
 pub mod transcript;
 use crate::gate::budget_file::{price_of, ReplayBudget};
@@ -664,7 +664,7 @@ pub fn command(args: &ClaudeCodeArgs) -> std::process::ExitCode {
             })?;
         let answer = match url {
             LedgerUrl::Redis(url) => {
-                let mut store = crate::ledger_redis::RedisStore::open(&url, wait)?;
+                let mut store = crate::store::RedisStore::open(&url, wait)?;
                 // Time is the Redis server's, as for the gateways.
                 store.decide(&event.session_id, |tx| {
                     let now = tx.clock_ms().unwrap_or_else(now_ms);

@@ -142,12 +142,12 @@ pub fn hook_command_on(
 /// `--ledger URL` with a path made absolute (the hook runs in whatever
 /// folder Claude Code starts it in).
 fn absolute_ledger(url: &str) -> Result<String, String> {
-    match crate::ledger::LedgerUrl::parse(Some(url), None)? {
-        crate::ledger::LedgerUrl::Redis(url) => Ok(url),
-        crate::ledger::LedgerUrl::SqliteFile(file) => {
+    match crate::store::LedgerUrl::parse(Some(url), None)? {
+        crate::store::LedgerUrl::Redis(url) => Ok(url),
+        crate::store::LedgerUrl::SqliteFile(file) => {
             Ok(format!("sqlite:{}", absolute(&file)?.display()))
         }
-        crate::ledger::LedgerUrl::StateDir(dir) => Ok(absolute(&dir)?.display().to_string()),
+        crate::store::LedgerUrl::StateDir(dir) => Ok(absolute(&dir)?.display().to_string()),
     }
 }
 

@@ -21,11 +21,13 @@ pub mod gate;
 pub mod hook;
 pub mod hook_install;
 pub mod input;
-pub mod ledger;
-pub mod ledger_cli;
-pub mod ledger_redis;
+/// The stores, at their old path (`store`), kept for their callers.
+pub use store as ledger;
+/// The Redis store, at its old path (`store::redis`), kept for its callers.
+pub use store::redis as ledger_redis;
 pub mod mcp;
 pub mod replay;
+pub mod store;
 pub mod strict;
 pub mod term;
 pub mod text;

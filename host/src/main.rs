@@ -249,7 +249,7 @@ Examples:
     /// and other front-ends share.
     #[command(subcommand)]
     #[command(display_order = 4)]
-    Ledger(budgetgate::ledger_cli::LedgerCommand),
+    Ledger(cli::ledger::LedgerCommand),
 }
 
 #[derive(Subcommand)]
@@ -315,7 +315,7 @@ fn main() -> ExitCode {
         Command::Hook(HookCommand::ClaudeCode(args)) => budgetgate::hook::command(&args),
         Command::Hook(HookCommand::Install(args)) => budgetgate::hook_install::install(&args),
         Command::Hook(HookCommand::Uninstall(args)) => budgetgate::hook_install::uninstall(&args),
-        Command::Ledger(command) => budgetgate::ledger_cli::command(&command),
+        Command::Ledger(command) => cli::ledger::command(&command),
         Command::Mcp(args) => budgetgate::mcp::command(&args),
     }
 }

@@ -2,6 +2,7 @@
 //! exit statuses, one-line errors and plain-text tables.
 
 pub mod eval;
+pub mod ledger;
 pub mod plan;
 pub mod run;
 

@@ -189,7 +189,7 @@ pub enum Backend {
     /// The SQLite file the hook uses.
     Sqlite(Store),
     /// A Redis (or Valkey) server, for gateways on many machines.
-    Redis(crate::ledger_redis::RedisStore),
+    Redis(crate::store::RedisStore),
 }
 
 /// The ledger's gate: one transaction per decision, shared with the hook

@@ -82,8 +82,8 @@ use serde_json::{json, Value};
 
 use crate::gate::budget_file::{ReplayBudget, BUDGET_TOOLS};
 use crate::gate::{self, Counting, GateError, Ledgers, Refusal, ToolCall, Verdict};
-use crate::ledger::{Durability, LedgerTx, LedgerUrl, Store, StoreError};
 use crate::mcp::terminal::Terminal;
+use crate::store::{Durability, LedgerTx, LedgerUrl, Store, StoreError};
 use budgetgate_core::approval::{self, Answer, Decision};
 use budgetgate_core::tools::ToolTable;
 use budgetgate_core::word;
@@ -322,7 +322,7 @@ pub fn open_ledger(
                     durability.synchronous().to_lowercase()
                 ));
             }
-            crate::ledger_redis::RedisStore::open(&url, wait)
+            crate::store::RedisStore::open(&url, wait)
                 .map(Backend::Redis)
                 .map_err(shown)
         }

@@ -14,7 +14,7 @@ use std::borrow::Cow;
 /// while the folder is).
 fn gateway(budget: crate::gate::budget_file::ReplayBudget) -> (tempfile::TempDir, Gateway) {
     let dir = tempfile::tempdir().expect("dir");
-    let store = crate::ledger::Store::open(dir.path(), Duration::from_secs(5)).expect("ledger");
+    let store = crate::store::Store::open(dir.path(), Duration::from_secs(5)).expect("ledger");
     let gate = LedgerGate::new(store, budget, "s".into(), 60_000);
     let gw = Gateway::new(
         "http://127.0.0.1:1/mcp".into(),
