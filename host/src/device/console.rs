@@ -7,8 +7,7 @@ use std::net::TcpStream;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::time::{Duration, Instant};
 
-use super::link::{io_error, DeviceError, READ_CHUNK};
-use super::report::seconds;
+use super::link::{io_error, seconds, DeviceError, READ_CHUNK};
 use crate::term::terminal_safe;
 
 /// How long a console command waits for its reply line.

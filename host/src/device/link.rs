@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use budgetgate_core::link::{self, FrameDecoder, FrameError, CHECKSUM_LEN, FRAME_MAX};
 use serde_json::Value;
 
-use super::report::seconds;
 use crate::term::terminal_safe;
 
 /// How long a connection attempt keeps retrying (the device, e.g. QEMU, may
@@ -51,6 +50,10 @@ pub enum DeviceError {
 pub(super) fn io_error(what: impl Into<String>) -> impl FnOnce(io::Error) -> DeviceError {
     let what = what.into();
     move |source| DeviceError::Io { what, source }
+}
+
+pub(super) fn seconds(d: Duration) -> String {
+    format!("{} s", d.as_secs_f64())
 }
 
 /// A byte link to the device: a TCP connection or a serial port.

@@ -2,17 +2,11 @@
 //! verdict, the actuators, and the texts made safe for a terminal
 //! ([`json_terminal_safe`], [`error_line`]).
 
-use std::time::Duration;
-
 use serde_json::Value;
 
 use super::link::{DeviceError, DeviceReply};
 use crate::term::{terminal_safe, unsafe_on_terminal};
 use crate::text::shorten;
-
-pub(super) fn seconds(d: Duration) -> String {
-    format!("{} s", d.as_secs_f64())
-}
 
 /// A proposal in a few words: `tool c1 add {"a":7,"b":8}`, `final "15"`.
 pub fn summary(proposal: &str) -> String {

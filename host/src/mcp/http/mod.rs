@@ -45,8 +45,9 @@
 //! short and synchronous, made under the session's lock, never across an
 //! await.
 //!
-//! The rooms of this folder: `mod.rs` the transport's bounds, the
-//! addresses of `--listen` and `--upstream` and [`command`]; `sessions.rs`
+//! The rooms of this folder: `mod.rs` the transport's bounds and the
+//! addresses of `--listen` and `--upstream` (the command itself is the
+//! binary's glue, `host/src/cli/mcp.rs`); `sessions.rs`
 //! the gateway's state ([`Gateway`]: one proxy per MCP session, the
 //! questions awaiting answers, the renewal of reservations); `server.rs`
 //! the client's side (accepting connections, [`handle`] routing POST, GET
@@ -56,15 +57,13 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use hyper::Response;
 
-use crate::mcp::{LedgerGate, McpArgs, Proxy, Setup};
+use crate::mcp::{LedgerGate, Proxy};
 
 mod body;
 mod questions;
@@ -155,69 +154,6 @@ pub fn default_session(url: &reqwest::Url) -> String {
         url.host_str().unwrap_or("").to_owned(),
         url.as_str().to_owned(),
     ])
-}
-
-/// `budgetgate mcp --listen ADDR --upstream URL`: serves until SIGINT or
-/// SIGTERM (exit 0, calls in flight counted); exit 2 when it cannot start.
-pub fn command(args: &McpArgs, upstream: &str) -> ExitCode {
-    let fail = |what: String| {
-        eprintln!(
-            "budgetgate mcp: {}; not started (fail closed)",
-            crate::term::terminal_safe(&what)
-        );
-        ExitCode::from(2)
-    };
-    let addr = match args.listen.as_deref().map(listen_addr) {
-        Some(Ok(a)) => a,
-        Some(Err(e)) => return fail(e),
-        None => return fail("--upstream needs --listen ADDR".into()),
-    };
-    let url = match upstream_url(upstream) {
-        Ok(u) => u,
-        Err(e) => return fail(e),
-    };
-    let Setup {
-        gate,
-        max_result_bytes,
-    } = match crate::mcp::setup(args, default_session(&url)) {
-        Ok(s) => s,
-        Err(e) => return fail(e),
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => return fail(format!("the async runtime: {e}")),
-    };
-    let connection = format!("{}-{}", std::process::id(), now());
-    let gw = match Gateway::new(
-        url.to_string(),
-        gate,
-        max_result_bytes,
-        Duration::from_secs(args.upstream_timeout),
-        Duration::from_secs(args.approval_timeout),
-        connection,
-        crate::mcp::asking_terminal(args),
-    ) {
-        Ok(g) => Arc::new(g),
-        Err(e) => return fail(e),
-    };
-    runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::bind(addr).await {
-            Ok(l) => l,
-            Err(e) => return fail(format!("--listen {addr}: {e}")),
-        };
-        let bound = listener.local_addr().unwrap_or(addr);
-        if !bound.ip().is_loopback() {
-            eprintln!("budgetgate mcp: warning: listening on {bound}, not loopback: anyone who reaches it spends this budget");
-        }
-        eprintln!("budgetgate mcp: listening on http://{bound}{PATH}, upstream {url}");
-        serve(listener, Arc::clone(&gw)).await;
-        gw.close_all();
-        eprintln!("budgetgate mcp: stopped");
-        ExitCode::SUCCESS
-    })
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use super::*;
 use crate::mcp::Out;
 use hyper::header::{HeaderMap, HeaderValue, ACCEPT};
 use std::borrow::Cow;
+use std::time::Duration;
 
 /// A gateway in front of nothing, on a ledger in a new folder (kept
 /// while the folder is).
