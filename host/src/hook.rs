@@ -27,7 +27,7 @@
 //! `UserPromptSubmit`, `Stop` and `SubagentStop` end the session
 //! (`continue: false` with a `stopReason`) once a before-call limit is
 //! reached. Every decision is one SQLite transaction (see
-//! [`crate::ledger`]), so concurrent hook processes never exceed a budget
+//! [`crate::store`]), so concurrent hook processes never exceed a budget
 //! and a killed process leaves the ledger as before its decision.
 //!
 //! Fail closed: an unreadable budget, a corrupt ledger, a lock not had in
@@ -38,18 +38,15 @@
 //! error shown to the user).
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use budgetgate_core::engine;
 use budgetgate_core::TokenUsage;
 use serde_json::{json, Value};
 
 use crate::gate::{self, GateError, Ledgers};
-use crate::ledger::{CountedUsage, LedgerTx, LedgerUrl, Store, StoreError};
+use crate::store::{CountedUsage, LedgerTx, StoreError};
 
 pub mod transcript;
 use crate::gate::budget_file::{price_of, ReplayBudget};
@@ -69,29 +66,6 @@ pub const MAX_EVENT_BYTES: u64 = 16 << 20;
 /// Default deadline of one hook call, in milliseconds: well under Claude
 /// Code's hook timeout, since a hook that times out does not block the tool.
 pub const DEFAULT_DEADLINE_MS: u64 = 2_000;
-
-/// Arguments of `budgetgate hook claude-code`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ClaudeCodeArgs {
-    /// Budget file (TOML, docs/TURN-GATE.md and docs/CLAUDE-CODE.md); the
-    /// reference's defaults when absent.
-    #[arg(long, value_name = "FILE")]
-    pub budget: Option<PathBuf>,
-    /// Folder of the ledger (default: BUDGETGATE_STATE_DIR, else
-    /// $XDG_STATE_HOME/budgetgate, else ~/.local/state/budgetgate).
-    #[arg(long, value_name = "DIR")]
-    pub state: Option<PathBuf>,
-    /// The ledger as `budgetgate mcp --ledger` names it: sqlite:FILE, a
-    /// state folder, or redis://HOST:PORT/DB (one budget shared with
-    /// gateways on other machines).
-    #[arg(long, value_name = "URL", conflicts_with = "state")]
-    pub ledger: Option<String>,
-    /// The command's own deadline in milliseconds (1..=60000): past it, it
-    /// refuses.
-    #[arg(long, value_name = "MS", default_value_t = DEFAULT_DEADLINE_MS,
-          value_parser = clap::value_parser!(u64).range(1..=60_000))]
-    pub deadline_ms: u64,
-}
 
 /// A hook event, parsed: the common fields and the event's own.
 #[derive(Debug, Clone, PartialEq)]
@@ -573,133 +547,4 @@ fn decide_call(
             gate::Verdict::Run => Answer::Pass,
         },
     )
-}
-
-/// Whether an error on this event must block (exit 2): the events where
-/// blocking is the safe direction.
-fn blocks(event_name: &str) -> bool {
-    matches!(event_name, "PreToolUse" | "UserPromptSubmit")
-}
-
-/// Prints the answer once: the main path and the deadline race for it.
-struct Once {
-    done: Mutex<bool>,
-}
-
-impl Once {
-    /// Runs `print` unless an answer was already printed; returns whether it ran.
-    fn answer(&self, print: impl FnOnce()) -> bool {
-        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
-        if *done {
-            return false;
-        }
-        print();
-        *done = true;
-        true
-    }
-}
-
-fn refuse(detail: &str) {
-    let _ = writeln!(
-        std::io::stderr(),
-        "budgetgate hook: {}; refused (fail closed)",
-        crate::term::terminal_safe(detail)
-    );
-}
-
-/// `budgetgate hook claude-code`: one event on stdin, the answer on stdout.
-/// Exit 0 with the decision (or none) on stdout; on any error, exit 2 for
-/// `PreToolUse` and `UserPromptSubmit` (Claude Code blocks and shows the
-/// reason) and for an event that cannot be read at all, exit 1 for other
-/// events.
-pub fn command(args: &ClaudeCodeArgs) -> std::process::ExitCode {
-    let started = Instant::now();
-    let once = Arc::new(Once {
-        done: Mutex::new(false),
-    });
-    // The exit status of a refusal: blocking (2) until the event is read and
-    // known to be one where blocking would make Claude keep working.
-    let refusal = Arc::new(AtomicU8::new(2));
-    {
-        let (once, refusal) = (Arc::clone(&once), Arc::clone(&refusal));
-        let deadline = Duration::from_millis(args.deadline_ms);
-        // Started before stdin is read: a peer that never closes stdin is
-        // refused at the deadline too.
-        std::thread::spawn(move || {
-            std::thread::sleep(deadline.saturating_sub(started.elapsed()));
-            let code = refusal.load(Ordering::SeqCst);
-            if once.answer(|| {
-                refuse(&format!(
-                    "no decision within the deadline of {} ms",
-                    deadline.as_millis()
-                ))
-            }) {
-                // The open transaction is rolled back by SQLite.
-                std::process::exit(i32::from(code));
-            }
-        });
-    }
-    let outcome = (|| -> Result<(String, Answer), HookError> {
-        let mut input = String::new();
-        std::io::stdin()
-            .take(MAX_EVENT_BYTES + 1)
-            .read_to_string(&mut input)
-            .map_err(|e| HookError::Event(format!("reading stdin: {e}")))?;
-        if input.len() as u64 > MAX_EVENT_BYTES {
-            return Err(HookError::Event(format!(
-                "longer than {} MiB",
-                MAX_EVENT_BYTES >> 20
-            )));
-        }
-        let event = HookEvent::parse(&input)?;
-        refusal.store(if blocks(&event.name) { 2 } else { 1 }, Ordering::SeqCst);
-        let budget = match &args.budget {
-            None => ReplayBudget::default(),
-            Some(path) => {
-                crate::gate::budget_file::read_budget_file(path).map_err(HookError::Budget)?
-            }
-        };
-        let wait = Duration::from_millis(args.deadline_ms).saturating_sub(started.elapsed());
-        let url =
-            LedgerUrl::parse(args.ledger.as_deref(), args.state.as_deref()).map_err(|detail| {
-                StoreError::Redis {
-                    url: args.ledger.clone().unwrap_or_default(),
-                    detail,
-                }
-            })?;
-        let answer = match url {
-            LedgerUrl::Redis(url) => {
-                let mut store = crate::ledger_redis::RedisStore::open(&url, wait)?;
-                // Time is the Redis server's, as for the gateways.
-                store.decide(&event.session_id, |tx| {
-                    let now = tx.clock_ms().unwrap_or_else(now_ms);
-                    decide(tx, &event, &budget, now)
-                })?
-            }
-            LedgerUrl::SqliteFile(file) => {
-                let mut store = Store::open_file(&file, wait)?;
-                store.decide(|tx| decide(tx, &event, &budget, now_ms()))?
-            }
-            LedgerUrl::StateDir(dir) => {
-                let mut store = Store::open(&dir, wait)?;
-                store.decide(|tx| decide(tx, &event, &budget, now_ms()))?
-            }
-        };
-        Ok((event.name, answer))
-    })();
-    let mut code = 0u8;
-    once.answer(|| match &outcome {
-        Ok((name, answer)) => {
-            if let Some(json) = answer.to_json(name) {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{json}");
-                let _ = out.flush();
-            }
-        }
-        Err(e) => {
-            refuse(&e.to_string());
-            code = refusal.load(Ordering::SeqCst);
-        }
-    });
-    std::process::ExitCode::from(code)
 }

@@ -12,7 +12,6 @@
 //! the previous one.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use serde_json::{json, Map, Value};
 
@@ -32,75 +31,6 @@ pub const EVENTS: [(&str, bool); 8] = [
 /// command's own 2 s deadline, so the command always answers first.
 pub const HOOK_TIMEOUT_S: u64 = 5;
 
-/// Which settings file.
-#[derive(Debug, Clone, clap::Args)]
-#[group(multiple = false)]
-pub struct Scope {
-    /// The user's settings, ~/.claude/settings.json (every project).
-    #[arg(long)]
-    pub user: bool,
-    /// This project's settings, .claude/settings.json under the current
-    /// folder (the default).
-    #[arg(long)]
-    pub project: bool,
-    /// Another settings file.
-    #[arg(long, value_name = "FILE")]
-    pub settings: Option<PathBuf>,
-}
-
-impl Scope {
-    fn path(&self) -> Result<PathBuf, String> {
-        if let Some(path) = &self.settings {
-            return Ok(path.clone());
-        }
-        if self.user {
-            let home = std::env::var_os("HOME")
-                .filter(|h| !h.is_empty())
-                .ok_or("HOME is not set, so ~/.claude/settings.json cannot be found")?;
-            return Ok(PathBuf::from(home).join(".claude/settings.json"));
-        }
-        Ok(PathBuf::from(".claude/settings.json"))
-    }
-}
-
-/// Arguments of `budgetgate hook install`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct InstallArgs {
-    #[command(flatten)]
-    scope: Scope,
-    /// The budget file the hook reads (stored as an absolute path).
-    #[arg(long, value_name = "FILE")]
-    pub budget: Option<PathBuf>,
-    /// The ledger folder the hook uses (stored as an absolute path).
-    #[arg(long, value_name = "DIR")]
-    pub state: Option<PathBuf>,
-    /// The ledger as `budgetgate mcp --ledger` names it: sqlite:FILE, a
-    /// state folder (both stored as absolute paths), or
-    /// redis://HOST:PORT/DB.
-    #[arg(long, value_name = "URL", conflicts_with = "state")]
-    pub ledger: Option<String>,
-    /// Also send Claude Code's model calls through `budgetgate proxy` at
-    /// URL (`http://127.0.0.1:PORT`): sets `env.ANTHROPIC_BASE_URL` in the
-    /// same settings file. The proxy then counts the session's model calls
-    /// and tokens, exactly and before each call, and the hook reads them
-    /// from the shared ledger instead of the transcript (docs/PROXY.md).
-    #[arg(long, value_name = "URL")]
-    pub proxy: Option<String>,
-    /// Print what would change, write nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-}
-
-/// Arguments of `budgetgate hook uninstall`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct UninstallArgs {
-    #[command(flatten)]
-    scope: Scope,
-    /// Print what would change, write nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-}
-
 /// A path quoted for the POSIX shell Claude Code runs hook commands with.
 fn shell_quote(text: &str) -> String {
     if !text.is_empty()
@@ -113,7 +43,8 @@ fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))
 }
 
-fn absolute(path: &Path) -> Result<PathBuf, String> {
+/// `path` made absolute (against the current folder), or why it cannot be.
+pub fn absolute(path: &Path) -> Result<PathBuf, String> {
     std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -148,13 +79,13 @@ pub fn hook_command_on(
 
 /// `--ledger URL` with a path made absolute (the hook runs in whatever
 /// folder Claude Code starts it in).
-fn absolute_ledger(url: &str) -> Result<String, String> {
-    match crate::ledger::LedgerUrl::parse(Some(url), None)? {
-        crate::ledger::LedgerUrl::Redis(url) => Ok(url),
-        crate::ledger::LedgerUrl::SqliteFile(file) => {
+pub fn absolute_ledger(url: &str) -> Result<String, String> {
+    match crate::store::LedgerUrl::parse(Some(url), None)? {
+        crate::store::LedgerUrl::Redis(url) => Ok(url),
+        crate::store::LedgerUrl::SqliteFile(file) => {
             Ok(format!("sqlite:{}", absolute(&file)?.display()))
         }
-        crate::ledger::LedgerUrl::StateDir(dir) => Ok(absolute(&dir)?.display().to_string()),
+        crate::store::LedgerUrl::StateDir(dir) => Ok(absolute(&dir)?.display().to_string()),
     }
 }
 
@@ -329,7 +260,10 @@ fn write_atomically(path: &Path, text: &str, had: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn change(
+/// Applies `edit` to the settings file `path` (an absent file is `{}`) and
+/// writes the result (atomically, the previous file backed up), or with
+/// `dry_run` only shows it as a diff; returns what to print.
+pub fn change(
     path: &Path,
     dry_run: bool,
     edit: impl FnOnce(&Value) -> Result<Value, String>,
@@ -348,68 +282,6 @@ fn change(
     let _ = old_text;
     write_atomically(path, &new_text, existing.is_some())?;
     Ok(format!("{}: written\n", path.display()))
-}
-
-fn finish(result: Result<String, String>, what: &str) -> ExitCode {
-    match result {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("budgetgate hook {what}: {}", crate::term::terminal_safe(&e));
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// `budgetgate hook install`.
-pub fn install(args: &InstallArgs) -> ExitCode {
-    let result = (|| {
-        let path = args.scope.path()?;
-        let program = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
-        let budget = match &args.budget {
-            Some(b) => {
-                let b = absolute(b)?;
-                // Read exactly as the hook will read it.
-                crate::gate::budget_file::read_budget_file(&b)?;
-                Some(b)
-            }
-            None => {
-                eprintln!(
-                    "budgetgate hook install: no --budget: the reference's defaults apply (15 model calls, 150 000 tokens, 120 s per session), meant for one short run; see examples/claude-code-budget.toml"
-                );
-                None
-            }
-        };
-        let state = args.state.as_deref().map(absolute).transpose()?;
-        let ledger = args.ledger.as_deref().map(absolute_ledger).transpose()?;
-        let command = hook_command_on(
-            &program,
-            budget.as_deref(),
-            state.as_deref(),
-            ledger.as_deref(),
-        );
-        let proxy = args.proxy.as_deref().map(proxy_url).transpose()?;
-        change(&path, args.dry_run, |before| {
-            let after = with_ours(before, &command)?;
-            match &proxy {
-                Some(url) => with_proxy(&after, url),
-                None => Ok(after),
-            }
-        })
-    })();
-    finish(result, "install")
-}
-
-/// `budgetgate hook uninstall`.
-pub fn uninstall(args: &UninstallArgs) -> ExitCode {
-    let result = args.scope.path().and_then(|path| {
-        change(&path, args.dry_run, |before| {
-            Ok(without_proxy(&without_ours(before)))
-        })
-    });
-    finish(result, "uninstall")
 }
 
 /// The setting Claude Code reads the Messages API's address from.

@@ -12,20 +12,24 @@
 pub mod answer;
 pub mod convert;
 pub mod device;
-pub mod device_audit;
+/// The device's audit log (`budgetgate device audit`), now `device::audit`;
+/// kept at this path for its callers.
+pub use device::audit as device_audit;
 pub mod driver;
 pub mod eval;
 pub mod gate;
 pub mod hook;
 pub mod hook_install;
 pub mod input;
-pub mod ledger;
-pub mod ledger_cli;
-pub mod ledger_redis;
+/// The stores, at their old path (`store`), kept for their callers.
+pub use store as ledger;
+/// The Redis store, at its old path (`store::redis`), kept for its callers.
+pub use store::redis as ledger_redis;
 pub mod mcp;
 pub mod net;
 pub mod proxy;
 pub mod replay;
+pub mod store;
 pub mod strict;
 pub mod term;
 pub mod text;

@@ -172,7 +172,7 @@ Examples:
 
 SPEC C: section C of the behaviour contract, docs/CONTRACT.md in the repository.")]
     #[command(display_order = 4)]
-    Replay(budgetgate::replay::ReplayArgs),
+    Replay(cli::replay::ReplayArgs),
 
     /// Run a script of proposals through the gate on a device (a
     /// co-processor on a serial line, or the firmware under QEMU).
@@ -195,7 +195,7 @@ Examples:
   budgetgate device --serial /dev/ttyACM0 examples/device-session.json --json
   scripts/demo")]
     #[command(display_order = 6)]
-    Device(budgetgate::device::DeviceArgs),
+    Device(cli::device::DeviceArgs),
 
     /// Put the gate in front of an agent as a hook (Claude Code).
     ///
@@ -205,7 +205,7 @@ Examples:
     /// `hook uninstall` removes exactly what install added.
     #[command(subcommand)]
     #[command(display_order = 1)]
-    Hook(HookCommand),
+    Hook(cli::hook::HookCommand),
 
     /// Put the gate in front of an MCP server (stdio, or Streamable HTTP
     /// with --listen): every tools/call is decided against the budget
@@ -243,7 +243,7 @@ Examples:
   budgetgate mcp --durability normal -- ./my-server    # faster; a power cut may forget the last calls
   budgetgate mcp --listen 8080 --upstream http://127.0.0.1:3001/mcp --session remote")]
     #[command(display_order = 2)]
-    Mcp(budgetgate::mcp::McpArgs),
+    Mcp(cli::mcp::McpArgs),
 
     /// Put the gate in front of the model API: every model call is decided
     /// against the budget before it reaches the provider.
@@ -275,59 +275,7 @@ Examples:
     /// and other front-ends share.
     #[command(subcommand)]
     #[command(display_order = 5)]
-    Ledger(budgetgate::ledger_cli::LedgerCommand),
-}
-
-#[derive(Subcommand)]
-enum HookCommand {
-    /// Decide one Claude Code hook event (JSON on stdin).
-    ///
-    /// Reads the new lines of the session's transcript (model calls, tokens,
-    /// cost), then for PreToolUse decides the call: within budget, no
-    /// decision (Claude Code's own permission rules apply; the gate never
-    /// answers "allow"); over a budget, a repeated identical call, a
-    /// per-tool cap or a reused tool_use_id, "deny" with a reason the model
-    /// can act on; a tool in needs_approval, "ask". UserPromptSubmit, Stop
-    /// and SubagentStop end the session ({"continue": false}) once the
-    /// budget is spent.
-    #[command(after_help = "\
-Exit status: 0 decided (the decision, if any, is the JSON on stdout); 2 it
-could not decide (bad event, unreadable budget, corrupt ledger, lock or
-deadline passed) on PreToolUse and UserPromptSubmit: Claude Code blocks the
-call and shows the reason (fail closed); 1 the same on other events, where
-blocking would make Claude keep working.
-
-Examples (event.json: one hook event as Claude Code sends it on stdin, e.g.
-{\"session_id\":\"s1\",\"transcript_path\":\"/tmp/t.jsonl\",\"cwd\":\"/tmp\",
-\"hook_event_name\":\"PreToolUse\",\"tool_name\":\"Bash\",
-\"tool_input\":{\"command\":\"ls\"},\"tool_use_id\":\"toolu_1\"}):
-  budgetgate hook claude-code --budget examples/claude-code-budget.toml < event.json
-  budgetgate hook install --project --budget examples/claude-code-budget.toml --dry-run")]
-    ClaudeCode(budgetgate::hook::ClaudeCodeArgs),
-    /// Add budgetgate's hooks to Claude Code's settings.json.
-    #[command(after_help = "\
-Keeps every other setting; running it again replaces budgetgate's own
-entries (idempotent); the previous file is kept as settings.json.budgetgate-backup.
-
-Exit status: 0 installed (or, with --dry-run, the diff printed); 2 the
-settings file cannot be read, parsed or written (nothing changed).
-
-Examples:
-  budgetgate hook install --project --budget examples/claude-code-budget.toml
-  budgetgate hook install --user --dry-run")]
-    Install(budgetgate::hook_install::InstallArgs),
-    /// Remove exactly the hooks `hook install` added.
-    #[command(after_help = "\
-Leaves every other setting and hook as it is; running it again changes
-nothing.
-
-Exit status: 0 removed (or nothing to remove); 2 the settings file cannot be
-read, parsed or written (nothing changed).
-
-Examples:
-  budgetgate hook uninstall --project
-  budgetgate hook uninstall --user --dry-run")]
-    Uninstall(budgetgate::hook_install::UninstallArgs),
+    Ledger(cli::ledger::LedgerCommand),
 }
 
 fn main() -> ExitCode {
@@ -336,13 +284,11 @@ fn main() -> ExitCode {
         Command::Plan(args) => cli::plan::main(&args).into(),
         Command::Run(args) => cli::run::main(&args).into(),
         Command::Eval => cli::eval::main().into(),
-        Command::Replay(args) => budgetgate::replay::command(&args),
-        Command::Device(args) => budgetgate::device::command(&args),
-        Command::Hook(HookCommand::ClaudeCode(args)) => budgetgate::hook::command(&args),
-        Command::Hook(HookCommand::Install(args)) => budgetgate::hook_install::install(&args),
-        Command::Hook(HookCommand::Uninstall(args)) => budgetgate::hook_install::uninstall(&args),
-        Command::Ledger(command) => budgetgate::ledger_cli::command(&command),
-        Command::Mcp(args) => budgetgate::mcp::command(&args),
+        Command::Replay(args) => cli::replay::command(&args),
+        Command::Device(args) => cli::device::command(&args),
+        Command::Hook(command) => cli::hook::command(&command),
+        Command::Ledger(command) => cli::ledger::command(&command),
+        Command::Mcp(args) => cli::mcp::command(&args),
         Command::Proxy(args) => cli::proxy::main(&args),
     }
 }

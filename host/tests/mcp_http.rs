@@ -1341,12 +1341,14 @@ fn the_http_options_are_checked_before_starting() {
         "--ledger",
         &ledger,
         "--upstream",
-        "https://example.com/mcp",
+        "https://127.0.0.1:1/mcp",
+        "--upstream-ca",
+        "/nonexistent/ca.pem",
     ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("no TLS") && err.contains("fail closed"),
+        err.contains("--upstream-ca /nonexistent/ca.pem") && err.contains("fail closed"),
         "{err}"
     );
 }

@@ -1,9 +1,14 @@
 //! The subcommands of `budgetgate` and what they share: reading input files,
 //! exit statuses, one-line errors and plain-text tables.
 
+pub mod device;
 pub mod eval;
+pub mod hook;
+pub mod ledger;
+pub mod mcp;
 pub mod plan;
 pub mod proxy;
+pub mod replay;
 pub mod run;
 
 use std::path::Path;

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use budgetgate::ledger::Durability;
 use budgetgate::proxy::{self, Config};
+use budgetgate::store::Durability;
 
 /// Arguments of `budgetgate proxy`.
 #[derive(Debug, Clone, clap::Args)]

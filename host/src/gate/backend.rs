@@ -8,14 +8,14 @@ use budgetgate_core::tools::ToolTable;
 
 use super::budget_file::{ReplayBudget, BUDGET_TOOLS};
 use super::{GateError, Ledgers};
-use crate::ledger::{Durability, LedgerTx, LedgerUrl, Store, StoreError};
+use crate::store::{Durability, LedgerTx, LedgerUrl, Store, StoreError};
 
 /// Where the ledger is kept.
 pub enum Backend {
     /// The SQLite file the hook uses.
     Sqlite(Store),
     /// A Redis (or Valkey) server, for gateways on many machines.
-    Redis(crate::ledger_redis::RedisStore),
+    Redis(crate::store::RedisStore),
 }
 
 impl Backend {
@@ -92,7 +92,7 @@ pub fn open_ledger(
                     durability.synchronous().to_lowercase()
                 ));
             }
-            crate::ledger_redis::RedisStore::open(&url, wait)
+            crate::store::RedisStore::open(&url, wait)
                 .map(Backend::Redis)
                 .map_err(shown)
         }

@@ -35,7 +35,7 @@ use budgetgate_core::tools::ToolTable;
 use budgetgate_core::turn::{CallFingerprint, RefusalReason};
 use serde_json::Value;
 
-use crate::ledger::{LedgerTx, StoreError};
+use crate::store::{LedgerTx, StoreError};
 use budget_file::{ReplayBudget, BUDGET_TOOLS};
 
 /// Why a decision could not be made; the front-end refuses (fail closed).
@@ -666,7 +666,7 @@ pub fn decide_tool_call(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Store;
+    use crate::store::Store;
     use serde_json::json;
     use std::time::Duration;
 

@@ -9,7 +9,7 @@
 use budgetgate_core::engine::{self, Admitted, ModelStop, Response};
 
 use super::{GateError, Ledgers, Stored};
-use crate::ledger::LedgerTx;
+use crate::store::LedgerTx;
 
 /// Whose ledgers a model call counts in: the session's and, for a
 /// sub-agent's call, the sub-agent's (loaded into `ledgers` first with

@@ -39,7 +39,7 @@ impl Setup {
     /// Another process's write transaction on the ledger, held while
     /// the returned connection lives.
     fn lock_ledger(&self) -> rusqlite::Connection {
-        let c = rusqlite::Connection::open(self.dir.path().join(crate::ledger::FILE_NAME))
+        let c = rusqlite::Connection::open(self.dir.path().join(crate::store::FILE_NAME))
             .expect("open");
         c.execute_batch("BEGIN IMMEDIATE").expect("lock");
         c

@@ -85,7 +85,7 @@ impl ModelGate {
         session: &str,
         now: u64,
         mut f: impl FnMut(
-            &dyn crate::ledger::LedgerTx,
+            &dyn crate::store::LedgerTx,
             &mut gate::Ledgers<'_>,
             u64,
         ) -> Result<T, GateError>,

@@ -46,9 +46,9 @@ use hyper::{Method, Request, Response, StatusCode};
 use crate::gate::backend::{open_ledger, Backend};
 use crate::gate::budget_file::ReplayBudget;
 use crate::gate::clock::now_ms;
-use crate::ledger::Durability;
-use crate::mcp::sse::{SseItem, SseParser};
+use crate::net::sse::{SseItem, SseParser};
 use crate::net::{self, ChannelBody, ReadError, Reply};
+use crate::store::Durability;
 use api::{Api, EventUse, ModelRequest, Refused, StreamUsage};
 use gate::{Admission, ModelGate, Outcome, Ticket};
 

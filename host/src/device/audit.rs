@@ -9,34 +9,21 @@
 //! (a boot banner, a prompt), and reads the entries until the end line,
 //! whose count must match; an `error: …` reply, a line that does not parse,
 //! a line over [`CONSOLE_LINE_MAX`] bytes, more than [`AUDIT_MAX_ENTRIES`]
-//! entries or no line within [`CONSOLE_TIMEOUT`] is an error (exit status 2).
+//! entries or no line within [`CONSOLE_TIMEOUT`](super::CONSOLE_TIMEOUT)
+//! is an error (exit status 2).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::device::{connect, DeviceError, LineReader, CONSOLE_LINE_MAX, CONSOLE_TIMEOUT};
+use super::console::{LineReader, CONSOLE_LINE_MAX};
+use super::link::DeviceError;
 use crate::term::terminal_safe;
 
 /// The most entries read (a device's log holds a few hundred).
 pub const AUDIT_MAX_ENTRIES: usize = 100_000;
-
-/// Arguments of `budgetgate device audit`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct AuditArgs {
-    /// The operator console over TCP (QEMU's UART1).
-    #[arg(long, value_name = "HOST:PORT")]
-    pub console: String,
-
-    /// Print each entry as one JSON object per line
-    /// (`{"run":1,"step":0,"call_id":"c1","tool":"HassTurnOn","verdict":"executed","time_ms":12}`;
-    /// `call_id` and `tool` are null when the entry is not about a call).
-    #[arg(long)]
-    pub json: bool,
-}
 
 /// One audit entry as the device printed it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -178,44 +165,6 @@ pub fn read_audit(
             // Anything else (a banner, a prompt) is not the reply.
         }
     }
-}
-
-/// Runs `budgetgate device audit`: prints the log, exit status 0; 2 (one
-/// line on stderr) on a transport or protocol error.
-pub fn command(args: &AuditArgs) -> ExitCode {
-    let result = connect(&args.console, "console")
-        .and_then(|mut console| read_audit(&mut console, CONSOLE_TIMEOUT));
-    let entries = match result {
-        Ok(entries) => entries,
-        Err(e) => {
-            eprintln!("{}", crate::device::error_line(&e));
-            return ExitCode::from(2);
-        }
-    };
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    for entry in &entries {
-        let written = if args.json {
-            serde_json::to_string(entry)
-                .map_err(std::io::Error::other)
-                .and_then(|line| writeln!(out, "{line}"))
-        } else {
-            writeln!(
-                out,
-                "run {} step {} {} {} {} at {} ms",
-                entry.run,
-                entry.step,
-                terminal_safe(entry.call_id.as_deref().unwrap_or("-")),
-                terminal_safe(entry.tool.as_deref().unwrap_or("-")),
-                terminal_safe(&entry.verdict),
-                entry.time_ms
-            )
-        };
-        if written.is_err() {
-            return ExitCode::from(2);
-        }
-    }
-    ExitCode::SUCCESS
 }
 
 #[cfg(test)]

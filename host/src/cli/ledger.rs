@@ -9,8 +9,7 @@ use std::time::Duration;
 use budgetgate_core::budget::{Ledger, Limit};
 use serde_json::{json, Value};
 
-use crate::ledger::{LedgerUrl, ListedLedger, Store, StoreError};
-use crate::ledger_redis::RedisStore;
+use budgetgate::store::{LedgerUrl, ListedLedger, RedisStore, Store, StoreError};
 
 /// Where the ledger is.
 #[derive(Debug, Clone, clap::Args)]
@@ -45,7 +44,7 @@ impl Opened {
         let file = match url {
             LedgerUrl::Redis(url) => return RedisStore::open(&url, wait).map(Self::Redis),
             LedgerUrl::SqliteFile(file) => file,
-            LedgerUrl::StateDir(dir) => dir.join(crate::ledger::FILE_NAME),
+            LedgerUrl::StateDir(dir) => dir.join(budgetgate::store::FILE_NAME),
         };
         if !file.is_file() {
             return Err(StoreError::NotFound {
@@ -216,7 +215,7 @@ fn as_json(entry: &ListedLedger) -> Value {
 
 fn table(out: &mut String, entry: &ListedLedger) {
     use std::fmt::Write as _;
-    let safe = crate::term::terminal_safe;
+    let safe = budgetgate::term::terminal_safe;
     let who = if entry.agent.is_empty() {
         format!("session {}", safe(&entry.session))
     } else {
@@ -328,7 +327,10 @@ fn print(text: &str) -> ExitCode {
 }
 
 fn fail(detail: &str) -> ExitCode {
-    eprintln!("budgetgate ledger: {}", crate::term::terminal_safe(detail));
+    eprintln!(
+        "budgetgate ledger: {}",
+        budgetgate::term::terminal_safe(detail)
+    );
     ExitCode::from(2)
 }
 
@@ -336,7 +338,7 @@ fn listing(entries: &[ListedLedger], json: bool) -> ExitCode {
     let mut text = String::new();
     for entry in entries {
         if json {
-            text += &crate::term::to_safe_json(&as_json(entry)).unwrap_or_default();
+            text += &budgetgate::term::to_safe_json(&as_json(entry)).unwrap_or_default();
             text.push('\n');
         } else {
             table(&mut text, entry);
@@ -384,8 +386,8 @@ pub fn command(command: &LedgerCommand) -> ExitCode {
                         text += &format!(
                             "      {} {} {}\n",
                             utc(at),
-                            crate::term::terminal_safe(action),
-                            crate::term::terminal_safe(detail)
+                            budgetgate::term::terminal_safe(action),
+                            budgetgate::term::terminal_safe(detail)
                         );
                     }
                     print(&text);
@@ -418,7 +420,7 @@ pub fn command(command: &LedgerCommand) -> ExitCode {
             let who = std::env::var("USER").unwrap_or_else(|_| "an operator".into());
             match store.reset(
                 session,
-                crate::gate::clock::now_ms(),
+                budgetgate::gate::clock::now_ms(),
                 &format!("{who} (budgetgate ledger reset)"),
             ) {
                 Ok(0) => fail(&format!("no session {session:?} in {}", store.path())),

@@ -1,9 +1,12 @@
 //! A bounded reader of an SSE stream (`text/event-stream`), for the
-//! Streamable HTTP transport's upstream streams.
+//! upstream streams of the MCP gateway's Streamable HTTP transport and of
+//! the model proxy.
 
 use bytes::Bytes;
 
-use super::http::MAX_BODY;
+/// Largest SSE event held (16 MiB, the stdio gateway's line bound): a
+/// longer one is skipped.
+pub const MAX_BODY: usize = 16 << 20;
 
 /// One thing read from an SSE stream.
 #[derive(Debug, PartialEq, Eq)]

@@ -4,6 +4,8 @@
 //! bounded body reader, the check that a request comes from this machine's
 //! pages only, and the upstream client.
 
+pub mod sse;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,10 +27,13 @@ pub type Reply = Response<BoxBody<Bytes, Infallible>>;
 /// Most client connections served at once; more wait to be accepted.
 pub const MAX_CONNECTIONS: usize = 256;
 
-/// How long a new connection may wait before its first byte (ms).
+/// How long a new connection may wait before its first byte (ms): past it,
+/// it is closed and its slot given to another.
 pub const FIRST_BYTE_MS: u64 = 2_000;
 
-/// How long a request's head may take to arrive (s).
+/// How long a request's head may take to arrive (s), on a new connection
+/// and between requests on a kept-alive one (longer than the 5 s that
+/// common HTTP clients keep an idle connection).
 pub const HEAD_TIMEOUT_S: u64 = 10;
 
 /// A response body fed by a channel (a stream relayed as it comes); the
