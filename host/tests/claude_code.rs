@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+mod common;
+use common::ProxyProcess;
+
 /// Input and output tokens of every scripted answer.
 const INPUT: u64 = 1_000;
 const OUTPUT: u64 = 100;
@@ -520,49 +523,9 @@ fn wait(child: &mut Child, within: Duration) -> Option<ExitStatus> {
 
 // budgetgate's parts.
 
-/// `budgetgate proxy` on a free port, stopped when dropped.
-struct Proxy {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Proxy {
-    fn start(api: &Api, budget: &Path, ledger: &Path) -> Self {
-        let mut child = Command::new(bin())
-            .args(["proxy", "--listen", "127.0.0.1:0", "--upstream", &api.url()])
-            .arg("--budget")
-            .arg(budget)
-            .arg("--ledger")
-            .arg(format!("sqlite:{}", ledger.display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the proxy");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let line = lines.next().expect("a line").expect("stderr");
-        // "budgetgate proxy: listening on http://ADDR, upstream …"
-        let port = line
-            .split("listening on http://")
-            .nth(1)
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|addr| addr.rsplit(':').next())
-            .and_then(|port| port.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
-        std::thread::spawn(move || for _ in lines {});
-        Self { child, port }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
+/// `budgetgate proxy` in front of the scripted API.
+fn start_proxy(api: &Api, budget: &Path, ledger: &Path) -> ProxyProcess {
+    ProxyProcess::start(&api.url(), budget, ledger, &[])
 }
 
 /// `budgetgate ledger SUBCOMMAND ARGS…`'s standard output.
@@ -667,7 +630,7 @@ fn claude_code_through_the_proxy_stops_at_the_model_call_the_token_budget_does_n
         bash("echo 4"),
         Turn::Text("done"),
     ]);
-    let proxy = Proxy::start(&api, &budget, &ledger_file);
+    let proxy = start_proxy(&api, &budget, &ledger_file);
     let run = folder.claude(&cli, &proxy.url(), &["--allowedTools", "Bash"], &[]);
     api.report("proxy, tokens", &run);
     // The seed's rule: a call is made while the tokens used are below the
@@ -728,7 +691,7 @@ fn claude_code_through_the_proxy_in_reserve_mode_is_refused_the_call_whose_worst
     );
     let ledger_file = folder.path("ledger.sqlite3");
     let api = Api::start(vec![bash("echo 1"), bash("echo 2"), Turn::Text("done")]);
-    let proxy = Proxy::start(&api, &budget, &ledger_file);
+    let proxy = start_proxy(&api, &budget, &ledger_file);
     let run = folder.claude(&cli, &proxy.url(), &args, &[]);
     api.report("proxy, reserve", &run);
     let calls = api.model_call_bytes();

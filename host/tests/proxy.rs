@@ -13,6 +13,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+mod common;
+use common::ProxyProcess as Proxy;
+
 /// Input and output tokens of every scripted answer.
 const INPUT: u64 = 1_000;
 const OUTPUT: u64 = 100;
@@ -217,48 +220,9 @@ fn answer(stream: TcpStream, seen: &Mutex<Seen>) {
     }
 }
 
-/// A running `budgetgate proxy`, killed when dropped.
-struct Proxy {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start_proxy(upstream: &Upstream, budget: &Path, ledger: &Path, extra: &[&str]) -> Proxy {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_budgetgate"))
-        .args(["proxy", "--listen", "127.0.0.1:0", "--upstream"])
-        .arg(format!("http://127.0.0.1:{}", upstream.port))
-        .arg("--budget")
-        .arg(budget)
-        .arg("--ledger")
-        .arg(format!("sqlite:{}", ledger.display()))
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the proxy");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let line = lines.next().expect("a line").expect("stderr");
-    let addr = line
-        .split("listening on http://")
-        .nth(1)
-        .and_then(|rest| rest.split(',').next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    let port = addr
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("port");
-    std::thread::spawn(move || for _ in lines {});
-    Proxy { child, port }
+    let url = format!("http://127.0.0.1:{}", upstream.port);
+    start_proxy_at(&url, budget, ledger, extra)
 }
 
 /// One answer as the client got it.
@@ -328,6 +292,17 @@ fn unchunk(mut raw: &[u8]) -> Vec<u8> {
     }
 }
 
+/// A temporary folder with `budget` written, a ledger path in it, a
+/// scripted upstream and a proxy in front of it with `extra` options.
+fn setup(budget: &str, extra: &[&str]) -> (tempfile::TempDir, PathBuf, PathBuf, Upstream, Proxy) {
+    let dir = tempfile::tempdir().expect("dir");
+    let budget = write_budget(dir.path(), budget);
+    let ledger = dir.path().join("ledger.sqlite3");
+    let upstream = Upstream::start();
+    let proxy = start_proxy(&upstream, &budget, &ledger, extra);
+    (dir, budget, ledger, upstream, proxy)
+}
+
 fn messages(stream: bool) -> Value {
     json!({"model": "claude-test", "max_tokens": 100, "stream": stream,
            "messages": [{"role": "user", "content": "hi"}]})
@@ -361,14 +336,8 @@ fn used(row: &Value, limit: &str) -> u64 {
 
 #[test]
 fn a_token_budget_stops_at_the_model_call_the_seed_loop_would_not_make() {
-    let dir = tempfile::tempdir().expect("dir");
-    let budget = write_budget(
-        dir.path(),
-        "[budget]\nmax_tokens = 2500\nmax_model_calls = 50\n",
-    );
-    let ledger = dir.path().join("ledger.sqlite3");
-    let upstream = Upstream::start();
-    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let (_dir, _budget, ledger, upstream, proxy) =
+        setup("[budget]\nmax_tokens = 2500\nmax_model_calls = 50\n", &[]);
     // 0, 1 100, 2 200 tokens used: each below 2 500, each call made (the
     // second streamed).
     for (at, stream) in [(0, false), (1, true), (2, false)] {
@@ -405,11 +374,7 @@ fn a_token_budget_stops_at_the_model_call_the_seed_loop_would_not_make() {
 
 #[test]
 fn anything_but_a_model_call_passes_through_ungated() {
-    let dir = tempfile::tempdir().expect("dir");
-    let budget = write_budget(dir.path(), "[budget]\nmax_model_calls = 1\n");
-    let ledger = dir.path().join("ledger.sqlite3");
-    let upstream = Upstream::start();
-    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let (_dir, _budget, _ledger, upstream, proxy) = setup("[budget]\nmax_model_calls = 1\n", &[]);
     let keyed = [("x-api-key", "sk-test"), ("accept-encoding", "gzip")];
     assert_eq!(
         post(proxy.port, "/v1/messages", &keyed, &messages(false)).status,
@@ -440,14 +405,10 @@ fn anything_but_a_model_call_passes_through_ungated() {
 
 #[test]
 fn reserve_mode_refuses_a_call_whose_worst_case_does_not_fit() {
-    let dir = tempfile::tempdir().expect("dir");
-    let budget = write_budget(
-        dir.path(),
+    let (_dir, _budget, ledger, upstream, proxy) = setup(
         "[budget]\nmax_tokens = 5000\nmax_model_calls = 50\ntoken_mode = \"reserve\"\n",
+        &[],
     );
-    let ledger = dir.path().join("ledger.sqlite3");
-    let upstream = Upstream::start();
-    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
     // Worst case: the body's bytes + 4 096 + 100 output, about 4 300: fits
     // in 5 000 once; after 1 100 used, 1 100 + 4 300 does not.
     assert_eq!(
@@ -543,11 +504,7 @@ fn claude_codes_session_header_names_the_ledger_row() {
 
 #[test]
 fn a_chat_stream_gets_the_usage_chunk_only_when_its_client_asked() {
-    let dir = tempfile::tempdir().expect("dir");
-    let budget = write_budget(dir.path(), "[budget]\nmax_tokens = 100000\n");
-    let ledger = dir.path().join("ledger.sqlite3");
-    let upstream = Upstream::start();
-    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let (_dir, _budget, ledger, upstream, proxy) = setup("[budget]\nmax_tokens = 100000\n", &[]);
     let chat = json!({"model": "gpt-test", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
     let a = post(proxy.port, "/v1/chat/completions", &[], &chat);
     assert_eq!(a.status, 200);
@@ -572,11 +529,7 @@ fn a_chat_stream_gets_the_usage_chunk_only_when_its_client_asked() {
 
 #[test]
 fn a_stream_cut_off_counts_what_was_reported_and_an_error_counts_nothing() {
-    let dir = tempfile::tempdir().expect("dir");
-    let budget = write_budget(dir.path(), "[budget]\nmax_tokens = 100000\n");
-    let ledger = dir.path().join("ledger.sqlite3");
-    let upstream = Upstream::start();
-    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let (_dir, _budget, ledger, _upstream, proxy) = setup("[budget]\nmax_tokens = 100000\n", &[]);
     let a = post(
         proxy.port,
         "/v1/messages",
@@ -608,11 +561,7 @@ fn a_stream_cut_off_counts_what_was_reported_and_an_error_counts_nothing() {
 
 #[test]
 fn a_proxy_killed_mid_stream_gives_no_budget_back() {
-    let dir = tempfile::tempdir().expect("dir");
-    let budget = write_budget(dir.path(), "[budget]\nmax_model_calls = 1\n");
-    let ledger = dir.path().join("ledger.sqlite3");
-    let upstream = Upstream::start();
-    let mut proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let (_dir, budget, ledger, upstream, mut proxy) = setup("[budget]\nmax_model_calls = 1\n", &[]);
     let port = proxy.port;
     let call = std::thread::spawn(move || {
         post(
@@ -640,11 +589,7 @@ fn a_proxy_killed_mid_stream_gives_no_budget_back() {
 
 #[test]
 fn a_request_that_cannot_be_read_is_refused_before_the_upstream() {
-    let dir = tempfile::tempdir().expect("dir");
-    let budget = write_budget(dir.path(), "[budget]\n");
-    let ledger = dir.path().join("ledger.sqlite3");
-    let upstream = Upstream::start();
-    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let (_dir, _budget, _ledger, upstream, proxy) = setup("[budget]\n", &[]);
     let a = post(proxy.port, "/v1/messages", &[], &json!({"max_tokens": 5}));
     assert_eq!(a.status, 400);
     assert!(a.text().contains("names no `model`"), "{}", a.text());
@@ -689,11 +634,7 @@ fn hook(budget: &Path, ledger: &Path, event: &Value) -> String {
 
 #[test]
 fn the_hook_leaves_the_transcript_of_a_session_the_proxy_counts_unread() {
-    let dir = tempfile::tempdir().expect("dir");
-    let budget = write_budget(dir.path(), "[budget]\nmax_tokens = 100000\n");
-    let ledger = dir.path().join("ledger.sqlite3");
-    let upstream = Upstream::start();
-    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let (dir, budget, ledger, _upstream, proxy) = setup("[budget]\nmax_tokens = 100000\n", &[]);
     let cc = [("x-claude-code-session-id", "cc-h")];
     assert_eq!(
         post(proxy.port, "/v1/messages", &cc, &messages(false)).status,
@@ -742,14 +683,8 @@ fn the_official_sdks_get_their_answers_and_read_a_refusal_without_retrying_it() 
     let Some(python) = sdk_python() else {
         return;
     };
-    let dir = tempfile::tempdir().expect("dir");
-    let budget = write_budget(
-        dir.path(),
-        "[budget]\nmax_model_calls = 4\nmax_tokens = 100000\n",
-    );
-    let ledger = dir.path().join("ledger.sqlite3");
-    let upstream = Upstream::start();
-    let proxy = start_proxy(&upstream, &budget, &ledger, &[]);
+    let (_dir, _budget, ledger, upstream, proxy) =
+        setup("[budget]\nmax_model_calls = 4\nmax_tokens = 100000\n", &[]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/proxy/sdk_client.py");
     let out = Command::new(python)
         .arg(script)
@@ -924,35 +859,7 @@ fn start_tls_upstream(cert: &Path, key: &Path) -> TlsUpstream {
 }
 
 fn start_proxy_at(url: &str, budget: &Path, ledger: &Path, extra: &[&str]) -> Proxy {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_budgetgate"))
-        .args([
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            url,
-            "--budget",
-        ])
-        .arg(budget)
-        .arg("--ledger")
-        .arg(format!("sqlite:{}", ledger.display()))
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the proxy");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let line = lines.next().expect("a line").expect("stderr");
-    let port = line
-        .split("listening on http://")
-        .nth(1)
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|addr| addr.rsplit(':').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    std::thread::spawn(move || for _ in lines {});
-    Proxy { child, port }
+    Proxy::start(url, budget, ledger, extra)
 }
 
 #[test]

@@ -344,15 +344,10 @@ pub fn http_command(args: &McpArgs, upstream: &str) -> ExitCode {
         Err(e) => return fail(e),
     };
     runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::bind(addr).await {
+        let listener = match budgetgate::net::bind(addr, "mcp", PATH, url.as_str()).await {
             Ok(l) => l,
-            Err(e) => return fail(format!("--listen {addr}: {e}")),
+            Err(e) => return fail(e),
         };
-        let bound = listener.local_addr().unwrap_or(addr);
-        if !bound.ip().is_loopback() {
-            eprintln!("budgetgate mcp: warning: listening on {bound}, not loopback: anyone who reaches it spends this budget");
-        }
-        eprintln!("budgetgate mcp: listening on http://{bound}{PATH}, upstream {url}");
         http::serve(listener, Arc::clone(&gw)).await;
         gw.close_all();
         eprintln!("budgetgate mcp: stopped");

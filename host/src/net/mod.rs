@@ -302,3 +302,24 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     }
     text
 }
+
+/// Binds `addr` for front-end `name` and says where it listens on stderr
+/// (`budgetgate NAME: listening on http://ADDR{path}, upstream URL`, the
+/// line tests and scripts read the port from), with a warning when that is
+/// not loopback: anyone who reaches it spends the budget.
+pub async fn bind(
+    addr: SocketAddr,
+    name: &str,
+    path: &str,
+    upstream: &str,
+) -> Result<tokio::net::TcpListener, String> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("--listen {addr}: {e}"))?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    if !bound.ip().is_loopback() {
+        eprintln!("budgetgate {name}: warning: listening on {bound}, not loopback: anyone who reaches it spends this budget");
+    }
+    eprintln!("budgetgate {name}: listening on http://{bound}{path}, upstream {upstream}");
+    Ok(listener)
+}

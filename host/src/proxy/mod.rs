@@ -564,15 +564,10 @@ pub fn run(config: &Config) -> ExitCode {
     let listen = config.listen;
     let upstream = config.upstream.clone();
     runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::bind(listen).await {
+        let listener = match net::bind(listen, "proxy", "", &upstream).await {
             Ok(l) => l,
-            Err(e) => return fail(format!("--listen {listen}: {e}")),
+            Err(e) => return fail(e),
         };
-        let bound = listener.local_addr().unwrap_or(listen);
-        if !bound.ip().is_loopback() {
-            eprintln!("budgetgate proxy: warning: listening on {bound}, not loopback: anyone who reaches it spends this budget");
-        }
-        eprintln!("budgetgate proxy: listening on http://{bound}, upstream {upstream}");
         let handler = move |bound, req| handle(Arc::clone(&proxy), bound, req);
         net::serve(listener, "proxy", handler).await;
         eprintln!("budgetgate proxy: stopped");

@@ -39,3 +39,62 @@ pub fn one_line_error(cmd: &mut Command, subcommand: &str) -> String {
     assert!(stderr.starts_with(&prefix), "{stderr:?}");
     stderr.trim_end().to_owned()
 }
+
+/// `budgetgate proxy` on a free loopback port, killed when dropped.
+pub struct ProxyProcess {
+    /// The process.
+    pub child: std::process::Child,
+    /// The port it listens on.
+    pub port: u16,
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ProxyProcess {
+    /// Starts `budgetgate proxy --listen 127.0.0.1:0 --upstream URL
+    /// --budget BUDGET --ledger sqlite:LEDGER EXTRA…` and reads its port
+    /// from the line it prints on stderr (`listening on http://ADDR, …`).
+    pub fn start(url: &str, budget: &Path, ledger: &Path, extra: &[&str]) -> Self {
+        use std::io::{BufRead, BufReader};
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_budgetgate"))
+            .args([
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                url,
+                "--budget",
+            ])
+            .arg(budget)
+            .arg("--ledger")
+            .arg(format!("sqlite:{}", ledger.display()))
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the proxy");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let line = lines.next().expect("a line").expect("stderr");
+        let port = line
+            .split("listening on http://")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|addr| addr.rsplit(':').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        // Its later lines are read (and dropped) so that it never blocks.
+        std::thread::spawn(move || for _ in lines {});
+        Self { child, port }
+    }
+
+    /// Its base URL (`http://127.0.0.1:PORT`).
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
