@@ -59,10 +59,15 @@ fn every_command_reads_a_budget_file_the_same_way() {
     std::fs::write(&big, vec![b'#'; (1 << 20) + 1]).expect("write");
     let folder = dir.path().join("a-folder");
     std::fs::create_dir(&folder).expect("mkdir");
+    // Read and checked, but not enforced by any command yet: refused, never
+    // silently ignored.
+    let loops = dir.path().join("loops.toml");
+    std::fs::write(&loops, "[loops]\nsame_outcome = 4\n").expect("write");
     for (budget, says) in [
         (&unknown, "line 2, column 1: unknown field `max_stepz`"),
         (&big, "larger than 1 MiB"),
         (&folder, "not a file that can be read"),
+        (&loops, "[loops]: loop detection is in the decision engine"),
     ] {
         let said = complaints(budget, dir.path());
         // Only replay, whose standard input is free, may read it instead.

@@ -529,7 +529,16 @@ pub fn read_budget(
         };
         (shown.clone(), e)
     })?;
-    parse_budget(&text).map_err(|e| (shown, e))
+    let budget = parse_budget(&text).map_err(|e| (shown.clone(), e))?;
+    if budget.loops.is_on() {
+        // Read and checked, but no command feeds outcomes to the engine's
+        // loop detection yet: refused rather than silently not enforced.
+        return Err((
+            shown,
+            "[loops]: loop detection is in the decision engine, but no command feeds it the calls' outcomes yet; remove the table (docs/BUDGETS.md, \"Loops\")".into(),
+        ));
+    }
+    Ok(budget)
 }
 
 /// Reads a budget file; anything missing keeps the reference's default.
