@@ -982,3 +982,43 @@ fn loops_without_a_window_fail_closed_and_without_loops_no_window_is_asked() {
     let d = decide_on(&mut mem, &r, &call("read", "b", "{\"x\":1}", 1));
     assert_eq!(reason(d), Some(RefusalReason::NoProgress));
 }
+
+/// The sentence of each loop pattern names the calls: two in turn are
+/// "A and B", three "A, B and C"; the counts are the calls before this one.
+#[test]
+fn each_loop_pattern_says_what_repeats() {
+    let shown = Shown {
+        name: "grep",
+        id: "x",
+        id_scope: "",
+        unpriced_model: None,
+    };
+    let said = |pattern, times, others: [Option<&str>; 2]| {
+        let refusal = Refusal {
+            reason: RefusalReason::NoProgress,
+            why: Why::NoProgress(NoProgress {
+                pattern,
+                times,
+                max: 3,
+                others: others.map(|o| o.map(loops::NameCopy::new)),
+            }),
+        };
+        refusal.detail(&shown).to_string()
+    };
+    assert_eq!(
+        said(Pattern::PingPong(2), 3, [Some("view"), None]),
+        "grep and view were called in turn 2 times with the same results (ping_pong_cycles 3); change approach or stop"
+    );
+    assert_eq!(
+        said(Pattern::PingPong(3), 4, [Some("view"), Some("ls")]),
+        "grep, view and ls were called in turn 3 times with the same results (ping_pong_cycles 3); change approach or stop"
+    );
+    assert_eq!(
+        said(Pattern::SameError, 3, [None, None]),
+        "grep was called 2 times with the same input and failed with the same error each time (same_error 3); change approach or stop"
+    );
+    assert_eq!(
+        said(Pattern::SameOutcome, 5, [None, None]),
+        "grep was called 4 times with the same input and returned the same result each time (same_outcome 3); change approach or stop"
+    );
+}

@@ -180,7 +180,8 @@ impl NameCopy {
         len: 0,
     };
 
-    fn of(name: &str) -> Self {
+    /// `name`, its first 64 bytes (a tool name is at most 64).
+    pub fn new(name: &str) -> Self {
         let mut out = Self::EMPTY;
         // Tool names are ASCII of at most 64 bytes (`ToolName`).
         for (slot, b) in out.bytes.iter_mut().zip(name.bytes()) {
@@ -295,7 +296,7 @@ fn cycle(steps: &[Step], rules: &LoopRules, next: CallFingerprint) -> Option<NoP
                 // The calls after `next` in its cycle.
                 *slot = steps
                     .get(len + 1 + k - period)
-                    .map(|s| NameCopy::of(s.name.as_str()));
+                    .map(|s| NameCopy::new(s.name.as_str()));
             }
             return Some(NoProgress {
                 pattern: Pattern::PingPong(period as u8),
