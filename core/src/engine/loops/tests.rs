@@ -201,3 +201,21 @@ fn loops_are_off_without_a_threshold() {
     let w = window(&[status, status, status, status, status]);
     assert_eq!(detect(w.steps(), &LoopRules::OFF, fp("status", "{}")), None);
 }
+
+#[test]
+fn an_outcomes_digest_is_64_bit_fnv_1a_of_its_content() {
+    // The published FNV-1a test vectors.
+    assert_eq!(Outcome::of(b"", false).digest, 0xcbf2_9ce4_8422_2325);
+    assert_eq!(Outcome::of(b"a", false).digest, 0xaf63_dc4c_8601_ec8c);
+    assert_eq!(Outcome::of(b"foobar", true).digest, 0x8594_4171_f739_67e8);
+    assert!(Outcome::of(b"x", true).error && !Outcome::of(b"x", false).error);
+}
+
+#[test]
+fn a_kept_name_reads_and_shows_as_the_name() {
+    let name = NameCopy::new("grep");
+    assert_eq!(name.as_str(), "grep");
+    assert_eq!(format!("{name:?}"), "\"grep\"");
+    let long = "x".repeat(70);
+    assert_eq!(NameCopy::new(&long).as_str().len(), 64);
+}
