@@ -219,3 +219,44 @@ fn a_kept_name_reads_and_shows_as_the_name() {
     let long = "x".repeat(70);
     assert_eq!(NameCopy::new(&long).as_str().len(), 64);
 }
+
+#[test]
+fn a_cycle_needs_two_different_calls_and_room_for_its_cycles() {
+    let only_cycles = LoopRules {
+        same_outcome: None,
+        same_error: None,
+        ping_pong_cycles: Some(2),
+    };
+    // One call over and over is not a cycle of calls (same_outcome's job).
+    let a = ("status", "{}", Some(ok("pending")));
+    let w = window(&[a, a, a, a, a]);
+    assert_eq!(detect(w.steps(), &only_cycles, fp("status", "{}")), None);
+    // Too short a history for two whole cycles: none, and no panic.
+    let b = ("view", "{}", Some(ok("text")));
+    for history in [&[][..], &[a][..], &[a, b][..]] {
+        let w = window(history);
+        assert_eq!(
+            detect(w.steps(), &only_cycles, fp("status", "{}")),
+            None,
+            "{}",
+            history.len()
+        );
+        assert_eq!(
+            detect(w.steps(), &only_cycles, fp("view", "{}")),
+            None,
+            "{}",
+            history.len()
+        );
+    }
+    // A B A, then B: two whole cycles, the threshold.
+    let w = window(&[a, b, a]);
+    let found = detect(w.steps(), &only_cycles, fp("view", "{}")).expect("refused");
+    assert_eq!((found.pattern, found.times), (Pattern::PingPong(2), 2));
+    // Three calls A B C A B, then C.
+    let c = ("ls", "{}", Some(ok("a b")));
+    let w = window(&[a, b, c, a, b]);
+    let found = detect(w.steps(), &only_cycles, fp("ls", "{}")).expect("refused");
+    assert_eq!((found.pattern, found.times), (Pattern::PingPong(3), 2));
+    let (first, second) = (found.others[0].expect("a"), found.others[1].expect("b"));
+    assert_eq!([first.as_str(), second.as_str()], ["status", "view"]);
+}
