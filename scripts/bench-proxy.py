@@ -25,6 +25,9 @@ import tempfile
 import threading
 import time
 
+# The key every path is called with (LiteLLM's proxy wants a master key).
+KEY = "sk-" + "b3nch" * 12
+
 BODY = json.dumps({
     "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-bench",
     "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
@@ -52,6 +55,8 @@ EVENTS = b"".join(
 
 class Upstream(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body leave at once (no 40 ms wait for a delayed ACK).
+    disable_nagle_algorithm = True
 
     def do_POST(self):
         request = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
@@ -79,7 +84,7 @@ def free_port():
 
 
 def wait_for(port):
-    for _ in range(600):
+    for _ in range(3600):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
             return
@@ -90,9 +95,12 @@ def wait_for(port):
 
 def measure(port, calls, stream, path="/v1/messages"):
     conn = http.client.HTTPConnection("127.0.0.1", port)
+    conn.connect()
+    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     body = json.dumps({"model": "claude-bench", "max_tokens": 16, "stream": stream,
                        "messages": [{"role": "user", "content": "hi"}]})
-    headers = {"content-type": "application/json", "x-api-key": "bench",
+    headers = {"content-type": "application/json", "x-api-key": KEY,
+               "authorization": f"Bearer {KEY}",
                "anthropic-version": "2023-06-01"}
     total, first = [], []
     for i in range(calls + calls // 10):
@@ -152,10 +160,13 @@ def main():
                 "model_list:\n  - model_name: claude-bench\n    litellm_params:\n"
                 f"      model: anthropic/claude-bench\n      api_base: http://127.0.0.1:{up}\n"
                 "      api_key: bench\n"
+                f"general_settings:\n  master_key: {KEY}\n"
             )
+        log = open(os.path.join(tmp, "litellm.log"), "w")
+        print(f"LiteLLM's log: {log.name}", file=sys.stderr)
         procs.append(subprocess.Popen(
             [args.litellm, "--config", config, "--port", str(port), "--host", "127.0.0.1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            stdout=log, stderr=subprocess.STDOUT))
         paths.append(("LiteLLM proxy", port, None))
     try:
         for _, port, _ in paths:
