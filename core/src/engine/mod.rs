@@ -99,7 +99,7 @@ mod tests;
 pub use loops::{LoopRules, NoProgress, Outcome, Pattern, Window, LOOP_WINDOW};
 
 pub use model::{
-    before_model_call, count_response, release, spent, spent_in_memory, Admitted, ModelStop,
+    before_model_call, count_response, release, spent_in_memory, Admitted, ModelStop,
     ModelStopDetail, Response, ONE_MODEL_CALL,
 };
 

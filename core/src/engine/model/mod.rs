@@ -13,7 +13,6 @@
 //! (`token-reserve`). The first that applies stops the call; its word is an
 //! [`ExhaustReason`].
 
-use core::convert::Infallible;
 use core::fmt;
 
 use super::{State, Whose};
@@ -114,41 +113,24 @@ pub const ONE_MODEL_CALL: Reservation = Reservation {
     amount: 1,
 };
 
-/// The first limit checked before each model call that `session` (then
-/// `agent`) has reached at `now_ms`, or, under a cost limit, a model counted
-/// without a price (`unpriced` is asked only then). The one walk behind
-/// [`before_model_call`] and the tool-call check
-/// [`budget_exhausted`](super::budget_exhausted).
-pub fn spent<const T: usize, E>(
-    session: &Ledger<T>,
-    agent: Option<&Ledger<T>>,
-    now_ms: u64,
-    unpriced: impl FnOnce() -> Result<bool, E>,
-) -> Result<Option<ModelStop>, E> {
-    if let Some(stop) = limit_reached(session, agent, now_ms) {
-        return Ok(Some(stop));
-    }
-    Ok(match session.max(Limit::CostMicros) {
-        // Models without a price matter in cost mode only.
-        Some(_) if unpriced()? => unpriced_stop(session),
-        _ => None,
-    })
-}
-
-/// [`spent`] for a front-end that holds its ledger and its unpriced flag
-/// in memory (the turn gate).
+/// The first limit checked before each model call that `ledger` has
+/// reached at `now_ms`, or, under a cost limit, a model counted without a
+/// price (`unpriced`): [`before_model_call`]'s walk, for a front-end that
+/// holds its ledger and its unpriced flag in memory (the turn gate's
+/// check, which changes nothing).
 pub fn spent_in_memory<const T: usize>(
     ledger: &Ledger<T>,
     now_ms: u64,
     unpriced: bool,
 ) -> Option<ModelStop> {
-    match spent::<T, Infallible>(ledger, None, now_ms, || Ok(unpriced)) {
-        Ok(stop) => stop,
-        Err(never) => match never {},
-    }
+    limit_reached(ledger, None, now_ms).or_else(|| {
+        // Models without a price matter in cost mode only.
+        unpriced.then(|| unpriced_stop(ledger)).flatten()
+    })
 }
 
-/// The ledgers' walk of [`spent`].
+/// The ledgers' walk before a model call: the session's, then the
+/// sub-agent's.
 fn limit_reached<const T: usize>(
     session: &Ledger<T>,
     agent: Option<&Ledger<T>>,
@@ -247,7 +229,7 @@ pub fn before_model_call<S: State<T> + ?Sized, const T: usize>(
     }))
 }
 
-/// [`spent`] over a front-end's state: its ledgers, then (in cost mode) its
+/// The walk over a front-end's state: its ledgers, then (in cost mode) its
 /// unpriced flag.
 pub(super) fn stopped<S: State<T> + ?Sized, const T: usize>(
     state: &mut S,
