@@ -24,6 +24,12 @@
 //! A sub-agent's call (`agent_id`) is checked against the session's ledger
 //! and its own (`[subagent]` limits), and counted in both.
 //!
+//! With `[loops]` in the budget, `PostToolUse` and `PostToolUseFailure`
+//! report what each call returned (`tool_response`, or the failure's
+//! `error`) to the session's loop window, and a `PreToolUse` that would
+//! complete a pattern of calls whose results do not change is denied
+//! `no-progress` (after `repeat`, before `tool-budget`).
+//!
 //! `UserPromptSubmit`, `Stop` and `SubagentStop` end the session
 //! (`continue: false` with a `stopReason`) once a before-call limit is
 //! reached. Every decision is one SQLite transaction (see
@@ -80,6 +86,21 @@ pub struct HookEvent {
     pub agent_id: Option<String>,
     /// `PreToolUse`: the call.
     pub call: Option<ToolUse>,
+    /// `PostToolUse` / `PostToolUseFailure`: the call that ran and what it
+    /// returned (loop detection's outcome, `[loops]`).
+    pub result: Option<ToolResult>,
+}
+
+/// A call that ran, as `PostToolUse` (`tool_response`) or
+/// `PostToolUseFailure` (`error`) tells it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    /// `tool_name`.
+    pub name: String,
+    /// `tool_input`.
+    pub input: Value,
+    /// What it returned, as loop detection compares it.
+    pub outcome: engine::Outcome,
 }
 
 /// The tool call of a `PreToolUse` event.
@@ -233,12 +254,33 @@ impl HookEvent {
         } else {
             None
         };
+        // Claude Code sends `tool_response` after a call that succeeded,
+        // `error` (a text) after one that failed. Neither is required: an
+        // event without them reports nothing, and never fails the hook.
+        let result = match name.as_str() {
+            "PostToolUse" | "PostToolUseFailure" => {
+                let failed = name == "PostToolUseFailure";
+                let returned = object
+                    .get(if failed { "error" } else { "tool_response" })
+                    .unwrap_or(&Value::Null);
+                match (object.get("tool_name"), object.get("tool_input")) {
+                    (Some(Value::String(tool)), Some(input)) => Some(ToolResult {
+                        name: tool.clone(),
+                        input: input.clone(),
+                        outcome: crate::gate::loops::outcome_of(returned, failed),
+                    }),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
         Ok(Self {
             session_id,
             transcript_path,
             name,
             agent_id,
             call,
+            result,
         })
     }
 }
@@ -503,6 +545,12 @@ pub fn decide(
                 Some((detail, None)) => Answer::Stop(format!("budgetgate: {detail}")),
                 None => Answer::Pass,
             }
+        }
+        (None, "PostToolUse" | "PostToolUseFailure") => {
+            if let (Some(ran), true) = (&event.result, budget.loops.is_on()) {
+                gate::loops::report_tool_outcome(tx, session, &ran.name, &ran.input, ran.outcome)?;
+            }
+            Answer::Pass
         }
         (None, _) => Answer::Pass,
     };

@@ -59,15 +59,10 @@ fn every_command_reads_a_budget_file_the_same_way() {
     std::fs::write(&big, vec![b'#'; (1 << 20) + 1]).expect("write");
     let folder = dir.path().join("a-folder");
     std::fs::create_dir(&folder).expect("mkdir");
-    // Read and checked, but not enforced by any command yet: refused, never
-    // silently ignored.
-    let loops = dir.path().join("loops.toml");
-    std::fs::write(&loops, "[loops]\nsame_outcome = 4\n").expect("write");
     for (budget, says) in [
         (&unknown, "line 2, column 1: unknown field `max_stepz`"),
         (&big, "larger than 1 MiB"),
         (&folder, "not a file that can be read"),
-        (&loops, "[loops]: loop detection is in the decision engine"),
     ] {
         let said = complaints(budget, dir.path());
         // Only replay, whose standard input is free, may read it instead.
@@ -77,4 +72,57 @@ fn every_command_reads_a_budget_file_the_same_way() {
         assert!(said[0].starts_with(&name), "{}", said[0]);
         assert!(said[0].contains(says), "{}", said[0]);
     }
+}
+
+/// `[loops]` (issue 32) is enforced by the commands that see the calls'
+/// outcomes (the Claude Code hook); a command that does not refuses the
+/// budget file, naming itself, rather than silently not enforcing it.
+#[test]
+fn loops_are_refused_by_a_command_that_cannot_see_outcomes() {
+    let dir = tempfile::tempdir().expect("dir");
+    let loops = dir.path().join("loops.toml");
+    std::fs::write(&loops, "[loops]\nsame_outcome = 4\n").expect("write");
+    let runs: [&[&str]; 2] = [
+        &[
+            "mcp", "--ledger", "LEDGER", "--budget", "BUDGET", "--", "true",
+        ],
+        &[
+            "proxy",
+            "--ledger",
+            "LEDGER",
+            "--budget",
+            "BUDGET",
+            "--upstream",
+            "http://127.0.0.1:9",
+        ],
+    ];
+    for args in runs {
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| match *a {
+                "LEDGER" => dir.path().display().to_string(),
+                "BUDGET" => loops.display().to_string(),
+                a => a.to_owned(),
+            })
+            .collect();
+        let out = Command::new(bin()).args(&args).output().expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let command = format!(
+            "[loops]: budgetgate {} does not see the calls' outcomes",
+            args[0]
+        );
+        assert!(err.contains(&command), "{err}");
+        assert!(err.contains(&loops.display().to_string()), "{err}");
+    }
+    // The hook sees them: its installer takes the file.
+    let settings = dir.path().join("settings.json");
+    let out = Command::new(bin())
+        .args(["hook", "install", "--settings"])
+        .arg(&settings)
+        .arg("--budget")
+        .arg(&loops)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
 }

@@ -1038,3 +1038,186 @@ fn the_ledger_table_labels_its_units_and_lines_up_its_bars() {
     assert_eq!(slash_at.len(), rows.len(), "{text}");
     assert!(slash_at.windows(2).all(|w| w[0] == w[1]), "{text}");
 }
+
+/// The budget of the loop tests: repeats counted loosely, `[loops]` tight.
+const LOOPS: &str = "[budget]\nmax_tool_calls = 100\nmax_repeats = 100\n[loops]\nsame_outcome = 3\nsame_error = 2\nping_pong_cycles = 2\n";
+
+impl Setup {
+    /// `PostToolUse` of a call that returned `response`.
+    fn post(&self, tool: &str, input: Value, id: &str, response: Value) -> Value {
+        self.event(
+            "PostToolUse",
+            json!({"tool_name": tool, "tool_input": input, "tool_use_id": id,
+                   "tool_response": response}),
+        )
+    }
+    /// `PostToolUseFailure` of a call that failed with `error`.
+    fn failed(&self, tool: &str, input: Value, id: &str, error: &str) -> Value {
+        self.event(
+            "PostToolUseFailure",
+            json!({"tool_name": tool, "tool_input": input, "tool_use_id": id,
+                   "error": error, "is_interrupt": false}),
+        )
+    }
+    /// `PreToolUse` then, if it was not denied, `PostToolUse` with
+    /// `response`: the decision.
+    fn call(&self, tool: &str, input: Value, id: &str, response: Value) -> String {
+        let d = decision(&self.run(&self.pre(tool, input.clone(), id)));
+        if d == "none" {
+            assert_eq!(
+                decision(&self.run(&self.post(tool, input, id, response))),
+                "none"
+            );
+        }
+        d
+    }
+}
+
+/// `[loops]` in the hook (issue 32): `PostToolUse` reports each result, and
+/// the call that would complete a pattern of unchanged results is denied
+/// `no-progress`, at its threshold and not before, each hook event a
+/// process of its own (the window is in the ledger).
+#[test]
+fn a_session_that_makes_no_progress_is_denied_at_each_patterns_threshold() {
+    let s = Setup::new(LOOPS);
+    let status = json!({"command": "gh run view 42"});
+    let pending = json!({"stdout": "in_progress", "stderr": "", "interrupted": false});
+    // same_outcome = 3: two calls returned the same, the third is denied.
+    assert_eq!(
+        s.call("Bash", status.clone(), "a1", pending.clone()),
+        "none"
+    );
+    assert_eq!(
+        s.call("Bash", status.clone(), "a2", pending.clone()),
+        "none"
+    );
+    let third = s.call("Bash", status.clone(), "a3", pending.clone());
+    assert!(
+        third.starts_with("deny: budgetgate refused this call (no-progress)"),
+        "{third}"
+    );
+    assert!(third.contains("Bash") && third.contains("3"), "{third}");
+    // A changed result starts the count again (another command).
+    let list = json!({"command": "ls"});
+    assert_eq!(
+        s.call("Bash", list.clone(), "b1", json!({"stdout": "a"})),
+        "none"
+    );
+    assert_eq!(
+        s.call("Bash", list.clone(), "b2", json!({"stdout": "a b"})),
+        "none"
+    );
+    assert_eq!(
+        s.call("Bash", list.clone(), "b3", json!({"stdout": "a b"})),
+        "none"
+    );
+    assert!(s
+        .call("Bash", list, "b4", json!({}))
+        .contains("(no-progress)"));
+
+    // same_error = 2: one failure, then the same call is denied.
+    let make = json!({"command": "make"});
+    assert_eq!(decision(&s.run(&s.pre("Bash", make.clone(), "c1"))), "none");
+    assert_eq!(
+        decision(&s.run(&s.failed("Bash", make.clone(), "c1", "exit 2: no rule"))),
+        "none"
+    );
+    let again = decision(&s.run(&s.pre("Bash", make.clone(), "c2")));
+    assert!(again.contains("(no-progress)"), "{again}");
+    assert!(again.contains("error"), "{again}");
+
+    // ping_pong_cycles = 2: A B A, then B would make two whole cycles.
+    let grep = json!({"pattern": "fn main"});
+    let view = json!({"file_path": "/src/a.rs"});
+    let none = json!({"content": "", "numFiles": 0});
+    let file = json!({"type": "text", "file": {"content": "x"}});
+    assert_eq!(s.call("Grep", grep.clone(), "d1", none.clone()), "none");
+    assert_eq!(s.call("Read", view.clone(), "d2", file.clone()), "none");
+    assert_eq!(s.call("Grep", grep.clone(), "d3", none.clone()), "none");
+    let pong = s.call("Read", view, "d4", file);
+    assert!(
+        pong.contains("(no-progress)") && pong.contains("Grep"),
+        "{pong}"
+    );
+}
+
+/// A call still running (no `PostToolUse` yet) is never matched, and
+/// without `[loops]` results are not even kept.
+#[test]
+fn results_not_reported_match_nothing_and_loops_are_off_without_the_table() {
+    let s = Setup::new(LOOPS);
+    let status = json!({"command": "status"});
+    for id in ["a1", "a2", "a3", "a4"] {
+        assert_eq!(decision(&s.run(&s.pre("Bash", status.clone(), id))), "none");
+    }
+    let off = Setup::new("[budget]\nmax_tool_calls = 100\nmax_repeats = 100\n");
+    for id in ["a1", "a2", "a3", "a4"] {
+        assert_eq!(
+            off.call("Bash", status.clone(), id, json!({"stdout": "x"})),
+            "none"
+        );
+    }
+}
+
+/// A loop window that does not read back (torn, edited) denies every call
+/// of the session (fail closed) until `ledger reset`, which clears it.
+#[test]
+fn a_corrupt_loop_window_refuses_until_reset() {
+    let s = Setup::new(LOOPS);
+    let status = json!({"command": "status"});
+    assert_eq!(s.call("Bash", status.clone(), "a1", json!("x")), "none");
+    let db = rusqlite::Connection::open(s.path("state").join("ledger.sqlite3")).unwrap();
+    let mut record: Vec<u8> = db
+        .query_row("SELECT record FROM loop_windows", [], |r| r.get(0))
+        .unwrap();
+    record[5] ^= 0x10;
+    db.execute("UPDATE loop_windows SET record = ?1", [&record])
+        .unwrap();
+    drop(db);
+    let out = s.run(&s.pre("Read", json!({}), "t2"));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("loop window") && stderr.contains("checksum"),
+        "{stderr}"
+    );
+    let out = Command::new(bin())
+        .args(["ledger", "reset", "s1", "--yes", "--state"])
+        .arg(s.path("state"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(decision(&s.run(&s.pre("Read", json!({}), "t3"))), "none");
+}
+
+/// A ledger written by the build before loop detection (schema version 2)
+/// is opened and upgraded in place: its ledgers kept, the window's table
+/// added.
+#[test]
+fn a_version_2_ledger_is_upgraded_with_its_figures_kept() {
+    let s = Setup::new(LOOPS);
+    assert_eq!(
+        s.call("Bash", json!({"command": "a"}), "a1", json!("x")),
+        "none"
+    );
+    let db = rusqlite::Connection::open(s.path("state").join("ledger.sqlite3")).unwrap();
+    db.execute_batch("DROP TABLE loop_windows; PRAGMA user_version = 2;")
+        .unwrap();
+    drop(db);
+    assert_eq!(s.used("tool_calls"), 1);
+    for id in ["a2", "a3"] {
+        assert_eq!(
+            s.call("Bash", json!({"command": "b"}), id, json!("y")),
+            "none"
+        );
+    }
+    assert!(s
+        .call("Bash", json!({"command": "b"}), "a4", json!("y"))
+        .contains("(no-progress)"));
+    assert_eq!(s.used("tool_calls"), 3);
+    let db = rusqlite::Connection::open(s.path("state").join("ledger.sqlite3")).unwrap();
+    let version: i64 = db
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 3);
+}

@@ -27,6 +27,37 @@ fn assistant_line(message_id: &str, request: &str, tokens: u64, id: &str) -> Str
     .to_string()
 }
 
+/// Runs `budgetgate hook claude-code` on `event` with the budget in `dir`
+/// and `ledger` (a `--ledger` URL): its decision and reason.
+fn hook(dir: &std::path::Path, ledger: &str, event: &Value) -> String {
+    let mut child = Command::new(bin())
+        .args(["hook", "claude-code", "--budget"])
+        .arg(dir.join("budget.toml"))
+        .args(["--ledger", ledger])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hook starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(event.to_string().as_bytes())
+        .expect("event");
+    let out = child.wait_with_output().expect("hook ends");
+    assert_eq!(out.status.code(), Some(0), "{ledger}: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(!text.contains("\"allow\""), "never allow: {text}");
+    let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    let d = &v["hookSpecificOutput"];
+    format!(
+        "{} {}",
+        d["permissionDecision"].as_str().unwrap_or("none"),
+        d["permissionDecisionReason"].as_str().unwrap_or("")
+    )
+}
+
 /// Runs the scenario with `ledger` (a `--ledger` URL); the hook's answers
 /// in order, and `ledger list --json` of the session.
 fn scenario(dir: &std::path::Path, ledger: &str) -> (Vec<String>, Value) {
@@ -67,32 +98,7 @@ fn scenario(dir: &std::path::Path, ledger: &str) -> (Vec<String>, Value) {
                 .expect("transcript");
             writeln!(f, "{line}").expect("write");
         }
-        let mut child = Command::new(bin())
-            .args(["hook", "claude-code", "--budget"])
-            .arg(dir.join("budget.toml"))
-            .args(["--ledger", ledger])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("hook starts");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(ev.to_string().as_bytes())
-            .expect("event");
-        let out = child.wait_with_output().expect("hook ends");
-        assert_eq!(out.status.code(), Some(0), "{ledger}: {out:?}");
-        let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        assert!(!text.contains("\"allow\""), "never allow: {text}");
-        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        let d = &v["hookSpecificOutput"];
-        answers.push(format!(
-            "{} {}",
-            d["permissionDecision"].as_str().unwrap_or("none"),
-            d["permissionDecisionReason"].as_str().unwrap_or("")
-        ));
+        answers.push(hook(dir, ledger, &ev));
     }
     let out = Command::new(bin())
         .args(["ledger", "list", "--json", "--ledger", ledger])
@@ -134,4 +140,40 @@ fn the_hook_decides_on_redis_as_it_does_on_sqlite() {
     assert_eq!(ledger_redis["caps"], ledger_sqlite["caps"]);
     assert_eq!(ledger_sqlite["limits"]["model_calls"]["used"], 3);
     assert_eq!(ledger_sqlite["limits"]["tokens"]["used"], 630);
+}
+
+/// `[loops]` on Redis (issue 32): the loop window is kept beside the ledger
+/// and read back by each hook process, so a loop is denied at the same call
+/// on both stores.
+#[test]
+fn loops_are_denied_on_redis_as_on_sqlite() {
+    let Some(redis) = common::redis::redis() else {
+        return;
+    };
+    let run = |dir: &std::path::Path, ledger: &str| {
+        std::fs::write(
+            dir.join("budget.toml"),
+            "[budget]\nmax_repeats = 100\n[loops]\nsame_outcome = 3\n",
+        )
+        .expect("budget");
+        let event = |name: &str, id: &str| {
+            json!({"session_id": "looping", "transcript_path": dir.join("t.jsonl"),
+                   "cwd": dir, "hook_event_name": name, "tool_name": "Bash",
+                   "tool_input": {"command": "status"}, "tool_use_id": id,
+                   "tool_response": {"stdout": "pending"}})
+        };
+        let mut answers = Vec::new();
+        for id in ["a", "b", "c"] {
+            answers.push(hook(dir, ledger, &event("PreToolUse", id)));
+            answers.push(hook(dir, ledger, &event("PostToolUse", id)));
+        }
+        answers
+    };
+    let a = tempfile::tempdir().expect("dir");
+    let b = tempfile::tempdir().expect("dir");
+    let sqlite = format!("sqlite:{}", a.path().join("ledger.sqlite3").display());
+    let on_sqlite = run(a.path(), &sqlite);
+    assert!(on_sqlite[4].contains("(no-progress)"), "{on_sqlite:?}");
+    assert!(on_sqlite[..4].iter().all(|a| a == "none "), "{on_sqlite:?}");
+    assert_eq!(run(b.path(), &redis.url), on_sqlite);
 }

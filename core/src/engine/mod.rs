@@ -598,16 +598,17 @@ impl fmt::Display for Detail<'_> {
 
 fn loop_detail(f: &mut fmt::Formatter<'_>, name: &str, p: &NoProgress) -> fmt::Result {
     let before = p.times.saturating_sub(1);
+    let s = if before == 1 { "" } else { "s" };
     match p.pattern {
         Pattern::SameOutcome => write!(
             f,
-            "{name} was called {before} times with the same input and returned the same result each time (same_outcome {}); change approach or stop",
-            p.max
+            "{name} has been called {before} time{s} with this input and returned the same result each time; this would be call {} (same_outcome {})",
+            p.times, p.max
         ),
         Pattern::SameError => write!(
             f,
-            "{name} was called {before} times with the same input and failed with the same error each time (same_error {}); change approach or stop",
-            p.max
+            "{name} has been called {before} time{s} with this input and failed with the same error each time; this would be try {} (same_error {})",
+            p.times, p.max
         ),
         Pattern::PingPong(_) => {
             write!(f, "{name}")?;
@@ -619,8 +620,8 @@ fn loop_detail(f: &mut fmt::Formatter<'_>, name: &str, p: &NoProgress) -> fmt::R
             }
             write!(
                 f,
-                " were called in turn {before} times with the same results (ping_pong_cycles {}); change approach or stop",
-                p.max
+                " have been called in turn for {before} whole cycle{s} with unchanged results; this call would complete cycle {} (ping_pong_cycles {})",
+                p.times, p.max
             )
         }
     }

@@ -924,7 +924,7 @@ fn a_call_that_repeats_a_result_without_progress_is_refused_no_progress() {
     };
     assert_eq!(
         refusal.detail(&shown).to_string(),
-        "read was called 2 times with the same input and returned the same result each time (same_outcome 3); change approach or stop"
+        "read has been called 2 times with this input and returned the same result each time; this would be call 3 (same_outcome 3)"
     );
     // Not counted: the window still holds two calls, the attempts two.
     assert_eq!(mem.window.as_ref().map(|w| w.steps().len()), Some(2));
@@ -1007,18 +1007,22 @@ fn each_loop_pattern_says_what_repeats() {
     };
     assert_eq!(
         said(Pattern::PingPong(2), 3, [Some("view"), None]),
-        "grep and view were called in turn 2 times with the same results (ping_pong_cycles 3); change approach or stop"
+        "grep and view have been called in turn for 2 whole cycles with unchanged results; this call would complete cycle 3 (ping_pong_cycles 3)"
     );
     assert_eq!(
         said(Pattern::PingPong(3), 4, [Some("view"), Some("ls")]),
-        "grep, view and ls were called in turn 3 times with the same results (ping_pong_cycles 3); change approach or stop"
+        "grep, view and ls have been called in turn for 3 whole cycles with unchanged results; this call would complete cycle 4 (ping_pong_cycles 3)"
     );
     assert_eq!(
         said(Pattern::SameError, 3, [None, None]),
-        "grep was called 2 times with the same input and failed with the same error each time (same_error 3); change approach or stop"
+        "grep has been called 2 times with this input and failed with the same error each time; this would be try 3 (same_error 3)"
+    );
+    assert_eq!(
+        said(Pattern::SameError, 2, [None, None]),
+        "grep has been called 1 time with this input and failed with the same error each time; this would be try 2 (same_error 3)"
     );
     assert_eq!(
         said(Pattern::SameOutcome, 5, [None, None]),
-        "grep was called 4 times with the same input and returned the same result each time (same_outcome 3); change approach or stop"
+        "grep has been called 4 times with this input and returned the same result each time; this would be call 5 (same_outcome 3)"
     );
 }

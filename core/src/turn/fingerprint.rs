@@ -194,6 +194,11 @@ impl CallFingerprint {
     pub const fn as_u128(self) -> u128 {
         self.0
     }
+
+    /// The fingerprint [`as_u128`](Self::as_u128) gave, back from a record.
+    pub(crate) const fn from_u128(value: u128) -> Self {
+        Self(value)
+    }
 }
 
 /// Why arguments could not be fingerprinted (`SPEC C`); the gate refuses such

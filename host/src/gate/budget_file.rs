@@ -530,15 +530,19 @@ pub fn read_budget(
         (shown.clone(), e)
     })?;
     let budget = parse_budget(&text).map_err(|e| (shown.clone(), e))?;
+    Ok(budget)
+}
+
+/// Refuses `[loops]` for `command`, a front-end that does not see its
+/// calls' outcomes (yet): loop detection would not be enforced, and a
+/// budget is never silently weaker than it reads.
+pub fn refuse_loops(budget: &ReplayBudget, command: &str) -> Result<(), String> {
     if budget.loops.is_on() {
-        // Read and checked, but no command feeds outcomes to the engine's
-        // loop detection yet: refused rather than silently not enforced.
-        return Err((
-            shown,
-            "[loops]: loop detection is in the decision engine, but no command feeds it the calls' outcomes yet; remove the table (docs/BUDGETS.md, \"Loops\")".into(),
+        return Err(format!(
+            "[loops]: {command} does not see the calls' outcomes, so it cannot detect loops; remove the table for it (docs/BUDGETS.md, \"Loops\")"
         ));
     }
-    Ok(budget)
+    Ok(())
 }
 
 /// Reads a budget file; anything missing keeps the reference's default.

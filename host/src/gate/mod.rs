@@ -26,6 +26,7 @@ pub mod backend;
 pub mod budget_file;
 pub mod clock;
 pub mod fingerprint;
+pub mod loops;
 pub mod model;
 pub mod usage;
 
@@ -350,6 +351,9 @@ struct Stored<'a, 't, T: LedgerTx + ?Sized> {
     id_checked: bool,
     /// The model counted without a price, once asked about.
     unpriced: Option<String>,
+    /// The session's loop window, once asked for (`[loops]`); stored back
+    /// after the decision.
+    window: Option<Box<engine::Window>>,
 }
 
 impl<'a, 't, T: LedgerTx + ?Sized> Stored<'a, 't, T> {
@@ -367,6 +371,7 @@ impl<'a, 't, T: LedgerTx + ?Sized> Stored<'a, 't, T> {
             seen: Seen::New,
             id_checked: false,
             unpriced: None,
+            window: None,
         }
     }
 }
@@ -410,6 +415,14 @@ impl<T: LedgerTx + ?Sized> engine::State for Stored<'_, '_, T> {
         Ok(self
             .tx
             .add_rate_call(self.session, now_ms, engine::LONGEST_RATE_WINDOW_MS)?)
+    }
+
+    fn loop_window(&mut self) -> Result<Option<&mut engine::Window>, GateError> {
+        if self.window.is_none() {
+            let stored = loops::load_window(self.tx, self.session)?;
+            self.window = Some(Box::new(stored.unwrap_or_default()));
+        }
+        Ok(self.window.as_deref_mut())
     }
 
     fn add_unpriced(&mut self, model: &str) -> Result<(), GateError> {
@@ -624,8 +637,7 @@ pub fn decide_tool_call(
         max_repeats: budget.limits.max_repeats,
         tools: ledgers.tools,
         rate: &windows,
-        // Not yet from the budget file's `[loops]`.
-        loops: engine::LoopRules::OFF,
+        loops: budget.loops,
         budget_per_call: true,
     };
     let mut state = Stored::new(tx, session, agent, ledgers);
@@ -649,6 +661,10 @@ pub fn decide_tool_call(
             call.name
         )),
     };
+    // Asked for only under `[loops]`; the call let through is in it now.
+    if let Some(window) = &state.window {
+        loops::store_window(tx, session, window)?;
+    }
     if let (Counting::Reserve { key, expires_ms }, engine::Decision::Run | engine::Decision::Ask) =
         (counting, decision)
     {

@@ -537,7 +537,12 @@ pub fn run(config: &Config) -> ExitCode {
     };
     let budget = match &config.budget {
         None => ReplayBudget::default(),
-        Some(path) => match crate::gate::budget_file::read_budget_file(path) {
+        Some(path) => match crate::gate::budget_file::read_budget_file(path).and_then(|b| {
+            // The proxy decides model calls; loops are in tool calls.
+            crate::gate::budget_file::refuse_loops(&b, "budgetgate proxy")
+                .map(|()| b)
+                .map_err(|e| format!("budget file {}: {e}", path.display()))
+        }) {
             Ok(b) => b,
             Err(e) => return fail(e),
         },

@@ -136,6 +136,14 @@ pub enum StoreError {
     /// no ledger: its ledger was removed, which is corruption.
     #[error("session {0:?} has lost its ledger record (its other state is still there); refusing until an operator runs `budgetgate ledger reset`")]
     LostLedger(String),
+    /// A session's stored loop window does not decode.
+    #[error("session {session:?}: its stored loop window does not read back ({source}); refusing until an operator runs `budgetgate ledger reset`")]
+    LoopWindow {
+        /// The session.
+        session: String,
+        /// What is wrong with the record.
+        source: budgetgate_core::engine::loops::WindowRecordError,
+    },
     /// A stored answer of a call does not read back.
     #[error("a stored answer does not read back: {0}")]
     Answer(String),
@@ -315,6 +323,10 @@ pub trait LedgerTx {
     ) -> Result<(), StoreError>;
     /// Records that `model`, which has no price, was used in `session`.
     fn add_unpriced(&self, session: &str, model: &str) -> Result<(), StoreError>;
+    /// The record of `session`'s loop window (`[loops]`), if stored.
+    fn loop_window(&self, session: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Stores the record of `session`'s loop window.
+    fn put_loop_window(&self, session: &str, record: &[u8]) -> Result<(), StoreError>;
 }
 
 /// Usage already counted for one model response (by request or message id).

@@ -23,6 +23,9 @@
 
 use core::fmt;
 
+mod record;
+pub use record::{WindowRecordError, WINDOW_RECORD_VERSION};
+
 use crate::tools::ToolName;
 use crate::turn::CallFingerprint;
 

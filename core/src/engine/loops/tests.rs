@@ -260,3 +260,108 @@ fn a_cycle_needs_two_different_calls_and_room_for_its_cycles() {
     let (first, second) = (found.others[0].expect("a"), found.others[1].expect("b"));
     assert_eq!([first.as_str(), second.as_str()], ["status", "view"]);
 }
+
+/// A window written and read back is the same window: outcomes (none, a
+/// result, an error), names of every length, a full window.
+#[test]
+fn window_record_round_trips() {
+    let long = "n".repeat(64);
+    let w = window(&[
+        ("grep", r#"{"q":"a"}"#, Some(ok("x"))),
+        ("view", r#"{"p":1}"#, Some(err("boom"))),
+        (&long, "{}", None),
+    ]);
+    let mut buf = [0u8; Window::<32>::RECORD_MAX];
+    let n = w.write_record(&mut buf).expect("fits");
+    assert_eq!(Window::<32>::read_record(&buf[..n]), Ok(w));
+
+    let mut full: Window = Window::new();
+    for i in 0..40 {
+        let args = format!(r#"{{"i":{i}}}"#);
+        full.push(fp(&long, &args), ToolName::new(&long).expect("name"));
+        assert!(full.report(fp(&long, &args), err(&args)));
+    }
+    let n = full
+        .write_record(&mut buf)
+        .expect("a full window fits RECORD_MAX");
+    assert_eq!(n, Window::<32>::RECORD_MAX, "every field at its largest");
+    assert_eq!(Window::<32>::read_record(&buf[..n]), Ok(full));
+
+    let empty: Window = Window::new();
+    let n = empty.write_record(&mut buf).expect("fits");
+    assert_eq!(n, 6);
+    assert_eq!(Window::<32>::read_record(&buf[..n]), Ok(empty));
+}
+
+/// A buffer one byte short is refused, never written past.
+#[test]
+fn window_record_too_short_a_buffer_is_refused() {
+    let w = window(&[("grep", "{}", Some(ok("x")))]);
+    let mut buf = [0u8; 64];
+    let n = w.write_record(&mut buf).expect("fits");
+    let mut short = [0u8; 64];
+    assert!(matches!(
+        w.write_record(&mut short[..n - 1]),
+        Err(WindowRecordError::Length(_))
+    ));
+    assert!(w.write_record(&mut short[..n]).is_ok());
+}
+
+/// Torn, edited, foreign and overlong records are refused with their reason.
+#[test]
+fn window_record_refuses_bad_bytes() {
+    let w = window(&[("grep", "{}", Some(ok("x"))), ("view", "{}", None)]);
+    let mut buf = [0u8; 256];
+    let n = w.write_record(&mut buf).expect("fits");
+    let good = &buf[..n];
+    let read = Window::<32>::read_record;
+    // Every truncation.
+    for cut in 0..n {
+        assert!(read(&good[..cut]).is_err(), "cut at {cut}");
+    }
+    // Any flipped byte of the body: the checksum.
+    for at in 1..n - 4 {
+        let mut bad = good.to_vec();
+        bad[at] ^= 0x40;
+        assert_eq!(read(&bad), Err(WindowRecordError::Checksum), "byte {at}");
+    }
+    let mut bad = good.to_vec();
+    bad[0] = 9;
+    assert_eq!(read(&bad), Err(WindowRecordError::Version(9)));
+    // Re-checksummed edits: a bad outcome tag, a bad name, too many calls.
+    let resum = |mut b: Vec<u8>| {
+        let body = b.len() - 4;
+        let crc = crate::bytes::CRC.checksum(&b[..body]).to_le_bytes();
+        b[body..].copy_from_slice(&crc);
+        b
+    };
+    let tag_at = 2 + 16 + 1 + 4;
+    let mut bad = good.to_vec();
+    bad[tag_at] = 3;
+    assert_eq!(read(&resum(bad)), Err(WindowRecordError::Field("outcome")));
+    let mut bad = good.to_vec();
+    bad[2 + 16 + 1] = b' ';
+    assert_eq!(
+        read(&resum(bad)),
+        Err(WindowRecordError::Field("tool name"))
+    );
+    let mut bad = good.to_vec();
+    bad[1] = 1;
+    assert_eq!(
+        read(&resum(bad)),
+        Err(WindowRecordError::Length(n)),
+        "bytes after the calls it counts"
+    );
+    // More calls than the window holds.
+    let mut big = [0u8; Window::<32>::RECORD_MAX];
+    let mut three: Window<3> = Window::new();
+    for a in ["1", "2", "3"] {
+        three.push(fp("t", a), ToolName::new("t").expect("name"));
+    }
+    let n = three.write_record(&mut big).expect("fits");
+    assert_eq!(
+        Window::<2>::read_record(&big[..n]),
+        Err(WindowRecordError::Field("calls"))
+    );
+    assert!(Window::<3>::read_record(&big[..n]).is_ok());
+}

@@ -11,7 +11,8 @@
 //! written, ms since the Unix epoch) and `log` (list of JSON objects
 //! `{at_ms, session, action, detail}`: the session's log, on its slot) and
 //! `epoch` (string: a random value written with the session's first
-//! write). Earlier builds kept one shared list `bg:log`: it is still read
+//! write) and `loops` (string: the session's loop window, the core's
+//! record, `[loops]`). Earlier builds kept one shared list `bg:log`: it is still read
 //! (and merged by time) by [`RedisStore::log`], never written.
 //!
 //! A decision is one optimistic transaction: the session's keys are
@@ -474,8 +475,9 @@ impl RedisStore {
     /// does, in one transaction: each of its ledgers starts again from zero
     /// at the server's time (`now_ms`, the caller's clock, is not used: a
     /// Redis ledger's time is its server's); repetitions, rate windows,
-    /// reservations and unpriced models are cleared; call ids stay seen.
-    /// Logged. Returns how many ledgers were reset (0: no such session).
+    /// reservations, unpriced models and the loop window are cleared; call
+    /// ids stay seen. Logged. Returns how many ledgers were reset (0: no
+    /// such session).
     pub fn reset(&mut self, session: &str, now_ms: u64, who: &str) -> Result<usize, StoreError> {
         self.decide(session, |tx| {
             // The server's clock, as the gateways' decisions use it.
@@ -491,7 +493,7 @@ impl RedisStore {
                 tx.put_ledger(session, agent, &fresh, now_ms)?;
             }
             tx.write(|p| {
-                for what in ["repeats", "unpriced", "resv", "rate"] {
+                for what in ["repeats", "unpriced", "resv", "rate", "loops"] {
                     p.del(key(session, what)).ignore();
                 }
             });
@@ -597,7 +599,7 @@ fn key(session: &str, what: &str) -> String {
 
 /// A session's keys (`bg:{SESSION}:WHAT`) with the Redis type each holds
 /// when it exists (as `TYPE` names it).
-const KEYS: [(&str, &str); 11] = [
+const KEYS: [(&str, &str); 12] = [
     ("ledger", "hash"),
     ("offsets", "hash"),
     ("responses", "hash"),
@@ -609,6 +611,7 @@ const KEYS: [(&str, &str); 11] = [
     ("updated", "hash"),
     ("log", "list"),
     ("epoch", "string"),
+    ("loops", "string"),
 ];
 
 fn keys(session: &str) -> Vec<String> {

@@ -270,4 +270,16 @@ impl LedgerTx for RedisTx<'_> {
         });
         Ok(())
     }
+
+    fn loop_window(&self, session: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.read(|c| c.get(key(session, "loops")))
+    }
+
+    fn put_loop_window(&self, session: &str, record: &[u8]) -> Result<(), StoreError> {
+        let record = record.to_vec();
+        self.write(|p| {
+            p.set(key(session, "loops"), record).ignore();
+        });
+        Ok(())
+    }
 }

@@ -23,7 +23,7 @@ use super::{oversized_record, Durability, ListedLedger, StoreError, LOST_LEDGER,
 mod tx;
 
 /// The schema's version, kept in `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The ledger file's name inside the state folder.
 pub const FILE_NAME: &str = "ledger.sqlite3";
@@ -122,6 +122,10 @@ impl Store {
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
+        /// Version 3 adds each session's loop window (`[loops]`).
+        const MIGRATE_2_TO_3: &str = "CREATE TABLE loop_windows (
+                session TEXT NOT NULL PRIMARY KEY, record BLOB NOT NULL);
+             PRAGMA user_version = 3;";
         self.decide(|t: &mut Tx<'_>| {
             let sql = t.sql();
             let found: i64 =
@@ -165,8 +169,12 @@ impl Store {
                      CREATE INDEX rate_calls_at ON rate_calls (session, at_ms);
                      PRAGMA user_version = 2;",
                     )
-                    .map_err(&sql)
+                    .map_err(&sql)?;
+                    t.tx.execute_batch(MIGRATE_2_TO_3).map_err(&sql)
                 }
+                // Version 2 (before loop detection): its tables are kept
+                // as they are; the loop windows' table is added.
+                2 => t.tx.execute_batch(MIGRATE_2_TO_3).map_err(&sql),
                 SCHEMA_VERSION => Ok(()),
                 other => Err(StoreError::Schema {
                     path: t.path.clone(),
@@ -298,7 +306,13 @@ impl Store {
                 tx.put_ledger(session, "", &fresh, now_ms)?;
                 n = 1;
             }
-            for table in ["repeats", "unpriced", "reservations", "rate_calls"] {
+            for table in [
+                "repeats",
+                "unpriced",
+                "reservations",
+                "rate_calls",
+                "loop_windows",
+            ] {
                 tx.tx
                     .execute(
                         &format!("DELETE FROM {table} WHERE session = ?1"),

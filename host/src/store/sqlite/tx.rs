@@ -35,6 +35,23 @@ impl LedgerTx for Tx<'_> {
     fn add_unpriced(&self, session: &str, model: &str) -> Result<(), StoreError> {
         Tx::add_unpriced(self, session, model)
     }
+    fn loop_window(&self, session: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.row(
+            "SELECT record FROM loop_windows WHERE session = ?1",
+            [session],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(self.sql())
+    }
+    fn put_loop_window(&self, session: &str, record: &[u8]) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT OR REPLACE INTO loop_windows (session, record) VALUES (?1, ?2)",
+            params![session, record],
+        )
+        .map_err(self.sql())?;
+        Ok(())
+    }
     fn ledger(&self, session: &str, agent: &str) -> Result<Option<Ledger>, StoreError> {
         Tx::ledger(self, session, agent)
     }

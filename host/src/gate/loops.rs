@@ -1,0 +1,85 @@
+//! Loop detection's window in the store (`[loops]`; `SPEC E`): each
+//! session's last calls and their outcomes, kept as the core's record
+//! ([`Window::write_record`]) beside its ledger, read and written in the
+//! decision's own transaction, so it survives a restart and gateways that
+//! share a ledger share it.
+//!
+//! The engine pushes each call it lets through ([`super::decide_tool_call`]);
+//! the front-end reports each call's outcome when it sees it
+//! ([`report_tool_outcome`]: the hook's `PostToolUse`, the gateway's
+//! answer from the server).
+
+use budgetgate_core::engine::loops::{Outcome, Window};
+use serde_json::Value;
+
+use super::fingerprint::fingerprint_value;
+use super::GateError;
+use crate::store::{LedgerTx, StoreError};
+
+/// The window of `session` as stored, if one is; a record that does not
+/// read back is an error (the caller refuses: fail closed).
+pub fn load_window(
+    tx: &(impl LedgerTx + ?Sized),
+    session: &str,
+) -> Result<Option<Window>, GateError> {
+    tx.loop_window(session)?
+        .map(|bytes| {
+            Window::read_record(&bytes).map_err(|source| {
+                GateError::Store(StoreError::LoopWindow {
+                    session: session.to_owned(),
+                    source,
+                })
+            })
+        })
+        .transpose()
+}
+
+/// Stores `window` as `session`'s.
+pub fn store_window(
+    tx: &(impl LedgerTx + ?Sized),
+    session: &str,
+    window: &Window,
+) -> Result<(), GateError> {
+    let mut buf = [0u8; Window::<{ budgetgate_core::engine::loops::LOOP_WINDOW }>::RECORD_MAX];
+    let n = window.write_record(&mut buf).map_err(|source| {
+        GateError::Store(StoreError::LoopWindow {
+            session: session.to_owned(),
+            source,
+        })
+    })?;
+    tx.put_loop_window(session, buf.get(..n).unwrap_or_default())?;
+    Ok(())
+}
+
+/// What a tool returned, as loop detection compares it: a text's bytes, any
+/// other JSON value as it serialises (key order kept as received).
+pub fn outcome_of(result: &Value, error: bool) -> Outcome {
+    match result {
+        Value::String(text) => Outcome::of(text.as_bytes(), error),
+        other => Outcome::of(other.to_string().as_bytes(), error),
+    }
+}
+
+/// Reports that call `name` with `input` of `session` returned `outcome`:
+/// the latest such call in the session's window without an outcome gets
+/// it. `Ok(false)`: no such call (loops off when it was let through,
+/// forgotten, reported already, or input that cannot be compared).
+pub fn report_tool_outcome(
+    tx: &(impl LedgerTx + ?Sized),
+    session: &str,
+    name: &str,
+    input: &Value,
+    outcome: Outcome,
+) -> Result<bool, GateError> {
+    let Some(call) = fingerprint_value(input).map(|f| f.with_name(name)) else {
+        return Ok(false);
+    };
+    let Some(mut window) = load_window(tx, session)? else {
+        return Ok(false);
+    };
+    let reported = window.report(call, outcome);
+    if reported {
+        store_window(tx, session, &window)?;
+    }
+    Ok(reported)
+}
