@@ -228,7 +228,8 @@ mod tests {
         assert!(view <= 128, "ActionRef grew to {view} bytes");
         assert!(run <= 4096, "Run grew to {run} bytes");
         assert!(plan <= 2048, "Plan grew to {plan} bytes");
-        assert!(gate <= 8192, "TurnGate grew to {gate} bytes");
+        // With the loop window (32 calls): see `turn::tests::gate_size_is_modest`.
+        assert!(gate <= 10 * 1024 + 512, "TurnGate grew to {gate} bytes");
         assert!(core::mem::size_of::<Action<256>>() <= 4096);
     }
 }

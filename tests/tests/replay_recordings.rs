@@ -1704,11 +1704,14 @@ fn a_log_kept_in_a_temporary_file_is_reported_as_the_log_held_whole() {
     approving.approve =
         budgetgate::replay::ApprovePolicy::parse_for("all", &approving.needs_approval).unwrap();
     budgets.push(approving);
+    // Loop detection: the results' digests are kept with the ids' hashes.
+    budgets.push(parse_budget(LOOPS).unwrap());
     let mut compared = 0;
     for (name, text) in [
         ("sample.jsonl", sample),
         ("stream.jsonl", stream_json_session()),
         ("reaching-back.jsonl", log_reaching_back()),
+        ("looping.jsonl", looping_claude_code_log()),
     ] {
         let path = dir.join(name);
         std::fs::write(&path, &text).unwrap();
@@ -1747,7 +1750,7 @@ fn a_log_kept_in_a_temporary_file_is_reported_as_the_log_held_whole() {
         spilled.hold_all().unwrap();
         assert_eq!(spilled, whole, "{name}");
     }
-    assert_eq!(compared, 15);
+    assert_eq!(compared, 24);
     // What the log reaching back must show, held or not: the last result of
     // a reused id for both its calls, a result recorded before its call,
     // the block logged again read once.
@@ -1815,4 +1818,189 @@ fn a_subagent_budget_refuses_that_subagents_calls_and_the_session_goes_on() {
     assert_eq!(json["per_turn"][1]["calls"][0]["reason"], "tool-budget");
     assert_eq!(json["refusals"]["tool-budget"], 1);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ------------------------------------------- loops (issue 32)
+
+/// A Claude Code log of an agent that makes no progress: it greps and reads
+/// the same file in turn, each returning what it returned before
+/// (`ping_pong_cycles`), then runs the same failing test three times
+/// (`same_error`); `content` is a list of blocks on the reads, a text
+/// elsewhere, so both are digested.
+fn looping_claude_code_log() -> String {
+    let mut lines = Vec::new();
+    let mut n = 0u32;
+    let mut turn = |lines: &mut Vec<Value>,
+                    name: &str,
+                    input: Value,
+                    content: Value,
+                    error: bool| {
+        n += 1;
+        let id = format!("toolu_{n:02}");
+        lines.push(
+            json!({"type": "assistant", "uuid": format!("a{n}"), "sessionId": "s1",
+            "timestamp": format!("2026-01-05T10:{:02}:00.000Z", n),
+            "requestId": format!("req_{n}"),
+            "message": {"id": format!("msg_{n}"), "model": "claude-example-1",
+                "content": [tool_use(&id, name, input)], "stop_reason": "tool_use",
+                "usage": {"input_tokens": 1000, "output_tokens": 50}}}),
+        );
+        lines.push(json!({"type": "user", "uuid": format!("r{n}"), "sessionId": "s1",
+            "timestamp": format!("2026-01-05T10:{:02}:30.000Z", n),
+            "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": id, "content": content, "is_error": error}]}}));
+    };
+    let grep = json!({"pattern": "fn parse", "path": "src"});
+    let read = json!({"file_path": "src/lib.rs"});
+    let file = json!([{"type": "text", "text": "1\tpub fn parse() {}"}]);
+    for _ in 0..4 {
+        turn(
+            &mut lines,
+            "Grep",
+            grep.clone(),
+            json!("No matches found"),
+            false,
+        );
+        turn(&mut lines, "Read", read.clone(), file.clone(), false);
+    }
+    let test = json!({"command": "cargo test"});
+    for _ in 0..3 {
+        turn(
+            &mut lines,
+            "Bash",
+            test.clone(),
+            json!("error[E0425]: cannot find value `x`"),
+            true,
+        );
+    }
+    jsonl(&lines)
+}
+
+const LOOPS: &str = "[budget]\nmax_model_calls = 1000\nmax_tokens = 100000000\nmax_seconds = 100000\nmax_repeats = 1000\n[loops]\n";
+
+/// `[loops]` in replay: the recommended thresholds refuse the call that
+/// would complete the third cycle of Grep and Read with unchanged results,
+/// and the third failing `cargo test`; the report says where and what
+/// stopping there would have saved. Without the table nothing is refused.
+#[test]
+fn replay_with_loops_finds_where_the_session_stopped_making_progress() {
+    let log = looping_claude_code_log();
+    let report = run(&log, LOOPS);
+    let refused: Vec<(usize, String)> = report
+        .per_turn
+        .iter()
+        .flat_map(|t| t.calls.iter().map(move |c| (t.turn, c)))
+        .filter(|(_, c)| c.reason.as_deref() == Some("no-progress"))
+        .map(|(turn, c)| (turn, c.name.clone()))
+        .collect();
+    // Grep Read Grep Read Grep, then Read would complete cycle 3.
+    assert_eq!(refused[0], (5, "Read".to_owned()), "{refused:?}");
+    assert!(refused.contains(&(10, "Bash".to_owned())), "{refused:?}");
+    let stop = report.no_progress.as_ref().expect("a loop found");
+    assert_eq!((stop.turn, stop.pattern), (5, "ping_pong_cycles"));
+    assert_eq!(stop.tool, "Read");
+    assert!(
+        stop.detail
+            .starts_with("Read and Grep have been called in turn for 2 whole cycles"),
+        "{}",
+        stop.detail
+    );
+    // Turns 6 to 10 came after: five model calls of 1 050 tokens.
+    assert_eq!(stop.saved_model_calls, 5);
+    assert_eq!(stop.saved_tokens, Some(5 * 1050));
+    let table = report.to_table("looping.jsonl");
+    assert!(
+        table.contains("no progress: at turn 5, call toolu_06 (Read): ping_pong_cycles")
+            && table.contains("would have saved 5 model call(s) and 5250 tokens"),
+        "{table}"
+    );
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["no_progress"]["saved_tokens"], 5250);
+
+    let off = run(&log, &LOOPS.replace("[loops]\n", ""));
+    assert!(off.no_progress.is_none());
+    assert!(!off.refusals.contains_key("no-progress"));
+    // One cycle more allowed: the fourth Grep is its fourth same result
+    // (same_outcome = 4) ...
+    let later = run(&log, &format!("{LOOPS}ping_pong_cycles = 4\n"));
+    let stop = later.no_progress.expect("refused");
+    assert_eq!((stop.turn, stop.pattern), (6, "same_outcome"));
+    // ... and with that one higher too, the fourth cycle's Read.
+    let later = run(
+        &log,
+        &format!("{LOOPS}ping_pong_cycles = 4\nsame_outcome = 5\n"),
+    );
+    let stop = later.no_progress.expect("refused");
+    assert_eq!((stop.turn, stop.pattern), (7, "ping_pong_cycles"));
+    assert_eq!(json["no_progress"]["pattern"], "ping_pong_cycles");
+}
+
+/// The same error three times is `same_error` (3 recommended); a changed
+/// error, or the same command returning something else, starts again.
+#[test]
+fn replay_with_loops_tells_a_repeated_error_from_a_changed_one() {
+    let call = |n: u32, error_text: &str| {
+        vec![
+            json!({"type": "assistant", "uuid": format!("a{n}"), "sessionId": "s",
+                "message": {"id": format!("m{n}"), "model": "claude-example-1",
+                    "content": [tool_use(&format!("t{n}"), "Bash", json!({"command": "make"}))],
+                    "stop_reason": "tool_use", "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+            json!({"type": "user", "uuid": format!("u{n}"), "sessionId": "s",
+                "message": {"role": "user", "content": [{"type": "tool_result",
+                    "tool_use_id": format!("t{n}"), "content": error_text, "is_error": true}]}}),
+        ]
+    };
+    let log = |errors: &[&str]| {
+        let lines: Vec<Value> = errors
+            .iter()
+            .enumerate()
+            .flat_map(|(i, e)| call(i as u32, e))
+            .collect();
+        jsonl(&lines)
+    };
+    let stopped = run(&log(&["e1", "e1", "e1"]), LOOPS);
+    let stop = stopped.no_progress.expect("refused");
+    assert_eq!((stop.turn, stop.pattern), (2, "same_error"));
+    assert_eq!(stop.saved_model_calls, 0);
+    assert!(run(&log(&["e1", "e2", "e1"]), LOOPS).no_progress.is_none());
+    assert!(run(&log(&["e1", "e1"]), LOOPS).no_progress.is_none());
+}
+
+/// A SWE-agent trajectory: each step's observation is its result; the
+/// same command observing the same text four times is refused at the
+/// fourth (`same_outcome = 4`).
+#[test]
+fn replay_with_loops_reads_swe_agent_observations() {
+    let step = |action: &str, observation: &str| {
+        json!({"action": action, "observation": observation, "response": action,
+               "thought": "", "state": "{}"})
+    };
+    let traj = |observations: [&str; 4]| {
+        let steps: Vec<Value> = observations
+            .iter()
+            .map(|o| step("python reproduce.py", o))
+            .chain([step("submit", "")])
+            .collect();
+        json!({"trajectory": steps, "info": {"exit_status": "submitted",
+               "model_stats": {"tokens_sent": 1000, "tokens_received": 100, "api_calls": 5}}})
+        .to_string()
+    };
+    let same = run(
+        &traj([
+            "Traceback: KeyError",
+            "Traceback: KeyError",
+            "Traceback: KeyError",
+            "Traceback: KeyError",
+        ]),
+        LOOPS,
+    );
+    let stop = same.no_progress.expect("refused");
+    assert_eq!((stop.turn, stop.pattern), (3, "same_outcome"));
+    // Run totals only: the tokens saved cannot be told.
+    assert_eq!((stop.saved_model_calls, stop.saved_tokens), (1, None));
+    let changed = run(
+        &traj(["Traceback: KeyError", "Traceback: KeyError", "ok", "ok"]),
+        LOOPS,
+    );
+    assert!(changed.no_progress.is_none());
 }

@@ -15,6 +15,7 @@ use super::rules::{CallId, NameError, ToolName, ToolRules, ToolRulesError};
 use super::usage::TokenUsage;
 use crate::budget::{Ledger, Limit};
 use crate::engine;
+use crate::engine::loops::{self, LoopRules, Window};
 use crate::limits::{
     DEFAULT_MAX_MODEL_CALLS, DEFAULT_MAX_REPEATS, DEFAULT_MAX_RUN_MILLIS, DEFAULT_MAX_RUN_TOKENS,
     MAX_DISTINCT_CALLS, MAX_RUN_CALL_IDS, MAX_TOOLS, MAX_TURN_CALLS,
@@ -498,6 +499,8 @@ impl<const CALLS: usize> Serialize for Closing<CALLS> {
 struct Tracked {
     id: CallId,
     state: CallState,
+    /// The call's fingerprint, for its outcome in the loop window.
+    fingerprint: Option<CallFingerprint>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -583,6 +586,12 @@ pub struct TurnGate<
     refusals: RefusalCounts,
     tool_errors: u32,
     phase: Phase,
+    /// `[loops]`: the thresholds ([`LoopRules::OFF`] unless
+    /// [`set_loops`](Self::set_loops)), and the run's last calls.
+    loops: LoopRules,
+    window: Window,
+    /// The engine's last refusal of a proposed call, with its figures.
+    last_refusal: Option<engine::Refusal>,
 }
 
 /// A run's memory as the engine reads it ([`engine::State`]): the id
@@ -593,6 +602,7 @@ struct RunState<'g, const SEEN: usize, const TOOLS: usize> {
     repeats: &'g mut Vec<(CallFingerprint, u32), SEEN>,
     ledger: &'g mut Ledger<TOOLS>,
     unpriced: &'g mut bool,
+    window: &'g mut Window,
 }
 
 impl<const SEEN: usize, const TOOLS: usize> engine::State<TOOLS> for RunState<'_, SEEN, TOOLS> {
@@ -626,6 +636,10 @@ impl<const SEEN: usize, const TOOLS: usize> engine::State<TOOLS> for RunState<'_
     fn add_unpriced(&mut self, _model: &str) -> Result<(), Self::Error> {
         *self.unpriced = true;
         Ok(())
+    }
+
+    fn loop_window(&mut self) -> Result<Option<&mut Window>, Self::Error> {
+        Ok(Some(self.window))
     }
 }
 
@@ -662,7 +676,37 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
             refusals: RefusalCounts::new(),
             tool_errors: 0,
             phase: Phase::Ready,
+            loops: LoopRules::OFF,
+            window: Window::new(),
+            last_refusal: None,
         }
+    }
+
+    /// The engine's refusal of the last call [`propose`](Self::propose)
+    /// refused for a limit or a rule (with its figures: the pattern of a
+    /// `no-progress`, the count of a `repeat`), for a front-end that words
+    /// it ([`engine::Refusal::detail`]); `None` after a call let through.
+    pub fn last_refusal(&self) -> Option<&engine::Refusal> {
+        self.last_refusal.as_ref()
+    }
+
+    /// The run's memory as the engine reads it, with the id looked up.
+    fn state(&mut self, id: Seen) -> RunState<'_, SEEN, TOOLS> {
+        RunState {
+            id,
+            repeats: &mut self.seen,
+            ledger: &mut self.ledger,
+            unpriced: &mut self.unpriced,
+            window: &mut self.window,
+        }
+    }
+
+    /// Looks for loops (`[loops]`, [`engine::loops`]) with `rules` from
+    /// now on: a call that would complete a pattern of calls whose results
+    /// (given with [`report_result`](Self::report_result)) do not change is
+    /// refused `no-progress`.
+    pub fn set_loops(&mut self, rules: LoopRules) {
+        self.loops = rules;
     }
 
     /// The reference's `agotado()`: the first limit reached, checked in the
@@ -741,12 +785,7 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
 
     fn admit(&mut self, now_ms: u64, worst_case: Option<u64>) -> Result<Admission, AdmitError> {
         self.ready()?;
-        let mut state = RunState {
-            id: Seen::New,
-            repeats: &mut self.seen,
-            ledger: &mut self.ledger,
-            unpriced: &mut self.unpriced,
-        };
+        let mut state = self.state(Seen::New);
         // The engine's one check before a model call: the limits in order,
         // then `unpriced-model`, then (with a worst case) the reservation,
         // held in the ledger until the response is recorded.
@@ -799,12 +838,7 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
             return Err(RecordError::NotAwaitingResponse(self.phase()));
         };
         let total = usage.total();
-        let mut state = RunState {
-            id: Seen::New,
-            repeats: &mut self.seen,
-            ledger: &mut self.ledger,
-            unpriced: &mut self.unpriced,
-        };
+        let mut state = self.state(Seen::New);
         // The engine counts it: a model call, its tokens (the reservation
         // committed, or after the fact; never hidden), its cost.
         let response = engine::Response {
@@ -885,8 +919,7 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
             max_repeats: self.limits.max_repeats,
             tools: &self.rules,
             rate: &[],
-            // Not yet from a replay budget's `[loops]`.
-            loops: engine::LoopRules::OFF,
+            loops: self.loops,
             // The run stops before its next model call instead: as in the
             // reference, the calls of a response that reached a limit run.
             budget_per_call: false,
@@ -896,13 +929,20 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
             repeats: &mut self.seen,
             ledger: &mut self.ledger,
             unpriced: &mut self.unpriced,
+            window: &mut self.window,
         };
         let verdict = match engine::decide(&mut state, &rules, &decided, engine::Counting::Record) {
             Ok(engine::Decision::Run) => CallVerdict::Execute,
             Ok(engine::Decision::Ask) => CallVerdict::NeedsApproval,
-            Ok(engine::Decision::Refused(r)) => CallVerdict::Refused(r.reason),
+            Ok(engine::Decision::Refused(r)) => {
+                self.last_refusal = Some(r);
+                CallVerdict::Refused(r.reason)
+            }
             Err(never) => match never {},
         };
+        if !matches!(verdict, CallVerdict::Refused(_)) {
+            self.last_refusal = None;
+        }
         let state = match verdict {
             CallVerdict::Execute => CallState::Executing,
             CallVerdict::NeedsApproval => CallState::AwaitingApproval,
@@ -912,7 +952,11 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
             }
         };
         // Cannot fail: fullness was checked above.
-        let _ = self.calls.push(Tracked { id, state });
+        let _ = self.calls.push(Tracked {
+            id,
+            state,
+            fingerprint: decided.fingerprint,
+        });
         Ok(verdict)
     }
 
@@ -980,6 +1024,31 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         tracked.state = CallState::Done(outcome);
         if outcome == ToolOutcome::Error {
             self.tool_errors = self.tool_errors.saturating_add(1);
+        }
+        Ok(())
+    }
+
+    /// [`report`](Self::report) with what the call returned: its outcome
+    /// is an error or not as `result` says, and under `[loops]`
+    /// ([`set_loops`](Self::set_loops)) the result goes to the loop window.
+    pub fn report_result(
+        &mut self,
+        call_id: &str,
+        result: loops::Outcome,
+    ) -> Result<(), ReportError> {
+        let outcome = if result.error {
+            ToolOutcome::Error
+        } else {
+            ToolOutcome::Ok
+        };
+        self.report(call_id, outcome)?;
+        let fingerprint = self
+            .calls
+            .iter()
+            .find(|t| t.id.as_str() == call_id)
+            .and_then(|t| t.fingerprint);
+        if let (Some(call), true) = (fingerprint, self.loops.is_on()) {
+            self.window.report(call, result);
         }
         Ok(())
     }

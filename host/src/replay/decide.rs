@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use budgetgate_core::budget::{Ledger, Limit};
+use budgetgate_core::engine;
 use budgetgate_core::turn::{
     Admission, Approver, CallVerdict, ProposeError, ProposedCall, RunStatus, StopReason, TokenMode,
     TokenUsage, ToolName, ToolOutcome, ToolRule, ToolRules, TurnEnd,
@@ -12,7 +13,7 @@ use budgetgate_core::turn::{
 use budgetgate_core::word;
 
 use super::budget::{self, ApprovePolicy, ReplayBudget};
-use super::report::{AgentReport, BudgetReport, Overshoot, Report, Stopped};
+use super::report::{AgentReport, BudgetReport, LoopStop, Overshoot, Report, Stopped};
 use super::rows::{DecidedTurns, TurnOutcome, Verdict};
 use super::session::{RecordedCall, RecordedTurn, Session, UsageGranularity};
 use super::{spill_read_error, PolicyApprover, ReplayGate, REPORT_SCHEMA_VERSION};
@@ -49,6 +50,7 @@ fn new_gate(
     // only honest answer (a cost budget must never count a call as free).
     let (rules, known_tools, notes) = build_rules(session, budget)?;
     let mut gate = Box::new(ReplayGate::new(budget.limits, rules, 0));
+    gate.set_loops(budget.loops);
     for (name, max) in &budget.tool_caps {
         let tool = ToolName::new(name)
             .map_err(|e| format!("budget file: [tools] max_calls: {name:?}: {e}"))?;
@@ -76,6 +78,8 @@ struct Walk<'s, 'b> {
     /// The sub-agents whose own limit a note already names.
     noted_agents: BTreeSet<String>,
     stopped: Option<Stopped>,
+    /// With `[loops]`: the first call refused for no progress.
+    no_progress: Option<LoopStop>,
     decided: DecidedTurns<'s>,
     per_turn_usage: TokenUsage,
     tool_calls: usize,
@@ -106,6 +110,7 @@ impl<'s, 'b> Walk<'s, 'b> {
             agents: BTreeMap::new(),
             noted_agents: BTreeSet::new(),
             stopped: None,
+            no_progress: None,
             decided: DecidedTurns {
                 session,
                 count: 0,
@@ -192,6 +197,13 @@ impl<'s, 'b> Walk<'s, 'b> {
         stop_text: &str,
     ) -> Result<(), String> {
         self.reached_turns += 1;
+        if let Some(l) = self.no_progress.as_mut() {
+            l.saved_model_calls += 1;
+            l.saved_tokens = match (l.saved_tokens, turn.usage) {
+                (Some(t), Some(u)) => Some(t.saturating_add(u.total())),
+                _ => None,
+            };
+        }
         let stop = StopReason::parse(stop_text)
             .map_err(|e| format!("turn {index}: stop reason {stop_text:?}: {e}"))?;
         let used = turn.usage.unwrap_or(TokenUsage::ZERO);
@@ -298,14 +310,13 @@ impl<'s, 'b> Walk<'s, 'b> {
         };
         let (verdict, reason) = match self.gate.propose_with(&proposed, &mut approver) {
             Ok(CallVerdict::Execute) => {
-                let outcome = if call.recorded_error == Some(true) {
-                    ToolOutcome::Error
-                } else {
-                    ToolOutcome::Ok
+                // A result recorded goes to the loop window too (`[loops]`);
+                // a call without one is reported done, and matches nothing.
+                let reported = match call.recorded {
+                    Some(result) => self.gate.report_result(&call.id, result),
+                    None => self.gate.report(&call.id, ToolOutcome::Ok),
                 };
-                self.gate
-                    .report(&call.id, outcome)
-                    .map_err(|e| format!("internal: turn {index}: {e}"))?;
+                reported.map_err(|e| format!("internal: turn {index}: {e}"))?;
                 self.executed += 1;
                 if asked {
                     self.approved += 1;
@@ -314,7 +325,10 @@ impl<'s, 'b> Walk<'s, 'b> {
                     (Verdict::Execute, None)
                 }
             }
-            Ok(CallVerdict::Refused(r)) => (Verdict::Refused, Some(r.as_str())),
+            Ok(CallVerdict::Refused(r)) => {
+                self.note_no_progress(index, call);
+                (Verdict::Refused, Some(r.as_str()))
+            }
             Ok(CallVerdict::NeedsApproval) => {
                 return Err(format!("internal: turn {index}: approval left pending"))
             }
@@ -347,6 +361,35 @@ impl<'s, 'b> Walk<'s, 'b> {
         }
         self.decided.push_call(verdict, reason);
         Ok(())
+    }
+
+    /// Keeps the first `no-progress` refusal, with the engine's sentence.
+    fn note_no_progress(&mut self, index: usize, call: &RecordedCall) {
+        let Some(refusal) = self.gate.last_refusal() else {
+            return;
+        };
+        let engine::Why::NoProgress(found) = refusal.why else {
+            return;
+        };
+        if self.no_progress.is_some() {
+            return;
+        }
+        let shown_id = format!("the call id {:?}", call.id);
+        let shown = engine::Shown {
+            name: &call.name,
+            id: &shown_id,
+            id_scope: "in this session",
+            unpriced_model: None,
+        };
+        self.no_progress = Some(LoopStop {
+            turn: index,
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            pattern: found.pattern.key(),
+            detail: refusal.detail(&shown).to_string(),
+            saved_model_calls: 0,
+            saved_tokens: matches!(self.session.usage, UsageGranularity::PerTurn).then_some(0),
+        });
     }
 
     /// The end of a response the gate let happen: the run goes on, is
@@ -516,6 +559,7 @@ impl<'s, 'b> Walk<'s, 'b> {
             usage_per_turn: matches!(session.usage, UsageGranularity::PerTurn),
             usage_known: !matches!(session.usage, UsageGranularity::Unknown),
             stopped: self.stopped,
+            no_progress: self.no_progress,
             overshoot,
             status,
             refusals,

@@ -135,7 +135,6 @@ pub(super) fn load_budget(args: &ReplayArgs) -> Result<ReplayBudget, (String, St
         Some(path) => budget::read_budget(path, budget::StdinBudget::Allowed)?,
         None => ReplayBudget::default(),
     };
-    budget::refuse_loops(&budget, "budgetgate replay").map_err(|e| ("--budget".to_owned(), e))?;
     if let Some(approve) = &args.approve {
         budget.approve = ApprovePolicy::parse_for(approve, &budget.needs_approval)
             .map_err(|e| ("--approve".to_owned(), e))?;

@@ -76,6 +76,27 @@ impl Overshoot {
     }
 }
 
+/// Where loop detection (`[loops]`) first refused a call for no progress,
+/// and what the recorded session spent after that response: what stopping
+/// it there would have saved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LoopStop {
+    /// The response (counted from 0) whose call was refused.
+    pub turn: usize,
+    /// The call's id.
+    pub call_id: String,
+    /// Its tool.
+    pub tool: String,
+    /// The pattern: `same_outcome`, `same_error` or `ping_pong_cycles`.
+    pub pattern: &'static str,
+    /// The refusal's sentence, as the model would have read it.
+    pub detail: String,
+    /// Model calls the gate let happen after that response.
+    pub saved_model_calls: usize,
+    /// Their tokens (`null` when usage is not recorded per response).
+    pub saved_tokens: Option<u64>,
+}
+
 /// The decision on one recorded tool call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CallReport {
@@ -205,6 +226,9 @@ pub struct Report<Rows = Vec<TurnReport>> {
     pub usage_known: bool,
     /// Where the gate would have ended the run, or `null`.
     pub stopped: Option<Stopped>,
+    /// With `[loops]`: where a call was first refused for no progress, and
+    /// what the session spent after it; `null` otherwise.
+    pub no_progress: Option<LoopStop>,
     /// The budget the gated run passed, or `null`: e.g. one response of
     /// 200 001 tokens against 150 000 (after-the-fact mode checks before each
     /// call). Exit status 1 when set, even if `stopped` is `null`.
@@ -546,6 +570,20 @@ impl<Rows: TurnRows + Serialize> Report<Rows> {
                     "stopped: no, the budget would not have stopped this session"
                 );
             }
+        }
+        if let Some(l) = &self.no_progress {
+            let _ = writeln!(
+                out,
+                "no progress: at turn {}, call {} ({}): {} ({}); stopping there would have saved {} model call(s){}",
+                l.turn,
+                safe(&l.call_id),
+                safe(&l.tool),
+                l.pattern,
+                safe(&l.detail),
+                l.saved_model_calls,
+                l.saved_tokens
+                    .map_or(String::new(), |t| format!(" and {t} tokens")),
+            );
         }
         if let Some(o) = &self.overshoot {
             let _ = writeln!(

@@ -216,6 +216,7 @@ impl<'s> Report<DecidedTurns<'s>> {
             usage_per_turn: self.usage_per_turn,
             usage_known: self.usage_known,
             stopped: self.stopped,
+            no_progress: self.no_progress,
             overshoot: self.overshoot,
             status: self.status,
             refusals: self.refusals,
@@ -232,7 +233,7 @@ impl<'s> Report<DecidedTurns<'s>> {
 }
 
 fn recorded_word(call: &RecordedCall) -> &'static str {
-    match call.recorded_error {
+    match call.recorded_error() {
         Some(true) => "error",
         Some(false) => "ok",
         None => "none",

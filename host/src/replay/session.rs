@@ -1,6 +1,7 @@
 //! The recorded session every format is read into: one entry per model
 //! response, counted once, with its usage, stop reason and tool calls.
 
+use budgetgate_core::engine::loops::Outcome;
 use budgetgate_core::turn::{ArgsFingerprint, TokenUsage};
 use serde_json::Value;
 
@@ -75,9 +76,18 @@ pub struct RecordedCall {
     /// What its arguments are kept as: their fingerprints, taken when the
     /// call is read, never the arguments themselves.
     pub arguments: RecordedArguments,
-    /// The result the recording holds for it: `Some(true)` an error result,
-    /// `Some(false)` a result, `None` no result recorded.
-    pub recorded_error: Option<bool>,
+    /// The result the recording holds for it, as loop detection compares
+    /// it (a digest of its content, and whether it was an error); `None`
+    /// when no result is recorded.
+    pub recorded: Option<Outcome>,
+}
+
+impl RecordedCall {
+    /// Whether its recorded result is an error: `None` when none is
+    /// recorded.
+    pub fn recorded_error(&self) -> Option<bool> {
+        self.recorded.map(|o| o.error)
+    }
 }
 
 /// A call's arguments as replay keeps them: fingerprints taken when the call

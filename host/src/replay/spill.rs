@@ -16,6 +16,7 @@ use std::fs::File;
 use std::hash::BuildHasher;
 use std::io::{self, Write};
 
+use budgetgate_core::engine::loops::Outcome;
 use budgetgate_core::turn::{ArgsFingerprint, TokenUsage};
 
 use super::session::{RecordedArguments, RecordedCall, RecordedTurn, UsageIteration};
@@ -108,7 +109,7 @@ impl SpilledTurns {
     /// A response read back with what applies to all of them.
     fn finished(&self, mut turn: RecordedTurn) -> RecordedTurn {
         for call in &mut turn.calls {
-            call.recorded_error = self.results.get(&call.id);
+            call.recorded = self.results.get(&call.id);
         }
         if let Some(origin) = self.origin {
             turn.requested_at_ms = turn.requested_at_ms.map(|t| t.saturating_sub(origin));
@@ -199,11 +200,12 @@ impl SpillWriter {
     }
 }
 
-/// The recorded results of a long log's calls: whether each was an error,
-/// by its call id, the last result recorded for an id winning (as a map
-/// keyed by the id gives). Each is kept as 16 bytes: 88 bits of a keyed
-/// 128-bit hash of the id (two SipHash keys drawn for this process), the
-/// result's place in the log, and the flag; not the id itself. Two ids of
+/// The recorded results of a long log's calls: whether each was an error
+/// and its content's digest (loop detection), by its call id, the last
+/// result recorded for an id winning (as a map keyed by the id gives).
+/// Each is kept as 24 bytes: 88 bits of a keyed 128-bit hash of the id (two
+/// SipHash keys drawn for this process), the result's place in the log and
+/// the flag, and the digest (by place); not the id itself. Two ids of
 /// one such hash are about as likely as two arguments of one
 /// [`ArgsFingerprint`] (one in 10^15 for a million results), which the gate
 /// counts repeats by already.
@@ -212,6 +214,8 @@ pub struct HashedResults {
     keys: (std::hash::RandomState, std::hash::RandomState),
     /// `hash << 40 | place << 1 | error`; sorted by [`finish`](Self::finish).
     entries: Vec<u128>,
+    /// Each result's content digest, by its place.
+    digests: Vec<u64>,
     sorted: bool,
 }
 
@@ -225,14 +229,16 @@ impl HashedResults {
         ((high << 64) | low) >> (Self::PLACE_BITS + 1)
     }
 
-    /// Records a result for `id`: an error or not.
-    pub fn insert(&mut self, id: &str, error: bool) {
+    /// Records a result for `id`.
+    pub fn insert(&mut self, id: &str, outcome: Outcome) {
+        let error = outcome.error;
         // Past 2^39 results the places stop growing: results of one id
         // beyond it keep no order among themselves (never reached: a log of
         // that many results is far beyond a terabyte).
         let place = (self.entries.len() as u128).min((1 << Self::PLACE_BITS) - 1);
         self.entries
             .push(self.hash(id) << (Self::PLACE_BITS + 1) | place << 1 | u128::from(error));
+        self.digests.push(outcome.digest);
         self.sorted = false;
     }
 
@@ -259,9 +265,9 @@ impl HashedResults {
         self.sorted = true;
     }
 
-    /// The last result recorded for `id`: `Some(true)` an error, `None` no
-    /// result. Only after [`finish`](Self::finish).
-    pub fn get(&self, id: &str) -> Option<bool> {
+    /// The last result recorded for `id`, `None` if none is. Only after
+    /// [`finish`](Self::finish).
+    pub fn get(&self, id: &str) -> Option<Outcome> {
         debug_assert!(self.sorted);
         let shift = Self::PLACE_BITS + 1;
         let hash = self.hash(id);
@@ -269,7 +275,17 @@ impl HashedResults {
         self.entries
             .get(at)
             .filter(|e| *e >> shift == hash)
-            .map(|e| e & 1 == 1)
+            .map(|e| {
+                let place = (e >> 1) & ((1 << Self::PLACE_BITS) - 1);
+                Outcome {
+                    digest: usize::try_from(place)
+                        .ok()
+                        .and_then(|p| self.digests.get(p))
+                        .copied()
+                        .unwrap_or(0),
+                    error: e & 1 == 1,
+                }
+            })
     }
 }
 
@@ -392,11 +408,13 @@ fn encode(turn: &RecordedTurn, out: &mut Vec<u8>) {
                 put_fingerprint(out, unsigned_zeros);
             }
         }
-        out.push(match call.recorded_error {
-            None => 0,
-            Some(false) => 1,
-            Some(true) => 2,
-        });
+        match call.recorded {
+            None => out.push(0),
+            Some(o) => {
+                out.push(if o.error { 2 } else { 1 });
+                out.extend_from_slice(&o.digest.to_le_bytes());
+            }
+        }
     }
     put_u64(out, turn.text_chars as u64);
     put_opt_u64(out, turn.requested_at_ms);
@@ -506,17 +524,25 @@ fn decode(bytes: &[u8]) -> io::Result<RecordedTurn> {
             },
             _ => return Err(corrupt()),
         };
-        let recorded_error = match r.byte()? {
+        let recorded = match r.byte()? {
             0 => None,
-            1 => Some(false),
-            2 => Some(true),
+            tag @ (1 | 2) => {
+                let mut digest = [0u8; 8];
+                for b in &mut digest {
+                    *b = r.byte()?;
+                }
+                Some(Outcome {
+                    digest: u64::from_le_bytes(digest),
+                    error: tag == 2,
+                })
+            }
             _ => return Err(corrupt()),
         };
         calls.push(RecordedCall {
             id,
             name,
             arguments,
-            recorded_error,
+            recorded,
         });
     }
     let text_chars = r.len()?;
@@ -566,14 +592,20 @@ mod tests {
         ArgsFingerprint::from_u128(n)
     }
 
+    /// A result of call `id`, its digest from the id (every digest bit
+    /// pattern kept through the record).
+    fn result(id: &str, error: bool) -> Outcome {
+        Outcome::of(id.as_bytes(), error)
+    }
+
     /// Every field of a response, each kind of kept arguments among its
     /// calls, and one with nothing but defaults.
     fn turns() -> Vec<RecordedTurn> {
-        let call = |id: &str, arguments, recorded_error| RecordedCall {
+        let call = |id: &str, arguments, recorded: Option<bool>| RecordedCall {
             id: id.into(),
             name: "Bäsh".into(),
             arguments,
-            recorded_error,
+            recorded: recorded.map(|error| result(id, error)),
         };
         vec![
             RecordedTurn {
@@ -640,9 +672,9 @@ mod tests {
         }
         assert!(writer.get(many).is_err());
         let mut results = HashedResults::default();
-        results.insert("a", true);
-        results.insert("b", true);
-        results.insert("a", false);
+        results.insert("a", result("a", true));
+        results.insert("b", result("b", true));
+        results.insert("a", result("a", false));
         results.finish();
         let spilled = writer.finish(results, Some(1_767_607_000_000)).unwrap();
         assert_eq!(spilled.len(), many);
@@ -654,7 +686,7 @@ mod tests {
                 .iter_mut()
                 .zip([Some(false), Some(true), None, None])
         {
-            call.recorded_error = recorded;
+            call.recorded = recorded.map(|error| result(&call.id, error));
         }
         let read: Vec<RecordedTurn> = spilled.iter().map(Result::unwrap).collect();
         assert_eq!(read.len(), many);
@@ -672,9 +704,9 @@ mod tests {
         let mut map = std::collections::HashMap::new();
         for at in 0..10_000u32 {
             let id = format!("toolu_{}", at % 3_000);
-            let error = at % 7 == 0;
-            hashed.insert(&id, error);
-            map.insert(id, error);
+            let outcome = Outcome::of(format!("{at}").as_bytes(), at % 7 == 0);
+            hashed.insert(&id, outcome);
+            map.insert(id, outcome);
         }
         hashed.finish();
         assert_eq!(hashed.entries.len(), 3_000);

@@ -2,6 +2,7 @@
 //! response counted once, sub-agents' responses told apart, and, for a long
 //! log, the responses no later line can change kept in a temporary file.
 
+use budgetgate_core::engine::loops::Outcome;
 use std::collections::{BTreeSet, HashMap};
 
 use budgetgate_core::turn::TokenUsage;
@@ -142,15 +143,15 @@ fn drop_logged_again(
 /// The results of a Claude Code log's calls: by id, or, for a long log
 /// whose responses go to a temporary file, by the ids' hashes.
 enum ResultIds {
-    Exact(HashMap<String, bool>),
+    Exact(HashMap<String, Outcome>),
     Hashed(HashedResults),
 }
 
 impl ResultSink for ResultIds {
-    fn record(&mut self, id: &str, error: bool) {
+    fn record(&mut self, id: &str, outcome: Outcome) {
         match self {
-            Self::Exact(map) => map.record(id, error),
-            Self::Hashed(hashed) => hashed.insert(id, error),
+            Self::Exact(map) => map.record(id, outcome),
+            Self::Hashed(hashed) => hashed.insert(id, outcome),
         }
     }
 }
@@ -496,7 +497,7 @@ pub(super) fn read_claude_code(
         ResultIds::Hashed(mut results) => {
             results.finish();
             for call in turns.iter_mut().flat_map(|t| t.calls.iter_mut()) {
-                call.recorded_error = results.get(&call.id);
+                call.recorded = results.get(&call.id);
             }
             match spill {
                 Some(spill) => Some(std::sync::Arc::new(

@@ -7,9 +7,10 @@
 //! * top level: only [`LINE_KEYS`] are kept;
 //! * `message` is kept on `assistant` and `user` lines only, and of it only
 //!   [`MESSAGE_KEYS`];
-//! * in `message.content`, a `tool_result` block loses its `content` (whole
-//!   files) and a `thinking` / `redacted_thinking` block its `thinking`,
-//!   `signature` and `data`.
+//! * in `message.content`, a `tool_result` block's `content` (whole files)
+//!   is replaced by its digest, a number ([`super::digest`], for loop
+//!   detection), read without being built, and a `thinking` /
+//!   `redacted_thinking` block loses its `thinking`, `signature` and `data`.
 //!
 //! What is kept is read as strictly as `value_from_str` reads it (a key twice
 //! in one object is refused, at the same position); what is skipped is still
@@ -25,6 +26,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+use super::digest::{digest_value, DigestSeed};
 use crate::strict::{duplicate_key, refuse_repeated, UniqueKeys, UniqueKeysVisitor};
 
 /// The top-level keys of a Claude Code line (session log or stream-json)
@@ -356,6 +358,8 @@ impl<'de> Visitor<'de> for BlockVisitor {
         let mut skipped: Vec<&'static str> = Vec::new();
         // The keys the block's type drops, once its type is read.
         let mut dropped: &[&str] = &[];
+        // A tool result's content, digested (loop detection).
+        let mut digest = None;
         while let Some(key) = map.next_key::<String>()? {
             refuse_repeated(&out, &key)?;
             if let Some(&k) = dropped.iter().find(|&&k| k == key) {
@@ -363,7 +367,11 @@ impl<'de> Visitor<'de> for BlockVisitor {
                     return Err(duplicate_key(k));
                 }
                 skipped.push(k);
-                map.next_value::<IgnoredAny>()?;
+                if k == "content" {
+                    digest = Some(map.next_value_seed(DigestSeed)?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
                 continue;
             }
             let UniqueKeys(value) = map.next_value()?;
@@ -373,7 +381,15 @@ impl<'de> Visitor<'de> for BlockVisitor {
             out.insert(key, value);
         }
         for k in dropped {
-            out.remove(*k);
+            if let (Some(v), true) = (out.remove(*k), *k == "content") {
+                digest = Some(digest_value(&v));
+            }
+        }
+        if dropped.contains(&"content") {
+            out.insert(
+                "content".into(),
+                Value::from(digest.unwrap_or_else(|| digest_value(&Value::Null))),
+            );
         }
         Ok(Value::Object(out))
     }

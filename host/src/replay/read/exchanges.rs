@@ -472,7 +472,7 @@ pub(super) fn build_from_exchanges(
         .iter()
         .take(turns.len().saturating_sub(1))
         .flat_map(|t| &t.calls)
-        .filter(|c| c.recorded_error.is_none())
+        .filter(|c| c.recorded.is_none())
         .count();
     if unanswered > 0 {
         notes.push(format!(

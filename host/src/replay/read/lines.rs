@@ -402,13 +402,13 @@ const CLAUDE_CODE_KEYS: [&str; 13] = [
     "isSidechain",
 ];
 
-/// Drops from a Claude Code line what no reader looks at — tool results'
-/// contents (`toolUseResult`, `tool_result.content`: whole files), thinking
-/// text, progress lines' nested messages — so a long log is held in a
-/// fraction of the memory its parsed lines would take. What decides
-/// anything (ids, names, inputs, usage, stop reasons, result ids and
-/// `is_error`, times) is kept; a line that is not a Claude Code line is left
-/// as it is.
+/// Drops from a Claude Code line what no reader looks at — `toolUseResult`,
+/// thinking text, progress lines' nested messages — and replaces each tool
+/// result's content (whole files) by its digest (loop detection), so a long
+/// log is held in a fraction of the memory its parsed lines would take.
+/// What decides anything (ids, names, inputs, usage, stop reasons, result
+/// ids, `is_error` and digests, times) is kept; a line that is not a Claude
+/// Code line is left as it is.
 pub(super) fn prune_claude_code_line(value: &mut Value) {
     let Value::Object(line) = value else {
         return;
@@ -434,7 +434,12 @@ pub(super) fn prune_claude_code_line(value: &mut Value) {
         if let Value::Object(block) = block {
             match block.get("type").and_then(Value::as_str) {
                 Some("tool_result") => {
-                    block.remove("content");
+                    // Its digest, as the one-pass reader keeps it.
+                    let content = block.remove("content").unwrap_or(Value::Null);
+                    block.insert(
+                        "content".into(),
+                        Value::from(super::digest::digest_value(&content)),
+                    );
                 }
                 Some("thinking" | "redacted_thinking") => {
                     block.remove("thinking");

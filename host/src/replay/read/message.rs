@@ -2,6 +2,9 @@
 //! Claude Code line's message) made a recorded turn, and the tool results
 //! found in user content.
 
+use budgetgate_core::engine::loops::Outcome;
+
+use super::digest::digest_value;
 use std::collections::HashMap;
 
 use budgetgate_core::turn::TokenUsage;
@@ -117,7 +120,7 @@ pub(super) fn add_blocks(
                             id,
                             name,
                             arguments: read_input(field(block, "input").unwrap_or(&Value::Null)),
-                            recorded_error: None,
+                            recorded: None,
                         });
                     }
                     // Run by the API (web search, code execution): not the
@@ -148,16 +151,20 @@ pub(super) fn add_blocks(
 /// Where a reader keeps the tool results it finds: `tool_use_id` →
 /// is_error, the last one of an id winning.
 pub(super) trait ResultSink {
-    fn record(&mut self, id: &str, error: bool);
+    fn record(&mut self, id: &str, outcome: Outcome);
 }
 
-impl ResultSink for HashMap<String, bool> {
-    fn record(&mut self, id: &str, error: bool) {
-        self.insert(id.to_owned(), error);
+impl ResultSink for HashMap<String, Outcome> {
+    fn record(&mut self, id: &str, outcome: Outcome) {
+        self.insert(id.to_owned(), outcome);
     }
 }
 
-/// Tool results found in user content: `tool_use_id` → is_error.
+/// Tool results found in user content: `tool_use_id` → the result's
+/// outcome (its content's digest, and `is_error`). A Claude Code reader
+/// has replaced each content by its digest already
+/// ([`super::digest::DigestSeed`]); other readers' contents are digested
+/// here, the same way.
 pub(super) fn collect_results(content: Option<&Value>, into: &mut impl ResultSink) {
     if let Some(Value::Array(blocks)) = content {
         for block in blocks {
@@ -166,15 +173,19 @@ pub(super) fn collect_results(content: Option<&Value>, into: &mut impl ResultSin
                     let error = field(block, "is_error")
                         .and_then(Value::as_bool)
                         .unwrap_or(false);
-                    into.record(id, error);
+                    let digest = match field(block, "content") {
+                        Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64().unwrap_or(0),
+                        other => digest_value(other.unwrap_or(&Value::Null)),
+                    };
+                    into.record(id, Outcome { digest, error });
                 }
             }
         }
     }
 }
 
-pub(super) fn apply_results(turns: &mut [RecordedTurn], results: &HashMap<String, bool>) {
+pub(super) fn apply_results(turns: &mut [RecordedTurn], results: &HashMap<String, Outcome>) {
     for call in turns.iter_mut().flat_map(|t| t.calls.iter_mut()) {
-        call.recorded_error = results.get(&call.id).copied();
+        call.recorded = results.get(&call.id).copied();
     }
 }

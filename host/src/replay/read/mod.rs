@@ -7,6 +7,7 @@
 mod claude_code;
 mod claude_line;
 mod claude_trace;
+mod digest;
 mod exchanges;
 mod lines;
 mod message;
@@ -30,6 +31,17 @@ use super::session::{Format, Session};
 use crate::strict::value_from_str;
 
 pub use lines::{read_large_claude_code, read_large_claude_code_spilled};
+
+use budgetgate_core::engine::loops::Outcome;
+
+/// The outcome of a tool result whose content is `content` (absent: none),
+/// for loop detection: its digest ([`digest::digest_value`]) and `error`.
+fn result_outcome(content: Option<&Value>, error: bool) -> Outcome {
+    Outcome {
+        digest: digest::digest_value(content.unwrap_or(&Value::Null)),
+        error,
+    }
+}
 pub use yaml::{MAX_YAML_ALIAS_WEIGHT, MAX_YAML_DEPTH};
 
 /// Reads `text` (the whole file) in whatever supported format it is in.

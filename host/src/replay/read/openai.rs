@@ -421,7 +421,10 @@ pub(super) fn responses_from_sse(text: &str) -> Result<(Value, Option<String>), 
 /// (`max_tokens`, `max_completion_tokens`, `max_output_tokens`), and the
 /// call ids it sends results for (`role: tool` messages' `tool_call_id`,
 /// `function_call_output` items' `call_id`).
-pub(super) fn request_results(request: &Value, into: &mut std::collections::HashMap<String, bool>) {
+pub(super) fn request_results(
+    request: &Value,
+    into: &mut std::collections::HashMap<String, super::Outcome>,
+) {
     for key in ["messages", "input"] {
         for m in request
             .get(key)
@@ -431,12 +434,15 @@ pub(super) fn request_results(request: &Value, into: &mut std::collections::Hash
         {
             if m.get("role").and_then(Value::as_str) == Some("tool") {
                 if let Some(id) = m.get("tool_call_id").and_then(Value::as_str) {
-                    into.insert(id.to_owned(), false);
+                    into.insert(
+                        id.to_owned(),
+                        super::result_outcome(m.get("content"), false),
+                    );
                 }
             }
             if m.get("type").and_then(Value::as_str) == Some("function_call_output") {
                 if let Some(id) = m.get("call_id").and_then(Value::as_str) {
-                    into.insert(id.to_owned(), false);
+                    into.insert(id.to_owned(), super::result_outcome(m.get("output"), false));
                 }
             }
         }

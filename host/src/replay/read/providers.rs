@@ -209,7 +209,7 @@ pub(super) fn gemini_from_sse(text: &str) -> Result<(Vec<Value>, Option<String>)
 pub(super) fn request_facts(
     request: &Value,
     declared: &mut Vec<String>,
-    results: &mut std::collections::HashMap<String, bool>,
+    results: &mut std::collections::HashMap<String, super::Outcome>,
 ) -> bool {
     let mut any = false;
     let converse_tools = request
@@ -258,7 +258,10 @@ pub(super) fn request_facts(
             if let Some(result) = block.get("toolResult") {
                 if let Some(id) = result.get("toolUseId").and_then(Value::as_str) {
                     let error = result.get("status").and_then(Value::as_str) == Some("error");
-                    results.insert(id.to_owned(), error);
+                    results.insert(
+                        id.to_owned(),
+                        super::result_outcome(result.get("content"), error),
+                    );
                 }
             }
         }

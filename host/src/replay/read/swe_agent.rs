@@ -1,6 +1,7 @@
 //! SWE-agent trajectories (`.traj`): each step one tool call, usage as run
 //! totals.
 
+use budgetgate_core::engine::loops::Outcome;
 use budgetgate_core::turn::TokenUsage;
 use serde_json::Value;
 
@@ -48,14 +49,14 @@ pub(super) fn read_traj(traj: &Value) -> Result<Session, String> {
                     Some(arguments) => RecordedArguments::of_value(arguments),
                     None => RecordedArguments::of_value(&serde_json::json!({ "command": action })),
                 },
-                recorded_error: Some(false),
+                recorded: Some(observed(step)),
             }]
         } else {
             vec![RecordedCall {
                 id: format!("step-{index}"),
                 name: command_name(action),
                 arguments: RecordedArguments::of_value(&serde_json::json!({ "command": action })),
-                recorded_error: Some(false),
+                recorded: Some(observed(step)),
             }]
         };
         turns.push(RecordedTurn {
@@ -234,6 +235,17 @@ fn command_name(action: &str) -> String {
     } else {
         word
     }
+}
+
+/// What a step's action returned, as loop detection compares it: its
+/// `observation` (a text; none recorded is an empty one). A trajectory
+/// records no error flag: every observation is a result.
+fn observed(step: &Value) -> Outcome {
+    let text = step
+        .get("observation")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    Outcome::of(text.as_bytes(), false)
 }
 
 #[cfg(test)]
