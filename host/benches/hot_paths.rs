@@ -252,6 +252,56 @@ fn replay_claude_code(c: &mut Criterion) {
     g.finish();
 }
 
+/// Loop detection (`[loops]`, issue 32): the engine's look at a full
+/// window of 32 calls before a call (no pattern found: every step looked
+/// at; a pattern found), and the window's record written and read back (the
+/// hook and the gateway keep it in the ledger between decisions).
+fn loops(c: &mut Criterion) {
+    use budgetgate_core::engine::loops::{detect, LoopRules, Outcome, Window};
+    use budgetgate_core::turn::{ArgsFingerprint, ToolName};
+    let fp = |name: &str, i: usize| {
+        let args = format!(r#"{{"path":"src/file{i}.rs"}}"#);
+        ArgsFingerprint::of_json(args.as_bytes(), &mut [0u8; 64])
+            .expect("args")
+            .with_name(name)
+    };
+    let rules = LoopRules {
+        same_outcome: Some(4),
+        same_error: Some(3),
+        ping_pong_cycles: Some(3),
+    };
+    // 32 different calls, each with a result: nothing repeats.
+    let mut varied: Window = Window::new();
+    // Two calls taken in turn with unchanged results: a cycle.
+    let mut cycling: Window = Window::new();
+    for i in 0..32 {
+        let name = ToolName::new("Read").expect("name");
+        varied.push(fp("Read", i), name.clone());
+        varied.report(fp("Read", i), Outcome::of(format!("{i}").as_bytes(), false));
+        cycling.push(fp("Read", i % 2), name);
+        cycling.report(fp("Read", i % 2), Outcome::of(b"same", false));
+    }
+    let next = fp("Read", 99);
+    assert!(detect(varied.steps(), &rules, next).is_none());
+    assert!(detect(cycling.steps(), &rules, fp("Read", 0)).is_some());
+    let mut g = c.benchmark_group("loops");
+    g.bench_function("detect_32_calls_none_found", |b| {
+        b.iter(|| detect(black_box(varied.steps()), &rules, black_box(next)))
+    });
+    let again = fp("Read", 0);
+    g.bench_function("detect_32_calls_pattern_found", |b| {
+        b.iter(|| detect(black_box(cycling.steps()), &rules, black_box(again)))
+    });
+    let mut buf = vec![0u8; Window::<32>::RECORD_MAX];
+    g.bench_function("record_32_calls_write_and_read", |b| {
+        b.iter(|| {
+            let n = black_box(&varied).write_record(&mut buf).expect("fits");
+            Window::<32>::read_record(black_box(&buf[..n])).expect("reads")
+        })
+    });
+    g.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -262,6 +312,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = validate, full_run, plan, result_edge, replay_claude_code
+    targets = validate, full_run, plan, result_edge, replay_claude_code, loops
 }
 criterion_main!(benches);

@@ -718,6 +718,60 @@ fn claude_code_through_the_proxy_in_reserve_mode_is_refused_the_call_whose_worst
     assert_eq!(refused, 1, "{refused} refusals");
 }
 
+/// Loop detection (issue 32) through the hook alone: Claude Code's own
+/// `PostToolUse` events report each Bash call's output to the ledger, and
+/// the third identical `echo pending` (same input, same output twice
+/// before: `same_outcome = 3`) is denied `no-progress` before it runs; the
+/// model reads why. A fourth call with another command runs.
+#[test]
+fn the_hook_in_claude_codes_project_denies_a_call_that_makes_no_progress() {
+    let Some(cli) = cli() else { return };
+    let folder = Folder::new();
+    let budget = folder.write(
+        "budget.toml",
+        "[budget]\nmax_repeats = 100\n[loops]\nsame_outcome = 3\n",
+    );
+    let state = folder.path("state");
+    let install = Command::new(bin())
+        .args(["hook", "install", "--project", "--budget"])
+        .arg(&budget)
+        .arg("--state")
+        .arg(&state)
+        .current_dir(folder.path("work"))
+        .output()
+        .expect("hook install");
+    assert!(install.status.success(), "{install:?}");
+    let api = Api::start(vec![
+        bash("echo pending"),
+        bash("echo pending"),
+        bash("echo pending"),
+        bash("echo done"),
+        Turn::Text("done"),
+    ]);
+    let run = folder.claude(&cli, &api.url(), &["--allowedTools", "Bash"], &[]);
+    api.report("hook loops", &run);
+    let calls = api.model_calls();
+    assert_eq!(calls.len(), 5, "{:?}", api.other_requests());
+    for at in [1, 2] {
+        let ran = last_tool_result(&calls[at]);
+        assert_ne!(ran["is_error"], true, "{ran}");
+        assert_eq!(result_text(&ran).lines().next(), Some("pending"), "{ran}");
+    }
+    let denied = last_tool_result(&calls[3]);
+    assert_eq!(denied["is_error"], true, "{denied}");
+    assert!(
+        result_text(&denied).contains(
+            "budgetgate refused this call (no-progress): Bash has been called 2 times with this input and returned the same result each time; this would be call 3 (same_outcome 3)"
+        ),
+        "{denied}"
+    );
+    let ran = last_tool_result(&calls[4]);
+    assert_eq!(result_text(&ran).lines().next(), Some("done"), "{ran}");
+    assert!(run.status.success(), "{}", run.json);
+    let denials = &run.json["permission_denials"];
+    assert_eq!(denials.as_array().map(Vec::len), Some(1), "{denials}");
+}
+
 /// SPEC C (a tool's cap) through the hook alone: `budgetgate hook install
 /// --project` in Claude Code's working folder, Claude Code straight at the
 /// scripted API. Its second Bash call is denied by the hook before it
