@@ -8,9 +8,12 @@
 //! the proposed call itself:
 //!
 //! * **`same_outcome = N`**: the `N`-th call of the same tool with the same
-//!   arguments is refused when the `N − 1` before it (other calls may come
-//!   between) all returned the same result. A changed result starts the
-//!   count again.
+//!   arguments is refused when the `N − 1` before it all returned the same
+//!   result and nothing new was seen between them. Other calls may come
+//!   between only if each repeats an earlier call with its earlier result
+//!   (polling with the same `sleep`); a call that returned something not
+//!   seen before in the window (an edit, a new command, a changed result)
+//!   starts the count again, as does a changed result of the call itself.
 //! * **`same_error = N`**: the same, when that result is an error: a failing
 //!   command is usually worth fewer tries.
 //! * **`ping_pong_cycles = N`**: two or three different calls taken in turn
@@ -224,6 +227,21 @@ pub struct NoProgress {
     pub others: [Option<NameCopy>; 2],
 }
 
+/// Whether the call at `at` told the agent something new: its result is not
+/// known yet, or no earlier call in `steps` is the same call with the same
+/// result.
+fn news(steps: &[Step], at: usize) -> bool {
+    let Some(step) = steps.get(at) else {
+        return true;
+    };
+    step.outcome.is_none()
+        || !steps
+            .get(..at)
+            .unwrap_or_default()
+            .iter()
+            .any(|s| s.call == step.call && s.outcome == step.outcome)
+}
+
 /// The pattern, if any, that call `next` would complete after `steps`
 /// (oldest first) under `rules`.
 pub fn detect(steps: &[Step], rules: &LoopRules, next: CallFingerprint) -> Option<NoProgress> {
@@ -231,15 +249,25 @@ pub fn detect(steps: &[Step], rules: &LoopRules, next: CallFingerprint) -> Optio
 }
 
 fn same_call(steps: &[Step], rules: &LoopRules, next: CallFingerprint) -> Option<NoProgress> {
-    let mut earlier = steps.iter().rev().filter(|s| s.call == next);
-    let first = earlier.next()?.outcome?;
-    let mut run: u16 = 1;
-    for step in earlier {
-        if step.outcome != Some(first) {
+    let mut first = None;
+    let mut run: u16 = 0;
+    for (at, step) in steps.iter().enumerate().rev() {
+        if step.call == next {
+            // The latest copy's result not seen yet: nothing is assumed.
+            let outcome = step.outcome?;
+            match first {
+                None => first = Some(outcome),
+                Some(f) if f != outcome => break,
+                Some(_) => {}
+            }
+            run = run.saturating_add(1);
+        } else if news(steps, at) {
+            // Something new was seen since: the agent may be making
+            // progress (an edit between two runs of the same test).
             break;
         }
-        run = run.saturating_add(1);
     }
+    let first = first?;
     let times = run.saturating_add(1);
     let (pattern, max) = match (first.error, rules.same_error, rules.same_outcome) {
         (true, Some(max), _) if times >= max => (Pattern::SameError, max),
