@@ -1,0 +1,209 @@
+//! `budgetgate mcp` and the MCP 2026-07-28 protocol, end to end with real
+//! parts: the official Python SDK 2.x (`mcp` 2.3.0, its `Client` in `auto`,
+//! `legacy` and `2026-07-28` modes and its `MCPServer`), installed by
+//! `tests/mcp/install.sh` into `tests/mcp/.venv2026`, and the reference
+//! server `@modelcontextprotocol/server-everything` (2025 handshake) from npm.
+//!
+//! Without them these tests say so and pass, unless `BUDGETGATE_REQUIRE_MCP=1`
+//! is set (as `scripts/test` sets it): then a missing part fails the test.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_budgetgate"))
+}
+
+fn mcp_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp")
+}
+
+/// The installed parts, or `None` (the test is skipped) when they are
+/// missing and not required.
+struct Parts {
+    python: PathBuf,
+    everything: PathBuf,
+}
+
+fn parts() -> Option<Parts> {
+    let dir = mcp_dir();
+    let p = Parts {
+        python: dir.join(".venv2026/bin/python"),
+        everything: dir.join("node_modules/.bin/mcp-server-everything"),
+    };
+    let missing: Vec<String> = [&p.python, &p.everything]
+        .into_iter()
+        .filter(|f| !f.exists())
+        .map(|f| f.display().to_string())
+        .collect();
+    let node = Command::new("node").arg("--version").output().is_ok();
+    if missing.is_empty() && node {
+        return Some(p);
+    }
+    let why = format!(
+        "missing {} (run tests/mcp/install.sh)",
+        if node {
+            missing.join(", ")
+        } else {
+            "node".into()
+        }
+    );
+    if std::env::var("BUDGETGATE_REQUIRE_MCP").as_deref() == Ok("1") {
+        panic!("BUDGETGATE_REQUIRE_MCP=1 and the MCP 2026 test parts are {why}");
+    }
+    eprintln!("skipped: the MCP 2026 end-to-end parts are {why}");
+    None
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new(budget: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("budget.toml"), budget).expect("budget");
+        Self { dir }
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+    /// The gateway's options (budget, ledger, session `e2e`, no terminal).
+    fn gateway_options(&self, extra: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "mcp".into(),
+            "--budget".into(),
+            self.path("budget.toml").display().to_string(),
+            "--ledger".into(),
+            format!("sqlite:{}", self.path("ledger.sqlite3").display()),
+            "--session".into(),
+            "e2e".into(),
+            "--terminal".into(),
+            "never".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+    /// Runs `tests/mcp/client2026.py` in `mode` through the stdio gateway
+    /// (with `extra` options) in front of `server`; its JSON lines.
+    fn stdio(
+        &self,
+        parts: &Parts,
+        mode: &str,
+        steps: Value,
+        approve: Option<&str>,
+        extra: &[&str],
+        server: &[String],
+    ) -> Vec<Value> {
+        let mut cmd = Command::new(&parts.python);
+        cmd.arg(mcp_dir().join("client2026.py"))
+            .arg(steps.to_string())
+            .arg(mode);
+        if let Some(a) = approve {
+            cmd.args(["--approve", a]);
+        }
+        cmd.arg("--")
+            .arg(bin())
+            .args(self.gateway_options(extra))
+            .arg("--")
+            .args(server);
+        lines_of(cmd)
+    }
+    /// Tool calls (used, reserved) in the session's ledger.
+    fn tool_calls(&self) -> (u64, u64) {
+        let store = budgetgate::ledger::Store::open_file(
+            &self.path("ledger.sqlite3"),
+            std::time::Duration::from_secs(5),
+        )
+        .expect("ledger");
+        let listed = store.list().expect("list");
+        let Some(found) = listed.iter().find(|l| l.session == "e2e") else {
+            return (0, 0);
+        };
+        let ledger = found.ledger.as_ref().expect("record");
+        use budgetgate_core::budget::Limit;
+        (
+            ledger.used(Limit::ToolCalls),
+            ledger.reserved(Limit::ToolCalls),
+        )
+    }
+}
+
+/// Runs a client command; its JSON lines (the run must succeed).
+fn lines_of(mut cmd: Command) -> Vec<Value> {
+    let out = cmd.output().expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// The 2026-07-28 server of the SDK over stdio.
+fn server_2026(parts: &Parts) -> Vec<String> {
+    vec![
+        parts.python.display().to_string(),
+        mcp_dir().join("server2026.py").display().to_string(),
+        "stdio".into(),
+    ]
+}
+
+/// The observations of calls (lines with `call`).
+fn calls(lines: &[Value]) -> Vec<&Value> {
+    lines.iter().filter(|l| l.get("call").is_some()).collect()
+}
+
+/// No line says the client raised (a validation error of the SDK, say).
+fn nothing_raised(lines: &[Value]) {
+    let raised: Vec<&Value> = lines.iter().filter(|l| l.get("raised").is_some()).collect();
+    assert!(raised.is_empty(), "the client raised: {raised:?}");
+}
+
+const CAP_2: &str = "[budget]\nmax_tool_calls = 20\nmax_seconds = 3600\n[tools]\nmax_calls = { echo = 2 }\n";
+
+/// Issue 33's case: the SDK 2.x client and an `MCPServer` of the same SDK
+/// behind the gateway with a per-tool cap of 2. The third call is the
+/// gateway's refusal, read by the client as an `isError` result in every
+/// mode, not a validation error (`CallToolResult.resultType: Field
+/// required`).
+#[test]
+fn a_2026_client_reads_the_gateways_refusal_in_every_mode() {
+    let Some(parts) = parts() else { return };
+    for mode in ["2026-07-28", "auto", "legacy"] {
+        let setup = Setup::new(CAP_2);
+        let steps = json!([
+            {"list": true},
+            {"call": "echo", "arguments": {"message": "a"}},
+            {"call": "echo", "arguments": {"message": "b"}},
+            {"call": "echo", "arguments": {"message": "c"}},
+        ]);
+        let lines = setup.stdio(&parts, mode, steps, None, &[], &server_2026(&parts));
+        nothing_raised(&lines);
+        let c = calls(&lines);
+        assert_eq!(c.len(), 3, "{mode}: {lines:?}");
+        assert_eq!(
+            (c[0]["is_error"].clone(), c[0]["text"].clone()),
+            (json!(false), json!("Echo: a")),
+            "{mode}"
+        );
+        assert_eq!(c[1]["text"], "Echo: b", "{mode}");
+        assert_eq!(c[2]["is_error"], true, "{mode}: {:?}", c[2]);
+        assert_eq!(c[2]["meta"]["reason"], "tool-cap", "{mode}: {:?}", c[2]);
+        assert!(
+            c[2]["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("budgetgate refused this call (tool-cap)")),
+            "{mode}: {:?}",
+            c[2]
+        );
+        assert_eq!(setup.tool_calls(), (2, 0), "{mode}");
+    }
+}
+
