@@ -166,7 +166,8 @@ fn nothing_raised(lines: &[Value]) {
     assert!(raised.is_empty(), "the client raised: {raised:?}");
 }
 
-const CAP_2: &str = "[budget]\nmax_tool_calls = 20\nmax_seconds = 3600\n[tools]\nmax_calls = { echo = 2 }\n";
+const CAP_2: &str =
+    "[budget]\nmax_tool_calls = 20\nmax_seconds = 3600\n[tools]\nmax_calls = { echo = 2 }\n";
 
 /// Issue 33's case: the SDK 2.x client and an `MCPServer` of the same SDK
 /// behind the gateway with a per-tool cap of 2. The third call is the
@@ -206,4 +207,3 @@ fn a_2026_client_reads_the_gateways_refusal_in_every_mode() {
         assert_eq!(setup.tool_calls(), (2, 0), "{mode}");
     }
 }
-

@@ -112,6 +112,7 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const GATEWAY_ERROR: i64 = -32000;
 
 pub mod call_gate;
+pub mod generation;
 pub mod http;
 pub mod lines;
 pub mod message;
@@ -122,6 +123,7 @@ pub mod terminal;
 pub use crate::gate::backend::{open_ledger, Backend};
 pub use crate::net::sse;
 pub use call_gate::*;
+pub use generation::Generation;
 pub use lines::{Line, Lines};
 pub use message::*;
 pub use proxy::*;
@@ -151,3 +153,5 @@ pub fn default_session(command: &[String]) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_stateless;

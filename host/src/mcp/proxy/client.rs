@@ -273,6 +273,7 @@ impl<G: CallGate> Proxy<G> {
         tool: &str,
         refusal: &Refusal,
         why: &str,
+        generation: Generation,
         now: u64,
         out: &mut Vec<Out>,
     ) {
@@ -280,7 +281,7 @@ impl<G: CallGate> Proxy<G> {
             eprintln!("budgetgate mcp: committing {key}: {e} (kept: committed again before the next decision, which waits for it)");
             self.unsettled.push((key.to_owned(), tool.to_owned()));
         }
-        out.push(Out::Client(refused_line(id, refusal)));
+        out.push(Out::Client(refused_line(id, refusal, generation)));
     }
 
     /// Reads a client's `tools/call` (one message, `jsonrpc` checked)
@@ -482,6 +483,7 @@ impl<G: CallGate> Proxy<G> {
                 return false;
             }
         };
+        let generation = Generation::of_params(Some(params));
         let key = format!("mcp/{}/{id}", self.connection);
         let shown_id = format!("the request id {id}");
         let call = ToolCall {
@@ -500,7 +502,7 @@ impl<G: CallGate> Proxy<G> {
         }
         if let Some((key, _)) = self.late.first() {
             let e = format!("an earlier call, {key}, ran and its count could not be recorded yet");
-            out.push(Out::Client(refused_line(id, &gate_error(&e))));
+            out.push(Out::Client(refused_line(id, &gate_error(&e), generation)));
             return false;
         }
         let ran = std::mem::take(&mut self.unsettled);
@@ -515,13 +517,13 @@ impl<G: CallGate> Proxy<G> {
         let verdict = match verdict {
             Ok(v) => v,
             Err(e) => {
-                out.push(Out::Client(refused_line(id, &gate_error(&e))));
+                out.push(Out::Client(refused_line(id, &gate_error(&e), generation)));
                 return false;
             }
         };
         match verdict {
             Verdict::Refuse(refusal) => {
-                out.push(Out::Client(refused_line(id, &refusal)));
+                out.push(Out::Client(refused_line(id, &refusal, generation)));
                 false
             }
             Verdict::Run => {
@@ -532,6 +534,7 @@ impl<G: CallGate> Proxy<G> {
                         key,
                         tool: name.to_owned(),
                         cancelled: false,
+                        generation,
                     },
                 );
                 true
@@ -552,7 +555,7 @@ impl<G: CallGate> Proxy<G> {
                     "Not executed. Do not repeat this call; tell the user it needs their approval.",
                     "",
                 );
-                self.refuse_reserved(id, &key, name, &refusal, &why, now, out);
+                self.refuse_reserved(id, &key, name, &refusal, &why, generation, now, out);
                 false
             }
             Verdict::Ask(_) => {
@@ -590,6 +593,7 @@ impl<G: CallGate> Proxy<G> {
                         line: text.to_owned(),
                         question,
                         by,
+                        generation,
                     },
                 );
                 false

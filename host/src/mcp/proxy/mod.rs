@@ -64,6 +64,9 @@ enum Pending {
         key: String,
         tool: String,
         cancelled: bool,
+        /// The generation the call came in: the shape of the gateway's
+        /// own answers to it.
+        generation: Generation,
     },
     /// A `tools/list`, whose result is filtered.
     List,
@@ -82,6 +85,8 @@ struct Approval {
     /// The question and its deadline: the one approval state machine.
     question: approval::Question,
     by: Asker,
+    /// The generation the call came in.
+    generation: Generation,
 }
 
 /// The gateway's logic without I/O: lines in, [`Out`] messages out, the

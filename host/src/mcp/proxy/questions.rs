@@ -72,6 +72,7 @@ impl<G: CallGate> Proxy<G> {
                         key: approval.key,
                         tool: approval.tool,
                         cancelled: false,
+                        generation: approval.generation,
                     },
                 );
                 return;
@@ -112,6 +113,7 @@ impl<G: CallGate> Proxy<G> {
             &approval.tool,
             &refusal,
             answer,
+            approval.generation,
             now,
             out,
         );

@@ -102,6 +102,7 @@ impl<G: CallGate> Proxy<G> {
                 key,
                 tool,
                 cancelled,
+                generation,
             } => {
                 if says_not_run(text, msg) {
                     // A JSON-RPC error from the server for this request:
@@ -127,7 +128,7 @@ impl<G: CallGate> Proxy<G> {
                     refusal.text = format!(
                         "budgetgate withheld this answer (tool-error): the server's answer for {tool} is not a JSON-RPC result or error it can read, so it was not passed on. The call may have run, so it counts against the budget."
                     );
-                    return Reply::Instead(refused_line(id, &refusal));
+                    return Reply::Instead(refused_line(id, &refusal, generation));
                 };
                 match crate::strict::value_from_str(result.get()) {
                     Ok(value) if !over_limit(&value, self.max_result_bytes) => return Reply::Same,
@@ -147,7 +148,7 @@ impl<G: CallGate> Proxy<G> {
                         );
                     }
                 }
-                Reply::Instead(refused_line(id, &refusal))
+                Reply::Instead(refused_line(id, &refusal, generation))
             }
             Pending::List => {
                 let mut value: Value = match crate::strict::value_from_str(text) {
@@ -245,6 +246,7 @@ impl<G: CallGate> Proxy<G> {
             key,
             tool,
             cancelled,
+            generation,
         } = pending
         else {
             let message = format!("budgetgate: the MCP server {why}");
@@ -274,7 +276,7 @@ impl<G: CallGate> Proxy<G> {
                 refusal.text = format!(
                     "budgetgate (tool-error): the MCP server {why}, so {tool}'s result is not known. It may have run, so it counts against the budget; check its effect before calling it again."
                 );
-                vec![Out::Client(refused_line(id, &refusal))]
+                vec![Out::Client(refused_line(id, &refusal, generation))]
             }
         }
     }
