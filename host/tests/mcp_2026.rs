@@ -207,3 +207,131 @@ fn a_2026_client_reads_the_gateways_refusal_in_every_mode() {
         assert_eq!(setup.tool_calls(), (2, 0), "{mode}");
     }
 }
+
+const ECHO_ASKS: &str =
+    "[budget]\nmax_tool_calls = 20\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"echo\"]\n";
+
+/// Approval in the stateless protocol: the gateway answers the call with an
+/// `InputRequiredResult`; the SDK's client asks its elicitation callback and
+/// retries with the answer and the gateway's `requestState`. Accepted: the
+/// call runs (counted once); declined: refused and counted. The server's own
+/// `InputRequiredResult` (`confirm`) passes through to the same callback.
+#[test]
+fn a_2026_client_approves_or_declines_by_input_required_result() {
+    let Some(parts) = parts() else { return };
+    for (approve, want) in [("accept", "Echo: a"), ("decline", "the person declined it")] {
+        let setup = Setup::new(ECHO_ASKS);
+        let steps = json!([
+            {"call": "echo", "arguments": {"message": "a"}},
+            {"call": "confirm", "arguments": {"what": "x"}},
+        ]);
+        let lines = setup.stdio(
+            &parts,
+            "2026-07-28",
+            steps,
+            Some(approve),
+            &[],
+            &server_2026(&parts),
+        );
+        nothing_raised(&lines);
+        let asked: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| l["elicitation"].as_str())
+            .collect();
+        assert_eq!(asked.len(), 2, "{lines:?}");
+        assert!(
+            asked[0].starts_with("budgetgate: the agent wants to call echo"),
+            "{asked:?}"
+        );
+        assert_eq!(asked[1], "server: confirm x?");
+        let c = calls(&lines);
+        assert!(
+            c[0]["text"].as_str().unwrap_or("").contains(want),
+            "{approve}: {c:?}"
+        );
+        assert_eq!(c[0]["is_error"], approve != "accept", "{c:?}");
+        assert_eq!(c[1]["text"], format!("server saw {approve} for x"), "{c:?}");
+        // echo (accepted or refused: an attempt) and confirm once, though
+        // it took the server two requests.
+        assert_eq!(setup.tool_calls(), (2, 0), "{approve}");
+    }
+}
+
+/// The gateway's `requestState` misused by a client driving the round trip
+/// itself: edited, retried for other arguments or another tool, replayed,
+/// retried after the deadline, or dropped. Each is refused with its reason;
+/// none reaches the server.
+#[test]
+fn a_forged_replayed_stale_or_mismatched_request_state_is_refused() {
+    let Some(parts) = parts() else { return };
+    let setup = Setup::new(
+        "[budget]\nmax_tool_calls = 20\nmax_repeats = 20\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"echo\", \"confirm\"]\n",
+    );
+    let args = json!({"message": "a"});
+    // The first step starts the server (its deadline then is not spent
+    // on the server's start).
+    let steps = json!([
+        {"call": "big", "arguments": {"size": 1}},
+        {"forge": "echo", "arguments": args, "how": "edited"},
+        {"forge": "echo", "arguments": args, "how": "other-arguments"},
+        {"forge": "echo", "arguments": args, "how": "other-tool", "to": "confirm"},
+        {"forge": "echo", "arguments": args, "how": "replayed"},
+        {"forge": "echo", "arguments": args, "how": "stale", "wait": 4.5},
+        {"forge": "echo", "arguments": args, "how": "none"},
+    ]);
+    let lines = setup.stdio(
+        &parts,
+        "2026-07-28",
+        steps,
+        Some("accept"),
+        &["--approval-timeout", "4"],
+        &server_2026(&parts),
+    );
+    nothing_raised(&lines);
+    let rounds: Vec<&Value> = calls(&lines)
+        .into_iter()
+        .filter(|c| c.get("round").is_some())
+        .collect();
+    let text = |i: usize| rounds[i]["text"].as_str().unwrap_or("").to_owned();
+    // Each first round asks; the second is refused for its own reason.
+    for i in (0..rounds.len()).filter(|i| rounds[*i]["round"] == 1) {
+        assert_eq!(
+            rounds[i]["input_required"],
+            json!(["budgetgate_approval"]),
+            "{rounds:?}"
+        );
+    }
+    let seconds: Vec<usize> = (0..rounds.len())
+        .filter(|i| rounds[*i]["round"] != 1)
+        .collect();
+    let wants = [
+        "does not carry the gateway's signature",
+        "not the ones the approval was asked about",
+        "not the ones the approval was asked about",
+        "Echo: a",
+        "already used",
+        "no answer came within 4 s",
+        "",
+    ];
+    assert_eq!(seconds.len(), wants.len(), "{rounds:?}");
+    for (i, want) in seconds.iter().zip(wants) {
+        if want.is_empty() {
+            // Without the state the retry is a new call, asked again.
+            assert_eq!(
+                rounds[*i]["input_required"],
+                json!(["budgetgate_approval"]),
+                "{:?}",
+                rounds[*i]
+            );
+        } else {
+            assert!(text(*i).contains(want), "{want}: {:?}", rounds[*i]);
+        }
+        if want != "Echo: a" && !want.is_empty() {
+            assert_eq!(
+                rounds[*i]["meta"]["reason"], "approval-refused",
+                "{:?}",
+                rounds[*i]
+            );
+        }
+    }
+}

@@ -117,6 +117,7 @@ pub mod http;
 pub mod lines;
 pub mod message;
 pub mod proxy;
+pub mod request_state;
 pub mod stdio;
 pub mod terminal;
 

@@ -1,6 +1,7 @@
 //! What the client sends: requests, `tools/call` decided by the gate,
 //! cancellations, answers to the gateway's questions.
 
+use super::input_required;
 #[allow(unused_imports)]
 use super::*;
 
@@ -484,6 +485,14 @@ impl<G: CallGate> Proxy<G> {
             }
         };
         let generation = Generation::of_params(Some(params));
+        if generation == Generation::Stateless {
+            if let Some(state) = input_required::own_state(params) {
+                // The retry of a call asked about: no new decision, the
+                // first request's reservation holds it.
+                self.stateless_retry(id, params, text, state, now, out);
+                return false;
+            }
+        }
         let key = format!("mcp/{}/{id}", self.connection);
         let shown_id = format!("the request id {id}");
         let call = ToolCall {
@@ -540,7 +549,17 @@ impl<G: CallGate> Proxy<G> {
                 true
             }
             Verdict::Ask(_)
-                if self.cannot_ask.is_some() || !(self.elicitation || self.terminal) =>
+                if generation == Generation::Stateless && input_required::can_elicit(params) =>
+            {
+                self.ask_by_input_required(id, key, name, arguments, now, out);
+                false
+            }
+            // A stateless request is never asked by `elicitation/create`
+            // (servers no longer send requests of their own in 2026-07-28).
+            Verdict::Ask(_)
+                if self.cannot_ask.is_some()
+                    || !((self.elicitation && generation == Generation::Handshake)
+                        || self.terminal) =>
             {
                 // The attempt counts, as a refused approval does.
                 let why = self.cannot_ask.clone().unwrap_or_else(|| {
@@ -566,7 +585,7 @@ impl<G: CallGate> Proxy<G> {
                     format!("budgetgate: the agent wants to call {name} with {shown}. Allow it?");
                 let question = approval::Question::asked(now, self.approval_timeout_ms);
                 let deadline_ms = question.deadline_ms();
-                let by = if self.elicitation {
+                let by = if self.elicitation && generation == Generation::Handshake {
                     let request = json!({
                         "message": message,
                         "requestedSchema": {"type": "object", "properties": {}},
@@ -603,7 +622,7 @@ impl<G: CallGate> Proxy<G> {
 }
 
 /// The refusal of a call the gate could not decide (`why`): fail closed.
-fn gate_error(why: &str) -> Refusal {
+pub(super) fn gate_error(why: &str) -> Refusal {
     Refusal::worded(
         "gate-error",
         &format!("the budget could not be checked ({why})"),

@@ -123,6 +123,7 @@ impl<G: CallGate> Proxy<G> {
     /// the reservations held ([`Self::renew_held`]).
     pub fn on_tick(&mut self, now: u64) -> Vec<Out> {
         self.renew_held(now);
+        self.expire_own_retries(now);
         let mut out = Vec::new();
         let late: Vec<String> = self
             .approvals

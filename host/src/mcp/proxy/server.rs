@@ -4,6 +4,18 @@
 #[allow(unused_imports)]
 use super::*;
 
+/// Whether a result is an `InputRequiredResult` (`resultType`
+/// `"input_required"`, read strictly: a member given twice is not one).
+fn asks_input(result: &RawValue) -> bool {
+    #[derive(Deserialize)]
+    struct Kind {
+        #[serde(rename = "resultType")]
+        result_type: Option<String>,
+    }
+    serde_json::from_str::<Kind>(result.get())
+        .is_ok_and(|k| k.result_type.as_deref() == Some("input_required"))
+}
+
 impl<G: CallGate> Proxy<G> {
     /// A line from the server: the calls it answers are committed before
     /// this returns.
@@ -113,7 +125,19 @@ impl<G: CallGate> Proxy<G> {
                     return if cancelled { Reply::Drop } else { Reply::Same };
                 }
                 let result = msg.result.filter(|r| r.get().trim_start().starts_with('{'));
-                // Any result counts, whatever it holds: the call ran.
+                if generation == Generation::Stateless
+                    && msg.error.is_none()
+                    && result.is_some_and(asks_input)
+                {
+                    // The server's own `InputRequiredResult`: the request
+                    // ended without running the tool, and its retry is a
+                    // request of its own, decided and counted then. Given
+                    // back, and passed on untouched.
+                    self.roll_back(&key, now);
+                    self.close(id, &key, &tool, false);
+                    return if cancelled { Reply::Drop } else { Reply::Same };
+                }
+                // Any other result counts, whatever it holds: the call ran.
                 self.unsettled.push((key, tool.clone()));
                 if cancelled {
                     // The client cancelled it: it ignores an answer (MCP's
@@ -301,6 +325,9 @@ impl<G: CallGate> Proxy<G> {
             self.roll_back(&a.key, now);
             out.push(Out::Client(error_line(&a.id, GATEWAY_ERROR, &message)));
         }
+        // Approvals awaiting a retry would be forwarded to a server that is
+        // gone: given back (their requests were answered already).
+        self.give_back_retries(now);
         out
     }
 
@@ -329,5 +356,6 @@ impl<G: CallGate> Proxy<G> {
         for key in asked {
             self.roll_back(&key, now);
         }
+        self.give_back_retries(now);
     }
 }
