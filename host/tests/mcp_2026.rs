@@ -335,3 +335,265 @@ fn a_forged_replayed_stale_or_mismatched_request_state_is_refused() {
         }
     }
 }
+
+/// A process killed when dropped.
+struct Proc(std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The SDK's 2026-07-28 server over Streamable HTTP (stateless), with
+/// `extra` options (`--tls CERT KEY`); the process and its port.
+fn http_server(parts: &Parts, extra: &[&str]) -> (Proc, u16) {
+    use std::io::BufRead;
+    let mut child = Command::new(&parts.python)
+        .arg(mcp_dir().join("server2026.py"))
+        .arg("http")
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("port");
+    let port = line.trim().parse().expect("a port");
+    (Proc(child), port)
+}
+
+impl Setup {
+    /// The gateway with `--listen` in front of `upstream` (with `extra`
+    /// options); the process, its URL, and its stderr as it comes.
+    fn http_gateway(
+        &self,
+        upstream: &str,
+        extra: &[&str],
+    ) -> (Proc, String, std::sync::Arc<std::sync::Mutex<String>>) {
+        use std::io::BufRead;
+        let mut child = Command::new(bin())
+            .args(self.gateway_options(extra))
+            .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starts");
+        let stderr = child.stderr.take().expect("stderr");
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let keep = std::sync::Arc::clone(&seen);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { return };
+                if line.contains("listening on http://") {
+                    let _ = tx.send(line.clone());
+                }
+                keep.lock().expect("lock").push_str(&format!("{line}\n"));
+            }
+        });
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("not ready: {}", seen.lock().expect("lock")));
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .expect("the URL")
+            .trim_end_matches(',')
+            .to_owned();
+        (Proc(child), url, seen)
+    }
+}
+
+/// Runs `tests/mcp/client2026.py` in `mode` against the gateway at `url`.
+fn http_client(
+    parts: &Parts,
+    mode: &str,
+    steps: Value,
+    approve: Option<&str>,
+    url: &str,
+) -> Vec<Value> {
+    let mut cmd = Command::new(&parts.python);
+    cmd.arg(mcp_dir().join("client2026.py"))
+        .arg(steps.to_string())
+        .arg(mode);
+    if let Some(a) = approve {
+        cmd.args(["--approve", a]);
+    }
+    cmd.args(["--url", url]);
+    lines_of(cmd)
+}
+
+/// A raw HTTP/1.1 POST of `body` with `headers` to the gateway at `url`;
+/// the status and the body.
+fn raw_post(url: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let rest = url.trim_start_matches("http://");
+    let (host, path) = rest.split_once('/').expect("a path");
+    let mut s = std::net::TcpStream::connect(host).expect("connect");
+    let mut req = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).expect("write");
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).expect("read");
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (status, body.to_owned())
+}
+
+/// Streamable HTTP in both generations: the SDK 2.x client in each mode
+/// through `--listen` in front of the SDK's stateless 2026-07-28 server.
+/// Refusals are read as results; a call needing approval is asked (by
+/// `InputRequiredResult` in the 2026-07-28 mode) and runs once accepted; the
+/// `Mcp-Method` and `Mcp-Name` headers reach the server (which rejects a
+/// 2026-07-28 request without them).
+#[test]
+fn a_2026_client_over_streamable_http_in_every_mode() {
+    let Some(parts) = parts() else { return };
+    let (_server, port) = http_server(&parts, &[]);
+    let upstream = format!("http://127.0.0.1:{port}/mcp");
+    for mode in ["2026-07-28", "auto", "legacy"] {
+        let setup = Setup::new(
+            "[budget]\nmax_tool_calls = 20\nmax_seconds = 3600\n[tools]\nmax_calls = { echo = 2 }\nneeds_approval = [\"big\"]\n",
+        );
+        let (_gw, url, stderr) = setup.http_gateway(&upstream, &[]);
+        let steps = json!([
+            {"list": true},
+            {"call": "echo", "arguments": {"message": "a"}},
+            {"call": "echo", "arguments": {"message": "b"}},
+            {"call": "echo", "arguments": {"message": "c"}},
+            {"call": "big", "arguments": {"size": 3}},
+        ]);
+        let lines = http_client(&parts, mode, steps, Some("accept"), &url);
+        nothing_raised(&lines);
+        let c = calls(&lines);
+        let log = stderr.lock().expect("lock").clone();
+        assert_eq!(c.len(), 4, "{mode}: {lines:?}\n{log}");
+        assert_eq!(c[1]["text"], "Echo: b", "{mode}: {c:?}\n{log}");
+        assert_eq!(c[2]["meta"]["reason"], "tool-cap", "{mode}: {c:?}");
+        assert_eq!(c[2]["is_error"], true, "{mode}");
+        let asked = lines
+            .iter()
+            .filter(|l| l.get("elicitation").is_some())
+            .count();
+        assert_eq!(asked, 1, "{mode}: {lines:?}");
+        assert_eq!(c[3]["text"], "xxx", "{mode}: {c:?}\n{log}");
+        assert_eq!(setup.tool_calls(), (3, 0), "{mode}");
+    }
+}
+
+/// A 2026-07-28 POST whose `Mcp-Method` or `Mcp-Name` header does not say
+/// what its body says, or lacks one, is answered `400` with the spec's
+/// `HeaderMismatch` (`-32020`) and never reaches the server (nothing is
+/// reserved or counted); the same request with matching headers runs.
+#[test]
+fn headers_that_do_not_match_the_body_are_refused_with_header_mismatch() {
+    let Some(parts) = parts() else { return };
+    let (_server, port) = http_server(&parts, &["--json"]);
+    let setup = Setup::new("[budget]\nmax_tool_calls = 20\nmax_seconds = 3600\n");
+    let (_gw, url, _) = setup.http_gateway(&format!("http://127.0.0.1:{port}/mcp"), &[]);
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+    "name": "echo", "arguments": {"message": "hi"},
+    "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }}})
+    .to_string();
+    let v = ("MCP-Protocol-Version", "2026-07-28");
+    for (headers, want) in [
+        (
+            vec![v, ("Mcp-Method", "tools/call"), ("Mcp-Name", "big")],
+            "'big' does not match body value 'echo'",
+        ),
+        (
+            vec![v, ("Mcp-Method", "tools/list"), ("Mcp-Name", "echo")],
+            "'tools/list' does not match body value 'tools/call'",
+        ),
+        (
+            vec![v, ("Mcp-Method", "tools/call")],
+            "Mcp-Name header is missing",
+        ),
+        (
+            vec![("Mcp-Method", "tools/call"), ("Mcp-Name", "echo")],
+            "MCP-Protocol-Version header is missing",
+        ),
+    ] {
+        let (status, answer) = raw_post(&url, &headers, &body);
+        assert_eq!(status, 400, "{want}: {answer}");
+        let answer: Value = serde_json::from_str(&answer).expect("JSON");
+        assert_eq!(answer["id"], 5, "{answer}");
+        assert_eq!(answer["error"]["code"], -32020, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains(want), "{want}: {message}");
+    }
+    assert_eq!(setup.tool_calls(), (0, 0));
+    let (status, answer) = raw_post(
+        &url,
+        &[
+            v,
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "=?base64?ZWNobw==?="),
+        ],
+        &body,
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("Echo: hi"), "{answer}");
+    assert_eq!(setup.tool_calls(), (1, 0));
+}
+
+/// The 2025 handshake server from npm (server-everything) behind the stdio
+/// gateway, driven by the SDK 2.x client: in `auto` it falls back to the
+/// handshake (server-everything answers `server/discover` with an error),
+/// and calls, refusals and approval by `elicitation/create` work as with
+/// the 1.x client; the forced 2026-07-28 mode is the spec's "modern client,
+/// legacy server", which fails in the client, not in the gateway.
+#[test]
+fn a_2026_client_in_front_of_a_handshake_server_falls_back_and_works() {
+    let Some(parts) = parts() else { return };
+    let everything = vec![parts.everything.display().to_string(), "stdio".into()];
+    for mode in ["auto", "legacy"] {
+        let setup = Setup::new(
+            "[budget]\nmax_tool_calls = 3\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"get-sum\"]\n",
+        );
+        let steps = json!([
+            {"call": "echo", "arguments": {"message": "a"}},
+            {"call": "get-sum", "arguments": {"a": 1, "b": 2}},
+            {"call": "echo", "arguments": {"message": "b"}},
+            {"call": "echo", "arguments": {"message": "c"}},
+        ]);
+        let lines = setup.stdio(&parts, mode, steps, Some("accept"), &[], &everything);
+        nothing_raised(&lines);
+        let c = calls(&lines);
+        assert_eq!(c.len(), 4, "{mode}: {lines:?}");
+        assert!(
+            c[0]["text"].as_str().unwrap_or("").contains("a"),
+            "{mode}: {c:?}"
+        );
+        assert!(
+            c[1]["text"].as_str().unwrap_or("").contains('3'),
+            "{mode}: {c:?}"
+        );
+        assert_eq!(c[1]["is_error"], false, "{mode}: {c:?}");
+        assert_eq!(c[3]["meta"]["reason"], "tool-budget", "{mode}: {c:?}");
+        let asked = lines
+            .iter()
+            .filter(|l| l.get("elicitation").is_some())
+            .count();
+        assert_eq!(asked, 1, "{mode}: {lines:?}");
+        assert_eq!(setup.tool_calls(), (3, 0), "{mode}");
+    }
+}
