@@ -12,6 +12,8 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
+mod common;
+
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_budgetgate"))
 }
@@ -595,5 +597,67 @@ fn a_2026_client_in_front_of_a_handshake_server_falls_back_and_works() {
             .count();
         assert_eq!(asked, 1, "{mode}: {lines:?}");
         assert_eq!(setup.tool_calls(), (3, 0), "{mode}");
+    }
+}
+
+/// An HTTPS MCP server on loopback, its certificate from a test CA made
+/// here: reached with `--upstream-ca` (the SDK client's calls run and are
+/// counted); without the CA, or by a name its certificate does not carry
+/// (`localhost` for a certificate of 127.0.0.1), the call is answered with
+/// an error naming the certificate, never sent in clear, and not counted.
+#[test]
+fn an_https_upstream_is_reached_with_its_ca_and_refused_without_it_or_by_another_name() {
+    let Some(parts) = parts() else { return };
+    let dir = tempfile::tempdir().expect("dir");
+    let (ca, cert, key) = common::tls::test_ca(dir.path());
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let (_server, port) = http_server(&parts, &["--json", "--tls", &cert, &key]);
+    let ca = ca.display().to_string();
+    let setup = Setup::new("[budget]\nmax_tool_calls = 20\nmax_seconds = 3600\n");
+    let https = format!("https://127.0.0.1:{port}/mcp");
+    let (_gw, url, stderr) = setup.http_gateway(&https, &["--upstream-ca", &ca]);
+    let steps = json!([{"call": "echo", "arguments": {"message": "over tls"}}]);
+    let lines = http_client(&parts, "2026-07-28", steps, None, &url);
+    nothing_raised(&lines);
+    let c = calls(&lines);
+    let log = stderr.lock().expect("lock").clone();
+    assert_eq!(c[0]["text"], "Echo: over tls", "{lines:?}\n{log}");
+    assert_eq!(setup.tool_calls(), (1, 0));
+
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "echo", "arguments": {"message": "hi"},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string();
+    let headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "echo"),
+    ];
+    let renamed = format!("https://localhost:{port}/mcp");
+    for (upstream, extra, want) in [
+        (https.as_str(), vec![], "certificate"),
+        (
+            renamed.as_str(),
+            vec!["--upstream-ca", ca.as_str()],
+            "certificate",
+        ),
+    ] {
+        let (_gw, url, _) = setup.http_gateway(upstream, &extra);
+        let (status, answer) = raw_post(&url, &headers, &body);
+        assert_eq!(status, 200, "{answer}");
+        let answer: Value = serde_json::from_str(&answer).expect("JSON");
+        assert_eq!(answer["error"]["code"], -32000, "{upstream}: {answer}");
+        let message = answer["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_lowercase();
+        assert!(message.contains(want), "{upstream}: {message}");
+        assert!(
+            message.contains("echo did not run and is not counted"),
+            "{message}"
+        );
+        assert!(message.contains(&upstream.to_lowercase()), "{message}");
+        assert_eq!(setup.tool_calls(), (1, 0), "{upstream}");
     }
 }
