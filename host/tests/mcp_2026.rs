@@ -661,3 +661,35 @@ fn an_https_upstream_is_reached_with_its_ca_and_refused_without_it_or_by_another
         assert_eq!(setup.tool_calls(), (1, 0), "{upstream}");
     }
 }
+
+/// A tool that needs approval whose server also asks for input itself:
+/// the gateway asks once; the server's `InputRequiredResult` then reaches
+/// the client untouched, and its retry (carrying the server's state) is not
+/// asked about again. One call counted.
+#[test]
+fn an_approved_call_whose_server_asks_too_is_asked_by_the_gateway_once() {
+    let Some(parts) = parts() else { return };
+    let setup = Setup::new(
+        "[budget]\nmax_tool_calls = 20\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"confirm\"]\n",
+    );
+    let steps = json!([{"call": "confirm", "arguments": {"what": "x"}}]);
+    let lines = setup.stdio(
+        &parts,
+        "2026-07-28",
+        steps,
+        Some("accept"),
+        &[],
+        &server_2026(&parts),
+    );
+    nothing_raised(&lines);
+    let asked: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l["elicitation"].as_str())
+        .collect();
+    assert_eq!(asked.len(), 2, "{lines:?}");
+    assert!(asked[0].starts_with("budgetgate: the agent wants to call confirm"));
+    assert_eq!(asked[1], "server: confirm x?");
+    let c = calls(&lines);
+    assert_eq!(c[0]["text"], "server saw accept for x", "{c:?}");
+    assert_eq!(setup.tool_calls(), (1, 0));
+}

@@ -433,3 +433,51 @@ fn a_servers_own_input_required_result_passes_untouched_and_its_retry_is_a_call_
     );
     assert_eq!(used(&dir), (1, 0));
 }
+
+#[test]
+fn the_retry_of_an_approved_call_for_its_servers_own_question_is_not_asked_again() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut p = proxy(
+        &dir,
+        "[budget]\nmax_seconds = 3600\nmax_repeats = 20\n[tools]\nneeds_approval = [\"send_mail\"]\n",
+    );
+    let args = json!({"to": "a@b"});
+    let (state, _) = asked(&p.on_client(
+        &modern_call(1, "send_mail", args.clone(), eliciting(), json!({})),
+        T0,
+    ));
+    p.on_client(
+        &retry(2, "send_mail", args.clone(), &state, Some("accept")),
+        T0 + 1,
+    );
+    let own = r#"{"jsonrpc":"2.0","id":2,"result":{"resultType":"input_required","inputRequests":{"ok":{"method":"elicitation/create","params":{"message":"sure?","requestedSchema":{"type":"object","properties":{}}}}},"requestState":"server-state"}}"#;
+    assert_eq!(
+        p.on_server(own.as_bytes(), T0 + 2),
+        vec![Out::Client(own.into())]
+    );
+    assert_eq!(used(&dir), (0, 0));
+    let server_retry = |id, args: Value, s: &str| {
+        modern_call(
+            id,
+            "send_mail",
+            args,
+            eliciting(),
+            json!({"requestState": s, "inputResponses": {"ok": {"action": "accept"}}}),
+        )
+    };
+    // Other arguments, or a state the server did not send: asked again.
+    let outs = p.on_client(
+        &server_retry(3, json!({"to": "x@y"}), "server-state"),
+        T0 + 3,
+    );
+    asked(&outs);
+    let outs = p.on_client(&server_retry(4, args.clone(), "another-state"), T0 + 4);
+    asked(&outs);
+    // The retry for the server's question: forwarded as it came.
+    let outs = p.on_client(&server_retry(5, args.clone(), "server-state"), T0 + 5);
+    let sent = server(&outs);
+    assert_eq!(sent.len(), 1, "{outs:?}");
+    assert_eq!(sent[0]["params"]["requestState"], "server-state");
+    // Once only.
+    asked(&p.on_client(&server_retry(6, args, "server-state"), T0 + 6));
+}

@@ -4,6 +4,7 @@
 use super::input_required;
 #[allow(unused_imports)]
 use super::*;
+use crate::mcp::request_state;
 
 impl<G: CallGate> Proxy<G> {
     /// A line from the client. Answered calls not yet settled stay so,
@@ -544,6 +545,26 @@ impl<G: CallGate> Proxy<G> {
                         tool: name.to_owned(),
                         cancelled: false,
                         generation,
+                        approved: None,
+                    },
+                );
+                true
+            }
+            // The retry of a call approved here, which its server asked
+            // for input: already approved, not asked again.
+            Verdict::Ask(_)
+                if generation == Generation::Stateless
+                    && self.approved_follow_up(params, name, arguments, now) =>
+            {
+                self.holding_from(now);
+                self.pending.insert(
+                    id.to_owned(),
+                    Pending::Call {
+                        key,
+                        tool: name.to_owned(),
+                        cancelled: false,
+                        generation,
+                        approved: Some(request_state::arguments_digest(arguments)),
                     },
                 );
                 true

@@ -40,6 +40,19 @@ pub struct AwaitedRetries {
     sealer: Result<Sealer, String>,
     next: u64,
     awaited: HashMap<u64, Awaited>,
+    /// Approved calls whose server answered with an `InputRequiredResult`
+    /// of its own, by the SHA-256 of the server's `requestState`: its
+    /// retry (carrying that state) is not asked about again.
+    follow_ups: HashMap<String, FollowUp>,
+}
+
+/// An approved call awaiting its retry for its server's own question.
+#[derive(Debug)]
+struct FollowUp {
+    tool: String,
+    arguments: String,
+    binding: String,
+    deadline_ms: u64,
 }
 
 /// The table of approvals awaiting a retry, as proxies share it.
@@ -57,6 +70,7 @@ impl AwaitedRetries {
             sealer,
             next: 0,
             awaited: HashMap::new(),
+            follow_ups: HashMap::new(),
         }
     }
 
@@ -414,6 +428,7 @@ impl<G: CallGate> Proxy<G> {
                 tool: awaited.tool,
                 cancelled: false,
                 generation: Generation::Stateless,
+                approved: Some(claims.arguments),
             },
         );
         out.push(Out::Server(without_own_input(text)));
@@ -448,6 +463,65 @@ impl<G: CallGate> Proxy<G> {
         );
     }
 
+    /// An approved call (`tool`, arguments digest `arguments`) was answered
+    /// by its server with an `InputRequiredResult` of its own whose
+    /// `requestState` is `state`: its retry within the approval timeout
+    /// needs no approval again (at most [`MAX_PENDING`] remembered; past
+    /// that, or without a state to know the retry by, it is asked again).
+    pub(super) fn approved_pending_input(
+        &mut self,
+        state: &str,
+        tool: &str,
+        arguments: String,
+        now: u64,
+    ) {
+        let Ok(mut r) = self.retries.lock() else {
+            return;
+        };
+        r.follow_ups.retain(|_, f| f.deadline_ms > now);
+        if r.follow_ups.len() < MAX_PENDING {
+            r.follow_ups.insert(
+                state_digest(state),
+                FollowUp {
+                    tool: tool.to_owned(),
+                    arguments,
+                    binding: self.binding.clone(),
+                    deadline_ms: now.saturating_add(self.approval_timeout_ms),
+                },
+            );
+        }
+    }
+
+    /// Whether a stateless call needing approval is the retry, for its
+    /// server's own question, of a call approved here (same server state,
+    /// tool, arguments and session, before the deadline): used once.
+    pub(super) fn approved_follow_up(
+        &mut self,
+        params: &Value,
+        name: &str,
+        arguments: &Value,
+        now: u64,
+    ) -> bool {
+        let Some(state) = params.get("requestState").and_then(Value::as_str) else {
+            return false;
+        };
+        let Ok(mut r) = self.retries.lock() else {
+            return false;
+        };
+        let digest = state_digest(state);
+        let Some(f) = r.follow_ups.get(&digest) else {
+            return false;
+        };
+        let fits = f.tool == name
+            && f.binding == self.binding
+            && now < f.deadline_ms
+            && f.arguments == arguments_digest(arguments);
+        if fits {
+            r.follow_ups.remove(&digest);
+        }
+        fits
+    }
+
     /// The `InputRequiredResult` asking again (the retry brought no answer).
     fn asked_again(&self, id: &str, name: &str, arguments: &Value, state: &str) -> String {
         let shown = shortened(&arguments.to_string(), 400);
@@ -467,6 +541,15 @@ impl<G: CallGate> Proxy<G> {
         });
         format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#)
     }
+}
+
+/// The SHA-256 (hex) of a server's `requestState`, as follow-ups are kept.
+fn state_digest(state: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(state.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The state of a stateless call's retry, when it is one of the gateway's.

@@ -70,6 +70,10 @@ enum Pending {
         /// The generation the call came in: the shape of the gateway's
         /// own answers to it.
         generation: Generation,
+        /// For a stateless call a person approved: the digest of its
+        /// arguments, so that the server's own `InputRequiredResult` for it
+        /// does not make the gateway ask again on its retry.
+        approved: Option<String>,
     },
     /// A `tools/list`, whose result is filtered.
     List,

@@ -73,6 +73,7 @@ impl<G: CallGate> Proxy<G> {
                         tool: approval.tool,
                         cancelled: false,
                         generation: approval.generation,
+                        approved: None,
                     },
                 );
                 return;

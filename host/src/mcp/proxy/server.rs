@@ -16,6 +16,18 @@ fn asks_input(result: &RawValue) -> bool {
         .is_ok_and(|k| k.result_type.as_deref() == Some("input_required"))
 }
 
+/// The `requestState` of a server's `InputRequiredResult`.
+fn server_state(result: &RawValue) -> Option<String> {
+    #[derive(Deserialize)]
+    struct State {
+        #[serde(rename = "requestState")]
+        request_state: Option<String>,
+    }
+    serde_json::from_str::<State>(result.get())
+        .ok()?
+        .request_state
+}
+
 impl<G: CallGate> Proxy<G> {
     /// A line from the server: the calls it answers are committed before
     /// this returns.
@@ -115,6 +127,7 @@ impl<G: CallGate> Proxy<G> {
                 tool,
                 cancelled,
                 generation,
+                approved,
             } => {
                 if says_not_run(text, msg) {
                     // A JSON-RPC error from the server for this request:
@@ -135,6 +148,11 @@ impl<G: CallGate> Proxy<G> {
                     // back, and passed on untouched.
                     self.roll_back(&key, now);
                     self.close(id, &key, &tool, false);
+                    if let (Some(arguments), Some(state)) =
+                        (approved, result.and_then(server_state))
+                    {
+                        self.approved_pending_input(&state, &tool, arguments, now);
+                    }
                     return if cancelled { Reply::Drop } else { Reply::Same };
                 }
                 // Any other result counts, whatever it holds: the call ran.
@@ -271,6 +289,7 @@ impl<G: CallGate> Proxy<G> {
             tool,
             cancelled,
             generation,
+            ..
         } = pending
         else {
             let message = format!("budgetgate: the MCP server {why}");
