@@ -693,3 +693,43 @@ fn an_approved_call_whose_server_asks_too_is_asked_by_the_gateway_once() {
     assert_eq!(c[0]["text"], "server saw accept for x", "{c:?}");
     assert_eq!(setup.tool_calls(), (1, 0));
 }
+
+/// One ledger across both generations: a 2026-07-28 client and a
+/// handshake-era client (the same SDK in `legacy` mode) on one session draw
+/// from one per-tool cap and one tool budget.
+#[test]
+fn both_generations_draw_from_one_ledger() {
+    let Some(parts) = parts() else { return };
+    let setup = Setup::new(
+        "[budget]\nmax_tool_calls = 3\nmax_seconds = 3600\n[tools]\nmax_calls = { echo = 2 }\n",
+    );
+    let run = |mode: &str, steps: Value| {
+        let lines = setup.stdio(&parts, mode, steps, None, &[], &server_2026(&parts));
+        nothing_raised(&lines);
+        lines
+    };
+    let modern = run(
+        "2026-07-28",
+        json!([{"call": "echo", "arguments": {"message": "a"}}]),
+    );
+    assert_eq!(calls(&modern)[0]["text"], "Echo: a");
+    let old = run(
+        "legacy",
+        json!([
+            {"call": "echo", "arguments": {"message": "b"}},
+            {"call": "echo", "arguments": {"message": "c"}},
+            {"call": "big", "arguments": {"size": 1}},
+        ]),
+    );
+    let c = calls(&old);
+    assert_eq!(c[0]["text"], "Echo: b", "{c:?}");
+    assert_eq!(c[1]["meta"]["reason"], "tool-cap", "{c:?}");
+    assert_eq!(c[2]["text"], "x", "{c:?}");
+    let modern = run(
+        "2026-07-28",
+        json!([{"call": "big", "arguments": {"size": 1}}]),
+    );
+    let c = calls(&modern);
+    assert_eq!(c[0]["meta"]["reason"], "tool-budget", "{c:?}");
+    assert_eq!(setup.tool_calls(), (3, 0));
+}

@@ -52,7 +52,10 @@
 //! the default session and the opening of `--ledger` ([`open_ledger`]);
 //! [`call_gate`] the gate the proxy decides with
 //! ([`CallGate`], [`LedgerGate`]); [`message`] the JSON-RPC messages and
-//! their ids; [`proxy`] the sans-IO state machine (client side, questions,
+//! their ids; [`generation`] the two generations of MCP (the handshake era
+//! and 2026-07-28's stateless requests) and what each wants of the
+//! gateway's answers; [`request_state`] the sealed `requestState` of an
+//! approval asked by `InputRequiredResult`; [`proxy`] the sans-IO state machine (client side, questions,
 //! server side); [`lines`] bounded line reading; [`stdio`] the stdio
 //! transport; [`http`] the Streamable HTTP transport ([`sse`] its stream reader); [`terminal`] the
 //! person at the gateway's terminal. The command's arguments, set-up and
