@@ -4,9 +4,11 @@
 # (host/tests/claude_code.rs) run: the reference MCP servers and the Claude
 # Code CLI from the npm registry, pinned in package.json / package-lock.json,
 # into tests/mcp/node_modules, and the official Python MCP client, pinned in
-# requirements.txt, into the venv tests/mcp/.venv. Idempotent: does nothing
-# when both are installed from the current pins (a stamp holds their
-# checksum). Needs node (>= 18), npm and python3 (>= 3.10) with venv (the
+# requirements.txt, into the venv tests/mcp/.venv, and the 2.x SDK of the
+# 2026-07-28 protocol (client and MCPServer, host/tests/mcp_2026.rs), pinned
+# in requirements-2026.txt, into a venv of its own, tests/mcp/.venv2026 (the
+# two majors cannot share one). Idempotent: does nothing when all are
+# installed from the current pins (a stamp holds their checksum). Needs node (>= 18), npm and python3 (>= 3.10) with venv (the
 # CLI's package asks for node >= 22, but runs as a native binary: only its
 # install script runs on node, and does on 20).
 set -euo pipefail
@@ -31,4 +33,10 @@ if [ "$(cat .venv/.budgetgate-stamp 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
   echo "$want" > .venv/.budgetgate-stamp
 fi
-echo "tests/mcp: servers and client installed"
+want=$(stamp requirements-2026.txt)
+if [ "$(cat .venv2026/.budgetgate-stamp 2>/dev/null)" != "$want" ]; then
+  python3 -m venv .venv2026
+  .venv2026/bin/pip install --quiet --disable-pip-version-check -r requirements-2026.txt
+  echo "$want" > .venv2026/.budgetgate-stamp
+fi
+echo "tests/mcp: servers and clients installed"

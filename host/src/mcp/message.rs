@@ -71,8 +71,9 @@ pub(crate) fn error_line(id: &str, code: i64, message: &str) -> String {
     )
 }
 
-/// The `CallToolResult` of a call the gateway answers itself.
-pub(crate) fn refused_line(id: &str, refusal: &Refusal) -> String {
+/// The `CallToolResult` of a call the gateway answers itself, in the shape
+/// of `generation` (a stateless request's result carries `resultType`).
+pub(crate) fn refused_line(id: &str, refusal: &Refusal, generation: Generation) -> String {
     let mut meta = json!({"reason": refusal.reason});
     if let Some(limit) = &refusal.limit {
         meta["limit"] = json!(limit);
@@ -86,11 +87,14 @@ pub(crate) fn refused_line(id: &str, refusal: &Refusal) -> String {
     if let Some(ms) = refusal.retry_after_ms {
         meta["retry_after"] = json!(ms.div_ceil(1000).max(1));
     }
-    let result = json!({
+    let mut result = json!({
         "content": [{"type": "text", "text": refusal.text}],
         "isError": true,
         "_meta": {"budgetgate": meta},
     });
+    if let Some(kind) = generation.complete() {
+        result["resultType"] = json!(kind);
+    }
     format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#)
 }
 

@@ -52,7 +52,10 @@
 //! the default session and the opening of `--ledger` ([`open_ledger`]);
 //! [`call_gate`] the gate the proxy decides with
 //! ([`CallGate`], [`LedgerGate`]); [`message`] the JSON-RPC messages and
-//! their ids; [`proxy`] the sans-IO state machine (client side, questions,
+//! their ids; [`generation`] the two generations of MCP (the handshake era
+//! and 2026-07-28's stateless requests) and what each wants of the
+//! gateway's answers; [`request_state`] the sealed `requestState` of an
+//! approval asked by `InputRequiredResult`; [`proxy`] the sans-IO state machine (client side, questions,
 //! server side); [`lines`] bounded line reading; [`stdio`] the stdio
 //! transport; [`http`] the Streamable HTTP transport ([`sse`] its stream reader); [`terminal`] the
 //! person at the gateway's terminal. The command's arguments, set-up and
@@ -112,16 +115,19 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const GATEWAY_ERROR: i64 = -32000;
 
 pub mod call_gate;
+pub mod generation;
 pub mod http;
 pub mod lines;
 pub mod message;
 pub mod proxy;
+pub mod request_state;
 pub mod stdio;
 pub mod terminal;
 
 pub use crate::gate::backend::{open_ledger, Backend};
 pub use crate::net::sse;
 pub use call_gate::*;
+pub use generation::Generation;
 pub use lines::{Line, Lines};
 pub use message::*;
 pub use proxy::*;
@@ -151,3 +157,5 @@ pub fn default_session(command: &[String]) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_stateless;

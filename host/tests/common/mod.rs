@@ -4,6 +4,7 @@
 use std::path::Path;
 
 pub mod redis;
+pub mod tls;
 
 use assert_cmd::cargo::cargo_bin_cmd;
 use assert_cmd::Command;

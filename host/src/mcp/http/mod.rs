@@ -66,6 +66,7 @@ use hyper::Response;
 use crate::mcp::{LedgerGate, Proxy};
 
 mod body;
+mod headers;
 mod questions;
 mod server;
 mod sessions;

@@ -25,7 +25,8 @@ use super::{
     now, Gateway, Reply, Session, CLIENT_TIMEOUT_S, EVENT_QUEUE, MAX_BODY, MAX_DRAIN,
     MAX_ERROR_BODY, MAX_SESSIONS, PATH,
 };
-use crate::mcp::{Out, Ran, GATEWAY_ERROR, INVALID_REQUEST, PARSE_ERROR};
+use crate::mcp::generation::HEADER_MISMATCH;
+use crate::mcp::{Generation, Out, Ran, GATEWAY_ERROR, INVALID_REQUEST, PARSE_ERROR};
 
 /// Serves one request of the client.
 pub async fn handle(
@@ -133,7 +134,23 @@ async fn post(gw: &Arc<Gateway>, req: Request<Incoming>) -> Reply {
             "Parse error: the body is empty (a POST to /mcp carries one JSON-RPC message or a batch)",
         );
     }
-    let Some((proxy, kept)) = gw.session(&key) else {
+    if let Err(m) = super::headers::check(&headers, &body) {
+        return json_reply(
+            StatusCode::BAD_REQUEST,
+            crate::mcp::error_line(&m.id, HEADER_MISMATCH, &m.message),
+        );
+    }
+    // A stateless request without a session (2026-07-28) gets a proxy of
+    // its own, never kept: the gateway invents no session for it.
+    let stateless = key.is_empty()
+        && std::str::from_utf8(&body)
+            .is_ok_and(|t| Generation::of_text(t) == Generation::Stateless);
+    let found = if stateless {
+        Some((gw.stateless(), true))
+    } else {
+        gw.session(&key)
+    };
+    let Some((proxy, kept)) = found else {
         return error_reply(
             StatusCode::SERVICE_UNAVAILABLE,
             GATEWAY_ERROR,

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{now, Gate, Session, MAX_SESSIONS};
-use crate::mcp::{CallGate, LedgerGate, Proxy, Question};
+use crate::mcp::{
+    expire_retries, AwaitedRetries, CallGate, LedgerGate, Proxy, Question, SharedRetries,
+};
 
 /// The gateway's state: the upstream, its client, and one proxy per MCP
 /// session (keyed by `Mcp-Session-Id`; `""` for an upstream without
@@ -28,6 +30,9 @@ pub struct Gateway {
     pub(super) waiters: Waiters,
     /// The person at the gateway's terminal, asked when a client cannot be.
     terminal: Option<crate::mcp::terminal::Terminal>,
+    /// Stateless calls whose approval was asked by `InputRequiredResult`,
+    /// awaiting their retry (in any request, so shared by every proxy).
+    retries: SharedRetries,
 }
 
 /// An answer to one of the gateway's questions.
@@ -119,10 +124,12 @@ impl Gateway {
             }),
             waiters,
             terminal,
+            retries: AwaitedRetries::shared(),
         })
     }
 
-    fn new_proxy(&self, made: u64) -> Session {
+    /// A proxy for the MCP session `key` (`""`: none), the `made`th.
+    fn new_proxy(&self, made: u64, key: &str) -> Session {
         let mut proxy = Proxy::new(
             Arc::clone(&self.gate),
             format!("{}-{made}", self.connection),
@@ -130,7 +137,23 @@ impl Gateway {
             self.approval_timeout_ms,
         );
         proxy.ask_on_terminal(self.terminal.is_some());
+        // An approval's state is bound to the session it was asked in;
+        // stateless requests (no session) share the gateway's.
+        proxy.share_retries(
+            Arc::clone(&self.retries),
+            format!("{}/{key}", self.connection),
+        );
         Arc::new(Mutex::new(proxy))
+    }
+
+    /// A proxy for one stateless request (2026-07-28, no session): its
+    /// own, so that two clients' request ids never meet, and not kept.
+    pub(super) fn stateless(&self) -> Session {
+        let made = self.sessions.lock().map_or(0, |mut s| {
+            s.made += 1;
+            s.made
+        });
+        self.new_proxy(made, "")
     }
 
     /// The proxy of session `key`; a new one (not yet kept: `false`) for a
@@ -146,7 +169,7 @@ impl Gateway {
         if !s.room() {
             return None;
         }
-        let proxy = self.new_proxy(tick);
+        let proxy = self.new_proxy(tick, key);
         if key.is_empty() {
             return Some((proxy, false));
         }
@@ -181,8 +204,21 @@ impl Gateway {
         self.sessions.lock().ok()?.map.remove(key).map(|(p, _)| p)
     }
 
-    /// Every session ends (the gateway stops): calls still running count.
+    /// Every session ends (the gateway stops): calls still running count;
+    /// approvals awaiting a retry never reached the upstream: given back.
     pub fn close_all(&self) {
+        let awaited = self
+            .retries
+            .lock()
+            .map(|mut r| r.take_all())
+            .unwrap_or_default();
+        if let Ok(mut gate) = self.gate.lock() {
+            for a in awaited {
+                if let Err(e) = gate.roll_back(&a.key, now()) {
+                    eprintln!("budgetgate mcp: rolling back {}: {e}", a.key);
+                }
+            }
+        }
         let all: Vec<Session> = match self.sessions.lock() {
             Ok(mut s) => s.map.drain().map(|(_, (p, _))| p).collect(),
             Err(_) => return,
@@ -208,6 +244,17 @@ impl Gateway {
             if let Ok(mut p) = proxy.lock() {
                 p.renew_held(now());
             }
+        }
+        // Approvals awaiting a retry: refused (counted) past their
+        // deadline, their reservations renewed until then.
+        let mut gate = Arc::clone(&self.gate);
+        expire_retries(&self.retries, &mut gate, self.approval_timeout_ms, now());
+        let held = self.retries.lock().map(|r| r.held()).unwrap_or_default();
+        if let Err(e) = gate.renew(&held, now()) {
+            eprintln!(
+                "budgetgate mcp: renewing {} reservation(s) awaiting approval: {e}",
+                held.len()
+            );
         }
     }
 

@@ -13,13 +13,20 @@ use super::{now, Gateway, Reply, Session, MAX_BODY, MAX_ERROR_BODY};
 use crate::mcp::Ran;
 use crate::net::sse::{SseItem, SseParser};
 
-/// The request headers passed to the upstream as they came.
-const REQUEST_HEADERS: [&str; 4] = [
+/// The request headers passed to the upstream as they came (and every
+/// `Mcp-Param-*`: [`PARAM_HEADERS`]).
+const REQUEST_HEADERS: [&str; 6] = [
     "mcp-session-id",
     "mcp-protocol-version",
     "last-event-id",
     "authorization",
+    "mcp-method",
+    "mcp-name",
 ];
+
+/// The prefix of the headers a 2026-07-28 client mirrors tool arguments
+/// into (`x-mcp-header`): passed on as they came.
+const PARAM_HEADERS: &str = "mcp-param-";
 
 /// The upstream's response headers passed to the client.
 const RESPONSE_HEADERS: [&str; 3] = ["mcp-session-id", "www-authenticate", "mcp-protocol-version"];
@@ -60,6 +67,11 @@ pub(super) fn upstream_request(
     for name in REQUEST_HEADERS {
         if let Some(v) = headers.get(name) {
             rb = rb.header(name, v.as_bytes());
+        }
+    }
+    for (name, v) in headers {
+        if name.as_str().starts_with(PARAM_HEADERS) {
+            rb = rb.header(name.as_str(), v.as_bytes());
         }
     }
     let accept = headers

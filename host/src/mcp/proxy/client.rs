@@ -1,8 +1,10 @@
 //! What the client sends: requests, `tools/call` decided by the gate,
 //! cancellations, answers to the gateway's questions.
 
+use super::input_required;
 #[allow(unused_imports)]
 use super::*;
+use crate::mcp::request_state;
 
 impl<G: CallGate> Proxy<G> {
     /// A line from the client. Answered calls not yet settled stay so,
@@ -273,6 +275,7 @@ impl<G: CallGate> Proxy<G> {
         tool: &str,
         refusal: &Refusal,
         why: &str,
+        generation: Generation,
         now: u64,
         out: &mut Vec<Out>,
     ) {
@@ -280,7 +283,7 @@ impl<G: CallGate> Proxy<G> {
             eprintln!("budgetgate mcp: committing {key}: {e} (kept: committed again before the next decision, which waits for it)");
             self.unsettled.push((key.to_owned(), tool.to_owned()));
         }
-        out.push(Out::Client(refused_line(id, refusal)));
+        out.push(Out::Client(refused_line(id, refusal, generation)));
     }
 
     /// Reads a client's `tools/call` (one message, `jsonrpc` checked)
@@ -482,6 +485,15 @@ impl<G: CallGate> Proxy<G> {
                 return false;
             }
         };
+        let generation = Generation::of_params(Some(params));
+        if generation == Generation::Stateless {
+            if let Some(state) = input_required::own_state(params) {
+                // The retry of a call asked about: no new decision, the
+                // first request's reservation holds it.
+                self.stateless_retry(id, params, text, state, now, out);
+                return false;
+            }
+        }
         let key = format!("mcp/{}/{id}", self.connection);
         let shown_id = format!("the request id {id}");
         let call = ToolCall {
@@ -500,7 +512,7 @@ impl<G: CallGate> Proxy<G> {
         }
         if let Some((key, _)) = self.late.first() {
             let e = format!("an earlier call, {key}, ran and its count could not be recorded yet");
-            out.push(Out::Client(refused_line(id, &gate_error(&e))));
+            out.push(Out::Client(refused_line(id, &gate_error(&e), generation)));
             return false;
         }
         let ran = std::mem::take(&mut self.unsettled);
@@ -515,13 +527,13 @@ impl<G: CallGate> Proxy<G> {
         let verdict = match verdict {
             Ok(v) => v,
             Err(e) => {
-                out.push(Out::Client(refused_line(id, &gate_error(&e))));
+                out.push(Out::Client(refused_line(id, &gate_error(&e), generation)));
                 return false;
             }
         };
         match verdict {
             Verdict::Refuse(refusal) => {
-                out.push(Out::Client(refused_line(id, &refusal)));
+                out.push(Out::Client(refused_line(id, &refusal, generation)));
                 false
             }
             Verdict::Run => {
@@ -532,12 +544,43 @@ impl<G: CallGate> Proxy<G> {
                         key,
                         tool: name.to_owned(),
                         cancelled: false,
+                        generation,
+                        approved: None,
+                    },
+                );
+                true
+            }
+            // The retry of a call approved here, which its server asked
+            // for input: already approved, not asked again.
+            Verdict::Ask(_)
+                if generation == Generation::Stateless
+                    && self.approved_follow_up(params, name, arguments, now) =>
+            {
+                self.holding_from(now);
+                self.pending.insert(
+                    id.to_owned(),
+                    Pending::Call {
+                        key,
+                        tool: name.to_owned(),
+                        cancelled: false,
+                        generation,
+                        approved: Some(request_state::arguments_digest(arguments)),
                     },
                 );
                 true
             }
             Verdict::Ask(_)
-                if self.cannot_ask.is_some() || !(self.elicitation || self.terminal) =>
+                if generation == Generation::Stateless && input_required::can_elicit(params) =>
+            {
+                self.ask_by_input_required(id, key, name, arguments, now, out);
+                false
+            }
+            // A stateless request is never asked by `elicitation/create`
+            // (servers no longer send requests of their own in 2026-07-28).
+            Verdict::Ask(_)
+                if self.cannot_ask.is_some()
+                    || !((self.elicitation && generation == Generation::Handshake)
+                        || self.terminal) =>
             {
                 // The attempt counts, as a refused approval does.
                 let why = self.cannot_ask.clone().unwrap_or_else(|| {
@@ -552,7 +595,7 @@ impl<G: CallGate> Proxy<G> {
                     "Not executed. Do not repeat this call; tell the user it needs their approval.",
                     "",
                 );
-                self.refuse_reserved(id, &key, name, &refusal, &why, now, out);
+                self.refuse_reserved(id, &key, name, &refusal, &why, generation, now, out);
                 false
             }
             Verdict::Ask(_) => {
@@ -563,7 +606,7 @@ impl<G: CallGate> Proxy<G> {
                     format!("budgetgate: the agent wants to call {name} with {shown}. Allow it?");
                 let question = approval::Question::asked(now, self.approval_timeout_ms);
                 let deadline_ms = question.deadline_ms();
-                let by = if self.elicitation {
+                let by = if self.elicitation && generation == Generation::Handshake {
                     let request = json!({
                         "message": message,
                         "requestedSchema": {"type": "object", "properties": {}},
@@ -590,6 +633,7 @@ impl<G: CallGate> Proxy<G> {
                         line: text.to_owned(),
                         question,
                         by,
+                        generation,
                     },
                 );
                 false
@@ -599,7 +643,7 @@ impl<G: CallGate> Proxy<G> {
 }
 
 /// The refusal of a call the gate could not decide (`why`): fail closed.
-fn gate_error(why: &str) -> Refusal {
+pub(super) fn gate_error(why: &str) -> Refusal {
     Refusal::worded(
         "gate-error",
         &format!("the budget could not be checked ({why})"),

@@ -6,8 +6,11 @@
 use super::*;
 
 mod client;
+mod input_required;
 mod questions;
 mod server;
+
+pub use input_required::{expire_retries, AwaitedRetries, SharedRetries};
 
 /// How many calls no longer awaited are remembered, should the server
 /// answer one after all ([`Proxy::unawaited_answer`]).
@@ -64,6 +67,13 @@ enum Pending {
         key: String,
         tool: String,
         cancelled: bool,
+        /// The generation the call came in: the shape of the gateway's
+        /// own answers to it.
+        generation: Generation,
+        /// For a stateless call a person approved: the digest of its
+        /// arguments, so that the server's own `InputRequiredResult` for it
+        /// does not make the gateway ask again on its retry.
+        approved: Option<String>,
     },
     /// A `tools/list`, whose result is filtered.
     List,
@@ -82,6 +92,8 @@ struct Approval {
     /// The question and its deadline: the one approval state machine.
     question: approval::Question,
     by: Asker,
+    /// The generation the call came in.
+    generation: Generation,
 }
 
 /// The gateway's logic without I/O: lines in, [`Out`] messages out, the
@@ -120,6 +132,15 @@ pub struct Proxy<G: CallGate> {
     /// Calls that ran after their error whose count failed: counted again
     /// before the next decision, which waits for them (fail closed).
     late: Vec<(String, String)>,
+    /// Stateless calls whose approval was asked by `InputRequiredResult`,
+    /// awaiting their retry (shared by a Streamable HTTP gateway's
+    /// proxies: [`Self::share_retries`]).
+    retries: SharedRetries,
+    /// Whether `retries` is this proxy's own (it then expires and renews
+    /// them, and gives them back when the client goes).
+    owns_retries: bool,
+    /// The session the approval states this proxy writes are bound to.
+    binding: String,
 }
 
 impl<G: CallGate> Proxy<G> {
@@ -134,7 +155,7 @@ impl<G: CallGate> Proxy<G> {
     ) -> Self {
         Self {
             gate,
-            connection,
+            connection: connection.clone(),
             max_result_bytes,
             approval_timeout_ms,
             elicitation: false,
@@ -152,6 +173,9 @@ impl<G: CallGate> Proxy<G> {
             renewed_at: 0,
             closed: VecDeque::new(),
             late: Vec::new(),
+            retries: AwaitedRetries::shared(),
+            owns_retries: true,
+            binding: connection,
         }
     }
 
@@ -211,6 +235,7 @@ impl<G: CallGate> Proxy<G> {
         });
         calls
             .chain(self.approvals.values().map(|a| a.key.clone()))
+            .chain(self.held_for_retries())
             .collect()
     }
 
@@ -225,6 +250,7 @@ impl<G: CallGate> Proxy<G> {
     /// awaiting approval): what [`Self::held`] lists, without listing it.
     fn holds_reservations(&self) -> bool {
         !self.approvals.is_empty()
+            || (self.owns_retries && self.retries.lock().is_ok_and(|r| !r.is_empty()))
             || self
                 .pending
                 .values()
@@ -352,6 +378,7 @@ impl<G: CallGate> Proxy<G> {
             .values()
             .map(|a| a.question.deadline_ms())
             .chain(self.renewal_due())
+            .chain(self.retries_due())
             .min()
     }
 }

@@ -72,6 +72,8 @@ impl<G: CallGate> Proxy<G> {
                         key: approval.key,
                         tool: approval.tool,
                         cancelled: false,
+                        generation: approval.generation,
+                        approved: None,
                     },
                 );
                 return;
@@ -112,6 +114,7 @@ impl<G: CallGate> Proxy<G> {
             &approval.tool,
             &refusal,
             answer,
+            approval.generation,
             now,
             out,
         );
@@ -121,6 +124,7 @@ impl<G: CallGate> Proxy<G> {
     /// the reservations held ([`Self::renew_held`]).
     pub fn on_tick(&mut self, now: u64) -> Vec<Out> {
         self.renew_held(now);
+        self.expire_own_retries(now);
         let mut out = Vec::new();
         let late: Vec<String> = self
             .approvals

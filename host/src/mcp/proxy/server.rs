@@ -4,6 +4,30 @@
 #[allow(unused_imports)]
 use super::*;
 
+/// Whether a result is an `InputRequiredResult` (`resultType`
+/// `"input_required"`, read strictly: a member given twice is not one).
+fn asks_input(result: &RawValue) -> bool {
+    #[derive(Deserialize)]
+    struct Kind {
+        #[serde(rename = "resultType")]
+        result_type: Option<String>,
+    }
+    serde_json::from_str::<Kind>(result.get())
+        .is_ok_and(|k| k.result_type.as_deref() == Some("input_required"))
+}
+
+/// The `requestState` of a server's `InputRequiredResult`.
+fn server_state(result: &RawValue) -> Option<String> {
+    #[derive(Deserialize)]
+    struct State {
+        #[serde(rename = "requestState")]
+        request_state: Option<String>,
+    }
+    serde_json::from_str::<State>(result.get())
+        .ok()?
+        .request_state
+}
+
 impl<G: CallGate> Proxy<G> {
     /// A line from the server: the calls it answers are committed before
     /// this returns.
@@ -102,6 +126,8 @@ impl<G: CallGate> Proxy<G> {
                 key,
                 tool,
                 cancelled,
+                generation,
+                approved,
             } => {
                 if says_not_run(text, msg) {
                     // A JSON-RPC error from the server for this request:
@@ -112,7 +138,24 @@ impl<G: CallGate> Proxy<G> {
                     return if cancelled { Reply::Drop } else { Reply::Same };
                 }
                 let result = msg.result.filter(|r| r.get().trim_start().starts_with('{'));
-                // Any result counts, whatever it holds: the call ran.
+                if generation == Generation::Stateless
+                    && msg.error.is_none()
+                    && result.is_some_and(asks_input)
+                {
+                    // The server's own `InputRequiredResult`: the request
+                    // ended without running the tool, and its retry is a
+                    // request of its own, decided and counted then. Given
+                    // back, and passed on untouched.
+                    self.roll_back(&key, now);
+                    self.close(id, &key, &tool, false);
+                    if let (Some(arguments), Some(state)) =
+                        (approved, result.and_then(server_state))
+                    {
+                        self.approved_pending_input(&state, &tool, arguments, now);
+                    }
+                    return if cancelled { Reply::Drop } else { Reply::Same };
+                }
+                // Any other result counts, whatever it holds: the call ran.
                 self.unsettled.push((key, tool.clone()));
                 if cancelled {
                     // The client cancelled it: it ignores an answer (MCP's
@@ -127,7 +170,7 @@ impl<G: CallGate> Proxy<G> {
                     refusal.text = format!(
                         "budgetgate withheld this answer (tool-error): the server's answer for {tool} is not a JSON-RPC result or error it can read, so it was not passed on. The call may have run, so it counts against the budget."
                     );
-                    return Reply::Instead(refused_line(id, &refusal));
+                    return Reply::Instead(refused_line(id, &refusal, generation));
                 };
                 match crate::strict::value_from_str(result.get()) {
                     Ok(value) if !over_limit(&value, self.max_result_bytes) => return Reply::Same,
@@ -147,7 +190,7 @@ impl<G: CallGate> Proxy<G> {
                         );
                     }
                 }
-                Reply::Instead(refused_line(id, &refusal))
+                Reply::Instead(refused_line(id, &refusal, generation))
             }
             Pending::List => {
                 let mut value: Value = match crate::strict::value_from_str(text) {
@@ -245,6 +288,8 @@ impl<G: CallGate> Proxy<G> {
             key,
             tool,
             cancelled,
+            generation,
+            ..
         } = pending
         else {
             let message = format!("budgetgate: the MCP server {why}");
@@ -274,7 +319,7 @@ impl<G: CallGate> Proxy<G> {
                 refusal.text = format!(
                     "budgetgate (tool-error): the MCP server {why}, so {tool}'s result is not known. It may have run, so it counts against the budget; check its effect before calling it again."
                 );
-                vec![Out::Client(refused_line(id, &refusal))]
+                vec![Out::Client(refused_line(id, &refusal, generation))]
             }
         }
     }
@@ -299,6 +344,9 @@ impl<G: CallGate> Proxy<G> {
             self.roll_back(&a.key, now);
             out.push(Out::Client(error_line(&a.id, GATEWAY_ERROR, &message)));
         }
+        // Approvals awaiting a retry would be forwarded to a server that is
+        // gone: given back (their requests were answered already).
+        self.give_back_retries(now);
         out
     }
 
@@ -327,5 +375,6 @@ impl<G: CallGate> Proxy<G> {
         for key in asked {
             self.roll_back(&key, now);
         }
+        self.give_back_retries(now);
     }
 }
