@@ -27,6 +27,7 @@ pub mod budget_file;
 pub mod clock;
 pub mod fingerprint;
 pub mod model;
+pub mod model_gate;
 pub mod usage;
 
 use budgetgate_core::budget::{Exceeded, Ledger, Limit};
