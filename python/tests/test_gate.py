@@ -356,3 +356,35 @@ def test_input_bound_is_the_proxys():
     assert budgetgate.input_bound(b"") == 4096
     assert budgetgate.input_bound('{"a": 1}') == 4096 + 8
     assert budgetgate.input_bound(b'{"type": "image"}') == 4096 + 17 + 3000
+
+
+def test_the_interpreter_runs_while_a_decision_waits_on_the_store(budget, redis_server):
+    """The Redis server stops answering (SIGSTOP) while a thread decides: the
+    other threads go on running Python meanwhile (the binding released the
+    interpreter's lock), and the decision ends once the server is back."""
+    import faulthandler
+    import signal
+
+    # Were the lock held, no Python would run until the server answers, so
+    # nothing below could fail the test: a watchdog outside the interpreter
+    # ends the process instead.
+    faulthandler.dump_traceback_later(30, exit=True)
+    url, proc = redis_server
+    b = budget(f"[budget]\n{FOREVER}")
+    gate = Gate(budget=b, ledger=url, session="s", wait=10.0)
+    assert tool_ok(gate, "t", "warm").allowed
+    proc.send_signal(signal.SIGSTOP)
+    outcome: list = []
+    try:
+        t = threading.Thread(target=lambda: outcome.append(tool_ok(gate, "t", "waits").allowed))
+        t.start()
+        spins, deadline = 0, time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            spins += 1
+        assert not outcome, "the decision cannot have been made with the server stopped"
+        assert spins > 10_000, spins
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    t.join(timeout=30)
+    faulthandler.cancel_dump_traceback_later()
+    assert outcome == [True]
