@@ -107,13 +107,17 @@ impl Decision {
         if self.allowed {
             return "Decision(allowed=True)".to_owned();
         }
+        // Python's spelling: a missing figure is None, a word is quoted.
+        fn shown<T: std::fmt::Display>(v: Option<T>) -> String {
+            v.map_or_else(|| "None".to_owned(), |v| v.to_string())
+        }
         format!(
-            "Decision(allowed=False, reason={:?}, limit={:?}, used={:?}, max={:?}, retry_after={:?})",
-            self.reason.as_deref().unwrap_or(""),
-            self.limit.as_deref().unwrap_or(""),
-            self.used,
-            self.max,
-            self.retry_after
+            "Decision(allowed=False, reason={}, limit={}, used={}, max={}, retry_after={})",
+            shown(self.reason.as_deref().map(|r| format!("{r:?}"))),
+            shown(self.limit.as_deref().map(|l| format!("{l:?}"))),
+            shown(self.used),
+            shown(self.max),
+            shown(self.retry_after)
         )
     }
 }

@@ -388,3 +388,12 @@ def test_the_interpreter_runs_while_a_decision_waits_on_the_store(budget, redis_
     t.join(timeout=30)
     faulthandler.cancel_dump_traceback_later()
     assert outcome == [True]
+
+
+def test_a_decision_reads_as_python(budget, sqlite_ledger):
+    b = budget(f"[budget]\n{FOREVER}max_tool_calls = 1\n")
+    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+        assert repr(tool_ok(gate, "t", "a")) == "Decision(allowed=True)"
+        assert repr(tool_ok(gate, "t", "b")) == (
+            'Decision(allowed=False, reason="tool-budget", limit="tool_calls", used=1, max=1, retry_after=None)'
+        )
