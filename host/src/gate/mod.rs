@@ -28,6 +28,7 @@ pub mod clock;
 pub mod fingerprint;
 pub mod loops;
 pub mod model;
+pub mod model_gate;
 pub mod usage;
 
 use budgetgate_core::budget::{Exceeded, Ledger, Limit};

@@ -325,7 +325,12 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
         }
     };
     let key = proxy.next_key();
-    let ticket = match proxy.gate.admit(&session, &key, &request, now_ms()) {
+    let call = gate::ModelCall {
+        model: &request.model,
+        max_output: request.max_output,
+        input_bound: request.input_bound,
+    };
+    let ticket = match proxy.gate.admit(&session, &key, &call, now_ms()) {
         Ok(Admission::Go(t)) => t,
         Ok(Admission::Stop(stop)) => {
             return refusal(
