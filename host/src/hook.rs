@@ -548,7 +548,9 @@ pub fn decide(
         }
         (None, "PostToolUse" | "PostToolUseFailure") => {
             if let (Some(ran), true) = (&event.result, budget.loops.is_on()) {
-                gate::loops::report_tool_outcome(tx, session, &ran.name, &ran.input, ran.outcome)?;
+                if let Some(call) = gate::loops::call_key(&ran.name, &ran.input) {
+                    gate::loops::report_tool_outcome(tx, session, call, ran.outcome)?;
+                }
             }
             Answer::Pass
         }

@@ -75,27 +75,23 @@ fn every_command_reads_a_budget_file_the_same_way() {
 }
 
 /// `[loops]` (issue 32) is enforced by the commands that see the calls'
-/// outcomes (the Claude Code hook); a command that does not refuses the
-/// budget file, naming itself, rather than silently not enforcing it.
+/// outcomes (the Claude Code hook, the MCP gateway, replay); the model
+/// proxy, which decides model calls only, refuses the budget file, naming
+/// itself, rather than silently not enforcing it.
 #[test]
 fn loops_are_refused_by_a_command_that_cannot_see_outcomes() {
     let dir = tempfile::tempdir().expect("dir");
     let loops = dir.path().join("loops.toml");
     std::fs::write(&loops, "[loops]\nsame_outcome = 4\n").expect("write");
-    let runs: [&[&str]; 2] = [
-        &[
-            "mcp", "--ledger", "LEDGER", "--budget", "BUDGET", "--", "true",
-        ],
-        &[
-            "proxy",
-            "--ledger",
-            "LEDGER",
-            "--budget",
-            "BUDGET",
-            "--upstream",
-            "http://127.0.0.1:9",
-        ],
-    ];
+    let runs: [&[&str]; 1] = [&[
+        "proxy",
+        "--ledger",
+        "LEDGER",
+        "--budget",
+        "BUDGET",
+        "--upstream",
+        "http://127.0.0.1:9",
+    ]];
     for args in runs {
         let args: Vec<String> = args
             .iter()

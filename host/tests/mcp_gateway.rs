@@ -379,6 +379,64 @@ fn python_client_lists_calls_within_budget_and_is_refused_over_it() {
     assert_eq!(s.tool_calls(), (3, 0));
 }
 
+/// Loop detection in the gateway (issue 32): the server's results are each
+/// call's outcome. `echo` with the same message returns the same text: the
+/// third is refused `no-progress` (`same_outcome = 3`) and never reaches
+/// the server; `get-sum` between with new numbers is news and starts the
+/// count again; the window is in the ledger, so a second gateway process
+/// on it refuses the same call at once.
+#[test]
+fn the_gateway_refuses_a_call_whose_results_do_not_change() {
+    let Some(parts) = parts() else { return };
+    let s =
+        Setup::new("[budget]\nmax_seconds = 3600\nmax_repeats = 100\n[loops]\nsame_outcome = 3\n");
+    let everything = parts.everything.display().to_string();
+    let echo = json!({"call": "echo", "arguments": {"message": "pending"}});
+    let out = s.python(
+        &parts,
+        json!([
+            echo,
+            echo,
+            {"call": "get-sum", "arguments": {"a": 1, "b": 2}},
+            echo,
+            echo,
+            echo,
+        ]),
+        None,
+        &[&everything, "stdio"],
+    );
+    let verdicts: Vec<(bool, Option<&str>)> = out[1..]
+        .iter()
+        .map(|o| (o["is_error"] == true, o["meta"]["reason"].as_str()))
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            (false, None),
+            (false, None),
+            (false, None),
+            // After get-sum's new result: two more before the refusal.
+            (false, None),
+            (false, None),
+            (true, Some("no-progress")),
+        ],
+        "{out:?}"
+    );
+    assert!(
+        out[6]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("budgetgate refused this call (no-progress): echo has been called 2 times with this input and returned the same result each time"),
+        "{}",
+        out[6]
+    );
+    assert_eq!(s.tool_calls(), (5, 0));
+    // Another gateway process on the same ledger: the window was kept.
+    let again = s.python(&parts, json!([echo]), None, &[&everything, "stdio"]);
+    assert_eq!(again[1]["meta"]["reason"], "no-progress", "{again:?}");
+    assert_eq!(s.tool_calls(), (5, 0));
+}
+
 /// Approval at the gateway's terminal (docs/MCP.md, "Approval"): a client
 /// without the elicitation capability is not asked; the person at the
 /// gateway's controlling terminal is. `y` runs the call on the server, any

@@ -14,8 +14,9 @@
 //! Non-features: no approval by a person (a tool the budget marks
 //! `needs_approval` is refused, `approval-refused`); no renewal of
 //! reservations (a call running longer than the reservation's lifetime is
-//! counted as spent by the next decision, never given back); loop
-//! detection is not reported to yet (see `report_outcome`).
+//! counted as spent by the next decision, never given back). Loop
+//! detection (`[loops]`): `after_tool`'s `ok` and `output` are the call's
+//! outcome (see `report_outcome`).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -23,6 +24,7 @@ use std::time::Duration;
 use budgetgate::gate::backend::open_ledger;
 use budgetgate::gate::budget_file::{read_budget_file, ReplayBudget, BUDGET_TOOLS};
 use budgetgate::gate::clock::now_ms;
+use budgetgate::gate::loops;
 use budgetgate::gate::model_gate::{Admission, ModelCall, ModelGate, Outcome, Ticket};
 use budgetgate::gate::usage::usage_from_value;
 use budgetgate::gate::{Refusal, ToolCall, Verdict};
@@ -167,6 +169,8 @@ impl Decision {
 struct HeldTool {
     call_id: String,
     name: String,
+    /// Its key for loop detection (the tool and canonical arguments).
+    call: Option<budgetgate_core::turn::CallFingerprint>,
 }
 
 /// What an open gate holds.
@@ -266,17 +270,21 @@ fn to_python(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
     Ok(loads.call1((value.to_string(),))?.unbind())
 }
 
-/// Where the outcome of a tool call that ran is reported, once it has
-/// been committed: `ok` (it succeeded) and its `output` (JSON, or `None`).
-// loop detection: outcome reported here once gate::loops lands (issue 32);
-// until then the outcome is not read by any rule.
+/// Reports what tool call `call` (its loop key) returned to loop
+/// detection (`[loops]`; nothing is kept without it): `ok` (it succeeded)
+/// and its `output` (JSON, or `None`), compared as
+/// [`loops::outcome_of`] compares a result.
 fn report_outcome(
-    _gate: &mut Open,
-    _call_id: &str,
-    _tool: &str,
-    _ok: bool,
-    _output: Option<&Value>,
-) {
+    gate: &mut Open,
+    call: Option<budgetgate_core::turn::CallFingerprint>,
+    ok: bool,
+    output: Option<&Value>,
+) -> Result<(), String> {
+    let Some(call) = call else {
+        return Ok(());
+    };
+    let outcome = loops::outcome_of(output.unwrap_or(&Value::Null), !ok);
+    gate.tools.report_outcome(call, outcome, now_ms())
 }
 
 #[pymethods]
@@ -446,6 +454,7 @@ impl Gate {
                     open.held.push(HeldTool {
                         call_id: call_id.clone(),
                         name: name.clone(),
+                        call: loops::call_key(&name, &input),
                     });
                     Ok(Decision::allowed())
                 }
@@ -492,8 +501,10 @@ impl Gate {
             open.tools
                 .commit(&call_id, &tool, now_ms())
                 .map_err(gate_error)?;
-            open.held.remove(at);
-            report_outcome(open, &call_id, &tool, ok, output.as_ref());
+            let held = open.held.remove(at);
+            // Counted already; a result that cannot be reported is an error
+            // (the ledger could not be written), never ignored.
+            report_outcome(open, held.call, ok, output.as_ref()).map_err(gate_error)?;
             Ok(())
         })
     }

@@ -397,3 +397,42 @@ def test_a_decision_reads_as_python(budget, sqlite_ledger):
         assert repr(tool_ok(gate, "t", "b")) == (
             'Decision(allowed=False, reason="tool-budget", limit="tool_calls", used=1, max=1, retry_after=None)'
         )
+
+
+def test_loops_refuse_a_call_whose_results_do_not_change(budget, sqlite_ledger):
+    """[loops] (issue 32): after_tool's ok and output are the call's outcome;
+    the third call returning the same as the two before is refused
+    no-progress, a changed output starts the count again, and the window is
+    in the ledger (a second Gate on it refuses at once)."""
+    b = budget(f"[budget]\n{FOREVER}max_repeats = 100\n[loops]\nsame_outcome = 3\nsame_error = 2\n")
+
+    def call(gate, call_id, args, output, ok=True):
+        d = gate.before_tool("status", args, call_id)
+        if d.allowed:
+            gate.after_tool(call_id, ok=ok, output=output)
+        return d
+
+    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+        assert call(gate, "a", {"job": 1}, {"state": "pending"}).allowed
+        assert call(gate, "b", {"job": 1}, {"state": "pending"}).allowed
+        d = call(gate, "c", {"job": 1}, {"state": "pending"})
+        assert (d.allowed, d.reason) == (False, "no-progress")
+        assert "status has been called 2 times with this input" in d.message
+        # Changed output: counted again from there.
+        assert call(gate, "d", {"job": 2}, "10%").allowed
+        assert call(gate, "e", {"job": 2}, "35%").allowed
+        assert call(gate, "f", {"job": 2}, "35%").allowed
+        # An error once, then the same call: same_error 2.
+        assert call(gate, "g", {"job": 3}, "boom", ok=False).allowed
+        d = gate.before_tool("status", {"job": 3}, "h")
+        assert (d.allowed, d.reason) == (False, "no-progress")
+    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+        # Job 1 is free again (job 2's new outputs were news), job 3 not.
+        d = gate.before_tool("status", {"job": 3}, "i")
+        assert (d.allowed, d.reason) == (False, "no-progress")
+        assert gate.before_tool("status", {"job": 1}, "j").allowed
+    # Without [loops] nothing is kept and nothing refused.
+    plain = budget(f"[budget]\n{FOREVER}max_repeats = 100\n", name="plain.toml")
+    with Gate(budget=plain, ledger=sqlite_ledger, session="t") as gate:
+        for i in range(4):
+            assert call(gate, f"p{i}", {"job": 1}, "same").allowed

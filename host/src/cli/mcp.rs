@@ -131,15 +131,6 @@ pub fn setup(args: &McpArgs, default_session: String) -> Result<Setup, String> {
         None => ReplayBudget::default(),
         Some(path) => read_budget_file(path)?,
     };
-    budgetgate::gate::budget_file::refuse_loops(&budget, "budgetgate mcp").map_err(|e| {
-        format!(
-            "budget file {}: {e}",
-            args.budget
-                .as_deref()
-                .unwrap_or(std::path::Path::new("-"))
-                .display()
-        )
-    })?;
     let mut store = open_ledger(
         args.ledger.as_deref(),
         Duration::from_secs(5),

@@ -10,6 +10,7 @@
 //! answer from the server).
 
 use budgetgate_core::engine::loops::{Outcome, Window};
+use budgetgate_core::turn::CallFingerprint;
 use serde_json::Value;
 
 use super::fingerprint::fingerprint_value;
@@ -60,20 +61,23 @@ pub fn outcome_of(result: &Value, error: bool) -> Outcome {
     }
 }
 
-/// Reports that call `name` with `input` of `session` returned `outcome`:
-/// the latest such call in the session's window without an outcome gets
-/// it. `Ok(false)`: no such call (loops off when it was let through,
-/// forgotten, reported already, or input that cannot be compared).
+/// The key loop detection knows call `name` with `input` by (the
+/// repetition rule's fingerprint: the tool and its canonical arguments);
+/// `None` for input nested too deeply to compare.
+pub fn call_key(name: &str, input: &Value) -> Option<CallFingerprint> {
+    fingerprint_value(input).map(|f| f.with_name(name))
+}
+
+/// Reports that call `call` ([`call_key`]) of `session` returned
+/// `outcome`: the latest such call in the session's window without an
+/// outcome gets it. `Ok(false)`: no such call (loops off when it was let
+/// through, forgotten, or reported already).
 pub fn report_tool_outcome(
     tx: &(impl LedgerTx + ?Sized),
     session: &str,
-    name: &str,
-    input: &Value,
+    call: CallFingerprint,
     outcome: Outcome,
 ) -> Result<bool, GateError> {
-    let Some(call) = fingerprint_value(input).map(|f| f.with_name(name)) else {
-        return Ok(false);
-    };
     let Some(mut window) = load_window(tx, session)? else {
         return Ok(false);
     };
@@ -82,4 +86,13 @@ pub fn report_tool_outcome(
         store_window(tx, session, &window)?;
     }
     Ok(reported)
+}
+
+/// What an MCP `tools/call` result says, as loop detection compares it: its
+/// `content` and `structuredContent` (not its `_meta`, which may change
+/// from call to call), and `isError`.
+pub fn mcp_outcome(result: &Value) -> Outcome {
+    let error = result.get("isError").and_then(Value::as_bool) == Some(true);
+    let shown = serde_json::json!([result.get("content"), result.get("structuredContent")]);
+    outcome_of(&shown, error)
 }

@@ -3,6 +3,8 @@
 
 #[allow(unused_imports)]
 use super::*;
+use budgetgate_core::engine::loops::Outcome;
+use budgetgate_core::turn::CallFingerprint;
 
 /// What the proxy asks of the budget: decide a call, end its reservation,
 /// and whether a tool is denied outright. [`LedgerGate`] is the real one.
@@ -49,6 +51,18 @@ pub trait CallGate {
     /// milliseconds; `None`: they never expire.
     fn renew_every_ms(&self) -> Option<u64> {
         None
+    }
+    /// Reports what a call that ran returned (`call`: its key,
+    /// [`gate::loops::call_key`]), for loop detection (`[loops]`). By
+    /// default nothing is kept.
+    fn report_outcome(
+        &mut self,
+        call: CallFingerprint,
+        outcome: Outcome,
+        now_ms: u64,
+    ) -> Result<(), String> {
+        let _ = (call, outcome, now_ms);
+        Ok(())
     }
     /// Commits the calls in `ran` (key and tool of each, in the order they
     /// were answered), then decides `call`: in one transaction where the
@@ -159,6 +173,16 @@ impl<G: CallGate> CallGate for std::sync::Arc<std::sync::Mutex<G>> {
     fn renew_every_ms(&self) -> Option<u64> {
         // A poisoned lock: renew often (each renewal fails, and says so).
         self.lock().map_or(Some(1_000), |g| g.renew_every_ms())
+    }
+    fn report_outcome(
+        &mut self,
+        call: CallFingerprint,
+        outcome: Outcome,
+        now_ms: u64,
+    ) -> Result<(), String> {
+        self.lock()
+            .map_err(|_| "the gate's lock is poisoned".to_owned())?
+            .report_outcome(call, outcome, now_ms)
     }
     fn commit_then_decide(
         &mut self,
@@ -332,6 +356,20 @@ impl CallGate for LedgerGate {
     fn roll_back(&mut self, key: &str, now: u64) -> Result<(), String> {
         self.transaction(now, |tx, l, _, session, _| {
             gate::roll_back_reservation(tx, session, &mut l.session, key)
+        })
+    }
+
+    fn report_outcome(
+        &mut self,
+        call: CallFingerprint,
+        outcome: Outcome,
+        now: u64,
+    ) -> Result<(), String> {
+        if !self.budget.loops.is_on() {
+            return Ok(());
+        }
+        self.transaction(now, |tx, _, _, session, _| {
+            gate::loops::report_tool_outcome(tx, session, call, outcome).map(|_| ())
         })
     }
 

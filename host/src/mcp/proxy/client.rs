@@ -515,6 +515,13 @@ impl<G: CallGate> Proxy<G> {
             out.push(Out::Client(refused_line(id, &gate_error(&e), generation)));
             return false;
         }
+        // So are the results loop detection has not been told yet.
+        self.report_outcomes(now);
+        if !self.outcomes.is_empty() {
+            let e = "an earlier call's result could not be reported to loop detection yet";
+            out.push(Out::Client(refused_line(id, &gate_error(e), generation)));
+            return false;
+        }
         let ran = std::mem::take(&mut self.unsettled);
         let (failed, verdict) = self.gate.commit_then_decide(&ran, &call, now);
         for f in failed {
@@ -546,6 +553,7 @@ impl<G: CallGate> Proxy<G> {
                         cancelled: false,
                         generation,
                         approved: None,
+                        call: gate::loops::call_key(name, arguments),
                     },
                 );
                 true
@@ -565,6 +573,7 @@ impl<G: CallGate> Proxy<G> {
                         cancelled: false,
                         generation,
                         approved: Some(request_state::arguments_digest(arguments)),
+                        call: gate::loops::call_key(name, arguments),
                     },
                 );
                 true

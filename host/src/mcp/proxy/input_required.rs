@@ -429,6 +429,7 @@ impl<G: CallGate> Proxy<G> {
                 cancelled: false,
                 generation: Generation::Stateless,
                 approved: Some(claims.arguments),
+                call: call_key_of_request(text),
             },
         );
         out.push(Out::Server(without_own_input(text)));

@@ -4,6 +4,8 @@
 
 #[allow(unused_imports)]
 use super::*;
+use budgetgate_core::engine::loops::Outcome;
+use budgetgate_core::turn::CallFingerprint;
 
 mod client;
 mod input_required;
@@ -74,6 +76,9 @@ enum Pending {
         /// arguments, so that the server's own `InputRequiredResult` for it
         /// does not make the gateway ask again on its retry.
         approved: Option<String>,
+        /// Its key for loop detection ([`gate::loops::call_key`]), to
+        /// report its result by.
+        call: Option<CallFingerprint>,
     },
     /// A `tools/list`, whose result is filtered.
     List,
@@ -121,6 +126,10 @@ pub struct Proxy<G: CallGate> {
     /// A commit that failed stays here and is made again before the next
     /// decision, which is refused until it lands (fail closed).
     unsettled: Vec<(String, String)>,
+    /// Results of calls the server answered, not yet reported to loop
+    /// detection (`[loops]`): reported by [`Self::settle`]; one that could
+    /// not be is kept, and no call is decided until it is (fail closed).
+    outcomes: Vec<(CallFingerprint, Outcome)>,
     /// When the reservations this proxy holds were last renewed
     /// ([`CallGate::renew`]).
     renewed_at: u64,
@@ -170,6 +179,7 @@ impl<G: CallGate> Proxy<G> {
                     .hash_one(std::time::SystemTime::now())
             },
             unsettled: Vec::new(),
+            outcomes: Vec::new(),
             renewed_at: 0,
             closed: VecDeque::new(),
             late: Vec::new(),
@@ -194,6 +204,18 @@ impl<G: CallGate> Proxy<G> {
         }
         for (key, tool) in std::mem::take(&mut self.late) {
             self.count_late(&key, &tool, now);
+        }
+        self.report_outcomes(now);
+    }
+
+    /// Reports the results in `outcomes` to loop detection; one that
+    /// could not be is kept, to be reported again.
+    fn report_outcomes(&mut self, now: u64) {
+        for (call, outcome) in std::mem::take(&mut self.outcomes) {
+            if let Err(e) = self.gate.report_outcome(call, outcome, now) {
+                eprintln!("budgetgate mcp: reporting a call's result to loop detection: {e} (kept: reported again before the next decision, which waits for it)");
+                self.outcomes.push((call, outcome));
+            }
         }
     }
 
@@ -390,5 +412,17 @@ impl<G: CallGate> Drop for Proxy<G> {
         if !self.unsettled.is_empty() {
             self.settle(now());
         }
+    }
+}
+
+/// The loop-detection key of the `tools/call` request `line` (its tool and
+/// arguments, absent arguments read as `{}` as the decision reads them).
+fn call_key_of_request(line: &str) -> Option<CallFingerprint> {
+    let value: Value = serde_json::from_str(line).ok()?;
+    let params = value.get("params")?;
+    let name = params.get("name")?.as_str()?;
+    match params.get("arguments") {
+        None | Some(Value::Null) => gate::loops::call_key(name, &json!({})),
+        Some(arguments) => gate::loops::call_key(name, arguments),
     }
 }

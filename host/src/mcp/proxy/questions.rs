@@ -65,6 +65,7 @@ impl<G: CallGate> Proxy<G> {
         };
         let why = match approval.question.answer(answer, now) {
             Some(Decision::Approved) => {
+                let call = call_key_of_request(&approval.line);
                 out.push(Out::Server(approval.line));
                 self.pending.insert(
                     approval.id,
@@ -74,6 +75,7 @@ impl<G: CallGate> Proxy<G> {
                         cancelled: false,
                         generation: approval.generation,
                         approved: None,
+                        call,
                     },
                 );
                 return;

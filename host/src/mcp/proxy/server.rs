@@ -128,6 +128,7 @@ impl<G: CallGate> Proxy<G> {
                 cancelled,
                 generation,
                 approved,
+                call,
             } => {
                 if says_not_run(text, msg) {
                     // A JSON-RPC error from the server for this request:
@@ -157,6 +158,16 @@ impl<G: CallGate> Proxy<G> {
                 }
                 // Any other result counts, whatever it holds: the call ran.
                 self.unsettled.push((key, tool.clone()));
+                // What it returned, for loop detection (a result that
+                // cannot be read is not reported: its call matches nothing).
+                if let Some(call) = call {
+                    if let Some(value) = result
+                        .filter(|_| msg.error.is_none())
+                        .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+                    {
+                        self.outcomes.push((call, gate::loops::mcp_outcome(&value)));
+                    }
+                }
                 if cancelled {
                     // The client cancelled it: it ignores an answer (MCP's
                     // cancellation), so none is passed on, whatever size.
