@@ -115,8 +115,9 @@ pub struct ReplayArgs {
     /// format_description, turns, tool_calls, server_tool_calls, usage
     /// {input_tokens, output_tokens, cache_read_input_tokens,
     /// cache_creation_input_tokens, total}, usage_per_turn, usage_known,
-    /// stopped {turn, reason, detail} or null, overshoot {limit, used, max,
-    /// by} or null, status, refusals {reason: count}, executed, approved,
+    /// stopped {turn, reason, detail} or null, no_progress {turn, call_id,
+    /// tool, pattern, detail, saved_model_calls, saved_tokens} or null
+    /// (`[loops]`), overshoot {limit, used, max, by} or null, status, refusals {reason: count}, executed, approved,
     /// reached_turns, gate_usage, gate_cost_micro_usd, budget, notes, agents [{agent, turns,
     /// tool_calls, usage}], per_turn [{turn, message_id, stop_reason,
     /// stop_reason_inferred, usage, running_total, reached, outcome, calls
