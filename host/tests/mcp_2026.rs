@@ -7,7 +7,7 @@
 //! Without them these tests say so and pass, unless `BUDGETGATE_REQUIRE_MCP=1`
 //! is set (as `scripts/test` sets it): then a missing part fails the test.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::{json, Value};
@@ -18,9 +18,7 @@ fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_budgetgate"))
 }
 
-fn mcp_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp")
-}
+use common::mcp_dir;
 
 /// The installed parts, or `None` (the test is skipped) when they are
 /// missing and not required.
@@ -35,28 +33,9 @@ fn parts() -> Option<Parts> {
         python: dir.join(".venv2026/bin/python"),
         everything: dir.join("node_modules/.bin/mcp-server-everything"),
     };
-    let missing: Vec<String> = [&p.python, &p.everything]
-        .into_iter()
-        .filter(|f| !f.exists())
-        .map(|f| f.display().to_string())
-        .collect();
-    let node = Command::new("node").arg("--version").output().is_ok();
-    if missing.is_empty() && node {
-        return Some(p);
-    }
-    let why = format!(
-        "missing {} (run tests/mcp/install.sh)",
-        if node {
-            missing.join(", ")
-        } else {
-            "node".into()
-        }
-    );
-    if std::env::var("BUDGETGATE_REQUIRE_MCP").as_deref() == Ok("1") {
-        panic!("BUDGETGATE_REQUIRE_MCP=1 and the MCP 2026 test parts are {why}");
-    }
-    eprintln!("skipped: the MCP 2026 end-to-end parts are {why}");
-    None
+    let installed =
+        common::mcp_parts_installed(&[&p.python, &p.everything], "MCP 2026 end-to-end parts");
+    installed.then_some(p)
 }
 
 struct Setup {

@@ -22,9 +22,7 @@ fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_budgetgate"))
 }
 
-fn mcp_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp")
-}
+use common::mcp_dir;
 
 /// The installed parts, or `None` (the test is skipped) when they are
 /// missing and not required.
@@ -41,28 +39,11 @@ fn parts() -> Option<Parts> {
         filesystem: dir.join("node_modules/.bin/mcp-server-filesystem"),
         python: dir.join(".venv/bin/python"),
     };
-    let missing: Vec<String> = [&p.everything, &p.filesystem, &p.python]
-        .into_iter()
-        .filter(|f| !f.exists())
-        .map(|f| f.display().to_string())
-        .collect();
-    let node = Command::new("node").arg("--version").output().is_ok();
-    if missing.is_empty() && node {
-        return Some(p);
-    }
-    let why = format!(
-        "missing {} (run tests/mcp/install.sh)",
-        if node {
-            missing.join(", ")
-        } else {
-            "node".into()
-        }
+    let installed = common::mcp_parts_installed(
+        &[&p.everything, &p.filesystem, &p.python],
+        "MCP end-to-end parts",
     );
-    if std::env::var("BUDGETGATE_REQUIRE_MCP").as_deref() == Ok("1") {
-        panic!("BUDGETGATE_REQUIRE_MCP=1 and the MCP test parts are {why}");
-    }
-    eprintln!("skipped: the MCP end-to-end parts are {why}");
-    None
+    installed.then_some(p)
 }
 
 struct Setup {

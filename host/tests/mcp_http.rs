@@ -14,7 +14,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,9 +25,8 @@ fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_budgetgate"))
 }
 
-fn mcp_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp")
-}
+mod common;
+use common::mcp_dir;
 
 struct Parts {
     everything: PathBuf,
@@ -42,28 +41,9 @@ fn parts() -> Option<Parts> {
         everything: dir.join("node_modules/.bin/mcp-server-everything"),
         python: dir.join(".venv/bin/python"),
     };
-    let missing: Vec<String> = [&p.everything, &p.python]
-        .into_iter()
-        .filter(|f| !f.exists())
-        .map(|f| f.display().to_string())
-        .collect();
-    let node = Command::new("node").arg("--version").output().is_ok();
-    if missing.is_empty() && node {
-        return Some(p);
-    }
-    let why = format!(
-        "missing {} (run tests/mcp/install.sh)",
-        if node {
-            missing.join(", ")
-        } else {
-            "node".into()
-        }
-    );
-    if std::env::var("BUDGETGATE_REQUIRE_MCP").as_deref() == Ok("1") {
-        panic!("BUDGETGATE_REQUIRE_MCP=1 and the MCP test parts are {why}");
-    }
-    eprintln!("skipped: the MCP end-to-end parts are {why}");
-    None
+    let installed =
+        common::mcp_parts_installed(&[&p.everything, &p.python], "MCP end-to-end parts");
+    installed.then_some(p)
 }
 
 /// A process killed when dropped.

@@ -755,78 +755,6 @@ fn the_official_sdks_get_their_answers_and_read_a_refusal_without_retrying_it() 
     );
 }
 
-/// Makes a test CA and a server certificate for 127.0.0.1 (only) signed by
-/// it, with `openssl`; the paths of the CA's certificate, the server's
-/// certificate and its key.
-fn test_ca(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let run = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl runs");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=budgetgate test CA",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("ext");
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-    ]);
-    (
-        dir.join("ca.pem"),
-        dir.join("server.pem"),
-        dir.join("server.key"),
-    )
-}
-
 /// The HTTPS scripted upstream (tests/proxy/tls_upstream.py), killed when
 /// dropped.
 struct TlsUpstream {
@@ -865,7 +793,7 @@ fn start_proxy_at(url: &str, budget: &Path, ledger: &Path, extra: &[&str]) -> Pr
 #[test]
 fn an_https_upstream_is_reached_with_its_ca_and_refused_without_it_or_by_another_name() {
     let dir = tempfile::tempdir().expect("dir");
-    let (ca, cert, key) = test_ca(dir.path());
+    let (ca, cert, key) = common::tls::test_ca(dir.path());
     let upstream = start_tls_upstream(&cert, &key);
     let budget = write_budget(dir.path(), "[budget]\nmax_tokens = 100000\n");
     let ledger = dir.path().join("ledger.sqlite3");

@@ -99,3 +99,41 @@ impl ProxyProcess {
         format!("http://127.0.0.1:{}", self.port)
     }
 }
+
+/// The folder of the MCP test parts (`tests/mcp`: npm servers, the Claude
+/// Code CLI, the Python clients' venvs), installed by `tests/mcp/install.sh`.
+pub fn mcp_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp")
+}
+
+/// Whether the end-to-end parts `paths` (and `node`) are installed. When
+/// one is missing the test is skipped (`false`, said on stderr), unless
+/// `BUDGETGATE_REQUIRE_MCP=1` (as `scripts/test` sets it): then it fails.
+/// `what` names the parts in the message.
+pub fn mcp_parts_installed(paths: &[&Path], what: &str) -> bool {
+    let missing: Vec<String> = paths
+        .iter()
+        .filter(|f| !f.exists())
+        .map(|f| f.display().to_string())
+        .collect();
+    let node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if missing.is_empty() && node {
+        return true;
+    }
+    let why = format!(
+        "missing {} (run tests/mcp/install.sh)",
+        if node {
+            missing.join(", ")
+        } else {
+            "node".into()
+        }
+    );
+    if std::env::var("BUDGETGATE_REQUIRE_MCP").as_deref() == Ok("1") {
+        panic!("BUDGETGATE_REQUIRE_MCP=1 and the {what} are {why}");
+    }
+    eprintln!("skipped: the {what} are {why}");
+    false
+}
