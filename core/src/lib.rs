@@ -221,6 +221,11 @@ mod tests {
         let gate = core::mem::size_of::<TurnGate>();
         let device = core::mem::size_of::<device::DeviceGate<Lamp>>();
         println!("DeviceGate = {device} B");
+        println!(
+            "loop Window<32> = {} B, Window<8> = {} B",
+            core::mem::size_of::<engine::Window<32>>(),
+            core::mem::size_of::<engine::Window<8>>()
+        );
         assert!(device <= 8192, "DeviceGate grew to {device} bytes");
         println!(
             "Run = {run} B, ActionRef = {view} B, Action = {action} B, Plan = {plan} B, TurnGate = {gate} B"
