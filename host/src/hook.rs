@@ -99,8 +99,9 @@ pub struct ToolResult {
     pub name: String,
     /// `tool_input`.
     pub input: Value,
-    /// What it returned, as loop detection compares it.
-    pub outcome: engine::Outcome,
+    /// What it returned, as loop detection compares it; `None` when the
+    /// event carries no result (nothing is reported).
+    pub outcome: Option<engine::Outcome>,
 }
 
 /// The tool call of a `PreToolUse` event.
@@ -260,14 +261,12 @@ impl HookEvent {
         let result = match name.as_str() {
             "PostToolUse" | "PostToolUseFailure" => {
                 let failed = name == "PostToolUseFailure";
-                let returned = object
-                    .get(if failed { "error" } else { "tool_response" })
-                    .unwrap_or(&Value::Null);
+                let returned = object.get(if failed { "error" } else { "tool_response" });
                 match (object.get("tool_name"), object.get("tool_input")) {
                     (Some(Value::String(tool)), Some(input)) => Some(ToolResult {
                         name: tool.clone(),
                         input: input.clone(),
-                        outcome: crate::gate::loops::outcome_of(returned, failed),
+                        outcome: returned.map(|r| crate::gate::loops::outcome_of(r, failed)),
                     }),
                     _ => None,
                 }
@@ -548,8 +547,11 @@ pub fn decide(
         }
         (None, "PostToolUse" | "PostToolUseFailure") => {
             if let (Some(ran), true) = (&event.result, budget.loops.is_on()) {
-                if let Some(call) = gate::loops::call_key(&ran.name, &ran.input) {
-                    gate::loops::report_tool_outcome(tx, session, call, ran.outcome)?;
+                let agent = event.agent_id.as_deref().unwrap_or("");
+                if let (Some(call), Some(outcome)) =
+                    (gate::loops::call_key(&ran.name, &ran.input), ran.outcome)
+                {
+                    gate::loops::report_tool_outcome(tx, session, agent, call, Some(outcome))?;
                 }
             }
             Answer::Pass

@@ -1221,3 +1221,49 @@ fn a_version_2_ledger_is_upgraded_with_its_figures_kept() {
         .unwrap();
     assert_eq!(version, 3);
 }
+
+/// Each sub-agent has its own loop window (issue 32): four sub-agents
+/// started at once, each reading the same file once with the same result,
+/// make no loop; one agent reading it three times does. A `PostToolUse`
+/// without `tool_response` reports nothing (its call matches nothing).
+#[test]
+fn each_subagent_has_its_own_loop_window_and_a_missing_result_reports_nothing() {
+    let s = Setup::new(LOOPS);
+    let read = json!({"file_path": "/repo/CLAUDE.md"});
+    let text = json!({"type": "text", "file": {"content": "rules"}});
+    let with_agent = |mut event: Value, agent: &str| {
+        event["agent_id"] = json!(agent);
+        event
+    };
+    for agent in ["a1", "a2", "a3", "a4"] {
+        let id = format!("r-{agent}");
+        let pre = with_agent(s.pre("Read", read.clone(), &id), agent);
+        assert_eq!(decision(&s.run(&pre)), "none", "{agent}");
+        let post = with_agent(s.post("Read", read.clone(), &id, text.clone()), agent);
+        assert_eq!(decision(&s.run(&post)), "none");
+    }
+    // The session's own calls have their own window too.
+    assert_eq!(s.call("Read", read.clone(), "main-1", text.clone()), "none");
+    for n in 2..=3 {
+        let id = format!("r-a1-{n}");
+        let pre = with_agent(s.pre("Read", read.clone(), &id), "a1");
+        let d = decision(&s.run(&pre));
+        if n < 3 {
+            assert_eq!(d, "none");
+            let post = with_agent(s.post("Read", read.clone(), &id, text.clone()), "a1");
+            assert_eq!(decision(&s.run(&post)), "none");
+        } else {
+            assert!(d.contains("(no-progress)"), "{d}");
+        }
+    }
+    // No tool_response: nothing reported, so nothing matched.
+    let poll = json!({"command": "status"});
+    for id in ["p1", "p2", "p3", "p4"] {
+        assert_eq!(decision(&s.run(&s.pre("Bash", poll.clone(), id))), "none");
+        let post = s.event(
+            "PostToolUse",
+            json!({"tool_name": "Bash", "tool_input": poll, "tool_use_id": id}),
+        );
+        assert_eq!(decision(&s.run(&post)), "none");
+    }
+}

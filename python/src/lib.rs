@@ -182,6 +182,13 @@ struct Open {
     tickets: Vec<Ticket>,
     /// Tool calls let through, oldest first.
     held: Vec<HeldTool>,
+    /// Outcomes loop detection has not been told yet (the report failed):
+    /// reported again before the next decision, which is refused while one
+    /// is not (fail closed).
+    unreported: Vec<(
+        budgetgate_core::turn::CallFingerprint,
+        Option<budgetgate_core::engine::Outcome>,
+    )>,
     /// This gate's model-call keys: unique among the processes on a session.
     key_prefix: String,
     next_key: u64,
@@ -270,21 +277,34 @@ fn to_python(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
     Ok(loads.call1((value.to_string(),))?.unbind())
 }
 
-/// Reports what tool call `call` (its loop key) returned to loop
-/// detection (`[loops]`; nothing is kept without it): `ok` (it succeeded)
-/// and its `output` (JSON, or `None`), compared as
-/// [`loops::outcome_of`] compares a result.
+/// Reports what tool call `call` (its loop key) did to loop detection
+/// (`[loops]`; nothing is kept without it): `Some(outcome)` what it
+/// returned, `None` it did not run after all (forgotten). Kept in
+/// `unreported` when the ledger cannot take it; `Err` then.
 fn report_outcome(
     gate: &mut Open,
     call: Option<budgetgate_core::turn::CallFingerprint>,
-    ok: bool,
-    output: Option<&Value>,
+    outcome: Option<budgetgate_core::engine::Outcome>,
 ) -> Result<(), String> {
     let Some(call) = call else {
         return Ok(());
     };
-    let outcome = loops::outcome_of(output.unwrap_or(&Value::Null), !ok);
-    gate.tools.report_outcome(call, outcome, now_ms())
+    gate.unreported.push((call, outcome));
+    report_pending(gate)
+}
+
+/// Reports the outcomes loop detection has not been told yet; `Err` while
+/// one cannot be (kept for the next try).
+fn report_pending(gate: &mut Open) -> Result<(), String> {
+    for (call, outcome) in std::mem::take(&mut gate.unreported) {
+        if let Err(e) = gate.tools.report_outcome(call, outcome, now_ms()) {
+            gate.unreported.push((call, outcome));
+            return Err(format!(
+                "an earlier tool call's outcome could not be reported to loop detection yet: {e}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[pymethods]
@@ -325,6 +345,7 @@ impl Gate {
                 table,
                 tickets: Vec::new(),
                 held: Vec::new(),
+                unreported: Vec::new(),
                 key_prefix: format!("py-{}-{}", std::process::id(), now_ms()),
                 next_key: 0,
             })
@@ -440,6 +461,8 @@ impl Gate {
                     "tool call {call_id:?} is already pending"
                 )));
             }
+            // Outcomes not yet reported first: no decision without them.
+            report_pending(open).map_err(gate_error)?;
             let shown = format!("the call id {call_id:?}");
             let call = ToolCall {
                 name: &name,
@@ -454,7 +477,11 @@ impl Gate {
                     open.held.push(HeldTool {
                         call_id: call_id.clone(),
                         name: name.clone(),
-                        call: loops::call_key(&name, &input),
+                        call: open
+                            .tools
+                            .loops_on()
+                            .then(|| loops::call_key(&name, &input))
+                            .flatten(),
                     });
                     Ok(Decision::allowed())
                 }
@@ -502,9 +529,14 @@ impl Gate {
                 .commit(&call_id, &tool, now_ms())
                 .map_err(gate_error)?;
             let held = open.held.remove(at);
-            // Counted already; a result that cannot be reported is an error
-            // (the ledger could not be written), never ignored.
-            report_outcome(open, held.call, ok, output.as_ref()).map_err(gate_error)?;
+            // Counted already. What it returned is its outcome; with no
+            // `output` nothing is said of it (a result not seen matches no
+            // pattern). A report that fails is kept, and refuses the next
+            // decision until it lands.
+            let outcome = output.as_ref().map(|o| loops::outcome_of(o, !ok));
+            if outcome.is_some() {
+                report_outcome(open, held.call, outcome).map_err(gate_error)?;
+            }
             Ok(())
         })
     }
@@ -517,7 +549,9 @@ impl Gate {
             open.tools
                 .roll_back(&call_id, now_ms())
                 .map_err(gate_error)?;
-            open.held.remove(at);
+            let held = open.held.remove(at);
+            // It did not run: forgotten from the loop window.
+            report_outcome(open, held.call, None).map_err(gate_error)?;
             Ok(())
         })
     }

@@ -436,3 +436,22 @@ def test_loops_refuse_a_call_whose_results_do_not_change(budget, sqlite_ledger):
     with Gate(budget=plain, ledger=sqlite_ledger, session="t") as gate:
         for i in range(4):
             assert call(gate, f"p{i}", {"job": 1}, "same").allowed
+
+
+def test_loops_without_an_output_report_nothing_and_a_cancelled_call_is_forgotten(budget, sqlite_ledger):
+    """after_tool without output says nothing of the result (no pattern is
+    assumed over it); a cancelled call did not run and leaves no step that
+    would hide a loop around it."""
+    b = budget(f"[budget]\n{FOREVER}max_repeats = 100\n[loops]\nsame_outcome = 3\n")
+    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+        for i in range(4):
+            assert gate.before_tool("poll", {"q": 1}, f"a{i}").allowed
+            gate.after_tool(f"a{i}")
+        # Two the same, a call that never ran between, then refused.
+        for i in range(2):
+            assert gate.before_tool("read", {"f": 1}, f"b{i}").allowed
+            gate.after_tool(f"b{i}", output="same")
+        assert gate.before_tool("edit", {"n": 1}, "c").allowed
+        gate.cancel_tool("c")
+        d = gate.before_tool("read", {"f": 1}, "b2")
+        assert (d.allowed, d.reason) == (False, "no-progress")

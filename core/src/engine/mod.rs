@@ -863,7 +863,8 @@ fn count<S: State<T> + ?Sized, const T: usize, const N: usize>(
     if !rules.rate.is_empty() {
         state.add_rate_call(call.now_ms)?;
     }
-    if rules.loops.is_on() {
+    // A call refused `unknown-tool` (counted, never run) is not a step.
+    if rules.loops.is_on() && rules.tools.rule(call.name) != ToolRule::Unknown {
         if let (Some(key), Ok(name), Some(window)) = (
             call.fingerprint,
             ToolName::new(call.name),
@@ -873,6 +874,19 @@ fn count<S: State<T> + ?Sized, const T: usize, const N: usize>(
         }
     }
     Ok(())
+}
+
+/// Forgets call `call` (its fingerprint) from the loop window: it was let
+/// through but did not run after all (given back, its approval refused).
+/// `false` when it is not there (no window, forgotten, or reported).
+pub fn forget_call<S: State<T> + ?Sized, const T: usize>(
+    state: &mut S,
+    call: CallFingerprint,
+) -> Result<bool, S::Error> {
+    Ok(match state.loop_window()? {
+        Some(window) => window.forget(call),
+        None => false,
+    })
 }
 
 /// Reports what call `call` (its fingerprint) returned, for loop detection:

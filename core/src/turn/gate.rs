@@ -682,6 +682,13 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         }
     }
 
+    /// Swaps the loop window with `other` (see [`Window::swap`]): a
+    /// front-end whose run has sub-agents calling in parallel keeps one
+    /// window per agent and swaps the agent's in before its calls.
+    pub fn swap_loop_window(&mut self, other: &mut Window) {
+        self.window.swap(other);
+    }
+
     /// The engine's refusal of the last call [`propose`](Self::propose)
     /// refused for a limit or a rule (with its figures: the pattern of a
     /// `no-progress`, the count of a `repeat`), for a front-end that words
@@ -1003,7 +1010,12 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
             Ok(CallVerdict::Execute)
         } else {
             tracked.state = CallState::Refused(RefusalReason::ApprovalRefused);
+            let never_ran = tracked.fingerprint;
             self.refusals.add(RefusalReason::ApprovalRefused);
+            // It never runs: no step of the loop window.
+            if let Some(call) = never_ran {
+                self.window.forget(call);
+            }
             Ok(CallVerdict::Refused(RefusalReason::ApprovalRefused))
         }
     }

@@ -17,13 +17,15 @@ use super::fingerprint::fingerprint_value;
 use super::GateError;
 use crate::store::{LedgerTx, StoreError};
 
-/// The window of `session` as stored, if one is; a record that does not
-/// read back is an error (the caller refuses: fail closed).
+/// The window of `session` / `agent` (`""`: the session's own calls) as
+/// stored, if one is; a record that does not read back is an error (the
+/// caller refuses: fail closed).
 pub fn load_window(
     tx: &(impl LedgerTx + ?Sized),
     session: &str,
+    agent: &str,
 ) -> Result<Option<Window>, GateError> {
-    tx.loop_window(session)?
+    tx.loop_window(session, agent)?
         .map(|bytes| {
             Window::read_record(&bytes).map_err(|source| {
                 GateError::Store(StoreError::LoopWindow {
@@ -35,10 +37,11 @@ pub fn load_window(
         .transpose()
 }
 
-/// Stores `window` as `session`'s.
+/// Stores `window` as `session` / `agent`'s.
 pub fn store_window(
     tx: &(impl LedgerTx + ?Sized),
     session: &str,
+    agent: &str,
     window: &Window,
 ) -> Result<(), GateError> {
     let mut buf = [0u8; Window::<{ budgetgate_core::engine::loops::LOOP_WINDOW }>::RECORD_MAX];
@@ -48,7 +51,7 @@ pub fn store_window(
             source,
         })
     })?;
-    tx.put_loop_window(session, buf.get(..n).unwrap_or_default())?;
+    tx.put_loop_window(session, agent, buf.get(..n).unwrap_or_default())?;
     Ok(())
 }
 
@@ -68,24 +71,29 @@ pub fn call_key(name: &str, input: &Value) -> Option<CallFingerprint> {
     fingerprint_value(input).map(|f| f.with_name(name))
 }
 
-/// Reports that call `call` ([`call_key`]) of `session` returned
-/// `outcome`: the latest such call in the session's window without an
-/// outcome gets it. `Ok(false)`: no such call (loops off when it was let
-/// through, forgotten, or reported already).
+/// Reports that call `call` ([`call_key`]) of `session` / `agent`
+/// returned `outcome` (`None`: it did not run after all, and is forgotten):
+/// the latest such call in the window without an outcome gets it.
+/// `Ok(false)`: no such call (loops off when it was let through,
+/// forgotten, or reported already).
 pub fn report_tool_outcome(
     tx: &(impl LedgerTx + ?Sized),
     session: &str,
+    agent: &str,
     call: CallFingerprint,
-    outcome: Outcome,
+    outcome: Option<Outcome>,
 ) -> Result<bool, GateError> {
-    let Some(mut window) = load_window(tx, session)? else {
+    let Some(mut window) = load_window(tx, session, agent)? else {
         return Ok(false);
     };
-    let reported = window.report(call, outcome);
-    if reported {
-        store_window(tx, session, &window)?;
+    let changed = match outcome {
+        Some(outcome) => window.report(call, outcome),
+        None => window.forget(call),
+    };
+    if changed {
+        store_window(tx, session, agent, &window)?;
     }
-    Ok(reported)
+    Ok(changed)
 }
 
 /// What an MCP `tools/call` result says, as loop detection compares it: its

@@ -420,7 +420,7 @@ impl<T: LedgerTx + ?Sized> engine::State for Stored<'_, '_, T> {
 
     fn loop_window(&mut self) -> Result<Option<&mut engine::Window>, GateError> {
         if self.window.is_none() {
-            let stored = loops::load_window(self.tx, self.session)?;
+            let stored = loops::load_window(self.tx, self.session, self.agent.unwrap_or(""))?;
             self.window = Some(Box::new(stored.unwrap_or_default()));
         }
         Ok(self.window.as_deref_mut())
@@ -664,7 +664,7 @@ pub fn decide_tool_call(
     };
     // Asked for only under `[loops]`; the call let through is in it now.
     if let Some(window) = &state.window {
-        loops::store_window(tx, session, window)?;
+        loops::store_window(tx, session, agent.unwrap_or(""), window)?;
     }
     if let (Counting::Reserve { key, expires_ms }, engine::Decision::Run | engine::Decision::Ask) =
         (counting, decision)

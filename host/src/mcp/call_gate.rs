@@ -53,16 +53,22 @@ pub trait CallGate {
         None
     }
     /// Reports what a call that ran returned (`call`: its key,
-    /// [`gate::loops::call_key`]), for loop detection (`[loops]`). By
-    /// default nothing is kept.
+    /// [`gate::loops::call_key`]; `None`: it did not run after all, and is
+    /// forgotten), for loop detection (`[loops]`). By default nothing is
+    /// kept.
     fn report_outcome(
         &mut self,
         call: CallFingerprint,
-        outcome: Outcome,
+        outcome: Option<Outcome>,
         now_ms: u64,
     ) -> Result<(), String> {
         let _ = (call, outcome, now_ms);
         Ok(())
+    }
+    /// Whether loop detection wants the calls' outcomes
+    /// ([`Self::report_outcome`]). By default not.
+    fn loops_on(&self) -> bool {
+        false
     }
     /// Commits the calls in `ran` (key and tool of each, in the order they
     /// were answered), then decides `call`: in one transaction where the
@@ -174,10 +180,14 @@ impl<G: CallGate> CallGate for std::sync::Arc<std::sync::Mutex<G>> {
         // A poisoned lock: renew often (each renewal fails, and says so).
         self.lock().map_or(Some(1_000), |g| g.renew_every_ms())
     }
+    fn loops_on(&self) -> bool {
+        // A poisoned lock: reported, and the report fails (fail closed).
+        self.lock().map_or(true, |g| g.loops_on())
+    }
     fn report_outcome(
         &mut self,
         call: CallFingerprint,
-        outcome: Outcome,
+        outcome: Option<Outcome>,
         now_ms: u64,
     ) -> Result<(), String> {
         self.lock()
@@ -362,15 +372,19 @@ impl CallGate for LedgerGate {
     fn report_outcome(
         &mut self,
         call: CallFingerprint,
-        outcome: Outcome,
+        outcome: Option<Outcome>,
         now: u64,
     ) -> Result<(), String> {
         if !self.budget.loops.is_on() {
             return Ok(());
         }
         self.transaction(now, |tx, _, _, session, _| {
-            gate::loops::report_tool_outcome(tx, session, call, outcome).map(|_| ())
+            gate::loops::report_tool_outcome(tx, session, "", call, outcome).map(|_| ())
         })
+    }
+
+    fn loops_on(&self) -> bool {
+        self.budget.loops.is_on()
     }
 
     fn count_unreserved(&mut self, key: &str, tool: &str, now: u64) -> Result<(), String> {

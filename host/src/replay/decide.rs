@@ -77,6 +77,9 @@ struct Walk<'s, 'b> {
     agents: BTreeMap<String, Ledger>,
     /// The sub-agents whose own limit a note already names.
     noted_agents: BTreeSet<String>,
+    /// `[loops]`: each sub-agent's loop window, swapped into the gate for
+    /// its calls.
+    agent_windows: BTreeMap<String, Box<engine::Window>>,
     stopped: Option<Stopped>,
     /// With `[loops]`: the first call refused for no progress.
     no_progress: Option<LoopStop>,
@@ -109,6 +112,7 @@ impl<'s, 'b> Walk<'s, 'b> {
             unpriced: BTreeSet::new(),
             agents: BTreeMap::new(),
             noted_agents: BTreeSet::new(),
+            agent_windows: BTreeMap::new(),
             stopped: None,
             no_progress: None,
             decided: DecidedTurns {
@@ -209,9 +213,12 @@ impl<'s, 'b> Walk<'s, 'b> {
         let used = turn.usage.unwrap_or(TokenUsage::ZERO);
         self.record_usage(index, turn, stop, used)?;
         let sub = self.subagent_response(turn, used);
+        // Each agent its own loop window (sub-agents call in parallel).
+        self.swap_window(sub.as_deref());
         for call in &turn.calls {
             self.call(index, call, sub.as_deref())?;
         }
+        self.swap_window(sub.as_deref());
         let outcome = self.finish_turn(index, turn)?;
         self.decided.outcomes.push(outcome);
         Ok(())
@@ -253,6 +260,15 @@ impl<'s, 'b> Walk<'s, 'b> {
                 .map_err(|e| format!("internal: turn {index}: {e}"))?;
         }
         Ok(())
+    }
+
+    /// Swaps the loop window of sub-agent `agent` (none: the main agent's
+    /// stays) with the gate's: before its calls, and back after.
+    fn swap_window(&mut self, agent: Option<&str>) {
+        if let (Some(agent), true) = (agent, self.budget.loops.is_on()) {
+            let window = self.agent_windows.entry(agent.to_owned()).or_default();
+            self.gate.swap_loop_window(window);
+        }
     }
 
     /// A sub-agent's own limits, as the hook applies them: its response is

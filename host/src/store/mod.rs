@@ -323,10 +323,11 @@ pub trait LedgerTx {
     ) -> Result<(), StoreError>;
     /// Records that `model`, which has no price, was used in `session`.
     fn add_unpriced(&self, session: &str, model: &str) -> Result<(), StoreError>;
-    /// The record of `session`'s loop window (`[loops]`), if stored.
-    fn loop_window(&self, session: &str) -> Result<Option<Vec<u8>>, StoreError>;
-    /// Stores the record of `session`'s loop window.
-    fn put_loop_window(&self, session: &str, record: &[u8]) -> Result<(), StoreError>;
+    /// The record of the loop window (`[loops]`) of `session` / `agent`
+    /// (`""`: the session's own calls), if stored.
+    fn loop_window(&self, session: &str, agent: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Stores the record of the loop window of `session` / `agent`.
+    fn put_loop_window(&self, session: &str, agent: &str, record: &[u8]) -> Result<(), StoreError>;
 }
 
 /// Usage already counted for one model response (by request or message id).

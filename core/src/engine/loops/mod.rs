@@ -103,6 +103,31 @@ impl<const N: usize> Window<N> {
         });
     }
 
+    /// Forgets the latest call `call` that has no outcome: it did not run
+    /// after all (given back, its approval refused), and a step that never
+    /// gets an outcome would hide the patterns around it. `false` when
+    /// there is no such call.
+    pub fn forget(&mut self, call: CallFingerprint) -> bool {
+        let found = self
+            .steps
+            .iter()
+            .rposition(|s| s.call == call && s.outcome.is_none());
+        match found {
+            Some(at) => {
+                self.steps.remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Swaps this window with `other`: a front-end that keeps one window
+    /// per agent (a session's sub-agents call in parallel, each its own
+    /// loop) swaps the agent's in before deciding its calls.
+    pub fn swap(&mut self, other: &mut Self) {
+        core::mem::swap(self, other);
+    }
+
     /// Sets the outcome of the latest call `call` that has none; `false`
     /// when there is no such call (forgotten, or reported already).
     pub fn report(&mut self, call: CallFingerprint, outcome: Outcome) -> bool {
@@ -121,7 +146,9 @@ impl<const N: usize> Window<N> {
     }
 }
 
-/// The thresholds of `[loops]`; a pattern without one is not looked for.
+/// The thresholds of `[loops]`; a pattern without one is not looked for
+/// (the budget file gives every pattern a threshold: a key it leaves out
+/// takes the recommended one).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct LoopRules {
@@ -253,8 +280,13 @@ fn same_call(steps: &[Step], rules: &LoopRules, next: CallFingerprint) -> Option
     let mut run: u16 = 0;
     for (at, step) in steps.iter().enumerate().rev() {
         if step.call == next {
-            // The latest copy's result not seen yet: nothing is assumed.
-            let outcome = step.outcome?;
+            let Some(outcome) = step.outcome else {
+                // The latest copy's result not seen yet: nothing is
+                // assumed. An older copy's never came (it did not run):
+                // the run is what came after it.
+                first?;
+                break;
+            };
             match first {
                 None => first = Some(outcome),
                 Some(f) if f != outcome => break,

@@ -418,3 +418,33 @@ fn window_record_refuses_bad_bytes() {
     );
     assert!(Window::<3>::read_record(&big[..n]).is_ok());
 }
+
+/// An older copy of the call whose result never came (it did not run: the
+/// server answered with an error, a person refused it) ends the run there;
+/// it does not switch the pattern off for the rest of the window.
+#[test]
+fn an_older_copy_without_a_result_ends_the_run_without_hiding_it() {
+    let same = ("build", "{}", Some(err("error: x")));
+    let w = window(&[("build", "{}", None), same, same]);
+    let found = detect(w.steps(), &RULES, fp("build", "{}")).expect("refused");
+    assert_eq!((found.pattern, found.times), (Pattern::SameError, 3));
+    let w = window(&[same, ("build", "{}", None), same]);
+    assert_eq!(detect(w.steps(), &RULES, fp("build", "{}")), None);
+}
+
+/// A call forgotten (it did not run) leaves no step behind: the patterns
+/// around it are found as if it had never been let through.
+#[test]
+fn a_forgotten_call_leaves_no_step() {
+    let same = ("status", "{}", Some(ok("pending")));
+    let mut w = window(&[same, same, same]);
+    w.push(fp("edit", "{}"), ToolName::new("edit").expect("name"));
+    assert_eq!(detect(w.steps(), &RULES, fp("status", "{}")), None);
+    assert!(w.forget(fp("edit", "{}")));
+    assert!(!w.forget(fp("edit", "{}")), "only once");
+    assert!(!w.forget(fp("status", "{}")), "never a call with a result");
+    assert!(detect(w.steps(), &RULES, fp("status", "{}")).is_some());
+    let mut other: Window = Window::new();
+    w.swap(&mut other);
+    assert!(w.steps().is_empty() && other.steps().len() == 3);
+}

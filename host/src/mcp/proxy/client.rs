@@ -553,7 +553,7 @@ impl<G: CallGate> Proxy<G> {
                         cancelled: false,
                         generation,
                         approved: None,
-                        call: gate::loops::call_key(name, arguments),
+                        call: self.loop_key(name, arguments),
                     },
                 );
                 true
@@ -573,7 +573,7 @@ impl<G: CallGate> Proxy<G> {
                         cancelled: false,
                         generation,
                         approved: Some(request_state::arguments_digest(arguments)),
-                        call: gate::loops::call_key(name, arguments),
+                        call: self.loop_key(name, arguments),
                     },
                 );
                 true

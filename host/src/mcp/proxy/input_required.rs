@@ -421,6 +421,7 @@ impl<G: CallGate> Proxy<G> {
             return self.refuse_awaited(id, awaited, &why, now, out);
         }
         self.holding_from(now);
+        let call = self.loop_key_of_request(text);
         self.pending.insert(
             id.to_owned(),
             Pending::Call {
@@ -429,7 +430,7 @@ impl<G: CallGate> Proxy<G> {
                 cancelled: false,
                 generation: Generation::Stateless,
                 approved: Some(claims.arguments),
-                call: call_key_of_request(text),
+                call,
             },
         );
         out.push(Out::Server(without_own_input(text)));

@@ -129,7 +129,7 @@ pub struct Proxy<G: CallGate> {
     /// Results of calls the server answered, not yet reported to loop
     /// detection (`[loops]`): reported by [`Self::settle`]; one that could
     /// not be is kept, and no call is decided until it is (fail closed).
-    outcomes: Vec<(CallFingerprint, Outcome)>,
+    outcomes: Vec<(CallFingerprint, Option<Outcome>)>,
     /// When the reservations this proxy holds were last renewed
     /// ([`CallGate::renew`]).
     renewed_at: u64,
@@ -409,8 +409,38 @@ impl<G: CallGate> Proxy<G> {
 /// a call that ran is counted whichever way the transport ends.
 impl<G: CallGate> Drop for Proxy<G> {
     fn drop(&mut self) {
-        if !self.unsettled.is_empty() {
+        if !self.unsettled.is_empty() || !self.outcomes.is_empty() {
             self.settle(now());
+        }
+    }
+}
+
+impl<G: CallGate> Proxy<G> {
+    /// The loop-detection key of call `name` with `arguments`, when the
+    /// gate looks for loops (else none is kept, and no result is read for
+    /// it).
+    fn loop_key(&self, name: &str, arguments: &Value) -> Option<CallFingerprint> {
+        if self.gate.loops_on() {
+            gate::loops::call_key(name, arguments)
+        } else {
+            None
+        }
+    }
+
+    /// [`Self::loop_key`] of the `tools/call` request `line`.
+    fn loop_key_of_request(&self, line: &str) -> Option<CallFingerprint> {
+        if self.gate.loops_on() {
+            call_key_of_request(line)
+        } else {
+            None
+        }
+    }
+
+    /// Call `call` (its loop key), let through, did not run after all: it
+    /// is forgotten from the loop window.
+    fn did_not_run(&mut self, call: Option<CallFingerprint>) {
+        if let Some(call) = call {
+            self.outcomes.push((call, None));
         }
     }
 }

@@ -65,7 +65,7 @@ impl<G: CallGate> Proxy<G> {
         };
         let why = match approval.question.answer(answer, now) {
             Some(Decision::Approved) => {
-                let call = call_key_of_request(&approval.line);
+                let call = self.loop_key_of_request(&approval.line);
                 out.push(Out::Server(approval.line));
                 self.pending.insert(
                     approval.id,
@@ -103,6 +103,9 @@ impl<G: CallGate> Proxy<G> {
         now: u64,
         out: &mut Vec<Out>,
     ) {
+        // It never runs: forgotten from the loop window.
+        let call = self.loop_key_of_request(&approval.line);
+        self.did_not_run(call);
         let refusal = Refusal::new(
             budgetgate_core::turn::RefusalReason::ApprovalRefused,
             &format!(

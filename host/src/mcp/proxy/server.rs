@@ -135,6 +135,7 @@ impl<G: CallGate> Proxy<G> {
                     // the call did not run. The only answer that gives a
                     // call back (`SPEC E`).
                     self.roll_back(&key, now);
+                    self.did_not_run(call);
                     self.close(id, &key, &tool, false);
                     return if cancelled { Reply::Drop } else { Reply::Same };
                 }
@@ -148,6 +149,7 @@ impl<G: CallGate> Proxy<G> {
                     // request of its own, decided and counted then. Given
                     // back, and passed on untouched.
                     self.roll_back(&key, now);
+                    self.did_not_run(call);
                     self.close(id, &key, &tool, false);
                     if let (Some(arguments), Some(state)) =
                         (approved, result.and_then(server_state))
@@ -165,7 +167,8 @@ impl<G: CallGate> Proxy<G> {
                         .filter(|_| msg.error.is_none())
                         .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
                     {
-                        self.outcomes.push((call, gate::loops::mcp_outcome(&value)));
+                        self.outcomes
+                            .push((call, Some(gate::loops::mcp_outcome(&value))));
                     }
                 }
                 if cancelled {
@@ -300,6 +303,7 @@ impl<G: CallGate> Proxy<G> {
             tool,
             cancelled,
             generation,
+            call,
             ..
         } = pending
         else {
@@ -307,7 +311,10 @@ impl<G: CallGate> Proxy<G> {
             return vec![Out::Client(error_line(id, GATEWAY_ERROR, &message))];
         };
         match ran {
-            Ran::No => self.roll_back(&key, now),
+            Ran::No => {
+                self.roll_back(&key, now);
+                self.did_not_run(call);
+            }
             Ran::Maybe => {
                 // Its answer may still come (a stream resumed, a slow
                 // server): its id stays taken.

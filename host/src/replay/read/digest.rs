@@ -7,7 +7,9 @@
 //!
 //! Each value feeds a tag and its data: `n` null, `t`/`f`, `u`/`i`/`d` and
 //! 8 bytes, `s` with its length (8 bytes) and bytes, `[`…`]`, `{` with each
-//! key as a string, then `}`. Below [`MAX_DIGEST_DEPTH`] levels a value is
+//! key as a string, then `}`; a whole value that is a non-negative integer
+//! is its own digest (a content already digested, read again). Below
+//! [`MAX_DIGEST_DEPTH`] levels a value is
 //! skipped (without recursion) and fed as `D`: the stack stays bounded
 //! whatever a recording holds.
 
@@ -40,8 +42,15 @@ impl Fnv {
     }
 }
 
-/// The digest of `value`.
+/// The digest of `value`. A whole value that is a non-negative integer is
+/// its own digest: a reader that replaced a result's content by its
+/// digest (`prune_claude_code_line`) hands it on as that number, and a
+/// tool result's content is never a bare number, so reading it again gives
+/// the same digest, never a digest of the digest.
 pub(super) fn digest_value(value: &Value) -> u64 {
+    if let Some(digest) = value.as_u64() {
+        return digest;
+    }
     fn walk(h: &mut Fnv, v: &Value, depth: usize) {
         if depth >= MAX_DIGEST_DEPTH {
             h.feed(b"D");
@@ -138,6 +147,11 @@ impl<'de> Visitor<'de> for Walk<'_> {
         Ok(())
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        if self.depth == 0 {
+            // A whole value that is a digest already (see `digest_value`).
+            self.h.0 = v;
+            return Ok(());
+        }
         self.h.feed(b"u");
         self.h.feed(&v.to_le_bytes());
         Ok(())
@@ -243,6 +257,16 @@ mod tests {
         seen.sort_unstable();
         seen.dedup();
         assert_eq!(seen.len(), texts.len());
+    }
+
+    /// A content already replaced by its digest and read again (the line
+    /// pruned, then read by the one-pass reader) keeps its digest.
+    #[test]
+    fn a_digest_read_again_is_itself() {
+        let value: Value = serde_json::from_str(r#"[{"type":"text","text":"x"}]"#).unwrap();
+        let d = digest_value(&value);
+        assert_eq!(streamed(&d.to_string()), d);
+        assert_eq!(digest_value(&Value::from(d)), d);
     }
 
     /// Deep values: below MAX_DIGEST_DEPTH levels they are one marker, so

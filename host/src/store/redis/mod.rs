@@ -11,8 +11,8 @@
 //! written, ms since the Unix epoch) and `log` (list of JSON objects
 //! `{at_ms, session, action, detail}`: the session's log, on its slot) and
 //! `epoch` (string: a random value written with the session's first
-//! write) and `loops` (string: the session's loop window, the core's
-//! record, `[loops]`). Earlier builds kept one shared list `bg:log`: it is still read
+//! write) and `loops` (hash: agent, `""` for the session's own calls → its
+//! loop window, the core's record, `[loops]`). Earlier builds kept one shared list `bg:log`: it is still read
 //! (and merged by time) by [`RedisStore::log`], never written.
 //!
 //! A decision is one optimistic transaction: the session's keys are
@@ -611,7 +611,7 @@ const KEYS: [(&str, &str); 12] = [
     ("updated", "hash"),
     ("log", "list"),
     ("epoch", "string"),
-    ("loops", "string"),
+    ("loops", "hash"),
 ];
 
 fn keys(session: &str) -> Vec<String> {

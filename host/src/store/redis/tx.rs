@@ -271,14 +271,14 @@ impl LedgerTx for RedisTx<'_> {
         Ok(())
     }
 
-    fn loop_window(&self, session: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.read(|c| c.get(key(session, "loops")))
+    fn loop_window(&self, session: &str, agent: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.read(|c| c.hget(key(session, "loops"), agent))
     }
 
-    fn put_loop_window(&self, session: &str, record: &[u8]) -> Result<(), StoreError> {
+    fn put_loop_window(&self, session: &str, agent: &str, record: &[u8]) -> Result<(), StoreError> {
         let record = record.to_vec();
         self.write(|p| {
-            p.set(key(session, "loops"), record).ignore();
+            p.hset(key(session, "loops"), agent, record).ignore();
         });
         Ok(())
     }

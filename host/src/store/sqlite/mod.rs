@@ -124,7 +124,8 @@ impl Store {
     fn migrate(&mut self) -> Result<(), StoreError> {
         /// Version 3 adds each session's loop window (`[loops]`).
         const MIGRATE_2_TO_3: &str = "CREATE TABLE loop_windows (
-                session TEXT NOT NULL PRIMARY KEY, record BLOB NOT NULL);
+                session TEXT NOT NULL, agent TEXT NOT NULL, record BLOB NOT NULL,
+                PRIMARY KEY (session, agent));
              PRAGMA user_version = 3;";
         self.decide(|t: &mut Tx<'_>| {
             let sql = t.sql();

@@ -35,19 +35,19 @@ impl LedgerTx for Tx<'_> {
     fn add_unpriced(&self, session: &str, model: &str) -> Result<(), StoreError> {
         Tx::add_unpriced(self, session, model)
     }
-    fn loop_window(&self, session: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    fn loop_window(&self, session: &str, agent: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.row(
-            "SELECT record FROM loop_windows WHERE session = ?1",
-            [session],
+            "SELECT record FROM loop_windows WHERE session = ?1 AND agent = ?2",
+            [session, agent],
             |r| r.get(0),
         )
         .optional()
         .map_err(self.sql())
     }
-    fn put_loop_window(&self, session: &str, record: &[u8]) -> Result<(), StoreError> {
+    fn put_loop_window(&self, session: &str, agent: &str, record: &[u8]) -> Result<(), StoreError> {
         self.exec(
-            "INSERT OR REPLACE INTO loop_windows (session, record) VALUES (?1, ?2)",
-            params![session, record],
+            "INSERT OR REPLACE INTO loop_windows (session, agent, record) VALUES (?1, ?2, ?3)",
+            params![session, agent, record],
         )
         .map_err(self.sql())?;
         Ok(())
