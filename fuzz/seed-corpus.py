@@ -190,6 +190,33 @@ def host_seeds(seeds):
     ]
     for script in (0x00, 0x44, 0xe4):
         seeds["mcp_lines"].add(bytes([script]) + "\n".join(faults).encode() + b"\n")
+    # Issue 33: MCP 2026-07-28 (stateless) shapes: server/discover, calls
+    # carrying the protocol version and client capabilities in `_meta`
+    # (asked about by InputRequiredResult when the gate says ask), a retry
+    # with inputResponses and a requestState (forged: the fuzzer cannot
+    # know the process's key), a server's own InputRequiredResult and a
+    # result with resultType, mixed with handshake-era lines.
+    meta = ('"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+            '"io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}}}')
+    stateless = [
+        '{"jsonrpc":"2.0","id":"d","method":"server/discover","params":{' + meta + '}}',
+        '\x01{"jsonrpc":"2.0","id":"d","result":{"resultType":"complete","supportedVersions":["2026-07-28"]}}',
+        '{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"echo","arguments":{"n":21},' + meta + '}}',
+        '\x03{"jsonrpc":"2.0","id":21,"result":{"resultType":"complete","content":[{"type":"text","text":"21"}]}}',
+        '{"jsonrpc":"2.0","id":22,"method":"tools/call","params":{"name":"echo","arguments":{"n":22},' + meta + '}}',
+        '{"jsonrpc":"2.0","id":23,"method":"tools/call","params":{"name":"echo","arguments":{"n":22},' + meta
+        + ',"inputResponses":{"budgetgate_approval":{"action":"accept","content":{}}},'
+        + '"requestState":"bg1.eyJuIjowfQ.AAAA"}}',
+        '{"jsonrpc":"2.0","id":24,"method":"tools/call","params":{"name":"echo","arguments":{"n":24},' + meta + '}}',
+        '\x01{"jsonrpc":"2.0","id":24,"result":{"resultType":"input_required","inputRequests":{"q":'
+        + '{"method":"elicitation/create","params":{"message":"?","requestedSchema":{"type":"object"}}}},'
+        + '"requestState":"server-state"}}',
+        '{"jsonrpc":"2.0","id":25,"method":"tools/call","params":{"name":"echo","arguments":{"n":24},' + meta
+        + ',"inputResponses":{"q":{"action":"accept","content":{}}},"requestState":"server-state"}}',
+        rpc[0], '\x02',
+    ]
+    for script in (0x00, 0x22, 0x66, 0xe4):
+        seeds["mcp_lines"].add(bytes([script]) + "\n".join(stateless).encode() + b"\n")
 
     recordings = [p.read_bytes() for p in sorted((ROOT.parent / "examples" / "replay").glob("*"))]
     recordings += [

@@ -17,6 +17,13 @@
 //! limit is also read as an over-long server answer (its id, when one can
 //! be read). At the end the ledger comes back and the client goes away.
 //!
+//! The seed corpus (`fuzz/seed-corpus.py`) also holds MCP 2026-07-28
+//! (stateless) lines: `server/discover`, calls whose `_meta` carries the
+//! protocol version and client capabilities (asked about by an
+//! `InputRequiredResult` when the gate says ask), a retry with
+//! `inputResponses` and a forged `requestState`, and a server's own
+//! `InputRequiredResult` with its retry; the checks below hold for them.
+//!
 //! The gate is a model written here that, like the ledger's, refuses a call
 //! id it has seen (`duplicate-call-id`) and keeps each reservation.
 //!
