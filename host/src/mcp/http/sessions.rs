@@ -248,7 +248,10 @@ impl Gateway {
         // Approvals awaiting a retry: refused (counted) past their
         // deadline, their reservations renewed until then.
         let mut gate = Arc::clone(&self.gate);
-        expire_retries(&self.retries, &mut gate, self.approval_timeout_ms, now());
+        // An attempt that could not be counted is said on stderr; its
+        // reservation, never given back, is counted as spent when it
+        // expires.
+        let _uncounted = expire_retries(&self.retries, &mut gate, self.approval_timeout_ms, now());
         let held = self.retries.lock().map(|r| r.held()).unwrap_or_default();
         if let Err(e) = gate.renew(&held, now()) {
             eprintln!(

@@ -129,23 +129,26 @@ impl Default for AwaitedRetries {
 /// Takes the approvals of `retries` past their deadline and counts each
 /// attempt on `gate` (`approval-refused`: no retry came in time). The
 /// Streamable HTTP gateway runs this on its timer; a stdio proxy on its
-/// tick.
+/// tick. Returns those whose attempt could not be counted (key and tool).
 pub fn expire_retries<G: CallGate>(
     retries: &SharedRetries,
     gate: &mut G,
     timeout_ms: u64,
     now: u64,
-) {
+) -> Vec<(String, String)> {
     let late = match retries.lock() {
         Ok(mut r) => r.take_expired(now),
-        Err(_) => return,
+        Err(_) => return Vec::new(),
     };
+    let mut uncounted = Vec::new();
     for a in late {
         let why = format!("no retry came within {} s", timeout_ms.div_ceil(1000));
         if let Err(e) = gate.refused(&a.key, &a.tool, "approval-refused", &why, now) {
-            eprintln!("budgetgate mcp: counting {}: {e} (its reservation is counted as spent when it expires)", a.key);
+            eprintln!("budgetgate mcp: counting {}: {e} (kept: counted again before the next decision; else its reservation is counted as spent when it expires)", a.key);
+            uncounted.push((a.key, a.tool));
         }
     }
+    uncounted
 }
 
 /// What the retry of a call carries for the gateway's question.
@@ -189,7 +192,11 @@ impl<G: CallGate> Proxy<G> {
     pub(super) fn expire_own_retries(&mut self, now: u64) {
         if self.owns_retries {
             let retries = Arc::clone(&self.retries);
-            expire_retries(&retries, &mut self.gate, self.approval_timeout_ms, now);
+            // An attempt that could not be counted is kept with the answered
+            // calls: counted again before the next decision, which waits
+            // for it (fail closed).
+            let uncounted = expire_retries(&retries, &mut self.gate, self.approval_timeout_ms, now);
+            self.unsettled.extend(uncounted);
         }
     }
 
