@@ -277,24 +277,9 @@ impl<G: CallGate> Proxy<G> {
         if self.owns_retries {
             self.holding_from(now);
         }
-        let shown = shortened(&arguments.to_string(), 400);
-        let result = json!({
-            "resultType": "input_required",
-            "inputRequests": {
-                INPUT_KEY: {
-                    "method": "elicitation/create",
-                    "params": {
-                        "mode": "form",
-                        "message": format!("budgetgate: the agent wants to call {name} with {shown}. Allow it?"),
-                        "requestedSchema": {"type": "object", "properties": {}},
-                    },
-                },
-            },
-            "requestState": state,
-        });
-        out.push(Out::Client(format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#
-        )));
+        out.push(Out::Client(
+            self.input_required_line(id, name, arguments, &state),
+        ));
     }
 
     /// A stateless `tools/call` carrying one of the gateway's states
@@ -384,7 +369,9 @@ impl<G: CallGate> Proxy<G> {
             let again = claims.nonce;
             retries.awaited.insert(again, awaited);
             drop(retries);
-            out.push(Out::Client(self.asked_again(id, name, arguments, state)));
+            out.push(Out::Client(
+                self.input_required_line(id, name, arguments, state),
+            ));
             return;
         }
         drop(retries);
@@ -531,8 +518,9 @@ impl<G: CallGate> Proxy<G> {
         fits
     }
 
-    /// The `InputRequiredResult` asking again (the retry brought no answer).
-    fn asked_again(&self, id: &str, name: &str, arguments: &Value, state: &str) -> String {
+    /// The `InputRequiredResult` asking a person about call `name` with
+    /// `arguments` (first, or again when the retry brought no answer).
+    fn input_required_line(&self, id: &str, name: &str, arguments: &Value, state: &str) -> String {
         let shown = shortened(&arguments.to_string(), 400);
         let result = json!({
             "resultType": "input_required",
