@@ -55,12 +55,13 @@ pub fn store_window(
     Ok(())
 }
 
-/// What a tool returned, as loop detection compares it: a text's bytes, any
-/// other JSON value as it serialises (key order kept as received).
+/// What a tool returned, as loop detection compares it: the digest of its
+/// JSON value ([`super::digest::digest_value`], the one replay takes too),
+/// and whether it was an error.
 pub fn outcome_of(result: &Value, error: bool) -> Outcome {
-    match result {
-        Value::String(text) => Outcome::of(text.as_bytes(), error),
-        other => Outcome::of(other.to_string().as_bytes(), error),
+    Outcome {
+        digest: super::digest::digest_value(result),
+        error,
     }
 }
 

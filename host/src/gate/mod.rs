@@ -25,6 +25,7 @@
 pub mod backend;
 pub mod budget_file;
 pub mod clock;
+pub mod digest;
 pub mod fingerprint;
 pub mod loops;
 pub mod model;

@@ -8,7 +8,7 @@
 //! * `message` is kept on `assistant` and `user` lines only, and of it only
 //!   [`MESSAGE_KEYS`];
 //! * in `message.content`, a `tool_result` block's `content` (whole files)
-//!   is replaced by its digest, a number ([`super::digest`], for loop
+//!   is replaced by its digest, a number ([`crate::gate::digest`], for loop
 //!   detection), read without being built, and a `thinking` /
 //!   `redacted_thinking` block loses its `thinking`, `signature` and `data`.
 //!
@@ -26,7 +26,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::digest::{digest_value, DigestSeed};
+use crate::gate::digest::{digest_value, DigestSeed};
 use crate::strict::{duplicate_key, refuse_repeated, UniqueKeys, UniqueKeysVisitor};
 
 /// The top-level keys of a Claude Code line (session log or stream-json)

@@ -438,7 +438,7 @@ pub(super) fn prune_claude_code_line(value: &mut Value) {
                     let content = block.remove("content").unwrap_or(Value::Null);
                     block.insert(
                         "content".into(),
-                        Value::from(super::digest::digest_value(&content)),
+                        Value::from(crate::gate::digest::digest_value(&content)),
                     );
                 }
                 Some("thinking" | "redacted_thinking") => {

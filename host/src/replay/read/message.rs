@@ -4,7 +4,7 @@
 
 use budgetgate_core::engine::loops::Outcome;
 
-use super::digest::digest_value;
+use crate::gate::digest::digest_value;
 use std::collections::HashMap;
 
 use budgetgate_core::turn::TokenUsage;
@@ -163,7 +163,7 @@ impl ResultSink for HashMap<String, Outcome> {
 /// Tool results found in user content: `tool_use_id` → the result's
 /// outcome (its content's digest, and `is_error`). A Claude Code reader
 /// has replaced each content by its digest already
-/// ([`super::digest::DigestSeed`]); other readers' contents are digested
+/// ([`crate::gate::digest::DigestSeed`]); other readers' contents are digested
 /// here, the same way.
 pub(super) fn collect_results(content: Option<&Value>, into: &mut impl ResultSink) {
     if let Some(Value::Array(blocks)) = content {

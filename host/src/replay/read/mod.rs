@@ -7,7 +7,6 @@
 mod claude_code;
 mod claude_line;
 mod claude_trace;
-mod digest;
 mod exchanges;
 mod lines;
 mod message;
@@ -35,10 +34,10 @@ pub use lines::{read_large_claude_code, read_large_claude_code_spilled};
 use budgetgate_core::engine::loops::Outcome;
 
 /// The outcome of a tool result whose content is `content` (absent: none),
-/// for loop detection: its digest ([`digest::digest_value`]) and `error`.
+/// for loop detection: its digest ([`crate::gate::digest::digest_value`]) and `error`.
 fn result_outcome(content: Option<&Value>, error: bool) -> Outcome {
     Outcome {
-        digest: digest::digest_value(content.unwrap_or(&Value::Null)),
+        digest: crate::gate::digest::digest_value(content.unwrap_or(&Value::Null)),
         error,
     }
 }

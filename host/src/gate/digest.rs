@@ -19,7 +19,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde_json::Value;
 
 /// Levels of a result digested; deeper parts are fed as one marker.
-pub(super) const MAX_DIGEST_DEPTH: usize = 64;
+pub const MAX_DIGEST_DEPTH: usize = 64;
 
 /// FNV-1a, 64 bits (as [`budgetgate_core::engine::loops::Outcome::of`]).
 #[derive(Clone, Copy)]
@@ -47,7 +47,7 @@ impl Fnv {
 /// digest (`prune_claude_code_line`) hands it on as that number, and a
 /// tool result's content is never a bare number, so reading it again gives
 /// the same digest, never a digest of the digest.
-pub(super) fn digest_value(value: &Value) -> u64 {
+pub fn digest_value(value: &Value) -> u64 {
     if let Some(digest) = value.as_u64() {
         return digest;
     }
@@ -96,7 +96,7 @@ pub(super) fn digest_value(value: &Value) -> u64 {
 }
 
 /// Reads one JSON value and gives its [`digest_value`] without building it.
-pub(super) struct DigestSeed;
+pub struct DigestSeed;
 
 impl<'de> DeserializeSeed<'de> for DigestSeed {
     type Value = u64;
