@@ -15,9 +15,9 @@ cov="$(rustc +nightly --print sysroot)/lib/rustlib/$host/bin/llvm-cov"
 
 files_of() {
     case "$1" in
-        action_json) echo ../core/src/action/mod.rs ../core/src/action/scan.rs ../core/src/action/view.rs ../core/src/json.rs ../core/src/pyjson.rs ;;
-        plan_json) echo ../core/src/plan.rs ../core/src/limits.rs ../core/src/json.rs ;;
-        run_events) echo ../core/src/run.rs ;;
+        action_json) echo ../core/src/action/mod.rs ../core/src/action/scan.rs ../core/src/action/scan/document.rs ../core/src/action/view.rs ../core/src/json.rs ../core/src/pyjson.rs ;;
+        plan_json) echo ../core/src/plan/mod.rs ../core/src/plan/read.rs ../core/src/plan/limits.rs ../core/src/plan/workflow.rs ../core/src/limits.rs ../core/src/json.rs ;;
+        run_events) echo ../core/src/run/mod.rs ../core/src/run/trace.rs ../core/src/run/tool_set.rs ../core/src/run/verdict.rs ;;
         link_frames) echo ../core/src/link.rs ;;
         ledger_record) echo ../core/src/budget.rs ;;
         usage_json) echo ../core/src/turn/usage.rs ../core/src/json.rs ;;
