@@ -8,7 +8,7 @@ use budgetgate_core::tools::ToolTable;
 
 use super::budget_file::{ReplayBudget, BUDGET_TOOLS};
 use super::{GateError, Ledgers};
-use crate::store::{Durability, LedgerTx, LedgerUrl, Store, StoreError};
+use crate::store::{Durability, LedgerTx, LedgerUrl, MemoryStore, Store, StoreError, MEMORY_URL};
 
 /// Where the ledger is kept.
 pub enum Backend {
@@ -16,6 +16,9 @@ pub enum Backend {
     Sqlite(Store),
     /// A Redis (or Valkey) server, for gateways on many machines.
     Redis(crate::store::RedisStore),
+    /// The in-process ledger (`memory:`), for tests and single-process
+    /// agents of the Python package.
+    Memory(MemoryStore),
 }
 
 impl Backend {
@@ -50,8 +53,19 @@ impl Backend {
         match self {
             Backend::Sqlite(store) => store.decide(|tx| decide(&*tx)),
             Backend::Redis(store) => store.decide(session, |tx| decide(tx)),
+            Backend::Memory(store) => store.decide(|tx| decide(tx)),
         }
         .map_err(|e: GateError| e.to_string())
+    }
+
+    /// Another handle on this very ledger when it lives in this process
+    /// (`memory:`: a second open would be a second, empty ledger); `None`
+    /// for a ledger any process can open again.
+    pub fn share(&self) -> Option<Backend> {
+        match self {
+            Backend::Memory(store) => Some(Backend::Memory(store.clone())),
+            Backend::Sqlite(_) | Backend::Redis(_) => None,
+        }
     }
 }
 
@@ -113,4 +127,18 @@ pub fn open_ledger(
                 .map_err(shown)
         }
     }
+}
+
+/// Opens a ledger for a gate that lives in one long process (the Python
+/// package): as [`open_ledger`], and also `memory:`, a new in-process
+/// ledger (whose durability is moot: it is never written anywhere).
+pub fn open_ledger_in_process(
+    url: &str,
+    wait: Duration,
+    durability: Durability,
+) -> Result<Backend, String> {
+    if url == MEMORY_URL {
+        return Ok(Backend::Memory(MemoryStore::new()));
+    }
+    open_ledger(Some(url), wait, durability)
 }

@@ -18,16 +18,20 @@
 //! the one reader of `--ledger`, [`LedgerUrl`], and [`state_dir`]);
 //! [`sqlite`] the SQLite store ([`Store`], its transaction [`Tx`] in
 //! `sqlite/tx.rs`); [`redis`] the Redis store ([`RedisStore`], its
-//! transaction [`RedisTx`] in `redis/tx.rs`); `tests.rs` the unit tests.
+//! transaction [`RedisTx`] in `redis/tx.rs`); [`memory`] the in-process
+//! ledger of the Python package (`memory:`, [`MemoryStore`]); `tests.rs`
+//! the unit tests.
 
 use std::path::{Path, PathBuf};
 
 use budgetgate_core::budget::{Ledger, RecordError, RECORD_LEN};
 use budgetgate_core::limits::MAX_TOOLS;
 
+pub mod memory;
 pub mod redis;
 pub mod sqlite;
 
+pub use memory::{MemoryStore, MemoryTx};
 pub use redis::{RedisStore, RedisTx, MAX_RETRIES};
 pub use sqlite::{Store, Tx, FILE_NAME, SCHEMA_VERSION};
 
@@ -136,6 +140,10 @@ pub enum StoreError {
     /// no ledger: its ledger was removed, which is corruption.
     #[error("session {0:?} has lost its ledger record (its other state is still there); refusing until an operator runs `budgetgate ledger reset`")]
     LostLedger(String),
+    /// The in-process ledger (`memory:`) refused a write or cannot decide
+    /// any more (a decision panicked part way).
+    #[error("in-process ledger: {0}")]
+    InProcess(String),
     /// A session's stored loop window does not decode.
     #[error("session {session:?}: its stored loop window does not read back ({source}); refusing until an operator runs `budgetgate ledger reset`")]
     LoopWindow {
@@ -181,6 +189,10 @@ pub fn state_dir(explicit: Option<&Path>) -> PathBuf {
     home.join(".local/state/budgetgate")
 }
 
+/// The in-process ledger's name ([`MemoryStore`]), which only the Python
+/// package opens: a command's ledger must outlive its process.
+pub const MEMORY_URL: &str = "memory:";
+
 /// Where a ledger is, as `--ledger URL` names it (the one reader of that
 /// option, for the gateways and `budgetgate ledger`): `redis://…` (or
 /// `rediss://…` where the client supports it), `sqlite:FILE`, or a state
@@ -202,6 +214,11 @@ impl LedgerUrl {
         let Some(url) = url else {
             return Ok(Self::StateDir(state_dir(state)));
         };
+        if url.starts_with(MEMORY_URL) {
+            return Err(format!(
+                "--ledger {url}: the in-process ledger lives inside one process (the Python package's `Gate(ledger=\"memory:\")`) and is gone when it ends; a budgetgate command needs a ledger that outlives it: sqlite:FILE, a state folder or redis://HOST:PORT/DB"
+            ));
+        }
         if url.starts_with("redis://") || url.starts_with("rediss://") {
             return Ok(Self::Redis(url.to_owned()));
         }

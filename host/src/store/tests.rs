@@ -30,6 +30,15 @@ fn a_ledger_url_is_redis_a_sqlite_file_or_a_state_folder() {
         LedgerUrl::parse(None, Some(Path::new("/s"))),
         Ok(LedgerUrl::StateDir("/s".into()))
     );
+    // The in-process ledger is the Python package's alone: a command
+    // refuses it (never a folder named "memory:").
+    for url in ["memory:", "memory:shared"] {
+        let e = parse(url).unwrap_err();
+        assert!(
+            e.contains(&format!("--ledger {url}:")) && e.contains("sqlite:FILE"),
+            "{e}"
+        );
+    }
 }
 
 /// Issue 29: a listing refuses a record longer than `MAX_RECORD_LEN`
