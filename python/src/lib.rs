@@ -7,8 +7,10 @@
 //! check order), a model call by the model proxy's gate ([`ModelGate`]: the
 //! engine's check before a model call, its worst case reserved in reserve
 //! mode, its response counted after), both over the ledger the CLI opens
-//! ([`open_ledger`]: SQLite, a state folder or Redis), so `budgetgate ledger
-//! show SESSION` shows what a Python agent used. The Python interpreter's
+//! ([`open_ledger_in_process`]: SQLite, a state folder or Redis), so
+//! `budgetgate ledger show SESSION` shows what a Python agent used; or over
+//! `memory:`, a ledger in this process alone, for tests and single-process
+//! agents. The Python interpreter's
 //! lock is released while a decision waits on the store.
 //!
 //! Non-features: no approval by a person (a tool the budget marks
@@ -21,7 +23,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use budgetgate::gate::backend::open_ledger;
+use budgetgate::gate::backend::open_ledger_in_process;
 use budgetgate::gate::budget_file::{read_budget_file, ReplayBudget, BUDGET_TOOLS};
 use budgetgate::gate::clock::now_ms;
 use budgetgate::gate::loops;
@@ -33,7 +35,7 @@ use budgetgate::store::Durability;
 use budgetgate_core::budget::{Ledger, Limit};
 use budgetgate_core::engine::ModelStop;
 use budgetgate_core::tools::ToolTable;
-use budgetgate_core::turn::RefusalReason;
+use budgetgate_core::turn::{RefusalReason, TokenMode};
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
@@ -208,6 +210,7 @@ fn gate_error(e: String) -> PyErr {
 #[pyclass(frozen, module = "budgetgate._budgetgate")]
 pub struct Gate {
     session: String,
+    reserves_tokens: bool,
     open: Mutex<Option<Open>>,
 }
 
@@ -336,9 +339,15 @@ impl Gate {
                 .tool_table()
                 .map_err(|e| BudgetError::new_err(format!("{}: {e}", budget.display())))?;
             let opened =
-                || open_ledger(Some(&ledger), wait, durability).map_err(LedgerError::new_err);
-            let model = ModelGate::new(opened()?, for_models, ttl);
-            let tools = LedgerGate::on(opened()?, for_tools, session.clone(), ttl);
+                || open_ledger_in_process(&ledger, wait, durability).map_err(LedgerError::new_err);
+            let for_model_calls = opened()?;
+            // One ledger for both gates: `memory:` is shared, not opened twice.
+            let for_tool_calls = match for_model_calls.share() {
+                Some(same) => same,
+                None => opened()?,
+            };
+            let model = ModelGate::new(for_model_calls, for_models, ttl);
+            let tools = LedgerGate::on(for_tool_calls, for_tools, session.clone(), ttl);
             Ok(Open {
                 model,
                 tools,
@@ -350,8 +359,10 @@ impl Gate {
                 next_key: 0,
             })
         })?;
+        let reserves_tokens = open.model.budget().limits.token_mode == TokenMode::Reserve;
         Ok(Self {
             session,
+            reserves_tokens,
             open: Mutex::new(Some(open)),
         })
     }
@@ -360,6 +371,14 @@ impl Gate {
     #[getter]
     fn session(&self) -> &str {
         &self.session
+    }
+
+    /// Whether the budget reserves each model call's worst case (`token_mode
+    /// = "reserve"`): only then does `before_model_call` need
+    /// `input_tokens`, and an adapter serialises the request to bound it.
+    #[getter]
+    fn reserves_tokens(&self) -> bool {
+        self.reserves_tokens
     }
 
     /// Decides the next model call: the engine's check before a model

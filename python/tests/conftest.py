@@ -34,6 +34,18 @@ def sqlite_ledger(tmp_path) -> str:
     return f"sqlite:{tmp_path / 'ledger.db'}"
 
 
+@pytest.fixture
+def memory_ledger() -> str:
+    return "memory:"
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def ledger(request) -> str:
+    """A ledger one Gate decides over alone: a SQLite file, or the
+    in-process ledger (the same decisions are expected of both)."""
+    return request.getfixturevalue(f"{request.param}_ledger")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -34,7 +34,7 @@ def model_ok(gate: Gate, tokens: int = 10, model: str = "m") -> budgetgate.Decis
     return d
 
 
-@pytest.mark.parametrize("ledger_kind", ["sqlite", "redis"])
+@pytest.mark.parametrize("ledger_kind", ["sqlite", "redis", "memory"])
 def test_max_tool_calls_boundary(budget, ledger_kind, request):
     ledger = request.getfixturevalue(f"{ledger_kind}_ledger")
     b = budget(f"[budget]\n{FOREVER}max_tool_calls = 3\n")
@@ -51,9 +51,9 @@ def test_max_tool_calls_boundary(budget, ledger_kind, request):
         assert (u["used"], u["reserved"], u["max"]) == (3, 0, 3)
 
 
-def test_per_tool_cap_boundary(budget, sqlite_ledger):
+def test_per_tool_cap_boundary(budget, ledger):
     b = budget(f"[budget]\n{FOREVER}[tools]\nmax_calls = {{ search = 2 }}\n")
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
         assert tool_ok(gate, "search", "a").allowed
         assert tool_ok(gate, "search", "b").allowed
         d = tool_ok(gate, "search", "c")
@@ -63,9 +63,10 @@ def test_per_tool_cap_boundary(budget, sqlite_ledger):
         assert gate.usage()["caps"] == {"search": {"used": 2, "max": 2}}
 
 
-def test_max_model_calls_boundary(budget, sqlite_ledger):
+def test_max_model_calls_boundary(budget, ledger):
     b = budget(f"[budget]\n{FOREVER}max_model_calls = 2\n")
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
+        assert not gate.reserves_tokens
         assert model_ok(gate).allowed
         assert model_ok(gate).allowed
         d = gate.before_model_call(model="m", max_tokens=100)
@@ -77,9 +78,10 @@ def test_max_model_calls_boundary(budget, sqlite_ledger):
 
 
 @pytest.mark.parametrize("worst, allowed", [(1000, True), (1001, False)])
-def test_reserve_mode_tokens_boundary(budget, sqlite_ledger, worst, allowed):
+def test_reserve_mode_tokens_boundary(budget, ledger, worst, allowed):
     b = budget(f'[budget]\n{FOREVER}max_tokens = 1000\ntoken_mode = "reserve"\n')
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
+        assert gate.reserves_tokens
         d = gate.before_model_call(model="m", max_tokens=worst - 400, input_tokens=400)
         assert d.allowed == allowed, d
         if allowed:
@@ -95,13 +97,13 @@ def test_reserve_mode_tokens_boundary(budget, sqlite_ledger, worst, allowed):
 
 
 @pytest.mark.parametrize("spent, allowed", [(999, True), (1000, False)])
-def test_cost_boundary(budget, sqlite_ledger, spent, allowed):
+def test_cost_boundary(budget, ledger, spent, allowed):
     # 1 USD per million output tokens: one micro-USD a token.
     b = budget(
         f"[budget]\n{FOREVER}max_cost_usd = 0.001\n"
         '[prices."m"]\ninput = 1\noutput = 1\ncache_read = 1\ncache_write = 1\n'
     )
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
         assert model_ok(gate, tokens=spent).allowed
         assert gate.usage()["limits"]["cost_micro_usd"]["used"] == spent
         d = gate.before_model_call(model="m", max_tokens=100)
@@ -110,17 +112,17 @@ def test_cost_boundary(budget, sqlite_ledger, spent, allowed):
             assert (d.reason, d.limit, d.used, d.max) == ("cost", "cost_micro_usd", 1000, 1000)
 
 
-def test_unpriced_model_under_a_cost_budget_is_never_free(budget, sqlite_ledger):
+def test_unpriced_model_under_a_cost_budget_is_never_free(budget, ledger):
     b = budget(f"[budget]\n{FOREVER}max_cost_usd = 1\n[prices.\"m\"]\ninput = 1\noutput = 1\n")
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
         assert model_ok(gate, model="other").allowed
         d = gate.before_model_call(model="m", max_tokens=10)
         assert (d.allowed, d.reason) == (False, "unpriced-model")
 
 
-def test_a_failed_model_call_rolls_back(budget, sqlite_ledger):
+def test_a_failed_model_call_rolls_back(budget, ledger):
     b = budget(f'[budget]\n{FOREVER}max_model_calls = 1\nmax_tokens = 1000\ntoken_mode = "reserve"\n')
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
         assert gate.before_model_call(model="m", max_tokens=900, input_tokens=100).allowed
         lim = gate.usage()["limits"]
         assert (lim["model_calls"]["reserved"], lim["tokens"]["reserved"]) == (1, 1000)
@@ -132,26 +134,26 @@ def test_a_failed_model_call_rolls_back(budget, sqlite_ledger):
         assert not gate.before_model_call(model="m", max_tokens=900).allowed
 
 
-def test_a_model_call_with_nothing_reported_counts_its_reservation(budget, sqlite_ledger):
+def test_a_model_call_with_nothing_reported_counts_its_reservation(budget, ledger):
     b = budget(f'[budget]\n{FOREVER}max_tokens = 1000\ntoken_mode = "reserve"\n')
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
         assert gate.before_model_call(model="m", max_tokens=500, input_tokens=100).allowed
         gate.after_model_call(model="m")
         assert gate.usage()["limits"]["tokens"]["used"] == 600
 
 
-def test_cancel_tool_gives_the_call_back(budget, sqlite_ledger):
+def test_cancel_tool_gives_the_call_back(budget, ledger):
     b = budget(f"[budget]\n{FOREVER}max_tool_calls = 1\n")
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
         assert gate.before_tool("t", {}, "a").allowed
         gate.cancel_tool("a")
         assert tool_ok(gate, "t", "b").allowed
         assert not tool_ok(gate, "t", "c").allowed
 
 
-def test_repeat_and_duplicate_call_id(budget, sqlite_ledger):
+def test_repeat_and_duplicate_call_id(budget, ledger):
     b = budget(f"[budget]\n{FOREVER}max_repeats = 1\n")
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
         assert tool_ok(gate, "t", "a", {"q": 1}).allowed
         d = tool_ok(gate, "t", "b", {"q": 1})
         assert (d.allowed, d.reason) == (False, "repeat")
@@ -159,9 +161,9 @@ def test_repeat_and_duplicate_call_id(budget, sqlite_ledger):
         assert (d.allowed, d.reason) == (False, "duplicate-call-id")
 
 
-def test_needs_approval_is_refused_without_an_approver(budget, sqlite_ledger):
+def test_needs_approval_is_refused_without_an_approver(budget, ledger):
     b = budget(f'[budget]\n{FOREVER}[tools]\nneeds_approval = ["pay"]\n')
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
         d = gate.before_tool("pay", {"usd": 5}, "a")
         assert (d.allowed, d.reason) == (False, "approval-refused")
         with pytest.raises(budgetgate.CallError):
@@ -216,9 +218,9 @@ def socket_free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_bad_input_raises_and_changes_nothing(budget, sqlite_ledger):
+def test_bad_input_raises_and_changes_nothing(budget, ledger):
     b = budget(f"[budget]\n{FOREVER}max_tool_calls = 5\n")
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
         before = gate.usage()
         with pytest.raises(budgetgate.InputError, match="not JSON-serialisable"):
             gate.before_tool("t", {"x": object()}, "a")
@@ -247,7 +249,7 @@ def test_bad_input_raises_and_changes_nothing(budget, sqlite_ledger):
     with pytest.raises(budgetgate.ClosedError):
         gate.before_tool("t", {}, "z")
     with pytest.raises(ValueError):
-        Gate(budget=b, ledger=sqlite_ledger, session="s", durability="sometimes")
+        Gate(budget=b, ledger=ledger, session="s", durability="sometimes")
 
 
 def test_a_gate_dropped_mid_call_never_gives_budget_back(budget, sqlite_ledger, tmp_path):
@@ -287,10 +289,10 @@ def test_close_counts_what_is_pending(budget, sqlite_ledger):
         assert (lim["used"], lim["reserved"]) == (1, 0)
 
 
-def test_threads_never_pass_the_budget(budget, sqlite_ledger):
+def test_threads_never_pass_the_budget(budget, ledger):
     b = budget(f"[budget]\n{FOREVER}max_tool_calls = 20\n")
     allowed = []
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
 
         def work(n: int) -> None:
             for i in range(10):
@@ -390,16 +392,16 @@ def test_the_interpreter_runs_while_a_decision_waits_on_the_store(budget, redis_
     assert outcome == [True]
 
 
-def test_a_decision_reads_as_python(budget, sqlite_ledger):
+def test_a_decision_reads_as_python(budget, ledger):
     b = budget(f"[budget]\n{FOREVER}max_tool_calls = 1\n")
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
         assert repr(tool_ok(gate, "t", "a")) == "Decision(allowed=True)"
         assert repr(tool_ok(gate, "t", "b")) == (
             'Decision(allowed=False, reason="tool-budget", limit="tool_calls", used=1, max=1, retry_after=None)'
         )
 
 
-def test_loops_refuse_a_call_whose_results_do_not_change(budget, sqlite_ledger):
+def test_loops_refuse_a_call_whose_results_do_not_change(budget, ledger):
     """[loops] (issue 32): after_tool's ok and output are the call's outcome;
     the third call returning the same as the two before is refused
     no-progress, a changed output starts the count again, and the window is
@@ -412,7 +414,7 @@ def test_loops_refuse_a_call_whose_results_do_not_change(budget, sqlite_ledger):
             gate.after_tool(call_id, ok=ok, output=output)
         return d
 
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
         assert call(gate, "a", {"job": 1}, {"state": "pending"}).allowed
         assert call(gate, "b", {"job": 1}, {"state": "pending"}).allowed
         d = call(gate, "c", {"job": 1}, {"state": "pending"})
@@ -426,24 +428,26 @@ def test_loops_refuse_a_call_whose_results_do_not_change(budget, sqlite_ledger):
         assert call(gate, "g", {"job": 3}, "boom", ok=False).allowed
         d = gate.before_tool("status", {"job": 3}, "h")
         assert (d.allowed, d.reason) == (False, "no-progress")
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
-        # Job 1 is free again (job 2's new outputs were news), job 3 not.
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
+        # Job 1 is free again (job 2's new outputs were news), job 3 not;
+        # a second Gate on `memory:` starts a ledger of its own.
         d = gate.before_tool("status", {"job": 3}, "i")
-        assert (d.allowed, d.reason) == (False, "no-progress")
+        if ledger != "memory:":
+            assert (d.allowed, d.reason) == (False, "no-progress")
         assert gate.before_tool("status", {"job": 1}, "j").allowed
     # Without [loops] nothing is kept and nothing refused.
     plain = budget(f"[budget]\n{FOREVER}max_repeats = 100\n", name="plain.toml")
-    with Gate(budget=plain, ledger=sqlite_ledger, session="t") as gate:
+    with Gate(budget=plain, ledger=ledger, session="t") as gate:
         for i in range(4):
             assert call(gate, f"p{i}", {"job": 1}, "same").allowed
 
 
-def test_loops_without_an_output_report_nothing_and_a_cancelled_call_is_forgotten(budget, sqlite_ledger):
+def test_loops_without_an_output_report_nothing_and_a_cancelled_call_is_forgotten(budget, ledger):
     """after_tool without output says nothing of the result (no pattern is
     assumed over it); a cancelled call did not run and leaves no step that
     would hide a loop around it."""
     b = budget(f"[budget]\n{FOREVER}max_repeats = 100\n[loops]\nsame_outcome = 3\n")
-    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+    with Gate(budget=b, ledger=ledger, session="s") as gate:
         for i in range(4):
             assert gate.before_tool("poll", {"q": 1}, f"a{i}").allowed
             gate.after_tool(f"a{i}")
@@ -455,3 +459,24 @@ def test_loops_without_an_output_report_nothing_and_a_cancelled_call_is_forgotte
         gate.cancel_tool("c")
         d = gate.before_tool("read", {"f": 1}, "b2")
         assert (d.allowed, d.reason) == (False, "no-progress")
+
+
+def test_the_in_process_ledger_is_one_gates_own(budget, memory_ledger, cli, tmp_path):
+    """`memory:` is the Gate's own ledger: its model and tool gates share
+    it; another Gate (even of the same session) starts its own; a command
+    line refuses it, naming it and what to use instead."""
+    b = budget(f"[budget]\n{FOREVER}max_tool_calls = 1\nmax_model_calls = 1\n")
+    with Gate(budget=b, ledger=memory_ledger, session="s") as first:
+        assert tool_ok(first, "t", "a").allowed
+        assert model_ok(first).allowed
+        lim = first.usage()["limits"]
+        assert (lim["tool_calls"]["used"], lim["model_calls"]["used"]) == (1, 1)
+        assert not tool_ok(first, "t", "b").allowed
+        with Gate(budget=b, ledger=memory_ledger, session="s") as second:
+            assert tool_ok(second, "t", "a").allowed
+    with pytest.raises(budgetgate.LedgerError, match="in-process ledger"):
+        Gate(budget=b, ledger="memory:shared", session="s")
+    done = cli("ledger", "show", "s", "--ledger", "memory:")
+    assert done.returncode != 0
+    assert "--ledger memory:" in done.stderr and "sqlite:FILE" in done.stderr, done.stderr
+    assert not (tmp_path / "memory:").exists()

@@ -112,3 +112,21 @@ async def test_async_and_a_failed_call_given_back(budget, sqlite_ledger):
         out = await agent.ainvoke({"messages": [{"role": "user", "content": "go"}]})
         assert out["messages"][-1].content == "ok"
         assert gate.usage()["limits"]["model_calls"]["used"] == 1
+
+
+def test_reserve_mode_reserves_the_requests_worst_case(budget, sqlite_ledger):
+    # The input bound alone (4096 + the request's bytes) with max_tokens
+    # 1000 passes 5000 tokens: refused before the model is called; with
+    # max_tokens 100 it fits.
+    b = budget(f'[budget]\n{FOREVER}max_tokens = 5000\ntoken_mode = "reserve"\n')
+    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+        assert gate.reserves_tokens
+        agent, model = agent_with(gate, [ai(text="done", i=5, o=1)], [], on_spent="error", max_tokens=1000)
+        with pytest.raises(BudgetExceeded) as e:
+            agent.invoke({"messages": [{"role": "user", "content": "go"}]})
+        assert e.value.decision.reason == "token-reserve" and model.seen == []
+        agent, model = agent_with(gate, [ai(text="done", i=5, o=1)], [], max_tokens=100)
+        out = agent.invoke({"messages": [{"role": "user", "content": "go"}]})
+        assert out["messages"][-1].content == "done"
+        lim = gate.usage()["limits"]
+        assert (lim["model_calls"]["used"], lim["tokens"]["used"], lim["tokens"]["reserved"]) == (1, 6, 0)

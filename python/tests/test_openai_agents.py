@@ -79,3 +79,20 @@ def test_a_model_call_that_raised_is_given_back(budget, sqlite_ledger):
         agent, _ = make(gate, [ModelStep(output=[assistant_message("ok")], usage=usage(1, 1))], [])
         assert Runner.run_sync(agent, "go", hooks=hooks).final_output == "ok"
         assert gate.usage()["limits"]["model_calls"] == {"used": 1, "reserved": 0, "max": 1}
+
+
+def test_reserve_mode_reserves_the_requests_worst_case(budget, sqlite_ledger):
+    # The input bound alone (4096 + the request's bytes) with max_tokens
+    # 1000 passes 5000 tokens: refused before the model is called; with
+    # max_tokens 100 it fits.
+    b = budget(f'[budget]\n{FOREVER}max_tokens = 5000\ntoken_mode = "reserve"\n')
+    with Gate(budget=b, ledger=sqlite_ledger, session="s") as gate:
+        assert gate.reserves_tokens
+        agent, model = make(gate, [ModelStep(output=[assistant_message("done")], usage=usage(5, 1))], [])
+        with pytest.raises(BudgetExceeded) as e:
+            Runner.run_sync(agent, "go", hooks=BudgetHooks(gate, model="scripted", max_tokens=1000))
+        assert e.value.decision.reason == "token-reserve" and len(model.calls) == 0
+        result = Runner.run_sync(agent, "go", hooks=BudgetHooks(gate, model="scripted", max_tokens=100))
+        assert result.final_output == "done"
+        lim = gate.usage()["limits"]
+        assert (lim["model_calls"]["used"], lim["tokens"]["used"], lim["tokens"]["reserved"]) == (1, 6, 0)

@@ -82,9 +82,12 @@ class BudgetMiddleware(AgentMiddleware):
             or getattr(request.model, "max_tokens", None)
             or self.max_tokens
         )
-        system = getattr(request.system_message, "content", None)
-        body = json.dumps([system, [m.model_dump() for m in request.messages]], default=str)
-        return model, self.gate.before_model_call(model=model, max_tokens=max_tokens, input_tokens=input_bound(body))
+        bound = None
+        if self.gate.reserves_tokens:
+            # Serialised only when reserving: it grows with the history.
+            system = getattr(request.system_message, "content", None)
+            bound = input_bound(json.dumps([system, [m.model_dump() for m in request.messages]], default=str))
+        return model, self.gate.before_model_call(model=model, max_tokens=max_tokens, input_tokens=bound)
 
     def _refused_model(self, d: Decision) -> AIMessage:
         if self.on_spent == "error":

@@ -71,8 +71,11 @@ class BudgetHooks(RunHooks):
         model = _model_name(agent, self.model)
         settings = getattr(agent, "model_settings", None)
         max_tokens = getattr(settings, "max_tokens", None) or self.max_tokens
-        body = json.dumps([system_prompt, input_items], default=str)
-        d = self.gate.before_model_call(model=model, max_tokens=max_tokens, input_tokens=input_bound(body))
+        bound = None
+        if self.gate.reserves_tokens:
+            # Serialised only when reserving: it grows with the history.
+            bound = input_bound(json.dumps([system_prompt, input_items], default=str))
+        d = self.gate.before_model_call(model=model, max_tokens=max_tokens, input_tokens=bound)
         if not d.allowed:
             raise BudgetExceeded(d)
         self._pending.append(model)

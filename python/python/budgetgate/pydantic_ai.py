@@ -53,8 +53,11 @@ class BudgetCapability(AbstractCapability[Any]):
         model = request_context.model.model_name
         settings = request_context.model_settings or {}
         max_tokens = settings.get("max_tokens", self.max_tokens)
-        body = ModelMessagesTypeAdapter.dump_json(request_context.messages)
-        d = self.gate.before_model_call(model=model, max_tokens=max_tokens, input_tokens=input_bound(body))
+        bound = None
+        if self.gate.reserves_tokens:
+            # Serialised only when reserving: it grows with the history.
+            bound = input_bound(ModelMessagesTypeAdapter.dump_json(request_context.messages))
+        d = self.gate.before_model_call(model=model, max_tokens=max_tokens, input_tokens=bound)
         if not d.allowed:
             raise BudgetExceeded(d)
         try:
