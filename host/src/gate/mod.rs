@@ -130,6 +130,18 @@ impl Refusal {
         Self::worded(reason.as_str(), detail, reason.message(), extra)
     }
 
+    /// The refusal of a call of `tool` that needs a person's approval
+    /// (`needs_approval`) and did not get it: `answer` says how (declined,
+    /// timed out, no one to ask). Every front-end's one wording.
+    pub fn approval_refused(tool: &str, answer: &str) -> Self {
+        Self::new(
+            RefusalReason::ApprovalRefused,
+            &format!(
+                "{tool} needs a person's approval (needs_approval in the budget), and {answer}"
+            ),
+        )
+    }
+
     /// A refusal with its own word and text.
     pub fn worded(reason: &'static str, detail: &str, message: &str, extra: &str) -> Self {
         Self {

@@ -308,12 +308,7 @@ impl<G: CallGate> Proxy<G> {
             .filter(|a| !a.is_null())
             .unwrap_or(&empty);
         let refuse_unheld = |out: &mut Vec<Out>, why: &str| {
-            let refusal = Refusal::new(
-                budgetgate_core::turn::RefusalReason::ApprovalRefused,
-                &format!(
-                    "{name} needs a person's approval (needs_approval in the budget), and {why}"
-                ),
-            );
+            let refusal = Refusal::approval_refused(name, why);
             out.push(Out::Client(refused_line(
                 id,
                 &refusal,
@@ -440,13 +435,7 @@ impl<G: CallGate> Proxy<G> {
         now: u64,
         out: &mut Vec<Out>,
     ) {
-        let refusal = Refusal::new(
-            budgetgate_core::turn::RefusalReason::ApprovalRefused,
-            &format!(
-                "{} needs a person's approval (needs_approval in the budget), and {why}",
-                awaited.tool
-            ),
-        );
+        let refusal = Refusal::approval_refused(&awaited.tool, why);
         self.refuse_reserved(
             id,
             &awaited.key,

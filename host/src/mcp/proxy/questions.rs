@@ -106,13 +106,7 @@ impl<G: CallGate> Proxy<G> {
         // It never runs: forgotten from the loop window.
         let call = self.loop_key_of_request(&approval.line);
         self.did_not_run(call);
-        let refusal = Refusal::new(
-            budgetgate_core::turn::RefusalReason::ApprovalRefused,
-            &format!(
-                "{} needs a person's approval (needs_approval in the budget), and {answer}",
-                approval.tool
-            ),
-        );
+        let refusal = Refusal::approval_refused(&approval.tool, answer);
         self.refuse_reserved(
             &approval.id,
             &approval.key,
