@@ -13,8 +13,9 @@
 //! agents. The Python interpreter's
 //! lock is released while a decision waits on the store.
 //!
-//! Non-features: no approval by a person (a tool the budget marks
-//! `needs_approval` is refused, `approval-refused`); no renewal of
+//! Approval: a call of a `needs_approval` tool is held reserved while the
+//! `Gate`'s `approver` callable is asked, and refused `approval-refused`
+//! when it declines, fails or is not given. Non-features: no renewal of
 //! reservations (a call running longer than the reservation's lifetime is
 //! counted as spent by the next decision, never given back). Loop
 //! detection (`[loops]`): `after_tool`'s `ok` and `output` are the call's
@@ -35,10 +36,10 @@ use budgetgate::store::Durability;
 use budgetgate_core::budget::{Ledger, Limit};
 use budgetgate_core::engine::ModelStop;
 use budgetgate_core::tools::ToolTable;
-use budgetgate_core::turn::{RefusalReason, TokenMode};
-use pyo3::exceptions::{PyException, PyValueError};
+use budgetgate_core::turn::TokenMode;
+use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBool, PyBytes, PyString};
 use serde_json::Value;
 
 pyo3::create_exception!(
@@ -211,6 +212,9 @@ fn gate_error(e: String) -> PyErr {
 pub struct Gate {
     session: String,
     reserves_tokens: bool,
+    /// Asked about each call of a `needs_approval` tool: `approver(tool,
+    /// arguments, call_id) -> bool`; `None`: such calls are refused.
+    approver: Option<Py<PyAny>>,
     open: Mutex<Option<Open>>,
 }
 
@@ -314,7 +318,8 @@ fn report_pending(gate: &mut Open) -> Result<(), String> {
 impl Gate {
     /// Opens `ledger` for `session` with the budget file `budget`.
     #[new]
-    #[pyo3(signature = (budget, ledger, session, *, durability = "full", wait = 5.0, reservation_ttl = DEFAULT_RESERVATION_TTL_S))]
+    #[pyo3(signature = (budget, ledger, session, *, durability = "full", wait = 5.0, reservation_ttl = DEFAULT_RESERVATION_TTL_S, approver = None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn new(
         py: Python<'_>,
         budget: std::path::PathBuf,
@@ -323,7 +328,16 @@ impl Gate {
         durability: &str,
         wait: f64,
         reservation_ttl: f64,
+        approver: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let approver = approver.filter(|a| !a.is_none());
+        if let Some(a) = &approver {
+            if !a.is_callable() {
+                return Err(PyTypeError::new_err(
+                    "approver must be callable: approver(tool, arguments, call_id) -> bool",
+                ));
+            }
+        }
         let durability = durability_of(durability)?;
         let wait = Duration::from_millis(seconds_to_ms("wait", wait)?);
         let ttl = seconds_to_ms("reservation_ttl", reservation_ttl)?.max(1);
@@ -363,6 +377,7 @@ impl Gate {
         Ok(Self {
             session,
             reserves_tokens,
+            approver: approver.map(Bound::unbind),
             open: Mutex::new(Some(open)),
         })
     }
@@ -462,7 +477,10 @@ impl Gate {
 
     /// Decides tool call `call_id` of tool `name` with `arguments` (a JSON
     /// object, or its JSON text): the core's check order; let through, it
-    /// is reserved until `after_tool` (or `cancel_tool`).
+    /// is reserved until `after_tool` (or `cancel_tool`). A call of a
+    /// `needs_approval` tool is held reserved while the gate's `approver`
+    /// is asked (with the interpreter's lock, the gate's own released), and
+    /// refused `approval-refused` without one.
     fn before_tool(
         &self,
         py: Python<'_>,
@@ -474,7 +492,8 @@ impl Gate {
         if call_id.is_empty() {
             return Err(InputError::new_err("call_id must not be empty"));
         }
-        self.with_open(py, |open| {
+        let asks = self.approver.is_some();
+        let first = self.with_open(py, |open| {
             if open.held.iter().any(|h| h.call_id == call_id) {
                 return Err(CallError::new_err(format!(
                     "tool call {call_id:?} is already pending"
@@ -490,36 +509,56 @@ impl Gate {
                 shown_id: &shown,
                 id_scope: "in this session",
             };
-            let now = now_ms();
-            match open.tools.decide(&call, now).map_err(gate_error)? {
-                Verdict::Run => {
-                    open.held.push(HeldTool {
-                        call_id: call_id.clone(),
-                        name: name.clone(),
-                        call: open
-                            .tools
-                            .loops_on()
-                            .then(|| loops::call_key(&name, &input))
-                            .flatten(),
-                    });
-                    Ok(Decision::allowed())
-                }
-                Verdict::Refuse(r) => Ok(Decision::of_refusal(&r)),
-                Verdict::Ask(why) => {
-                    // No person to ask in this process: refused, the
-                    // attempt counted (as the gateway does when approval
-                    // cannot be asked).
-                    let r = Refusal::new(
-                        RefusalReason::ApprovalRefused,
-                        &format!("{why}; this process has no approver"),
-                    );
-                    open.tools
-                        .refused(&call_id, &name, r.reason, &r.text, now)
-                        .map_err(gate_error)?;
-                    Ok(Decision::of_refusal(&r))
+            let verdict = open.tools.decide(&call, now_ms()).map_err(gate_error)?;
+            if matches!(verdict, Verdict::Run | Verdict::Ask(_)) {
+                // Held from here: closing the gate while the approver is
+                // asked counts it (it may run), never gives it back.
+                open.held.push(HeldTool {
+                    call_id: call_id.clone(),
+                    name: name.clone(),
+                    call: open
+                        .tools
+                        .loops_on()
+                        .then(|| loops::call_key(&name, &input))
+                        .flatten(),
+                });
+            }
+            match verdict {
+                Verdict::Run => Ok(Ok(Decision::allowed())),
+                Verdict::Refuse(r) => Ok(Ok(Decision::of_refusal(&r))),
+                Verdict::Ask(_) if asks => Ok(Err(())),
+                Verdict::Ask(_) => {
+                    refuse_unapproved(open, &call_id, "this process has no approver").map(Ok)
                 }
             }
+        })?;
+        if let Ok(decision) = first {
+            return Ok(decision);
+        }
+        // Asked with the interpreter's lock; the gate's own is free meanwhile.
+        let answer = match &self.approver {
+            Some(approver) => approver
+                .bind(py)
+                .call1((name.as_str(), &arguments, call_id.as_str()))
+                .and_then(|yes| {
+                    yes.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
+                        PyTypeError::new_err(format!(
+                            "the approver answered {} for {name}, not True or False (an async approver is not awaited)",
+                            yes.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())
+                        ))
+                    })
+                }),
+            None => Ok(false),
+        };
+        self.with_open(py, |open| {
+            held_at(open, &call_id)?;
+            match &answer {
+                Ok(true) => Ok(Decision::allowed()),
+                Ok(false) => refuse_unapproved(open, &call_id, "the approver declined it"),
+                Err(_) => refuse_unapproved(open, &call_id, "the approver failed (it raised)"),
+            }
         })
+        .and_then(|decision| answer.map(|_| decision))
     }
 
     /// Ends tool call `call_id`, let through by `before_tool`: it
@@ -627,6 +666,20 @@ impl Gate {
         self.close(py)?;
         Ok(false)
     }
+}
+
+/// Refuses held call `call_id`, whose approval was not had (`answer`: how):
+/// the attempt counts, as the gateway's, and it is forgotten from the loop
+/// window (it never ran).
+fn refuse_unapproved(open: &mut Open, call_id: &str, answer: &str) -> PyResult<Decision> {
+    let at = held_at(open, call_id)?;
+    let held = open.held.remove(at);
+    let r = Refusal::approval_refused(&held.name, answer);
+    open.tools
+        .refused(call_id, &held.name, r.reason, &r.text, now_ms())
+        .map_err(gate_error)?;
+    report_outcome(open, held.call, None).map_err(gate_error)?;
+    Ok(Decision::of_refusal(&r))
 }
 
 fn held_at(open: &Open, call_id: &str) -> PyResult<usize> {

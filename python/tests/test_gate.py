@@ -166,8 +166,71 @@ def test_needs_approval_is_refused_without_an_approver(budget, ledger):
     with Gate(budget=b, ledger=ledger, session="s") as gate:
         d = gate.before_tool("pay", {"usd": 5}, "a")
         assert (d.allowed, d.reason) == (False, "approval-refused")
+        assert "pay needs a person's approval (needs_approval in the budget), and this process has no approver" in d.message
         with pytest.raises(budgetgate.CallError):
             gate.after_tool("a")
+        # The attempt counts, as the gateway's refused approvals do.
+        assert gate.usage()["limits"]["tool_calls"]["used"] == 1
+
+
+def test_an_approver_is_asked_with_the_call_held(budget, ledger):
+    """A needs_approval call is held reserved while the approver is asked
+    (the gate's lock free: the approver may use the gate); True lets it
+    through, False refuses it approval-refused, the attempt counted."""
+    b = budget(f'[budget]\n{FOREVER}max_tool_calls = 3\n[tools]\nneeds_approval = ["pay"]\n')
+    asked = []
+
+    def approver(tool, arguments, call_id):
+        lim = gate.usage()["limits"]["tool_calls"]
+        asked.append((tool, arguments, call_id, lim["used"], lim["reserved"]))
+        return arguments["usd"] < 10
+
+    with Gate(budget=b, ledger=ledger, session="s", approver=approver) as gate:
+        assert tool_ok(gate, "search", "s1").allowed  # not asked about
+        d = gate.before_tool("pay", {"usd": 5}, "p1")
+        assert d.allowed and asked == [("pay", {"usd": 5}, "p1", 1, 1)]
+        gate.after_tool("p1", ok=True, output="paid")
+        d = gate.before_tool("pay", {"usd": 50}, "p2")
+        assert (d.allowed, d.reason) == (False, "approval-refused")
+        assert "pay needs a person's approval (needs_approval in the budget), and the approver declined it" in d.message
+        with pytest.raises(budgetgate.CallError):
+            gate.after_tool("p2")
+        lim = gate.usage()["limits"]["tool_calls"]
+        assert (lim["used"], lim["reserved"]) == (3, 0)
+        # The budget is spent: refused before the approver is asked.
+        d = gate.before_tool("pay", {"usd": 1}, "p3")
+        assert (d.allowed, d.reason) == (False, "tool-budget") and len(asked) == 2
+
+
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+def test_an_approver_that_fails_refuses_the_call(budget, ledger):
+    """Fail closed: an approver that raises, or answers anything but a bool
+    (an async approver's coroutine is truthy), refuses the call; its error
+    is raised, the attempt counted. An approver that is not callable is
+    refused at once."""
+    b = budget(f'[budget]\n{FOREVER}[tools]\nneeds_approval = ["pay"]\n')
+
+    def broken(tool, arguments, call_id):
+        raise RuntimeError("the approval service is down")
+
+    async def not_awaited(tool, arguments, call_id):
+        return True
+
+    with Gate(budget=b, ledger=ledger, session="s", approver=broken) as gate:
+        with pytest.raises(RuntimeError, match="approval service is down"):
+            gate.before_tool("pay", {}, "a")
+        with pytest.raises(budgetgate.CallError):
+            gate.after_tool("a")
+        assert gate.usage()["limits"]["tool_calls"] == {"used": 1, "reserved": 0, "max": None}
+    with Gate(budget=b, ledger=ledger, session="t", approver=not_awaited) as gate:
+        with pytest.raises(TypeError, match="not True or False"):
+            gate.before_tool("pay", {}, "a")
+        assert gate.usage()["limits"]["tool_calls"]["used"] == 1
+    with Gate(budget=b, ledger=ledger, session="u", approver=lambda *a: "yes") as gate:
+        with pytest.raises(TypeError, match="answered str"):
+            gate.before_tool("pay", {}, "a")
+    with pytest.raises(TypeError, match="approver must be callable"):
+        Gate(budget=b, ledger=ledger, session="v", approver=True)
 
 
 def test_a_bad_budget_file_raises_budget_error(budget, sqlite_ledger, tmp_path):

@@ -2,7 +2,7 @@
 
 from os import PathLike
 from types import TracebackType
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 class Error(Exception):
     """Every budgetgate error; the call it was about is not let through."""
@@ -60,7 +60,12 @@ class Gate:
         durability: Literal["full", "normal"] = "full",
         wait: float = 5.0,
         reservation_ttl: float = 600.0,
-    ) -> None: ...
+        approver: Callable[[str, Any, str], bool] | None = None,
+    ) -> None:
+        """``approver(tool, arguments, call_id) -> bool`` is asked about each
+        call of a ``needs_approval`` tool, the call held reserved meanwhile;
+        without one such calls are refused (``approval-refused``)."""
+        ...
     @property
     def session(self) -> str: ...
     @property
