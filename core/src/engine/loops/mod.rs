@@ -26,7 +26,9 @@
 
 use core::fmt;
 
+mod history;
 mod record;
+pub use history::{completed, Made};
 pub use record::{WindowRecordError, WINDOW_RECORD_VERSION};
 
 use crate::tools::ToolName;

@@ -448,3 +448,113 @@ fn a_forgotten_call_leaves_no_step() {
     w.swap(&mut other);
     assert!(w.steps().is_empty() && other.steps().len() == 3);
 }
+
+/// A history of `(turn, tool, args, outcome)` calls, oldest first.
+fn history(calls: &[(u32, &str, &str, Option<Outcome>)]) -> std::vec::Vec<Made> {
+    calls
+        .iter()
+        .map(|&(turn, name, args, outcome)| Made {
+            call: fp(name, args),
+            name: ToolName::new(name).expect("name"),
+            outcome,
+            turn,
+        })
+        .collect()
+}
+
+#[test]
+fn a_history_completes_a_pattern_at_the_call_that_reaches_the_threshold() {
+    let three = history(&[
+        (0, "status", "{}", Some(ok("pending"))),
+        (1, "status", "{}", Some(ok("pending"))),
+        (2, "status", "{}", Some(ok("pending"))),
+        (3, "status", "{}", Some(ok("pending"))),
+    ]);
+    // same_outcome 4: the fourth call (turn 3) completed it, not the third.
+    assert_eq!(completed(&three, &RULES, 2), None);
+    let (found, name) = completed(&three, &RULES, 3).expect("the fourth call completes it");
+    assert_eq!(
+        (found.pattern, found.times, found.max),
+        (Pattern::SameOutcome, 4, 4)
+    );
+    assert_eq!(name.as_str(), "status");
+    // A changed result anywhere in the run starts the count again.
+    let changed = history(&[
+        (0, "status", "{}", Some(ok("pending"))),
+        (1, "status", "{}", Some(ok("10%"))),
+        (2, "status", "{}", Some(ok("10%"))),
+        (3, "status", "{}", Some(ok("10%"))),
+    ]);
+    assert_eq!(completed(&changed, &RULES, 3), None);
+    // The fourth call would have been refused, but what it returned was
+    // new: progress after all.
+    let moved = history(&[
+        (0, "status", "{}", Some(ok("pending"))),
+        (1, "status", "{}", Some(ok("pending"))),
+        (2, "status", "{}", Some(ok("pending"))),
+        (3, "status", "{}", Some(ok("done"))),
+    ]);
+    assert_eq!(completed(&moved, &RULES, 3), None);
+    // Errors: same_error 3.
+    let failing = history(&[
+        (0, "build", "{}", Some(err("boom"))),
+        (1, "build", "{}", Some(err("boom"))),
+        (2, "build", "{}", Some(err("boom"))),
+    ]);
+    assert_eq!(completed(&failing, &RULES, 1), None);
+    assert_eq!(
+        completed(&failing, &RULES, 2).map(|(f, _)| (f.pattern, f.times)),
+        Some((Pattern::SameError, 3))
+    );
+    // No [loops]: nothing looked for.
+    assert_eq!(completed(&three, &LoopRules::OFF, 3), None);
+}
+
+#[test]
+fn a_turns_calls_are_decided_before_any_of_their_results_is_known() {
+    let rules = LoopRules {
+        same_outcome: Some(2),
+        same_error: None,
+        ping_pong_cycles: None,
+    };
+    // Two identical calls made in one response: live, the second was
+    // decided while the first's result was not known, so nothing matched.
+    let parallel = history(&[
+        (0, "status", "{}", Some(ok("pending"))),
+        (0, "status", "{}", Some(ok("pending"))),
+    ]);
+    assert_eq!(completed(&parallel, &rules, 0), None);
+    // Made one after the other, the second completes same_outcome 2.
+    let serial = history(&[
+        (0, "status", "{}", Some(ok("pending"))),
+        (1, "status", "{}", Some(ok("pending"))),
+    ]);
+    assert!(completed(&serial, &rules, 1).is_some());
+    // Calls of a turn after `latest` are not looked at.
+    assert_eq!(completed(&serial, &rules, 0), None);
+    // A call with no result in the history matches nothing.
+    let unseen = history(&[
+        (0, "status", "{}", None),
+        (1, "status", "{}", Some(ok("x"))),
+    ]);
+    assert_eq!(completed(&unseen, &rules, 1), None);
+}
+
+#[test]
+fn a_history_completes_an_alternation() {
+    let rules = LoopRules {
+        same_outcome: None,
+        same_error: None,
+        ping_pong_cycles: Some(2),
+    };
+    let calls = history(&[
+        (0, "grep", "{\"q\":\"x\"}", Some(ok("none"))),
+        (1, "view", "{\"f\":\"a\"}", Some(ok("text"))),
+        (2, "grep", "{\"q\":\"x\"}", Some(ok("none"))),
+        (3, "view", "{\"f\":\"a\"}", Some(ok("text"))),
+    ]);
+    assert_eq!(completed(&calls, &rules, 2), None);
+    let (found, name) = completed(&calls, &rules, 3).expect("the second cycle");
+    assert_eq!(found.pattern, Pattern::PingPong(2));
+    assert_eq!(name.as_str(), "view");
+}
