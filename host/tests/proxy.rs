@@ -864,3 +864,124 @@ fn a_ca_file_that_is_not_pem_stops_the_proxy_at_start() {
         "{err}"
     );
 }
+
+/// A Messages conversation in which the model called `status` once per
+/// turn, each call returning the matching entry of `results`; the request
+/// ends with the last result (or with a person's message after it).
+fn messages_with_calls(results: &[&str], person_after: bool) -> Value {
+    let mut messages = vec![json!({"role": "user", "content": "wait for job 7"})];
+    for (i, result) in results.iter().enumerate() {
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "text", "text": "checking"},
+            {"type": "tool_use", "id": format!("toolu_{i}"), "name": "status", "input": {"job": 7}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": [{"type": "text", "text": result}]}]}));
+    }
+    if person_after {
+        messages.push(json!({"role": "user", "content": "try something else"}));
+    }
+    json!({"model": "claude-test", "max_tokens": 100, "messages": messages})
+}
+
+/// Issue 32: under `[loops]` the proxy reads each request's tool calls and
+/// results; a request bringing the result of the call that completed a
+/// pattern (here the third `status` returning what the two before did,
+/// same_outcome 3) is refused `no-progress` before the upstream, in the
+/// API's error shape. One call fewer, a changed result, or a person's
+/// message after the results: let through.
+#[test]
+fn a_request_after_calls_that_make_no_progress_is_refused() {
+    let (_dir, _budget, ledger, upstream, proxy) = setup(
+        "[budget]\nmax_model_calls = 50\n[loops]\nsame_outcome = 3\nsame_error = 2\n",
+        &[],
+    );
+    let call = |body: &Value| post(proxy.port, "/v1/messages", &[], body);
+    // Two identical results: below the threshold.
+    let a = call(&messages_with_calls(&["pending", "pending"], false));
+    assert_eq!(a.status, 200, "{}", a.text());
+    // A changed result in the run: nothing completed.
+    let a = call(&messages_with_calls(
+        &["pending", "running", "running"],
+        false,
+    ));
+    assert_eq!(a.status, 200, "{}", a.text());
+    // A person spoke after the third identical result: a new start.
+    let a = call(&messages_with_calls(&["pending"; 3], true));
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(upstream.count("/v1/messages"), 3);
+    // The third identical result: refused, never sent upstream.
+    let a = call(&messages_with_calls(&["pending"; 3], false));
+    assert_eq!(a.status, 402, "{}", a.text());
+    let err = a.json();
+    assert_eq!(err["error"]["type"], "billing_error");
+    let message = err["error"]["message"].as_str().expect("message");
+    assert!(message.contains("(no-progress)"), "{message}");
+    assert!(message.contains("status has been called 2 times with this input and returned the same result each time; this would be call 3 (same_outcome 3)"), "{message}");
+    assert_eq!(upstream.count("/v1/messages"), 3);
+    // Nothing was counted for the refused call.
+    assert_eq!(used(&ledger_row(&ledger, "proxy"), "model_calls"), 3);
+}
+
+/// The same rule over OpenAI's shapes: Chat `tool` messages and Responses
+/// `function_call_output` items.
+#[test]
+fn chat_and_responses_histories_are_read_too() {
+    let (_dir, _budget, _ledger, upstream, proxy) =
+        setup("[budget]\n[loops]\nsame_outcome = 2\n", &[]);
+    let chat = |results: &[&str]| {
+        let mut messages = vec![json!({"role": "user", "content": "go"})];
+        for (i, r) in results.iter().enumerate() {
+            messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": format!("call_{i}"), "type": "function",
+                 "function": {"name": "ls", "arguments": "{\"dir\": \"/tmp\"}"}}]}));
+            messages
+                .push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": r}));
+        }
+        json!({"model": "gpt-test", "messages": messages})
+    };
+    let a = post(
+        proxy.port,
+        "/v1/chat/completions",
+        &[],
+        &chat(&["a.txt", "b.txt"]),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let a = post(
+        proxy.port,
+        "/v1/chat/completions",
+        &[],
+        &chat(&["a.txt", "a.txt"]),
+    );
+    assert_eq!(a.status, 402, "{}", a.text());
+    assert_eq!(a.json()["error"]["code"], "no-progress", "{}", a.text());
+    let responses = |results: &[&str]| {
+        let mut input = vec![json!({"role": "user", "content": "go"})];
+        for (i, r) in results.iter().enumerate() {
+            input.push(
+                json!({"type": "function_call", "call_id": format!("fc_{i}"),
+                              "name": "ls", "arguments": "{\"dir\":\"/tmp\"}"}),
+            );
+            input.push(
+                json!({"type": "function_call_output", "call_id": format!("fc_{i}"), "output": r}),
+            );
+        }
+        json!({"model": "gpt-test", "input": input})
+    };
+    let a = post(
+        proxy.port,
+        "/v1/responses",
+        &[],
+        &responses(&["a.txt", "b.txt"]),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let a = post(
+        proxy.port,
+        "/v1/responses",
+        &[],
+        &responses(&["a.txt", "a.txt"]),
+    );
+    assert_eq!(a.status, 402, "{}", a.text());
+    assert_eq!(a.json()["error"]["code"], "no-progress", "{}", a.text());
+    assert_eq!(upstream.count("/v1/chat/completions"), 1);
+    assert_eq!(upstream.count("/v1/responses"), 1);
+}

@@ -533,18 +533,6 @@ pub fn read_budget(
     Ok(budget)
 }
 
-/// Refuses `[loops]` for `command`, a front-end that does not see its
-/// calls' outcomes (yet): loop detection would not be enforced, and a
-/// budget is never silently weaker than it reads.
-pub fn refuse_loops(budget: &ReplayBudget, command: &str) -> Result<(), String> {
-    if budget.loops.is_on() {
-        return Err(format!(
-            "[loops]: {command} does not see the calls' outcomes, so it cannot detect loops; remove the table for it (docs/BUDGETS.md, \"Loops\")"
-        ));
-    }
-    Ok(())
-}
-
 /// Reads a budget file; anything missing keeps the reference's default.
 /// Errors name the line and column (TOML syntax, wrong types, numbers out of
 /// range, nesting past the TOML reader's limit) or the key.

@@ -50,6 +50,8 @@ use crate::net::sse::{SseItem, SseParser};
 use crate::net::{self, ChannelBody, ReadError, Reply};
 use crate::store::Durability;
 use api::{Api, EventUse, ModelRequest, Refused, StreamUsage};
+use budgetgate_core::engine;
+use budgetgate_core::turn::RefusalReason;
 use gate::{Admission, ModelGate, Outcome, Ticket};
 
 /// Largest request body read (64 MiB: a long conversation with images).
@@ -324,6 +326,9 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
             )
         }
     };
+    if let Some(stop) = stalled(proxy, api, &body) {
+        return stop;
+    }
     let key = proxy.next_key();
     let call = gate::ModelCall {
         model: &request.model,
@@ -377,6 +382,50 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
             upstream_failed(api, &e)
         }
     }
+}
+
+/// Under `[loops]`: the refusal of a model call whose request brings the
+/// results of a tool call that completed a pattern of calls making no
+/// progress (the engine's words; `no-progress`). The proxy sees a call only
+/// after it ran, with its result in the next request, so it stops the
+/// model call that would follow it; a request it cannot read the history
+/// of is refused (fail closed).
+fn stalled(proxy: &Proxy, api: Api, body: &[u8]) -> Option<Reply> {
+    let rules = &proxy.gate.budget().loops;
+    if !rules.is_on() {
+        return None;
+    }
+    let history = match api::history::tool_history(api, body) {
+        Ok(h) => h,
+        Err(e) => {
+            return Some(refusal(
+                api,
+                Refused::Invalid,
+                "invalid_request",
+                &format!("budgetgate: {e}; the call was not made"),
+            ))
+        }
+    };
+    let latest = history.latest?;
+    let (found, tool) = engine::loops::completed(&history.calls, rules, latest)?;
+    let refused = engine::Refusal {
+        reason: RefusalReason::NoProgress,
+        why: engine::Why::NoProgress(found),
+    };
+    let shown = engine::Shown {
+        name: tool.as_str(),
+        id: "",
+        id_scope: "",
+        unpriced_model: None,
+    };
+    // The engine's sentence of the pattern; the refusal is of the model
+    // call after the tool call, which ran (its result was the same again).
+    let reason = RefusalReason::NoProgress.as_str();
+    let text = format!(
+        "budgetgate refused this model call ({reason}): the last tool call repeated a pattern that makes no progress ({}), and it returned the same again. Change approach or stop and answer with what you have.",
+        refused.detail(&shown)
+    );
+    Some(refusal(api, Refused::Budget, reason, &text))
 }
 
 /// What a gated call's relay counts.
@@ -542,12 +591,7 @@ pub fn run(config: &Config) -> ExitCode {
     };
     let budget = match &config.budget {
         None => ReplayBudget::default(),
-        Some(path) => match crate::gate::budget_file::read_budget_file(path).and_then(|b| {
-            // The proxy decides model calls; loops are in tool calls.
-            crate::gate::budget_file::refuse_loops(&b, "budgetgate proxy")
-                .map(|()| b)
-                .map_err(|e| format!("budget file {}: {e}", path.display()))
-        }) {
+        Some(path) => match crate::gate::budget_file::read_budget_file(path) {
             Ok(b) => b,
             Err(e) => return fail(e),
         },

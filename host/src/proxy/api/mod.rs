@@ -3,6 +3,8 @@
 //! streams, a sound bound of its input; the usage its answer reports; and
 //! a refusal in each provider's own error shape.
 
+pub mod history;
+
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};

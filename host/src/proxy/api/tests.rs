@@ -182,3 +182,83 @@ fn refusals_take_each_providers_error_shape() {
     let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["error"]["type"], "invalid_request_error");
 }
+
+mod history {
+    use super::super::history::tool_history;
+    use super::super::Api;
+    use serde_json::json;
+
+    fn read(api: Api, body: serde_json::Value) -> super::super::history::History {
+        tool_history(api, body.to_string().as_bytes()).expect("history")
+    }
+
+    #[test]
+    fn messages_calls_results_and_errors_are_read_by_id() {
+        let h = read(
+            Api::Messages,
+            json!({"messages": [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "t1", "name": "build", "input": {}},
+                    {"type": "tool_use", "id": "t2", "name": "bad name!", "input": {}},
+                    {"type": "tool_use", "id": "t3", "name": "ls", "input": {"d": 1}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t3", "content": "a"},
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "boom", "is_error": true},
+                    {"type": "tool_result", "tool_use_id": "nobody", "content": "?"}]}]}),
+        );
+        // The call no engine could let through (its name) is left out.
+        let names: Vec<_> = h.calls.iter().map(|m| m.name.as_str().to_owned()).collect();
+        assert_eq!(names, ["build", "ls"]);
+        assert_eq!(h.latest, Some(0));
+        let build = h.calls[0].outcome.expect("build's result");
+        assert!(build.error);
+        assert!(!h.calls[1].outcome.expect("ls's result").error);
+        // A person's message after the results: nothing to look at.
+        let mut body = json!({"messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ls", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a"}]},
+            {"role": "user", "content": "stop that"}]});
+        assert_eq!(read(Api::Messages, body.clone()).latest, None);
+        body["messages"].as_array_mut().expect("messages").pop();
+        assert_eq!(read(Api::Messages, body).latest, Some(0));
+    }
+
+    #[test]
+    fn openai_shapes_group_a_responses_calls_into_turns() {
+        let h = read(
+            Api::Chat,
+            json!({"messages": [
+                {"role": "assistant", "tool_calls": [
+                    {"id": "c1", "function": {"name": "ls", "arguments": "not json"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "a"},
+                {"role": "assistant", "tool_calls": [
+                    {"id": "c2", "function": {"name": "ls", "arguments": "not json"}}]},
+                {"role": "tool", "tool_call_id": "c2", "content": "a"}]}),
+        );
+        assert_eq!(h.calls.len(), 2);
+        assert_eq!(h.calls[0].call, h.calls[1].call, "the same text arguments");
+        assert_eq!(
+            (h.calls[0].turn, h.calls[1].turn, h.latest),
+            (0, 1, Some(1))
+        );
+        let h = read(
+            Api::Responses,
+            json!({"input": [
+                {"type": "reasoning", "summary": []},
+                {"type": "function_call", "call_id": "f1", "name": "a", "arguments": "{}"},
+                {"type": "function_call", "call_id": "f2", "name": "b", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "f1", "output": "x"},
+                {"type": "function_call_output", "call_id": "f2", "output": "y"},
+                {"type": "reasoning", "summary": []},
+                {"type": "function_call", "call_id": "f3", "name": "a", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "f3", "output": "x"}]}),
+        );
+        let turns: Vec<_> = h.calls.iter().map(|m| m.turn).collect();
+        assert_eq!((turns, h.latest), (vec![0, 0, 1], Some(1)));
+        // Not JSON at all: an error (the proxy refuses).
+        assert!(tool_history(Api::Chat, b"{").is_err());
+        // A string input (no items) has no calls.
+        assert_eq!(read(Api::Responses, json!({"input": "hi"})).latest, None);
+    }
+}
