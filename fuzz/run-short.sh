@@ -9,10 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 seconds="${FUZZ_SECONDS:-20}"
-# 12 targets × 20 s ≈ 4 min of fuzzing, plus one build of the fuzz crate
+# 13 targets × 20 s ≈ 4.5 min of fuzzing, plus one build of the fuzz crate
 # (about 8 min from nothing: the host targets build budgetgate with SQLite).
 targets=(action_json plan_json run_events link_frames ledger_record usage_json duty_window
-         hook_event hook_transcript mcp_lines replay_formats run_record)
+         hook_event hook_transcript mcp_lines replay_formats run_record sse_stream)
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
     rustup toolchain install nightly --profile minimal

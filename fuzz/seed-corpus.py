@@ -292,6 +292,15 @@ def main():
                 body += struct.pack("<II", ago, length)
         return body + struct.pack("<I", binascii.crc32(body))
 
+    # SSE streams as the model APIs and Streamable HTTP send them: named
+    # events, CRLF lines, comments, multi-line data, a cut-off last event.
+    seeds["sse_stream"] = {
+        b"\x07event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3}}}\n\n"
+        b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"hi\"}}\n\n"
+        b": ping\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        b"\x31data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1}}\r\n\r\ndata: [DONE]\r\n\r\n",
+        b"\x02id: 9\nretry: 10\ndata\ndata:2\rx\n\r\r\n\xffdata: \xfe\n\ndata: cut",
+    }
     done = (2, 3, b"c1", b"HassTurnOn")
     seeds["run_record"] = {
         run_record(1, 0, 0, (8, 4), []),

@@ -10,6 +10,19 @@ p99 of the whole call and of the time to the first byte. What each path adds
 is its figures minus the direct ones, measured in the same run.
 
     scripts/bench-proxy.py [--calls N] [--bin target/release/budgetgate] [--litellm PATH]
+
+With `--stream-mb N` it measures a long stream instead: the scripted API
+answers one streamed Messages call of about N MB (`message_start` with its
+usage, text deltas of 100 to 1000 bytes, `message_delta` with the output
+tokens, `message_stop`), built once and written in 64 KiB pieces; the
+client's throughput is measured straight to it and through `budgetgate
+proxy --durability normal` (a fresh process for each measure), every byte
+checked against what the upstream sent, and the proxy's resident memory
+(VmRSS, and VmHWM, its peak, from /proc) read idle and after the stream.
+`--concurrent K` runs K such streams at once (K client threads) and reports
+their aggregate throughput.
+
+    scripts/bench-proxy.py --stream-mb 1024 [--concurrent 64] [--bin ...]
 """
 
 import argparse
@@ -17,6 +30,8 @@ import http.client
 import http.server
 import json
 import os
+import random
+import signal
 import socket
 import statistics
 import subprocess
@@ -53,6 +68,78 @@ EVENTS = b"".join(
 )
 
 
+def sse(name, data):
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+class LongStream:
+    """One streamed Messages answer of about `mb` MB, in whole events: a
+    head (`message_start`, `content_block_start`), a block of about 1 MiB of
+    `content_block_delta` events (text deltas of 100 to 1000 bytes) sent
+    `repeats` times, a tail (`content_block_stop`, `message_delta` with the
+    output tokens, `message_stop`). Built once; written in 64 KiB pieces."""
+
+    PIECE = 64 << 10
+
+    def __init__(self, mb):
+        rnd = random.Random(31)
+        words = ("the budget gate relays each event of a long answer while it "
+                 "reads the usage \"quoted\" line\nbreak tab\t unicode \u00e9t\u00e9").split(" ")
+        deltas, size, text_bytes = [], 0, 0
+        while size < 1 << 20:
+            want, text = rnd.randint(100, 1000), ""
+            while len(text) < want:
+                text += rnd.choice(words) + " "
+            text = text[:want]
+            text_bytes += len(text)
+            deltas.append(sse("content_block_delta", {
+                "type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": text}}))
+            size += len(deltas[-1])
+        self.block = b"".join(deltas)
+        self.repeats = max(1, mb * 1_000_000 // len(self.block))
+        self.deltas = len(deltas) * self.repeats
+        output_tokens = text_bytes * self.repeats // 4
+        self.head = sse("message_start", {"type": "message_start", "message": {
+            "id": "msg_long", "type": "message", "role": "assistant", "model": "claude-bench",
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 1}}}) + sse(
+            "content_block_start", {"type": "content_block_start", "index": 0,
+                                    "content_block": {"type": "text", "text": ""}})
+        self.tail = sse("content_block_stop", {"type": "content_block_stop", "index": 0}) + sse(
+            "message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                              "usage": {"output_tokens": output_tokens}}) + sse(
+            "message_stop", {"type": "message_stop"})
+        self.length = len(self.head) + self.repeats * len(self.block) + len(self.tail)
+
+    def send(self, sock):
+        sock.sendall(self.head)
+        block = memoryview(self.block)
+        for _ in range(self.repeats):
+            for i in range(0, len(block), self.PIECE):
+                sock.sendall(block[i:i + self.PIECE])
+        sock.sendall(self.tail)
+
+    def matches(self, off, data):
+        """Whether `data` is what the stream holds from byte `off`."""
+        data = memoryview(data)
+        head, block = len(self.head), len(self.block)
+        body_end = head + self.repeats * block
+        while len(data):
+            if off < head:
+                want = self.head[off:off + len(data)]
+            elif off < body_end:
+                at = (off - head) % block
+                want = self.block[at:at + min(len(data), body_end - off)]
+            else:
+                want = self.tail[off - body_end:off - body_end + len(data)]
+            # bytes, not memoryview: a memoryview compares item by item.
+            if not want or bytes(data[:len(want)]) != want:
+                return False
+            data, off = data[len(want):], off + len(want)
+        return True
+
+
 class Upstream(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     # Headers and body leave at once (no 40 ms wait for a delayed ACK).
@@ -60,7 +147,15 @@ class Upstream(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         request = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
-        if request.get("stream"):
+        long = getattr(self.server, "long", None)
+        if request.get("stream") and long is not None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("content-length", str(long.length))
+            self.end_headers()
+            self.wfile.flush()
+            long.send(self.connection)
+        elif request.get("stream"):
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.send_header("content-length", str(len(EVENTS)))
@@ -126,20 +221,140 @@ def figures(samples):
     return statistics.median(samples) * 1e6, p99 * 1e6
 
 
+HEADERS = {"content-type": "application/json", "x-api-key": KEY,
+           "authorization": f"Bearer {KEY}", "anthropic-version": "2023-06-01"}
+
+
+def call(port, stream):
+    """One call on a new connection; its status and the bytes read."""
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    conn.request("POST", "/v1/messages", json.dumps({
+        "model": "claude-bench", "max_tokens": 16, "stream": stream,
+        "messages": [{"role": "user", "content": "hi"}]}), HEADERS)
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    return resp.status, body
+
+
+def read_long(port, long, start, out, i):
+    """Reads one long stream into a 1 MiB buffer, each read checked against
+    what the upstream sent; `out[i]`: (seconds to the last byte, bytes,
+    whether they are the whole stream exactly)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    conn.connect()
+    body = json.dumps({"model": "claude-bench", "max_tokens": 16, "stream": True,
+                       "messages": [{"role": "user", "content": "hi"}]})
+    buf = memoryview(bytearray(1 << 20))
+    start.wait()
+    t0 = time.perf_counter()
+    conn.request("POST", "/v1/messages", body, HEADERS)
+    resp = conn.getresponse()
+    off, same = 0, resp.status == 200
+    while n := resp.readinto(buf):
+        same = same and long.matches(off, buf[:n])
+        off += n
+    out[i] = (time.perf_counter() - t0, off, same and off == long.length)
+    conn.close()
+
+
+def status(pid):
+    """The process's VmRSS and VmHWM (its peak), MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        kb = {line.split(":")[0]: int(line.split()[1]) for line in f
+              if line.startswith(("VmRSS", "VmHWM"))}
+    return kb["VmRSS"] / 1024, kb["VmHWM"] / 1024
+
+
+def streams(port, long, k):
+    """`k` long streams at once; (seconds from the start to the last byte,
+    bytes, streams complete and exact)."""
+    start, out = threading.Barrier(k + 1), [None] * k
+    threads = [threading.Thread(target=read_long, args=(port, long, start, out, i))
+               for i in range(k)]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    took = time.perf_counter() - t0
+    if None in out:
+        sys.exit("a client thread failed")
+    return took, sum(o[1] for o in out), sum(o[2] for o in out)
+
+
+def long_streams(args, long, up, tmp, budget):
+    k = args.concurrent
+    print(f"{k} stream(s) at once, each {long.length} bytes "
+          f"({long.deltas} content_block_delta events, {len(long.block)} bytes "
+          f"sent {long.repeats} times), loopback upstream")
+    print("| path | streams | bytes | seconds | MB/s | complete and exact | "
+          "proxy VmRSS idle (MiB) | proxy VmRSS after | proxy VmHWM (peak) | "
+          "(peak - idle) / streams (MiB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    took, total, exact = streams(up, long, k)
+    print(f"| direct | {k} | {total} | {took:.2f} | {total / took / 1e6:.0f} | {exact}/{k} "
+          "| | | | |")
+    port = free_port()
+    proc = subprocess.Popen(
+        [args.bin, "proxy", "--listen", f"127.0.0.1:{port}", "--upstream",
+         f"http://127.0.0.1:{up}", "--budget", budget, "--ledger",
+         f"sqlite:{os.path.join(tmp, 'long.sqlite3')}", "--durability", "normal"],
+        stderr=subprocess.DEVNULL)
+    try:
+        wait_for(port)
+        # One whole call first: the ledger and the upstream connection made.
+        if call(port, False)[0] != 200:
+            sys.exit("the proxy did not answer a call")
+        idle, _ = status(proc.pid)
+        took, total, exact = streams(port, long, k)
+        rss, hwm = status(proc.pid)
+        print(f"| budgetgate proxy --durability normal | {k} | {total} | {took:.2f} | "
+              f"{total / took / 1e6:.0f} | {exact}/{k} | {idle:.1f} | {rss:.1f} | {hwm:.1f} | "
+              f"{(hwm - idle) / k:.2f} |")
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--bin", default="target/release/budgetgate")
     ap.add_argument("--litellm", help="the litellm command of a LiteLLM install")
+    ap.add_argument("--stream-mb", type=int,
+                    help="measure a long streamed answer of this many MB instead")
+    ap.add_argument("--concurrent", type=int, default=1,
+                    help="with --stream-mb: this many streams at once")
     args = ap.parse_args()
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server.daemon_threads = True
     up = server.server_address[1]
+    upstream_pid = None
+    if args.stream_mb:
+        # The upstream of long streams is a process of its own: the client
+        # threads do not wait for its interpreter lock, nor it for theirs.
+        server.long = LongStream(args.stream_mb)
+        upstream_pid = os.fork()
+        if upstream_pid == 0:
+            server.serve_forever()
+            os._exit(0)
+        server.server_close()
+    else:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
     tmp = tempfile.mkdtemp()
     budget = os.path.join(tmp, "budget.toml")
     with open(budget, "w") as f:
         f.write("[budget]\nmax_model_calls = 100000000\nmax_tokens = 100000000000\nmax_seconds = 100000\n")
+    if args.stream_mb:
+        try:
+            long_streams(args, server.long, up, tmp, budget)
+        finally:
+            os.kill(upstream_pid, signal.SIGTERM)
+            os.waitpid(upstream_pid, 0)
+        return
 
     paths = [("direct", up, None)]
     procs = []

@@ -29,54 +29,78 @@ pub enum SseItem {
 
 /// A bounded reader of `text/event-stream` (the WHATWG format: lines ended
 /// by LF or CRLF, events by a blank line): at most [`MAX_BODY`] bytes of
-/// one event are held.
+/// one event are held. Read a line at a time (`memchr`), not a byte at a
+/// time: the model proxy relays long streams through it.
 #[derive(Default)]
 pub struct SseParser {
+    /// The part of a line read so far, when a chunk ended inside it.
     line: Vec<u8>,
+    /// The event's bytes as they came (not kept by a [`Self::without_raw`]
+    /// reader).
     raw: Vec<u8>,
+    /// How many bytes the event has had, kept or not.
+    raw_len: usize,
+    drop_raw: bool,
     data: Option<String>,
     fields: String,
     skipping: bool,
-    /// Whether the line being read has a byte (kept or skipped).
+    /// Whether the line being read has a byte other than CR (kept or
+    /// skipped).
     in_line: bool,
 }
 
 impl SseParser {
+    /// A reader whose events come without their bytes (`raw` empty), for a
+    /// caller that relays the stream as it came and reads only the data.
+    pub fn without_raw() -> Self {
+        Self {
+            drop_raw: true,
+            ..Self::default()
+        }
+    }
+
     /// Reads `chunk`; the events it completed.
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<SseItem> {
         let mut out = Vec::new();
-        for &b in chunk {
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            let (segment, ended, taken) = match memchr::memchr(b'\n', rest) {
+                Some(at) => (&rest[..at], true, &rest[..=at]),
+                None => (rest, false, rest),
+            };
+            rest = &rest[taken.len()..];
             if !self.skipping {
-                self.raw.push(b);
-                if self.raw.len() > MAX_BODY {
+                self.raw_len += taken.len();
+                if self.raw_len > MAX_BODY {
                     self.skipping = true;
                     self.raw = Vec::new();
+                    self.raw_len = 0;
                     self.line = Vec::new();
                     self.data = None;
                     self.fields.clear();
+                } else if !self.drop_raw {
+                    self.raw.extend_from_slice(taken);
                 }
             }
-            if b != b'\n' {
-                if b != b'\r' {
-                    self.in_line = true;
-                }
+            if !self.in_line && segment.iter().any(|&b| b != b'\r') {
+                self.in_line = true;
+            }
+            if !ended {
                 if !self.skipping {
-                    self.line.push(b);
+                    self.line.extend_from_slice(segment);
                 }
-                continue;
-            }
-            let mut line = std::mem::take(&mut self.line);
-            if line.last() == Some(&b'\r') {
-                line.pop();
+                break;
             }
             let blank = !self.in_line;
             self.in_line = false;
             if blank {
+                self.line.clear();
                 if self.skipping {
                     self.skipping = false;
                     out.push(SseItem::TooLong);
                     continue;
                 }
+                self.raw_len = 0;
                 let raw = Bytes::from(std::mem::take(&mut self.raw));
                 let fields = std::mem::take(&mut self.fields);
                 out.push(match self.data.take() {
@@ -88,22 +112,33 @@ impl SseParser {
             if self.skipping {
                 continue;
             }
-            let text = String::from_utf8_lossy(&line);
-            if let Some(value) = text.strip_prefix("data") {
-                if value.is_empty() || value.starts_with(':') {
-                    let value = value.strip_prefix(':').unwrap_or(value);
-                    let value = value.strip_prefix(' ').unwrap_or(value);
+            let held;
+            let mut line = if self.line.is_empty() {
+                segment
+            } else {
+                self.line.extend_from_slice(segment);
+                held = std::mem::take(&mut self.line);
+                held.as_slice()
+            };
+            if let [head @ .., b'\r'] = line {
+                line = head;
+            }
+            if let Some(value) = line.strip_prefix(b"data") {
+                if value.is_empty() || value.first() == Some(&b':') {
+                    let value = value.strip_prefix(b":").unwrap_or(value);
+                    let value = value.strip_prefix(b" ").unwrap_or(value);
+                    let value = String::from_utf8_lossy(value);
                     match &mut self.data {
                         Some(d) => {
                             d.push('\n');
-                            d.push_str(value);
+                            d.push_str(&value);
                         }
-                        None => self.data = Some(value.to_owned()),
+                        None => self.data = Some(value.into_owned()),
                     }
                     continue;
                 }
             }
-            self.fields.push_str(&text);
+            self.fields.push_str(&String::from_utf8_lossy(line));
             self.fields.push('\n');
         }
         out
@@ -149,5 +184,71 @@ mod tests {
         assert_eq!(items.len(), 2, "{items:?}");
         assert_eq!(items[0], SseItem::TooLong);
         assert!(matches!(&items[1], SseItem::Event { data, .. } if data == "1"));
+    }
+
+    /// However the stream is cut into chunks (byte by byte, or at every
+    /// place in two), the same events come out, with the same bytes; a
+    /// reader without raw bytes gives the same data and fields.
+    #[test]
+    fn sse_events_do_not_depend_on_how_the_stream_is_cut() {
+        let stream: &[u8] = b"event: a\r\ndata: 1\r\n\r\n: c\n\ndata\ndata:2\rx\n\r\nid: 9\ndata: \xff3\n\n\r\r\ndata: tail";
+        let whole = SseParser::default().feed(stream);
+        assert_eq!(whole.len(), 5, "{whole:?}");
+        let mut bytes = SseParser::default();
+        let one: Vec<SseItem> = stream.iter().flat_map(|b| bytes.feed(&[*b])).collect();
+        assert_eq!(one, whole);
+        for cut in 0..=stream.len() {
+            let mut p = SseParser::default();
+            let mut items = p.feed(&stream[..cut]);
+            items.extend(p.feed(&stream[cut..]));
+            assert_eq!(items, whole, "cut at {cut}");
+            let mut q = SseParser::without_raw();
+            let mut lean = q.feed(&stream[..cut]);
+            lean.extend(q.feed(&stream[cut..]));
+            let strip = |items: &[SseItem]| -> Vec<(String, String)> {
+                items
+                    .iter()
+                    .filter_map(|i| match i {
+                        SseItem::Event { data, fields, .. } => Some((data.clone(), fields.clone())),
+                        _ => None,
+                    })
+                    .collect()
+            };
+            assert_eq!(strip(&lean), strip(&whole), "cut at {cut}");
+            assert!(lean.iter().all(|i| match i {
+                SseItem::Event { raw, .. } => raw.is_empty(),
+                SseItem::Other(raw) => raw.is_empty(),
+                SseItem::TooLong => false,
+            }));
+        }
+        match &whole[2] {
+            SseItem::Event { data, raw, .. } => {
+                assert_eq!(data, "\n2\rx");
+                assert_eq!(&raw[..], b"data\ndata:2\rx\n\r\n");
+            }
+            other => panic!("{other:?}"),
+        }
+        match &whole[3] {
+            SseItem::Event { data, fields, .. } => {
+                assert_eq!(data, "\u{fffd}3");
+                assert_eq!(fields, "id: 9\n");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The bound counts an event's bytes whether or not they are kept.
+    #[test]
+    fn an_event_of_exactly_the_bound_is_read_and_one_more_byte_is_not() {
+        for (extra, long) in [(0, false), (1, true)] {
+            let mut p = SseParser::without_raw();
+            // "data: " + x… + "\n\n" is MAX_BODY + extra bytes.
+            let body = vec![b'x'; MAX_BODY - 8 + extra];
+            let mut items = p.feed(b"data: ");
+            items.extend(p.feed(&body));
+            items.extend(p.feed(b"\n\n"));
+            assert_eq!(items.len(), 1);
+            assert_eq!(matches!(items[0], SseItem::TooLong), long, "extra {extra}");
+        }
     }
 }

@@ -519,7 +519,12 @@ impl UsageReader {
             api: tap.map(|t| t.request.api),
             hide_usage: tap.is_some_and(|t| t.hide_usage),
             streamed,
-            sse: SseParser::default(),
+            // The events' bytes are needed only to relay them one by one.
+            sse: if tap.is_some_and(|t| t.hide_usage) {
+                SseParser::default()
+            } else {
+                SseParser::without_raw()
+            },
             stream: StreamUsage::default(),
             whole: Vec::new(),
             whole_over: false,

@@ -224,6 +224,9 @@ impl StreamUsage {
             self.ended = true;
             return EventUse::Relay;
         }
+        if !may_report(api, data.as_bytes()) {
+            return EventUse::Relay;
+        }
         let Ok(value) = serde_json::from_str::<Value>(data) else {
             return EventUse::Relay;
         };
@@ -270,6 +273,39 @@ impl StreamUsage {
             EventUse::Relay
         }
     }
+}
+
+/// Whether an event's data can report usage or the stream's end, looked
+/// at without reading it as JSON (most events of a long answer are text
+/// deltas, read here at the stream's pace): a usage is a `"usage"` key
+/// that is not `null` (Chat's chunks each carry `"usage": null` when usage
+/// was asked for), an end is Anthropic's `message_stop` or a Responses
+/// `response.completed`, `.incomplete` or `.failed`. A text can hold these
+/// words too: then the event is read as JSON and found to report nothing,
+/// as before. (A key written with escapes, `"\u0075sage"`, is not seen:
+/// no provider writes one, and an upstream is trusted with its usage.)
+fn may_report(api: Api, data: &[u8]) -> bool {
+    use memchr::memmem;
+    let usage = memmem::find_iter(data, b"\"usage\"").any(|at| {
+        let after = &data[at + 7..];
+        // A key is followed by its colon; a string value `"usage"` is not.
+        after
+            .trim_ascii_start()
+            .strip_prefix(b":")
+            .is_some_and(|value| !value.trim_ascii_start().starts_with(b"null"))
+    });
+    usage
+        || match api {
+            Api::Messages => memmem::find(data, b"\"message_stop\"").is_some(),
+            Api::Responses => [
+                &b"\"response.completed\""[..],
+                b"\"response.incomplete\"",
+                b"\"response.failed\"",
+            ]
+            .iter()
+            .any(|word| memmem::find(data, word).is_some()),
+            Api::Chat => false,
+        }
 }
 
 /// Why the proxy answers a call itself, in the providers' error kinds.

@@ -262,3 +262,79 @@ mod history {
         assert_eq!(read(Api::Responses, json!({"input": "hi"})).latest, None);
     }
 }
+
+/// The events of a long answer that cannot report usage or an end are not
+/// read as JSON; every one that can, is.
+#[test]
+fn only_events_that_can_report_are_read_as_json() {
+    let cases: [(Api, &str, bool); 12] = [
+        (
+            Api::Messages,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"the \"usage\" of it"}}"#,
+            false,
+        ),
+        (
+            Api::Messages,
+            r#"{"type":"message_delta","delta":{},"usage":{"output_tokens":9}}"#,
+            true,
+        ),
+        (Api::Messages, r#"{"type": "message_stop"}"#, true),
+        (Api::Messages, r#"{"type":"ping"}"#, false),
+        (
+            Api::Chat,
+            r#"{"choices":[{"delta":{"content":"hi"}}],"usage":null}"#,
+            false,
+        ),
+        (
+            Api::Chat,
+            r#"{"choices":[{"delta":{"content":"hi"}}],"usage" : null}"#,
+            false,
+        ),
+        (
+            Api::Chat,
+            r#"{"choices":[],"usage":{"prompt_tokens":3}}"#,
+            true,
+        ),
+        (
+            Api::Chat,
+            r#"{"choices":[{"delta":{"content":"usage"}}],"usage":null}"#,
+            false,
+        ),
+        (
+            Api::Responses,
+            r#"{"type":"response.output_text.delta","delta":"x"}"#,
+            false,
+        ),
+        (
+            Api::Responses,
+            r#"{"type":"response.completed","response":{"usage":{}}}"#,
+            true,
+        ),
+        (
+            Api::Responses,
+            r#"{"type":"response.failed","response":{}}"#,
+            true,
+        ),
+        (
+            Api::Responses,
+            r#"{"type":"response.incomplete","response":{}}"#,
+            true,
+        ),
+    ];
+    for (api, data, reads) in cases {
+        assert_eq!(
+            super::may_report(api, data.as_bytes()),
+            reads,
+            "{api:?} {data}"
+        );
+    }
+    // A text that holds a key's words is read, and reports nothing.
+    let mut usage = StreamUsage::default();
+    let data = r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"usage"},"x":{"usage":{"output_tokens":1}}}"#;
+    assert!(super::may_report(Api::Messages, data.as_bytes()));
+    assert_eq!(
+        usage.read_event(Api::Messages, data, false),
+        EventUse::Relay
+    );
+    assert_eq!(usage.usage, None);
+}

@@ -1,0 +1,131 @@
+//! The SSE reader the model proxy and the MCP gateway's Streamable HTTP
+//! transport read upstream streams with (`host/src/net/sse.rs`), on
+//! arbitrary bytes.
+//!
+//! Input: `CUTS STREAM`. `CUTS` (one byte) seeds the chunk sizes (1 to 64
+//! bytes) the stream is fed in.
+//!
+//! Checks, against an independent model written here (the reader as it was
+//! first written: byte by byte, every byte pushed into the event's bytes
+//! and the line, lines split on LF with one CR dropped, an event ended by a
+//! line of nothing but CRs):
+//! - no panic;
+//! - fed whole, in chunks, and byte by byte, the reader gives exactly the
+//!   model's items (their bytes, data and other fields);
+//! - a reader without raw bytes gives the same items with empty bytes;
+//! - the items' bytes, joined, are a prefix of the stream (nothing made up,
+//!   nothing dropped, nothing reordered).
+#![no_main]
+
+use budgetgate::net::sse::{SseItem, SseParser};
+use libfuzzer_sys::fuzz_target;
+
+/// The model: the reader's first, byte-by-byte form (no event here comes
+/// near its 16 MiB bound).
+#[derive(Default)]
+struct Model {
+    line: Vec<u8>,
+    raw: Vec<u8>,
+    data: Option<String>,
+    fields: String,
+    in_line: bool,
+}
+
+impl Model {
+    fn feed(&mut self, chunk: &[u8]) -> Vec<SseItem> {
+        let mut out = Vec::new();
+        for &b in chunk {
+            self.raw.push(b);
+            if b != b'\n' {
+                if b != b'\r' {
+                    self.in_line = true;
+                }
+                self.line.push(b);
+                continue;
+            }
+            let mut line = std::mem::take(&mut self.line);
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            let blank = !self.in_line;
+            self.in_line = false;
+            if blank {
+                let raw = std::mem::take(&mut self.raw).into();
+                let fields = std::mem::take(&mut self.fields);
+                out.push(match self.data.take() {
+                    Some(data) => SseItem::Event { raw, data, fields },
+                    None => SseItem::Other(raw),
+                });
+                continue;
+            }
+            let text = String::from_utf8_lossy(&line);
+            if let Some(value) = text.strip_prefix("data") {
+                if value.is_empty() || value.starts_with(':') {
+                    let value = value.strip_prefix(':').unwrap_or(value);
+                    let value = value.strip_prefix(' ').unwrap_or(value);
+                    match &mut self.data {
+                        Some(d) => {
+                            d.push('\n');
+                            d.push_str(value);
+                        }
+                        None => self.data = Some(value.to_owned()),
+                    }
+                    continue;
+                }
+            }
+            self.fields.push_str(&text);
+            self.fields.push('\n');
+        }
+        out
+    }
+}
+
+fn lean(items: &[SseItem]) -> Vec<SseItem> {
+    items
+        .iter()
+        .map(|i| match i {
+            SseItem::Event { data, fields, .. } => SseItem::Event {
+                raw: Default::default(),
+                data: data.clone(),
+                fields: fields.clone(),
+            },
+            SseItem::Other(_) => SseItem::Other(Default::default()),
+            SseItem::TooLong => SseItem::TooLong,
+        })
+        .collect()
+}
+
+fuzz_target!(|input: &[u8]| {
+    let Some((&cuts, stream)) = input.split_first() else {
+        return;
+    };
+    let expected = Model::default().feed(stream);
+    assert_eq!(SseParser::default().feed(stream), expected, "fed whole");
+    let mut bytes = SseParser::default();
+    let one: Vec<SseItem> = stream.iter().flat_map(|b| bytes.feed(&[*b])).collect();
+    assert_eq!(one, expected, "fed byte by byte");
+    let (mut chunked, mut without) = (SseParser::default(), SseParser::without_raw());
+    let (mut got, mut got_lean) = (Vec::new(), Vec::new());
+    let mut seed = u32::from(cuts) | 1;
+    let mut rest = stream;
+    while !rest.is_empty() {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        let n = (seed as usize % 64 + 1).min(rest.len());
+        let (chunk, after) = rest.split_at(n);
+        got.extend(chunked.feed(chunk));
+        got_lean.extend(without.feed(chunk));
+        rest = after;
+    }
+    assert_eq!(got, expected, "fed in chunks");
+    assert_eq!(got_lean, lean(&expected), "without raw bytes");
+    let joined: Vec<u8> = expected
+        .iter()
+        .flat_map(|i| match i {
+            SseItem::Event { raw, .. } | SseItem::Other(raw) => raw.to_vec(),
+            SseItem::TooLong => Vec::new(),
+        })
+        .collect();
+    assert!(stream.starts_with(&joined), "the items' bytes are the stream's");
+});
