@@ -13,16 +13,32 @@
 //! request ends with tool results (the model asked to go on after its
 //! calls); a request that ends with a person's message is a new start.
 
-use budgetgate_core::engine::loops::Made;
+use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+
+use budgetgate_core::engine::loops::{Made, Outcome, LOOP_WINDOW};
 use budgetgate_core::tools::ToolName;
+use serde::de::{DeserializeSeed, Deserializer as _, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::Api;
-use crate::gate::loops::{call_key, outcome_of};
+use crate::gate::digest::DigestSeed;
+use crate::gate::loops::call_key;
 
-/// The calls of a request's history, oldest first, and the turn whose
-/// calls the request brings the results of (`None`: it does not end with
-/// tool results).
+/// Calls kept of a history: the latest ones, four windows' worth. The
+/// window remembers the last [`LOOP_WINDOW`] calls, so what came before
+/// these cannot change what the latest turn completed, unless that turn
+/// alone made more calls than this (then its first ones are not looked
+/// at). A request of 64 MiB holds a million tiny calls; what is kept of
+/// them is bounded here, and the request is read one message at a time.
+pub const KEPT_CALLS: usize = 4 * LOOP_WINDOW;
+
+/// The calls of a request's history, oldest first (at most
+/// [`KEPT_CALLS`], the latest), and the turn whose calls the request
+/// brings the results of (`None`: it does not end with tool results).
 #[derive(Debug, Default)]
 pub struct History {
     /// The calls, each with its result when the history has it.
@@ -34,9 +50,13 @@ pub struct History {
 /// Collects calls and results by their ids.
 #[derive(Default)]
 struct Builder {
-    history: History,
-    /// Each call's id and its index in `calls`.
-    ids: Vec<(String, usize)>,
+    /// The latest calls, each with its id.
+    calls: VecDeque<(String, Made)>,
+    /// How many calls were dropped from the front of `calls`.
+    dropped: usize,
+    /// Each kept call's id and its place counted from the history's first
+    /// call (a reused id: the later call, as a result answers the latest).
+    ids: HashMap<String, usize>,
     /// The turn being read (the count of model turns with calls so far).
     turn: u32,
     /// Whether the current turn has had a call.
@@ -46,7 +66,7 @@ struct Builder {
 impl Builder {
     fn next_turn(&mut self) {
         if self.turn_open {
-            self.turn += 1;
+            self.turn = self.turn.saturating_add(1);
             self.turn_open = false;
         }
     }
@@ -58,146 +78,220 @@ impl Builder {
             return;
         };
         self.turn_open = true;
-        self.ids.push((id.to_owned(), self.history.calls.len()));
-        self.history.calls.push(Made {
+        if self.calls.len() == KEPT_CALLS {
+            if let Some((old, _)) = self.calls.pop_front() {
+                if self.ids.get(&old) == Some(&self.dropped) {
+                    self.ids.remove(&old);
+                }
+            }
+            self.dropped += 1;
+        }
+        self.ids
+            .insert(id.to_owned(), self.dropped + self.calls.len());
+        let made = Made {
             call: key,
             name: tool,
             outcome: None,
             turn: self.turn,
-        });
+        };
+        self.calls.push_back((id.to_owned(), made));
     }
 
     /// The result of call `id`; one with no call (its call was left out,
-    /// or lies before the history) is nothing.
-    fn result(&mut self, id: &str, content: &Value, error: bool) {
-        if let Some(&(_, at)) = self.ids.iter().rev().find(|(i, _)| i == id) {
-            if let Some(made) = self.history.calls.get_mut(at) {
-                made.outcome = Some(outcome_of(content, error));
+    /// dropped, or lies before the history) is nothing.
+    fn result(&mut self, id: &str, outcome: Outcome) {
+        if let Some(&at) = self.ids.get(id) {
+            let kept = at
+                .checked_sub(self.dropped)
+                .and_then(|i| self.calls.get_mut(i));
+            if let Some((_, made)) = kept {
+                made.outcome = Some(outcome);
             }
         }
     }
 
     /// The history, the latest turn looked at when `ends_with_results`.
-    fn done(mut self, ends_with_results: bool) -> History {
-        self.history.latest = ends_with_results
-            .then(|| self.history.calls.last().map(|m| m.turn))
+    fn done(self, ends_with_results: bool) -> History {
+        let latest = ends_with_results
+            .then(|| self.calls.back().map(|(_, m)| m.turn))
             .flatten();
-        self.history
+        History {
+            calls: self.calls.into_iter().map(|(_, m)| m).collect(),
+            latest,
+        }
     }
+}
+
+/// A member's text: `""` when it is absent or not a string.
+fn text(raw: Option<&RawValue>) -> Cow<'_, str> {
+    raw.and_then(|r| serde_json::from_str::<Cow<'_, str>>(r.get()).ok())
+        .unwrap_or_default()
+}
+
+/// A value, built (a tool call's input: small, and compared canonically);
+/// `null` when absent.
+fn value(raw: Option<&RawValue>) -> Value {
+    raw.and_then(|r| serde_json::from_str(r.get()).ok())
+        .unwrap_or(Value::Null)
 }
 
 /// A tool call's arguments as OpenAI sends them (JSON text): their value,
-/// or the text itself when it is not JSON.
-fn arguments_of(value: Option<&Value>) -> Value {
-    match value {
-        Some(Value::String(text)) => {
-            serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone()))
-        }
-        Some(other) => other.clone(),
+/// or the text itself when it is not JSON; `{}` when absent.
+fn arguments_of(raw: Option<&RawValue>) -> Value {
+    match raw {
         None => Value::Object(serde_json::Map::new()),
+        Some(r) => match serde_json::from_str::<Cow<'_, str>>(r.get()) {
+            Ok(text) => serde_json::from_str(&text).unwrap_or(Value::String(text.into_owned())),
+            Err(_) => value(Some(r)),
+        },
     }
 }
 
-fn text<'a>(value: &'a Value, key: &str) -> &'a str {
-    value.get(key).and_then(Value::as_str).unwrap_or("")
+/// A result's outcome: the digest every front-end takes of it
+/// ([`DigestSeed`], read without being built), `null` when absent.
+fn outcome(raw: Option<&RawValue>, error: bool) -> Outcome {
+    let digest = raw
+        .and_then(|r| {
+            DigestSeed
+                .deserialize(&mut serde_json::Deserializer::from_str(r.get()))
+                .ok()
+        })
+        .unwrap_or_else(|| crate::gate::digest::digest_value(&Value::Null));
+    Outcome { digest, error }
+}
+
+/// Calls `each` with every element of `raw` when it is an array, holding
+/// one at a time (nothing when it is absent or not an array).
+fn each<'a>(raw: Option<&'a RawValue>, each: impl FnMut(&'a RawValue)) {
+    struct Each<F>(F);
+    impl<'de, F: FnMut(&'de RawValue)> Visitor<'de> for Each<F> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an array")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+            while let Some(item) = seq.next_element::<&'de RawValue>()? {
+                (self.0)(item);
+            }
+            Ok(())
+        }
+    }
+    if let Some(raw) = raw {
+        let _ = serde_json::Deserializer::from_str(raw.get()).deserialize_seq(Each(each));
+    }
+}
+
+/// The members of an object this reader looks at, each as it came (a
+/// member of another type, or an element that is not an object, reads as
+/// absent: the reader is as lenient as the providers').
+#[derive(Deserialize, Default)]
+struct Members<'a> {
+    #[serde(borrow)]
+    role: Option<&'a RawValue>,
+    #[serde(borrow, rename = "type")]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow)]
+    input: Option<&'a RawValue>,
+    #[serde(borrow)]
+    tool_use_id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    is_error: Option<&'a RawValue>,
+    #[serde(borrow)]
+    tool_calls: Option<&'a RawValue>,
+    #[serde(borrow)]
+    tool_call_id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    function: Option<&'a RawValue>,
+    #[serde(borrow)]
+    arguments: Option<&'a RawValue>,
+    #[serde(borrow)]
+    call_id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    output: Option<&'a RawValue>,
+    #[serde(borrow)]
+    messages: Option<&'a RawValue>,
+}
+
+fn members(raw: &RawValue) -> Members<'_> {
+    serde_json::from_str(raw.get()).unwrap_or_default()
 }
 
 /// The history of request `body` of `api`; `Err` when the body is not
 /// JSON (the caller refuses: a call whose history cannot be read is not
-/// let through under `[loops]`).
+/// let through under `[loops]`). Read one message or item at a time; what
+/// is kept is bounded ([`KEPT_CALLS`]).
 pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
-    let value: Value = serde_json::from_slice(body)
+    let top: &RawValue = serde_json::from_slice(body)
         .map_err(|e| format!("the request's messages cannot be read for loop detection ({e})"))?;
-    let none = Vec::new();
+    let top = members(top);
     let mut b = Builder::default();
+    let mut ends_with_results = false;
     match api {
-        Api::Messages => {
-            let messages = value
-                .get("messages")
-                .and_then(Value::as_array)
-                .unwrap_or(&none);
-            let mut ends_with_results = false;
-            for message in messages {
-                let blocks = message
-                    .get("content")
-                    .and_then(Value::as_array)
-                    .unwrap_or(&none);
-                match text(message, "role") {
-                    "assistant" => {
-                        b.next_turn();
-                        for block in blocks.iter().filter(|k| text(k, "type") == "tool_use") {
-                            let input = block.get("input").unwrap_or(&Value::Null);
-                            b.call(text(block, "id"), text(block, "name"), input);
-                        }
-                        ends_with_results = false;
-                    }
-                    _ => {
-                        ends_with_results = false;
-                        for block in blocks.iter().filter(|k| text(k, "type") == "tool_result") {
-                            let content = block.get("content").unwrap_or(&Value::Null);
-                            let error =
-                                block.get("is_error").and_then(Value::as_bool) == Some(true);
-                            b.result(text(block, "tool_use_id"), content, error);
-                            ends_with_results = true;
-                        }
-                    }
-                }
+        Api::Messages => each(top.messages, |message| {
+            let message = members(message);
+            let assistant = text(message.role) == "assistant";
+            if assistant {
+                b.next_turn();
             }
-            Ok(b.done(ends_with_results))
-        }
-        Api::Chat => {
-            let messages = value
-                .get("messages")
-                .and_then(Value::as_array)
-                .unwrap_or(&none);
-            let mut ends_with_results = false;
-            for message in messages {
-                ends_with_results = false;
-                match text(message, "role") {
-                    "assistant" => {
-                        b.next_turn();
-                        let calls = message
-                            .get("tool_calls")
-                            .and_then(Value::as_array)
-                            .unwrap_or(&none);
-                        for call in calls {
-                            let function = call.get("function").unwrap_or(&Value::Null);
-                            let input = arguments_of(function.get("arguments"));
-                            b.call(text(call, "id"), text(function, "name"), &input);
-                        }
+            ends_with_results = false;
+            each(message.content, |block| {
+                let block = members(block);
+                match (assistant, text(block.kind).as_ref()) {
+                    (true, "tool_use") => {
+                        b.call(&text(block.id), &text(block.name), &value(block.input));
                     }
-                    "tool" => {
-                        let content = message.get("content").unwrap_or(&Value::Null);
-                        b.result(text(message, "tool_call_id"), content, false);
+                    (false, "tool_result") => {
+                        let error = block.is_error.is_some_and(|e| e.get() == "true");
+                        b.result(&text(block.tool_use_id), outcome(block.content, error));
                         ends_with_results = true;
                     }
                     _ => {}
                 }
+            });
+        }),
+        Api::Chat => each(top.messages, |message| {
+            let message = members(message);
+            ends_with_results = false;
+            match text(message.role).as_ref() {
+                "assistant" => {
+                    b.next_turn();
+                    each(message.tool_calls, |call| {
+                        let call = members(call);
+                        let function = call.function.map(members).unwrap_or_default();
+                        let input = arguments_of(function.arguments);
+                        b.call(&text(call.id), &text(function.name), &input);
+                    });
+                }
+                "tool" => {
+                    b.result(&text(message.tool_call_id), outcome(message.content, false));
+                    ends_with_results = true;
+                }
+                _ => {}
             }
-            Ok(b.done(ends_with_results))
-        }
+        }),
         Api::Responses => {
-            let items = value
-                .get("input")
-                .and_then(Value::as_array)
-                .unwrap_or(&none);
-            let mut ends_with_results = false;
             let mut in_calls = false;
-            for item in items {
-                match text(item, "type") {
+            each(top.input, |item| {
+                let item = members(item);
+                match text(item.kind).as_ref() {
                     "function_call" => {
                         if !in_calls {
                             b.next_turn();
                             in_calls = true;
                         }
-                        let input = arguments_of(item.get("arguments"));
-                        b.call(text(item, "call_id"), text(item, "name"), &input);
+                        let input = arguments_of(item.arguments);
+                        b.call(&text(item.call_id), &text(item.name), &input);
                         ends_with_results = false;
                     }
                     "function_call_output" => {
                         in_calls = false;
-                        let output = item.get("output").unwrap_or(&Value::Null);
-                        b.result(text(item, "call_id"), output, false);
+                        b.result(&text(item.call_id), outcome(item.output, false));
                         ends_with_results = true;
                     }
                     // A model's reasoning comes before its calls, in the same turn.
@@ -207,8 +301,8 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
                         ends_with_results = false;
                     }
                 }
-            }
-            Ok(b.done(ends_with_results))
+            });
         }
     }
+    Ok(b.done(ends_with_results))
 }

@@ -181,9 +181,16 @@ pub fn with_include_usage(body: &[u8]) -> Option<Vec<u8>> {
 /// The usage a whole (not streamed) answer of `api` reports; `None` when
 /// it reports none.
 pub fn answer_usage(api: Api, body: &[u8]) -> Result<Option<TokenUsage>, String> {
-    let value: Value = serde_json::from_slice(body)
+    /// Only the usage is built; the rest of the answer (up to
+    /// `MAX_ANSWER` bytes) is read past.
+    #[derive(Deserialize)]
+    struct Answer {
+        usage: Option<Value>,
+    }
+    let answer: Answer = serde_json::from_slice(body)
         .map_err(|e| format!("the upstream's answer is not JSON ({e})"))?;
-    usage_in(api, &value)
+    let usage = answer.usage.unwrap_or(Value::Null);
+    usage_in(api, &json!({ "usage": usage }))
 }
 
 fn usage_in(api: Api, answer: &Value) -> Result<Option<TokenUsage>, String> {

@@ -261,6 +261,42 @@ mod history {
         // A string input (no items) has no calls.
         assert_eq!(read(Api::Responses, json!({"input": "hi"})).latest, None);
     }
+
+    /// A long history is read in bounded memory: the latest calls are
+    /// kept, each result found by its id at once, and a reused id answers
+    /// the later call.
+    #[test]
+    fn a_long_history_keeps_its_latest_calls() {
+        use super::super::history::KEPT_CALLS;
+        let turns = 20_000;
+        let mut messages = Vec::new();
+        for i in 0..turns {
+            messages.push(json!({"role": "assistant", "content": [
+                {"type": "tool_use", "id": format!("t{i}"), "name": "status", "input": {"n": i % 3}}]}));
+            messages.push(json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": format!("t{i}"), "content": format!("r{}", i % 3)}]}));
+        }
+        let h = read(Api::Messages, json!({ "messages": messages }));
+        assert_eq!(h.calls.len(), KEPT_CALLS);
+        assert_eq!(h.latest, Some(turns - 1));
+        assert_eq!(
+            h.calls.first().map(|m| m.turn),
+            Some(turns - KEPT_CALLS as u32)
+        );
+        assert!(h.calls.iter().all(|m| m.outcome.is_some()));
+        // Every third result is the same as three turns before.
+        assert_eq!(h.calls[0].outcome, h.calls[3].outcome);
+        assert_ne!(h.calls[0].outcome, h.calls[1].outcome);
+        let h = read(
+            Api::Chat,
+            json!({"messages": [
+                {"role": "assistant", "tool_calls": [{"id": "same", "function": {"name": "a", "arguments": "{}"}}]},
+                {"role": "assistant", "tool_calls": [{"id": "same", "function": {"name": "b", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "same", "content": "x"}]}),
+        );
+        assert_eq!(h.calls[0].outcome, None);
+        assert!(h.calls[1].outcome.is_some());
+    }
 }
 
 /// The events of a long answer that cannot report usage or an end are not
