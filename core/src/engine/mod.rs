@@ -610,6 +610,13 @@ fn loop_detail(f: &mut fmt::Formatter<'_>, name: &str, p: &NoProgress) -> fmt::R
             "{name} has been called {before} time{s} with this input and failed with the same error each time; this would be try {} (same_error {})",
             p.times, p.max
         ),
+        Pattern::SameAnswer => write!(
+            f,
+            "the model has given the same answer {} time{} in a row with no tool call between (same_answer {}); another model call would ask for it again",
+            p.times,
+            if p.times == 1 { "" } else { "s" },
+            p.max
+        ),
         Pattern::PingPong(_) => {
             write!(f, "{name}")?;
             let others = p.others.iter().flatten();

@@ -890,6 +890,7 @@ fn a_call_that_repeats_a_result_without_progress_is_refused_no_progress() {
         same_outcome: Some(3),
         same_error: None,
         ping_pong_cycles: None,
+        same_answer: None,
     };
     let mut mem = Mem::new();
     mem.window = Some(Window::new());
@@ -945,6 +946,7 @@ fn repeat_answers_before_no_progress_and_no_progress_before_the_tool_budget() {
         same_outcome: Some(3),
         same_error: None,
         ping_pong_cycles: None,
+        same_answer: None,
     };
     let mut mem = Mem::new();
     mem.window = Some(Window::new());
@@ -1024,5 +1026,13 @@ fn each_loop_pattern_says_what_repeats() {
     assert_eq!(
         said(Pattern::SameOutcome, 5, [None, None]),
         "grep has been called 4 times with this input and returned the same result each time; this would be call 5 (same_outcome 3)"
+    );
+    assert_eq!(
+        said(Pattern::SameAnswer, 3, [None, None]),
+        "the model has given the same answer 3 times in a row with no tool call between (same_answer 3); another model call would ask for it again"
+    );
+    assert_eq!(
+        said(Pattern::SameAnswer, 1, [None, None]),
+        "the model has given the same answer 1 time in a row with no tool call between (same_answer 3); another model call would ask for it again"
     );
 }

@@ -23,11 +23,17 @@
 //!
 //! A call whose outcome is not known yet (still running) is never matched:
 //! no pattern is assumed over a result not seen.
+//!
+//! A fourth pattern is of the model's answers, not of calls, for a
+//! front-end that sees the model's text: **`same_answer = N`** refuses the
+//! model call after `N` identical text answers in a row ([`Answers`]).
 
 use core::fmt;
 
+mod answers;
 mod history;
 mod record;
+pub use answers::Answers;
 pub use history::{completed, Made};
 pub use record::{WindowRecordError, WINDOW_RECORD_VERSION};
 
@@ -162,6 +168,10 @@ pub struct LoopRules {
     /// Whole cycles of two or three calls taken in turn with unchanged
     /// results, this call's cycle included.
     pub ping_pong_cycles: Option<u16>,
+    /// The same text answer given this many times in a row, with no tool
+    /// call between ([`Answers`]; where the front-end sees the model's
+    /// text).
+    pub same_answer: Option<u16>,
 }
 
 impl LoopRules {
@@ -170,11 +180,15 @@ impl LoopRules {
         same_outcome: None,
         same_error: None,
         ping_pong_cycles: None,
+        same_answer: None,
     };
 
     /// Whether any pattern is looked for.
     pub const fn is_on(&self) -> bool {
-        self.same_outcome.is_some() || self.same_error.is_some() || self.ping_pong_cycles.is_some()
+        self.same_outcome.is_some()
+            || self.same_error.is_some()
+            || self.ping_pong_cycles.is_some()
+            || self.same_answer.is_some()
     }
 }
 
@@ -188,6 +202,8 @@ pub enum Pattern {
     SameError,
     /// `ping_pong_cycles`, of this many different calls (2 or 3).
     PingPong(u8),
+    /// `same_answer`: the model's text answers, not a call.
+    SameAnswer,
 }
 
 impl Pattern {
@@ -197,6 +213,7 @@ impl Pattern {
             Self::SameOutcome => "same_outcome",
             Self::SameError => "same_error",
             Self::PingPong(_) => "ping_pong_cycles",
+            Self::SameAnswer => "same_answer",
         }
     }
 }

@@ -35,6 +35,7 @@ const RULES: LoopRules = LoopRules {
     same_outcome: Some(4),
     same_error: Some(3),
     ping_pong_cycles: Some(3),
+    same_answer: None,
 };
 
 #[test]
@@ -279,6 +280,7 @@ fn a_cycle_needs_two_different_calls_and_room_for_its_cycles() {
         same_outcome: None,
         same_error: None,
         ping_pong_cycles: Some(2),
+        same_answer: None,
     };
     // One call over and over is not a cycle of calls (same_outcome's job).
     let a = ("status", "{}", Some(ok("pending")));
@@ -516,6 +518,7 @@ fn a_turns_calls_are_decided_before_any_of_their_results_is_known() {
         same_outcome: Some(2),
         same_error: None,
         ping_pong_cycles: None,
+        same_answer: None,
     };
     // Two identical calls made in one response: live, the second was
     // decided while the first's result was not known, so nothing matched.
@@ -546,6 +549,7 @@ fn a_history_completes_an_alternation() {
         same_outcome: None,
         same_error: None,
         ping_pong_cycles: Some(2),
+        same_answer: None,
     };
     let calls = history(&[
         (0, "grep", "{\"q\":\"x\"}", Some(ok("none"))),
@@ -557,4 +561,43 @@ fn a_history_completes_an_alternation() {
     let (found, name) = completed(&calls, &rules, 3).expect("the second cycle");
     assert_eq!(found.pattern, Pattern::PingPong(2));
     assert_eq!(name.as_str(), "view");
+}
+
+#[test]
+fn the_same_answer_given_max_times_in_a_row_refuses_the_next_model_call() {
+    let rules = LoopRules {
+        same_answer: Some(3),
+        ..LoopRules::OFF
+    };
+    assert!(rules.is_on());
+    let mut a = Answers::new();
+    assert_eq!(a.check(&rules), None);
+    a.record(Some(7));
+    a.record(Some(7));
+    // Two: below the threshold.
+    assert_eq!(a.check(&rules), None);
+    a.record(Some(7));
+    let found = a.check(&rules).expect("the third identical answer");
+    assert_eq!(
+        (found.pattern, found.times, found.max),
+        (Pattern::SameAnswer, 3, 3)
+    );
+    assert_eq!(found.pattern.key(), "same_answer");
+    // A fourth counts on.
+    a.record(Some(7));
+    assert_eq!(a.check(&rules).map(|f| f.times), Some(4));
+    // Not looked for without its key.
+    assert_eq!(a.check(&LoopRules::OFF), None);
+    // A different answer starts the count again.
+    a.record(Some(8));
+    assert_eq!(a.check(&rules), None);
+    a.record(Some(8));
+    a.record(Some(8));
+    assert!(a.check(&rules).is_some());
+    // A response with a tool call ends the run.
+    a.record(None);
+    assert_eq!(a, Answers::new());
+    a.record(Some(8));
+    a.record(Some(8));
+    assert_eq!(a.check(&rules), None);
 }
