@@ -269,6 +269,7 @@ fn loops(c: &mut Criterion) {
         same_outcome: Some(4),
         same_error: Some(3),
         ping_pong_cycles: Some(3),
+        same_answer: None,
     };
     // 32 different calls, each with a result: nothing repeats.
     let mut varied: Window = Window::new();

@@ -922,6 +922,80 @@ fn a_request_after_calls_that_make_no_progress_is_refused() {
     assert_eq!(used(&ledger_row(&ledger, "proxy"), "model_calls"), 3);
 }
 
+/// A model call's path written another way (dot segments, doubled
+/// slashes, escapes, capitals: what the URL library or an upstream would
+/// clean up into the call) is refused before the upstream, never passed
+/// through ungated; a GET of a model path is not a model call.
+#[test]
+fn a_model_call_written_another_way_is_refused_not_passed_through() {
+    let (_dir, _budget, ledger, upstream, proxy) = setup("[budget]\nmax_model_calls = 1\n", &[]);
+    let body = json!({"model": "claude-test", "max_tokens": 10, "messages": []});
+    let a = post(proxy.port, "/v1/messages", &[], &body);
+    assert_eq!(a.status, 200, "{}", a.text());
+    for path in [
+        "/v1/./messages",
+        "/v1/x/../messages",
+        "/v1/%2e/messages",
+        "/v1//messages",
+        "/V1/messages",
+        "/v1/./chat/completions",
+        "/v1/./responses",
+    ] {
+        let a = post(proxy.port, path, &[], &body);
+        assert_eq!(a.status, 400, "{path}: {}", a.text());
+        assert!(
+            a.text().contains("a model call written another way"),
+            "{path}: {}",
+            a.text()
+        );
+    }
+    assert_eq!(upstream.count("/v1/messages"), 1);
+    assert_eq!(used(&ledger_row(&ledger, "proxy"), "model_calls"), 1);
+}
+
+/// `same_answer` (issue 32): after the model gave the same text answer 3
+/// times in a row, each time told to go on, the next model call is refused
+/// `no-progress` before the upstream; two, or a tool call between, pass.
+#[test]
+fn a_request_after_the_same_answer_three_times_is_refused() {
+    let (_dir, _budget, ledger, upstream, proxy) =
+        setup("[budget]\nmax_model_calls = 50\n[loops]\n", &[]);
+    let conversation = |answers: &[Value]| {
+        let mut messages = vec![json!({"role": "user", "content": "fix the build"})];
+        for a in answers {
+            messages.push(json!({"role": "assistant", "content": a}));
+            messages.push(json!({"role": "user", "content": "Please continue."}));
+        }
+        json!({"model": "claude-test", "max_tokens": 100, "messages": messages})
+    };
+    let same = json!([{"type": "text", "text": "I will now fix the build."}]);
+    let call = json!([{"type": "tool_use", "id": "toolu_1", "name": "make", "input": {}}]);
+    let a = post(
+        proxy.port,
+        "/v1/messages",
+        &[],
+        &conversation(&[same.clone(), same.clone()]),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let between = conversation(&[same.clone(), same.clone(), call, same.clone()]);
+    let a = post(proxy.port, "/v1/messages", &[], &between);
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(upstream.count("/v1/messages"), 2);
+    let a = post(
+        proxy.port,
+        "/v1/messages",
+        &[],
+        &conversation(&[same.clone(), same.clone(), same]),
+    );
+    assert_eq!(a.status, 402, "{}", a.text());
+    let err = a.json();
+    assert_eq!(err["error"]["type"], "billing_error");
+    let message = err["error"]["message"].as_str().expect("message");
+    assert!(message.contains("(no-progress): the model keeps giving the same answer (the model has given the same answer 3 times in a row with no tool call between (same_answer 3)"), "{message}");
+    assert_eq!(upstream.count("/v1/messages"), 2);
+    assert_eq!(used(&ledger_row(&ledger, "proxy"), "model_calls"), 2);
+}
+
 /// The same rule over OpenAI's shapes: Chat `tool` messages and Responses
 /// `function_call_output` items.
 #[test]

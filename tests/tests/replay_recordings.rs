@@ -1898,7 +1898,7 @@ fn replay_with_loops_finds_where_the_session_stopped_making_progress() {
     assert!(refused.contains(&(10, "Bash".to_owned())), "{refused:?}");
     let stop = report.no_progress.as_ref().expect("a loop found");
     assert_eq!((stop.turn, stop.pattern), (5, "ping_pong_cycles"));
-    assert_eq!(stop.tool, "Read");
+    assert_eq!(stop.tool.as_deref(), Some("Read"));
     assert!(
         stop.detail
             .starts_with("Read and Grep have been called in turn for 2 whole cycles"),
@@ -1958,6 +1958,74 @@ fn replay_with_loops_tells_a_repeated_error_from_a_changed_one() {
     assert_eq!(stop.saved_model_calls, 0);
     assert!(run(&log(&["e1", "e2", "e1"]), LOOPS).no_progress.is_none());
     assert!(run(&log(&["e1", "e1"]), LOOPS).no_progress.is_none());
+}
+
+/// `same_answer` (3 recommended): a Claude Code session in which the
+/// person says "continue" and the model answers the same text each time
+/// (the answer's two text blocks on two lines of one message, read as one
+/// text) stops making progress at the model call after the third answer;
+/// the report names the model call, not a tool call. Another text, or a
+/// tool call between, starts again.
+#[test]
+fn replay_with_loops_finds_the_same_answer_given_again_and_again() {
+    let answer = |n: usize, text: &str| {
+        let (first, rest) = text.split_at(text.len() / 2);
+        vec![
+            json!({"type": "user", "uuid": format!("p{n}"), "sessionId": "s",
+                "message": {"role": "user", "content": "continue"}}),
+            json!({"type": "assistant", "uuid": format!("a{n}"), "sessionId": "s",
+                "message": {"id": format!("m{n}"), "model": "claude-example-1",
+                    "content": [{"type": "text", "text": first}],
+                    "stop_reason": null, "usage": {"input_tokens": 10, "output_tokens": 5}}}),
+            json!({"type": "assistant", "uuid": format!("b{n}"), "sessionId": "s",
+                "message": {"id": format!("m{n}"), "model": "claude-example-1",
+                    "content": [{"type": "text", "text": rest}],
+                    "stop_reason": "end_turn", "usage": {"input_tokens": 10, "output_tokens": 5}}}),
+        ]
+    };
+    let log = |texts: &[&str]| {
+        let lines: Vec<Value> = texts
+            .iter()
+            .enumerate()
+            .flat_map(|(i, t)| answer(i, t))
+            .collect();
+        jsonl(&lines)
+    };
+    let same = "I have finished the task as asked.";
+    let report = run(&log(&[same, same, same, same, same]), LOOPS);
+    let stop = report.no_progress.as_ref().expect("refused");
+    assert_eq!((stop.turn, stop.pattern), (3, "same_answer"));
+    assert_eq!(
+        (stop.call_id.as_deref(), stop.tool.as_deref()),
+        (None, None)
+    );
+    assert_eq!(
+        stop.detail,
+        "the model has given the same answer 3 times in a row with no tool call between (same_answer 3); another model call would ask for it again"
+    );
+    // Turns 3 and 4: two model calls of 15 tokens.
+    assert_eq!((stop.saved_model_calls, stop.saved_tokens), (2, Some(30)));
+    let table = report.to_table("answers.jsonl");
+    assert!(
+        table.contains("no progress: at turn 3, the model call: same_answer"),
+        "{table}"
+    );
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["no_progress"]["call_id"], Value::Null);
+    assert_eq!(json["no_progress"]["pattern"], "same_answer");
+    assert!(run(&log(&[same, same, same]), LOOPS).no_progress.is_none());
+    assert!(run(&log(&[same, same, "Done.", same, same]), LOOPS)
+        .no_progress
+        .is_none());
+    assert!(run(
+        &log(&[same, same, same, same]),
+        &format!("{LOOPS}same_answer = 5\n")
+    )
+    .no_progress
+    .is_none());
+    assert!(run(&log(&[same; 5]), &LOOPS.replace("[loops]\n", ""))
+        .no_progress
+        .is_none());
 }
 
 /// A SWE-agent trajectory: each step's observation is its result; the

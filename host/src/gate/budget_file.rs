@@ -205,11 +205,13 @@ pub struct ReplayBudget {
 /// 3rd after 2 that failed the same way, the 3rd cycle of two or three
 /// calls in turn (each one step earlier than OpenHands' stuck detector
 /// flags the same patterns: 4 identical observations, 3 identical errors,
-/// 6 alternating steps).
+/// 6 alternating steps), and the model call after the 3rd identical text
+/// answer in a row (where OpenHands flags 3 agent messages in a row).
 pub const RECOMMENDED_LOOPS: LoopRules = LoopRules {
     same_outcome: Some(4),
     same_error: Some(3),
     ping_pong_cycles: Some(3),
+    same_answer: Some(3),
 };
 
 /// Most tools a budget's tool table lists (`needs_approval` and
@@ -372,6 +374,7 @@ struct LoopsSection {
     same_outcome: Option<u16>,
     same_error: Option<u16>,
     ping_pong_cycles: Option<u16>,
+    same_answer: Option<u16>,
 }
 
 impl LoopsSection {
@@ -379,14 +382,20 @@ impl LoopsSection {
     /// loop), and no more than the window of calls remembered can show.
     fn rules(&self) -> Result<LoopRules, String> {
         let window = budgetgate_core::engine::LOOP_WINDOW as u16;
+        let remembered = format!("the last {window} calls are remembered");
         let check = |key: &str, v: Option<u16>, default: Option<u16>, most: u16| {
+            let why = if key == "same_answer" {
+                "answers are counted, not remembered"
+            } else {
+                remembered.as_str()
+            };
             match v {
-            None => Ok(default),
-            Some(n) if (2..=most).contains(&n) => Ok(Some(n)),
-            Some(n) => Err(format!(
-                "[loops] {key} = {n} is out of range: from 2 to {most} (the last {window} calls are remembered)"
-            )),
-        }
+                None => Ok(default),
+                Some(n) if (2..=most).contains(&n) => Ok(Some(n)),
+                Some(n) => Err(format!(
+                    "[loops] {key} = {n} is out of range: from 2 to {most} ({why})"
+                )),
+            }
         };
         let r = RECOMMENDED_LOOPS;
         Ok(LoopRules {
@@ -398,6 +407,7 @@ impl LoopsSection {
                 r.ping_pong_cycles,
                 window / 2,
             )?,
+            same_answer: check("same_answer", self.same_answer, r.same_answer, 100)?,
         })
     }
 }
@@ -878,6 +888,7 @@ mod tests {
                 same_outcome: Some(6),
                 same_error: Some(3),
                 ping_pong_cycles: Some(2),
+                same_answer: Some(3),
             }
         );
         assert_eq!(
@@ -899,6 +910,10 @@ mod tests {
             (
                 "[loops]\nping_pong_cycles = 17",
                 "ping_pong_cycles = 17 is out of range: from 2 to 16",
+            ),
+            (
+                "[loops]\nsame_answer = 101",
+                "same_answer = 101 is out of range: from 2 to 100 (answers are counted, not remembered)",
             ),
             ("[loops]\nsame_outcome = -1", "line 2"),
             ("[loops]\nsame = 3", "unknown field `same`"),

@@ -42,6 +42,46 @@ impl Fnv {
     }
 }
 
+/// The digest of a model's text answer (`same_answer`): 64-bit FNV-1a of
+/// its text, fed a piece at a time (its text blocks in order): the same as
+/// of the pieces joined, so a reader that sees an answer's blocks on
+/// separate lines (Claude Code) digests it as one that sees it whole (the
+/// model proxy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TextDigest(u64);
+
+impl Default for TextDigest {
+    fn default() -> Self {
+        Self(Fnv::new().0)
+    }
+}
+
+impl TextDigest {
+    /// The digest of `text` alone.
+    pub fn of(text: &str) -> Self {
+        let mut d = Self::default();
+        d.feed(text);
+        d
+    }
+
+    /// Adds the next piece of the text.
+    pub fn feed(&mut self, text: &str) {
+        let mut h = Fnv(self.0);
+        h.feed(text.as_bytes());
+        self.0 = h.0;
+    }
+
+    /// The digest.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// A digest as [`get`](Self::get) gave it (read back from a spill).
+    pub const fn from_raw(raw: u64) -> Self {
+        Self(raw)
+    }
+}
+
 /// The digest of `value`. A whole value that is a non-negative integer is
 /// its own digest: a reader that replaced a result's content by its
 /// digest (`prune_claude_code_line`) hands it on as that number, and a

@@ -211,8 +211,28 @@ pub async fn handle(proxy: Arc<Proxy>, bound: SocketAddr, req: Request<Incoming>
             &format!("budgetgate: {why}"),
         );
     }
+    // A path that reaches a model call only once cleaned up (`/v1/./messages`,
+    // `/v1//messages`, `/V1/messages`, `%2e`): the URL library or the
+    // upstream would make it one, so it is refused rather than passed
+    // through ungated (fail closed).
+    let path = req.uri().path();
+    let post_like = req.method().as_str().eq_ignore_ascii_case("POST");
+    if let Some(api) = post_like.then(|| Api::loosely(path)).flatten() {
+        if req.method() != Method::POST || Api::of_path(path) != Some(api) {
+            return refusal(
+                api,
+                Refused::Invalid,
+                "invalid_request",
+                &format!(
+                    "budgetgate: the path {:?} is a model call written another way; send it as POST {}",
+                    crate::term::terminal_safe(path),
+                    api.path()
+                ),
+            );
+        }
+    }
     let gated = (req.method() == Method::POST)
-        .then(|| Api::of_path(req.uri().path()))
+        .then(|| Api::of_path(path))
         .flatten();
     let (parts, body) = req.into_parts();
     let api_for_errors = gated.unwrap_or(Api::Messages);
@@ -386,7 +406,8 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
 
 /// Under `[loops]`: the refusal of a model call whose request brings the
 /// results of a tool call that completed a pattern of calls making no
-/// progress (the engine's words; `no-progress`). The proxy sees a call only
+/// progress, or after the model gave the same text answer `same_answer`
+/// times in a row (the engine's words; `no-progress`). The proxy sees a call only
 /// after it ran, with its result in the next request, so it stops the
 /// model call that would follow it; a request it cannot read the history
 /// of is refused (fail closed).
@@ -406,23 +427,34 @@ fn stalled(proxy: &Proxy, api: Api, body: &[u8]) -> Option<Reply> {
             ))
         }
     };
-    let latest = history.latest?;
-    let (found, tool) = engine::loops::completed(&history.calls, rules, latest)?;
+    // The model's answers (`same_answer`), else the latest tool calls.
+    let (found, tool, how) = match history.answers.check(rules) {
+        Some(found) => (found, None, "the model keeps giving the same answer"),
+        None => {
+            let latest = history.latest?;
+            let (found, tool) = engine::loops::completed(&history.calls, rules, latest)?;
+            (
+                found,
+                Some(tool),
+                "the last tool call repeated a pattern that makes no progress, and it returned the same again",
+            )
+        }
+    };
     let refused = engine::Refusal {
         reason: RefusalReason::NoProgress,
         why: engine::Why::NoProgress(found),
     };
     let shown = engine::Shown {
-        name: tool.as_str(),
+        name: tool.as_ref().map_or("", |t| t.as_str()),
         id: "",
         id_scope: "",
         unpriced_model: None,
     };
     // The engine's sentence of the pattern; the refusal is of the model
-    // call after the tool call, which ran (its result was the same again).
+    // call after what ran or was said.
     let reason = RefusalReason::NoProgress.as_str();
     let text = format!(
-        "budgetgate refused this model call ({reason}): the last tool call repeated a pattern that makes no progress ({}), and it returned the same again. Change approach or stop and answer with what you have.",
+        "budgetgate refused this model call ({reason}): {how} ({}). Change approach or stop and answer with what you have.",
         refused.detail(&shown)
     );
     Some(refusal(api, Refused::Budget, reason, &text))

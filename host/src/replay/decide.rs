@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use budgetgate_core::budget::{Ledger, Limit};
 use budgetgate_core::engine;
+use budgetgate_core::engine::loops::Answers;
 use budgetgate_core::turn::{
-    Admission, Approver, CallVerdict, ProposeError, ProposedCall, RunStatus, StopReason, TokenMode,
-    TokenUsage, ToolName, ToolOutcome, ToolRule, ToolRules, TurnEnd,
+    Admission, Approver, CallVerdict, ProposeError, ProposedCall, RefusalReason, RunStatus,
+    StopReason, TokenMode, TokenUsage, ToolName, ToolOutcome, ToolRule, ToolRules, TurnEnd,
 };
 use budgetgate_core::word;
 
@@ -80,6 +81,10 @@ struct Walk<'s, 'b> {
     /// `[loops]`: each sub-agent's loop window, swapped into the gate for
     /// its calls.
     agent_windows: BTreeMap<String, Box<engine::Window>>,
+    /// `[loops]` `same_answer`: the main agent's text answers in a row,
+    /// and each sub-agent's.
+    answers: Answers,
+    agent_answers: BTreeMap<String, Answers>,
     stopped: Option<Stopped>,
     /// With `[loops]`: the first call refused for no progress.
     no_progress: Option<LoopStop>,
@@ -113,6 +118,8 @@ impl<'s, 'b> Walk<'s, 'b> {
             agents: BTreeMap::new(),
             noted_agents: BTreeSet::new(),
             agent_windows: BTreeMap::new(),
+            answers: Answers::new(),
+            agent_answers: BTreeMap::new(),
             stopped: None,
             no_progress: None,
             decided: DecidedTurns {
@@ -164,6 +171,7 @@ impl<'s, 'b> Walk<'s, 'b> {
             self.gate.resume().map_err(|e| format!("internal: {e}"))?;
             self.new_questions += 1;
         }
+        self.same_answer(index, turn.agent.as_deref());
         let now = turn.requested_at_ms.unwrap_or(0);
         let admission = match self.budget.limits.token_mode {
             TokenMode::Reserve => {
@@ -221,7 +229,50 @@ impl<'s, 'b> Walk<'s, 'b> {
         self.swap_window(sub.as_deref());
         let outcome = self.finish_turn(index, turn)?;
         self.decided.outcomes.push(outcome);
+        self.answers_of(turn.agent.as_deref()).record(turn.answer());
         Ok(())
+    }
+
+    /// The text answers in a row of `agent` (`None`: the main agent).
+    fn answers_of(&mut self, agent: Option<&str>) -> &mut Answers {
+        match agent {
+            None => &mut self.answers,
+            Some(a) => self.agent_answers.entry(a.to_owned()).or_default(),
+        }
+    }
+
+    /// Before the model call of response `index` (of `agent`): under
+    /// `same_answer`, the agent gave the same text answer that many times
+    /// in a row; the first such model call is kept as the run's first
+    /// stop for no progress (the recorded session goes on, as after a
+    /// refused call).
+    fn same_answer(&mut self, index: usize, agent: Option<&str>) {
+        let rules = self.budget.loops;
+        let Some(found) = self.answers_of(agent).check(&rules) else {
+            return;
+        };
+        if self.no_progress.is_some() {
+            return;
+        }
+        let refusal = engine::Refusal {
+            reason: RefusalReason::NoProgress,
+            why: engine::Why::NoProgress(found),
+        };
+        let shown = engine::Shown {
+            name: "",
+            id: "",
+            id_scope: "",
+            unpriced_model: None,
+        };
+        self.no_progress = Some(LoopStop {
+            turn: index,
+            call_id: None,
+            tool: None,
+            pattern: found.pattern.key(),
+            detail: refusal.detail(&shown).to_string(),
+            saved_model_calls: 0,
+            saved_tokens: matches!(self.session.usage, UsageGranularity::PerTurn).then_some(0),
+        });
     }
 
     /// Records the response's usage, priced by its model, and its server
@@ -399,8 +450,8 @@ impl<'s, 'b> Walk<'s, 'b> {
         };
         self.no_progress = Some(LoopStop {
             turn: index,
-            call_id: call.id.clone(),
-            tool: call.name.clone(),
+            call_id: Some(call.id.clone()),
+            tool: Some(call.name.clone()),
             pattern: found.pattern.key(),
             detail: refusal.detail(&shown).to_string(),
             saved_model_calls: 0,

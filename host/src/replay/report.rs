@@ -81,13 +81,15 @@ impl Overshoot {
 /// it there would have saved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LoopStop {
-    /// The response (counted from 0) whose call was refused.
+    /// The response (counted from 0) whose call was refused, or (for
+    /// `same_answer`) whose model call was.
     pub turn: usize,
-    /// The call's id.
-    pub call_id: String,
-    /// Its tool.
-    pub tool: String,
-    /// The pattern: `same_outcome`, `same_error` or `ping_pong_cycles`.
+    /// The call's id (`None`: the model call was refused).
+    pub call_id: Option<String>,
+    /// Its tool (`None`: the model call was refused).
+    pub tool: Option<String>,
+    /// The pattern: `same_outcome`, `same_error`, `ping_pong_cycles` or
+    /// `same_answer`.
     pub pattern: &'static str,
     /// The refusal's sentence, as the model would have read it.
     pub detail: String,
@@ -572,12 +574,14 @@ impl<Rows: TurnRows + Serialize> Report<Rows> {
             }
         }
         if let Some(l) = &self.no_progress {
+            let what = match (&l.call_id, &l.tool) {
+                (Some(id), Some(tool)) => format!("call {} ({})", safe(id), safe(tool)),
+                _ => "the model call".to_owned(),
+            };
             let _ = writeln!(
                 out,
-                "no progress: at turn {}, call {} ({}): {} ({}); stopping there would have saved {} model call(s){}",
+                "no progress: at turn {}, {what}: {} ({}); stopping there would have saved {} model call(s){}",
                 l.turn,
-                safe(&l.call_id),
-                safe(&l.tool),
                 l.pattern,
                 safe(&l.detail),
                 l.saved_model_calls,

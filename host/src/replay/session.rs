@@ -11,6 +11,7 @@ use std::borrow::Cow;
 
 use super::fingerprint_walk;
 use super::spill::{SpilledTurns, TurnRef};
+use crate::gate::digest::TextDigest;
 
 /// The recording formats `budgetgate replay` reads (`SPEC C`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,6 +201,8 @@ pub struct RecordedTurn {
     pub calls: Vec<RecordedCall>,
     /// Characters of text in the response.
     pub text_chars: usize,
+    /// The digest of its text (`[loops]` `same_answer`).
+    pub text_digest: TextDigest,
     /// When the request was sent, in milliseconds since the session began,
     /// if the recording has times.
     pub requested_at_ms: Option<u64>,
@@ -225,6 +228,13 @@ pub struct RecordedTurn {
 }
 
 impl RecordedTurn {
+    /// The response as the model's text answer (`same_answer`): its text's
+    /// digest when it made no call (neither the agent's nor the API's),
+    /// `None` when it made one.
+    pub fn answer(&self) -> Option<u64> {
+        (self.calls.is_empty() && self.server_calls.is_empty()).then(|| self.text_digest.get())
+    }
+
     /// The stop reason the gate uses: the recorded one, or, when null, the
     /// reliable sign: a `tool_use` block makes a tool turn, else `end_turn`.
     pub fn effective_stop_reason(&self) -> (String, bool) {

@@ -20,6 +20,7 @@ use budgetgate_core::engine::loops::Outcome;
 use budgetgate_core::turn::{ArgsFingerprint, TokenUsage};
 
 use super::session::{RecordedArguments, RecordedCall, RecordedTurn, UsageIteration};
+use crate::gate::digest::TextDigest;
 
 /// Records are written to the file in batches of about this many bytes.
 const BATCH: usize = 64 << 10;
@@ -417,6 +418,7 @@ fn encode(turn: &RecordedTurn, out: &mut Vec<u8>) {
         }
     }
     put_u64(out, turn.text_chars as u64);
+    put_u64(out, turn.text_digest.get());
     put_opt_u64(out, turn.requested_at_ms);
     put_opt_u64(out, turn.max_tokens);
     put_u64(out, turn.iterations.len() as u64);
@@ -546,6 +548,7 @@ fn decode(bytes: &[u8]) -> io::Result<RecordedTurn> {
         });
     }
     let text_chars = r.len()?;
+    let text_digest = TextDigest::from_raw(r.u64()?);
     let requested_at_ms = r.opt(Record::u64)?;
     let max_tokens = r.opt(Record::u64)?;
     let iterations = (0..r.count()?)
@@ -571,6 +574,7 @@ fn decode(bytes: &[u8]) -> io::Result<RecordedTurn> {
         usage,
         calls,
         text_chars,
+        text_digest,
         requested_at_ms,
         max_tokens,
         iterations,
@@ -635,6 +639,7 @@ mod tests {
                     ),
                 ],
                 text_chars: 12_345,
+                text_digest: TextDigest::of("the answer"),
                 requested_at_ms: Some(1_767_607_200_000),
                 max_tokens: Some(0),
                 iterations: vec![UsageIteration {

@@ -17,7 +17,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 
-use budgetgate_core::engine::loops::{Made, Outcome, LOOP_WINDOW};
+use budgetgate_core::engine::loops::{Answers, Made, Outcome, LOOP_WINDOW};
 use budgetgate_core::tools::ToolName;
 use serde::de::{DeserializeSeed, Deserializer as _, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -25,7 +25,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::Api;
-use crate::gate::digest::DigestSeed;
+use crate::gate::digest::{digest_value, DigestSeed, TextDigest};
 use crate::gate::loops::call_key;
 
 /// Calls kept of a history: the latest ones, four windows' worth. The
@@ -45,6 +45,9 @@ pub struct History {
     pub calls: Vec<Made>,
     /// The turn the trailing results answer.
     pub latest: Option<u32>,
+    /// The model's text answers, each response recorded in order
+    /// (`same_answer`).
+    pub answers: Answers,
 }
 
 /// Collects calls and results by their ids.
@@ -61,6 +64,8 @@ struct Builder {
     turn: u32,
     /// Whether the current turn has had a call.
     turn_open: bool,
+    /// The model's answers so far.
+    answers: Answers,
 }
 
 impl Builder {
@@ -97,6 +102,14 @@ impl Builder {
         self.calls.push_back((id.to_owned(), made));
     }
 
+    /// A model response: its text (text blocks joined), and whether it
+    /// made a tool call (then it is no answer). The text is digested as
+    /// replay digests a recorded answer ([`TextDigest`]).
+    fn response(&mut self, text: &str, calls: bool) {
+        let answer = (!calls).then(|| TextDigest::of(text).get());
+        self.answers.record(answer);
+    }
+
     /// The result of call `id`; one with no call (its call was left out,
     /// dropped, or lies before the history) is nothing.
     fn result(&mut self, id: &str, outcome: Outcome) {
@@ -118,6 +131,7 @@ impl Builder {
         History {
             calls: self.calls.into_iter().map(|(_, m)| m).collect(),
             latest,
+            answers: self.answers,
         }
     }
 }
@@ -156,8 +170,27 @@ fn outcome(raw: Option<&RawValue>, error: bool) -> Outcome {
                 .deserialize(&mut serde_json::Deserializer::from_str(r.get()))
                 .ok()
         })
-        .unwrap_or_else(|| crate::gate::digest::digest_value(&Value::Null));
+        .unwrap_or_else(|| digest_value(&Value::Null));
     Outcome { digest, error }
+}
+
+/// The text of a message's `content`: a string, or the `text` of its
+/// text parts (`text`, `output_text`) joined.
+fn text_of(content: Option<&RawValue>) -> String {
+    let Some(raw) = content else {
+        return String::new();
+    };
+    if let Ok(text) = serde_json::from_str::<Cow<'_, str>>(raw.get()) {
+        return text.into_owned();
+    }
+    let mut out = String::new();
+    each(Some(raw), |part| {
+        let part = members(part);
+        if matches!(text(part.kind).as_ref(), "text" | "output_text") {
+            out.push_str(&text(part.text));
+        }
+    });
+    out
 }
 
 /// Calls `each` with every element of `raw` when it is an array, holding
@@ -216,6 +249,8 @@ struct Members<'a> {
     output: Option<&'a RawValue>,
     #[serde(borrow)]
     messages: Option<&'a RawValue>,
+    #[serde(borrow)]
+    text: Option<&'a RawValue>,
 }
 
 fn members(raw: &RawValue) -> Members<'_> {
@@ -240,10 +275,12 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
                 b.next_turn();
             }
             ends_with_results = false;
+            let mut calls = false;
             each(message.content, |block| {
                 let block = members(block);
                 match (assistant, text(block.kind).as_ref()) {
                     (true, "tool_use") => {
+                        calls = true;
                         b.call(&text(block.id), &text(block.name), &value(block.input));
                     }
                     (false, "tool_result") => {
@@ -254,6 +291,9 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
                     _ => {}
                 }
             });
+            if assistant {
+                b.response(&text_of(message.content), calls);
+            }
         }),
         Api::Chat => each(top.messages, |message| {
             let message = members(message);
@@ -261,12 +301,15 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
             match text(message.role).as_ref() {
                 "assistant" => {
                     b.next_turn();
+                    let mut calls = false;
                     each(message.tool_calls, |call| {
+                        calls = true;
                         let call = members(call);
                         let function = call.function.map(members).unwrap_or_default();
                         let input = arguments_of(function.arguments);
                         b.call(&text(call.id), &text(function.name), &input);
                     });
+                    b.response(&text_of(message.content), calls);
                 }
                 "tool" => {
                     b.result(&text(message.tool_call_id), outcome(message.content, false));
@@ -276,32 +319,50 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
             }
         }),
         Api::Responses => {
-            let mut in_calls = false;
+            // A model response is the run of its output items (reasoning,
+            // assistant messages, function calls) between other items.
+            let mut response: Option<(String, bool)> = None;
+            let end = |b: &mut Builder, response: &mut Option<(String, bool)>| {
+                if let Some((said, calls)) = response.take() {
+                    b.response(&said, calls);
+                }
+            };
             each(top.input, |item| {
                 let item = members(item);
-                match text(item.kind).as_ref() {
+                let kind = text(item.kind);
+                let assistant = text(item.role) == "assistant";
+                match kind.as_ref() {
                     "function_call" => {
-                        if !in_calls {
+                        let (_, calls) = response.get_or_insert_with(Default::default);
+                        if !*calls {
                             b.next_turn();
-                            in_calls = true;
+                            *calls = true;
                         }
                         let input = arguments_of(item.arguments);
                         b.call(&text(item.call_id), &text(item.name), &input);
                         ends_with_results = false;
                     }
+                    // A model's reasoning comes before its calls, in the same turn.
+                    "reasoning" => {
+                        response.get_or_insert_with(Default::default);
+                    }
+                    "message" | "" if assistant => {
+                        let (said, _) = response.get_or_insert_with(Default::default);
+                        said.push_str(&text_of(item.content));
+                        ends_with_results = false;
+                    }
                     "function_call_output" => {
-                        in_calls = false;
+                        end(&mut b, &mut response);
                         b.result(&text(item.call_id), outcome(item.output, false));
                         ends_with_results = true;
                     }
-                    // A model's reasoning comes before its calls, in the same turn.
-                    "reasoning" => {}
                     _ => {
-                        in_calls = false;
+                        end(&mut b, &mut response);
                         ends_with_results = false;
                     }
                 }
             });
+            end(&mut b, &mut response);
         }
     }
     Ok(b.done(ends_with_results))

@@ -36,6 +36,49 @@ impl Api {
         }
     }
 
+    /// The API's path.
+    pub const fn path(self) -> &'static str {
+        match self {
+            Self::Messages => "/v1/messages",
+            Self::Chat => "/v1/chat/completions",
+            Self::Responses => "/v1/responses",
+        }
+    }
+
+    /// The API a path names once cleaned up as a URL library or a server
+    /// might: percent-escapes decoded, letters in lower case, empty and
+    /// `.` segments dropped, `..` taking the segment before.
+    pub fn loosely(path: &str) -> Option<Self> {
+        let mut bytes = Vec::with_capacity(path.len());
+        let mut rest = path.as_bytes();
+        while let Some((&b, after)) = rest.split_first() {
+            let hex = |c: u8| char::from(c).to_digit(16);
+            match (b, after) {
+                (b'%', [h, l, tail @ ..]) if hex(*h).is_some() && hex(*l).is_some() => {
+                    let value = hex(*h).unwrap_or(0) * 16 + hex(*l).unwrap_or(0);
+                    bytes.push(u8::try_from(value).unwrap_or(0));
+                    rest = tail;
+                }
+                _ => {
+                    bytes.push(b);
+                    rest = after;
+                }
+            }
+        }
+        let text = String::from_utf8_lossy(&bytes).to_ascii_lowercase();
+        let mut segments: Vec<&str> = Vec::new();
+        for segment in text.split(['/', '\\']) {
+            match segment {
+                "" | "." => {}
+                ".." => {
+                    segments.pop();
+                }
+                s => segments.push(s),
+            }
+        }
+        Self::of_path(&format!("/{}", segments.join("/")))
+    }
+
     /// The field that bounds the reply's tokens, as the API names it.
     pub const fn max_field(self) -> &'static str {
         match self {

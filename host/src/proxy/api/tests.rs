@@ -9,6 +9,31 @@ fn the_gated_paths_are_the_three_model_calls_and_nothing_else() {
     assert_eq!(Api::of_path("/v1/messages/count_tokens"), None);
     assert_eq!(Api::of_path("/v1/models"), None);
     assert_eq!(Api::of_path("/v1/messagesx"), None);
+    // Written another way: the same call once cleaned up.
+    for path in [
+        "/v1/./messages",
+        "/v1/x/../messages",
+        "/v1/%2e/messages",
+        "/v1//messages",
+        "/V1/Messages",
+        "/v1/%6d%65ssages",
+        "//v1/messages",
+        "/v1\\messages",
+    ] {
+        assert_eq!(Api::loosely(path), Some(Api::Messages), "{path}");
+        assert_eq!(Api::of_path(path), None, "{path}");
+    }
+    assert_eq!(Api::loosely("/v1/./chat/completions"), Some(Api::Chat));
+    assert_eq!(Api::loosely("/v1/responses/."), Some(Api::Responses));
+    assert_eq!(Api::loosely("/v1/messages/count_tokens"), None);
+    assert_eq!(
+        Api::loosely("/v1/messages/%"),
+        Some(Api::Messages).filter(|_| false)
+    );
+    assert_eq!(Api::loosely("/v1/models"), None);
+    for api in [Api::Messages, Api::Chat, Api::Responses] {
+        assert_eq!(Api::of_path(api.path()), Some(api));
+    }
 }
 
 #[test]
@@ -260,6 +285,94 @@ mod history {
         assert!(tool_history(Api::Chat, b"{").is_err());
         // A string input (no items) has no calls.
         assert_eq!(read(Api::Responses, json!({"input": "hi"})).latest, None);
+    }
+
+    /// The model's text answers are recorded per response in each API: the
+    /// same text three times in a row completes `same_answer = 3`; a
+    /// response with a tool call, or another text, starts again.
+    #[test]
+    fn text_answers_are_recorded_per_response() {
+        use budgetgate_core::engine::loops::{LoopRules, Pattern};
+        let rules = LoopRules {
+            same_answer: Some(3),
+            ..LoopRules::OFF
+        };
+        let messages = |answers: &[serde_json::Value]| {
+            let mut m = vec![json!({"role": "user", "content": "go"})];
+            for a in answers {
+                m.push(json!({"role": "assistant", "content": a}));
+                m.push(json!({"role": "user", "content": "continue"}));
+            }
+            json!({ "messages": m })
+        };
+        let same = json!("I cannot find it.");
+        let blocks =
+            json!([{"type": "text", "text": "I cannot "}, {"type": "text", "text": "find it."}]);
+        let call = json!([{"type": "tool_use", "id": "t", "name": "ls", "input": {}}]);
+        // Blocks and a string of the same text are the same answer.
+        let h = read(
+            Api::Messages,
+            messages(&[same.clone(), blocks.clone(), same.clone()]),
+        );
+        let found = h.answers.check(&rules).expect("three in a row");
+        assert_eq!((found.pattern, found.times), (Pattern::SameAnswer, 3));
+        assert_eq!(
+            read(Api::Messages, messages(&[same.clone(), same.clone()]))
+                .answers
+                .check(&rules),
+            None
+        );
+        let broken = messages(&[same.clone(), same.clone(), call, same.clone()]);
+        assert_eq!(read(Api::Messages, broken).answers.check(&rules), None);
+        let other = messages(&[same.clone(), json!("Found it."), same.clone()]);
+        assert_eq!(read(Api::Messages, other).answers.check(&rules), None);
+        // Chat: string content, or parts; a message with tool_calls breaks.
+        let chat = |with_call: bool| {
+            let mut m = Vec::new();
+            for i in 0..3 {
+                let mut a =
+                    json!({"role": "assistant", "content": [{"type": "text", "text": "no"}]});
+                if with_call && i == 1 {
+                    a["tool_calls"] =
+                        json!([{"id": "c", "function": {"name": "ls", "arguments": "{}"}}]);
+                }
+                m.push(a);
+                m.push(json!({"role": "user", "content": "again"}));
+            }
+            json!({ "messages": m })
+        };
+        assert!(read(Api::Chat, chat(false)).answers.check(&rules).is_some());
+        assert_eq!(read(Api::Chat, chat(true)).answers.check(&rules), None);
+        // Responses: a response is its run of output items.
+        let said = json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "no"}]});
+        let user = json!({"role": "user", "content": "again"});
+        let input = vec![
+            said.clone(),
+            user.clone(),
+            said.clone(),
+            user.clone(),
+            said.clone(),
+            user.clone(),
+        ];
+        assert!(read(Api::Responses, json!({ "input": input }))
+            .answers
+            .check(&rules)
+            .is_some());
+        let with_call = vec![
+            said.clone(),
+            user.clone(),
+            said.clone(),
+            json!({"type": "function_call", "call_id": "f", "name": "ls", "arguments": "{}"}),
+            json!({"type": "function_call_output", "call_id": "f", "output": "x"}),
+            said.clone(),
+            user,
+        ];
+        assert_eq!(
+            read(Api::Responses, json!({ "input": with_call }))
+                .answers
+                .check(&rules),
+            None
+        );
     }
 
     /// A long history is read in bounded memory: the latest calls are

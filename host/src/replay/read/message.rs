@@ -102,9 +102,9 @@ pub(super) fn add_blocks(
             for (at, block) in blocks.iter().enumerate() {
                 match field(block, "type").and_then(Value::as_str) {
                     Some("text") => {
-                        turn.text_chars += field(block, "text")
-                            .and_then(Value::as_str)
-                            .map_or(0, |t| t.chars().count())
+                        let text = field(block, "text").and_then(Value::as_str).unwrap_or("");
+                        turn.text_chars += text.chars().count();
+                        turn.text_digest.feed(text);
                     }
                     Some("tool_use") => {
                         let string = |key: &str| match field(block, key) {
@@ -135,7 +135,10 @@ pub(super) fn add_blocks(
                 }
             }
         }
-        Some(Value::String(text)) => turn.text_chars += text.chars().count(),
+        Some(Value::String(text)) => {
+            turn.text_chars += text.chars().count();
+            turn.text_digest.feed(text);
+        }
         None | Some(Value::Null) => {}
         // Never taken for "no blocks": a tool call could hide in it.
         Some(other) => {

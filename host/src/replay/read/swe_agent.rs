@@ -1,6 +1,7 @@
 //! SWE-agent trajectories (`.traj`): each step one tool call, usage as run
 //! totals.
 
+use crate::gate::digest::TextDigest;
 use budgetgate_core::engine::loops::Outcome;
 use budgetgate_core::turn::TokenUsage;
 use serde_json::Value;
@@ -59,14 +60,13 @@ pub(super) fn read_traj(traj: &Value) -> Result<Session, String> {
                 recorded: Some(observed(step)),
             }]
         };
+        let said = step.get("response").and_then(Value::as_str).unwrap_or("");
         turns.push(RecordedTurn {
             message_id: None,
             stop_reason: None,
             usage: None,
-            text_chars: step
-                .get("response")
-                .and_then(Value::as_str)
-                .map_or(0, |t| t.chars().count()),
+            text_chars: said.chars().count(),
+            text_digest: TextDigest::of(said),
             calls,
             ..RecordedTurn::default()
         });
