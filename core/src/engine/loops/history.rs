@@ -61,7 +61,11 @@ pub fn completed(
             }
             window.push(made.call, made.name.clone());
         }
-        for made in calls {
+        // Only the calls still in the window: the result of one pushed out
+        // already (a turn of more calls than the window holds) would be
+        // given to a later copy of the same call.
+        let gone = calls.len().saturating_sub(LOOP_WINDOW);
+        for made in calls.iter().skip(gone) {
             if let Some(outcome) = made.outcome {
                 window.report(made.call, outcome);
             }

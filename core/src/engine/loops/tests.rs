@@ -544,6 +544,31 @@ fn a_turns_calls_are_decided_before_any_of_their_results_is_known() {
 }
 
 #[test]
+fn a_result_of_a_call_pushed_out_of_the_window_is_given_to_no_other_call() {
+    let rules = LoopRules {
+        same_outcome: Some(2),
+        ..LoopRules::OFF
+    };
+    let results: std::vec::Vec<std::string::String> = (0..LOOP_WINDOW + 1)
+        .map(|i| {
+            if i == 0 {
+                "pending".into()
+            } else {
+                std::format!("v{i}")
+            }
+        })
+        .collect();
+    // One turn of 33 `status` calls: the first, pushed out, returned
+    // `pending`, the rest new values; then one more `status` → `pending`.
+    let mut calls: std::vec::Vec<(u32, &str, &str, Option<Outcome>)> = results
+        .iter()
+        .map(|r| (0, "status", "{}", Some(ok(r))))
+        .collect();
+    calls.push((1, "status", "{}", Some(ok("pending"))));
+    assert_eq!(completed(&history(&calls), &rules, 1), None);
+}
+
+#[test]
 fn a_history_completes_an_alternation() {
     let rules = LoopRules {
         same_outcome: None,
