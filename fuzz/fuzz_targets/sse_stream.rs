@@ -14,7 +14,9 @@
 //!   model's items (their bytes, data and other fields);
 //! - a reader without raw bytes gives the same items with empty bytes;
 //! - the items' bytes, joined, are a prefix of the stream (nothing made up,
-//!   nothing dropped, nothing reordered).
+//!   nothing dropped, nothing reordered);
+//! - a relaying reader with a bound of 1 to 64 bytes an event hands on
+//!   every byte of the stream once, in order.
 #![no_main]
 
 use budgetgate::net::sse::{SseItem, SseParser};
@@ -90,7 +92,7 @@ fn lean(items: &[SseItem]) -> Vec<SseItem> {
                 fields: fields.clone(),
             },
             SseItem::Other(_) => SseItem::Other(Default::default()),
-            SseItem::TooLong => SseItem::TooLong,
+            other => panic!("{other:?} from a reader that does not relay"),
         })
         .collect()
 }
@@ -124,8 +126,29 @@ fuzz_target!(|input: &[u8]| {
         .iter()
         .flat_map(|i| match i {
             SseItem::Event { raw, .. } | SseItem::Other(raw) => raw.to_vec(),
-            SseItem::TooLong => Vec::new(),
+            other => panic!("{other:?} from a reader that does not relay"),
         })
         .collect();
     assert!(stream.starts_with(&joined), "the items' bytes are the stream's");
+    // A relaying reader with a small bound (1 to 64 bytes an event) hands
+    // on every byte once, in order: events, over-long pieces, and what it
+    // holds at the end.
+    let mut relay = SseParser::relaying().with_limit(usize::from(cuts % 64) + 1);
+    let mut out = Vec::new();
+    let mut rest = stream;
+    while !rest.is_empty() {
+        let n = (usize::from(cuts) % 7 + 1).min(rest.len());
+        let (chunk, after) = rest.split_at(n);
+        for item in relay.feed(chunk) {
+            match item {
+                SseItem::Event { raw, .. } | SseItem::Other(raw) | SseItem::Overflow(raw) => {
+                    out.extend_from_slice(&raw)
+                }
+                SseItem::TooLong => {}
+            }
+        }
+        rest = after;
+    }
+    out.extend_from_slice(&relay.rest().unwrap_or_default());
+    assert_eq!(out, stream, "a relaying reader hands on every byte");
 });

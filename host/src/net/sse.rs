@@ -23,8 +23,11 @@ pub enum SseItem {
     },
     /// Lines without data (comments, `retry:`), as they came.
     Other(Bytes),
-    /// An event over [`MAX_BODY`] bytes (skipped).
+    /// An event over the reader's bound (skipped), at its end.
     TooLong,
+    /// For a [`SseParser::relaying`] reader: bytes of an event over the
+    /// bound, as they came (to relay; the event is not read).
+    Overflow(Bytes),
 }
 
 /// A bounded reader of `text/event-stream` (the WHATWG format: lines ended
@@ -41,6 +44,10 @@ pub struct SseParser {
     /// How many bytes the event has had, kept or not.
     raw_len: usize,
     drop_raw: bool,
+    /// Hands on the bytes of an event over the bound ([`SseItem::Overflow`]).
+    pass_over: bool,
+    /// The bound of one event (0: [`MAX_BODY`]).
+    max: usize,
     data: Option<String>,
     fields: String,
     skipping: bool,
@@ -59,8 +66,32 @@ impl SseParser {
         }
     }
 
+    /// A reader that hands on, as [`SseItem::Overflow`], the bytes of an
+    /// event over its bound, for a caller that relays the stream event by
+    /// event and must not lose what it cannot read.
+    pub fn relaying() -> Self {
+        Self {
+            pass_over: true,
+            ..Self::default()
+        }
+    }
+
+    /// This reader with a bound of `max` bytes an event instead of
+    /// [`MAX_BODY`].
+    pub fn with_limit(self, max: usize) -> Self {
+        Self { max, ..self }
+    }
+
+    /// What a stream that ended held of an event it did not end (its
+    /// bytes, for a reader that keeps them; `None` when nothing is held).
+    pub fn rest(&mut self) -> Option<Bytes> {
+        let raw = std::mem::take(&mut self.raw);
+        (!raw.is_empty()).then(|| Bytes::from(raw))
+    }
+
     /// Reads `chunk`; the events it completed.
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<SseItem> {
+        let max = if self.max == 0 { MAX_BODY } else { self.max };
         let mut out = Vec::new();
         let mut rest = chunk;
         while !rest.is_empty() {
@@ -71,9 +102,13 @@ impl SseParser {
             rest = &rest[taken.len()..];
             if !self.skipping {
                 self.raw_len += taken.len();
-                if self.raw_len > MAX_BODY {
+                if self.raw_len > max {
                     self.skipping = true;
-                    self.raw = Vec::new();
+                    let mut held = std::mem::take(&mut self.raw);
+                    if self.pass_over {
+                        held.extend_from_slice(taken);
+                        out.push(SseItem::Overflow(Bytes::from(held)));
+                    }
                     self.raw_len = 0;
                     self.line = Vec::new();
                     self.data = None;
@@ -81,6 +116,8 @@ impl SseParser {
                 } else if !self.drop_raw {
                     self.raw.extend_from_slice(taken);
                 }
+            } else if self.pass_over {
+                out.push(SseItem::Overflow(Bytes::copy_from_slice(taken)));
             }
             if !self.in_line && segment.iter().any(|&b| b != b'\r') {
                 self.in_line = true;
@@ -218,7 +255,7 @@ mod tests {
             assert!(lean.iter().all(|i| match i {
                 SseItem::Event { raw, .. } => raw.is_empty(),
                 SseItem::Other(raw) => raw.is_empty(),
-                SseItem::TooLong => false,
+                SseItem::TooLong | SseItem::Overflow(_) => false,
             }));
         }
         match &whole[2] {
@@ -250,5 +287,42 @@ mod tests {
             assert_eq!(items.len(), 1);
             assert_eq!(matches!(items[0], SseItem::TooLong), long, "extra {extra}");
         }
+    }
+
+    /// A relaying reader loses nothing: every byte comes out once, in
+    /// order, in events, over-long events' pieces, or what is held at the
+    /// end, however the stream is cut and whatever the bound.
+    #[test]
+    fn a_relaying_reader_hands_on_every_byte() {
+        let stream: &[u8] =
+            b"data: short\n\ndata: a long event of many bytes\ndata: more\n\n: c\n\ndata: [DONE]";
+        for limit in [1, 8, 16, 40, 1000] {
+            for cut in 0..=stream.len() {
+                let mut p = SseParser::relaying().with_limit(limit);
+                let mut items = p.feed(&stream[..cut]);
+                items.extend(p.feed(&stream[cut..]));
+                let mut out = Vec::new();
+                for item in &items {
+                    match item {
+                        SseItem::Event { raw, .. }
+                        | SseItem::Other(raw)
+                        | SseItem::Overflow(raw) => out.extend_from_slice(raw),
+                        SseItem::TooLong => {}
+                    }
+                }
+                out.extend_from_slice(&p.rest().unwrap_or_default());
+                assert_eq!(out, stream, "limit {limit}, cut at {cut}");
+                if limit == 16 {
+                    let long = items
+                        .iter()
+                        .filter(|i| matches!(i, SseItem::TooLong))
+                        .count();
+                    assert_eq!(long, 1, "{items:?}");
+                }
+            }
+        }
+        // A reader that is not relaying hands on no over-long bytes.
+        let mut p = SseParser::default().with_limit(8);
+        assert_eq!(p.feed(b"data: 0123456789\n\n"), [SseItem::TooLong]);
     }
 }

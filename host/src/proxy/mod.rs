@@ -503,12 +503,19 @@ async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Reply {
         // Until the end, or a stream cut (the upstream failed, or the call
         // ran past its deadline), or the client gone: what was reported
         // counts.
+        let mut gone = false;
         'relay: while let Ok(Some(chunk)) = resp.chunk().await {
             for piece in reader.feed(&chunk).into_iter().flatten() {
                 if tx.send(piece).await.is_err() {
+                    gone = true;
                     break 'relay;
                 }
             }
+        }
+        // A stream relayed event by event that ended inside an event (no
+        // blank line after the last): its bytes go on as they came.
+        if let (false, Some(rest)) = (gone, reader.rest()) {
+            let _ = tx.send(rest).await;
         }
         drop(tx);
         if let Some(tap) = tap {
@@ -551,11 +558,13 @@ impl UsageReader {
             api: tap.map(|t| t.request.api),
             hide_usage: tap.is_some_and(|t| t.hide_usage),
             streamed,
-            // The events' bytes are needed only to relay them one by one.
+            // The events' bytes are needed only to relay them one by one
+            // (then one over the bound is relayed as it comes, unread);
+            // otherwise an event is read up to the bound of a whole answer.
             sse: if tap.is_some_and(|t| t.hide_usage) {
-                SseParser::default()
+                SseParser::relaying()
             } else {
-                SseParser::without_raw()
+                SseParser::without_raw().with_limit(MAX_ANSWER)
             },
             stream: StreamUsage::default(),
             whole: Vec::new(),
@@ -599,10 +608,18 @@ impl UsageReader {
                         EventUse::Withhold => None,
                     }
                 }
-                SseItem::Other(raw) => Some(raw),
+                SseItem::Other(raw) | SseItem::Overflow(raw) => Some(raw),
                 SseItem::TooLong => None,
             })
             .collect()
+    }
+
+    /// The bytes held of an event the stream did not end, when they are
+    /// relayed event by event.
+    fn rest(&mut self) -> Option<Bytes> {
+        (self.api.is_some() && self.streamed && self.hide_usage)
+            .then(|| self.sse.rest())
+            .flatten()
     }
 
     fn usage(&self, api: Api) -> Option<budgetgate_core::turn::TokenUsage> {

@@ -240,6 +240,9 @@ pub(super) async fn relay(
                     }
                 }
                 SseItem::Other(raw) => raw,
+                // Not made by this reader (it does not relay over-long
+                // events: their answers are withheld below).
+                SseItem::Overflow(_) => continue,
                 SseItem::TooLong => {
                     // Its id is not read. When one request of this POST is
                     // still awaited, the event is its answer: the call ran

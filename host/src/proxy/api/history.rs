@@ -2,37 +2,46 @@
 //! loop detection (`[loops]`; the core's
 //! [`completed`](budgetgate_core::engine::loops::completed)): a client
 //! sends the whole conversation with each model call, so the proxy sees
-//! every call the agent made and what it returned, one request late.
+//! every call the agent made and what it returned, one request late; and
+//! the model's text answers (`same_answer`, [`Answers`]).
 //!
 //! Read per API: Messages `tool_use` blocks of `assistant` messages and
 //! `tool_result` blocks (`content`, `is_error`) of `user` messages; Chat
 //! `tool_calls` of `assistant` messages and `tool` messages (`content`; no
-//! error flag); Responses `function_call` and `function_call_output` items
-//! of `input`. A call's key and a result's digest are every front-end's
-//! ([`crate::gate::loops`]). The latest turn is looked at only when the
-//! request ends with tool results (the model asked to go on after its
-//! calls); a request that ends with a person's message is a new start.
+//! error flag); Responses `function_call` / `custom_tool_call` and their
+//! `…_output` items of `input`. Consecutive `assistant` messages are one
+//! response (as the Messages API reads them). The latest turn is looked at
+//! only when the request ends with tool results (the model asked to go on
+//! after its calls); a request that ends with a person's message is a new
+//! start.
+//!
+//! A call's key is its tool and a digest of its input's JSON structure, a
+//! result's outcome the digest every front-end takes of a result
+//! ([`DigestSeed`]): both read from the text without building it, so a
+//! request's memory stays what its bytes are. (The key is the proxy's own:
+//! calls are compared only with the same request's calls. Unlike the
+//! repetition rule's fingerprint it tells key orders apart; a client
+//! sends a call back as it stored it.) Below 64 levels a part of an input
+//! or result is digested as one marker, so any depth is read; one that
+//! cannot be read at all refuses the request (fail closed).
 
-use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
-use std::fmt;
 
 use budgetgate_core::engine::loops::{Answers, Made, Outcome, LOOP_WINDOW};
 use budgetgate_core::tools::ToolName;
-use serde::de::{DeserializeSeed, Deserializer as _, SeqAccess, Visitor};
-use serde::Deserialize;
+use budgetgate_core::turn::ArgsFingerprint;
+use serde::de::DeserializeSeed;
 use serde_json::value::RawValue;
-use serde_json::Value;
 
+use super::members::{each, members, text, text_of};
 use super::Api;
 use crate::gate::digest::{digest_value, DigestSeed, TextDigest};
-use crate::gate::loops::call_key;
 
 /// Calls kept of a history: the latest ones, four windows' worth. The
 /// window remembers the last [`LOOP_WINDOW`] calls, so what came before
-/// these cannot change what the latest turn completed, unless that turn
-/// alone made more calls than this (then its first ones are not looked
-/// at). A request of 64 MiB holds a million tiny calls; what is kept of
+/// these cannot change what a latest turn of up to 96 calls completed (a
+/// larger one has its first calls looked at without all the calls before
+/// them). A request of 64 MiB holds a million tiny calls; what is kept of
 /// them is bounded here, and the request is read one message at a time.
 pub const KEPT_CALLS: usize = 4 * LOOP_WINDOW;
 
@@ -64,8 +73,12 @@ struct Builder {
     turn: u32,
     /// Whether the current turn has had a call.
     turn_open: bool,
+    /// The turn of the latest call, kept or not.
+    last_call_turn: Option<u32>,
     /// The model's answers so far.
     answers: Answers,
+    /// The first input or result that could not be read.
+    unreadable: Option<String>,
 }
 
 impl Builder {
@@ -76,13 +89,22 @@ impl Builder {
         }
     }
 
-    /// A call: one the engine could never have let through (a bad name,
-    /// arguments too deep to compare) is left out.
-    fn call(&mut self, id: &str, name: &str, input: &Value) {
-        let (Ok(tool), Some(key)) = (ToolName::new(name), call_key(name, input)) else {
+    /// A call of the current turn; one the engine could never have let
+    /// through (a name outside the grammar) is left out, its turn counted.
+    fn call(&mut self, id: &str, name: &str, key: Result<ArgsFingerprint, String>) {
+        self.turn_open = true;
+        self.last_call_turn = Some(self.turn);
+        let key = match key {
+            Ok(key) => key,
+            Err(e) => {
+                self.unreadable
+                    .get_or_insert(format!("the input of call {id:?} ({e})"));
+                return;
+            }
+        };
+        let Ok(tool) = ToolName::new(name) else {
             return;
         };
-        self.turn_open = true;
         if self.calls.len() == KEPT_CALLS {
             if let Some((old, _)) = self.calls.pop_front() {
                 if self.ids.get(&old) == Some(&self.dropped) {
@@ -94,7 +116,7 @@ impl Builder {
         self.ids
             .insert(id.to_owned(), self.dropped + self.calls.len());
         let made = Made {
-            call: key,
+            call: key.with_name(name),
             name: tool,
             outcome: None,
             turn: self.turn,
@@ -112,155 +134,82 @@ impl Builder {
 
     /// The result of call `id`; one with no call (its call was left out,
     /// dropped, or lies before the history) is nothing.
-    fn result(&mut self, id: &str, outcome: Outcome) {
+    fn result(&mut self, id: &str, content: Option<&RawValue>, error: bool) {
+        let digest = match content {
+            None => digest_value(&serde_json::Value::Null),
+            Some(raw) => {
+                match DigestSeed.deserialize(&mut serde_json::Deserializer::from_str(raw.get())) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        self.unreadable
+                            .get_or_insert(format!("the result of call {id:?} ({e})"));
+                        return;
+                    }
+                }
+            }
+        };
         if let Some(&at) = self.ids.get(id) {
             let kept = at
                 .checked_sub(self.dropped)
                 .and_then(|i| self.calls.get_mut(i));
             if let Some((_, made)) = kept {
-                made.outcome = Some(outcome);
+                made.outcome = Some(Outcome { digest, error });
             }
         }
     }
 
     /// The history, the latest turn looked at when `ends_with_results`.
-    fn done(self, ends_with_results: bool) -> History {
-        let latest = ends_with_results
-            .then(|| self.calls.back().map(|(_, m)| m.turn))
-            .flatten();
-        History {
+    fn done(self, ends_with_results: bool) -> Result<History, String> {
+        if let Some(e) = self.unreadable {
+            return Err(format!("{e} cannot be read for loop detection"));
+        }
+        Ok(History {
             calls: self.calls.into_iter().map(|(_, m)| m).collect(),
-            latest,
+            latest: self.last_call_turn.filter(|_| ends_with_results),
             answers: self.answers,
-        }
-    }
-}
-
-/// A member's text: `""` when it is absent or not a string.
-fn text(raw: Option<&RawValue>) -> Cow<'_, str> {
-    raw.and_then(|r| serde_json::from_str::<Cow<'_, str>>(r.get()).ok())
-        .unwrap_or_default()
-}
-
-/// A value, built (a tool call's input: small, and compared canonically);
-/// `null` when absent.
-fn value(raw: Option<&RawValue>) -> Value {
-    raw.and_then(|r| serde_json::from_str(r.get()).ok())
-        .unwrap_or(Value::Null)
-}
-
-/// A tool call's arguments as OpenAI sends them (JSON text): their value,
-/// or the text itself when it is not JSON; `{}` when absent.
-fn arguments_of(raw: Option<&RawValue>) -> Value {
-    match raw {
-        None => Value::Object(serde_json::Map::new()),
-        Some(r) => match serde_json::from_str::<Cow<'_, str>>(r.get()) {
-            Ok(text) => serde_json::from_str(&text).unwrap_or(Value::String(text.into_owned())),
-            Err(_) => value(Some(r)),
-        },
-    }
-}
-
-/// A result's outcome: the digest every front-end takes of it
-/// ([`DigestSeed`], read without being built), `null` when absent.
-fn outcome(raw: Option<&RawValue>, error: bool) -> Outcome {
-    let digest = raw
-        .and_then(|r| {
-            DigestSeed
-                .deserialize(&mut serde_json::Deserializer::from_str(r.get()))
-                .ok()
         })
-        .unwrap_or_else(|| digest_value(&Value::Null));
-    Outcome { digest, error }
+    }
 }
 
-/// The text of a message's `content`: a string, or the `text` of its
-/// text parts (`text`, `output_text`) joined.
-fn text_of(content: Option<&RawValue>) -> String {
-    let Some(raw) = content else {
-        return String::new();
+/// The key of an input given as JSON (`None`: no input, read as `null`).
+fn input_key(raw: Option<&RawValue>) -> Result<ArgsFingerprint, String> {
+    let digest = match raw {
+        None => digest_value(&serde_json::Value::Null),
+        Some(raw) => DigestSeed
+            .deserialize(&mut serde_json::Deserializer::from_str(raw.get()))
+            .map_err(|e| e.to_string())?,
     };
-    if let Ok(text) = serde_json::from_str::<Cow<'_, str>>(raw.get()) {
-        return text.into_owned();
-    }
-    let mut out = String::new();
-    each(Some(raw), |part| {
-        let part = members(part);
-        if matches!(text(part.kind).as_ref(), "text" | "output_text") {
-            out.push_str(&text(part.text));
-        }
-    });
-    out
+    Ok(ArgsFingerprint::from_u128(u128::from(digest)))
 }
 
-/// Calls `each` with every element of `raw` when it is an array, holding
-/// one at a time (nothing when it is absent or not an array).
-fn each<'a>(raw: Option<&'a RawValue>, each: impl FnMut(&'a RawValue)) {
-    struct Each<F>(F);
-    impl<'de, F: FnMut(&'de RawValue)> Visitor<'de> for Each<F> {
-        type Value = ();
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("an array")
+/// The key of arguments as OpenAI sends them (JSON text): of the JSON the
+/// text holds, or of the text itself when it is not JSON; `{}` when absent.
+fn arguments_key(raw: Option<&RawValue>) -> Result<ArgsFingerprint, String> {
+    let Some(raw) = raw else {
+        let empty = serde_json::Value::Object(serde_json::Map::new());
+        return Ok(ArgsFingerprint::from_u128(u128::from(digest_value(&empty))));
+    };
+    match serde_json::from_str::<std::borrow::Cow<'_, str>>(raw.get()) {
+        Ok(text) => {
+            let mut de = serde_json::Deserializer::from_str(&text);
+            let digest = match DigestSeed
+                .deserialize(&mut de)
+                .and_then(|d| de.end().map(|()| d))
+            {
+                Ok(d) => d,
+                Err(_) => digest_value(&serde_json::Value::String(text.into_owned())),
+            };
+            Ok(ArgsFingerprint::from_u128(u128::from(digest)))
         }
-        fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
-            while let Some(item) = seq.next_element::<&'de RawValue>()? {
-                (self.0)(item);
-            }
-            Ok(())
-        }
+        Err(_) => input_key(Some(raw)),
     }
-    if let Some(raw) = raw {
-        let _ = serde_json::Deserializer::from_str(raw.get()).deserialize_seq(Each(each));
-    }
-}
-
-/// The members of an object this reader looks at, each as it came (a
-/// member of another type, or an element that is not an object, reads as
-/// absent: the reader is as lenient as the providers').
-#[derive(Deserialize, Default)]
-struct Members<'a> {
-    #[serde(borrow)]
-    role: Option<&'a RawValue>,
-    #[serde(borrow, rename = "type")]
-    kind: Option<&'a RawValue>,
-    #[serde(borrow)]
-    content: Option<&'a RawValue>,
-    #[serde(borrow)]
-    id: Option<&'a RawValue>,
-    #[serde(borrow)]
-    name: Option<&'a RawValue>,
-    #[serde(borrow)]
-    input: Option<&'a RawValue>,
-    #[serde(borrow)]
-    tool_use_id: Option<&'a RawValue>,
-    #[serde(borrow)]
-    is_error: Option<&'a RawValue>,
-    #[serde(borrow)]
-    tool_calls: Option<&'a RawValue>,
-    #[serde(borrow)]
-    tool_call_id: Option<&'a RawValue>,
-    #[serde(borrow)]
-    function: Option<&'a RawValue>,
-    #[serde(borrow)]
-    arguments: Option<&'a RawValue>,
-    #[serde(borrow)]
-    call_id: Option<&'a RawValue>,
-    #[serde(borrow)]
-    output: Option<&'a RawValue>,
-    #[serde(borrow)]
-    messages: Option<&'a RawValue>,
-    #[serde(borrow)]
-    text: Option<&'a RawValue>,
-}
-
-fn members(raw: &RawValue) -> Members<'_> {
-    serde_json::from_str(raw.get()).unwrap_or_default()
 }
 
 /// The history of request `body` of `api`; `Err` when the body is not
-/// JSON (the caller refuses: a call whose history cannot be read is not
-/// let through under `[loops]`). Read one message or item at a time; what
-/// is kept is bounded ([`KEPT_CALLS`]).
+/// JSON, or holds an input or result that cannot be read (the caller
+/// refuses: a call whose history cannot be read is not let through under
+/// `[loops]`). Read one message or item at a time; what is kept is
+/// bounded ([`KEPT_CALLS`]).
 pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
     let top: &RawValue = serde_json::from_slice(body)
         .map_err(|e| format!("the request's messages cannot be read for loop detection ({e})"))?;
@@ -268,59 +217,70 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
     let mut b = Builder::default();
     let mut ends_with_results = false;
     match api {
-        Api::Messages => each(top.messages, |message| {
-            let message = members(message);
-            let assistant = text(message.role) == "assistant";
-            if assistant {
-                b.next_turn();
-            }
-            ends_with_results = false;
-            let mut calls = false;
-            each(message.content, |block| {
-                let block = members(block);
-                match (assistant, text(block.kind).as_ref()) {
-                    (true, "tool_use") => {
-                        calls = true;
-                        b.call(&text(block.id), &text(block.name), &value(block.input));
+        Api::Messages | Api::Chat => {
+            let mut after_assistant = false;
+            // The response being read: its text, and whether it made a call.
+            let mut response: Option<(String, bool)> = None;
+            let end = |b: &mut Builder, response: &mut Option<(String, bool)>| {
+                if let Some((said, calls)) = response.take() {
+                    b.response(&said, calls);
+                }
+            };
+            each(top.messages, |message| {
+                let message = members(message);
+                let role = text(message.role);
+                ends_with_results = false;
+                if role != "assistant" {
+                    end(&mut b, &mut response);
+                    after_assistant = false;
+                }
+                match (api, role.as_ref()) {
+                    (_, "assistant") => {
+                        if !after_assistant {
+                            b.next_turn();
+                        }
+                        after_assistant = true;
+                        let (said, calls) = response.get_or_insert_with(Default::default);
+                        said.push_str(&text_of(message.content));
+                        if api == Api::Chat {
+                            each(message.tool_calls, |call| {
+                                *calls = true;
+                                let call = members(call);
+                                let function = call.function.map(members).unwrap_or_default();
+                                let key = arguments_key(function.arguments);
+                                b.call(&text(call.id), &text(function.name), key);
+                            });
+                        } else {
+                            each(message.content, |block| {
+                                let block = members(block);
+                                if text(block.kind) == "tool_use" {
+                                    *calls = true;
+                                    let key = input_key(block.input);
+                                    b.call(&text(block.id), &text(block.name), key);
+                                }
+                            });
+                        }
                     }
-                    (false, "tool_result") => {
-                        let error = block.is_error.is_some_and(|e| e.get() == "true");
-                        b.result(&text(block.tool_use_id), outcome(block.content, error));
+                    (Api::Chat, "tool") => {
+                        b.result(&text(message.tool_call_id), message.content, false);
                         ends_with_results = true;
                     }
+                    (Api::Messages, _) => each(message.content, |block| {
+                        let block = members(block);
+                        if text(block.kind) == "tool_result" {
+                            let error = block.is_error.is_some_and(|e| e.get() == "true");
+                            b.result(&text(block.tool_use_id), block.content, error);
+                            ends_with_results = true;
+                        }
+                    }),
                     _ => {}
                 }
             });
-            if assistant {
-                b.response(&text_of(message.content), calls);
-            }
-        }),
-        Api::Chat => each(top.messages, |message| {
-            let message = members(message);
-            ends_with_results = false;
-            match text(message.role).as_ref() {
-                "assistant" => {
-                    b.next_turn();
-                    let mut calls = false;
-                    each(message.tool_calls, |call| {
-                        calls = true;
-                        let call = members(call);
-                        let function = call.function.map(members).unwrap_or_default();
-                        let input = arguments_of(function.arguments);
-                        b.call(&text(call.id), &text(function.name), &input);
-                    });
-                    b.response(&text_of(message.content), calls);
-                }
-                "tool" => {
-                    b.result(&text(message.tool_call_id), outcome(message.content, false));
-                    ends_with_results = true;
-                }
-                _ => {}
-            }
-        }),
+            end(&mut b, &mut response);
+        }
         Api::Responses => {
             // A model response is the run of its output items (reasoning,
-            // assistant messages, function calls) between other items.
+            // assistant messages, calls) between other items.
             let mut response: Option<(String, bool)> = None;
             let end = |b: &mut Builder, response: &mut Option<(String, bool)>| {
                 if let Some((said, calls)) = response.take() {
@@ -332,14 +292,18 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
                 let kind = text(item.kind);
                 let assistant = text(item.role) == "assistant";
                 match kind.as_ref() {
-                    "function_call" => {
+                    "function_call" | "custom_tool_call" => {
                         let (_, calls) = response.get_or_insert_with(Default::default);
                         if !*calls {
                             b.next_turn();
                             *calls = true;
                         }
-                        let input = arguments_of(item.arguments);
-                        b.call(&text(item.call_id), &text(item.name), &input);
+                        let key = if kind == "function_call" {
+                            arguments_key(item.arguments)
+                        } else {
+                            input_key(item.input)
+                        };
+                        b.call(&text(item.call_id), &text(item.name), key);
                         ends_with_results = false;
                     }
                     // A model's reasoning comes before its calls, in the same turn.
@@ -351,9 +315,9 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
                         said.push_str(&text_of(item.content));
                         ends_with_results = false;
                     }
-                    "function_call_output" => {
+                    "function_call_output" | "custom_tool_call_output" => {
                         end(&mut b, &mut response);
-                        b.result(&text(item.call_id), outcome(item.output, false));
+                        b.result(&text(item.call_id), item.output, false);
                         ends_with_results = true;
                     }
                     _ => {
@@ -365,5 +329,5 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
             end(&mut b, &mut response);
         }
     }
-    Ok(b.done(ends_with_results))
+    b.done(ends_with_results)
 }

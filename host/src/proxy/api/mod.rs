@@ -4,6 +4,7 @@
 //! a refusal in each provider's own error shape.
 
 pub mod history;
+mod members;
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -224,15 +225,15 @@ pub fn with_include_usage(body: &[u8]) -> Option<Vec<u8>> {
 /// The usage a whole (not streamed) answer of `api` reports; `None` when
 /// it reports none.
 pub fn answer_usage(api: Api, body: &[u8]) -> Result<Option<TokenUsage>, String> {
-    /// Only the usage is built; the rest of the answer (up to
-    /// `MAX_ANSWER` bytes) is read past.
-    #[derive(Deserialize)]
-    struct Answer {
-        usage: Option<Value>,
-    }
-    let answer: Answer = serde_json::from_slice(body)
+    // Only the usage is built (a repeated key: its last value, as a JSON
+    // reader takes it); the rest of the answer is read past.
+    let answer: &serde_json::value::RawValue = serde_json::from_slice(body)
         .map_err(|e| format!("the upstream's answer is not JSON ({e})"))?;
-    let usage = answer.usage.unwrap_or(Value::Null);
+    let usage = match members::members(answer).usage {
+        Some(raw) => serde_json::from_str(raw.get())
+            .map_err(|e| format!("the upstream's usage cannot be read ({e})"))?,
+        None => Value::Null,
+    };
     usage_in(api, &json!({ "usage": usage }))
 }
 

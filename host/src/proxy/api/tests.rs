@@ -375,6 +375,77 @@ mod history {
         );
     }
 
+    /// Found by a hostile trial: a repeated key takes its last value (not
+    /// the whole object skipped); a call whose name is outside the grammar
+    /// still ends the turn the results answer; two assistant messages in a
+    /// row are one response; an input is keyed without being built, however
+    /// deep.
+    #[test]
+    fn a_history_is_read_as_a_provider_reads_it() {
+        let loop_of = |extra: &str| {
+            // Four `status` turns returning `pending`, then `extra`.
+            let mut m = String::from(r#"{"model":"m","messages":["#);
+            for i in 0..4 {
+                m.push_str(&format!(
+                    r#"{{"role":"assistant","content":[{{"type":"tool_use","id":"t{i}","name":"status","input":{{}}}}]}},{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t{i}","content":"pending"}}]}},"#
+                ));
+            }
+            m.push_str(extra);
+            m.push_str("]}");
+            m
+        };
+        // A repeated key in a message, a block and the body.
+        let dup = loop_of(r#"{"role":"user","role":"user","content":"x"}"#)
+            .replace(
+                r#""content":[{"type":"tool_result","tool_use_id":"t3""#,
+                r#""content":"hidden","content":[{"type":"tool_result","tool_use_id":"t3""#,
+            )
+            .replace(r#",{"role":"user","role":"user","content":"x"}"#, "");
+        let h = tool_history(Api::Messages, dup.as_bytes()).expect("read");
+        assert_eq!((h.calls.len(), h.latest), (4, Some(3)));
+        assert!(h.calls.iter().all(|c| c.outcome.is_some()));
+        // A call named outside the grammar after a person's message: its
+        // turn is the latest, not the old loop's.
+        let later = loop_of(
+            r#"{"role":"user","content":"read the file"},{"role":"assistant","content":[{"type":"tool_use","id":"r","name":"files.read","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"r","content":"text"}]}"#,
+        );
+        let h = tool_history(Api::Messages, later.as_bytes()).expect("read");
+        assert_eq!(h.calls.len(), 4);
+        assert_eq!(h.latest, Some(4));
+        // Two assistant messages in a row: one turn.
+        let split = json!({"messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "x", "input": {}}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "b", "name": "y", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "1"},
+                                         {"type": "tool_result", "tool_use_id": "b", "content": "2"}]}]});
+        let h = read(Api::Messages, split);
+        assert_eq!(
+            (h.calls[0].turn, h.calls[1].turn, h.latest),
+            (0, 0, Some(0))
+        );
+        // Nested 200 levels (past the JSON reader's 128 for building a
+        // value): keyed all the same, without being built.
+        let deep = format!(
+            r#"{{"messages":[{{"role":"assistant","content":[{{"type":"tool_use","id":"d","name":"x","input":{}{}}}]}}]}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let h = tool_history(Api::Messages, deep.as_bytes()).expect("read");
+        assert_eq!(h.calls.len(), 1);
+        // The same input in another key order is another call here; the
+        // same text is the same call, in Chat as in Messages.
+        let h = read(
+            Api::Chat,
+            json!({"messages": [
+                {"role": "assistant", "tool_calls": [
+                    {"id": "1", "function": {"name": "f", "arguments": "{\"a\":1,\"b\":2}"}},
+                    {"id": "2", "function": {"name": "f", "arguments": "{\"a\": 1, \"b\": 2}"}},
+                    {"id": "3", "function": {"name": "f", "arguments": "{\"b\":2,\"a\":1}"}}]}]}),
+        );
+        assert_eq!(h.calls[0].call, h.calls[1].call);
+        assert_ne!(h.calls[0].call, h.calls[2].call);
+    }
+
     /// A long history is read in bounded memory: the latest calls are
     /// kept, each result found by its id at once, and a reused id answers
     /// the later call.
@@ -477,6 +548,10 @@ fn only_events_that_can_report_are_read_as_json() {
             "{api:?} {data}"
         );
     }
+    // A whole answer's usage: a repeated key takes its last value.
+    let twice = br#"{"usage":{"input_tokens":1,"output_tokens":1},"content":[],"usage":{"input_tokens":1000,"output_tokens":50000}}"#;
+    let u = answer_usage(Api::Messages, twice).unwrap().expect("usage");
+    assert_eq!((u.input_tokens, u.output_tokens), (1000, 50000));
     // A text that holds a key's words is read, and reports nothing.
     let mut usage = StreamUsage::default();
     let data = r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"usage"},"x":{"usage":{"output_tokens":1}}}"#;
