@@ -77,6 +77,9 @@ struct Builder {
     last_call_turn: Option<u32>,
     /// The model's answers so far.
     answers: Answers,
+    /// The response being read: its text so far, and whether it made a
+    /// call.
+    response: Option<(String, bool)>,
     /// The first input or result that could not be read.
     unreadable: Option<String>,
 }
@@ -124,12 +127,20 @@ impl Builder {
         self.calls.push_back((id.to_owned(), made));
     }
 
-    /// A model response: its text (text blocks joined), and whether it
-    /// made a tool call (then it is no answer). The text is digested as
-    /// replay digests a recorded answer ([`TextDigest`]).
-    fn response(&mut self, text: &str, calls: bool) {
-        let answer = (!calls).then(|| TextDigest::of(text).get());
-        self.answers.record(answer);
+    /// The response being read (one begun if none is): its text so far,
+    /// and whether it made a call.
+    fn response(&mut self) -> &mut (String, bool) {
+        self.response.get_or_insert_with(Default::default)
+    }
+
+    /// The end of the response being read, if one is: an answer when it
+    /// made no tool call, its text (text blocks joined) digested as replay
+    /// digests a recorded answer ([`TextDigest`]).
+    fn end_response(&mut self) {
+        if let Some((said, calls)) = self.response.take() {
+            let answer = (!calls).then(|| TextDigest::of(&said).get());
+            self.answers.record(answer);
+        }
     }
 
     /// The result of call `id`; one with no call (its call was left out,
@@ -159,7 +170,8 @@ impl Builder {
     }
 
     /// The history, the latest turn looked at when `ends_with_results`.
-    fn done(self, ends_with_results: bool) -> Result<History, String> {
+    fn done(mut self, ends_with_results: bool) -> Result<History, String> {
+        self.end_response();
         if let Some(e) = self.unreadable {
             return Err(format!("{e} cannot be read for loop detection"));
         }
@@ -219,19 +231,12 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
     match api {
         Api::Messages | Api::Chat => {
             let mut after_assistant = false;
-            // The response being read: its text, and whether it made a call.
-            let mut response: Option<(String, bool)> = None;
-            let end = |b: &mut Builder, response: &mut Option<(String, bool)>| {
-                if let Some((said, calls)) = response.take() {
-                    b.response(&said, calls);
-                }
-            };
             each(top.messages, |message| {
                 let message = members(message);
                 let role = text(message.role);
                 ends_with_results = false;
                 if role != "assistant" {
-                    end(&mut b, &mut response);
+                    b.end_response();
                     after_assistant = false;
                 }
                 match (api, role.as_ref()) {
@@ -240,11 +245,10 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
                             b.next_turn();
                         }
                         after_assistant = true;
-                        let (said, calls) = response.get_or_insert_with(Default::default);
-                        said.push_str(&text_of(message.content));
+                        b.response().0.push_str(&text_of(message.content));
                         if api == Api::Chat {
                             each(message.tool_calls, |call| {
-                                *calls = true;
+                                b.response().1 = true;
                                 let call = members(call);
                                 let function = call.function.map(members).unwrap_or_default();
                                 let key = arguments_key(function.arguments);
@@ -254,7 +258,7 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
                             each(message.content, |block| {
                                 let block = members(block);
                                 if text(block.kind) == "tool_use" {
-                                    *calls = true;
+                                    b.response().1 = true;
                                     let key = input_key(block.input);
                                     b.call(&text(block.id), &text(block.name), key);
                                 }
@@ -276,27 +280,19 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
                     _ => {}
                 }
             });
-            end(&mut b, &mut response);
         }
         Api::Responses => {
             // A model response is the run of its output items (reasoning,
             // assistant messages, calls) between other items.
-            let mut response: Option<(String, bool)> = None;
-            let end = |b: &mut Builder, response: &mut Option<(String, bool)>| {
-                if let Some((said, calls)) = response.take() {
-                    b.response(&said, calls);
-                }
-            };
             each(top.input, |item| {
                 let item = members(item);
                 let kind = text(item.kind);
                 let assistant = text(item.role) == "assistant";
                 match kind.as_ref() {
                     "function_call" | "custom_tool_call" => {
-                        let (_, calls) = response.get_or_insert_with(Default::default);
-                        if !*calls {
+                        if !b.response().1 {
                             b.next_turn();
-                            *calls = true;
+                            b.response().1 = true;
                         }
                         let key = if kind == "function_call" {
                             arguments_key(item.arguments)
@@ -308,25 +304,23 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
                     }
                     // A model's reasoning comes before its calls, in the same turn.
                     "reasoning" => {
-                        response.get_or_insert_with(Default::default);
+                        b.response();
                     }
                     "message" | "" if assistant => {
-                        let (said, _) = response.get_or_insert_with(Default::default);
-                        said.push_str(&text_of(item.content));
+                        b.response().0.push_str(&text_of(item.content));
                         ends_with_results = false;
                     }
                     "function_call_output" | "custom_tool_call_output" => {
-                        end(&mut b, &mut response);
+                        b.end_response();
                         b.result(&text(item.call_id), item.output, false);
                         ends_with_results = true;
                     }
                     _ => {
-                        end(&mut b, &mut response);
+                        b.end_response();
                         ends_with_results = false;
                     }
                 }
             });
-            end(&mut b, &mut response);
         }
     }
     b.done(ends_with_results)
