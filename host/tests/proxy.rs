@@ -985,7 +985,7 @@ fn a_request_after_the_same_answer_three_times_is_refused() {
         proxy.port,
         "/v1/messages",
         &[],
-        &conversation(&[same.clone(), same.clone(), same]),
+        &conversation(&[same.clone(), same.clone(), same.clone()]),
     );
     assert_eq!(a.status, 402, "{}", a.text());
     let err = a.json();
@@ -994,6 +994,15 @@ fn a_request_after_the_same_answer_three_times_is_refused() {
     assert!(message.contains("(no-progress): the model keeps giving the same answer (the model has given the same answer 3 times in a row with no tool call between (same_answer 3)"), "{message}");
     assert_eq!(upstream.count("/v1/messages"), 2);
     assert_eq!(used(&ledger_row(&ledger, "proxy"), "model_calls"), 2);
+    // A person who writes something new after the three answers starts
+    // again; the same prompt once more does not.
+    let mut fresh = conversation(&[same.clone(), same.clone(), same]);
+    let messages = fresh["messages"].as_array_mut().expect("messages");
+    messages.pop();
+    messages.push(json!({"role": "user", "content": "Stop that and run the tests instead."}));
+    let a = post(proxy.port, "/v1/messages", &[], &fresh);
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(upstream.count("/v1/messages"), 3);
 }
 
 /// The same rule over OpenAI's shapes: Chat `tool` messages and Responses

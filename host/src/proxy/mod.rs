@@ -428,7 +428,10 @@ fn stalled(proxy: &Proxy, api: Api, body: &[u8]) -> Option<Reply> {
         }
     };
     // The model's answers (`same_answer`), else the latest tool calls.
-    let (found, tool, how) = match history.answers.check(rules) {
+    let answers = (!history.new_prompt)
+        .then(|| history.answers.check(rules))
+        .flatten();
+    let (found, tool, how) = match answers {
         Some(found) => (found, None, "the model keeps giving the same answer"),
         None => {
             let latest = history.latest?;

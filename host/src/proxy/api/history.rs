@@ -57,6 +57,11 @@ pub struct History {
     /// The model's text answers, each response recorded in order
     /// (`same_answer`).
     pub answers: Answers,
+    /// The request ends with a person's message other than the one the
+    /// latest answer followed: a new start, which `same_answer` does not
+    /// hold against (the same prompt again, as an agent loop's "continue",
+    /// is no new start).
+    pub new_prompt: bool,
 }
 
 /// Collects calls and results by their ids.
@@ -80,6 +85,12 @@ struct Builder {
     /// The response being read: its text so far, and whether it made a
     /// call.
     response: Option<(String, bool)>,
+    /// The digest of the latest person's message, and of the one the
+    /// latest answer followed.
+    prompt: Option<u64>,
+    answered_prompt: Option<u64>,
+    /// Whether the last message read is a person's.
+    ends_with_prompt: bool,
     /// The first input or result that could not be read.
     unreadable: Option<String>,
 }
@@ -140,7 +151,16 @@ impl Builder {
         if let Some((said, calls)) = self.response.take() {
             let answer = (!calls).then(|| TextDigest::of(&said).get());
             self.answers.record(answer);
+            self.answered_prompt = self.prompt;
         }
+    }
+
+    /// A person's message (a message of the user's that holds no tool
+    /// result), after any response.
+    fn prompt(&mut self, text: &str) {
+        self.end_response();
+        self.prompt = Some(TextDigest::of(text).get());
+        self.ends_with_prompt = true;
     }
 
     /// The result of call `id`; one with no call (its call was left out,
@@ -179,6 +199,7 @@ impl Builder {
             calls: self.calls.into_iter().map(|(_, m)| m).collect(),
             latest: self.last_call_turn.filter(|_| ends_with_results),
             answers: self.answers,
+            new_prompt: self.ends_with_prompt && self.prompt != self.answered_prompt,
         })
     }
 }
@@ -235,6 +256,7 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
                 let message = members(message);
                 let role = text(message.role);
                 ends_with_results = false;
+                b.ends_with_prompt = false;
                 if role != "assistant" {
                     b.end_response();
                     after_assistant = false;
@@ -269,14 +291,20 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
                         b.result(&text(message.tool_call_id), message.content, false);
                         ends_with_results = true;
                     }
-                    (Api::Messages, _) => each(message.content, |block| {
-                        let block = members(block);
-                        if text(block.kind) == "tool_result" {
-                            let error = block.is_error.is_some_and(|e| e.get() == "true");
-                            b.result(&text(block.tool_use_id), block.content, error);
-                            ends_with_results = true;
+                    (Api::Messages, _) => {
+                        each(message.content, |block| {
+                            let block = members(block);
+                            if text(block.kind) == "tool_result" {
+                                let error = block.is_error.is_some_and(|e| e.get() == "true");
+                                b.result(&text(block.tool_use_id), block.content, error);
+                                ends_with_results = true;
+                            }
+                        });
+                        if role == "user" && !ends_with_results {
+                            b.prompt(&text_of(message.content));
                         }
-                    }),
+                    }
+                    (Api::Chat, "user") => b.prompt(&text_of(message.content)),
                     _ => {}
                 }
             });
@@ -286,6 +314,7 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
             // assistant messages, calls) between other items.
             each(top.input, |item| {
                 let item = members(item);
+                b.ends_with_prompt = false;
                 let kind = text(item.kind);
                 let assistant = text(item.role) == "assistant";
                 match kind.as_ref() {
@@ -314,6 +343,10 @@ pub fn tool_history(api: Api, body: &[u8]) -> Result<History, String> {
                         b.end_response();
                         b.result(&text(item.call_id), item.output, false);
                         ends_with_results = true;
+                    }
+                    "message" | "" if text(item.role) == "user" => {
+                        b.prompt(&text_of(item.content));
+                        ends_with_results = false;
                     }
                     _ => {
                         b.end_response();

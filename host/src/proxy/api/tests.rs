@@ -326,6 +326,18 @@ mod history {
         assert_eq!(read(Api::Messages, broken).answers.check(&rules), None);
         let other = messages(&[same.clone(), json!("Found it."), same.clone()]);
         assert_eq!(read(Api::Messages, other).answers.check(&rules), None);
+        // The request ends with the prompt the answers followed: no new
+        // start; with another one: a new start.
+        let h = read(
+            Api::Messages,
+            messages(&[same.clone(), same.clone(), same.clone()]),
+        );
+        assert!(!h.new_prompt);
+        let mut other = messages(&[same.clone(), same.clone(), same.clone()]);
+        if let Some(last) = other["messages"].as_array_mut().and_then(|m| m.last_mut()) {
+            last["content"] = json!("something else");
+        }
+        assert!(read(Api::Messages, other).new_prompt);
         // Chat: string content, or parts; a message with tool_calls breaks.
         let chat = |with_call: bool| {
             let mut m = Vec::new();
