@@ -305,6 +305,33 @@ pub(crate) fn check_document(bytes: &[u8]) -> Result<&str, JsonError> {
     Ok(text)
 }
 
+/// A plain JSON integer at the start of `rest`, as the fast-path readers
+/// (the plan and limits reader here, the host's `eval` request reader) take
+/// one: digits, no leading zero, ending at a delimiter (`,`, `}` or
+/// whitespace), within `u32`; its value and its length. `None` for
+/// anything else (`-0`, a float, `null`, a number past `u32`): declined,
+/// never wrapped, and the reader's general path decides.
+pub fn plain_uint(rest: &[u8]) -> Option<(u32, usize)> {
+    let len = rest
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(rest.len());
+    let digits = rest.get(..len)?;
+    if len == 0 || (len > 1 && digits.first() == Some(&b'0')) {
+        return None;
+    }
+    if !matches!(
+        rest.get(len),
+        Some(b',' | b'}' | b' ' | b'\t' | b'\n' | b'\r')
+    ) {
+        return None;
+    }
+    let value = digits.iter().try_fold(0u32, |v, d| {
+        v.checked_mul(10)?.checked_add(u32::from(d - b'0'))
+    })?;
+    Some((value, len))
+}
+
 /// Checks that `bytes` is one complete JSON document under the contract's
 /// rules (those of the reader, `Reader`: RFC 8259 syntax, valid UTF-8, no byte-order
 /// mark, no lone surrogate escape, at most 128 levels), without reading it
@@ -703,6 +730,35 @@ impl<'a, 'b> Reader<'a, 'b> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fast-path readers' integer: its value and length, or declined.
+    #[test]
+    fn a_plain_uint_is_digits_without_a_leading_zero_ending_at_a_delimiter() {
+        for (text, read) in [
+            (&b"0,"[..], Some((0, 1))),
+            (b"7}", Some((7, 1))),
+            (b"42 ", Some((42, 2))),
+            (b"42\t", Some((42, 2))),
+            (b"42\n", Some((42, 2))),
+            (b"42\r", Some((42, 2))),
+            (b"4294967295,", Some((u32::MAX, 10))),
+            (b"4294967296,", None),
+            (b"99999999999999999999,", None),
+            (b"01,", None),
+            (b"00,", None),
+            (b"-1,", None),
+            (b"1.5,", None),
+            (b"1e3,", None),
+            (b"12", None),
+            (b"12]", None),
+            (b"12x", None),
+            (b",", None),
+            (b"", None),
+            (b"null,", None),
+        ] {
+            assert_eq!(plain_uint(text), read, "{:?}", core::str::from_utf8(text));
+        }
+    }
 
     /// `SPEC A1`: with the exact parser (the default `exact-floats`
     /// feature), a float literal the fast path cannot read exactly — more

@@ -170,27 +170,9 @@ impl<'a> Compact<'a> {
     /// A plain integer in `0..=max`: digits, no leading zero.
     fn uint(&mut self, max: u32) -> Option<u32> {
         self.space();
-        let rest = self.bytes.get(self.at..)?;
-        let len = rest
-            .iter()
-            .position(|b| !b.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let digits = rest.get(..len)?;
-        if len == 0 || (len > 1 && digits.first() == Some(&b'0')) {
-            return None;
-        }
-        // A number must end at a delimiter, as the reader requires.
-        if !matches!(
-            rest.get(len),
-            Some(b',' | b'}' | b' ' | b'\t' | b'\n' | b'\r')
-        ) {
-            return None;
-        }
-        self.at += len;
         // Beyond u32 is beyond every bound: declined, never wrapped.
-        let value = digits.iter().try_fold(0u32, |v, d| {
-            v.checked_mul(10)?.checked_add(u32::from(d - b'0'))
-        })?;
+        let (value, len) = crate::json::plain_uint(self.bytes.get(self.at..)?)?;
+        self.at += len;
         (value <= max).then_some(value)
     }
 
