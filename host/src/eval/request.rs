@@ -177,25 +177,9 @@ impl<'a> Cursor<'a> {
     /// declined and the general path decides).
     fn uint(&mut self) -> Option<u32> {
         self.space();
-        let rest = self.bytes.get(self.at..)?;
-        let len = rest
-            .iter()
-            .position(|b| !b.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let digits = rest.get(..len)?;
-        if len == 0 || (len > 1 && digits.first() == Some(&b'0')) {
-            return None;
-        }
-        if !matches!(
-            rest.get(len),
-            Some(b',' | b'}' | b' ' | b'\t' | b'\n' | b'\r')
-        ) {
-            return None;
-        }
+        let (value, len) = budgetgate_core::json::plain_uint(self.bytes.get(self.at..)?)?;
         self.at += len;
-        digits.iter().try_fold(0u32, |v, d| {
-            v.checked_mul(10)?.checked_add(u32::from(d - b'0'))
-        })
+        Some(value)
     }
 }
 
