@@ -231,6 +231,8 @@ struct Answer {
     status: u16,
     head: String,
     body: Vec<u8>,
+    /// A chunked body ended with its last chunk (not broken off).
+    ended: bool,
 }
 
 impl Answer {
@@ -268,10 +270,17 @@ fn post(port: u16, path: &str, headers: &[(&str, &str)], body: &Value) -> Answer
     let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
     let status = head[9..12].parse().expect("status");
     let mut body = raw[split + 4..].to_vec();
+    let mut ended = true;
     if head.contains("transfer-encoding: chunked") {
+        ended = body.ends_with(b"0\r\n\r\n");
         body = unchunk(&body);
     }
-    Answer { status, head, body }
+    Answer {
+        status,
+        head,
+        body,
+        ended,
+    }
 }
 
 fn unchunk(mut raw: &[u8]) -> Vec<u8> {
@@ -538,6 +547,8 @@ fn a_stream_cut_off_counts_what_was_reported_and_an_error_counts_nothing() {
     );
     assert_eq!(a.status, 200);
     assert!(a.text().contains("message_start"));
+    // The client's answer breaks off as the upstream's did: not ended.
+    assert!(!a.ended, "{}", a.text());
     let row = ledger_row(&ledger, "proxy");
     assert_eq!(
         (used(&row, "tokens"), used(&row, "model_calls")),

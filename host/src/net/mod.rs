@@ -21,8 +21,10 @@ use hyper::body::{Body, Frame, Incoming};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 
-/// A response as the front-ends build it.
-pub type Reply = Response<BoxBody<Bytes, Infallible>>;
+/// A response as the front-ends build it. Its body's error breaks the
+/// connection off, so that a client sees a relayed answer that broke off
+/// as broken, not as ended ([`ChannelBody::breakable`]).
+pub type Reply = Response<BoxBody<Bytes, std::io::Error>>;
 
 /// Most client connections served at once; more wait to be accepted.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -37,23 +39,61 @@ pub const FIRST_BYTE_MS: u64 = 2_000;
 pub const HEAD_TIMEOUT_S: u64 = 10;
 
 /// A response body fed by a channel (a stream relayed as it comes); the
-/// channel's sender dropped ends it.
-pub struct ChannelBody(pub tokio::sync::mpsc::Receiver<Bytes>);
+/// channel's sender dropped ends it, or, once [`ChannelBody::breakable`]'s
+/// flag is set, breaks it off (the connection is closed without the
+/// body's end: the client sees an answer cut off, not a whole one).
+pub struct ChannelBody {
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    broken: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl ChannelBody {
+    /// A body that ends when the channel's sender is dropped.
+    pub fn new(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Self {
+        Self { rx, broken: None }
+    }
+
+    /// A body that, when the sender is dropped after `broken` was set,
+    /// breaks off instead of ending.
+    pub fn breakable(
+        rx: tokio::sync::mpsc::Receiver<Bytes>,
+        broken: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
+        Self {
+            rx,
+            broken: Some(broken),
+        }
+    }
+}
 
 impl Body for ChannelBody {
     type Data = Bytes;
-    type Error = Infallible;
+    type Error = std::io::Error;
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        self.rx.poll_recv(cx).map(|b| match b {
+            Some(b) => Some(Ok(Frame::data(b))),
+            None if self
+                .broken
+                .as_ref()
+                .is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire)) =>
+            {
+                Some(Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "the upstream's answer broke off",
+                )))
+            }
+            None => None,
+        })
     }
 }
 
 /// A whole response.
 pub fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Reply {
-    let mut r = Response::new(Full::new(body.into()).boxed());
+    let body = Full::new(body.into()).map_err(|never: Infallible| match never {});
+    let mut r = Response::new(body.boxed());
     *r.status_mut() = status;
     if let Ok(v) = HeaderValue::from_str(content_type) {
         r.headers_mut().insert(CONTENT_TYPE, v);

@@ -501,13 +501,25 @@ async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Reply {
         builder = builder.header(name.as_str(), value.as_bytes());
     }
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(CHUNK_QUEUE);
+    // Set when the upstream's answer broke off (it failed, or the call ran
+    // past its deadline): the client's answer then breaks off too.
+    let broken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let broke = Arc::clone(&broken);
     tokio::spawn(async move {
         let mut reader = UsageReader::new(tap.as_ref(), streamed);
         // Until the end, or a stream cut (the upstream failed, or the call
         // ran past its deadline), or the client gone: what was reported
         // counts.
         let mut gone = false;
-        'relay: while let Ok(Some(chunk)) = resp.chunk().await {
+        'relay: loop {
+            let chunk = match resp.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => break,
+                Err(_) => {
+                    broke.store(true, std::sync::atomic::Ordering::Release);
+                    break;
+                }
+            };
             for piece in reader.feed(&chunk).into_iter().flatten() {
                 if tx.send(piece).await.is_err() {
                     gone = true;
@@ -519,6 +531,11 @@ async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Reply {
         // blank line after the last): its bytes go on as they came.
         if let (false, Some(rest)) = (gone, reader.rest()) {
             let _ = tx.send(rest).await;
+        }
+        // A model's stream that ended without its last event (the upstream
+        // closed the connection mid-answer) broke off too.
+        if status.is_success() && reader.cut_short() {
+            broke.store(true, std::sync::atomic::Ordering::Release);
         }
         drop(tx);
         if let Some(tap) = tap {
@@ -534,13 +551,15 @@ async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Reply {
             tap.finish(outcome);
         }
     });
-    builder.body(ChannelBody(rx).boxed()).unwrap_or_else(|_| {
-        net::full(
-            StatusCode::BAD_GATEWAY,
-            "text/plain",
-            "budgetgate: the upstream's answer has headers that cannot be relayed",
-        )
-    })
+    builder
+        .body(ChannelBody::breakable(rx, broken).boxed())
+        .unwrap_or_else(|_| {
+            net::full(
+                StatusCode::BAD_GATEWAY,
+                "text/plain",
+                "budgetgate: the upstream's answer has headers that cannot be relayed",
+            )
+        })
 }
 
 /// Reads a gated answer's usage as it passes: a stream event by event, a
@@ -615,6 +634,12 @@ impl UsageReader {
                 SseItem::TooLong => None,
             })
             .collect()
+    }
+
+    /// A gated stream that ended without the event that ends a model's
+    /// stream (`message_stop`, `[DONE]`, `response.completed`…).
+    fn cut_short(&self) -> bool {
+        self.api.is_some() && self.streamed && !self.stream.ended
     }
 
     /// The bytes held of an event the stream did not end, when they are

@@ -133,7 +133,7 @@ pub(super) fn sse_event(data: &str) -> Bytes {
 }
 
 pub(super) fn sse_reply(status: u16, rx: tokio::sync::mpsc::Receiver<Bytes>) -> Reply {
-    let mut r = Response::new(ChannelBody(rx).boxed());
+    let mut r = Response::new(ChannelBody::new(rx).boxed());
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

@@ -56,12 +56,7 @@
 //! and streams relayed); `questions.rs` approval over HTTP; `body.rs` the
 //! bodies read and written; `tests.rs` the unit tests.
 
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
-
-use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use hyper::Response;
 
 use crate::mcp::{LedgerGate, Proxy};
 
@@ -108,7 +103,7 @@ pub use crate::net::{CONNECT_TIMEOUT_S, FIRST_BYTE_MS, HEAD_TIMEOUT_S, MAX_CONNE
 
 type Gate = Arc<Mutex<LedgerGate>>;
 type Session = Arc<Mutex<Proxy<Gate>>>;
-type Reply = Response<BoxBody<Bytes, Infallible>>;
+type Reply = crate::net::Reply;
 
 fn now() -> u64 {
     crate::gate::clock::now_ms()
