@@ -596,6 +596,22 @@ impl fmt::Display for Detail<'_> {
     }
 }
 
+impl NoProgress {
+    /// The engine's sentence of the pattern, `name` the tool of the call
+    /// that completes it (unused for `same_answer`): what a `no-progress`
+    /// refusal's [`detail`](Refusal::detail) says, for a front-end that
+    /// refuses the model call after the pattern rather than a call.
+    pub fn sentence<'a>(&'a self, name: &'a str) -> impl fmt::Display + 'a {
+        struct Sentence<'a>(&'a NoProgress, &'a str);
+        impl fmt::Display for Sentence<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                loop_detail(f, self.1, self.0)
+            }
+        }
+        Sentence(self, name)
+    }
+}
+
 fn loop_detail(f: &mut fmt::Formatter<'_>, name: &str, p: &NoProgress) -> fmt::Result {
     let before = p.times.saturating_sub(1);
     let s = if before == 1 { "" } else { "s" };

@@ -1027,6 +1027,16 @@ fn each_loop_pattern_says_what_repeats() {
         said(Pattern::SameOutcome, 5, [None, None]),
         "grep has been called 4 times with this input and returned the same result each time; this would be call 5 (same_outcome 3)"
     );
+    let found = NoProgress {
+        pattern: Pattern::SameOutcome,
+        times: 5,
+        max: 3,
+        others: [None, None],
+    };
+    assert_eq!(
+        found.sentence("grep").to_string(),
+        said(Pattern::SameOutcome, 5, [None, None])
+    );
     assert_eq!(
         said(Pattern::SameAnswer, 3, [None, None]),
         "the model has given the same answer 3 times in a row with no tool call between (same_answer 3); another model call would ask for it again"
