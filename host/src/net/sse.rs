@@ -34,7 +34,6 @@ pub enum SseItem {
 /// by LF or CRLF, events by a blank line): at most [`MAX_BODY`] bytes of
 /// one event are held. Read a line at a time (`memchr`), not a byte at a
 /// time: the model proxy relays long streams through it.
-#[derive(Default)]
 pub struct SseParser {
     /// The part of a line read so far, when a chunk ended inside it.
     line: Vec<u8>,
@@ -46,7 +45,7 @@ pub struct SseParser {
     drop_raw: bool,
     /// Hands on the bytes of an event over the bound ([`SseItem::Overflow`]).
     pass_over: bool,
-    /// The bound of one event (0: [`MAX_BODY`]).
+    /// The bound of one event.
     max: usize,
     data: Option<String>,
     fields: String,
@@ -54,6 +53,24 @@ pub struct SseParser {
     /// Whether the line being read has a byte other than CR (kept or
     /// skipped).
     in_line: bool,
+}
+
+impl Default for SseParser {
+    /// A reader that keeps each event's bytes, bounded at [`MAX_BODY`].
+    fn default() -> Self {
+        Self {
+            line: Vec::new(),
+            raw: Vec::new(),
+            raw_len: 0,
+            drop_raw: false,
+            pass_over: false,
+            max: MAX_BODY,
+            data: None,
+            fields: String::new(),
+            skipping: false,
+            in_line: false,
+        }
+    }
 }
 
 impl SseParser {
@@ -91,7 +108,6 @@ impl SseParser {
 
     /// Reads `chunk`; the events it completed.
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<SseItem> {
-        let max = if self.max == 0 { MAX_BODY } else { self.max };
         let mut out = Vec::new();
         let mut rest = chunk;
         while !rest.is_empty() {
@@ -102,7 +118,7 @@ impl SseParser {
             rest = &rest[taken.len()..];
             if !self.skipping {
                 self.raw_len += taken.len();
-                if self.raw_len > max {
+                if self.raw_len > self.max {
                     self.skipping = true;
                     let mut held = std::mem::take(&mut self.raw);
                     if self.pass_over {

@@ -443,22 +443,12 @@ fn stalled(proxy: &Proxy, api: Api, body: &[u8]) -> Option<Reply> {
             )
         }
     };
-    let refused = engine::Refusal {
-        reason: RefusalReason::NoProgress,
-        why: engine::Why::NoProgress(found),
-    };
-    let shown = engine::Shown {
-        name: tool.as_ref().map_or("", |t| t.as_str()),
-        id: "",
-        id_scope: "",
-        unpriced_model: None,
-    };
     // The engine's sentence of the pattern; the refusal is of the model
     // call after what ran or was said.
     let reason = RefusalReason::NoProgress.as_str();
     let text = format!(
         "budgetgate refused this model call ({reason}): {how} ({}). Change approach or stop and answer with what you have.",
-        refused.detail(&shown)
+        found.sentence(tool.as_ref().map_or("", |t| t.as_str()))
     );
     Some(refusal(api, Refused::Budget, reason, &text))
 }

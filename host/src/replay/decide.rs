@@ -8,8 +8,8 @@ use budgetgate_core::budget::{Ledger, Limit};
 use budgetgate_core::engine;
 use budgetgate_core::engine::loops::Answers;
 use budgetgate_core::turn::{
-    Admission, Approver, CallVerdict, ProposeError, ProposedCall, RefusalReason, RunStatus,
-    StopReason, TokenMode, TokenUsage, ToolName, ToolOutcome, ToolRule, ToolRules, TurnEnd,
+    Admission, Approver, CallVerdict, ProposeError, ProposedCall, RunStatus, StopReason, TokenMode,
+    TokenUsage, ToolName, ToolOutcome, ToolRule, ToolRules, TurnEnd,
 };
 use budgetgate_core::word;
 
@@ -18,6 +18,8 @@ use super::report::{AgentReport, BudgetReport, LoopStop, Overshoot, Report, Stop
 use super::rows::{DecidedTurns, TurnOutcome, Verdict};
 use super::session::{RecordedCall, RecordedTurn, Session, UsageGranularity};
 use super::{spill_read_error, PolicyApprover, ReplayGate, REPORT_SCHEMA_VERSION};
+
+mod loops;
 
 /// Replays a session through the gate, every row of the report held.
 pub fn replay(session: &Session, budget: &ReplayBudget) -> Result<Report, String> {
@@ -233,48 +235,6 @@ impl<'s, 'b> Walk<'s, 'b> {
         Ok(())
     }
 
-    /// The text answers in a row of `agent` (`None`: the main agent).
-    fn answers_of(&mut self, agent: Option<&str>) -> &mut Answers {
-        match agent {
-            None => &mut self.answers,
-            Some(a) => self.agent_answers.entry(a.to_owned()).or_default(),
-        }
-    }
-
-    /// Before the model call of response `index` (of `agent`): under
-    /// `same_answer`, the agent gave the same text answer that many times
-    /// in a row; the first such model call is kept as the run's first
-    /// stop for no progress (the recorded session goes on, as after a
-    /// refused call).
-    fn same_answer(&mut self, index: usize, agent: Option<&str>) {
-        let rules = self.budget.loops;
-        let Some(found) = self.answers_of(agent).check(&rules) else {
-            return;
-        };
-        if self.no_progress.is_some() {
-            return;
-        }
-        let refusal = engine::Refusal {
-            reason: RefusalReason::NoProgress,
-            why: engine::Why::NoProgress(found),
-        };
-        let shown = engine::Shown {
-            name: "",
-            id: "",
-            id_scope: "",
-            unpriced_model: None,
-        };
-        self.no_progress = Some(LoopStop {
-            turn: index,
-            call_id: None,
-            tool: None,
-            pattern: found.pattern.key(),
-            detail: refusal.detail(&shown).to_string(),
-            saved_model_calls: 0,
-            saved_tokens: matches!(self.session.usage, UsageGranularity::PerTurn).then_some(0),
-        });
-    }
-
     /// Records the response's usage, priced by its model, and its server
     /// tool uses when the budget counts them.
     fn record_usage(
@@ -311,15 +271,6 @@ impl<'s, 'b> Walk<'s, 'b> {
                 .map_err(|e| format!("internal: turn {index}: {e}"))?;
         }
         Ok(())
-    }
-
-    /// Swaps the loop window of sub-agent `agent` (none: the main agent's
-    /// stays) with the gate's: before its calls, and back after.
-    fn swap_window(&mut self, agent: Option<&str>) {
-        if let (Some(agent), true) = (agent, self.budget.loops.is_on()) {
-            let window = self.agent_windows.entry(agent.to_owned()).or_default();
-            self.gate.swap_loop_window(window);
-        }
     }
 
     /// A sub-agent's own limits, as the hook applies them: its response is
@@ -428,35 +379,6 @@ impl<'s, 'b> Walk<'s, 'b> {
         }
         self.decided.push_call(verdict, reason);
         Ok(())
-    }
-
-    /// Keeps the first `no-progress` refusal, with the engine's sentence.
-    fn note_no_progress(&mut self, index: usize, call: &RecordedCall) {
-        let Some(refusal) = self.gate.last_refusal() else {
-            return;
-        };
-        let engine::Why::NoProgress(found) = refusal.why else {
-            return;
-        };
-        if self.no_progress.is_some() {
-            return;
-        }
-        let shown_id = format!("the call id {:?}", call.id);
-        let shown = engine::Shown {
-            name: &call.name,
-            id: &shown_id,
-            id_scope: "in this session",
-            unpriced_model: None,
-        };
-        self.no_progress = Some(LoopStop {
-            turn: index,
-            call_id: Some(call.id.clone()),
-            tool: Some(call.name.clone()),
-            pattern: found.pattern.key(),
-            detail: refusal.detail(&shown).to_string(),
-            saved_model_calls: 0,
-            saved_tokens: matches!(self.session.usage, UsageGranularity::PerTurn).then_some(0),
-        });
     }
 
     /// The end of a response the gate let happen: the run goes on, is

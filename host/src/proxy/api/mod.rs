@@ -53,14 +53,19 @@ impl Api {
         let mut bytes = Vec::with_capacity(path.len());
         let mut rest = path.as_bytes();
         while let Some((&b, after)) = rest.split_first() {
-            let hex = |c: u8| char::from(c).to_digit(16);
-            match (b, after) {
-                (b'%', [h, l, tail @ ..]) if hex(*h).is_some() && hex(*l).is_some() => {
-                    let value = hex(*h).unwrap_or(0) * 16 + hex(*l).unwrap_or(0);
-                    bytes.push(u8::try_from(value).unwrap_or(0));
+            let hex = |c: &u8| char::from(*c).to_digit(16);
+            let escaped = match after {
+                [h, l, tail @ ..] if b == b'%' => {
+                    hex(h).zip(hex(l)).map(|(h, l)| (h * 16 + l, tail))
+                }
+                _ => None,
+            };
+            match escaped.and_then(|(value, tail)| Some((u8::try_from(value).ok()?, tail))) {
+                Some((value, tail)) => {
+                    bytes.push(value);
                     rest = tail;
                 }
-                _ => {
+                None => {
                     bytes.push(b);
                     rest = after;
                 }
