@@ -25,7 +25,7 @@ files_of() {
         hook_event) echo ../host/src/hook.rs ../host/src/hook/transcript.rs ../host/src/gate/mod.rs ../host/src/store/mod.rs ../host/src/store/sqlite/mod.rs ../host/src/store/sqlite/tx.rs ;;
         hook_transcript) echo ../host/src/hook/transcript.rs ;;
         mcp_lines) echo ../host/src/mcp/lines.rs ../host/src/mcp/stdio.rs ;;
-        replay_formats) echo ../host/src/replay/mod.rs ../host/src/replay/decide.rs ../host/src/replay/rows.rs ../host/src/replay/report.rs ../host/src/replay/read/*.rs ../host/src/replay/session.rs ;;
+        replay_formats) echo ../host/src/replay/mod.rs ../host/src/replay/decide.rs ../host/src/replay/decide/loops.rs ../host/src/replay/rows.rs ../host/src/replay/report.rs ../host/src/replay/read/*.rs ../host/src/replay/session.rs ;;
         *) echo "unknown target $1" >&2; return 1 ;;
     esac
 }
