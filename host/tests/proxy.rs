@@ -437,6 +437,76 @@ fn reserve_mode_refuses_a_call_whose_worst_case_does_not_fit() {
     assert_eq!(used(&row, "tokens"), INPUT + OUTPUT);
 }
 
+/// `reserve_min_reply_tokens`: a call whose worst case does not fit is sent
+/// with its `max_tokens` lowered to what is left, while that is at least
+/// the minimum; below it, refused. The client is told the bound its call
+/// went with.
+#[test]
+fn reserve_mode_lowers_max_tokens_to_what_is_left_down_to_the_minimum() {
+    let (_dir, _budget, ledger, upstream, proxy) = setup(
+        "[budget]\nmax_tokens = 6000\nmax_model_calls = 50\ntoken_mode = \"reserve\"\nreserve_min_reply_tokens = 600\n",
+        &[],
+    );
+    let mut request = messages(false);
+    request["max_tokens"] = json!(4000);
+    let input = request.to_string().len() as u64 + 4_096;
+    // 6 000 left: input + 4 000 does not fit, so the reply gets the rest.
+    let a = post(proxy.port, "/v1/messages", &[], &request);
+    assert_eq!(a.status, 200);
+    let first = 6_000 - input;
+    assert_eq!(upstream.last_body()["max_tokens"], json!(first));
+    assert!(
+        a.head.contains(&format!("x-budgetgate-max-tokens: {first}\r\n")),
+        "{}",
+        a.head
+    );
+    // 4 900 left: the reply gets what is left after the input, at least 600.
+    let b = post(proxy.port, "/v1/messages", &[], &request);
+    assert_eq!(b.status, 200);
+    let second = 6_000 - (INPUT + OUTPUT) - input;
+    assert!(second >= 600, "the test's sizes: {second}");
+    assert_eq!(upstream.last_body()["max_tokens"], json!(second));
+    // 3 800 left: less than the input and the minimum: refused, its whole
+    // worst case named.
+    let c = post(proxy.port, "/v1/messages", &[], &request);
+    assert_eq!(c.status, 402);
+    let message = c.json()["error"]["message"].as_str().expect("message").to_owned();
+    assert!(
+        message.contains(&format!("could use up to {} tokens", input + 4_000)),
+        "{message}"
+    );
+    assert_eq!(upstream.count("/v1/messages"), 2);
+    // A call that fits goes as it came, with no header.
+    let mut small = messages(false);
+    small["max_tokens"] = json!(1);
+    let (_dir2, _b2, _l2, upstream2, proxy2) = setup(
+        "[budget]\nmax_tokens = 60000\ntoken_mode = \"reserve\"\nreserve_min_reply_tokens = 600\n",
+        &[],
+    );
+    let d = post(proxy2.port, "/v1/messages", &[], &small);
+    assert_eq!(d.status, 200);
+    assert!(!d.head.contains("x-budgetgate-max-tokens"), "{}", d.head);
+    assert_eq!(upstream2.last_body(), small);
+    assert_eq!(used(&ledger_row(&ledger, "proxy"), "tokens"), 2 * (INPUT + OUTPUT));
+}
+
+/// A request that sets no reply bound, in reserve mode, is sent with the
+/// budget's `reserve_max_tokens`: the bound its reservation assumed.
+#[test]
+fn reserve_mode_sends_a_call_without_a_bound_with_the_one_it_reserved() {
+    let (_dir, _budget, _ledger, upstream, proxy) = setup(
+        "[budget]\nmax_tokens = 60000\ntoken_mode = \"reserve\"\nreserve_max_tokens = 300\n",
+        &[],
+    );
+    let chat = json!({"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]});
+    let a = post(proxy.port, "/v1/chat/completions", &[], &chat);
+    assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
+    let sent = upstream.last_body();
+    assert_eq!(sent["max_completion_tokens"], json!(300));
+    assert_eq!(sent["messages"], chat["messages"]);
+    assert!(a.head.contains("x-budgetgate-max-tokens: 300\r\n"), "{}", a.head);
+}
+
 #[test]
 fn parallel_calls_in_reserve_mode_never_pass_the_budget_together() {
     let dir = tempfile::tempdir().expect("dir");

@@ -419,6 +419,9 @@ impl Gate {
                 model: &model,
                 max_output: max_tokens,
                 input_bound: input_tokens.unwrap_or(0),
+                // An adapter passes the request on as the framework built
+                // it: a call that does not fit is refused, never lowered.
+                can_set_max_output: false,
             };
             match open.model.admit(session, &key, &call, now_ms()) {
                 Ok(Admission::Go(ticket)) => {

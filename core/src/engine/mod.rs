@@ -100,7 +100,7 @@ pub use loops::{LoopRules, NoProgress, Outcome, Pattern, Window, LOOP_WINDOW};
 
 pub use model::{
     before_model_call, count_response, release, spent_in_memory, Admitted, ModelStop,
-    ModelStopDetail, Response, ONE_MODEL_CALL,
+    ModelStopDetail, Response, WorstCase, ONE_MODEL_CALL,
 };
 
 /// One check of a proposed tool call, in the order of the module docs.

@@ -171,6 +171,11 @@ pub struct ReplayBudget {
     /// Reserve mode: the `max_tokens` to assume when the recording does not
     /// state the request's.
     pub reserve_max_tokens: Option<u64>,
+    /// Reserve mode, for a front-end that can send a model call with a
+    /// lower output bound (the proxy): the fewest reply tokens worth
+    /// lowering a call's `max_tokens` to when its worst case does not fit;
+    /// `None`: such a call is refused `token-reserve`.
+    pub reserve_min_reply_tokens: Option<u64>,
     /// Tools the run knows; `None`: the tools the recording declares, or
     /// any tool if it declares none.
     pub known: Option<Vec<String>>,
@@ -338,6 +343,7 @@ impl Default for ReplayBudget {
         Self {
             limits: TurnLimits::DEFAULT,
             reserve_max_tokens: None,
+            reserve_min_reply_tokens: None,
             known: None,
             needs_approval: Vec::new(),
             approve: ApprovePolicy::None,
@@ -422,6 +428,7 @@ struct BudgetSection {
     max_tool_calls: Option<u32>,
     token_mode: Option<String>,
     reserve_max_tokens: Option<u64>,
+    reserve_min_reply_tokens: Option<u64>,
     max_cost_usd: Option<f64>,
     count_server_tools: Option<bool>,
     max_result_bytes: Option<u64>,
@@ -569,6 +576,14 @@ pub fn parse_budget(text: &str) -> Result<ReplayBudget, String> {
             ))
         }
     };
+    if let Some(min) = b.reserve_min_reply_tokens {
+        if token_mode != TokenMode::Reserve {
+            return Err("reserve_min_reply_tokens lowers a call's max_tokens to what a reservation leaves, so it needs token_mode = \"reserve\"".into());
+        }
+        if min == 0 {
+            return Err("reserve_min_reply_tokens = 0: a reply of no tokens is of no use; set at least 1, or leave it out to refuse a call that does not fit".into());
+        }
+    }
     for (key, names) in [
         ("known", file.tools.known.as_deref().unwrap_or_default()),
         ("needs_approval", &file.tools.needs_approval[..]),
@@ -648,6 +663,7 @@ pub fn parse_budget(text: &str) -> Result<ReplayBudget, String> {
             max_cost_micros,
         },
         reserve_max_tokens: b.reserve_max_tokens,
+        reserve_min_reply_tokens: b.reserve_min_reply_tokens,
         known: file.tools.known,
         needs_approval: file.tools.needs_approval,
         approve,
@@ -675,6 +691,7 @@ mod tests {
             max_tool_calls = 3
             token_mode = "reserve"
             reserve_max_tokens = 256
+            reserve_min_reply_tokens = 64
             [tools]
             known = ["a", "b"]
             needs_approval = ["b"]
@@ -682,6 +699,7 @@ mod tests {
             "#,
         )
         .unwrap();
+        assert_eq!(b.reserve_min_reply_tokens, Some(64));
         assert_eq!(b.limits.max_millis, 1_500);
         assert_eq!(b.limits.token_mode, TokenMode::Reserve);
         assert_eq!(b.limits.max_tool_calls, Some(3));
@@ -690,6 +708,19 @@ mod tests {
             parse_budget("[tools]\napprove = \"all\"").unwrap().approve,
             ApprovePolicy::All
         );
+    }
+
+    #[test]
+    fn a_reply_minimum_needs_reserve_mode_and_at_least_one_token() {
+        let err = parse_budget("[budget]\nreserve_min_reply_tokens = 10").unwrap_err();
+        assert!(err.contains("needs token_mode = \"reserve\""), "{err}");
+        let err =
+            parse_budget("[budget]\ntoken_mode = \"reserve\"\nreserve_min_reply_tokens = 0")
+                .unwrap_err();
+        assert!(err.contains("reserve_min_reply_tokens = 0"), "{err}");
+        let b = parse_budget("[budget]\ntoken_mode = \"reserve\"\nreserve_min_reply_tokens = 1")
+            .unwrap();
+        assert_eq!(b.reserve_min_reply_tokens, Some(1));
     }
 
     /// Issue 11 (one tool table): the hook's and the gateway's tools are

@@ -22,15 +22,15 @@ pub struct Whose<'a> {
 }
 
 /// Decides whether the next model call of `who` may be made at `now`
-/// ([`engine::before_model_call`]); in reserve mode `worst_case` tokens are
-/// reserved in `ledgers` when they fit. The caller stores `ledgers` with
+/// ([`engine::before_model_call`]); in reserve mode `worst_case` is
+/// reserved in `ledgers` when it fits (lowered first when it allows). The caller stores `ledgers` with
 /// the transaction.
 pub fn before_model_call(
     tx: &(impl LedgerTx + ?Sized),
     who: &Whose<'_>,
     ledgers: &mut Ledgers<'_>,
     now: u64,
-    worst_case: Option<u64>,
+    worst_case: Option<engine::WorstCase>,
 ) -> Result<Result<Admitted, ModelStop>, GateError> {
     let mut state = Stored::new(tx, who.session, who.agent, ledgers);
     engine::before_model_call(&mut state, now, worst_case)

@@ -8,7 +8,7 @@
 
 use std::sync::Mutex;
 
-use budgetgate_core::engine::{Admitted, ModelStop, Response};
+use budgetgate_core::engine::{Admitted, ModelStop, Response, WorstCase};
 use budgetgate_core::tools::ToolTable;
 use budgetgate_core::turn::{TokenMode, TokenUsage};
 
@@ -27,6 +27,12 @@ pub struct ModelCall<'a> {
     pub max_output: Option<u64>,
     /// Tokens the input cannot be billed above.
     pub input_bound: u64,
+    /// Whether the front-end sends the call with the output bound the gate
+    /// names ([`Ticket::send_max_output`]): it can rewrite the request (the
+    /// proxy can; the Python package's adapters cannot). Only then is a
+    /// call whose worst case does not fit lowered to what is left
+    /// (`reserve_min_reply_tokens`) instead of refused.
+    pub can_set_max_output: bool,
 }
 
 /// A model call let through: what its response is counted against.
@@ -43,6 +49,11 @@ pub struct Ticket {
     /// Tokens counted when it ends with nothing reported: its reservation
     /// (reserve mode) or its input bound.
     pub charge: u64,
+    /// Reserve mode: the output bound the call must be sent with, when it
+    /// is not the request's own: lowered to fit
+    /// ([`Admitted::lowered_output`]), or the budget's
+    /// `reserve_max_tokens` for a request that sets none.
+    pub send_max_output: Option<u64>,
 }
 
 /// How a model call ended.
@@ -122,7 +133,9 @@ impl ModelGate {
     /// Decides model call `request` of `session` (`key`: unique to the
     /// call) at `now`: the engine's check before a model call; in reserve
     /// mode its worst case (its input bound and its most output tokens, or
-    /// the budget's `reserve_max_tokens`) reserved. A call let through is
+    /// the budget's `reserve_max_tokens`) reserved, lowered to fit when the
+    /// front-end can send it so and the budget allows
+    /// (`reserve_min_reply_tokens`). A call let through is
     /// stored as a reservation until [`Self::finish`]. `Err`: the ledger
     /// could not decide (the front-end refuses: fail closed).
     pub fn admit(
@@ -133,12 +146,14 @@ impl ModelGate {
         now: u64,
     ) -> Result<Admission, String> {
         let reserve = self.budget.limits.token_mode == TokenMode::Reserve;
-        let worst = reserve.then(|| {
-            let out = request
-                .max_output
-                .or(self.budget.reserve_max_tokens)
-                .unwrap_or(u64::MAX);
-            request.input_bound.saturating_add(out)
+        let output = request.max_output.or(self.budget.reserve_max_tokens);
+        let worst = reserve.then(|| WorstCase {
+            input: request.input_bound,
+            output: output.unwrap_or(u64::MAX),
+            min_output: self
+                .budget
+                .reserve_min_reply_tokens
+                .filter(|_| request.can_set_max_output),
         });
         let ttl = self.ttl_ms;
         let price = price_of(&self.budget.prices, request.model);
@@ -161,7 +176,15 @@ impl ModelGate {
                     Ok(Admission::Stop(stop))
                 }
                 Ok(admitted) => {
-                    let charge = worst.unwrap_or(request.input_bound);
+                    let send_max_output = admitted.lowered_output.or_else(|| {
+                        (reserve && request.max_output.is_none())
+                            .then_some(output)
+                            .flatten()
+                    });
+                    let charge = match worst {
+                        Some(w) => w.input.saturating_add(send_max_output.unwrap_or(w.output)),
+                        None => request.input_bound,
+                    };
                     let cost = price.map(|p| {
                         p.cost_micros(&TokenUsage {
                             output_tokens: charge,
@@ -170,12 +193,24 @@ impl ModelGate {
                     });
                     let text = model::reservation_text(&admitted, charge, cost, request.model);
                     tx.put_reservation(session, key, &text, now.saturating_add(ttl))?;
+                    if let (Some(lowered), Some(w)) = (admitted.lowered_output, worst) {
+                        tx.log(
+                            now,
+                            session,
+                            "lower",
+                            &format!(
+                                "model call {key}: its reply bound lowered from {} to {lowered} tokens to fit the token budget",
+                                w.output
+                            ),
+                        )?;
+                    }
                     Ok(Admission::Go(Ticket {
                         session: session.to_owned(),
                         key: key.to_owned(),
                         admitted,
                         model: request.model.to_owned(),
                         charge,
+                        send_max_output,
                     }))
                 }
             }

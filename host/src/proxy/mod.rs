@@ -350,10 +350,18 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
         return stop;
     }
     let key = proxy.next_key();
+    // A request without a reply bound may get one written in (reserve
+    // mode): its input bound counts the bytes that adds.
+    let added = if request.max_output.is_none() {
+        api::MAX_FIELD_BYTES
+    } else {
+        0
+    };
     let call = gate::ModelCall {
         model: &request.model,
         max_output: request.max_output,
-        input_bound: request.input_bound,
+        input_bound: request.input_bound.saturating_add(added),
+        can_set_max_output: true,
     };
     let ticket = match proxy.gate.admit(&session, &key, &call, now_ms()) {
         Ok(Admission::Go(t)) => t,
@@ -373,6 +381,26 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
                 &format!("budgetgate: the ledger could not decide ({e}); the call is refused (fail closed)"),
             );
         }
+    };
+    // Reserve mode: the reply bound the call was let through with, when it
+    // is not the request's own (lowered to fit, or the budget's
+    // `reserve_max_tokens` for a request that sets none).
+    let body = match ticket.send_max_output {
+        None => body,
+        Some(max) => match api::with_max_output(api, &body, max) {
+            Some(body) => body,
+            None => {
+                // Not sent: given back (or, failing that, counted when its
+                // reservation expires).
+                let _ = proxy.gate.finish(&ticket, Outcome::NotBilled, now_ms());
+                return refusal(
+                    api,
+                    Refused::Invalid,
+                    "invalid_request",
+                    "budgetgate: the request's reply bound could not be set; the call was not made",
+                );
+            }
+        },
     };
     // A streamed Chat call without the usage chunk: asked for, then kept
     // from the client.
@@ -453,6 +481,11 @@ fn stalled(proxy: &Proxy, api: Api, body: &[u8]) -> Option<Reply> {
     Some(refusal(api, Refused::Budget, reason, &text))
 }
 
+/// The answer's header that names the reply bound a call was sent with,
+/// when the proxy set it (reserve mode: lowered to fit the token budget,
+/// or the budget's `reserve_max_tokens` for a request that sets none).
+pub const MAX_TOKENS_HEADER: &str = "x-budgetgate-max-tokens";
+
 /// What a gated call's relay counts.
 struct Tap {
     proxy: Arc<Proxy>,
@@ -489,6 +522,10 @@ async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Reply {
             streamed = value.as_bytes().starts_with(b"text/event-stream");
         }
         builder = builder.header(name.as_str(), value.as_bytes());
+    }
+    if let Some(max) = tap.as_ref().and_then(|t| t.ticket.send_max_output) {
+        // Said to the client: the reply bound its call was sent with.
+        builder = builder.header(MAX_TOKENS_HEADER, max);
     }
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(CHUNK_QUEUE);
     // Set when the upstream's answer broke off (it failed, or the call ran

@@ -10,8 +10,10 @@
 //! reference's `agotado()`; then, under a cost limit, a model counted
 //! without a price (`unpriced-model`: a cost budget never counts a call as
 //! free); then, in reserve mode, whether the call's worst case fits
-//! (`token-reserve`). The first that applies stops the call; its word is an
-//! [`ExhaustReason`].
+//! (`token-reserve`), or, when the front-end can send the call with a
+//! lower output bound and asks for it ([`WorstCase::min_output`]), how
+//! far its bound is lowered to fit. The first that applies stops the call;
+//! its word is an [`ExhaustReason`].
 
 use core::fmt;
 
@@ -83,6 +85,41 @@ impl fmt::Display for ModelStopDetail<'_> {
     }
 }
 
+/// What a model call can be billed at most, in reserve mode: its input
+/// (counted soundly: never below what the provider bills) and the most
+/// output tokens it allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct WorstCase {
+    /// Tokens the input cannot be billed above.
+    pub input: u64,
+    /// The most output tokens the call allows.
+    pub output: u64,
+    /// When the whole worst case does not fit: the fewest output tokens
+    /// worth sending the call with. If at least that many (and at least
+    /// one) are left after its input, the call is let through with its
+    /// output bound lowered to what is left ([`Admitted::lowered_output`]);
+    /// `None`: it is refused (`token-reserve`), as a front-end that cannot
+    /// change the call must.
+    pub min_output: Option<u64>,
+}
+
+impl WorstCase {
+    /// A worst case of `tokens` in all, never lowered.
+    pub const fn tokens(tokens: u64) -> Self {
+        Self {
+            input: tokens,
+            output: 0,
+            min_output: None,
+        }
+    }
+
+    /// Input and output together.
+    pub const fn total(&self) -> u64 {
+        self.input.saturating_add(self.output)
+    }
+}
+
 /// A model call let through: what it holds until its response is counted
 /// ([`count_response`] commits it) or the call is known not to have been
 /// billed ([`release`] gives it back).
@@ -96,6 +133,11 @@ pub struct Admitted {
     /// Reserve mode: the worst case held in the session's ledger (and the
     /// sub-agent's, when it has a token limit).
     pub reserved: Option<Reservation>,
+    /// Reserve mode, when the whole worst case did not fit: the output
+    /// bound the call is let through with, lower than it asked
+    /// ([`WorstCase::min_output`]). The front-end must send the call with
+    /// it.
+    pub lowered_output: Option<u64>,
 }
 
 impl Admitted {
@@ -104,6 +146,7 @@ impl Admitted {
     pub const AFTER_THE_FACT: Self = Self {
         call: None,
         reserved: None,
+        lowered_output: None,
     };
 }
 
@@ -174,12 +217,14 @@ fn unpriced_stop<const T: usize>(session: &Ledger<T>) -> Option<ModelStop> {
 /// `worst_case` is, in reserve mode, the most tokens the call can be billed
 /// (its input counted soundly plus its `max_tokens`): it is reserved in
 /// the session's ledger (and the sub-agent's, when that has a token limit)
-/// when it fits, and the call is stopped `token-reserve` when it does not.
+/// when it fits; when it does not, the call is let through with a lower
+/// output bound if the worst case allows it ([`WorstCase::min_output`]),
+/// else stopped `token-reserve`.
 /// Errors only when `state` cannot be read; the front-end then refuses.
 pub fn before_model_call<S: State<T> + ?Sized, const T: usize>(
     state: &mut S,
     now_ms: u64,
-    worst_case: Option<u64>,
+    worst_case: Option<WorstCase>,
 ) -> Result<Result<Admitted, ModelStop>, S::Error> {
     if let Some(stop) = stopped(state, now_ms)? {
         return Ok(Err(stop));
@@ -189,12 +234,21 @@ pub fn before_model_call<S: State<T> + ?Sized, const T: usize>(
         reason: ExhaustReason::TokenReserve,
         whose,
         exceeded: e,
-        worst_case: worst_case.unwrap_or(0),
+        worst_case: worst_case.map_or(0, |w| w.total()),
     };
     let mut reserved = None;
+    let mut lowered_output = None;
     if let Some(worst) = worst_case {
+        let output = fitted_output(
+            &worst,
+            [Some(&*ledgers.session), ledgers.agent.as_deref()],
+        );
+        if output < worst.output {
+            lowered_output = Some(output);
+        }
+        let tokens = worst.input.saturating_add(output);
         let session_max = ledgers.session.max(Limit::Tokens);
-        let r = match ledgers.session.try_reserve(Limit::Tokens, worst) {
+        let r = match ledgers.session.try_reserve(Limit::Tokens, tokens) {
             Ok(r) => r,
             Err(e) => {
                 return Ok(Err(refused(
@@ -205,7 +259,7 @@ pub fn before_model_call<S: State<T> + ?Sized, const T: usize>(
         };
         if let Some(agent) = ledgers.agent.as_deref_mut() {
             if let Some(agent_max) = agent.max(Limit::Tokens) {
-                if let Err(e) = agent.try_reserve(Limit::Tokens, worst) {
+                if let Err(e) = agent.try_reserve(Limit::Tokens, tokens) {
                     // Nothing is held for a call that is not made.
                     let _ = ledgers.session.roll_back(r);
                     return Ok(Err(refused(
@@ -226,7 +280,34 @@ pub fn before_model_call<S: State<T> + ?Sized, const T: usize>(
     Ok(Ok(Admitted {
         call: held.then_some(ONE_MODEL_CALL),
         reserved,
+        lowered_output,
     }))
+}
+
+/// The output bound `worst` is reserved with: its own when the whole of it
+/// fits in every ledger with a token limit; else, when the front-end asks
+/// ([`WorstCase::min_output`]), what is left after its input, if that is
+/// at least the minimum (and at least one token); else its own (which
+/// then does not fit, and is refused).
+fn fitted_output<const T: usize>(worst: &WorstCase, ledgers: [Option<&Ledger<T>>; 2]) -> u64 {
+    let Some(min) = worst.min_output else {
+        return worst.output;
+    };
+    let left = ledgers
+        .into_iter()
+        .flatten()
+        .filter_map(|l| {
+            let max = l.max(Limit::Tokens)?;
+            let held = l
+                .used(Limit::Tokens)
+                .saturating_add(l.reserved(Limit::Tokens));
+            Some(max.saturating_sub(held))
+        })
+        .min();
+    match left.map(|left| left.saturating_sub(worst.input)) {
+        Some(room) if room < worst.output && room >= min.max(1) => room,
+        _ => worst.output,
+    }
 }
 
 /// The walk over a front-end's state: its ledgers, then (in cost mode) its

@@ -21,7 +21,15 @@ fn response(tokens: u64, cost: Option<u64>) -> Response<'static> {
 }
 
 fn stop(m: &mut Mem, now: u64, worst: Option<u64>) -> Option<ModelStop> {
-    before_model_call(m, now, worst).unwrap().err()
+    before_model_call(m, now, worst.map(WorstCase::tokens))
+        .unwrap()
+        .err()
+}
+
+fn admit(m: &mut Mem, worst: Option<u64>) -> Admitted {
+    before_model_call(m, 0, worst.map(WorstCase::tokens))
+        .unwrap()
+        .unwrap()
 }
 
 #[test]
@@ -111,7 +119,7 @@ fn a_model_without_a_price_stops_the_next_call_in_cost_mode_only() {
 fn reserve_mode_lets_a_worst_case_that_fits_exactly_and_holds_it() {
     let mut m = session(10, 100);
     m.session.record(Limit::Tokens, 40);
-    let held = before_model_call(&mut m, 0, Some(60)).unwrap().unwrap();
+    let held = admit(&mut m, Some(60));
     assert_eq!(m.session.reserved(Limit::Tokens), 60);
     // A second call in flight finds nothing left.
     let s = stop(&mut m, 0, Some(1)).unwrap();
@@ -144,6 +152,91 @@ fn reserve_mode_refuses_a_worst_case_one_past_what_is_left() {
     );
 }
 
+fn lowerable(input: u64, output: u64, min: u64) -> Option<WorstCase> {
+    Some(WorstCase {
+        input,
+        output,
+        min_output: Some(min),
+    })
+}
+
+#[test]
+fn a_worst_case_that_does_not_fit_is_lowered_to_what_is_left_down_to_its_minimum() {
+    let mut m = session(10, 100);
+    m.session.record(Limit::Tokens, 40);
+    // 60 left, 20 of them the input's: 40 for the reply.
+    let held = before_model_call(&mut m, 0, lowerable(20, 50, 40))
+        .unwrap()
+        .unwrap();
+    assert_eq!(held.lowered_output, Some(40));
+    assert_eq!(m.session.reserved(Limit::Tokens), 60, "all that was left");
+    count_response(&mut m, held, &response(30, None)).unwrap();
+    assert_eq!(m.session.used(Limit::Tokens), 70);
+
+    // 30 left, 20 the input's: 10 is one short of the minimum of 11.
+    let s = before_model_call(&mut m, 0, lowerable(20, 50, 11))
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        (s.reason, s.worst_case, s.exceeded.used),
+        (ExhaustReason::TokenReserve, 70, 70),
+        "refused with its whole worst case named"
+    );
+    assert_eq!(m.session.reserved(Limit::Tokens), 0, "nothing held");
+    let held = before_model_call(&mut m, 0, lowerable(20, 50, 10))
+        .unwrap()
+        .unwrap();
+    assert_eq!(held.lowered_output, Some(10), "at the minimum: lowered");
+}
+
+#[test]
+fn a_worst_case_that_fits_or_is_not_lowerable_is_kept_as_it_came() {
+    let mut m = session(10, 100);
+    let held = before_model_call(&mut m, 0, lowerable(20, 80, 1))
+        .unwrap()
+        .unwrap();
+    assert_eq!(held.lowered_output, None, "fits exactly: not lowered");
+    release(&mut m, held);
+    let refused = before_model_call(
+        &mut m,
+        0,
+        Some(WorstCase {
+            input: 20,
+            output: 81,
+            min_output: None,
+        }),
+    )
+    .unwrap();
+    assert_eq!(refused.unwrap_err().reason, ExhaustReason::TokenReserve);
+    // No reply at all is never a useful one, whatever the minimum says;
+    // nor is a reply when the input alone does not fit.
+    m.session.record(Limit::Tokens, 80);
+    for worst in [lowerable(20, 5, 0), lowerable(21, 5, 0)] {
+        let s = before_model_call(&mut m, 0, worst).unwrap().unwrap_err();
+        assert_eq!(s.reason, ExhaustReason::TokenReserve);
+    }
+    // Without a token limit nothing is lowered.
+    let mut free = Mem::new();
+    let held = before_model_call(&mut free, 0, lowerable(20, 1_000, 1))
+        .unwrap()
+        .unwrap();
+    assert_eq!(held.lowered_output, None);
+}
+
+#[test]
+fn a_sub_agent_with_less_left_lowers_the_reply_to_its_own_room() {
+    let mut m = session(10, 1_000);
+    let mut agent = Ledger::new(0);
+    agent.set_max(Limit::Tokens, Some(50));
+    m.agent = Some(agent);
+    let held = before_model_call(&mut m, 0, lowerable(10, 100, 5))
+        .unwrap()
+        .unwrap();
+    assert_eq!(held.lowered_output, Some(40));
+    assert_eq!(m.session.reserved(Limit::Tokens), 50);
+    assert_eq!(m.agent.as_ref().unwrap().reserved(Limit::Tokens), 50);
+}
+
 #[test]
 fn a_sub_agents_reservation_that_does_not_fit_holds_nothing_in_the_session() {
     let mut m = session(10, 1_000);
@@ -156,7 +249,7 @@ fn a_sub_agents_reservation_that_does_not_fit_holds_nothing_in_the_session() {
         (ExhaustReason::TokenReserve, Whose::SubAgent)
     );
     assert_eq!(m.session.reserved(Limit::Tokens), 0);
-    let held = before_model_call(&mut m, 0, Some(50)).unwrap().unwrap();
+    let held = admit(&mut m, Some(50));
     assert_eq!(m.agent.as_ref().unwrap().reserved(Limit::Tokens), 50);
     count_response(&mut m, held, &response(70, None)).unwrap();
     // Usage above the reservation is counted all the same.
@@ -169,7 +262,7 @@ fn a_sub_agents_reservation_that_does_not_fit_holds_nothing_in_the_session() {
 fn a_sub_agent_without_a_token_limit_counts_after_the_fact() {
     let mut m = session(10, 1_000);
     m.agent = Some(Ledger::new(0));
-    let held = before_model_call(&mut m, 0, Some(50)).unwrap().unwrap();
+    let held = admit(&mut m, Some(50));
     assert_eq!(m.agent.as_ref().unwrap().reserved(Limit::Tokens), 0);
     count_response(&mut m, held, &response(30, Some(3))).unwrap();
     let agent = m.agent.as_ref().unwrap();
@@ -186,11 +279,11 @@ fn a_sub_agent_without_a_token_limit_counts_after_the_fact() {
 #[test]
 fn a_released_call_gives_its_reservation_back_and_counts_nothing() {
     let mut m = session(10, 100);
-    let held = before_model_call(&mut m, 0, Some(100)).unwrap().unwrap();
+    let held = admit(&mut m, Some(100));
     release(&mut m, held);
     assert_eq!(m.session.reserved(Limit::Tokens), 0);
     assert_eq!(m.session.used(Limit::ModelCalls), 0);
-    assert!(before_model_call(&mut m, 0, Some(100)).unwrap().is_ok());
+    assert!(stop(&mut m, 0, Some(100)).is_none());
 }
 
 #[test]
@@ -227,8 +320,8 @@ fn the_turn_gates_walk_and_the_stores_walk_agree() {
 #[test]
 fn calls_in_flight_hold_their_model_call_so_they_never_pass_the_limit_together() {
     let mut m = session(2, 1_000);
-    let first = before_model_call(&mut m, 0, None).unwrap().unwrap();
-    let second = before_model_call(&mut m, 0, None).unwrap().unwrap();
+    let first = admit(&mut m, None);
+    let second = admit(&mut m, None);
     let s = stop(&mut m, 0, None).unwrap();
     assert_eq!(
         (s.reason, s.exceeded.used, s.exceeded.max),
@@ -239,7 +332,7 @@ fn calls_in_flight_hold_their_model_call_so_they_never_pass_the_limit_together()
     count_response(&mut m, second, &response(10, None)).unwrap();
     assert_eq!(m.session.used(Limit::ModelCalls), 1);
     assert_eq!(m.session.reserved(Limit::ModelCalls), 0);
-    let third = before_model_call(&mut m, 0, None).unwrap().unwrap();
+    let third = admit(&mut m, None);
     count_response(&mut m, third, &response(10, None)).unwrap();
     assert_eq!(m.session.used(Limit::ModelCalls), 2);
     assert_eq!(stop(&mut m, 0, None).unwrap().reason, ExhaustReason::Steps);

@@ -85,7 +85,7 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         now_ms: u64,
         worst_case_tokens: u64,
     ) -> Result<Admission, AdmitError> {
-        self.admit(now_ms, Some(worst_case_tokens))
+        self.admit(now_ms, Some(engine::WorstCase::tokens(worst_case_tokens)))
     }
 
     fn ready(&self) -> Result<(), AdmitError> {
@@ -95,7 +95,11 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         }
     }
 
-    fn admit(&mut self, now_ms: u64, worst_case: Option<u64>) -> Result<Admission, AdmitError> {
+    fn admit(
+        &mut self,
+        now_ms: u64,
+        worst_case: Option<engine::WorstCase>,
+    ) -> Result<Admission, AdmitError> {
         self.ready()?;
         let mut state = self.state(Seen::New);
         // The engine's one check before a model call: the limits in order,

@@ -227,6 +227,74 @@ pub fn with_include_usage(body: &[u8]) -> Option<Vec<u8>> {
     serde_json::to_vec(&value).ok()
 }
 
+/// The most bytes [`with_max_output`] adds to a request that sets no reply
+/// bound: `"max_completion_tokens":18446744073709551615,`. The input bound
+/// of such a request counts them too, so that the call sent is never
+/// billed above its reservation.
+pub const MAX_FIELD_BYTES: u64 = 45;
+
+/// The fields that bound the reply's tokens in a request of `api`.
+fn max_fields(api: Api) -> &'static [&'static str] {
+    match api {
+        Api::Messages => &["max_tokens"],
+        Api::Chat => &["max_completion_tokens", "max_tokens"],
+        Api::Responses => &["max_output_tokens"],
+    }
+}
+
+/// `body` with its reply bound set to `max`: each of the API's bound
+/// fields the request has (`null` included) gets `max` in place of its
+/// value, or, when it has none, [`Api::max_field`] is added first; every
+/// other byte stays as it came. `None`: the body is not a JSON object.
+pub fn with_max_output(api: Api, body: &[u8], max: u64) -> Option<Vec<u8>> {
+    struct Spans(&'static [&'static str]);
+    impl<'de> serde::de::Visitor<'de> for Spans {
+        type Value = Vec<&'de str>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut spans = Vec::new();
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                let value: &'de serde_json::value::RawValue = map.next_value()?;
+                if self.0.contains(&key.as_ref()) {
+                    spans.push(value.get());
+                }
+            }
+            Ok(spans)
+        }
+    }
+    let text = std::str::from_utf8(body).ok()?;
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let spans = serde::Deserializer::deserialize_map(&mut reader, Spans(max_fields(api))).ok()?;
+    reader.end().ok()?;
+    let number = max.to_string();
+    if spans.is_empty() {
+        // After the object's `{`: the new member, then a comma when others
+        // follow.
+        let open = text.find('{')? + 1;
+        let empty = text[open..].trim_start().starts_with('}');
+        let comma = if empty { "" } else { "," };
+        let member = format!("\"{}\":{number}{comma}", api.max_field());
+        let mut out = Vec::with_capacity(body.len() + member.len());
+        out.extend_from_slice(&body[..open]);
+        out.extend_from_slice(member.as_bytes());
+        out.extend_from_slice(&body[open..]);
+        return Some(out);
+    }
+    let mut out = Vec::with_capacity(body.len());
+    let mut at = 0;
+    // The values as they lie in the body, in order.
+    for span in spans {
+        let start = span.as_ptr() as usize - text.as_ptr() as usize;
+        out.extend_from_slice(&body[at..start]);
+        out.extend_from_slice(number.as_bytes());
+        at = start + span.len();
+    }
+    out.extend_from_slice(&body[at..]);
+    Some(out)
+}
+
 /// The usage a whole (not streamed) answer of `api` reports; `None` when
 /// it reports none.
 pub fn answer_usage(api: Api, body: &[u8]) -> Result<Option<TokenUsage>, String> {

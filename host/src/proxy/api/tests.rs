@@ -574,3 +574,47 @@ fn only_events_that_can_report_are_read_as_json() {
     );
     assert_eq!(usage.usage, None);
 }
+
+#[test]
+fn a_reply_bound_is_set_in_place_and_every_other_byte_kept() {
+    let set = |api, body: &str, max| {
+        String::from_utf8(with_max_output(api, body.as_bytes(), max).unwrap()).unwrap()
+    };
+    assert_eq!(
+        set(Api::Messages, r#"{"model":"m", "max_tokens" : 4096 ,"messages":[]}"#, 1000),
+        r#"{"model":"m", "max_tokens" : 1000 ,"messages":[]}"#
+    );
+    // Chat: both of its fields when both are there, `null` too.
+    assert_eq!(
+        set(
+            Api::Chat,
+            r#"{"max_tokens":null,"model":"g","max_completion_tokens":77}"#,
+            5
+        ),
+        r#"{"max_tokens":5,"model":"g","max_completion_tokens":5}"#
+    );
+    // None there: the API's own field added first.
+    assert_eq!(
+        set(Api::Chat, r#" {"model":"g"}"#, 64),
+        r#" {"max_completion_tokens":64,"model":"g"}"#
+    );
+    assert_eq!(set(Api::Responses, "{ }", 9), r#"{"max_output_tokens":9 }"#);
+    // A key written with an escape is the same key, as the provider reads it.
+    assert_eq!(
+        set(Api::Messages, r#"{"max\u005ftokens":300,"model":"m"}"#, 30),
+        r#"{"max\u005ftokens":30,"model":"m"}"#
+    );
+    // A nested bound is not the request's.
+    assert_eq!(
+        set(Api::Messages, r#"{"metadata":{"max_tokens":1},"model":"m"}"#, 2),
+        r#"{"max_tokens":2,"metadata":{"max_tokens":1},"model":"m"}"#
+    );
+    let added = set(Api::Chat, "{}", u64::MAX);
+    assert_eq!(added.len() as u64, 2 + MAX_FIELD_BYTES - 1, "{added}");
+    for body in ["[]", "{", "{} x", "not json"] {
+        assert_eq!(with_max_output(Api::Messages, body.as_bytes(), 1), None, "{body}");
+    }
+    // What it writes reads back as the bound.
+    let body = set(Api::Chat, r#"{"model":"g","max_tokens":900}"#, 12);
+    assert_eq!(read_request(Api::Chat, body.as_bytes()).unwrap().max_output, Some(12));
+}
