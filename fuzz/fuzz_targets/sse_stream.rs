@@ -5,13 +5,13 @@
 //! Input: `CUTS STREAM`. `CUTS` (one byte) seeds the chunk sizes (1 to 64
 //! bytes) the stream is fed in.
 //!
-//! Checks, against an independent model written here (the reader as it was
-//! first written: byte by byte, every byte pushed into the event's bytes
-//! and the line, lines split on LF with one CR dropped, an event ended by a
-//! line of nothing but CRs):
+//! Checks, against an independent model written here (byte by byte, every
+//! byte pushed into the event's bytes and the line; a line ended by LF, by
+//! CRLF, or by a CR alone, which is completed when the next byte is seen
+//! or at the stream's end; an event ended by an empty line):
 //! - no panic;
-//! - fed whole, in chunks, and byte by byte, the reader gives exactly the
-//!   model's items (their bytes, data and other fields);
+//! - fed whole, in chunks, and byte by byte (then finished), the reader
+//!   gives exactly the model's items (their bytes, data and other fields);
 //! - a reader without raw bytes gives the same items with empty bytes;
 //! - the items' bytes, joined, are a prefix of the stream (nothing made up,
 //!   nothing dropped, nothing reordered);
@@ -22,63 +22,71 @@
 use budgetgate::net::sse::{SseItem, SseParser};
 use libfuzzer_sys::fuzz_target;
 
-/// The model: the reader's first, byte-by-byte form (no event here comes
-/// near its 16 MiB bound).
+/// The model: byte by byte, in the WHATWG format's words (no event here
+/// comes near the reader's 16 MiB bound).
 #[derive(Default)]
 struct Model {
     line: Vec<u8>,
     raw: Vec<u8>,
     data: Option<String>,
     fields: String,
-    in_line: bool,
+    after_cr: bool,
+    out: Vec<SseItem>,
 }
 
 impl Model {
-    fn feed(&mut self, chunk: &[u8]) -> Vec<SseItem> {
-        let mut out = Vec::new();
-        for &b in chunk {
-            self.raw.push(b);
-            if b != b'\n' {
-                if b != b'\r' {
-                    self.in_line = true;
-                }
-                self.line.push(b);
-                continue;
-            }
-            let mut line = std::mem::take(&mut self.line);
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-            let blank = !self.in_line;
-            self.in_line = false;
-            if blank {
-                let raw = std::mem::take(&mut self.raw).into();
-                let fields = std::mem::take(&mut self.fields);
-                out.push(match self.data.take() {
-                    Some(data) => SseItem::Event { raw, data, fields },
-                    None => SseItem::Other(raw),
-                });
-                continue;
-            }
-            let text = String::from_utf8_lossy(&line);
-            if let Some(value) = text.strip_prefix("data") {
-                if value.is_empty() || value.starts_with(':') {
-                    let value = value.strip_prefix(':').unwrap_or(value);
-                    let value = value.strip_prefix(' ').unwrap_or(value);
-                    match &mut self.data {
-                        Some(d) => {
-                            d.push('\n');
-                            d.push_str(value);
-                        }
-                        None => self.data = Some(value.to_owned()),
-                    }
+    fn run(stream: &[u8]) -> Vec<SseItem> {
+        let mut m = Self::default();
+        for &b in stream {
+            if std::mem::take(&mut m.after_cr) {
+                if b == b'\n' {
+                    m.raw.push(b);
+                    m.end_line();
                     continue;
                 }
+                m.end_line();
             }
-            self.fields.push_str(&text);
-            self.fields.push('\n');
+            m.raw.push(b);
+            match b {
+                b'\n' => m.end_line(),
+                b'\r' => m.after_cr = true,
+                _ => m.line.push(b),
+            }
         }
-        out
+        if m.after_cr {
+            m.end_line();
+        }
+        m.out
+    }
+
+    fn end_line(&mut self) {
+        let line = std::mem::take(&mut self.line);
+        if line.is_empty() {
+            let raw = std::mem::take(&mut self.raw).into();
+            let fields = std::mem::take(&mut self.fields);
+            self.out.push(match self.data.take() {
+                Some(data) => SseItem::Event { raw, data, fields },
+                None => SseItem::Other(raw),
+            });
+            return;
+        }
+        let text = String::from_utf8_lossy(&line);
+        if let Some(value) = text.strip_prefix("data") {
+            if value.is_empty() || value.starts_with(':') {
+                let value = value.strip_prefix(':').unwrap_or(value);
+                let value = value.strip_prefix(' ').unwrap_or(value);
+                match &mut self.data {
+                    Some(d) => {
+                        d.push('\n');
+                        d.push_str(value);
+                    }
+                    None => self.data = Some(value.to_owned()),
+                }
+                return;
+            }
+        }
+        self.fields.push_str(&text);
+        self.fields.push('\n');
     }
 }
 
@@ -101,10 +109,14 @@ fuzz_target!(|input: &[u8]| {
     let Some((&cuts, stream)) = input.split_first() else {
         return;
     };
-    let expected = Model::default().feed(stream);
-    assert_eq!(SseParser::default().feed(stream), expected, "fed whole");
+    let expected = Model::run(stream);
+    let mut whole = SseParser::default();
+    let mut all = whole.feed(stream);
+    all.extend(whole.finish());
+    assert_eq!(all, expected, "fed whole");
     let mut bytes = SseParser::default();
-    let one: Vec<SseItem> = stream.iter().flat_map(|b| bytes.feed(&[*b])).collect();
+    let mut one: Vec<SseItem> = stream.iter().flat_map(|b| bytes.feed(&[*b])).collect();
+    one.extend(bytes.finish());
     assert_eq!(one, expected, "fed byte by byte");
     let (mut chunked, mut without) = (SseParser::default(), SseParser::without_raw());
     let (mut got, mut got_lean) = (Vec::new(), Vec::new());
@@ -120,6 +132,8 @@ fuzz_target!(|input: &[u8]| {
         got_lean.extend(without.feed(chunk));
         rest = after;
     }
+    got.extend(chunked.finish());
+    got_lean.extend(without.finish());
     assert_eq!(got, expected, "fed in chunks");
     assert_eq!(got_lean, lean(&expected), "without raw bytes");
     let joined: Vec<u8> = expected
@@ -148,6 +162,14 @@ fuzz_target!(|input: &[u8]| {
             }
         }
         rest = after;
+    }
+    for item in relay.finish() {
+        match item {
+            SseItem::Event { raw, .. } | SseItem::Other(raw) | SseItem::Overflow(raw) => {
+                out.extend_from_slice(&raw)
+            }
+            SseItem::TooLong => {}
+        }
     }
     out.extend_from_slice(&relay.rest().unwrap_or_default());
     assert_eq!(out, stream, "a relaying reader hands on every byte");

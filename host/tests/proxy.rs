@@ -112,6 +112,13 @@ fn answer(stream: TcpStream, seen: &Mutex<Seen>) {
     let mut out = stream;
     let cut = head.contains("x-test-cut: 1");
     let stall = head.contains("x-test-stall: 1");
+    // The streams' line ending: LF, or as `x-test-eol` says (`cr`: a CR
+    // alone, valid SSE; `crlf`).
+    let eol = match head.lines().find_map(|l| l.strip_prefix("x-test-eol: ")) {
+        Some(e) if e.trim() == "cr" => "\r",
+        Some(e) if e.trim() == "crlf" => "\r\n",
+        _ => "\n",
+    };
     if head.contains("x-test-status: 529") {
         let body = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
         let _ = write!(
@@ -145,7 +152,7 @@ fn answer(stream: TcpStream, seen: &Mutex<Seen>) {
                 "id": "msg_1", "type": "message", "role": "assistant", "model": request["model"],
                 "content": [], "stop_reason": null, "stop_sequence": null,
                 "usage": {"input_tokens": INPUT, "output_tokens": 1}}});
-            let _ = write!(out, "event: message_start\ndata: {start}\n\n");
+            let _ = write!(out, "event: message_start{eol}data: {start}{eol}{eol}");
             let _ = out.flush();
             if cut {
                 return;
@@ -174,7 +181,7 @@ fn answer(stream: TcpStream, seen: &Mutex<Seen>) {
                 ("message_stop", json!({"type": "message_stop"})),
             ];
             for (name, data) in events {
-                let _ = write!(out, "event: {name}\ndata: {data}\n\n");
+                let _ = write!(out, "event: {name}{eol}data: {data}{eol}{eol}");
                 let _ = out.flush();
             }
         }
@@ -198,16 +205,16 @@ fn answer(stream: TcpStream, seen: &Mutex<Seen>) {
             );
             let chunk = json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": request["model"],
                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"}, "finish_reason": null}]});
-            let _ = write!(out, "data: {chunk}\n\n");
+            let _ = write!(out, "data: {chunk}{eol}{eol}");
             let done = json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": request["model"],
                 "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
-            let _ = write!(out, "data: {done}\n\n");
+            let _ = write!(out, "data: {done}{eol}{eol}");
             if request["stream_options"]["include_usage"] == json!(true) {
                 let usage = json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": request["model"],
                     "choices": [], "usage": {"prompt_tokens": INPUT, "completion_tokens": OUTPUT, "total_tokens": INPUT + OUTPUT}});
-                let _ = write!(out, "data: {usage}\n\n");
+                let _ = write!(out, "data: {usage}{eol}{eol}");
             }
-            let _ = write!(out, "data: [DONE]\n\n");
+            let _ = write!(out, "data: [DONE]{eol}{eol}");
         }
         _ => {
             let body = r#"{"input_tokens":42}"#;
@@ -456,7 +463,8 @@ fn reserve_mode_lowers_max_tokens_to_what_is_left_down_to_the_minimum() {
     let first = 6_000 - input;
     assert_eq!(upstream.last_body()["max_tokens"], json!(first));
     assert!(
-        a.head.contains(&format!("x-budgetgate-max-tokens: {first}\r\n")),
+        a.head
+            .contains(&format!("x-budgetgate-max-tokens: {first}\r\n")),
         "{}",
         a.head
     );
@@ -470,7 +478,10 @@ fn reserve_mode_lowers_max_tokens_to_what_is_left_down_to_the_minimum() {
     // worst case named.
     let c = post(proxy.port, "/v1/messages", &[], &request);
     assert_eq!(c.status, 402);
-    let message = c.json()["error"]["message"].as_str().expect("message").to_owned();
+    let message = c.json()["error"]["message"]
+        .as_str()
+        .expect("message")
+        .to_owned();
     assert!(
         message.contains(&format!("could use up to {} tokens", input + 4_000)),
         "{message}"
@@ -487,7 +498,10 @@ fn reserve_mode_lowers_max_tokens_to_what_is_left_down_to_the_minimum() {
     assert_eq!(d.status, 200);
     assert!(!d.head.contains("x-budgetgate-max-tokens"), "{}", d.head);
     assert_eq!(upstream2.last_body(), small);
-    assert_eq!(used(&ledger_row(&ledger, "proxy"), "tokens"), 2 * (INPUT + OUTPUT));
+    assert_eq!(
+        used(&ledger_row(&ledger, "proxy"), "tokens"),
+        2 * (INPUT + OUTPUT)
+    );
 }
 
 /// A request that sets no reply bound, in reserve mode, is sent with the
@@ -504,7 +518,11 @@ fn reserve_mode_sends_a_call_without_a_bound_with_the_one_it_reserved() {
     let sent = upstream.last_body();
     assert_eq!(sent["max_completion_tokens"], json!(300));
     assert_eq!(sent["messages"], chat["messages"]);
-    assert!(a.head.contains("x-budgetgate-max-tokens: 300\r\n"), "{}", a.head);
+    assert!(
+        a.head.contains("x-budgetgate-max-tokens: 300\r\n"),
+        "{}",
+        a.head
+    );
 }
 
 #[test]
@@ -603,6 +621,54 @@ fn a_chat_stream_gets_the_usage_chunk_only_when_its_client_asked() {
     assert_eq!(
         used(&ledger_row(&ledger, "proxy"), "tokens"),
         3 * (INPUT + OUTPUT)
+    );
+}
+
+/// SSE lines may end with CRLF or a CR alone: the usage is read all the
+/// same (it used to be unseen with a CR alone, and the call counted at its
+/// charge), the stream relayed byte for byte, and the usage chunk withheld
+/// from a Chat client that did not ask for it.
+#[test]
+fn streams_with_lines_ended_by_cr_or_crlf_are_read_and_relayed() {
+    let (_dir, _budget, ledger, _upstream, proxy) = setup("[budget]\nmax_tokens = 100000\n", &[]);
+    for eol in ["cr", "crlf"] {
+        let a = post(
+            proxy.port,
+            "/v1/messages",
+            &[("x-test-eol", eol)],
+            &messages(true),
+        );
+        assert_eq!(a.status, 200);
+        assert!(a.ended, "{eol}: the stream ended whole");
+        let sep = if eol == "cr" { "\r" } else { "\r\n" };
+        assert!(
+            a.text()
+                .ends_with(&format!("data: {{\"type\":\"message_stop\"}}{sep}{sep}")),
+            "{eol}: {:?}",
+            a.text()
+        );
+        let chat = json!({"model": "gpt-test", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+        let c = post(
+            proxy.port,
+            "/v1/chat/completions",
+            &[("x-test-eol", eol)],
+            &chat,
+        );
+        assert!(
+            c.ended && !c.text().contains("\"usage\""),
+            "{eol}: {:?}",
+            c.text()
+        );
+        assert!(
+            c.text().ends_with(&format!("data: [DONE]{sep}{sep}")),
+            "{eol}: {:?}",
+            c.text()
+        );
+    }
+    // Four calls, each counted at its reported usage, not at its charge.
+    assert_eq!(
+        used(&ledger_row(&ledger, "proxy"), "tokens"),
+        4 * (INPUT + OUTPUT)
     );
 }
 

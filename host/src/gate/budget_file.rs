@@ -714,9 +714,8 @@ mod tests {
     fn a_reply_minimum_needs_reserve_mode_and_at_least_one_token() {
         let err = parse_budget("[budget]\nreserve_min_reply_tokens = 10").unwrap_err();
         assert!(err.contains("needs token_mode = \"reserve\""), "{err}");
-        let err =
-            parse_budget("[budget]\ntoken_mode = \"reserve\"\nreserve_min_reply_tokens = 0")
-                .unwrap_err();
+        let err = parse_budget("[budget]\ntoken_mode = \"reserve\"\nreserve_min_reply_tokens = 0")
+            .unwrap_err();
         assert!(err.contains("reserve_min_reply_tokens = 0"), "{err}");
         let b = parse_budget("[budget]\ntoken_mode = \"reserve\"\nreserve_min_reply_tokens = 1")
             .unwrap();

@@ -554,6 +554,13 @@ async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Reply {
                 }
             }
         }
+        // A line the stream's last byte, a CR, ended: read (what it
+        // reported counts), and relayed when the stream goes event by event.
+        for piece in reader.finish().into_iter().flatten() {
+            if !gone && tx.send(piece).await.is_err() {
+                gone = true;
+            }
+        }
         // A stream relayed event by event that ended inside an event (no
         // blank line after the last): its bytes go on as they came.
         if let (false, Some(rest)) = (gone, reader.rest()) {
@@ -639,13 +646,19 @@ impl UsageReader {
             return vec![Some(chunk.clone())];
         }
         let items = self.sse.feed(chunk);
+        self.read(api, items, Some(chunk))
+    }
+
+    /// Reads the stream's `items`; what to send the client: `chunk` as it
+    /// came, or (when an event is withheld) the events to relay.
+    fn read(&mut self, api: Api, items: Vec<SseItem>, chunk: Option<&Bytes>) -> Vec<Option<Bytes>> {
         if !self.hide_usage {
             for item in &items {
                 if let SseItem::Event { data, .. } = item {
                     self.stream.read_event(api, data, false);
                 }
             }
-            return vec![Some(chunk.clone())];
+            return vec![chunk.cloned()];
         }
         // Relayed event by event, the usage chunk left out.
         items
@@ -661,6 +674,18 @@ impl UsageReader {
                 SseItem::TooLong => None,
             })
             .collect()
+    }
+
+    /// The stream ended: what its last byte, a CR, completes (the line it
+    /// ended), to send the client.
+    fn finish(&mut self) -> Vec<Option<Bytes>> {
+        match self.api {
+            Some(api) if self.streamed => {
+                let items = self.sse.finish();
+                self.read(api, items, None)
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// A gated stream that ended without the event that ends a model's

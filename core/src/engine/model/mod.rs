@@ -239,10 +239,7 @@ pub fn before_model_call<S: State<T> + ?Sized, const T: usize>(
     let mut reserved = None;
     let mut lowered_output = None;
     if let Some(worst) = worst_case {
-        let output = fitted_output(
-            &worst,
-            [Some(&*ledgers.session), ledgers.agent.as_deref()],
-        );
+        let output = fitted_output(&worst, [Some(&*ledgers.session), ledgers.agent.as_deref()]);
         if output < worst.output {
             lowered_output = Some(output);
         }

@@ -212,13 +212,21 @@ pub(super) async fn relay(
         }
     }
     let mut parser = SseParser::default();
-    let ending = loop {
-        let chunk = match resp.chunk().await {
-            Ok(Some(c)) => c,
-            Ok(None) => break None,
-            Err(e) => break Some(format!("at {upstream} broke off its stream ({e})")),
+    let mut ending = None;
+    while ending.is_none() {
+        let events = match resp.chunk().await {
+            Ok(Some(c)) => parser.feed(&c),
+            // Its end: the line its last byte, a CR, ended is read.
+            Ok(None) => {
+                ending = Some(None);
+                parser.finish()
+            }
+            Err(e) => {
+                ending = Some(Some(format!("at {upstream} broke off its stream ({e})")));
+                parser.finish()
+            }
         };
-        for event in parser.feed(&chunk) {
+        for event in events {
             let out = match event {
                 SseItem::Event { raw, data, fields } => {
                     let replaced = proxy
@@ -275,8 +283,10 @@ pub(super) async fn relay(
                 open = false;
             }
         }
-    };
-    let why = ending.unwrap_or_else(|| "ended its stream before answering".into());
+    }
+    let why = ending
+        .flatten()
+        .unwrap_or_else(|| "ended its stream before answering".into());
     for t in fail_pending(&proxy, &ids, Ran::Maybe, &why) {
         if open && tx.send(sse_event(&t)).await.is_err() {
             open = false;

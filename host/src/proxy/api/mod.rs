@@ -253,7 +253,10 @@ pub fn with_max_output(api: Api, body: &[u8], max: u64) -> Option<Vec<u8>> {
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("an object")
         }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
             let mut spans = Vec::new();
             while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                 let value: &'de serde_json::value::RawValue = map.next_value()?;

@@ -581,7 +581,11 @@ fn a_reply_bound_is_set_in_place_and_every_other_byte_kept() {
         String::from_utf8(with_max_output(api, body.as_bytes(), max).unwrap()).unwrap()
     };
     assert_eq!(
-        set(Api::Messages, r#"{"model":"m", "max_tokens" : 4096 ,"messages":[]}"#, 1000),
+        set(
+            Api::Messages,
+            r#"{"model":"m", "max_tokens" : 4096 ,"messages":[]}"#,
+            1000
+        ),
         r#"{"model":"m", "max_tokens" : 1000 ,"messages":[]}"#
     );
     // Chat: both of its fields when both are there, `null` too.
@@ -606,15 +610,26 @@ fn a_reply_bound_is_set_in_place_and_every_other_byte_kept() {
     );
     // A nested bound is not the request's.
     assert_eq!(
-        set(Api::Messages, r#"{"metadata":{"max_tokens":1},"model":"m"}"#, 2),
+        set(
+            Api::Messages,
+            r#"{"metadata":{"max_tokens":1},"model":"m"}"#,
+            2
+        ),
         r#"{"max_tokens":2,"metadata":{"max_tokens":1},"model":"m"}"#
     );
     let added = set(Api::Chat, "{}", u64::MAX);
     assert_eq!(added.len() as u64, 2 + MAX_FIELD_BYTES - 1, "{added}");
     for body in ["[]", "{", "{} x", "not json"] {
-        assert_eq!(with_max_output(Api::Messages, body.as_bytes(), 1), None, "{body}");
+        assert_eq!(
+            with_max_output(Api::Messages, body.as_bytes(), 1),
+            None,
+            "{body}"
+        );
     }
     // What it writes reads back as the bound.
     let body = set(Api::Chat, r#"{"model":"g","max_tokens":900}"#, 12);
-    assert_eq!(read_request(Api::Chat, body.as_bytes()).unwrap().max_output, Some(12));
+    assert_eq!(
+        read_request(Api::Chat, body.as_bytes()).unwrap().max_output,
+        Some(12)
+    );
 }
