@@ -902,6 +902,75 @@ fn the_official_sdks_get_their_answers_and_read_a_refusal_without_retrying_it() 
     );
 }
 
+/// Issue 31: 32 SDK clients at once, 8 in each of 4 sessions, Messages and
+/// Chat, streamed and not, each calling until refused, on one budget in
+/// reserve mode: no session's ledger passes its token budget, every call
+/// made is counted at its usage, every refusal is a 402 the SDKs do not
+/// retry, and nothing stays reserved.
+#[test]
+fn thirty_two_sdk_clients_in_parallel_never_pass_a_reserve_budget() {
+    let Some(python) = sdk_python() else {
+        return;
+    };
+    const MAX: u64 = 20_000;
+    let (_dir, _budget, ledger, upstream, proxy) = setup(
+        &format!(
+            "[budget]\nmax_tokens = {MAX}\nmax_model_calls = 1000\ntoken_mode = \"reserve\"\n"
+        ),
+        &[],
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/proxy/sdk_parallel.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(format!("http://127.0.0.1:{}", proxy.port))
+        .args(["4", "8"])
+        .output()
+        .expect("the SDK clients run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let threads: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(threads.len(), 32, "{stdout}");
+    for t in &threads {
+        assert_eq!(t["status"], 402, "{t}");
+        assert_eq!(t["requests_for_refusal"], 1, "retried: {t}");
+        assert!(
+            t["code"] == "token-reserve" || t["code"] == "billing_error",
+            "{t}"
+        );
+    }
+    let mut total = 0;
+    for session in ["s0", "s1", "s2", "s3"] {
+        let made: u64 = threads
+            .iter()
+            .filter(|t| t["session"] == session)
+            .map(|t| t["made"].as_u64().expect("made"))
+            .sum();
+        let row = ledger_row(&ledger, session);
+        assert!(made >= 2, "{session}: {made} calls");
+        assert_eq!(used(&row, "model_calls"), made, "{session}: {row}");
+        assert_eq!(
+            used(&row, "tokens"),
+            made * (INPUT + OUTPUT),
+            "{session}: {row}"
+        );
+        assert!(
+            used(&row, "tokens") <= MAX,
+            "{session} passed its budget: {row}"
+        );
+        assert_eq!(row["limits"]["tokens"]["reserved"], 0, "{row}");
+        total += made;
+    }
+    let sent = upstream.count("/v1/messages") + upstream.count("/v1/chat/completions");
+    assert_eq!(sent as u64, total, "every call the upstream saw is counted");
+}
+
 /// The HTTPS scripted upstream (tests/proxy/tls_upstream.py), killed when
 /// dropped.
 struct TlsUpstream {
