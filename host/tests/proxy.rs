@@ -734,6 +734,57 @@ fn a_proxy_killed_mid_stream_gives_no_budget_back() {
     assert_eq!(upstream.count("/v1/messages"), 1);
 }
 
+/// A call its proxy never counted (killed with SIGKILL mid-stream) holds
+/// its reservation in the ledger, for a new proxy too, until its deadline
+/// and `--orphan-grace` have passed; then it is counted as spent, at its
+/// reservation (what the upstream reported before the kill was never
+/// written, and the reservation is never below it).
+#[test]
+fn a_killed_calls_reservation_is_held_then_counted_as_spent_when_it_expires() {
+    let timing = ["--call-timeout", "1", "--orphan-grace", "1"];
+    let (_dir, budget, ledger, upstream, mut proxy) = setup(
+        "[budget]\nmax_tokens = 100000\ntoken_mode = \"reserve\"\n",
+        &timing,
+    );
+    let request = messages(true);
+    let charge = request.to_string().len() as u64 + 4_096 + 100;
+    let port = proxy.port;
+    let call =
+        std::thread::spawn(move || post(port, "/v1/messages", &[("x-test-stall", "1")], &request));
+    while upstream.count("/v1/messages") == 0 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let _ = proxy.child.kill(); // SIGKILL
+    let _ = proxy.child.wait();
+    let _ = call.join();
+    let row = ledger_row(&ledger, "proxy");
+    assert_eq!(
+        (
+            row["limits"]["tokens"]["reserved"].clone(),
+            used(&row, "tokens")
+        ),
+        (json!(charge), 0),
+        "held, not yet spent: {row}"
+    );
+    // Past its deadline (1 s) and the grace (1 s), the next decision of a
+    // new proxy counts it.
+    std::thread::sleep(Duration::from_millis(2_300));
+    let again = start_proxy(&upstream, &budget, &ledger, &timing);
+    let a = post(again.port, "/v1/messages", &[], &messages(false));
+    assert_eq!(a.status, 200, "{}", a.text());
+    let row = ledger_row(&ledger, "proxy");
+    assert_eq!(
+        (
+            used(&row, "tokens"),
+            used(&row, "model_calls"),
+            row["limits"]["tokens"]["reserved"].clone()
+        ),
+        (charge + INPUT + OUTPUT, 2, json!(0)),
+        "{row}"
+    );
+}
+
 #[test]
 fn a_request_that_cannot_be_read_is_refused_before_the_upstream() {
     let (_dir, _budget, _ledger, upstream, proxy) = setup("[budget]\n", &[]);

@@ -48,6 +48,14 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "S", default_value_t = 600,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub call_timeout: u64,
+    /// Seconds past a call's deadline after which a call no proxy counted
+    /// (its proxy was killed mid-call) is counted as spent: its
+    /// reservation in reserve mode, else its input bound. Until then it
+    /// holds its place in the budget. Several proxies on one Redis ledger
+    /// should agree on it.
+    #[arg(long, value_name = "S", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub orphan_grace: u64,
 }
 
 /// Runs `budgetgate proxy`: exit 0 when stopped by SIGINT or SIGTERM, 2 when
@@ -69,6 +77,7 @@ pub fn main(args: &ProxyArgs) -> ExitCode {
         session_header: args.session_header.clone(),
         durability: args.durability,
         call_timeout: Duration::from_secs(args.call_timeout),
+        orphan_grace: Duration::from_secs(args.orphan_grace),
         upstream_ca: args.upstream_ca.clone(),
     })
 }

@@ -87,6 +87,9 @@ pub struct Config {
     pub durability: Durability,
     /// How long a call may take, from its request to its last byte.
     pub call_timeout: Duration,
+    /// How long past its deadline a call no proxy counted (its proxy was
+    /// killed) holds its place before it is counted as spent.
+    pub orphan_grace: Duration,
     /// A PEM file of certificates trusted beside the system's (a private
     /// CA of an HTTPS upstream).
     pub upstream_ca: Option<std::path::PathBuf>,
@@ -127,9 +130,8 @@ impl Proxy {
             .transpose()?;
         let client = net::upstream_client(config.upstream_ca.as_deref())?;
         // A reservation outlives any call this proxy lets run.
-        let ttl_ms = u64::try_from(config.call_timeout.as_millis())
-            .unwrap_or(u64::MAX)
-            .saturating_add(60_000);
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let ttl_ms = millis(config.call_timeout).saturating_add(millis(config.orphan_grace));
         Ok(Self {
             gate: ModelGate::new(backend, budget, ttl_ms),
             client,
