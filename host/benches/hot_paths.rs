@@ -303,6 +303,66 @@ fn loops(c: &mut Criterion) {
     g.finish();
 }
 
+/// The model proxy's two ledger transactions per call (issue 31): a call
+/// let through (its reservation stored) and its response counted, on a
+/// SQLite ledger with `--durability normal` and `full`, and in memory (the
+/// decision without the store). What the proxy adds to a call beyond its
+/// HTTP relay.
+fn model_gate(c: &mut Criterion) {
+    use budgetgate::gate::backend::{open_ledger, Backend};
+    use budgetgate::gate::budget_file::parse_budget;
+    use budgetgate::gate::model_gate::{Admission, ModelCall, ModelGate, Outcome};
+    use budgetgate::store::{Durability, MemoryStore};
+    use budgetgate_core::turn::TokenUsage;
+    let budget =
+        parse_budget("[budget]\nmax_model_calls = 1000000000\nmax_tokens = 1000000000000\n")
+            .expect("budget");
+    let dir = tempfile::tempdir().expect("dir");
+    let mut g = c.benchmark_group("model_gate");
+    for (name, durability) in [
+        ("memory", None),
+        ("sqlite_normal", Some(Durability::Normal)),
+        ("sqlite_full", Some(Durability::Full)),
+    ] {
+        let backend = match durability {
+            None => Backend::Memory(MemoryStore::new()),
+            Some(d) => {
+                let url = format!(
+                    "sqlite:{}",
+                    dir.path().join(format!("{name}.sqlite3")).display()
+                );
+                open_ledger(Some(&url), Duration::from_secs(5), d).expect("ledger")
+            }
+        };
+        let gate = ModelGate::new(backend, budget.clone(), 600_000);
+        let call = ModelCall {
+            model: "claude-bench",
+            max_output: Some(1024),
+            input_bound: 5_000,
+            can_set_max_output: true,
+        };
+        let usage = TokenUsage {
+            input_tokens: 10,
+            output_tokens: 5,
+            ..TokenUsage::ZERO
+        };
+        let mut n = 0u64;
+        g.bench_function(format!("admit_and_finish_{name}"), |b| {
+            b.iter(|| {
+                n += 1;
+                let key = format!("k{n}");
+                match gate.admit("bench", &key, &call, 1_000).expect("decides") {
+                    Admission::Go(t) => gate
+                        .finish(&t, Outcome::Billed(usage), 1_000)
+                        .expect("counts"),
+                    Admission::Stop(s) => panic!("{s:?}"),
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -313,6 +373,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = validate, full_run, plan, result_edge, replay_claude_code, loops
+    targets = validate, full_run, plan, result_edge, replay_claude_code, loops, model_gate
 }
 criterion_main!(benches);

@@ -8,7 +8,9 @@ use budgetgate_core::tools::ToolTable;
 
 use super::budget_file::{ReplayBudget, BUDGET_TOOLS};
 use super::{GateError, Ledgers};
-use crate::store::{Durability, LedgerTx, LedgerUrl, MemoryStore, Store, StoreError, MEMORY_URL};
+use crate::store::{
+    Commit, Durability, LedgerTx, LedgerUrl, MemoryStore, Store, StoreError, MEMORY_URL,
+};
 
 /// Where the ledger is kept.
 pub enum Backend {
@@ -28,9 +30,13 @@ impl Backend {
     /// stored after `f`. The time of the transaction, given to `f` (its
     /// last argument), is the store's clock when it has one (Redis: the
     /// server's, so front-ends whose clocks differ decide on one time),
-    /// else `now`. `Err` is the one-line reason (the front-end refuses).
+    /// else `now`. `commit`: whether its commit is waited for on disk
+    /// ([`Commit::Lazy`] only for a SQLite ledger of `--durability full`;
+    /// Redis's durability is the server's). `Err` is the one-line reason
+    /// (the front-end refuses).
     pub fn transaction<T>(
         &mut self,
+        commit: Commit,
         session: &str,
         budget: &ReplayBudget,
         tools: &ToolTable<BUDGET_TOOLS>,
@@ -51,7 +57,7 @@ impl Backend {
             Ok(out)
         };
         match self {
-            Backend::Sqlite(store) => store.decide(|tx| decide(&*tx)),
+            Backend::Sqlite(store) => store.decide_with(commit, |tx| decide(&*tx)),
             Backend::Redis(store) => store.decide(session, |tx| decide(tx)),
             Backend::Memory(store) => store.decide(|tx| decide(tx)),
         }

@@ -17,6 +17,7 @@ use budgetgate_core::budget::Ledger;
 use crate::gate::backend::Backend;
 use crate::gate::budget_file::{price_of, ReplayBudget, BUDGET_TOOLS};
 use crate::gate::{self, model, GateError};
+use crate::store::Commit;
 
 /// One model call to decide, as the front-end knows it before making it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +109,7 @@ impl ModelGate {
 
     fn transaction<T>(
         &self,
+        commit: Commit,
         session: &str,
         now: u64,
         mut f: impl FnMut(
@@ -122,6 +124,7 @@ impl ModelGate {
             .lock()
             .map_err(|_| "the ledger's lock was poisoned".to_owned())?;
         backend.transaction(
+            commit,
             session,
             &self.budget,
             tools,
@@ -157,7 +160,7 @@ impl ModelGate {
         });
         let ttl = self.ttl_ms;
         let price = price_of(&self.budget.prices, request.model);
-        self.transaction(session, now, |tx, ledgers, now| {
+        self.transaction(Commit::Durable, session, now, |tx, ledgers, now| {
             model::mark_proxied(tx, session)?;
             gate::count_expired(tx, session, &mut ledgers.session, now)?;
             ledgers.observe_time(now);
@@ -221,10 +224,13 @@ impl ModelGate {
     /// from the store and committed with the usage reported (or its charge
     /// when nothing was), or given back when the call cannot have been
     /// billed. A reservation no longer stored was counted already (it
-    /// expired): nothing more is counted.
+    /// expired): nothing more is counted. Its commit is not waited for on
+    /// disk ([`Commit::Lazy`]): the next decision's durable commit carries
+    /// it, and a power cut before that leaves the reservation, counted at
+    /// its charge when it expires, as for a proxy killed mid-call.
     pub fn finish(&self, ticket: &Ticket, outcome: Outcome, now: u64) -> Result<(), String> {
         let price = price_of(&self.budget.prices, &ticket.model);
-        self.transaction(&ticket.session, now, |tx, ledgers, now| {
+        self.transaction(Commit::Lazy, &ticket.session, now, |tx, ledgers, now| {
             let session = ticket.session.as_str();
             if tx.take_reservation(session, &ticket.key)?.is_none() {
                 return Ok(());
@@ -265,7 +271,7 @@ impl ModelGate {
     /// next decision reads it (reservations expired by `now` counted as
     /// spent). Stored again as it is read: its time is brought up to `now`.
     pub fn ledger(&self, session: &str, now: u64) -> Result<Ledger, String> {
-        self.transaction(session, now, |tx, ledgers, now| {
+        self.transaction(Commit::Durable, session, now, |tx, ledgers, now| {
             gate::count_expired(tx, session, &mut ledgers.session, now)?;
             ledgers.observe_time(now);
             Ok(ledgers.session.clone())

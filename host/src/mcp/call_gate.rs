@@ -3,6 +3,7 @@
 
 #[allow(unused_imports)]
 use super::*;
+use crate::store::Commit;
 use budgetgate_core::engine::loops::Outcome;
 use budgetgate_core::turn::CallFingerprint;
 
@@ -267,7 +268,7 @@ impl LedgerGate {
         let (budget, session) = (&self.budget, self.session.as_str());
         let tools = self.tools.as_deref().map_err(|e| format!("budget {e}"))?;
         self.backend
-            .transaction(session, budget, tools, now, &mut f)
+            .transaction(Commit::Durable, session, budget, tools, now, &mut f)
     }
 
     /// Commits each call in `ran`, then decides `call`, in one transaction:

@@ -71,6 +71,22 @@ impl Durability {
     }
 }
 
+/// How a transaction's commit reaches the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// As the store's durability says (`full`: on disk before the
+    /// transaction returns).
+    Durable,
+    /// Not waited for on disk: it survives a crash of the process, and is
+    /// made durable by the next durable commit (a power cut before that
+    /// may lose it). Only for a record whose loss leaves a state the
+    /// ledger already holds safely: a model call's counted response, whose
+    /// reservation (stored durably before the call) then stays and is
+    /// counted at its charge when it expires, as for a proxy killed
+    /// mid-call.
+    Lazy,
+}
+
 /// Why the store could not answer; the caller refuses (fail closed).
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -125,3 +125,51 @@ fn the_durability_is_the_connections_synchronous_setting() {
         1
     );
 }
+
+/// Issue 31 (the proxy's latency with `full`): a lazy commit
+/// ([`Commit::Lazy`], a model call's counted response) is made at
+/// `synchronous = NORMAL` on a `Full` connection, which is `FULL` again
+/// after it, whether the decision committed or failed; a durable one, and
+/// any on a `Normal` connection, keep the connection's own.
+#[test]
+fn a_lazy_commit_alone_skips_the_sync_and_the_connection_keeps_its_durability() {
+    let dir = tempfile::tempdir().unwrap();
+    let wait = Duration::from_secs(5);
+    let sync_of = |t: &mut Tx<'_>| -> Result<i64, StoreError> {
+        Ok(t.tx
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap())
+    };
+    let mut full = Store::open(dir.path(), wait).unwrap();
+    let during = full
+        .decide_with(Commit::Lazy, |t| {
+            LedgerTx::log(&*t, 1, "s", "model", "lazy")?;
+            sync_of(t)
+        })
+        .unwrap();
+    assert_eq!(during, 1, "made at NORMAL");
+    let after = full.decide_with(Commit::Durable, sync_of).unwrap();
+    assert_eq!(after, 2, "FULL again for the next decision");
+    let failed: Result<(), StoreError> = full.decide_with(Commit::Lazy, |t| {
+        LedgerTx::log(&*t, 2, "s", "model", "rolled back")?;
+        Err(StoreError::Schema {
+            path: "x".into(),
+            found: 0,
+        })
+    });
+    assert!(failed.is_err());
+    assert_eq!(full.decide(sync_of).unwrap(), 2);
+    let logged: Vec<String> = {
+        let mut stmt = full.conn.prepare("SELECT detail FROM log").unwrap();
+        let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+        rows.map(Result::unwrap).collect()
+    };
+    assert_eq!(
+        logged,
+        ["lazy"],
+        "committed once; the failed one changed nothing"
+    );
+    let mut normal = Store::open_with(dir.path(), wait, Durability::Normal).unwrap();
+    assert_eq!(normal.decide_with(Commit::Lazy, sync_of).unwrap(), 1);
+    assert_eq!(normal.decide_with(Commit::Durable, sync_of).unwrap(), 1);
+}

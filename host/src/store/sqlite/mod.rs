@@ -18,7 +18,9 @@ use budgetgate_core::budget::Ledger;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection};
 
-use super::{oversized_record, Durability, ListedLedger, StoreError, LOST_LEDGER, MAX_RECORD_LEN};
+use super::{
+    oversized_record, Commit, Durability, ListedLedger, StoreError, LOST_LEDGER, MAX_RECORD_LEN,
+};
 
 mod tx;
 
@@ -32,6 +34,11 @@ pub const FILE_NAME: &str = "ledger.sqlite3";
 pub struct Store {
     pub(super) conn: Connection,
     path: String,
+    durability: Durability,
+    /// The connection's `synchronous` is not its durability's (a lazy
+    /// commit could not set it back): set back before the next decision,
+    /// which is refused while it cannot be.
+    sync_off: bool,
 }
 
 impl Store {
@@ -104,7 +111,12 @@ impl Store {
         }
         conn.pragma_update(None, "synchronous", durability.synchronous())
             .map_err(sql)?;
-        let mut store = Self { conn, path };
+        let mut store = Self {
+            conn,
+            path,
+            durability,
+            sync_off: false,
+        };
         store.migrate()?;
         Ok(store)
     }
@@ -192,6 +204,19 @@ impl Store {
         &mut self,
         decide: impl FnOnce(&mut Tx<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
+        if self.sync_off {
+            self.set_synchronous(self.durability)?;
+            self.sync_off = false;
+        }
+        self.run(decide)
+    }
+
+    /// The transaction of [`Self::decide`], at the connection's
+    /// `synchronous` as it is.
+    fn run<T, E: From<StoreError>>(
+        &mut self,
+        decide: impl FnOnce(&mut Tx<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
         let path = self.path.clone();
         let sql = |source| StoreError::Sqlite {
             path: path.clone(),
@@ -205,6 +230,37 @@ impl Store {
         let out = decide(&mut handle)?;
         handle.tx.commit().map_err(sql)?;
         Ok(out)
+    }
+
+    /// [`Self::decide`] with a commit that is not waited for on disk
+    /// ([`Commit::Lazy`]): on a [`Durability::Full`] connection this one
+    /// commit is made as with `Normal` (it survives a crash of the process;
+    /// a power cut before the next durable commit may lose it), and the
+    /// next durable commit makes it durable with itself (the WAL is synced
+    /// whole).
+    pub fn decide_with<T, E: From<StoreError>>(
+        &mut self,
+        commit: Commit,
+        decide: impl FnOnce(&mut Tx<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        if commit == Commit::Durable || self.durability != Durability::Full {
+            return self.decide(decide);
+        }
+        self.set_synchronous(Durability::Normal)?;
+        self.sync_off = true;
+        let out = self.run(decide);
+        // Back to the connection's own, whatever the decision did; failing
+        // that, before the next decision (refused while it cannot be).
+        if self.set_synchronous(self.durability).is_ok() {
+            self.sync_off = false;
+        }
+        out
+    }
+
+    fn set_synchronous(&self, durability: Durability) -> Result<(), StoreError> {
+        self.conn
+            .pragma_update(None, "synchronous", durability.synchronous())
+            .map_err(self.sql())
     }
 
     /// Every stored ledger: (session, agent, ledger or why it cannot be
@@ -371,7 +427,7 @@ fn listed_text(value: SqlValue, what: &str) -> (String, Option<String>) {
 
 /// A decision's transaction: read and write one session's state.
 pub struct Tx<'a> {
-    tx: Open<'a>,
+    pub(in crate::store) tx: Open<'a>,
     path: String,
 }
 
@@ -380,7 +436,7 @@ pub struct Tx<'a> {
 /// `ROLLBACK` are statements cached on the connection like every other:
 /// `rusqlite::Transaction` prepares them anew each time, which was about a
 /// tenth of a gated call's instructions in the gateway (`docs/BENCHMARKS.md`).
-struct Open<'a> {
+pub(in crate::store) struct Open<'a> {
     conn: &'a Connection,
     committed: bool,
 }
