@@ -81,10 +81,19 @@ pub enum Admission {
     Stop(ModelStop),
 }
 
+/// How a call ended, to count ([`ModelGate::finish_soon`]).
+struct Finish {
+    ticket: Ticket,
+    outcome: Outcome,
+    now: u64,
+}
+
 /// The model-call gate: the ledger, the budget, and how long a call's
 /// reservation outlives a proxy that stopped renewing it.
 pub struct ModelGate {
     backend: Mutex<Backend>,
+    /// Calls that ended, not yet counted ([`ModelGate::finish_soon`]).
+    pending: Mutex<Vec<Finish>>,
     budget: ReplayBudget,
     tools: Result<Box<ToolTable<BUDGET_TOOLS>>, String>,
     ttl_ms: u64,
@@ -96,6 +105,7 @@ impl ModelGate {
     pub fn new(backend: Backend, budget: ReplayBudget, ttl_ms: u64) -> Self {
         Self {
             backend: Mutex::new(backend),
+            pending: Mutex::new(Vec::new()),
             tools: budget.tool_table(),
             budget,
             ttl_ms,
@@ -160,7 +170,13 @@ impl ModelGate {
         });
         let ttl = self.ttl_ms;
         let price = price_of(&self.budget.prices, request.model);
-        self.transaction(Commit::Durable, session, now, |tx, ledgers, now| {
+        // The session's calls that ended since its last decision are
+        // counted first, in this decision's transaction.
+        let ended = self.take_pending(session);
+        let decided = self.transaction(Commit::Durable, session, now, |tx, ledgers, now| {
+            for finish in &ended {
+                self.count_finish(tx, ledgers, finish)?;
+            }
             model::mark_proxied(tx, session)?;
             gate::count_expired(tx, session, &mut ledgers.session, now)?;
             ledgers.observe_time(now);
@@ -217,7 +233,11 @@ impl ModelGate {
                     }))
                 }
             }
-        })
+        });
+        if decided.is_err() {
+            self.put_back(ended);
+        }
+        decided
     }
 
     /// Counts how call `ticket` ended, once: its reservation is taken
@@ -229,42 +249,130 @@ impl ModelGate {
     /// it, and a power cut before that leaves the reservation, counted at
     /// its charge when it expires, as for a proxy killed mid-call.
     pub fn finish(&self, ticket: &Ticket, outcome: Outcome, now: u64) -> Result<(), String> {
-        let price = price_of(&self.budget.prices, &ticket.model);
-        self.transaction(Commit::Lazy, &ticket.session, now, |tx, ledgers, now| {
-            let session = ticket.session.as_str();
-            if tx.take_reservation(session, &ticket.key)?.is_none() {
+        self.transaction(Commit::Lazy, &ticket.session, now, |tx, ledgers, _| {
+            self.count_finish(
+                tx,
+                ledgers,
+                &Finish {
+                    ticket: ticket.clone(),
+                    outcome,
+                    now,
+                },
+            )
+        })
+    }
+
+    /// [`Self::finish`], left for the next decision on the ticket's session
+    /// to count in its own transaction (one transaction a call instead of
+    /// two when the next call comes at once: an agent's loop) or for
+    /// [`Self::flush`], which the caller runs next. Until one of them has,
+    /// the call holds its reservation, as in [`Self::finish`]'s own
+    /// transaction until it commits; a process that dies first leaves it,
+    /// counted at its charge when it expires.
+    pub fn finish_soon(&self, ticket: Ticket, outcome: Outcome, now: u64) {
+        if let Ok(mut pending) = self.pending.lock() {
+            pending.push(Finish {
+                ticket,
+                outcome,
+                now,
+            });
+        }
+        // A poisoned lock: nothing is counted, and the reservation expires
+        // and is counted at its charge (never free).
+    }
+
+    /// Counts every call left by [`Self::finish_soon`] that no decision
+    /// counted yet, each in its own transaction; the ones that could not be
+    /// counted, with why (their reservations expire and are counted at
+    /// their charge).
+    pub fn flush(&self) -> Vec<(String, String)> {
+        let taken = match self.pending.lock() {
+            Ok(mut pending) => std::mem::take(&mut *pending),
+            Err(_) => return Vec::new(),
+        };
+        taken
+            .into_iter()
+            .filter_map(|f| {
+                self.finish(&f.ticket, f.outcome, f.now)
+                    .err()
+                    .map(|e| (f.ticket.key, e))
+            })
+            .collect()
+    }
+
+    /// The calls of `session` left by [`Self::finish_soon`], taken out.
+    fn take_pending(&self, session: &str) -> Vec<Finish> {
+        let Ok(mut pending) = self.pending.lock() else {
+            return Vec::new();
+        };
+        if pending.iter().all(|f| f.ticket.session != session) {
+            return Vec::new();
+        }
+        let (mine, others) = std::mem::take(&mut *pending)
+            .into_iter()
+            .partition(|f| f.ticket.session == session);
+        *pending = others;
+        mine
+    }
+
+    /// Puts back calls taken by [`Self::take_pending`] whose transaction
+    /// failed: [`Self::flush`] tries them again.
+    fn put_back(&self, finishes: Vec<Finish>) {
+        if let Ok(mut pending) = self.pending.lock() {
+            pending.extend(finishes);
+        }
+    }
+
+    /// Counts how one call ended, in the transaction `tx` of its session:
+    /// its reservation taken from the store and committed with the usage
+    /// reported (or its charge when nothing was), or given back when the
+    /// call cannot have been billed; nothing when the reservation is no
+    /// longer stored (it expired and was counted).
+    fn count_finish(
+        &self,
+        tx: &dyn crate::store::LedgerTx,
+        ledgers: &mut gate::Ledgers<'_>,
+        finish: &Finish,
+    ) -> Result<(), GateError> {
+        let Finish {
+            ticket,
+            outcome,
+            now,
+        } = finish;
+        let session = ticket.session.as_str();
+        if tx.take_reservation(session, &ticket.key)?.is_none() {
+            return Ok(());
+        }
+        let who = model::Whose {
+            session,
+            agent: None,
+        };
+        let usage = match *outcome {
+            Outcome::NotBilled => {
+                model::release(tx, &who, ledgers, ticket.admitted);
                 return Ok(());
             }
-            let who = model::Whose {
-                session,
-                agent: None,
-            };
-            let usage = match outcome {
-                Outcome::NotBilled => {
-                    model::release(tx, &who, ledgers, ticket.admitted);
-                    return Ok(());
-                }
-                Outcome::Billed(usage) => usage,
-                Outcome::Unknown => TokenUsage {
-                    output_tokens: ticket.charge,
-                    ..TokenUsage::ZERO
-                },
-            };
-            let response = Response {
-                model: &ticket.model,
-                tokens: usage.total(),
-                cost_micros: price.map(|p| p.cost_micros(&usage)),
-                new_call: true,
-            };
-            model::count_response(tx, &who, ledgers, ticket.admitted, &response)?;
-            tx.log(
-                now,
-                session,
-                "model",
-                &format!("{} {}: {} tokens", ticket.key, ticket.model, usage.total()),
-            )?;
-            Ok(())
-        })
+            Outcome::Billed(usage) => usage,
+            Outcome::Unknown => TokenUsage {
+                output_tokens: ticket.charge,
+                ..TokenUsage::ZERO
+            },
+        };
+        let price = price_of(&self.budget.prices, &ticket.model);
+        let response = Response {
+            model: &ticket.model,
+            tokens: usage.total(),
+            cost_micros: price.map(|p| p.cost_micros(&usage)),
+            new_call: true,
+        };
+        model::count_response(tx, &who, ledgers, ticket.admitted, &response)?;
+        tx.log(
+            *now,
+            session,
+            "model",
+            &format!("{} {}: {} tokens", ticket.key, ticket.model, usage.total()),
+        )?;
+        Ok(())
     }
 
     /// The session's ledger at `now`, with the budget's maxima, as the
@@ -276,5 +384,76 @@ impl ModelGate {
             ledgers.observe_time(now);
             Ok(ledgers.session.clone())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::budget_file::parse_budget;
+    use crate::store::MemoryStore;
+    use budgetgate_core::budget::Limit;
+
+    fn gate() -> ModelGate {
+        let budget = parse_budget("[budget]\nmax_model_calls = 10\nmax_tokens = 100000\n").unwrap();
+        ModelGate::new(Backend::Memory(MemoryStore::new()), budget, 600_000)
+    }
+
+    fn call(gate: &ModelGate, session: &str, key: &str) -> Ticket {
+        let request = ModelCall {
+            model: "m",
+            max_output: Some(10),
+            input_bound: 100,
+            can_set_max_output: true,
+        };
+        match gate.admit(session, key, &request, 1_000).unwrap() {
+            Admission::Go(t) => t,
+            Admission::Stop(s) => panic!("{s:?}"),
+        }
+    }
+
+    const USAGE: TokenUsage = TokenUsage {
+        input_tokens: 40,
+        output_tokens: 2,
+        cache_read_input_tokens: 0,
+        cache_creation_input_tokens: 0,
+    };
+
+    fn figures(gate: &ModelGate, session: &str) -> (u64, u64, u64) {
+        let l = gate.ledger(session, 1_000).unwrap();
+        (
+            l.used(Limit::Tokens),
+            l.used(Limit::ModelCalls),
+            l.reserved(Limit::ModelCalls),
+        )
+    }
+
+    /// Issue 31: a call that ended is counted by the session's next
+    /// decision, in its transaction, when that comes before the flush;
+    /// the flush then counts nothing again. Another session's decision
+    /// leaves it to the flush.
+    #[test]
+    fn a_call_left_to_count_is_counted_once_by_the_next_decision_or_the_flush() {
+        let gate = gate();
+        let first = call(&gate, "a", "k1");
+        gate.finish_soon(first, Outcome::Billed(USAGE), 1_000);
+        assert_eq!(figures(&gate, "a"), (0, 0, 1), "held, not yet counted");
+        let _other = call(&gate, "b", "k2");
+        assert_eq!(
+            figures(&gate, "a"),
+            (0, 0, 1),
+            "not by another session's decision"
+        );
+        let _second = call(&gate, "a", "k3");
+        assert_eq!(figures(&gate, "a"), (42, 1, 1), "by the session's next one");
+        assert!(gate.flush().is_empty());
+        assert_eq!(figures(&gate, "a"), (42, 1, 1), "once");
+
+        let third = call(&gate, "b", "k4");
+        gate.finish_soon(third, Outcome::Billed(USAGE), 1_000);
+        assert!(gate.flush().is_empty());
+        assert_eq!(figures(&gate, "b"), (42, 1, 1), "by the flush");
+        assert!(gate.flush().is_empty());
+        assert_eq!(figures(&gate, "b"), (42, 1, 1), "once");
     }
 }

@@ -45,12 +45,26 @@ pub const HEAD_TIMEOUT_S: u64 = 10;
 pub struct ChannelBody {
     rx: tokio::sync::mpsc::Receiver<Bytes>,
     broken: Option<Arc<std::sync::atomic::AtomicBool>>,
+    done: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl ChannelBody {
     /// A body that ends when the channel's sender is dropped.
     pub fn new(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Self {
-        Self { rx, broken: None }
+        Self {
+            rx,
+            broken: None,
+            done: None,
+        }
+    }
+
+    /// Told when the server is done with this body (it read its end, or the
+    /// client went away): the server drops the body as it writes its
+    /// end, so a task woken by it runs after that write.
+    pub fn when_done(&mut self) -> tokio::sync::oneshot::Receiver<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.done = Some(tx);
+        rx
     }
 
     /// A body that, when the sender is dropped after `broken` was set,
@@ -62,6 +76,15 @@ impl ChannelBody {
         Self {
             rx,
             broken: Some(broken),
+            done: None,
+        }
+    }
+}
+
+impl Drop for ChannelBody {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            let _ = done.send(());
         }
     }
 }

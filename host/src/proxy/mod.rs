@@ -499,14 +499,36 @@ struct Tap {
 impl Tap {
     fn finish(&self, outcome: Outcome) {
         if let Err(e) = self.proxy.gate.finish(&self.ticket, outcome, now_ms()) {
-            // Its reservation stays stored: it expires and is counted.
-            eprintln!(
-                "budgetgate proxy: counting call {}: {}; its reservation will be counted when it expires",
-                self.ticket.key,
-                crate::term::terminal_safe(&e)
-            );
+            not_counted(&self.ticket.key, &e);
         }
     }
+
+    /// Counts how the call ended once the client's answer is written out
+    /// (`written`: the server is done with its body) or [`COUNT_WITHIN`]
+    /// has passed (a client slow to read its answer does not hold its
+    /// count back), unless the session's next call, come at once, counted
+    /// it in its own decision's transaction first.
+    async fn finish_soon(self, outcome: Outcome, written: tokio::sync::oneshot::Receiver<()>) {
+        let gate = &self.proxy.gate;
+        gate.finish_soon(self.ticket, outcome, now_ms());
+        // Sent or dropped: either way the server is done with the body.
+        let _ = tokio::time::timeout(COUNT_WITHIN, written).await;
+        for (key, e) in gate.flush() {
+            not_counted(&key, &e);
+        }
+    }
+}
+
+/// How long after its answer ended a call is counted at the latest.
+const COUNT_WITHIN: Duration = Duration::from_millis(50);
+
+/// A call's count that failed: its reservation stays stored, and is
+/// counted at its charge when it expires.
+fn not_counted(key: &str, e: &str) {
+    eprintln!(
+        "budgetgate proxy: counting call {key}: {}; its reservation will be counted when it expires",
+        crate::term::terminal_safe(e)
+    );
 }
 
 /// Relays the upstream's answer as it comes; for a gated call, reads its
@@ -534,6 +556,8 @@ async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Reply {
     // past its deadline): the client's answer then breaks off too.
     let broken = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let broke = Arc::clone(&broken);
+    let mut body = ChannelBody::breakable(rx, broken);
+    let written = body.when_done();
     tokio::spawn(async move {
         let mut reader = UsageReader::new(tap.as_ref(), streamed);
         // Until the end, or a stream cut (the upstream failed, or the call
@@ -584,18 +608,21 @@ async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Reply {
                     .usage(tap.request.api)
                     .map_or(Outcome::Unknown, Outcome::Billed)
             };
-            tap.finish(outcome);
+            tap.finish_soon(outcome, written).await;
         }
     });
-    builder
-        .body(ChannelBody::breakable(rx, broken).boxed())
-        .unwrap_or_else(|_| {
-            net::full(
-                StatusCode::BAD_GATEWAY,
-                "text/plain",
-                "budgetgate: the upstream's answer has headers that cannot be relayed",
-            )
-        })
+    // The relay reads what the upstream has sent already before the head
+    // goes out (the runtime has one thread), so that the head and the
+    // answer's first bytes (a whole answer: all of it, and its end) leave
+    // in one write: the client reads them at once, not in two wake-ups.
+    tokio::task::yield_now().await;
+    builder.body(body.boxed()).unwrap_or_else(|_| {
+        net::full(
+            StatusCode::BAD_GATEWAY,
+            "text/plain",
+            "budgetgate: the upstream's answer has headers that cannot be relayed",
+        )
+    })
 }
 
 /// Reads a gated answer's usage as it passes: a stream event by event, a
@@ -758,8 +785,14 @@ pub fn run(config: &Config) -> ExitCode {
             Ok(l) => l,
             Err(e) => return fail(e),
         };
+        let gate = Arc::clone(&proxy);
         let handler = move |bound, req| handle(Arc::clone(&proxy), bound, req);
         net::serve(listener, "proxy", handler).await;
+        // Calls that ended and wait for their count are counted before the
+        // process ends (those still in flight hold their reservations).
+        for (key, e) in gate.gate.flush() {
+            not_counted(&key, &e);
+        }
         eprintln!("budgetgate proxy: stopped");
         ExitCode::SUCCESS
     })
