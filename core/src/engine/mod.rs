@@ -15,7 +15,8 @@
 //! 5. a limit checked before each model call already reached — model calls,
 //!    tokens, time, cost — or a model without a price under a cost limit →
 //!    `budget-exhausted` (only where the front-end cannot refuse the model
-//!    call itself: the hook and the gateway);
+//!    call itself: the hook and the gateway; in replay, for a sub-agent's
+//!    call against its own ledger, [`BudgetPerCall`]);
 //! 6. the same tool with the same arguments more than `max_repeats` times →
 //!    `repeat` (the count is raised first, then compared, as the reference
 //!    does; no room for a new distinct call → `repeat-capacity`);
@@ -63,7 +64,7 @@
 //! let mut table: ToolTable = ToolTable::new();
 //! table.try_add("search", ToolRule::Run).unwrap();
 //! table.try_add_cap("search", 1).unwrap();
-//! let rules = Rules { max_repeats: 2, tools: &table, rate: &[], loops: engine::LoopRules::OFF, budget_per_call: true };
+//! let rules = Rules { max_repeats: 2, tools: &table, rate: &[], loops: engine::LoopRules::OFF, budget_per_call: engine::BudgetPerCall::All };
 //! let mut session = Session { ledger: Ledger::new(0), ids: Vec::new(), repeats: Vec::new() };
 //! session.ledger.set_max(Limit::ToolCalls, Some(5));
 //! session.ledger.track_caps(&table).unwrap();
@@ -283,13 +284,24 @@ pub struct Rules<'a, const N: usize = { crate::limits::MAX_TOOLS }> {
     /// The loop patterns looked for ([`LoopRules::OFF`]: none, without a
     /// `[loops]` table).
     pub loops: LoopRules,
-    /// Whether the limits checked before each model call are checked before
-    /// each tool call too ([`CallCheck::Budget`]): for a front-end that
-    /// cannot refuse the model call itself (the hook, the gateway). A
-    /// front-end that stops before the model call (the turn gate) leaves it
-    /// off: as in the reference, the calls of a response that reached a
-    /// limit still run.
-    pub budget_per_call: bool,
+    /// Whose limits checked before each model call are checked before each
+    /// tool call too ([`CallCheck::Budget`]).
+    pub budget_per_call: BudgetPerCall,
+}
+
+/// Whose limits of a model call ([`CallCheck::Budget`]) a tool call is
+/// checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum BudgetPerCall {
+    /// The session's and the sub-agent's: for a front-end that cannot
+    /// refuse a model call itself (the hook, the gateway).
+    All,
+    /// The sub-agent's only: for a front-end that stops the session before
+    /// its model calls but cannot stop a sub-agent's (replay: the recording
+    /// made them), so a sub-agent past its own limits has its calls refused
+    /// while the session goes on.
+    SubAgent,
 }
 
 /// How an attempt let through is counted.
@@ -748,8 +760,10 @@ fn apply<S: State<T> + ?Sized, const T: usize, const N: usize>(
             .fingerprint
             .is_none()
             .then_some(Refusal::plain(RefusalReason::InvalidArguments)),
-        CallCheck::Budget if rules.budget_per_call => budget_exhausted(state)?,
-        CallCheck::Budget => None,
+        CallCheck::Budget => match rules.budget_per_call {
+            BudgetPerCall::All => budget_exhausted(state)?,
+            BudgetPerCall::SubAgent => sub_agent_exhausted(state),
+        },
         CallCheck::Repeat => match call.fingerprint {
             // The reference counts first (`vistas[clave] += 1`), then compares.
             Some(key) => match state.raise_repeat(key)? {
@@ -811,6 +825,20 @@ fn apply<S: State<T> + ?Sized, const T: usize, const N: usize>(
         CallCheck::Rate => rate_limited(state, rules, call.now_ms)?,
     };
     Ok(refusal)
+}
+
+/// [`CallCheck::Budget`] for a sub-agent's call alone
+/// ([`BudgetPerCall::SubAgent`]): the first limit checked before each model
+/// call that its own ledger has reached; nothing for the session's call.
+fn sub_agent_exhausted<S: State<T> + ?Sized, const T: usize>(state: &mut S) -> Option<Refusal> {
+    let agent = state.ledgers().agent?;
+    model::sub_agent_stopped(agent).map(|stop| Refusal {
+        reason: RefusalReason::BudgetExhausted,
+        why: Why::Exhausted {
+            whose: stop.whose,
+            exceeded: Some(stop.exceeded),
+        },
+    })
 }
 
 /// The `budget-exhausted` check ([`CallCheck::Budget`]) alone: the first

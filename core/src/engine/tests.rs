@@ -150,7 +150,7 @@ fn rules<'a>(tools: &'a ToolTable, rate: &'a [RateWindow]) -> Rules<'a> {
         tools,
         rate,
         loops: LoopRules::OFF,
-        budget_per_call: true,
+        budget_per_call: BudgetPerCall::All,
     }
 }
 
@@ -495,29 +495,45 @@ fn budget_exhausted_is_checked_per_call_only_where_the_rules_ask() {
         refusal.figures(),
         Some((LimitName::Ledger(Limit::Tokens), 10, 10))
     );
-    r.budget_per_call = false;
+    // A front-end that stops the session before its model calls checks a
+    // sub-agent's limits only: the session's call runs.
+    r.budget_per_call = BudgetPerCall::SubAgent;
     assert_eq!(
         decide_on(&mut mem, &r, &call("read", "c", "{}", 0)),
         Decision::Run
     );
-    // A sub-agent's own limit: its calls only.
-    r.budget_per_call = true;
-    let mut mem = Mem::new();
-    let mut agent = Ledger::new(0);
-    agent.set_max(Limit::ModelCalls, Some(1));
-    agent.record(Limit::ModelCalls, 1);
-    mem.agent = Some(agent);
-    let Decision::Refused(refusal) = decide_on(&mut mem, &r, &call("read", "a", "{}", 0)) else {
-        panic!("refused")
-    };
-    assert!(matches!(
-        refusal.why,
-        Why::Exhausted {
-            whose: Whose::SubAgent,
-            ..
-        }
-    ));
-    assert!(!refusal.ends_session());
+    // A sub-agent's own limit: its calls only, in either mode.
+    for mode in [BudgetPerCall::SubAgent, BudgetPerCall::All] {
+        r.budget_per_call = mode;
+        let mut mem = Mem::new();
+        let mut agent = Ledger::new(0);
+        agent.set_max(Limit::ModelCalls, Some(1));
+        agent.record(Limit::ModelCalls, 1);
+        mem.agent = Some(agent);
+        let Decision::Refused(refusal) = decide_on(&mut mem, &r, &call("read", "a", "{}", 0))
+        else {
+            panic!("refused")
+        };
+        assert!(matches!(
+            refusal.why,
+            Why::Exhausted {
+                whose: Whose::SubAgent,
+                ..
+            }
+        ));
+        assert!(!refusal.ends_session());
+        // One call below its limit: it runs.
+        let mut mem = Mem::new();
+        let mut agent = Ledger::new(0);
+        agent.set_max(Limit::ModelCalls, Some(2));
+        agent.record(Limit::ModelCalls, 1);
+        mem.agent = Some(agent);
+        assert_eq!(
+            decide_on(&mut mem, &r, &call("read", "b", "{}", 0)),
+            Decision::Run,
+            "{mode:?}"
+        );
+    }
 }
 
 /// A model counted without a price matters under a cost limit only, and

@@ -251,6 +251,8 @@ struct RunState<'g, const SEEN: usize, const TOOLS: usize> {
     id: Seen,
     repeats: &'g mut Vec<(CallFingerprint, u32), SEEN>,
     ledger: &'g mut Ledger<TOOLS>,
+    /// A sub-agent's own ledger, for its call ([`TurnGate::propose_for`]).
+    agent: Option<&'g mut Ledger<TOOLS>>,
     unpriced: &'g mut bool,
     window: &'g mut Window,
 }
@@ -275,7 +277,7 @@ impl<const SEEN: usize, const TOOLS: usize> engine::State<TOOLS> for RunState<'_
     fn ledgers(&mut self) -> engine::Ledgers<'_, TOOLS> {
         engine::Ledgers {
             session: self.ledger,
-            agent: None,
+            agent: self.agent.as_deref_mut(),
         }
     }
 
@@ -353,6 +355,7 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
             id,
             repeats: &mut self.seen,
             ledger: &mut self.ledger,
+            agent: None,
             unpriced: &mut self.unpriced,
             window: &mut self.window,
         }

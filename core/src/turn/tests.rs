@@ -1096,3 +1096,43 @@ fn loops_refuse_a_call_whose_results_do_not_change() {
         Err(ReportError::AlreadyAnswered)
     );
 }
+
+/// Issue 30 (one rule book): a sub-agent's call is decided by the engine
+/// with the sub-agent's own ledger: past its own limits, its calls are
+/// refused `budget-exhausted` (after the name and id checks, in the
+/// engine's one order), under them they run and count in it; the
+/// session's calls are not affected.
+#[test]
+fn a_sub_agents_call_is_checked_against_its_own_ledger_in_the_engines_order() {
+    use crate::budget::{Ledger, Limit};
+    let mut g = gate(TurnLimits::DEFAULT);
+    tool_turn(&mut g, 1_000, 10);
+    let mut spent: Ledger<4> = Ledger::new(0);
+    spent.set_max(Limit::Tokens, Some(100));
+    spent.record(Limit::Tokens, 100);
+    assert_eq!(
+        g.propose_for(&call("a", "search", "{}"), Some(&mut spent)),
+        Ok(CallVerdict::Refused(RefusalReason::BudgetExhausted))
+    );
+    assert_eq!(
+        g.propose_for(&call("b", "bad name", "{}"), Some(&mut spent)),
+        Ok(CallVerdict::Refused(RefusalReason::InvalidName)),
+        "the name first, as in every front-end"
+    );
+    assert_eq!(spent.used(Limit::ToolCalls), 0, "nothing counted");
+    let mut fresh: Ledger<4> = Ledger::new(0);
+    fresh.set_max(Limit::Tokens, Some(100));
+    fresh.record(Limit::Tokens, 99);
+    assert_eq!(
+        g.propose_for(&call("c", "search", r#"{"q":1}"#), Some(&mut fresh)),
+        Ok(CallVerdict::Execute)
+    );
+    assert_eq!(fresh.used(Limit::ToolCalls), 1, "its attempt counts in it");
+    // Its own tool calls: none left.
+    let mut no_tools: Ledger<4> = Ledger::new(0);
+    no_tools.set_max(Limit::ToolCalls, Some(0));
+    assert_eq!(
+        g.propose_for(&call("e", "search", r#"{"q":3}"#), Some(&mut no_tools)),
+        Ok(CallVerdict::Refused(RefusalReason::ToolBudget))
+    );
+}

@@ -652,7 +652,7 @@ pub fn decide_tool_call(
         tools: ledgers.tools,
         rate: &windows,
         loops: budget.loops,
-        budget_per_call: true,
+        budget_per_call: engine::BudgetPerCall::All,
     };
     let mut state = Stored::new(tx, session, agent, ledgers);
     state.seen = if prior.is_some() {

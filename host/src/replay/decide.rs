@@ -11,13 +11,12 @@ use budgetgate_core::turn::{
     Admission, Approver, CallVerdict, ProposeError, ProposedCall, RunStatus, StopReason, TokenMode,
     TokenUsage, ToolName, ToolOutcome, ToolRule, ToolRules, TurnEnd,
 };
-use budgetgate_core::word;
 
 use super::budget::{self, ApprovePolicy, ReplayBudget};
 use super::report::{AgentReport, BudgetReport, LoopStop, Overshoot, Report, Stopped};
 use super::rows::{DecidedTurns, TurnOutcome, Verdict};
 use super::session::{RecordedCall, RecordedTurn, Session, UsageGranularity};
-use super::{spill_read_error, PolicyApprover, ReplayGate, REPORT_SCHEMA_VERSION};
+use super::{spill_read_error, PolicyApprover, ReplayGate, REPLAY_TOOLS, REPORT_SCHEMA_VERSION};
 
 mod loops;
 
@@ -77,7 +76,7 @@ struct Walk<'s, 'b> {
     /// Models the budget has no price for.
     unpriced: BTreeSet<String>,
     /// `[subagent]`: each sub-agent's own counts, as the hook keeps them.
-    agents: BTreeMap<String, Ledger>,
+    agents: BTreeMap<String, Ledger<REPLAY_TOOLS>>,
     /// The sub-agents whose own limit a note already names.
     noted_agents: BTreeSet<String>,
     /// `[loops]`: each sub-agent's loop window, swapped into the gate for
@@ -290,30 +289,43 @@ impl<'s, 'b> Walk<'s, 'b> {
         })
     }
 
-    /// Decides one call of a response the gate let happen (of sub-agent
-    /// `sub`, if it is one's) and answers it with the recorded outcome.
-    fn call(&mut self, index: usize, call: &RecordedCall, sub: Option<&str>) -> Result<(), String> {
-        let own = sub.and_then(|a| self.agents.get(a)).and_then(|l| {
-            l.first_exhausted(Limit::before_model_call)
-                .map(|e| ("budget-exhausted", e))
-                .or_else(|| {
-                    l.first_exhausted(|limit| limit == Limit::ToolCalls)
-                        .map(|e| (word::TOOL_BUDGET, e))
-                })
+    /// Notes, once per sub-agent, that the engine refused its call because
+    /// the sub-agent spent its own budget (`[subagent]`).
+    fn note_sub_agent_spent(&mut self, index: usize, sub: Option<&str>) {
+        let Some(agent) = sub else {
+            return;
+        };
+        let spent = self.gate.last_refusal().and_then(|r| match r.why {
+            engine::Why::Exhausted {
+                whose: engine::Whose::SubAgent,
+                exceeded: Some(e),
+            } => Some(e.to_string()),
+            engine::Why::ToolBudget {
+                whose: engine::Whose::SubAgent,
+                used,
+                max,
+            } => Some(
+                budgetgate_core::budget::Exceeded {
+                    limit: Limit::ToolCalls,
+                    used,
+                    max,
+                }
+                .to_string(),
+            ),
+            _ => None,
         });
-        if let Some((word, e)) = own {
-            *self.extra_refusals.entry(word.into()).or_default() += 1;
-            self.decided.push_call(Verdict::Refused, Some(word));
-            let agent = sub.unwrap_or_default().to_owned();
-            if !self.noted_agents.contains(&agent) {
+        if let Some(e) = spent {
+            if self.noted_agents.insert(agent.to_owned()) {
                 self.notes.push(format!(
                     "turn {index}: sub-agent {agent} reached its own {e} ([subagent]): its calls are refused from here; the session goes on"
                 ));
-                self.noted_agents.insert(agent);
             }
-            return Ok(());
         }
-        let attempts_before = self.gate.tool_attempts();
+    }
+
+    /// Decides one call of a response the gate let happen (of sub-agent
+    /// `sub`, if it is one's) and answers it with the recorded outcome.
+    fn call(&mut self, index: usize, call: &RecordedCall, sub: Option<&str>) -> Result<(), String> {
         let proposed = ProposedCall {
             call_id: &call.id,
             name: &call.name,
@@ -326,7 +338,11 @@ impl<'s, 'b> Walk<'s, 'b> {
             asked = true;
             policy.answer(c)
         };
-        let (verdict, reason) = match self.gate.propose_with(&proposed, &mut approver) {
+        // A sub-agent's call is checked against its own ledger too (the
+        // engine's rule: its limits reached refuse its calls, and the
+        // session goes on), and counted in it.
+        let agent = sub.and_then(|a| self.agents.get_mut(a));
+        let (verdict, reason) = match self.gate.propose_with_for(&proposed, &mut approver, agent) {
             Ok(CallVerdict::Execute) => {
                 // A result recorded goes to the loop window too (`[loops]`);
                 // a call without one is reported done, and matches nothing.
@@ -345,6 +361,7 @@ impl<'s, 'b> Walk<'s, 'b> {
             }
             Ok(CallVerdict::Refused(r)) => {
                 self.note_no_progress(index, call);
+                self.note_sub_agent_spent(index, sub);
                 (Verdict::Refused, Some(r.as_str()))
             }
             Ok(CallVerdict::NeedsApproval) => {
@@ -372,11 +389,6 @@ impl<'s, 'b> Walk<'s, 'b> {
             }
             Err(e) => return Err(format!("turn {index}: call {}: {e}", call.id)),
         };
-        // The attempt the gate counted is the sub-agent's too.
-        let counted = self.gate.tool_attempts().saturating_sub(attempts_before);
-        if let Some(ledger) = sub.and_then(|a| self.agents.get_mut(a)) {
-            ledger.record(Limit::ToolCalls, u64::from(counted));
-        }
         self.decided.push_call(verdict, reason);
         Ok(())
     }
@@ -631,8 +643,8 @@ fn build_rules(
 
 /// A sub-agent's own ledger under `[subagent]`: model calls, tokens and
 /// tool attempts, as the hook keeps it (`gate::apply_subagent`).
-fn subagent_ledger(limits: &budget::SubagentLimits) -> Ledger {
-    let mut ledger: Ledger = Ledger::new(0);
+fn subagent_ledger(limits: &budget::SubagentLimits) -> Ledger<REPLAY_TOOLS> {
+    let mut ledger: Ledger<REPLAY_TOOLS> = Ledger::new(0);
     ledger.set_max(Limit::ModelCalls, limits.max_model_calls.map(u64::from));
     ledger.set_max(Limit::Tokens, limits.max_tokens);
     ledger.set_max(Limit::ToolCalls, limits.max_tool_calls.map(u64::from));

@@ -72,7 +72,11 @@ pub use crate::gate::budget_file::MAX_BUDGET_BYTES;
 /// The gate the host replays with: roomier than the device's defaults
 /// (256 calls per response, 4096 distinct calls, 256 named tools, 24 576
 /// call ids per run: three quarters of 32 768 slots).
-pub type ReplayGate = TurnGate<256, 4096, 256, { 1 << 15 }>;
+pub type ReplayGate = TurnGate<256, 4096, REPLAY_TOOLS, { 1 << 15 }>;
+
+/// The tools a replay's ledgers count calls of (the session's, and each
+/// sub-agent's, which the engine checks with it).
+pub const REPLAY_TOOLS: usize = 256;
 
 /// Arguments of `budgetgate replay`.
 #[derive(Debug, Clone, clap::Args)]

@@ -172,6 +172,22 @@ pub fn spent_in_memory<const T: usize>(
     })
 }
 
+/// The first limit checked before a model call that `ledger` reached at
+/// `now_ms`.
+fn first_reached<const T: usize>(ledger: &Ledger<T>, now_ms: u64) -> Option<Exceeded> {
+    Limit::ALL
+        .into_iter()
+        .filter(|l| l.before_model_call())
+        .find_map(|limit| ledger.exhausted_at(limit, now_ms))
+}
+
+/// The sub-agent's own walk before a model call (its ledger alone), for a
+/// front-end that refuses a sub-agent's tool calls once the sub-agent has
+/// spent its own budget ([`super::BudgetPerCall::SubAgent`]).
+pub(super) fn sub_agent_stopped<const T: usize>(agent: &Ledger<T>) -> Option<ModelStop> {
+    stop_of(Whose::SubAgent, first_reached(agent, agent.started_ms())?)
+}
+
 /// The ledgers' walk before a model call: the session's, then the
 /// sub-agent's.
 fn limit_reached<const T: usize>(
@@ -179,15 +195,18 @@ fn limit_reached<const T: usize>(
     agent: Option<&Ledger<T>>,
     now_ms: u64,
 ) -> Option<ModelStop> {
-    let first = |ledger: &Ledger<T>| {
-        Limit::ALL
-            .into_iter()
-            .filter(|l| l.before_model_call())
-            .find_map(|limit| ledger.exhausted_at(limit, now_ms))
-    };
-    let (whose, exceeded) = first(session)
+    let (whose, exceeded) = first_reached(session, now_ms)
         .map(|e| (Whose::Session, e))
-        .or_else(|| agent.and_then(first).map(|e| (Whose::SubAgent, e)))?;
+        .or_else(|| {
+            agent
+                .and_then(|a| first_reached(a, now_ms))
+                .map(|e| (Whose::SubAgent, e))
+        })?;
+    stop_of(whose, exceeded)
+}
+
+/// The stop of a limit reached: its word, whose it is, the figures.
+fn stop_of(whose: Whose, exceeded: Exceeded) -> Option<ModelStop> {
     Some(ModelStop {
         // Every limit checked before a model call has its word.
         reason: ExhaustReason::of_limit(exceeded.limit).unwrap_or(ExhaustReason::Closed),

@@ -5,7 +5,7 @@
 use super::{
     ApprovalError, FinishError, Phase, ProposeError, ReportError, RunState, Tracked, TurnGate,
 };
-use crate::budget::Limit;
+use crate::budget::{Ledger, Limit};
 use crate::engine;
 use crate::engine::loops;
 use crate::turn::fingerprint::ArgsFingerprint;
@@ -137,6 +137,20 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
     /// an earlier response is not an error but a refusal,
     /// `duplicate-call-id`, answered like any other (`SPEC E`).
     pub fn propose(&mut self, call: &ProposedCall<'_>) -> Result<CallVerdict, ProposeError> {
+        self.propose_for(call, None)
+    }
+
+    /// [`propose`](Self::propose) for a call of a sub-agent whose own
+    /// ledger is `agent` (`[subagent]`): the engine checks it too, and
+    /// counts the attempt in it. The run cannot stop a sub-agent's model
+    /// calls, so a sub-agent past its own limits has its calls refused
+    /// (`budget-exhausted`, its [`engine::BudgetPerCall::SubAgent`] check;
+    /// `tool-budget` for its tool calls) while the run goes on.
+    pub fn propose_for(
+        &mut self,
+        call: &ProposedCall<'_>,
+        agent: Option<&mut Ledger<TOOLS>>,
+    ) -> Result<CallVerdict, ProposeError> {
         let Phase::InTurn { stop } = self.phase else {
             return Err(ProposeError::NotInTurn(self.phase()));
         };
@@ -173,12 +187,14 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
             loops: self.loops,
             // The run stops before its next model call instead: as in the
             // reference, the calls of a response that reached a limit run.
-            budget_per_call: false,
+            // A sub-agent's model calls it cannot stop: its calls are.
+            budget_per_call: engine::BudgetPerCall::SubAgent,
         };
         let mut state = RunState {
             id: seen,
             repeats: &mut self.seen,
             ledger: &mut self.ledger,
+            agent,
             unpriced: &mut self.unpriced,
             window: &mut self.window,
         };
@@ -220,7 +236,18 @@ impl<const CALLS: usize, const SEEN: usize, const TOOLS: usize, const IDS: usize
         call: &ProposedCall<'_>,
         approver: &mut A,
     ) -> Result<CallVerdict, ProposeError> {
-        let verdict = self.propose(call)?;
+        self.propose_with_for(call, approver, None)
+    }
+
+    /// [`propose_with`](Self::propose_with) for a sub-agent's call
+    /// ([`propose_for`](Self::propose_for)).
+    pub fn propose_with_for<A: Approver + ?Sized>(
+        &mut self,
+        call: &ProposedCall<'_>,
+        approver: &mut A,
+        agent: Option<&mut Ledger<TOOLS>>,
+    ) -> Result<CallVerdict, ProposeError> {
+        let verdict = self.propose_for(call, agent)?;
         if verdict != CallVerdict::NeedsApproval {
             return Ok(verdict);
         }
