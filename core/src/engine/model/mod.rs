@@ -321,7 +321,8 @@ fn fitted_output<const T: usize>(worst: &WorstCase, ledgers: [Option<&Ledger<T>>
         })
         .min();
     match left.map(|left| left.saturating_sub(worst.input)) {
-        Some(room) if room < worst.output && room >= min.max(1) => room,
+        // At most its own: a call that fits is kept as it came.
+        Some(room) if room >= min.max(1) => room.min(worst.output),
         _ => worst.output,
     }
 }

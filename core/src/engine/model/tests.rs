@@ -197,6 +197,15 @@ fn a_worst_case_that_fits_or_is_not_lowerable_is_kept_as_it_came() {
         .unwrap();
     assert_eq!(held.lowered_output, None, "fits exactly: not lowered");
     release(&mut m, held);
+    let held = before_model_call(&mut m, 0, lowerable(20, 50, 1))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (held.lowered_output, m.session.reserved(Limit::Tokens)),
+        (None, 70),
+        "room to spare: its own bound, never raised"
+    );
+    release(&mut m, held);
     let refused = before_model_call(
         &mut m,
         0,
