@@ -254,7 +254,9 @@ Examples:
     /// (count_tokens, model lists) passes through ungated. Before each call
     /// the engine checks model calls, tokens, cost and time (docs/PROXY.md);
     /// with token_mode = "reserve" the call's worst case (its input bound
-    /// plus its max tokens) must fit. A refused call never reaches the
+    /// plus its max tokens) must fit, or, with reserve_min_reply_tokens,
+    /// is sent with its max tokens lowered to what is left (said in the
+    /// answer's x-budgetgate-max-tokens). A refused call never reaches the
     /// upstream: it is answered with the provider's own error shape, status
     /// 402 and x-should-retry: false, naming the limit and what was used.
     /// The response's usage is read on the way back and counted in the
