@@ -11,24 +11,16 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+mod common;
+
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_budgetgate"))
 }
 
 /// A temporary folder with a ledger, a budget and a transcript path.
-struct Setup {
-    dir: tempfile::TempDir,
-}
+use common::Setup;
 
 impl Setup {
-    fn new(budget: &str) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(dir.path().join("budget.toml"), budget).expect("budget");
-        Self { dir }
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
     fn transcript(&self) -> String {
         self.path("session.jsonl").display().to_string()
     }

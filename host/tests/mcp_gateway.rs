@@ -46,19 +46,9 @@ fn parts() -> Option<Parts> {
     installed.then_some(p)
 }
 
-struct Setup {
-    dir: tempfile::TempDir,
-}
+use common::Setup;
 
 impl Setup {
-    fn new(budget: &str) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(dir.path().join("budget.toml"), budget).expect("budget");
-        Self { dir }
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
     /// The gateway's command line in front of `server`.
     fn gateway_args(&self, extra: &[&str], server: &[&str]) -> Vec<String> {
         let mut args: Vec<String> = vec![

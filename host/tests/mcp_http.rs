@@ -189,19 +189,9 @@ fn tap_both(port: u16) -> (u16, Record, Record) {
     (at, seen, back)
 }
 
-struct Setup {
-    dir: tempfile::TempDir,
-}
+use common::Setup;
 
 impl Setup {
-    fn new(budget: &str) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(dir.path().join("budget.toml"), budget).expect("budget");
-        Self { dir }
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
     /// Starts the gateway in front of `upstream`; the process and its URL.
     fn gateway(&self, upstream: &str) -> (Proc, String, Arc<Mutex<String>>) {
         self.gateway_with(upstream, &[])

@@ -9,6 +9,26 @@ pub mod tls;
 use assert_cmd::cargo::cargo_bin_cmd;
 use assert_cmd::Command;
 
+/// A test's own folder with its `budget.toml` written in it; each test file
+/// adds the methods of its front-end (`impl common::Setup { … }` there).
+pub struct Setup {
+    pub dir: tempfile::TempDir,
+}
+
+impl Setup {
+    /// A new folder with `budget` as its `budget.toml`.
+    pub fn new(budget: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("budget.toml"), budget).expect("budget");
+        Self { dir }
+    }
+
+    /// A file in the folder.
+    pub fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
 /// The path of a shipped example file, as a string argument.
 pub fn example(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
