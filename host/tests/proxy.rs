@@ -685,10 +685,18 @@ fn a_stream_cut_off_counts_what_was_reported_and_an_error_counts_nothing() {
     assert!(a.text().contains("message_start"));
     // The client's answer breaks off as the upstream's did: not ended.
     assert!(!a.ended, "{}", a.text());
+    // What was reported (the input, and a placeholder of 1 output token)
+    // is not what was generated: the output counts at least the bytes of
+    // the answer read (all relayed to the client).
+    let start = json!({"type": "message_start", "message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [], "stop_reason": null, "stop_sequence": null,
+        "usage": {"input_tokens": INPUT, "output_tokens": 1}}});
+    let sent = format!("event: message_start\ndata: {start}\n\n").len() as u64;
     let row = ledger_row(&ledger, "proxy");
     assert_eq!(
         (used(&row, "tokens"), used(&row, "model_calls")),
-        (INPUT + 1, 1)
+        (INPUT + sent, 1)
     );
     // An error answer (529 overloaded) is relayed as it came, not billed.
     let a = post(
@@ -702,7 +710,29 @@ fn a_stream_cut_off_counts_what_was_reported_and_an_error_counts_nothing() {
     let row = ledger_row(&ledger, "proxy");
     assert_eq!(
         (used(&row, "tokens"), used(&row, "model_calls")),
-        (INPUT + 1, 1)
+        (INPUT + sent, 1)
+    );
+}
+
+/// Reserve mode: a stream that broke off before its end counts its whole
+/// reservation, not the input and placeholder its first event reported
+/// (a hostile trial had long answers counted as 51 tokens each by hanging
+/// up mid-stream).
+#[test]
+fn a_stream_cut_off_in_reserve_mode_counts_its_reservation() {
+    let (_dir, _budget, ledger, _upstream, proxy) = setup(
+        "[budget]\nmax_tokens = 100000\ntoken_mode = \"reserve\"\n",
+        &[],
+    );
+    let request = messages(true);
+    let charge = request.to_string().len() as u64 + 4_096 + 100;
+    let a = post(proxy.port, "/v1/messages", &[("x-test-cut", "1")], &request);
+    assert!(!a.ended);
+    let row = ledger_row(&ledger, "proxy");
+    assert_eq!(
+        (used(&row, "tokens"), row["limits"]["tokens"]["reserved"].clone()),
+        (charge, json!(0)),
+        "{row}"
     );
 }
 

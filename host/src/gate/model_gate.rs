@@ -70,6 +70,20 @@ pub enum Outcome {
     /// before its first usage, an answer that could not be read): the
     /// ticket's charge is counted.
     Unknown,
+    /// Its answer began and broke off before its end (the client went
+    /// away, the upstream failed, the deadline passed): what was reported
+    /// so far (`reported`; a stream's first usage reports the input and a
+    /// placeholder of output) is not what was generated. Reserve mode
+    /// counts the reservation (the most it can have been billed), or more
+    /// if more was reported; after the fact, the input reported (else the
+    /// input bound) and as output at least `answer_bytes`, the bytes of
+    /// the answer read (no token is less than a byte of the text it adds).
+    Cut {
+        /// The usage reported before the cut, if any.
+        reported: Option<TokenUsage>,
+        /// The bytes of the answer read from the upstream.
+        answer_bytes: u64,
+    },
 }
 
 /// The answer before a model call.
@@ -357,6 +371,10 @@ impl ModelGate {
                 output_tokens: ticket.charge,
                 ..TokenUsage::ZERO
             },
+            Outcome::Cut {
+                reported,
+                answer_bytes,
+            } => cut_usage(ticket, reported, answer_bytes),
         };
         let price = price_of(&self.budget.prices, &ticket.model);
         let response = Response {
@@ -384,6 +402,34 @@ impl ModelGate {
             ledgers.observe_time(now);
             Ok(ledgers.session.clone())
         })
+    }
+}
+
+/// What a call whose answer broke off counts ([`Outcome::Cut`]).
+fn cut_usage(ticket: &Ticket, reported: Option<TokenUsage>, answer_bytes: u64) -> TokenUsage {
+    if ticket.admitted.reserved.is_some() {
+        // The reservation: its whole worst case, or what was reported
+        // when that is more.
+        let reported = reported.unwrap_or(TokenUsage::ZERO);
+        if reported.total() >= ticket.charge {
+            return reported;
+        }
+        return TokenUsage {
+            output_tokens: ticket.charge,
+            ..TokenUsage::ZERO
+        };
+    }
+    match reported {
+        Some(r) => TokenUsage {
+            output_tokens: r.output_tokens.max(answer_bytes),
+            ..r
+        },
+        // After the fact, the charge is the input bound.
+        None => TokenUsage {
+            input_tokens: ticket.charge,
+            output_tokens: answer_bytes,
+            ..TokenUsage::ZERO
+        },
     }
 }
 

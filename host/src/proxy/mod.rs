@@ -597,16 +597,23 @@ async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Reply {
         if status.is_success() && reader.cut_short() {
             broke.store(true, std::sync::atomic::Ordering::Release);
         }
+        let broken_off = broke.load(std::sync::atomic::Ordering::Acquire);
         drop(tx);
         if let Some(tap) = tap {
+            let usage = reader.usage(tap.request.api);
             let outcome = if !status.is_success() {
                 // An error answer is not billed.
                 Outcome::NotBilled
+            } else if reader.broke_off(usage.is_some(), broken_off || gone) {
+                // Cut before its end: what was reported so far is not what
+                // was generated.
+                Outcome::Cut {
+                    reported: usage,
+                    answer_bytes: reader.read,
+                }
             } else {
                 // Nothing reported: the call's charge counts.
-                reader
-                    .usage(tap.request.api)
-                    .map_or(Outcome::Unknown, Outcome::Billed)
+                usage.map_or(Outcome::Unknown, Outcome::Billed)
             };
             tap.finish_soon(outcome, written).await;
         }
@@ -635,6 +642,8 @@ struct UsageReader {
     stream: StreamUsage,
     whole: Vec<u8>,
     whole_over: bool,
+    /// The answer's bytes read so far.
+    read: u64,
 }
 
 impl UsageReader {
@@ -654,12 +663,14 @@ impl UsageReader {
             stream: StreamUsage::default(),
             whole: Vec::new(),
             whole_over: false,
+            read: 0,
         }
     }
 
     /// What to send the client of `chunk`: the chunk itself, or (when an
     /// event is withheld) the events to relay.
     fn feed(&mut self, chunk: &Bytes) -> Vec<Option<Bytes>> {
+        self.read = self.read.saturating_add(chunk.len() as u64);
         let Some(api) = self.api else {
             return vec![Some(chunk.clone())];
         };
@@ -714,6 +725,18 @@ impl UsageReader {
                 self.read(api, items, None)
             }
             _ => Vec::new(),
+        }
+    }
+
+    /// Whether a gated answer broke off before its end: a stream without
+    /// the event that ends it; a whole answer not read whole (`read_whole`:
+    /// its usage was read, so it was) when the relay stopped early
+    /// (`stopped`: the upstream failed or the client went away).
+    fn broke_off(&self, read_whole: bool, stopped: bool) -> bool {
+        if self.streamed {
+            self.cut_short()
+        } else {
+            self.api.is_some() && !read_whole && stopped
         }
     }
 
