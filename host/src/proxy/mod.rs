@@ -618,11 +618,6 @@ async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Reply {
             tap.finish_soon(outcome, written).await;
         }
     });
-    // The relay reads what the upstream has sent already before the head
-    // goes out (the runtime has one thread), so that the head and the
-    // answer's first bytes (a whole answer: all of it, and its end) leave
-    // in one write: the client reads them at once, not in two wake-ups.
-    tokio::task::yield_now().await;
     builder.body(body.boxed()).unwrap_or_else(|_| {
         net::full(
             StatusCode::BAD_GATEWAY,
