@@ -417,6 +417,23 @@ fn anything_but_a_model_call_passes_through_ungated() {
         (200, json!(42))
     );
     assert_eq!(upstream.count("/v1/messages/count_tokens?beta=true"), 1);
+    // A billed endpoint it cannot gate is refused, never passed on.
+    for path in [
+        "/v1/messages/batches",
+        "/v1/completions",
+        "/v1/responses/compact",
+    ] {
+        let a = post(proxy.port, path, &[], &messages(false));
+        assert_eq!(a.status, 403, "{path}: {}", a.text());
+        assert!(a.text().contains("cannot be gated"), "{}", a.text());
+        assert_eq!(upstream.count(path), 0, "{path}");
+    }
+    // Nor is a model call with a matrix parameter.
+    assert_eq!(
+        post(proxy.port, "/v1/messages;x", &[], &messages(false)).status,
+        400
+    );
+    assert_eq!(upstream.count("/v1/messages;x"), 0);
 }
 
 #[test]
@@ -730,7 +747,10 @@ fn a_stream_cut_off_in_reserve_mode_counts_its_reservation() {
     assert!(!a.ended);
     let row = ledger_row(&ledger, "proxy");
     assert_eq!(
-        (used(&row, "tokens"), row["limits"]["tokens"]["reserved"].clone()),
+        (
+            used(&row, "tokens"),
+            row["limits"]["tokens"]["reserved"].clone()
+        ),
         (charge, json!(0)),
         "{row}"
     );

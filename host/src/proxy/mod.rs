@@ -233,6 +233,19 @@ pub async fn handle(proxy: Arc<Proxy>, bound: SocketAddr, req: Request<Incoming>
             );
         }
     }
+    if let Some(endpoint) = post_like.then(|| Api::ungated_billed(path)).flatten() {
+        return refusal(
+            Api::Messages,
+            Refused::Forbidden,
+            "ungated_endpoint",
+            &format!(
+                "budgetgate: POST {endpoint} is billed and cannot be gated (its usage cannot be bounded before it runs), so it is refused; make model calls with {}, {} or {}",
+                Api::Messages.path(),
+                Api::Chat.path(),
+                Api::Responses.path()
+            ),
+        );
+    }
     let gated = (req.method() == Method::POST)
         .then(|| Api::of_path(path))
         .flatten();

@@ -50,6 +50,35 @@ impl Api {
     /// might: percent-escapes decoded, letters in lower case, empty and
     /// `.` segments dropped, `..` taking the segment before.
     pub fn loosely(path: &str) -> Option<Self> {
+        Self::of_path(&cleaned(path))
+    }
+
+    /// The billed endpoints the proxy cannot gate (it cannot read or
+    /// bound their usage before they run): message batches, OpenAI's
+    /// batches, the legacy completions, and the Responses API's other
+    /// `POST`s (`/v1/responses/compact`, …). A `POST` to one, as its path
+    /// cleans up ([`Self::loosely`]), is refused, never passed through: a
+    /// budget that could be spent around would not be one. The answer
+    /// names the endpoint.
+    pub fn ungated_billed(path: &str) -> Option<String> {
+        let path = cleaned(path);
+        let billed = matches!(
+            path.as_str(),
+            "/v1/messages/batches" | "/v1/batches" | "/v1/complete" | "/v1/completions"
+        ) || path
+            .strip_prefix("/v1/responses/")
+            .is_some_and(|rest| rest != "input_tokens" && !rest.ends_with("/cancel"));
+        billed.then_some(path)
+    }
+}
+
+/// A path cleaned up as a URL library or a server might: percent-escapes
+/// decoded, letters in lower case, empty and `.` segments dropped, `..`
+/// taking the segment before; in each segment, what follows a `;` (a
+/// matrix parameter), a `.json` ending, and surrounding blanks and NULs
+/// left out.
+fn cleaned(path: &str) -> String {
+    {
         let mut bytes = Vec::with_capacity(path.len());
         let mut rest = path.as_bytes();
         while let Some((&b, after)) = rest.split_first() {
@@ -74,7 +103,9 @@ impl Api {
         let text = String::from_utf8_lossy(&bytes).to_ascii_lowercase();
         let mut segments: Vec<&str> = Vec::new();
         for segment in text.split(['/', '\\']) {
-            match segment {
+            let segment = segment.split(';').next().unwrap_or_default();
+            let segment = segment.strip_suffix(".json").unwrap_or(segment);
+            match segment.trim_matches(|c: char| c.is_ascii_whitespace() || c == '\0') {
                 "" | "." => {}
                 ".." => {
                     segments.pop();
@@ -82,9 +113,11 @@ impl Api {
                 s => segments.push(s),
             }
         }
-        Self::of_path(&format!("/{}", segments.join("/")))
+        format!("/{}", segments.join("/"))
     }
+}
 
+impl Api {
     /// The field that bounds the reply's tokens, as the API names it.
     pub const fn max_field(self) -> &'static str {
         match self {

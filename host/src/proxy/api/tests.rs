@@ -633,3 +633,52 @@ fn a_reply_bound_is_set_in_place_and_every_other_byte_kept() {
         Some(12)
     );
 }
+
+/// A hostile trial's paths: a matrix parameter, an escaped `;`, NUL or
+/// blank, a `.json` ending: each a model call once a server cleans it up,
+/// so refused rather than passed through ungated.
+#[test]
+fn a_model_call_with_a_parameter_suffix_or_blank_is_a_model_call_loosely() {
+    for path in [
+        "/v1/messages;x",
+        "/v1/messages;/",
+        "/v1/messages%3b",
+        "/v1/messages%00",
+        "/v1/messages%20",
+        "/v1/messages%09",
+        "/v1/messages.json",
+    ] {
+        assert_eq!(Api::loosely(path), Some(Api::Messages), "{path}");
+        assert_eq!(Api::of_path(path), None, "{path}");
+    }
+    assert_eq!(Api::loosely("/v1/chat/completions;"), Some(Api::Chat));
+    assert_eq!(Api::loosely("/v1/messages/count_tokens;x"), None);
+}
+
+/// Billed endpoints the proxy cannot gate are named (and refused); the
+/// free ones around them are not.
+#[test]
+fn billed_endpoints_that_cannot_be_gated_are_named() {
+    for path in [
+        "/v1/messages/batches",
+        "/v1/batches",
+        "/v1/complete",
+        "/v1/completions",
+        "/v1/responses/compact",
+        "/V1/Messages/Batches/",
+        "/v1/completions;x",
+    ] {
+        assert!(Api::ungated_billed(path).is_some(), "{path}");
+    }
+    for path in [
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/v1/messages/batches/msgbatch_1/cancel",
+        "/v1/responses/input_tokens",
+        "/v1/responses/resp_1/cancel",
+        "/v1/models",
+        "/v1/embeddings",
+    ] {
+        assert_eq!(Api::ungated_billed(path), None, "{path}");
+    }
+}
