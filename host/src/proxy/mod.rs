@@ -372,6 +372,15 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
     } else {
         0
     };
+    // A streamed Chat call without the usage chunk: asked for, then kept
+    // from the client; the bytes that adds count in its input bound too.
+    let hide_usage = api == Api::Chat && request.stream && !request.include_usage;
+    let added = added
+        + if hide_usage {
+            api::USAGE_OPTION_BYTES
+        } else {
+            0
+        };
     let call = gate::ModelCall {
         model: &request.model,
         max_output: request.max_output,
@@ -417,11 +426,21 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
             }
         },
     };
-    // A streamed Chat call without the usage chunk: asked for, then kept
-    // from the client.
-    let hide_usage = api == Api::Chat && request.stream && !request.include_usage;
     let body = if hide_usage {
-        api::with_include_usage(&body).unwrap_or(body)
+        match api::with_include_usage(&body) {
+            Some(body) => body,
+            None => {
+                // Without the usage chunk its output would go uncounted:
+                // not sent (fail closed).
+                let _ = proxy.gate.finish(&ticket, Outcome::NotBilled, now_ms());
+                return refusal(
+                    api,
+                    Refused::Invalid,
+                    "invalid_request",
+                    "budgetgate: the request could not be made to report its usage; the call was not made",
+                );
+            }
+        }
     } else {
         body
     };

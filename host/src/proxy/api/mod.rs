@@ -244,20 +244,94 @@ pub fn input_bound(body: &[u8]) -> u64 {
         .saturating_add(MEDIA_TOKENS.saturating_mul(media as u64))
 }
 
-/// A Chat Completions body with `stream_options.include_usage` set, for a
-/// streamed call whose client did not ask for the usage chunk (the proxy
-/// needs it, and keeps it from the client). `None`: the body cannot be
-/// rewritten (it was read above, so this does not happen).
+/// The most bytes [`with_include_usage`] adds:
+/// `"stream_options":{"include_usage":true},`. The input bound of a
+/// streamed Chat call that did not ask for usage counts them too.
+pub const USAGE_OPTION_BYTES: u64 = 40;
+
+/// `body` (a streamed Chat Completions request) asking for the final usage
+/// chunk: `stream_options.include_usage` set to `true` in place (the
+/// member's value replaced, or the member added first in its object, or
+/// `stream_options` itself added or replaced when it is not an object);
+/// every other byte stays as it came, so what the upstream bills is what
+/// the input bound counted. `None`: the body is not a JSON object.
 pub fn with_include_usage(body: &[u8]) -> Option<Vec<u8>> {
-    let mut value: serde_json::Map<String, Value> = serde_json::from_slice(body).ok()?;
-    let options = value.entry("stream_options").or_insert_with(|| json!({}));
-    if !options.is_object() {
-        *options = json!({});
+    let text = std::str::from_utf8(body).ok()?;
+    let options = member_spans(text, &["stream_options"])?;
+    let (at, len, insert) = match options.first() {
+        None => {
+            let open = text.find('{')? + 1;
+            (
+                open,
+                0,
+                member_text(text, open, "\"stream_options\":{\"include_usage\":true}"),
+            )
+        }
+        Some(span) if span.starts_with('{') => {
+            let start = offset_of(text, span);
+            match member_spans(span, &["include_usage"])?.first() {
+                Some(flag) => (offset_of(text, flag), flag.len(), "true".to_owned()),
+                None => (start + 1, 0, member_text(span, 1, "\"include_usage\":true")),
+            }
+        }
+        Some(span) => (
+            offset_of(text, span),
+            span.len(),
+            "{\"include_usage\":true}".to_owned(),
+        ),
+    };
+    let mut out = Vec::with_capacity(body.len() + insert.len());
+    out.extend_from_slice(&body[..at]);
+    out.extend_from_slice(insert.as_bytes());
+    out.extend_from_slice(&body[at + len..]);
+    Some(out)
+}
+
+/// `member` to insert at `open` (just after an object's `{` in `text`),
+/// with the comma that separates it from the members after it.
+fn member_text(text: &str, open: usize, member: &str) -> String {
+    let empty = text[open..].trim_start().starts_with('}');
+    if empty {
+        member.to_owned()
+    } else {
+        format!("{member},")
     }
-    options
-        .as_object_mut()?
-        .insert("include_usage".into(), Value::Bool(true));
-    serde_json::to_vec(&value).ok()
+}
+
+/// Where `span`, a slice of `text`, starts in it.
+fn offset_of(text: &str, span: &str) -> usize {
+    span.as_ptr() as usize - text.as_ptr() as usize
+}
+
+/// The raw values of `object`'s own members named `keys` (a key written
+/// with escapes read as the provider reads it), in order, each a slice of
+/// `object`; `None` when `object` is not one JSON object. Nothing is
+/// built: the values are read past (nesting of any depth).
+fn member_spans<'a>(object: &'a str, keys: &'static [&'static str]) -> Option<Vec<&'a str>> {
+    struct Spans(&'static [&'static str]);
+    impl<'de> serde::de::Visitor<'de> for Spans {
+        type Value = Vec<&'de str>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut spans = Vec::new();
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                let value: &'de serde_json::value::RawValue = map.next_value()?;
+                if self.0.contains(&key.as_ref()) {
+                    spans.push(value.get());
+                }
+            }
+            Ok(spans)
+        }
+    }
+    let mut reader = serde_json::Deserializer::from_str(object);
+    let spans = serde::Deserializer::deserialize_map(&mut reader, Spans(keys)).ok()?;
+    reader.end().ok()?;
+    Some(spans)
 }
 
 /// The most bytes [`with_max_output`] adds to a request that sets no reply
@@ -280,38 +354,14 @@ fn max_fields(api: Api) -> &'static [&'static str] {
 /// value, or, when it has none, [`Api::max_field`] is added first; every
 /// other byte stays as it came. `None`: the body is not a JSON object.
 pub fn with_max_output(api: Api, body: &[u8], max: u64) -> Option<Vec<u8>> {
-    struct Spans(&'static [&'static str]);
-    impl<'de> serde::de::Visitor<'de> for Spans {
-        type Value = Vec<&'de str>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("an object")
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut map: A,
-        ) -> Result<Self::Value, A::Error> {
-            let mut spans = Vec::new();
-            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                let value: &'de serde_json::value::RawValue = map.next_value()?;
-                if self.0.contains(&key.as_ref()) {
-                    spans.push(value.get());
-                }
-            }
-            Ok(spans)
-        }
-    }
     let text = std::str::from_utf8(body).ok()?;
-    let mut reader = serde_json::Deserializer::from_str(text);
-    let spans = serde::Deserializer::deserialize_map(&mut reader, Spans(max_fields(api))).ok()?;
-    reader.end().ok()?;
+    let spans = member_spans(text, max_fields(api))?;
     let number = max.to_string();
     if spans.is_empty() {
         // After the object's `{`: the new member, then a comma when others
         // follow.
         let open = text.find('{')? + 1;
-        let empty = text[open..].trim_start().starts_with('}');
-        let comma = if empty { "" } else { "," };
-        let member = format!("\"{}\":{number}{comma}", api.max_field());
+        let member = member_text(text, open, &format!("\"{}\":{number}", api.max_field()));
         let mut out = Vec::with_capacity(body.len() + member.len());
         out.extend_from_slice(&body[..open]);
         out.extend_from_slice(member.as_bytes());
@@ -322,7 +372,7 @@ pub fn with_max_output(api: Api, body: &[u8], max: u64) -> Option<Vec<u8>> {
     let mut at = 0;
     // The values as they lie in the body, in order.
     for span in spans {
-        let start = span.as_ptr() as usize - text.as_ptr() as usize;
+        let start = offset_of(text, span);
         out.extend_from_slice(&body[at..start]);
         out.extend_from_slice(number.as_bytes());
         at = start + span.len();

@@ -682,3 +682,46 @@ fn billed_endpoints_that_cannot_be_gated_are_named() {
         assert_eq!(Api::ungated_billed(path), None, "{path}");
     }
 }
+
+/// Issue 31's hostile trial (F3, F4, F9): asking for the usage chunk
+/// rewrote the whole body (numbers respelled, nested duplicate keys
+/// merged, a deep or lone-surrogate body left without the option). Now
+/// the option is set in place and every other byte kept, whatever the body
+/// holds, with at most `USAGE_OPTION_BYTES` more.
+#[test]
+fn the_usage_option_is_set_in_place_and_every_other_byte_kept() {
+    let set = |body: &str| String::from_utf8(with_include_usage(body.as_bytes()).unwrap()).unwrap();
+    assert_eq!(
+        set(r#"{"model":"g","x":[1e15,1E2,-0],"stream":true}"#),
+        r#"{"stream_options":{"include_usage":true},"model":"g","x":[1e15,1E2,-0],"stream":true}"#
+    );
+    assert_eq!(
+        set(r#"{"stream_options":{"a":{"b":1,"b":2}},"s":"hi \ud83d"}"#),
+        r#"{"stream_options":{"include_usage":true,"a":{"b":1,"b":2}},"s":"hi \ud83d"}"#
+    );
+    assert_eq!(
+        set(r#"{"stream_options":{"include_usage":false}}"#),
+        r#"{"stream_options":{"include_usage":true}}"#
+    );
+    assert_eq!(
+        set(r#"{"stream_options": null ,"m":1}"#),
+        r#"{"stream_options": {"include_usage":true} ,"m":1}"#
+    );
+    assert_eq!(
+        set(r#"{"stream_options":{ }}"#),
+        r#"{"stream_options":{"include_usage":true }}"#
+    );
+    assert_eq!(set("{}").len() as u64, 2 + USAGE_OPTION_BYTES - 1);
+    // Nesting deeper than a JSON value can be built from.
+    let deep = format!(
+        r#"{{"model":"g","x":{}1{}}}"#,
+        "[".repeat(300),
+        "]".repeat(300)
+    );
+    let out = set(&deep);
+    assert!(out.ends_with(&deep[1..]), "every byte of it kept");
+    assert!(out.starts_with(r#"{"stream_options":{"include_usage":true},"#));
+    for bad in ["[]", "{", "{} x"] {
+        assert_eq!(with_include_usage(bad.as_bytes()), None, "{bad}");
+    }
+}
