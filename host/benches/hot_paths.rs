@@ -340,6 +340,7 @@ fn model_gate(c: &mut Criterion) {
             max_output: Some(1024),
             input_bound: 5_000,
             can_set_max_output: true,
+            choices: 1,
         };
         let usage = TokenUsage {
             input_tokens: 10,

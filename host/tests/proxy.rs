@@ -540,6 +540,14 @@ fn reserve_mode_sends_a_call_without_a_bound_with_the_one_it_reserved() {
         "{}",
         a.head
     );
+    // `n` replies are each up to the bound: 20 × 3 000 does not fit in
+    // what is left, and a call of more than one reply is never lowered.
+    let many = json!({"model": "gpt-test", "max_completion_tokens": 3000, "n": 20,
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let b = post(proxy.port, "/v1/chat/completions", &[], &many);
+    assert_eq!(b.status, 402, "{}", b.text());
+    assert_eq!(b.json()["error"]["code"], "token-reserve");
+    assert_eq!(upstream.count("/v1/chat/completions"), 1);
 }
 
 #[test]

@@ -422,6 +422,7 @@ impl Gate {
                 // An adapter passes the request on as the framework built
                 // it: a call that does not fit is refused, never lowered.
                 can_set_max_output: false,
+                choices: 1,
             };
             match open.model.admit(session, &key, &call, now_ms()) {
                 Ok(Admission::Go(ticket)) => {

@@ -34,6 +34,10 @@ pub struct ModelCall<'a> {
     /// call whose worst case does not fit lowered to what is left
     /// (`reserve_min_reply_tokens`) instead of refused.
     pub can_set_max_output: bool,
+    /// How many replies the call asks for, each up to its output bound
+    /// (Chat Completions' `n`; 1 elsewhere): its worst case counts each. A
+    /// call of more than one is never lowered.
+    pub choices: u64,
 }
 
 /// A model call let through: what its response is counted against.
@@ -174,13 +178,14 @@ impl ModelGate {
     ) -> Result<Admission, String> {
         let reserve = self.budget.limits.token_mode == TokenMode::Reserve;
         let output = request.max_output.or(self.budget.reserve_max_tokens);
+        let choices = request.choices.max(1);
         let worst = reserve.then(|| WorstCase {
             input: request.input_bound,
-            output: output.unwrap_or(u64::MAX),
+            output: output.map_or(u64::MAX, |o| o.saturating_mul(choices)),
             min_output: self
                 .budget
                 .reserve_min_reply_tokens
-                .filter(|_| request.can_set_max_output),
+                .filter(|_| request.can_set_max_output && choices == 1),
         });
         let ttl = self.ttl_ms;
         let price = price_of(&self.budget.prices, request.model);
@@ -451,6 +456,7 @@ mod tests {
             max_output: Some(10),
             input_bound: 100,
             can_set_max_output: true,
+            choices: 1,
         };
         match gate.admit(session, key, &request, 1_000).unwrap() {
             Admission::Go(t) => t,

@@ -256,7 +256,7 @@ pub async fn handle(proxy: Arc<Proxy>, bound: SocketAddr, req: Request<Incoming>
         Err(ReadError::TooLarge) => {
             return refusal(
                 api_for_errors,
-                Refused::Invalid,
+                Refused::TooLarge,
                 "request_too_large",
                 &format!(
                     "budgetgate: the request body is over {} MiB",
@@ -386,6 +386,7 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
         max_output: request.max_output,
         input_bound: request.input_bound.saturating_add(added),
         can_set_max_output: true,
+        choices: request.choices,
     };
     let ticket = match proxy.gate.admit(&session, &key, &call, now_ms()) {
         Ok(Admission::Go(t)) => t,
@@ -792,8 +793,9 @@ impl UsageReader {
     }
 }
 
-/// `budgetgate proxy`: serves until SIGINT or SIGTERM (exit 0, calls in
-/// flight counted as far as reported); exit 2 when it cannot start.
+/// `budgetgate proxy`: serves until SIGINT or SIGTERM (exit 0; calls that
+/// ended counted, calls in flight left to their reservations, counted
+/// when they expire); exit 2 when it cannot start.
 pub fn run(config: &Config) -> ExitCode {
     let fail = |what: String| {
         eprintln!(

@@ -158,15 +158,20 @@ pub struct ModelRequest {
     /// plus [`INPUT_OVERHEAD_TOKENS`], plus [`MEDIA_TOKENS`] per image or
     /// document block.
     pub input_bound: u64,
+    /// Chat Completions' `n`: how many replies, each up to
+    /// [`Self::max_output`] (1 elsewhere).
+    pub choices: u64,
 }
 
 impl ModelRequest {
     /// The most tokens the call can be billed: its input bound plus its
-    /// most output tokens; `None` when the request sets no bound on its
-    /// output.
+    /// most output tokens (each of its replies'); `None` when the request
+    /// sets no bound on its output.
     pub fn worst_case(&self) -> Option<u64> {
-        self.max_output
-            .map(|out| self.input_bound.saturating_add(out))
+        self.max_output.map(|out| {
+            self.input_bound
+                .saturating_add(out.saturating_mul(self.choices))
+        })
     }
 }
 
@@ -178,6 +183,7 @@ struct Fields {
     max_output_tokens: Option<Value>,
     stream: Option<Value>,
     stream_options: Option<Value>,
+    n: Option<Value>,
 }
 
 /// Reads the fields of a model call's JSON body; `Err` names the field
@@ -199,11 +205,29 @@ pub fn read_request(api: Api, body: &[u8]) -> Result<ModelRequest, String> {
                 .ok_or_else(|| format!("`{name}` is not a non-negative integer")),
         }
     };
+    // A bound of 0 allows no reply: refused, as a provider would (never
+    // read as "no bound" by one and as 0 by the proxy).
+    let bound = |v: Option<Value>, name: &str| -> Result<Option<u64>, String> {
+        match count(v, name)? {
+            Some(0) => Err(format!("`{name}` is 0: it allows no reply")),
+            n => Ok(n),
+        }
+    };
     let max_output = match api {
-        Api::Messages => count(fields.max_tokens, "max_tokens")?,
-        Api::Chat => count(fields.max_completion_tokens, "max_completion_tokens")?
-            .or(count(fields.max_tokens, "max_tokens")?),
-        Api::Responses => count(fields.max_output_tokens, "max_output_tokens")?,
+        Api::Messages => bound(fields.max_tokens, "max_tokens")?,
+        // Both, when both are given: the larger (an upstream may take
+        // either).
+        Api::Chat => {
+            let newer = bound(fields.max_completion_tokens, "max_completion_tokens")?;
+            let older = bound(fields.max_tokens, "max_tokens")?;
+            newer.max(older)
+        }
+        Api::Responses => bound(fields.max_output_tokens, "max_output_tokens")?,
+    };
+    // Chat's `n`: that many replies, each up to the bound, all billed.
+    let choices = match api {
+        Api::Chat => bound(fields.n, "n")?.unwrap_or(1),
+        _ => 1,
     };
     let stream = match fields.stream {
         None | Some(Value::Null) => false,
@@ -223,6 +247,7 @@ pub fn read_request(api: Api, body: &[u8]) -> Result<ModelRequest, String> {
         stream,
         include_usage,
         input_bound: input_bound(body),
+        choices,
     })
 }
 
@@ -238,10 +263,32 @@ pub fn input_bound(body: &[u8]) -> u64 {
     ]
     .iter()
     .map(|word| memchr::memmem::find_iter(body, word).count())
-    .sum();
+    .sum::<usize>()
+    // A letter written as an escape (`\u0064ocument`) hides a word from
+    // the count above; no JSON writer escapes a letter, so each one counts
+    // as a media block (sound, and free for every body a client writes).
+    .saturating_add(escaped_letters(body));
     (body.len() as u64)
         .saturating_add(INPUT_OVERHEAD_TOKENS)
         .saturating_add(MEDIA_TOKENS.saturating_mul(media as u64))
+}
+
+/// How many `\u00XX` escapes in `body` stand for an ASCII letter.
+fn escaped_letters(body: &[u8]) -> usize {
+    memchr::memmem::find_iter(body, b"\\u00")
+        .filter(|&at| {
+            // An escape only when its backslash is not itself escaped.
+            let before = body[..at].iter().rev().take_while(|&&b| b == b'\\').count();
+            if before % 2 == 1 {
+                return false;
+            }
+            let hex = body
+                .get(at + 4..at + 6)
+                .and_then(|h| std::str::from_utf8(h).ok());
+            hex.and_then(|h| u8::from_str_radix(h, 16).ok())
+                .is_some_and(|c| c.is_ascii_alphabetic())
+        })
+        .count()
 }
 
 /// The most bytes [`with_include_usage`] adds:
@@ -527,6 +574,9 @@ pub enum Refused {
     Budget,
     /// The request cannot be read: `400`, `invalid_request_error`.
     Invalid,
+    /// The request's body is over the bound: `413`
+    /// (`request_too_large`, Anthropic's own type for it).
+    TooLarge,
     /// From a page of another origin, or to another host: `403`.
     Forbidden,
     /// The upstream failed: `502`, `api_error`.
@@ -541,6 +591,7 @@ impl Refused {
         match self {
             Self::Budget => 402,
             Self::Invalid => 400,
+            Self::TooLarge => 413,
             Self::Forbidden => 403,
             Self::Upstream => 502,
             Self::Unavailable => 503,
@@ -552,6 +603,7 @@ impl Refused {
         match self {
             Self::Budget => "billing_error",
             Self::Invalid => "invalid_request_error",
+            Self::TooLarge => "request_too_large",
             Self::Forbidden => "permission_error",
             Self::Upstream | Self::Unavailable => "api_error",
         }
@@ -561,7 +613,7 @@ impl Refused {
     pub const fn openai_type(self) -> &'static str {
         match self {
             Self::Budget => "budget_exceeded",
-            Self::Invalid => "invalid_request_error",
+            Self::Invalid | Self::TooLarge => "invalid_request_error",
             Self::Forbidden => "permission_error",
             Self::Upstream | Self::Unavailable => "server_error",
         }

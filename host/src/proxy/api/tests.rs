@@ -725,3 +725,50 @@ fn the_usage_option_is_set_in_place_and_every_other_byte_kept() {
         assert_eq!(with_include_usage(bad.as_bytes()), None, "{bad}");
     }
 }
+
+/// Hostile trial F5, F6: Chat's `n` replies are each up to the bound, and
+/// with both bound fields the larger counts (an upstream may read
+/// `max_completion_tokens or max_tokens`); a bound of 0 is refused.
+#[test]
+fn chat_counts_each_of_its_n_replies_and_the_larger_bound() {
+    let r = read_request(
+        Api::Chat,
+        br#"{"model":"g","max_completion_tokens":1000,"n":20}"#,
+    )
+    .unwrap();
+    assert_eq!((r.max_output, r.choices), (Some(1000), 20));
+    assert_eq!(r.worst_case(), Some(r.input_bound + 20_000));
+    let r = read_request(
+        Api::Chat,
+        br#"{"model":"g","max_completion_tokens":5,"max_tokens":50000}"#,
+    )
+    .unwrap();
+    assert_eq!(r.max_output, Some(50_000));
+    for (api, body) in [
+        (
+            Api::Chat,
+            &br#"{"model":"g","max_completion_tokens":0,"max_tokens":50000}"#[..],
+        ),
+        (Api::Messages, br#"{"model":"m","max_tokens":0}"#),
+        (Api::Chat, br#"{"model":"g","n":0}"#),
+    ] {
+        let e = read_request(api, body).unwrap_err();
+        assert!(e.contains("is 0"), "{e}");
+    }
+    let r = read_request(Api::Messages, br#"{"model":"m","max_tokens":7,"n":9}"#).unwrap();
+    assert_eq!(r.choices, 1, "n is Chat's alone");
+}
+
+/// Hostile trial F8: a block type written with an escaped letter is still
+/// a media block to the provider: each escaped letter counts as one.
+#[test]
+fn an_escaped_letter_counts_as_a_media_block_in_the_input_bound() {
+    let plain = input_bound(br#"{"type":"document"}"#);
+    let escaped = input_bound(br#"{"type":"\u0064ocument"}"#);
+    assert!(escaped >= plain, "{escaped} < {plain}");
+    assert_eq!(escaped, 24 + INPUT_OVERHEAD_TOKENS + MEDIA_TOKENS);
+    // Escapes of what writers do escape (quotes, controls, `<`, non-ASCII)
+    // count as bytes only.
+    let body = br#"{"t":"\u0022 \u000a \u003c \u00e9 \\u0064"}"#;
+    assert_eq!(input_bound(body), body.len() as u64 + INPUT_OVERHEAD_TOKENS);
+}
