@@ -450,6 +450,7 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
         ticket,
         request,
         hide_usage,
+        deadline: tokio::time::Instant::now() + proxy.call_timeout,
     };
     match forward(proxy, req, body).send().await {
         Ok(resp) => relay(resp, Some(tap)).await,
@@ -527,6 +528,10 @@ struct Tap {
     ticket: Ticket,
     request: ModelRequest,
     hide_usage: bool,
+    /// The call's deadline (`--call-timeout` from its decision): a client
+    /// that does not read its answer by then is cut off, so the call is
+    /// counted before its reservation expires.
+    deadline: tokio::time::Instant,
 }
 
 impl Tap {
@@ -591,6 +596,7 @@ async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Reply {
     let broke = Arc::clone(&broken);
     let mut body = ChannelBody::breakable(rx, broken);
     let written = body.when_done();
+    let deadline = tap.as_ref().map(|t| t.deadline);
     tokio::spawn(async move {
         let mut reader = UsageReader::new(tap.as_ref(), streamed);
         // Until the end, or a stream cut (the upstream failed, or the call
@@ -607,7 +613,16 @@ async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Reply {
                 }
             };
             for piece in reader.feed(&chunk).into_iter().flatten() {
-                if tx.send(piece).await.is_err() {
+                let sent = match deadline {
+                    Some(at) => tokio::time::timeout_at(at, tx.send(piece))
+                        .await
+                        .unwrap_or(Err(tokio::sync::mpsc::error::SendError(Bytes::new()))),
+                    None => tx.send(piece).await,
+                };
+                if sent.is_err() {
+                    // The client went away, or did not read by the
+                    // deadline: its answer breaks off.
+                    broke.store(true, std::sync::atomic::Ordering::Release);
                     gone = true;
                     break 'relay;
                 }

@@ -175,7 +175,12 @@ impl ModelRequest {
     }
 }
 
-#[derive(Deserialize)]
+/// The top-level members a decision reads. Read in one pass: a member
+/// given twice is refused (which value would the provider take?), and so
+/// is a key that differs from one of these only in case (`MAX_TOKENS`:
+/// some JSON readers, Go's among them, match keys ignoring case, and would
+/// take a bound the proxy never saw).
+#[derive(Default)]
 struct Fields {
     model: Option<Value>,
     max_tokens: Option<Value>,
@@ -186,11 +191,76 @@ struct Fields {
     n: Option<Value>,
 }
 
+impl Fields {
+    const KEYS: [&'static str; 7] = [
+        "model",
+        "max_tokens",
+        "max_completion_tokens",
+        "max_output_tokens",
+        "stream",
+        "stream_options",
+        "n",
+    ];
+
+    fn slot(&mut self, key: &str) -> Option<&mut Option<Value>> {
+        Some(match key {
+            "model" => &mut self.model,
+            "max_tokens" => &mut self.max_tokens,
+            "max_completion_tokens" => &mut self.max_completion_tokens,
+            "max_output_tokens" => &mut self.max_output_tokens,
+            "stream" => &mut self.stream,
+            "stream_options" => &mut self.stream_options,
+            "n" => &mut self.n,
+            _ => return None,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Fields {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        struct Object;
+        impl<'de> serde::de::Visitor<'de> for Object {
+            type Value = Fields;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Fields, A::Error> {
+                let mut fields = Fields::default();
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match fields.slot(&key) {
+                        Some(slot) if slot.is_some() => {
+                            return Err(A::Error::custom(format!("`{key}` is given twice")))
+                        }
+                        Some(slot) => *slot = Some(map.next_value()?),
+                        None => {
+                            if let Some(k) =
+                                Fields::KEYS.iter().find(|k| k.eq_ignore_ascii_case(&key))
+                            {
+                                return Err(A::Error::custom(format!(
+                                    "`{}` differs from `{k}` only in case",
+                                    crate::term::terminal_safe(&key)
+                                )));
+                            }
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(fields)
+            }
+        }
+        d.deserialize_map(Object)
+    }
+}
+
 /// Reads the fields of a model call's JSON body; `Err` names the field
 /// that is missing or of the wrong type (the call is refused, never sent).
 pub fn read_request(api: Api, body: &[u8]) -> Result<ModelRequest, String> {
     let fields: Fields = serde_json::from_slice(body)
-        .map_err(|e| format!("the request body is not a JSON object ({e})"))?;
+        .map_err(|e| format!("the request body cannot be read ({e})"))?;
     let model = match fields.model {
         Some(Value::String(m)) if !m.is_empty() => m,
         Some(_) => return Err("`model` is not a non-empty string".into()),

@@ -64,8 +64,24 @@ fn a_request_is_read_for_its_model_bound_and_stream() {
 #[test]
 fn a_request_that_cannot_be_read_names_its_field() {
     let err = |api, body: &[u8]| read_request(api, body).unwrap_err();
-    assert!(err(Api::Messages, b"{").contains("not a JSON object"));
-    assert!(err(Api::Messages, b"[]").contains("not a JSON object"));
+    assert!(err(Api::Messages, b"{").contains("cannot be read"));
+    assert!(err(Api::Messages, b"[]").contains("a JSON object"));
+    // Given twice, or differing from a field the gate reads only in case
+    // (a hostile trial's `MAX_TOKENS`, which Go's JSON reader would take).
+    assert!(err(Api::Messages, br#"{"model":"m","model":"n"}"#).contains("`model` is given twice"));
+    for body in [
+        &br#"{"model":"m","max_tokens":10,"MAX_TOKENS":100000}"#[..],
+        br#"{"model":"m","Max_Tokens":100000}"#,
+        br#"{"Model":"m","model":"m"}"#,
+    ] {
+        assert!(
+            err(Api::Messages, body).contains("only in case"),
+            "{}",
+            err(Api::Messages, body)
+        );
+    }
+    assert!(err(Api::Chat, br#"{"model":"g","Max_Completion_Tokens":9}"#).contains("only in case"));
+    assert!(read_request(Api::Messages, br#"{"model":"m","Messages":[],"x":1,"x":2}"#).is_ok());
     assert!(err(Api::Messages, br#"{"max_tokens":1}"#).contains("names no `model`"));
     assert!(err(Api::Messages, br#"{"model":""}"#).contains("`model`"));
     assert!(err(Api::Messages, br#"{"model":"m","max_tokens":-1}"#).contains("`max_tokens`"));
