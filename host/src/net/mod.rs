@@ -131,6 +131,9 @@ pub enum ReadError {
     TooLarge,
     /// The connection failed.
     Failed(String),
+    /// The bodies being read at once already hold all the bytes allowed
+    /// ([`read_held`]).
+    Busy,
 }
 
 /// Reads `body` up to `max` bytes; past that, `TooLarge` (nothing more is
@@ -148,6 +151,41 @@ pub async fn read_bounded(mut body: Incoming, max: usize) -> Result<Vec<u8>, Rea
         buf.extend_from_slice(&data);
     }
     Ok(buf)
+}
+
+/// [`read_bounded`] with the bytes held counted against `held`, shared by
+/// every request being read (a semaphore of bytes): past what it has
+/// left, `Busy`, so that many large bodies at once cannot take the
+/// machine's memory. The permit returned holds the body's bytes until it
+/// is dropped (when the request is done).
+pub async fn read_held(
+    mut body: Incoming,
+    max: usize,
+    held: &Arc<tokio::sync::Semaphore>,
+) -> Result<(Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>), ReadError> {
+    let mut buf = Vec::new();
+    let mut permit: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ReadError::Failed(e.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if buf.len() + data.len() > max {
+            return Err(ReadError::TooLarge);
+        }
+        let n = u32::try_from(data.len()).map_err(|_| ReadError::TooLarge)?;
+        if n > 0 {
+            let more = Arc::clone(held)
+                .try_acquire_many_owned(n)
+                .map_err(|_| ReadError::Busy)?;
+            match permit.as_mut() {
+                Some(p) => p.merge(more),
+                None => permit = Some(more),
+            }
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok((buf, permit))
 }
 
 /// Whether an `Origin` is this machine's (`http://localhost[:P]`,

@@ -57,6 +57,15 @@ use gate::{Admission, ModelGate, Outcome, Ticket};
 /// Largest request body read (64 MiB: a long conversation with images).
 pub const MAX_REQUEST: usize = 64 << 20;
 
+/// The most bytes of request bodies held at once, over every request being
+/// read or forwarded (four of the largest): past it a request is refused
+/// `503` until others are done, so that many large bodies at once cannot
+/// take the machine's memory.
+pub const MAX_HELD_REQUESTS: usize = 4 * MAX_REQUEST;
+
+/// How long a client may take to send a request's body.
+const BODY_DEADLINE: Duration = Duration::from_secs(60);
+
 /// Largest whole (not streamed) answer read for its usage (64 MiB); a
 /// longer one is relayed all the same and counted at its charge.
 pub const MAX_ANSWER: usize = 64 << 20;
@@ -105,6 +114,8 @@ pub struct Proxy {
     call_timeout: Duration,
     ids: AtomicU64,
     id_prefix: String,
+    /// The request bytes held ([`MAX_HELD_REQUESTS`]).
+    held: Arc<tokio::sync::Semaphore>,
 }
 
 /// Whether `session` may name a session: 1 to 256 characters, no control
@@ -140,6 +151,7 @@ impl Proxy {
             session_header,
             call_timeout: config.call_timeout,
             ids: AtomicU64::new(0),
+            held: Arc::new(tokio::sync::Semaphore::new(MAX_HELD_REQUESTS)),
             id_prefix: format!("proxy-{}-{}", std::process::id(), now_ms()),
         })
     }
@@ -180,7 +192,7 @@ fn refusal(api: Api, kind: Refused, code: &str, message: &str) -> Reply {
         "application/json",
         api::refusal_body(api, kind, code, message),
     );
-    let retry = if kind == Refused::Upstream {
+    let retry = if matches!(kind, Refused::Upstream | Refused::Busy) {
         "true"
     } else {
         "false"
@@ -251,8 +263,31 @@ pub async fn handle(proxy: Arc<Proxy>, bound: SocketAddr, req: Request<Incoming>
         .flatten();
     let (parts, body) = req.into_parts();
     let api_for_errors = gated.unwrap_or(Api::Messages);
-    let body = match net::read_bounded(body, MAX_REQUEST).await {
+    let read = tokio::time::timeout(
+        BODY_DEADLINE,
+        net::read_held(body, MAX_REQUEST, &proxy.held),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(ReadError::Failed(format!(
+            "the body was not sent within {} s",
+            BODY_DEADLINE.as_secs()
+        )))
+    });
+    // Held until this request is done.
+    let (body, _held) = match read {
         Ok(b) => b,
+        Err(ReadError::Busy) => {
+            return refusal(
+                api_for_errors,
+                Refused::Busy,
+                "busy",
+                &format!(
+                    "budgetgate: the proxy holds {} MiB of requests already; the call was not made, send it again shortly",
+                    MAX_HELD_REQUESTS >> 20
+                ),
+            )
+        }
         Err(ReadError::TooLarge) => {
             return refusal(
                 api_for_errors,

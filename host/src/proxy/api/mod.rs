@@ -653,6 +653,9 @@ pub enum Refused {
     Upstream,
     /// The ledger could not decide: `503`, `api_error` (fail closed).
     Unavailable,
+    /// Too many request bytes held at once: `503`, `overloaded_error`,
+    /// to be sent again shortly (the SDKs do, with backoff).
+    Busy,
 }
 
 impl Refused {
@@ -664,7 +667,7 @@ impl Refused {
             Self::TooLarge => 413,
             Self::Forbidden => 403,
             Self::Upstream => 502,
-            Self::Unavailable => 503,
+            Self::Unavailable | Self::Busy => 503,
         }
     }
 
@@ -676,6 +679,7 @@ impl Refused {
             Self::TooLarge => "request_too_large",
             Self::Forbidden => "permission_error",
             Self::Upstream | Self::Unavailable => "api_error",
+            Self::Busy => "overloaded_error",
         }
     }
 
@@ -685,7 +689,7 @@ impl Refused {
             Self::Budget => "budget_exceeded",
             Self::Invalid | Self::TooLarge => "invalid_request_error",
             Self::Forbidden => "permission_error",
-            Self::Upstream | Self::Unavailable => "server_error",
+            Self::Upstream | Self::Unavailable | Self::Busy => "server_error",
         }
     }
 }
