@@ -138,19 +138,8 @@ pub enum ReadError {
 
 /// Reads `body` up to `max` bytes; past that, `TooLarge` (nothing more is
 /// kept).
-pub async fn read_bounded(mut body: Incoming, max: usize) -> Result<Vec<u8>, ReadError> {
-    let mut buf = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ReadError::Failed(e.to_string()))?;
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        if buf.len() + data.len() > max {
-            return Err(ReadError::TooLarge);
-        }
-        buf.extend_from_slice(&data);
-    }
-    Ok(buf)
+pub async fn read_bounded(body: Incoming, max: usize) -> Result<Vec<u8>, ReadError> {
+    read_body(body, max, None).await.map(|(buf, _)| buf)
 }
 
 /// [`read_bounded`] with the bytes held counted against `held`, shared by
@@ -159,9 +148,17 @@ pub async fn read_bounded(mut body: Incoming, max: usize) -> Result<Vec<u8>, Rea
 /// machine's memory. The permit returned holds the body's bytes until it
 /// is dropped (when the request is done).
 pub async fn read_held(
-    mut body: Incoming,
+    body: Incoming,
     max: usize,
     held: &Arc<tokio::sync::Semaphore>,
+) -> Result<(Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>), ReadError> {
+    read_body(body, max, Some(held)).await
+}
+
+async fn read_body(
+    mut body: Incoming,
+    max: usize,
+    held: Option<&Arc<tokio::sync::Semaphore>>,
 ) -> Result<(Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>), ReadError> {
     let mut buf = Vec::new();
     let mut permit: Option<tokio::sync::OwnedSemaphorePermit> = None;
@@ -173,8 +170,8 @@ pub async fn read_held(
         if buf.len() + data.len() > max {
             return Err(ReadError::TooLarge);
         }
-        let n = u32::try_from(data.len()).map_err(|_| ReadError::TooLarge)?;
-        if n > 0 {
+        if let Some(held) = held.filter(|_| !data.is_empty()) {
+            let n = u32::try_from(data.len()).map_err(|_| ReadError::TooLarge)?;
             let more = Arc::clone(held)
                 .try_acquire_many_owned(n)
                 .map_err(|_| ReadError::Busy)?;

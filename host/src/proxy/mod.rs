@@ -449,32 +449,21 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
         None => body,
         Some(max) => match api::with_max_output(api, &body, max) {
             Some(body) => body,
-            None => {
-                // Not sent: given back (or, failing that, counted when its
-                // reservation expires).
-                let _ = proxy.gate.finish(&ticket, Outcome::NotBilled, now_ms());
-                return refusal(
-                    api,
-                    Refused::Invalid,
-                    "invalid_request",
-                    "budgetgate: the request's reply bound could not be set; the call was not made",
-                );
-            }
+            None => return not_sent(proxy, &ticket, api, "its reply bound could not be set"),
         },
     };
     let body = if hide_usage {
         match api::with_include_usage(&body) {
             Some(body) => body,
+            // Without the usage chunk its output would go uncounted: not
+            // sent (fail closed).
             None => {
-                // Without the usage chunk its output would go uncounted:
-                // not sent (fail closed).
-                let _ = proxy.gate.finish(&ticket, Outcome::NotBilled, now_ms());
-                return refusal(
+                return not_sent(
+                    proxy,
+                    &ticket,
                     api,
-                    Refused::Invalid,
-                    "invalid_request",
-                    "budgetgate: the request could not be made to report its usage; the call was not made",
-                );
+                    "it could not be made to report its usage",
+                )
             }
         }
     } else {
@@ -501,6 +490,19 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
             upstream_failed(api, &e)
         }
     }
+}
+
+/// A call let through that the proxy could not rewrite as it must (`why`):
+/// not sent, its reservation given back (or, failing that, counted when it
+/// expires), and refused.
+fn not_sent(proxy: &Proxy, ticket: &Ticket, api: Api, why: &str) -> Reply {
+    let _ = proxy.gate.finish(ticket, Outcome::NotBilled, now_ms());
+    refusal(
+        api,
+        Refused::Invalid,
+        "invalid_request",
+        &format!("budgetgate: the request was let through, but {why}; the call was not made"),
+    )
 }
 
 /// Under `[loops]`: the refusal of a model call whose request brings the
