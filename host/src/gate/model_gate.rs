@@ -193,8 +193,8 @@ impl ModelGate {
         // counted first, in this decision's transaction.
         let ended = self.take_pending(session);
         let decided = self.transaction(Commit::Durable, session, now, |tx, ledgers, now| {
-            for finish in &ended {
-                self.count_finish(tx, ledgers, finish)?;
+            for f in &ended {
+                self.count_finish(tx, ledgers, &f.ticket, f.outcome, f.now)?;
             }
             model::mark_proxied(tx, session)?;
             gate::count_expired(tx, session, &mut ledgers.session, now)?;
@@ -269,15 +269,7 @@ impl ModelGate {
     /// its charge when it expires, as for a proxy killed mid-call.
     pub fn finish(&self, ticket: &Ticket, outcome: Outcome, now: u64) -> Result<(), String> {
         self.transaction(Commit::Lazy, &ticket.session, now, |tx, ledgers, _| {
-            self.count_finish(
-                tx,
-                ledgers,
-                &Finish {
-                    ticket: ticket.clone(),
-                    outcome,
-                    now,
-                },
-            )
+            self.count_finish(tx, ledgers, ticket, outcome, now)
         })
     }
 
@@ -351,13 +343,10 @@ impl ModelGate {
         &self,
         tx: &dyn crate::store::LedgerTx,
         ledgers: &mut gate::Ledgers<'_>,
-        finish: &Finish,
+        ticket: &Ticket,
+        outcome: Outcome,
+        now: u64,
     ) -> Result<(), GateError> {
-        let Finish {
-            ticket,
-            outcome,
-            now,
-        } = finish;
         let session = ticket.session.as_str();
         if tx.take_reservation(session, &ticket.key)?.is_none() {
             return Ok(());
@@ -366,7 +355,7 @@ impl ModelGate {
             session,
             agent: None,
         };
-        let usage = match *outcome {
+        let usage = match outcome {
             Outcome::NotBilled => {
                 model::release(tx, &who, ledgers, ticket.admitted);
                 return Ok(());
@@ -390,7 +379,7 @@ impl ModelGate {
         };
         model::count_response(tx, &who, ledgers, ticket.admitted, &response)?;
         tx.log(
-            *now,
+            now,
             session,
             "model",
             &format!("{} {}: {} tokens", ticket.key, ticket.model, usage.total()),

@@ -1,7 +1,9 @@
 //! A lenient reader of the JSON members the proxy looks at in a request or
 //! an answer, read one object at a time without building the rest: each
 //! member kept as its raw text, a repeated key taking its last value (as a
-//! provider's JSON reader does), anything else read past.
+//! provider's JSON reader does), anything else read past; and, for a
+//! request rewritten in place, where each of some members' values lies
+//! ([`member_spans`]).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -131,4 +133,32 @@ pub fn text_of(content: Option<&RawValue>) -> String {
         }
     });
     out
+}
+
+/// The raw values of `object`'s own members named `keys` (a key written
+/// with escapes read as the provider reads it), in order, each a slice of
+/// `object`; `None` when `object` is not one JSON object. Nothing is
+/// built: the values are read past (nesting of any depth).
+pub fn member_spans<'a>(object: &'a str, keys: &'static [&'static str]) -> Option<Vec<&'a str>> {
+    struct Spans(&'static [&'static str]);
+    impl<'de> Visitor<'de> for Spans {
+        type Value = Vec<&'de str>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut spans = Vec::new();
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                let value: &'de serde_json::value::RawValue = map.next_value()?;
+                if self.0.contains(&key.as_ref()) {
+                    spans.push(value.get());
+                }
+            }
+            Ok(spans)
+        }
+    }
+    let mut reader = serde_json::Deserializer::from_str(object);
+    let spans = serde::Deserializer::deserialize_map(&mut reader, Spans(keys)).ok()?;
+    reader.end().ok()?;
+    Some(spans)
 }

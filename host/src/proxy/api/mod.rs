@@ -6,6 +6,8 @@
 pub mod history;
 mod members;
 
+use members::member_spans;
+
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -397,11 +399,7 @@ pub fn with_include_usage(body: &[u8]) -> Option<Vec<u8>> {
             "{\"include_usage\":true}".to_owned(),
         ),
     };
-    let mut out = Vec::with_capacity(body.len() + insert.len());
-    out.extend_from_slice(&body[..at]);
-    out.extend_from_slice(insert.as_bytes());
-    out.extend_from_slice(&body[at + len..]);
-    Some(out)
+    Some(splice(body, [(at, len, insert.as_str())]))
 }
 
 /// `member` to insert at `open` (just after an object's `{` in `text`),
@@ -418,37 +416,6 @@ fn member_text(text: &str, open: usize, member: &str) -> String {
 /// Where `span`, a slice of `text`, starts in it.
 fn offset_of(text: &str, span: &str) -> usize {
     span.as_ptr() as usize - text.as_ptr() as usize
-}
-
-/// The raw values of `object`'s own members named `keys` (a key written
-/// with escapes read as the provider reads it), in order, each a slice of
-/// `object`; `None` when `object` is not one JSON object. Nothing is
-/// built: the values are read past (nesting of any depth).
-fn member_spans<'a>(object: &'a str, keys: &'static [&'static str]) -> Option<Vec<&'a str>> {
-    struct Spans(&'static [&'static str]);
-    impl<'de> serde::de::Visitor<'de> for Spans {
-        type Value = Vec<&'de str>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("an object")
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut map: A,
-        ) -> Result<Self::Value, A::Error> {
-            let mut spans = Vec::new();
-            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                let value: &'de serde_json::value::RawValue = map.next_value()?;
-                if self.0.contains(&key.as_ref()) {
-                    spans.push(value.get());
-                }
-            }
-            Ok(spans)
-        }
-    }
-    let mut reader = serde_json::Deserializer::from_str(object);
-    let spans = serde::Deserializer::deserialize_map(&mut reader, Spans(keys)).ok()?;
-    reader.end().ok()?;
-    Some(spans)
 }
 
 /// The most bytes [`with_max_output`] adds to a request that sets no reply
@@ -479,23 +446,30 @@ pub fn with_max_output(api: Api, body: &[u8], max: u64) -> Option<Vec<u8>> {
         // follow.
         let open = text.find('{')? + 1;
         let member = member_text(text, open, &format!("\"{}\":{number}", api.max_field()));
-        let mut out = Vec::with_capacity(body.len() + member.len());
-        out.extend_from_slice(&body[..open]);
-        out.extend_from_slice(member.as_bytes());
-        out.extend_from_slice(&body[open..]);
-        return Some(out);
+        return Some(splice(body, [(open, 0, member.as_str())]));
     }
-    let mut out = Vec::with_capacity(body.len());
-    let mut at = 0;
     // The values as they lie in the body, in order.
-    for span in spans {
-        let start = offset_of(text, span);
-        out.extend_from_slice(&body[at..start]);
-        out.extend_from_slice(number.as_bytes());
-        at = start + span.len();
+    Some(splice(
+        body,
+        spans
+            .iter()
+            .map(|span| (offset_of(text, span), span.len(), number.as_str())),
+    ))
+}
+
+/// `body` with each of `edits` (`(at, len, text)`: the `len` bytes at `at`
+/// replaced by `text`; in order, not overlapping) made, and every other
+/// byte as it came.
+fn splice<'t>(body: &[u8], edits: impl IntoIterator<Item = (usize, usize, &'t str)>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 64);
+    let mut done = 0;
+    for (at, len, text) in edits {
+        out.extend_from_slice(&body[done..at]);
+        out.extend_from_slice(text.as_bytes());
+        done = at + len;
     }
-    out.extend_from_slice(&body[at..]);
-    Some(out)
+    out.extend_from_slice(&body[done..]);
+    out
 }
 
 /// The usage a whole (not streamed) answer of `api` reports; `None` when
