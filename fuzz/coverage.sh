@@ -22,8 +22,8 @@ files_of() {
         ledger_record) echo ../core/src/budget.rs ;;
         usage_json) echo ../core/src/turn/usage.rs ../core/src/json.rs ;;
         duty_window) echo ../core/src/budget.rs ;;
-        hook_event) echo ../host/src/hook.rs ../host/src/hook/transcript.rs ../host/src/gate/mod.rs ../host/src/store/mod.rs ../host/src/store/sqlite/mod.rs ../host/src/store/sqlite/tx.rs ;;
-        hook_transcript) echo ../host/src/hook/transcript.rs ;;
+        hook_event) echo ../host/src/hook.rs ../host/src/transcript/line.rs ../host/src/gate/mod.rs ../host/src/store/mod.rs ../host/src/store/sqlite/mod.rs ../host/src/store/sqlite/tx.rs ;;
+        hook_transcript) echo ../host/src/transcript/line.rs ;;
         mcp_lines) echo ../host/src/mcp/lines.rs ../host/src/mcp/stdio.rs ;;
         replay_formats) echo ../host/src/replay/mod.rs ../host/src/replay/decide.rs ../host/src/replay/decide/loops.rs ../host/src/replay/rows.rs ../host/src/replay/report.rs ../host/src/replay/read/*.rs ../host/src/replay/session.rs ;;
         *) echo "unknown target $1" >&2; return 1 ;;

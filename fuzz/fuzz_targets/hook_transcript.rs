@@ -1,4 +1,4 @@
-//! The Claude Code transcript line walker (`host/src/hook/transcript.rs`,
+//! The Claude Code transcript line walker (`host/src/transcript/line.rs`,
 //! `SPEC C`) on arbitrary bytes.
 //!
 //! Checks:
@@ -8,7 +8,10 @@
 //!   keys): whenever it reads the line as an object, the walker reads it too
 //!   and gives the same `type`, `requestId`, `message.id`, `message.model`
 //!   (each only when a string) and the same `message.usage` value (its raw
-//!   text parses to the oracle's value);
+//!   text parses to the oracle's value), whether the line has a `message`,
+//!   the ids of `message.content`'s `tool_use` blocks and, per block, the
+//!   `tool_use_id` of a `tool_result` one (which tell the lines of one
+//!   response apart);
 //! * a field the walker returns is one the line holds: `type` and the rest
 //!   appear in the line's bytes as JSON strings, `usage` is a slice of the
 //!   line;
@@ -16,7 +19,7 @@
 //!   whitespace gives the same verdict and fields.
 #![no_main]
 
-use budgetgate::hook::transcript::fields;
+use budgetgate::transcript::line::fields;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
@@ -82,4 +85,31 @@ fuzz_target!(|line: &[u8]| {
         }
         (walker, oracle) => panic!("usage: walker {walker:?}, oracle {oracle:?}"),
     }
+    assert_eq!(
+        f.message,
+        top.get("message").is_some_and(|m| !m.is_null()),
+        "message"
+    );
+    let blocks = message
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_array);
+    let is = |b: &Value, kind: &str| b.get("type").and_then(Value::as_str) == Some(kind);
+    let calls: Vec<String> = blocks
+        .into_iter()
+        .flatten()
+        .filter(|b| is(b, "tool_use"))
+        .filter_map(|b| text(b.get("id")))
+        .collect();
+    assert_eq!(f.calls, calls, "tool_use ids");
+    let results: Option<Vec<Option<String>>> = blocks.map(|blocks| {
+        blocks
+            .iter()
+            .map(|b| {
+                is(b, "tool_result")
+                    .then(|| text(b.get("tool_use_id")))
+                    .flatten()
+            })
+            .collect()
+    });
+    assert_eq!(f.results, results, "tool_result ids");
 });

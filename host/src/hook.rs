@@ -52,9 +52,9 @@ use budgetgate_core::TokenUsage;
 use serde_json::{json, Value};
 
 use crate::gate::{self, GateError, Ledgers};
-use crate::store::{CountedUsage, LedgerTx, StoreError};
+use crate::store::{CountedUsage, LedgerTx, StoreError, TranscriptCursor};
+use crate::transcript::{self, OpenResponse, MAX_OPEN_CALLS};
 
-pub mod transcript;
 use crate::gate::budget_file::{price_of, ReplayBudget};
 
 /// Longest transcript line read (a longer one is an error: the gate cannot
@@ -354,7 +354,16 @@ fn absorb(
             path: shown.clone(),
             detail,
         };
-        let offset = tx.transcript_offset(session, &shown)?;
+        let cursor = tx.transcript_cursor(session, &shown)?;
+        let offset = cursor.offset;
+        let mut open: Option<Open> = match &cursor.open {
+            None => None,
+            Some(record) => Some(serde_json::from_str(record).map_err(|e| {
+                fail(format!(
+                    "the stored record of its open response does not read back ({e})"
+                ))
+            })?),
+        };
         let mut file = match open_regular(&path) {
             Ok(file) => file,
             // Not written yet (a session's first event): nothing to count.
@@ -397,11 +406,20 @@ fn absorb(
                 // A line still being written: read it next time.
                 break;
             }
-            count_line(tx, event, budget, ledgers, agent.as_deref(), &line, now)
+            let place = Place {
+                agent: agent.as_deref(),
+                path: &shown,
+                at,
+            };
+            count_line(tx, event, budget, ledgers, &place, &mut open, &line, now)
                 .map_err(|detail| fail(format!("line at byte {at}: {detail}")))?;
             at += n as u64;
         }
-        tx.set_transcript_offset(session, &shown, at)?;
+        let open = open
+            .map(|o| serde_json::to_string(&o))
+            .transpose()
+            .map_err(|e| fail(e.to_string()))?;
+        tx.set_transcript_cursor(session, &shown, &TranscriptCursor { offset: at, open })?;
         // What is left beyond this event's allowance (not a line still being
         // written at the end of the file).
         if chunk < len - offset {
@@ -411,23 +429,77 @@ fn absorb(
     Ok(left)
 }
 
-/// Counts one transcript line, if it is a model response.
+/// The response a transcript's last lines left open (the shared rule,
+/// [`OpenResponse`]), kept with the transcript's offset between events:
+/// the key its usage is counted under, and its calls' ids (to tell its
+/// results from a user message).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Open {
+    response: OpenResponse,
+    key: String,
+    calls: Vec<String>,
+}
+
+impl Open {
+    /// Adds the ids of calls the response's line holds (at most
+    /// [`MAX_OPEN_CALLS`]: past them a result reads as a user message, and
+    /// the next line as a new response, the safe side).
+    fn add_calls(&mut self, calls: Vec<String>) {
+        for id in calls {
+            if self.calls.len() < MAX_OPEN_CALLS && !self.calls.contains(&id) {
+                self.calls.push(id);
+            }
+        }
+    }
+}
+
+/// Where a transcript line is: the sub-agent whose transcript it is, the
+/// transcript, and the line's first byte.
+struct Place<'a> {
+    agent: Option<&'a str>,
+    path: &'a str,
+    at: u64,
+}
+
+/// Counts one transcript line, if it is a model response, and follows the
+/// response it may continue (`open`), as replay does ([`crate::transcript`]).
+#[allow(clippy::too_many_arguments)]
 fn count_line(
     tx: &(impl LedgerTx + ?Sized),
     event: &HookEvent,
     budget: &ReplayBudget,
     ledgers: &mut Ledgers<'_>,
-    agent: Option<&str>,
+    place: &Place<'_>,
+    open: &mut Option<Open>,
     line: &[u8],
     now: u64,
 ) -> Result<(), String> {
-    // Most lines are tool results and progress: skip them unparsed.
-    if memchr_find(line, b"\"assistant\"").is_none() {
+    // Most lines are tool results and progress: skip them unparsed, unless
+    // a user line could still end the open response.
+    let user_lines_matter = open
+        .as_ref()
+        .is_some_and(|o| o.response.watches_user_lines());
+    if memchr_find(line, b"\"assistant\"").is_none()
+        && !(user_lines_matter && memchr_find(line, b"\"user\"").is_some())
+    {
         return Ok(());
     }
-    let fields = transcript::fields(line.trim_ascii_end())?;
-    if fields.kind.as_deref() != Some("assistant") {
-        return Ok(());
+    let fields = transcript::line::fields(line.trim_ascii_end())?;
+    match fields.kind.as_deref() {
+        Some("user") => {
+            if let Some(o) = open {
+                let blocks = fields
+                    .results
+                    .as_ref()
+                    .map(|blocks| blocks.iter().map(Option::as_deref));
+                let only_results =
+                    transcript::only_results_of(blocks, |id| o.calls.iter().any(|c| c == id));
+                o.response.user_line(only_results);
+            }
+            return Ok(());
+        }
+        Some("assistant") if fields.message => {}
+        _ => return Ok(()),
     }
     let model = fields.model.as_deref().unwrap_or("");
     if model == "<synthetic>" {
@@ -436,8 +508,42 @@ fn count_line(
     let Some(id) = fields.message_id.as_deref() else {
         return Err("an assistant message without `message.id`".into());
     };
-    let request = fields.request_id.as_deref().unwrap_or("");
-    let key = format!("{id}/{request}");
+    let request = fields.request_id.as_deref();
+    let session = &event.session_id;
+    let continued = open
+        .as_ref()
+        .filter(|o| o.response.continued_by(id, request))
+        .map(|o| o.key.clone());
+    let (key, old) = match continued {
+        Some(key) => {
+            let old = tx.response(session, &key).map_err(|e| e.to_string())?;
+            (key, old)
+        }
+        None => {
+            // A new response. Its key is its ids, unless an earlier
+            // response had them (a user message between, or no
+            // requestId): then also where its first line is.
+            let ids = format!("{id}/{}", request.unwrap_or(""));
+            let key = if tx
+                .response(session, &ids)
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                format!("{ids}@{}:{}", place.path, place.at)
+            } else {
+                ids
+            };
+            *open = Some(Open {
+                response: OpenResponse::new(id, request, false),
+                key: key.clone(),
+                calls: Vec::new(),
+            });
+            (key, None)
+        }
+    };
+    if let Some(o) = open {
+        o.add_calls(fields.calls);
+    }
     let usage = match fields.usage.as_deref() {
         None => TokenUsage::ZERO,
         Some(raw) => {
@@ -449,8 +555,6 @@ fn count_line(
             }
         }
     };
-    let session = &event.session_id;
-    let old = tx.response(session, &key).map_err(|e| e.to_string())?;
     let new = {
         let o = old.unwrap_or_default();
         // Later lines of one response repeat its usage (output may grow):
@@ -469,8 +573,8 @@ fn count_line(
         cache_read_input_tokens: new.cache_read - o.cache_read,
         cache_creation_input_tokens: new.cache_write - o.cache_write,
     };
-    let agent_key = agent.unwrap_or("");
-    tx.put_response(session, &key, agent_key, model, new)
+    let agent = place.agent;
+    tx.put_response(session, &key, agent.unwrap_or(""), model, new)
         .map_err(|e| e.to_string())?;
     if let Some(agent) = agent {
         ledgers

@@ -34,3 +34,4 @@ pub mod strict;
 pub mod term;
 pub mod text;
 pub mod tools;
+pub mod transcript;

@@ -9,7 +9,7 @@
 use budgetgate_core::engine::{self, Admitted, ModelStop, Response};
 
 use super::{GateError, Ledgers, Stored};
-use crate::store::LedgerTx;
+use crate::store::{LedgerTx, TranscriptCursor};
 
 /// Whose ledgers a model call counts in: the session's and, for a
 /// sub-agent's call, the sub-agent's (loaded into `ledgers` first with
@@ -69,8 +69,12 @@ pub const PROXIED: &str = "<budgetgate proxy>";
 
 /// Marks `session` as counted by the model proxy ([`PROXIED`]).
 pub fn mark_proxied(tx: &(impl LedgerTx + ?Sized), session: &str) -> Result<(), GateError> {
-    if tx.transcript_offset(session, PROXIED)? == 0 {
-        tx.set_transcript_offset(session, PROXIED, 1)?;
+    if tx.transcript_cursor(session, PROXIED)?.offset == 0 {
+        let marked = TranscriptCursor {
+            offset: 1,
+            open: None,
+        };
+        tx.set_transcript_cursor(session, PROXIED, &marked)?;
     }
     Ok(())
 }
@@ -78,7 +82,7 @@ pub fn mark_proxied(tx: &(impl LedgerTx + ?Sized), session: &str) -> Result<(), 
 /// Whether `session`'s model calls are counted by the model proxy: the
 /// hook then leaves its transcript unread.
 pub fn proxied(tx: &(impl LedgerTx + ?Sized), session: &str) -> Result<bool, GateError> {
-    Ok(tx.transcript_offset(session, PROXIED)? > 0)
+    Ok(tx.transcript_cursor(session, PROXIED)?.offset > 0)
 }
 
 /// How a model call's reservation is stored (the store's reservation row

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 
 use budgetgate_core::budget::Ledger;
 
-use super::{CountedUsage, LedgerTx, StoreError};
+use super::{CountedUsage, LedgerTx, StoreError, TranscriptCursor};
 
 /// One session's state.
 #[derive(Default)]
@@ -39,7 +39,7 @@ struct Session {
     unpriced: HashMap<String, ()>,
     reservations: HashMap<String, (String, u64)>,
     rate_calls: Vec<u64>,
-    offsets: HashMap<String, u64>,
+    offsets: HashMap<String, TranscriptCursor>,
     responses: HashMap<String, CountedUsage>,
     loops: HashMap<String, Vec<u8>>,
 }
@@ -323,19 +323,24 @@ impl LedgerTx for MemoryTx<'_> {
         }))
     }
 
-    fn transcript_offset(&self, session: &str, path: &str) -> Result<u64, StoreError> {
+    fn transcript_cursor(&self, session: &str, path: &str) -> Result<TranscriptCursor, StoreError> {
         Ok(self
             .get(session, |s| &s.offsets, &path.to_owned())
-            .unwrap_or(0))
+            .unwrap_or_default())
     }
 
-    fn set_transcript_offset(
+    fn set_transcript_cursor(
         &self,
         session: &str,
         path: &str,
-        offset: u64,
+        cursor: &TranscriptCursor,
     ) -> Result<(), StoreError> {
-        self.put(session, |s| &mut s.offsets, path.to_owned(), Some(offset));
+        self.put(
+            session,
+            |s| &mut s.offsets,
+            path.to_owned(),
+            Some(cursor.clone()),
+        );
         Ok(())
     }
 
@@ -396,7 +401,11 @@ mod tests {
         tx.add_unpriced("s", "m").unwrap();
         tx.put_reservation("s", "r", "t", 100 + n).unwrap();
         tx.add_rate_call("s", 1_000 + n, 10).unwrap();
-        tx.set_transcript_offset("s", "p", n).unwrap();
+        let cursor = TranscriptCursor {
+            offset: n,
+            open: Some(format!("r{n}")),
+        };
+        tx.set_transcript_cursor("s", "p", &cursor).unwrap();
         tx.put_response("s", "k", "", "m", CountedUsage::default())
             .unwrap();
         tx.put_loop_window("s", "", &[n as u8]).unwrap();
@@ -416,7 +425,7 @@ mod tests {
                 tx.has_traces("s")?,
                 tx.unpriced("s")?,
                 tx.rate_calls_after("s", 0)?,
-                tx.transcript_offset("s", "p")?,
+                tx.transcript_cursor("s", "p")?,
                 tx.response("s", "k")?,
                 tx.loop_window("s", "")?,
                 tx.take_expired_reservations("s", u64::MAX)?,
@@ -474,12 +483,22 @@ mod tests {
             .decide(|tx| -> Result<_, Failed> {
                 Ok((
                     tx.call("s", "c1")?,
-                    tx.transcript_offset("s", "p")?,
+                    tx.transcript_cursor("s", "p")?,
                     tx.has_traces("t")?,
                 ))
             })
             .unwrap();
-        assert_eq!(seen, (Some((1, "ok".to_owned())), 1, false));
+        assert_eq!(
+            seen,
+            (
+                Some((1, "ok".to_owned())),
+                TranscriptCursor {
+                    offset: 1,
+                    open: Some("r1".into())
+                },
+                false
+            )
+        );
     }
 
     #[test]

@@ -168,6 +168,16 @@ pub enum StoreError {
         /// What is wrong with the record.
         source: budgetgate_core::engine::loops::WindowRecordError,
     },
+    /// A transcript's stored offset (Redis) is not a number.
+    #[error("session {session:?}: the stored offset of transcript {path} does not read back ({value:.40})")]
+    TranscriptCursor {
+        /// The session.
+        session: String,
+        /// The transcript.
+        path: String,
+        /// What was stored.
+        value: String,
+    },
     /// A stored answer of a call does not read back.
     #[error("a stored answer does not read back: {0}")]
     Answer(String),
@@ -332,15 +342,16 @@ pub trait LedgerTx {
     fn clock_ms(&self) -> Option<u64> {
         None
     }
-    /// How far the transcript `path` of `session` has been counted (bytes;
-    /// 0 when never read). The Claude Code hook's state.
-    fn transcript_offset(&self, session: &str, path: &str) -> Result<u64, StoreError>;
-    /// Records that transcript `path` has been counted up to `offset`.
-    fn set_transcript_offset(
+    /// How far the transcript `path` of `session` has been counted, and the
+    /// response its last lines left open (the Claude Code hook's state;
+    /// the default when never read).
+    fn transcript_cursor(&self, session: &str, path: &str) -> Result<TranscriptCursor, StoreError>;
+    /// Records how far transcript `path` has been counted.
+    fn set_transcript_cursor(
         &self,
         session: &str,
         path: &str,
-        offset: u64,
+        cursor: &TranscriptCursor,
     ) -> Result<(), StoreError>;
     /// The usage counted so far for model response `key`, if it was seen.
     fn response(&self, session: &str, key: &str) -> Result<Option<CountedUsage>, StoreError>;
@@ -361,6 +372,18 @@ pub trait LedgerTx {
     fn loop_window(&self, session: &str, agent: &str) -> Result<Option<Vec<u8>>, StoreError>;
     /// Stores the record of the loop window of `session` / `agent`.
     fn put_loop_window(&self, session: &str, agent: &str, record: &[u8]) -> Result<(), StoreError>;
+}
+
+/// How far one transcript has been counted: its first byte not yet read,
+/// and the hook's record of the response its last lines left open (JSON,
+/// opaque to the store; `None` when no response is open, or in a ledger
+/// written before the record was kept).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TranscriptCursor {
+    /// Bytes counted.
+    pub offset: u64,
+    /// The open response's record.
+    pub open: Option<String>,
 }
 
 /// Usage already counted for one model response (by request or message id).

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+pub mod hook;
 pub mod redis;
 pub mod tls;
 

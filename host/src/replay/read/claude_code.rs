@@ -19,52 +19,26 @@ use crate::replay::session::{
     billed_usage, Format, RecordedCall, RecordedTurn, Session, UsageGranularity,
 };
 use crate::replay::spill::{HashedResults, SpillWriter};
+use crate::transcript::{self, OpenResponse};
 
-/// The response later Claude Code lines may continue.
-struct OpenResponse {
-    /// Its index in the turns.
+/// The response later Claude Code lines of one thread may continue, and
+/// its index in the turns (the rule is the hook's too: [`transcript`]).
+struct Open {
     turn: usize,
-    /// Its `message.id`.
-    message_id: String,
-    /// The line's `requestId`, if it has one.
-    request_id: Option<String>,
-    /// A user line came after its last line.
-    user_since: bool,
-    /// A user line came that is not only results of its calls.
-    broken: bool,
-    /// Stream-json output: no `requestId`, so a user line of only this
-    /// response's results between its lines does not end it.
-    stream_json: bool,
-}
-
-impl OpenResponse {
-    /// Whether an assistant line with these ids continues this response:
-    /// same `message.id` and same `requestId`, and no user line between
-    /// them other than results of this response's calls. Without a
-    /// `requestId`, no user line at all may come between. When in doubt the
-    /// line is another response (over-counting cost is safe, under-counting
-    /// is not).
-    fn continued_by(&self, message_id: &str, request_id: Option<&str>) -> bool {
-        self.message_id == message_id
-            && self.request_id.as_deref() == request_id
-            && !self.broken
-            && (request_id.is_some() || self.stream_json || !self.user_since)
-    }
+    response: OpenResponse,
 }
 
 /// Whether a user message holds only `tool_result` blocks answering `calls`.
 fn only_results_of(message: Option<&ClaudeMessage>, calls: &[RecordedCall]) -> bool {
-    let Some(Value::Array(blocks)) = message.and_then(|m| m.get("content")) else {
-        return false;
+    let blocks = match message.and_then(|m| m.get("content")) {
+        Some(Value::Array(blocks)) => Some(blocks.iter().map(|block| {
+            (block.get("type").and_then(Value::as_str) == Some("tool_result"))
+                .then(|| block.get("tool_use_id").and_then(Value::as_str))
+                .flatten()
+        })),
+        _ => None,
     };
-    !blocks.is_empty()
-        && blocks.iter().all(|block| {
-            block.get("type").and_then(Value::as_str) == Some("tool_result")
-                && block
-                    .get("tool_use_id")
-                    .and_then(Value::as_str)
-                    .is_some_and(|id| calls.iter().any(|c| c.id == id))
-        })
+    transcript::only_results_of(blocks, |id| calls.iter().any(|c| c.id == id))
 }
 
 /// The turns of each `message.id`, kept by the reader so that a long log is
@@ -281,7 +255,7 @@ pub(super) fn read_claude_code(
     // The response each thread may continue: the main agent (`None`) and,
     // in stream-json output, each sub-agent by its `parent_tool_use_id`
     // (parallel sub-agents' lines interleave).
-    let mut opens: HashMap<Option<String>, OpenResponse> = HashMap::new();
+    let mut opens: HashMap<Option<String>, Open> = HashMap::new();
     let mut result_notes = Vec::new();
     // The turns of each `message.id`; an id met again in a new turn is one
     // split in several.
@@ -363,7 +337,7 @@ pub(super) fn read_claude_code(
                 };
                 let continued = opens
                     .get(&thread)
-                    .filter(|o| o.continued_by(id, request_id))
+                    .filter(|o| o.response.continued_by(id, request_id))
                     .map(|o| o.turn);
                 let response = continued.unwrap_or(turns.len());
                 let context = |e: String| format!("line {line_no} (response {response}): {e}");
@@ -423,13 +397,9 @@ pub(super) fn read_claude_code(
                         turn.agent = thread.as_ref().map(|t| format!("Task {t}"));
                         let closed = opens.insert(
                             thread.clone(),
-                            OpenResponse {
+                            Open {
                                 turn: turns.len(),
-                                message_id: id.to_owned(),
-                                request_id: request_id.map(str::to_owned),
-                                user_since: false,
-                                broken: false,
-                                stream_json,
+                                response: OpenResponse::new(id, request_id, stream_json),
                             },
                         );
                         if spill {
@@ -448,10 +418,8 @@ pub(super) fn read_claude_code(
                     collect_results(message.get("content"), &mut results);
                 }
                 if let Some(o) = opens.get_mut(&thread) {
-                    o.user_since = true;
-                    if !only_results_of(message, &turns.held(o.turn).calls) {
-                        o.broken = true;
-                    }
+                    let only_results = only_results_of(message, &turns.held(o.turn).calls);
+                    o.response.user_line(only_results);
                 }
             }
             "result" if stream_json => {

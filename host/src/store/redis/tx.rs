@@ -6,7 +6,7 @@ use budgetgate_core::budget::Ledger;
 use redis::{Commands, Connection, Pipeline};
 
 use super::{key, unique, RedisTx};
-use crate::store::{CountedUsage, LedgerTx, StoreError};
+use crate::store::{CountedUsage, LedgerTx, StoreError, TranscriptCursor};
 
 impl RedisTx<'_> {
     fn fail(&self, e: impl std::fmt::Display) -> StoreError {
@@ -212,19 +212,39 @@ impl LedgerTx for RedisTx<'_> {
         Some(self.clock_ms)
     }
 
-    fn transcript_offset(&self, session: &str, path: &str) -> Result<u64, StoreError> {
-        let offset: Option<u64> = self.read(|c| c.hget(key(session, "offsets"), path))?;
-        Ok(offset.unwrap_or(0))
+    /// A transcript's cursor is one field of the session's `offsets` hash:
+    /// the offset, then, when a response is open, a space and its record
+    /// (a ledger written before the record was kept holds the offset
+    /// alone, read as no open response).
+    fn transcript_cursor(&self, session: &str, path: &str) -> Result<TranscriptCursor, StoreError> {
+        let value: Option<String> = self.read(|c| c.hget(key(session, "offsets"), path))?;
+        let Some(value) = value else {
+            return Ok(TranscriptCursor::default());
+        };
+        let (offset, open) = match value.split_once(' ') {
+            Some((offset, open)) => (offset, Some(open.to_owned())),
+            None => (value.as_str(), None),
+        };
+        let offset = offset.parse().map_err(|_| StoreError::TranscriptCursor {
+            session: session.to_owned(),
+            path: path.to_owned(),
+            value: value.clone(),
+        })?;
+        Ok(TranscriptCursor { offset, open })
     }
 
-    fn set_transcript_offset(
+    fn set_transcript_cursor(
         &self,
         session: &str,
         path: &str,
-        offset: u64,
+        cursor: &TranscriptCursor,
     ) -> Result<(), StoreError> {
+        let value = match &cursor.open {
+            Some(open) => format!("{} {open}", cursor.offset),
+            None => cursor.offset.to_string(),
+        };
         self.write(|p| {
-            p.hset(key(session, "offsets"), path, offset).ignore();
+            p.hset(key(session, "offsets"), path, value).ignore();
         });
         Ok(())
     }

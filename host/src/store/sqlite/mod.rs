@@ -25,7 +25,7 @@ use super::{
 mod tx;
 
 /// The schema's version, kept in `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The ledger file's name inside the state folder.
 pub const FILE_NAME: &str = "ledger.sqlite3";
@@ -139,6 +139,10 @@ impl Store {
                 session TEXT NOT NULL, agent TEXT NOT NULL, record BLOB NOT NULL,
                 PRIMARY KEY (session, agent));
              PRAGMA user_version = 3;";
+        /// Version 4 keeps, with each transcript's offset, the response its
+        /// last lines left open (`crate::transcript`).
+        const MIGRATE_3_TO_4: &str = "ALTER TABLE transcripts ADD COLUMN open TEXT;
+             PRAGMA user_version = 4;";
         self.decide(|t: &mut Tx<'_>| {
             let sql = t.sql();
             let found: i64 =
@@ -183,11 +187,17 @@ impl Store {
                      PRAGMA user_version = 2;",
                     )
                     .map_err(&sql)?;
-                    t.tx.execute_batch(MIGRATE_2_TO_3).map_err(&sql)
+                    t.tx.execute_batch(MIGRATE_2_TO_3).map_err(&sql)?;
+                    t.tx.execute_batch(MIGRATE_3_TO_4).map_err(&sql)
                 }
-                // Version 2 (before loop detection): its tables are kept
-                // as they are; the loop windows' table is added.
-                2 => t.tx.execute_batch(MIGRATE_2_TO_3).map_err(&sql),
+                // Version 2 (before loop detection) and 3 (before open
+                // responses were kept): their tables are kept as they are;
+                // what is new is added.
+                2 => {
+                    t.tx.execute_batch(MIGRATE_2_TO_3).map_err(&sql)?;
+                    t.tx.execute_batch(MIGRATE_3_TO_4).map_err(&sql)
+                }
+                3 => t.tx.execute_batch(MIGRATE_3_TO_4).map_err(&sql),
                 SCHEMA_VERSION => Ok(()),
                 other => Err(StoreError::Schema {
                     path: t.path.clone(),

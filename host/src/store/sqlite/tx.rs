@@ -5,19 +5,19 @@ use budgetgate_core::budget::Ledger;
 use rusqlite::{params, OptionalExtension};
 
 use super::{to_i64, to_u64, Tx};
-use crate::store::{CountedUsage, LedgerTx, StoreError};
+use crate::store::{CountedUsage, LedgerTx, StoreError, TranscriptCursor};
 
 impl LedgerTx for Tx<'_> {
-    fn transcript_offset(&self, session: &str, path: &str) -> Result<u64, StoreError> {
-        Tx::offset(self, session, path)
+    fn transcript_cursor(&self, session: &str, path: &str) -> Result<TranscriptCursor, StoreError> {
+        Tx::cursor(self, session, path)
     }
-    fn set_transcript_offset(
+    fn set_transcript_cursor(
         &self,
         session: &str,
         path: &str,
-        offset: u64,
+        cursor: &TranscriptCursor,
     ) -> Result<(), StoreError> {
-        Tx::set_offset(self, session, path, offset)
+        Tx::set_cursor(self, session, path, cursor)
     }
     fn response(&self, session: &str, key: &str) -> Result<Option<CountedUsage>, StoreError> {
         Tx::response(self, session, key)
@@ -257,25 +257,37 @@ impl Tx<'_> {
         Ok(to_u64(count))
     }
 
-    /// How far `path` has been read for `session`, in bytes.
-    pub fn offset(&self, session: &str, path: &str) -> Result<u64, StoreError> {
-        let offset: Option<i64> = self
+    /// How far `path` has been read for `session`, and its open response.
+    pub fn cursor(&self, session: &str, path: &str) -> Result<TranscriptCursor, StoreError> {
+        let row: Option<(i64, Option<String>)> = self
             .row(
-                "SELECT offset FROM transcripts WHERE session = ?1 AND path = ?2",
+                "SELECT offset, open FROM transcripts WHERE session = ?1 AND path = ?2",
                 params![session, path],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .optional()
             .map_err(self.sql())?;
-        Ok(offset.map_or(0, to_u64))
+        Ok(
+            row.map_or_else(TranscriptCursor::default, |(offset, open)| {
+                TranscriptCursor {
+                    offset: to_u64(offset),
+                    open,
+                }
+            }),
+        )
     }
 
-    /// Records that `path` has been read up to `offset`.
-    pub fn set_offset(&self, session: &str, path: &str, offset: u64) -> Result<(), StoreError> {
+    /// Records how far `path` has been read, and its open response.
+    pub fn set_cursor(
+        &self,
+        session: &str,
+        path: &str,
+        cursor: &TranscriptCursor,
+    ) -> Result<(), StoreError> {
         self.exec(
-            "INSERT INTO transcripts (session, path, offset) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (session, path) DO UPDATE SET offset = ?3",
-            params![session, path, to_i64(offset)],
+            "INSERT INTO transcripts (session, path, offset, open) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (session, path) DO UPDATE SET offset = ?3, open = ?4",
+            params![session, path, to_i64(cursor.offset), cursor.open],
         )
         .map_err(self.sql())?;
         Ok(())

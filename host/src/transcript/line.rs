@@ -8,8 +8,10 @@
 //! the session for good. So the line is walked once without recursion,
 //! only balancing brackets and strings, and only the fields the budget
 //! needs are read strictly: `type`, `requestId`, and in `message` its `id`,
-//! `model` and `usage` (with unique keys, as every counted figure is). One
-//! of those given twice is an error (the figure would be ambiguous).
+//! `model` and `usage` (with unique keys, as every counted figure is), and
+//! of each `message.content` block its `type`, `id` and `tool_use_id`
+//! (which tell the lines of one response apart: [`super::OpenResponse`]).
+//! One of those given twice is an error (the figure would be ambiguous).
 
 /// The fields of an assistant line that the budget counts.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -24,6 +26,21 @@ pub struct Fields {
     pub model: Option<String>,
     /// `message.usage`, as its raw JSON text (read strictly by the caller).
     pub usage: Option<String>,
+    /// The line has a `message` (not absent, not `null`).
+    pub message: bool,
+    /// The ids of `message.content`'s `tool_use` blocks, in order.
+    pub calls: Vec<String>,
+    /// When `message.content` is an array: per block, its `tool_use_id`
+    /// if it is a `tool_result` block with one, else `None`.
+    pub results: Option<Vec<Option<String>>>,
+}
+
+/// The members of one content block that tell responses apart.
+#[derive(Default)]
+struct Block {
+    kind: Option<String>,
+    id: Option<String>,
+    tool_use_id: Option<String>,
 }
 
 struct Walk<'a> {
@@ -124,6 +141,31 @@ impl<'a> Walk<'a> {
         }
     }
 
+    /// Walks an array, handing the span of each element to `element`.
+    fn array(
+        &mut self,
+        mut element: impl FnMut((usize, usize)) -> Result<(), String>,
+    ) -> Result<(), String> {
+        self.expect(b'[')?;
+        self.space();
+        if self.bytes.get(self.at) == Some(&b']') {
+            self.at += 1;
+            return Ok(());
+        }
+        loop {
+            element(self.value()?)?;
+            self.space();
+            match self.bytes.get(self.at) {
+                Some(b',') => self.at += 1,
+                Some(b']') => {
+                    self.at += 1;
+                    return Ok(());
+                }
+                _ => return Err(format!("expected `,` or `]` at byte {}", self.at)),
+            }
+        }
+    }
+
     /// Walks an object, handing each member's key (raw, with quotes) and the
     /// span of its value to `member`.
     fn object(
@@ -161,7 +203,7 @@ fn text_of(bytes: &[u8], (s, e): (usize, usize)) -> Result<String, String> {
     serde_json::from_str::<String>(raw).map_err(|e| format!("{raw:.40}: {e}"))
 }
 
-fn set(slot: &mut Option<String>, value: String, key: &str) -> Result<(), String> {
+fn set<T>(slot: &mut Option<T>, value: T, key: &str) -> Result<(), String> {
     if slot.replace(value).is_some() {
         return Err(format!("`{key}` is given twice"));
     }
@@ -196,6 +238,8 @@ pub fn fields(line: &[u8]) -> Result<Fields, String> {
     if walk.at != line.len() {
         return Err(format!("text after the line's object at byte {}", walk.at));
     }
+    out.message = message.is_some_and(|(s, e)| line.get(s..e) != Some(b"null"));
+    let mut content: Option<(usize, usize)> = None;
     if let Some((s, _)) = message.filter(|(s, _)| line.get(*s) == Some(&b'{')) {
         let mut inner = Walk { bytes: line, at: s };
         inner.object(|key, span| {
@@ -206,6 +250,7 @@ pub fn fields(line: &[u8]) -> Result<Fields, String> {
                 b"\"model\"" if string(span) => {
                     set(&mut out.model, text_of(line, span)?, "message.model")?
                 }
+                b"\"content\"" => set(&mut content, span, "message.content")?,
                 b"\"usage\"" => {
                     let raw = std::str::from_utf8(line.get(span.0..span.1).unwrap_or_default())
                         .map_err(|_| "not UTF-8".to_string())?;
@@ -216,7 +261,51 @@ pub fn fields(line: &[u8]) -> Result<Fields, String> {
             Ok(())
         })?;
     }
+    if let Some((s, _)) = content.filter(|(s, _)| line.get(*s) == Some(&b'[')) {
+        let mut blocks = Vec::new();
+        Walk { bytes: line, at: s }.array(|span| {
+            let block = block(line, span)?;
+            if block.kind.as_deref() == Some("tool_use") {
+                if let Some(id) = &block.id {
+                    out.calls.push(id.clone());
+                }
+            }
+            blocks.push(
+                block
+                    .tool_use_id
+                    .filter(|_| block.kind.as_deref() == Some("tool_result")),
+            );
+            Ok(())
+        })?;
+        out.results = Some(blocks);
+    }
     Ok(out)
+}
+
+/// The members of the content block at `span` that tell responses apart
+/// (none when it is not an object).
+fn block(line: &[u8], span: (usize, usize)) -> Result<Block, String> {
+    let mut block = Block::default();
+    if line.get(span.0) != Some(&b'{') {
+        return Ok(block);
+    }
+    let string = |span: (usize, usize)| line.get(span.0) == Some(&b'"');
+    Walk {
+        bytes: line,
+        at: span.0,
+    }
+    .object(|key, span| {
+        match key {
+            b"\"type\"" if string(span) => set(&mut block.kind, text_of(line, span)?, "type")?,
+            b"\"id\"" if string(span) => set(&mut block.id, text_of(line, span)?, "id")?,
+            b"\"tool_use_id\"" if string(span) => {
+                set(&mut block.tool_use_id, text_of(line, span)?, "tool_use_id")?
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(block)
 }
 
 #[cfg(test)]
@@ -238,6 +327,29 @@ mod tests {
             f.usage.as_deref(),
             Some(r#"{"input_tokens":5,"output_tokens":2}"#)
         );
+    }
+
+    #[test]
+    fn the_blocks_that_tell_responses_apart_are_read() {
+        let f = fields(br#"{"type":"assistant","message":{"id":"m","content":[{"type":"text","text":"x"},{"type":"tool_use","id":"t1","name":"Read","input":{"id":"no"}},{"id":"t9"},7]}}"#).unwrap();
+        assert!(f.message);
+        assert_eq!(f.calls, ["t1"]);
+        assert_eq!(f.results, Some(vec![None, None, None, None]));
+        let f = fields(br#"{"type":"user","message":{"content":[{"tool_use_id":"t1","type":"tool_result","content":[{"tool_use_id":"no"}]},{"type":"text","tool_use_id":"t2"}]}}"#).unwrap();
+        assert_eq!(f.results, Some(vec![Some("t1".into()), None]));
+        assert!(f.calls.is_empty());
+        let f = fields(br#"{"type":"user","message":{"content":"a prompt"}}"#).unwrap();
+        assert_eq!(f.results, None);
+        assert!(
+            !fields(br#"{"type":"assistant","message":null}"#)
+                .unwrap()
+                .message
+        );
+        assert!(!fields(br#"{"type":"assistant"}"#).unwrap().message);
+        assert!(
+            fields(br#"{"message":{"content":[{"type":"tool_use","id":"a","id":"b"}]}}"#).is_err()
+        );
+        assert!(fields(br#"{"message":{"content":[],"content":[]}}"#).is_err());
     }
 
     #[test]

@@ -1,0 +1,565 @@
+//! The Claude Code hook reads a session's transcript as `replay` reads a
+//! session log (`SPEC E`: one rule book; issue 30, item 2): every line of
+//! one response counted once, a response that reuses an earlier one's
+//! `message.id` counted as its own model call, and, driven event by event
+//! over every Claude Code log at hand, the same model calls and tokens as
+//! `replay` counts.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+mod common;
+
+use common::hook::{append, assistant_line, bin, decision};
+use common::Setup;
+
+const BUDGET: &str = r#"
+[budget]
+max_tool_calls = 5
+max_repeats = 1
+max_tokens = 1000
+max_seconds = 3600
+[tools]
+needs_approval = ["Write"]
+max_calls = { Bash = 2 }
+"#;
+
+/// A budget no log here reaches: only the counts are compared.
+const ROOMY: &str = "[budget]\nmax_tokens = 1000000000\nmax_seconds = 100000000\nmax_model_calls = 1000000\nmax_repeats = 100000\nmax_tool_calls = 1000000\n";
+
+/// `replay --json` of `log` under `budget` (in `s`'s folder).
+fn replayed(s: &Setup, log: &Path) -> Value {
+    let out = Command::new(bin())
+        .args(["replay", "--json", "--budget"])
+        .arg(s.path("budget.toml"))
+        .arg(log)
+        .output()
+        .expect("replay runs");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("replay JSON of {}: {e}: {out:?}", log.display()))
+}
+
+/// Drives the hook over `log` as Claude Code would: each line appended to
+/// the transcript in turn, a `PreToolUse` for each `tool_use` block the
+/// first time its id is written, and a `Stop` at the end. Returns the
+/// session's model calls and tokens as the hook's ledger counted them.
+fn hook_counts(s: &Setup, text: &str) -> (u64, u64) {
+    let t = s.transcript();
+    let mut asked = std::collections::HashSet::new();
+    for line in text.lines() {
+        append(&t, line);
+        let Ok(value) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if value["type"] != "assistant" {
+            continue;
+        }
+        let Some(blocks) = value["message"]["content"].as_array() else {
+            continue;
+        };
+        for block in blocks {
+            let Some(id) = block["id"].as_str().filter(|_| block["type"] == "tool_use") else {
+                continue;
+            };
+            if !asked.insert(id.to_owned()) {
+                continue;
+            }
+            let event = s.pre(
+                block["name"].as_str().unwrap_or("x"),
+                block["input"].clone(),
+                id,
+            );
+            let answer = decision(&s.run(&event));
+            assert!(!answer.contains("exhausted"), "{id}: {answer}");
+        }
+    }
+    assert_eq!(decision(&s.run(&s.event("Stop", json!({})))), "none");
+    (s.used("model_calls"), s.used("tokens"))
+}
+
+/// A log of our own with what real logs hold: a response written over
+/// several lines with its results between them (one model call), and two
+/// responses that reuse an earlier `message.id` — one after a prompt the
+/// user typed, one without a `requestId` after its results — each its own
+/// model call.
+fn reused_ids_log() -> String {
+    let usage = |input: u64, output: u64| json!({"input_tokens": input, "output_tokens": output});
+    let call =
+        |id: &str| json!([{"type": "tool_use", "id": id, "name": "Read", "input": {"f": id}}]);
+    let results = |id: &str| {
+        json!({"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": "ok"}]}})
+        .to_string()
+    };
+    let no_request = |id: &str, input, output, blocks: Value| {
+        let mut line: Value =
+            serde_json::from_str(&assistant_line(id, "", usage(input, output), blocks)).unwrap();
+        line.as_object_mut().unwrap().remove("requestId");
+        line.to_string()
+    };
+    let lines = [
+        assistant_line("m1", "r1", usage(100, 5), call("t1")),
+        results("t1"),
+        // The same response's next block, after its result: one model call.
+        assistant_line("m1", "r1", usage(100, 9), call("t2")),
+        results("t2"),
+        json!({"type": "user", "message": {"role": "user", "content": "go on"}}).to_string(),
+        // The same ids after a prompt: another model call.
+        assistant_line("m1", "r1", usage(100, 9), call("t3")),
+        results("t3"),
+        no_request("m2", 50, 1, call("t4")),
+        results("t4"),
+        // No requestId, after a result: another model call.
+        no_request("m2", 50, 2, call("t5")),
+        results("t5"),
+        assistant_line(
+            "m3",
+            "r3",
+            usage(10, 1),
+            json!([{"type": "text", "text": "done"}]),
+        ),
+    ];
+    // Every line with the session's id and its own uuid, as Claude Code
+    // writes them.
+    lines
+        .iter()
+        .enumerate()
+        .map(|(n, line)| {
+            let mut value: Value = serde_json::from_str(line).unwrap();
+            value["sessionId"] = json!("s1");
+            value["uuid"] = json!(format!("u{n}"));
+            value.to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The hook counts our own log with reused ids exactly as replay does:
+/// four model calls and 109 + 109 + 51 + 52 + 11 tokens.
+#[test]
+fn a_response_reusing_an_earlier_message_id_is_counted_as_replay_counts_it() {
+    let s = Setup::new(ROOMY);
+    let text = reused_ids_log();
+    let log = s.path("log.jsonl");
+    std::fs::write(&log, &text).unwrap();
+    let report = replayed(&s, &log);
+    assert_eq!(report["turns"], 5, "{}", report["notes"]);
+    assert_eq!(report["gate_usage"]["total"], 332);
+    assert_eq!(hook_counts(&s, &text), (5, 332));
+}
+
+/// The same on a Redis ledger, against a real `redis-server`: the open
+/// response is kept with the transcript's offset there too.
+#[test]
+fn a_response_reusing_an_earlier_message_id_is_counted_the_same_on_redis() {
+    let Some(redis) = common::redis::redis() else {
+        return;
+    };
+    let s = Setup::new(ROOMY);
+    s.use_ledger(&redis.url);
+    assert_eq!(hook_counts(&s, &reused_ids_log()), (5, 332));
+}
+
+/// Every Claude Code log at hand — the shipped example and the real logs
+/// in `../shared/data` when present — driven through the hook event by
+/// event: the hook's ledger holds the model calls and tokens replay counts.
+#[test]
+fn every_claude_code_log_is_counted_by_the_hook_as_replay_counts_it() {
+    let mut logs =
+        vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/replay/claude-code.jsonl")];
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/transcripts");
+    if let Ok(dir) = std::fs::read_dir(&shared) {
+        let mut found: Vec<_> = dir
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                name.contains("claude-code") && name.ends_with(".jsonl")
+            })
+            .collect();
+        found.sort();
+        logs.extend(found);
+    } else {
+        eprintln!("{} not present: the example only", shared.display());
+    }
+    for log in logs {
+        let s = Setup::new(ROOMY);
+        let report = replayed(&s, &log);
+        let text = std::fs::read_to_string(&log).unwrap();
+        let counted = hook_counts(&s, &text);
+        assert_eq!(
+            counted,
+            (
+                report["turns"].as_u64().unwrap(),
+                report["gate_usage"]["total"].as_u64().unwrap()
+            ),
+            "{}",
+            log.display()
+        );
+    }
+}
+
+/// Tokens are read from the transcript's new lines: lines of one response
+/// (same message and request id) are counted once with their largest usage,
+/// `usage.iterations` is billed on top, a line still being written waits,
+/// and once the budget is spent the next call is denied and Stop ends it.
+#[test]
+fn tokens_from_the_transcript_stop_the_session() {
+    let s = Setup::new(BUDGET);
+    let t = s.transcript();
+    let usage = json!({"input_tokens": 100, "output_tokens": 5, "cache_read_input_tokens": 200, "cache_creation_input_tokens": 0});
+    append(
+        &t,
+        &assistant_line(
+            "m1",
+            "r1",
+            usage.clone(),
+            json!([{"type": "text", "text": "hi"}]),
+        ),
+    );
+    append(
+        &t,
+        &assistant_line(
+            "m1",
+            "r1",
+            json!({"input_tokens": 100, "output_tokens": 50}),
+            json!([{"type": "tool_use", "id": "u1", "name": "Read", "input": {}}]),
+        ),
+    );
+    assert_eq!(decision(&s.run(&s.pre("Read", json!({}), "u1"))), "none");
+    assert_eq!(s.used("tokens"), 350);
+    assert_eq!(s.used("model_calls"), 1);
+    // A half-written line is not counted yet.
+    let mut f = std::fs::OpenOptions::new().append(true).open(&t).unwrap();
+    let partial = assistant_line(
+        "m2",
+        "r2",
+        json!({"input_tokens": 400, "output_tokens": 10, "iterations": [{"input_tokens": 0, "cache_creation_input_tokens": 300}]}),
+        json!([]),
+    );
+    f.write_all(&partial.as_bytes()[..20]).unwrap();
+    drop(f);
+    assert_eq!(
+        decision(&s.run(&s.event(
+            "PostToolUse",
+            json!({"tool_name": "Read", "tool_input": {}, "tool_response": "", "tool_use_id": "u1"})
+        ))),
+        "none"
+    );
+    assert_eq!(s.used("tokens"), 350);
+    let mut f = std::fs::OpenOptions::new().append(true).open(&t).unwrap();
+    f.write_all(&partial.as_bytes()[20..]).unwrap();
+    f.write_all(b"\n").unwrap();
+    drop(f);
+    // 350 + 410 + 300 (iterations) = 1060 >= 1000: spent.
+    let denied = decision(&s.run(&s.pre("Read", json!({"p": 1}), "u2")));
+    assert!(
+        denied.contains("(budget-exhausted)")
+            && denied.contains("tokens budget exhausted (1060 of 1000 tokens)"),
+        "{denied}"
+    );
+    assert_eq!(s.used("model_calls"), 2);
+    let out = s.run(&s.event("Stop", json!({"stop_hook_active": false})));
+    assert_eq!(decision(&out), "stop");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("stopReason") && text.contains("tokens budget exhausted"),
+        "{text}"
+    );
+    assert_eq!(
+        decision(&s.run(&s.event("UserPromptSubmit", json!({"prompt": "more"})))),
+        "stop"
+    );
+}
+
+#[test]
+fn a_cost_budget_counts_priced_models_and_refuses_unpriced_ones() {
+    let s = Setup::new(
+        "[budget]\nmax_cost_usd = 0.001\nmax_seconds = 3600\n[prices.claude-haiku-4-5]\ninput = 1.0\noutput = 5.0\n",
+    );
+    let t = s.transcript();
+    append(
+        &t,
+        &assistant_line(
+            "m1",
+            "r1",
+            json!({"input_tokens": 500, "output_tokens": 20}),
+            json!([]),
+        ),
+    );
+    assert_eq!(decision(&s.run(&s.pre("Read", json!({}), "u1"))), "none");
+    assert_eq!(s.used("cost_micro_usd"), 600);
+    append(
+        &t,
+        &assistant_line(
+            "m2",
+            "r2",
+            json!({"input_tokens": 400, "output_tokens": 0}),
+            json!([]),
+        ),
+    );
+    let denied = decision(&s.run(&s.pre("Read", json!({"a": 1}), "u2")));
+    assert!(
+        denied.contains("cost_micro_usd budget exhausted (1000 of 1000"),
+        "{denied}"
+    );
+    // Another session with a model that has no price: refused, not free.
+    let s2 = Setup::new("[budget]\nmax_cost_usd = 5\nmax_seconds = 3600\n[prices.claude-opus-4-5]\ninput = 5.0\noutput = 25.0\n");
+    append(
+        &s2.transcript(),
+        &assistant_line(
+            "m1",
+            "r1",
+            json!({"input_tokens": 1, "output_tokens": 1}),
+            json!([]),
+        ),
+    );
+    let denied = decision(&s2.run(&s2.pre("Read", json!({}), "u1")));
+    assert!(
+        denied.contains("has no price") && denied.contains("never counts a call as free"),
+        "{denied}"
+    );
+    // Both say what to add; the session's end does not claim a limit is
+    // spent (none is: the cost cannot be counted).
+    assert!(denied.contains("add [prices."), "{denied}");
+    let out = s2.run(&s2.event("Stop", json!({"stop_hook_active": false})));
+    assert_eq!(decision(&out), "stop");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("add [prices."), "{text}");
+    assert!(!text.contains("budget is spent"), "{text}");
+}
+
+#[test]
+fn a_subagent_has_its_own_budget_inside_the_sessions() {
+    let s = Setup::new("[budget]\nmax_seconds = 3600\nmax_tool_calls = 10\n[subagent]\nmax_tool_calls = 1\nmax_tokens = 100\n");
+    let sub = |id: &str, n: u64| {
+        let mut e = s.pre("Read", json!({"n": n}), id);
+        e["agent_id"] = json!("a1");
+        e["agent_type"] = json!("Explore");
+        e
+    };
+    assert_eq!(decision(&s.run(&sub("x1", 1))), "none");
+    assert!(decision(&s.run(&sub("x2", 2))).contains("(tool-budget)"));
+    // The session itself still has room.
+    assert_eq!(decision(&s.run(&s.pre("Read", json!({}), "m1"))), "none");
+    // The sub-agent's transcript counts toward it and toward the session.
+    let dir = s.path("session").join("subagents");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("agent-a2.jsonl").display().to_string();
+    append(
+        &file,
+        &assistant_line(
+            "m9",
+            "r9",
+            json!({"input_tokens": 150, "output_tokens": 0}),
+            json!([]),
+        ),
+    );
+    let mut e = s.pre("Read", json!({"n": 3}), "y1");
+    e["agent_id"] = json!("a2");
+    let denied = decision(&s.run(&e));
+    assert!(
+        denied.contains("sub-agent tokens budget exhausted (150 of 100"),
+        "{denied}"
+    );
+    assert_eq!(s.used("tokens"), 150);
+}
+
+/// The real Claude Code sub-agent log in `../shared/data` (when present),
+/// driven line by line: each tool_use gets its PreToolUse once the lines
+/// before it are in the transcript. With a token budget the real session
+/// passes, `replay` stops it before response k+1 (the check before each
+/// model call); the hook denies the calls of response k, the one that spent
+/// the budget (their results could only go back in the refused call k+1),
+/// having counted exactly the tokens replay counted to that point.
+#[test]
+fn a_real_session_log_is_stopped_where_replay_stops_it() {
+    let real = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data/transcripts/02_claude-code_spotter_subagent_agent-a93ccab.jsonl");
+    let Ok(text) = std::fs::read_to_string(&real) else {
+        eprintln!("{} not present: skipped", real.display());
+        return;
+    };
+    let budget = "[budget]\nmax_tokens = 100000\nmax_seconds = 100000000\nmax_model_calls = 1000\nmax_repeats = 100\n";
+    let s = Setup::new(budget);
+    // Where replay stops it, with the same budget.
+    let replay = Command::new(bin())
+        .args(["replay", "--json", "--budget"])
+        .arg(s.path("budget.toml"))
+        .arg(&real)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&replay.stdout).expect("replay JSON");
+    let stopped_turn = report["stopped"]["turn"].as_u64().expect("replay stops it") as usize;
+    let t = s.transcript();
+    let mut first_denied_turn = None;
+    let mut responses: Vec<String> = Vec::new();
+    for line in text.lines() {
+        append(&t, line);
+        let value: Value = serde_json::from_str(line).unwrap();
+        if value["type"] != "assistant" {
+            continue;
+        }
+        let id = value["message"]["id"].as_str().unwrap().to_owned();
+        if responses.last() != Some(&id) {
+            responses.push(id);
+        }
+        for block in value["message"]["content"].as_array().unwrap() {
+            if block["type"] != "tool_use" {
+                continue;
+            }
+            let mut event = s.pre(
+                block["name"].as_str().unwrap(),
+                block["input"].clone(),
+                block["id"].as_str().unwrap(),
+            );
+            event["agent_id"] = value["agentId"].clone();
+            let d = decision(&s.run(&event));
+            if d != "none" && first_denied_turn.is_none() {
+                assert!(d.contains("tokens budget exhausted"), "{d}");
+                first_denied_turn = Some(responses.len() - 1);
+                let replayed = report["stopped"]["detail"].as_str().unwrap();
+                assert!(
+                    replayed.contains(&format!("({} of 100000)", s.used("tokens"))),
+                    "{replayed} vs {}",
+                    s.used("tokens")
+                );
+            }
+        }
+    }
+    assert_eq!(
+        first_denied_turn.map(|k| k + 1),
+        Some(stopped_turn),
+        "replay: {}",
+        report["stopped"]
+    );
+}
+
+/// A transcript longer than one event may read (a hook installed into a
+/// long session) is counted over several events: the first calls are
+/// denied while the backlog is read, its progress is kept, and once caught
+/// up the count is exact.
+#[test]
+fn a_long_transcript_backlog_is_counted_over_several_events() {
+    let s = Setup::new(BUDGET);
+    let t = s.transcript();
+    {
+        let mut f = std::fs::File::create(&t).unwrap();
+        let filler =
+            json!({"type": "user", "message": {"role": "user", "content": "x".repeat(1 << 20)}})
+                .to_string();
+        for _ in 0..70 {
+            writeln!(f, "{filler}").unwrap();
+        }
+    }
+    append(
+        &t,
+        &assistant_line(
+            "m1",
+            "r1",
+            json!({"input_tokens": 7, "output_tokens": 3}),
+            json!([]),
+        ),
+    );
+    // A deadline roomy enough for a debug build on a busy machine.
+    let run = |event: &Value| s.run_with(&["--deadline-ms", "30000"], event);
+    let first = decision(&run(&s.pre("Read", json!({}), "b1")));
+    assert!(first.contains("(transcript-backlog)"), "{first}");
+    assert_eq!(s.used("tokens"), 0);
+    assert_eq!(
+        decision(&run(&s.pre("Read", json!({"n": 2}), "b2"))),
+        "none"
+    );
+    assert_eq!(s.used("tokens"), 10);
+    assert_eq!(s.used("model_calls"), 1);
+}
+
+/// What the model or a tool wrote into a transcript line (nesting deeper
+/// than any strict reader allows, a lone surrogate escape, which
+/// `JSON.stringify` writes) never stops the count: only the counted fields
+/// are read strictly. Found by the hostile trial (the session used to be
+/// refused for good).
+#[test]
+fn a_deep_or_lone_surrogate_tool_input_in_the_transcript_is_counted() {
+    let s = Setup::new(BUDGET);
+    let deep = "[".repeat(5_000) + &"]".repeat(5_000);
+    let line = format!(
+        r#"{{"type":"assistant","requestId":"r1","message":{{"id":"m1","model":"claude-sonnet-4-5","content":[{{"type":"tool_use","id":"toolu_x","name":"Bash","input":{{"command":"echo \ud83d","x":{deep}}}}}],"usage":{{"input_tokens":5,"output_tokens":5}}}}}}"#
+    );
+    append(&s.transcript(), &line);
+    assert_eq!(decision(&s.run(&s.pre("Read", json!({}), "u1"))), "none");
+    assert_eq!(s.used("tokens"), 10);
+    // The counted figures stay strict: a usage field given twice refuses.
+    append(
+        &s.transcript(),
+        r#"{"type":"assistant","requestId":"r2","message":{"id":"m2","usage":{"input_tokens":1,"input_tokens":999999}}}"#,
+    );
+    let out = s.run(&s.pre("Read", json!({"a": 1}), "u2"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("duplicate key `input_tokens`"));
+}
+
+/// `usage.iterations` lists every sampling pass of a request, the message's
+/// own included: the compaction pass is added to the top level, the
+/// message pass (which the top level already is) is not.
+#[test]
+fn a_compaction_iteration_is_billed_once() {
+    let s = Setup::new(BUDGET);
+    let usage = json!({"input_tokens": 23, "output_tokens": 1, "iterations": [
+        {"type": "compaction", "input_tokens": 180, "output_tokens": 3},
+        {"type": "message", "input_tokens": 23, "output_tokens": 1}]});
+    append(
+        &s.transcript(),
+        &assistant_line("m1", "r1", usage, json!([])),
+    );
+    assert_eq!(decision(&s.run(&s.pre("Read", json!({}), "u1"))), "none");
+    assert_eq!(s.used("tokens"), 23 + 1 + 180 + 3);
+}
+
+/// A FIFO where the transcript should be (a tool can make one) is refused
+/// at once, never waited on while the ledger's lock is held. Found by the
+/// hostile trial.
+#[test]
+fn a_fifo_as_transcript_is_refused_without_waiting() {
+    let s = Setup::new(BUDGET);
+    let made = Command::new("mkfifo").arg(s.transcript()).status();
+    if !made.is_ok_and(|st| st.success()) {
+        eprintln!("no mkfifo here: skipped");
+        return;
+    }
+    let out = s.run(&s.pre("Read", json!({}), "f1"));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a regular file"),
+        "{out:?}"
+    );
+}
+
+/// A version 3 ledger (before the open response was kept with each
+/// transcript's offset) is upgraded in place: what was counted stays
+/// counted, the transcript is read on from where it was, and the next
+/// response is counted once.
+#[test]
+fn a_version_3_ledger_is_upgraded_and_its_transcripts_read_on() {
+    let s = Setup::new(ROOMY);
+    let t = s.transcript();
+    let usage = |n: u64| json!({"input_tokens": n, "output_tokens": 1});
+    append(&t, &assistant_line("m1", "r1", usage(10), json!([])));
+    assert_eq!(decision(&s.run(&s.event("Stop", json!({})))), "none");
+    assert_eq!((s.used("model_calls"), s.used("tokens")), (1, 11));
+    let db = rusqlite::Connection::open(s.path("state").join("ledger.sqlite3")).unwrap();
+    db.execute_batch("ALTER TABLE transcripts DROP COLUMN open; PRAGMA user_version = 3;")
+        .unwrap();
+    drop(db);
+    append(&t, &assistant_line("m2", "r2", usage(20), json!([])));
+    assert_eq!(decision(&s.run(&s.event("Stop", json!({})))), "none");
+    assert_eq!((s.used("model_calls"), s.used("tokens")), (2, 32));
+    let db = rusqlite::Connection::open(s.path("state").join("ledger.sqlite3")).unwrap();
+    let version: i64 = db
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 4);
+}
