@@ -56,6 +56,13 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "S", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub orphan_grace: u64,
+    /// The largest request body, MiB: a larger one is refused 413 before
+    /// anything is sent. Four times this is the most the proxy holds of
+    /// every request being read or forwarded at once; past it a request is
+    /// refused 503 (`overloaded_error`, to be sent again).
+    #[arg(long, value_name = "MIB", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub max_request_mib: u64,
 }
 
 /// Runs `budgetgate proxy`: exit 0 when stopped by SIGINT or SIGTERM, 2 when
@@ -79,5 +86,6 @@ pub fn main(args: &ProxyArgs) -> ExitCode {
         call_timeout: Duration::from_secs(args.call_timeout),
         orphan_grace: Duration::from_secs(args.orphan_grace),
         upstream_ca: args.upstream_ca.clone(),
+        max_request: usize::try_from(args.max_request_mib << 20).unwrap_or(proxy::MAX_REQUEST),
     })
 }

@@ -55,14 +55,15 @@ use budgetgate_core::engine;
 use budgetgate_core::turn::RefusalReason;
 use gate::{Admission, ModelGate, Outcome, Ticket};
 
-/// Largest request body read (64 MiB: a long conversation with images).
+/// Largest request body read by default (64 MiB: a long conversation with
+/// images; `--max-request-mib`).
 pub const MAX_REQUEST: usize = 64 << 20;
 
-/// The most bytes of request bodies held at once, over every request being
-/// read or forwarded (four of the largest): past it a request is refused
-/// `503` until others are done, so that many large bodies at once cannot
-/// take the machine's memory.
-pub const MAX_HELD_REQUESTS: usize = 4 * MAX_REQUEST;
+/// How many of the largest request bodies may be held at once, over every
+/// request being read or forwarded: past that many bytes a request is
+/// refused `503` until others are done, so that many large bodies at once
+/// cannot take the machine's memory (256 MiB by default).
+pub const HELD_REQUESTS: usize = 4;
 
 /// How long a client may take to send a request's body.
 const BODY_DEADLINE: Duration = Duration::from_secs(60);
@@ -103,6 +104,8 @@ pub struct Config {
     /// A PEM file of certificates trusted beside the system's (a private
     /// CA of an HTTPS upstream).
     pub upstream_ca: Option<std::path::PathBuf>,
+    /// The largest request body read (bytes; [`MAX_REQUEST`] by default).
+    pub max_request: usize,
 }
 
 /// The running proxy.
@@ -115,7 +118,9 @@ pub struct Proxy {
     call_timeout: Duration,
     ids: AtomicU64,
     id_prefix: String,
-    /// The request bytes held ([`MAX_HELD_REQUESTS`]).
+    /// The largest request body read.
+    max_request: usize,
+    /// The request bytes held ([`HELD_REQUESTS`] × `max_request` at most).
     held: Arc<tokio::sync::Semaphore>,
 }
 
@@ -152,7 +157,10 @@ impl Proxy {
             session_header,
             call_timeout: config.call_timeout,
             ids: AtomicU64::new(0),
-            held: Arc::new(tokio::sync::Semaphore::new(MAX_HELD_REQUESTS)),
+            max_request: config.max_request,
+            held: Arc::new(tokio::sync::Semaphore::new(
+                HELD_REQUESTS.saturating_mul(config.max_request),
+            )),
             id_prefix: format!("proxy-{}-{}", std::process::id(), now_ms()),
         })
     }
@@ -266,7 +274,7 @@ pub async fn handle(proxy: Arc<Proxy>, bound: SocketAddr, req: Request<Incoming>
     let api_for_errors = gated.unwrap_or(Api::Messages);
     let read = tokio::time::timeout(
         BODY_DEADLINE,
-        net::read_held(body, MAX_REQUEST, &proxy.held),
+        net::read_held(body, proxy.max_request, &proxy.held),
     )
     .await
     .unwrap_or_else(|_| {
@@ -285,7 +293,7 @@ pub async fn handle(proxy: Arc<Proxy>, bound: SocketAddr, req: Request<Incoming>
                 "busy",
                 &format!(
                     "budgetgate: the proxy holds {} MiB of requests already; the call was not made, send it again shortly",
-                    MAX_HELD_REQUESTS >> 20
+                    (HELD_REQUESTS * proxy.max_request) >> 20
                 ),
             )
         }
@@ -296,7 +304,7 @@ pub async fn handle(proxy: Arc<Proxy>, bound: SocketAddr, req: Request<Incoming>
                 "request_too_large",
                 &format!(
                     "budgetgate: the request body is over {} MiB",
-                    MAX_REQUEST >> 20
+                    proxy.max_request >> 20
                 ),
             )
         }

@@ -6,6 +6,7 @@ use std::path::Path;
 pub mod hook;
 pub mod redis;
 pub mod tls;
+pub mod upstream;
 
 use assert_cmd::cargo::cargo_bin_cmd;
 use assert_cmd::Command;
