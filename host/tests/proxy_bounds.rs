@@ -3,7 +3,9 @@
 //! refused 413 before the upstream; bodies held at once are bounded
 //! together (past it 503 `overloaded_error`, to be sent again, and room
 //! comes back when they are gone); a client that does not read its answer
-//! is cut off at the call's deadline and the call counted.
+//! is cut off at the call's deadline and the call counted; a whole answer
+//! keeps its length, and one the upstream breaks off reaches the client
+//! with its head and broken off too.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -186,4 +188,51 @@ fn a_client_that_does_not_read_its_answer_is_cut_off_and_the_call_counted() {
     let _ = stalled.read_to_end(&mut raw);
     assert!(raw.starts_with(b"HTTP/1.1 200"));
     assert!(!raw.ends_with(b"0\r\n\r\n"), "the answer was not cut off");
+}
+
+/// A whole answer is relayed with the upstream's `content-length` and its
+/// bytes as they came; one the upstream breaks off after its head reaches
+/// the client with its head and a body shorter than that length (never no
+/// answer at all, which an SDK would send again), and the call counts.
+#[test]
+fn a_whole_answer_keeps_its_length_and_one_broken_off_reaches_the_client_broken() {
+    let (_dir, _budget, ledger, _upstream, proxy) = setup(ROOMY, &[]);
+    let whole = post(proxy.port, "/v1/messages", &[], &messages(false));
+    assert_eq!(whole.status, 200);
+    assert!(
+        whole
+            .head
+            .contains(&format!("content-length: {}", whole.body.len())),
+        "{}",
+        whole.head
+    );
+    assert_eq!(whole.json()["usage"]["output_tokens"], 100);
+    let cut = post(
+        proxy.port,
+        "/v1/messages",
+        &[("x-test-cut", "1")],
+        &messages(false),
+    );
+    assert_eq!(cut.status, 200, "{}", cut.head);
+    let length: usize = cut
+        .head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .expect("its length")
+        .trim()
+        .parse()
+        .expect("a number");
+    assert!(cut.body.len() < length, "{} of {length}", cut.body.len());
+    // Counted once the answer is out (within 50 ms).
+    let started = Instant::now();
+    let row = loop {
+        let row = ledger_row(&ledger, "proxy");
+        if row["limits"]["tokens"]["reserved"] == json!(0) || started.elapsed().as_secs() > 10 {
+            break row;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(used(&row, "model_calls"), 2, "{row}");
+    assert!(used(&row, "tokens") > 1_100, "{row}");
+    assert_eq!(row["limits"]["tokens"]["reserved"], json!(0), "{row}");
 }

@@ -60,6 +60,10 @@ impl Tap {
 /// How long after its answer ended a call is counted at the latest.
 const COUNT_WITHIN: Duration = Duration::from_millis(50);
 
+/// How long the answer's head waits for its first bytes, to leave with
+/// them.
+const FIRST_BYTES_WAIT: Duration = Duration::from_millis(1);
+
 /// A call's count that failed: its reservation stays stored, and is
 /// counted at its charge when it expires.
 pub(super) fn not_counted(key: &str, e: &str) {
@@ -74,14 +78,18 @@ pub(super) fn not_counted(key: &str, e: &str) {
 pub(super) async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Reply {
     let status = resp.status();
     let mut builder = Response::builder().status(status.as_u16());
-    let mut streamed = false;
+    let streamed = resp
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    // An answer relayed byte for byte keeps its length (one write for a
+    // whole answer, no chunked framing); one whose events are withheld
+    // does not.
+    let same_bytes = !(streamed && tap.as_ref().is_some_and(|t| t.hide_usage));
     for (name, value) in resp.headers() {
         let n = name.as_str();
-        if net::HOP_BY_HOP.contains(&n) || n == "content-length" {
+        if net::HOP_BY_HOP.contains(&n) || (n == "content-length" && !same_bytes) {
             continue;
-        }
-        if n == "content-type" {
-            streamed = value.as_bytes().starts_with(b"text/event-stream");
         }
         builder = builder.header(name.as_str(), value.as_bytes());
     }
@@ -97,22 +105,51 @@ pub(super) async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Repl
     let mut body = ChannelBody::breakable(rx, broken);
     let written = body.when_done();
     let deadline = tap.as_ref().map(|t| t.deadline);
+    let mut reader = UsageReader::new(tap.as_ref(), streamed);
+    // The answer's first bytes, when they come at once (a whole answer
+    // comes with its head): queued before the head goes out, so that head
+    // and body leave together. Waited for a moment at most, so a stream
+    // whose first event is slow does not hold its head back.
+    let mut early = std::collections::VecDeque::new();
+    let mut first = None;
+    if let Ok(read) = tokio::time::timeout(FIRST_BYTES_WAIT, resp.chunk()).await {
+        match read {
+            Ok(Some(chunk)) => {
+                for piece in reader.feed(&chunk).into_iter().flatten() {
+                    if !early.is_empty() {
+                        early.push_back(piece);
+                    } else if let Err(full) = tx.try_send(piece) {
+                        early.push_back(full.into_inner());
+                    }
+                }
+            }
+            end => first = Some(end),
+        }
+    }
     tokio::spawn(async move {
-        let mut reader = UsageReader::new(tap.as_ref(), streamed);
         // Until the end, or a stream cut (the upstream failed, or the call
         // ran past its deadline), or the client gone: what was reported
         // counts.
         let mut gone = false;
         'relay: loop {
-            let chunk = match resp.chunk().await {
-                Ok(Some(chunk)) => chunk,
-                Ok(None) => break,
-                Err(_) => {
-                    broke.store(true, std::sync::atomic::Ordering::Release);
-                    break;
-                }
+            let pieces = if early.is_empty() {
+                let read = match first.take() {
+                    Some(end) => end,
+                    None => resp.chunk().await,
+                };
+                let chunk = match read {
+                    Ok(Some(chunk)) => chunk,
+                    Ok(None) => break,
+                    Err(_) => {
+                        broke.store(true, std::sync::atomic::Ordering::Release);
+                        break;
+                    }
+                };
+                reader.feed(&chunk).into_iter().flatten().collect()
+            } else {
+                std::mem::take(&mut early)
             };
-            for piece in reader.feed(&chunk).into_iter().flatten() {
+            for piece in pieces {
                 let sent = match deadline {
                     Some(at) => tokio::time::timeout_at(at, tx.send(piece))
                         .await

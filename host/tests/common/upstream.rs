@@ -135,6 +135,16 @@ pub fn answer(stream: TcpStream, seen: &Mutex<Seen>) {
                 "stop_reason": "end_turn", "stop_sequence": null, "usage": usage,
             })
             .to_string();
+            if cut {
+                // The head and half the body, then the connection closed.
+                let _ = write!(
+                    out,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{}",
+                    body.len(),
+                    &body[..body.len() / 2]
+                );
+                return;
+            }
             let _ = write!(
                 out,
                 "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nrequest-id: req_1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
