@@ -541,6 +541,22 @@ fn count_line(
             (key, None)
         }
     };
+    // Each call id is kept with the `message.id` it was first shown in; one
+    // shown in a response of another `message.id` is a reused id (as
+    // replay reads it: a block logged again under the same `message.id` is
+    // the same call), refused `duplicate-call-id` whatever it was answered
+    // before.
+    for call in &fields.calls {
+        let first = tx
+            .transcript_call(session, call)
+            .map_err(|e| e.to_string())?;
+        match first.as_deref() {
+            None => tx.put_transcript_call(session, call, id),
+            Some(first) if first == id || first.is_empty() => Ok(()),
+            Some(_) => tx.put_transcript_call(session, call, ""),
+        }
+        .map_err(|e| e.to_string())?;
+    }
     if let Some(o) = open {
         o.add_calls(fields.calls);
     }
@@ -679,12 +695,16 @@ fn decide_call(
     now: u64,
 ) -> Result<Answer, HookError> {
     let shown_id = format!("the tool_use_id {}", Value::from(call.id.as_str()));
+    let reused = tx
+        .transcript_call(&event.session_id, &call.id)?
+        .is_some_and(|first| first.is_empty());
     let call = gate::ToolCall {
         name: &call.name,
         input: &call.input,
         call_id: &call.id,
         shown_id: &shown_id,
         id_scope: "in this session",
+        reused,
     };
     let cx = gate::Context {
         session: &event.session_id,

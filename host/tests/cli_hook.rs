@@ -729,7 +729,7 @@ fn a_version_2_ledger_is_upgraded_with_its_figures_kept() {
     let db = rusqlite::Connection::open(s.path("state").join("ledger.sqlite3")).unwrap();
     db.execute_batch(
         "DROP TABLE loop_windows; ALTER TABLE transcripts DROP COLUMN open;
-         PRAGMA user_version = 2;",
+         DROP TABLE transcript_calls; PRAGMA user_version = 2;",
     )
     .unwrap();
     drop(db);

@@ -163,6 +163,27 @@ fn a_response_reusing_an_earlier_message_id_is_counted_the_same_on_redis() {
     assert_eq!(hook_counts(&s, &reused_ids_log()), (5, 332));
 }
 
+/// A whole log read in one event (a transaction that reads back what it
+/// wrote: the lines of one response) counts as replay counts it, on
+/// SQLite and on a real `redis-server`.
+#[test]
+fn a_log_read_in_one_event_counts_the_same_on_sqlite_and_redis() {
+    let redis = common::redis::redis();
+    for url in [None, redis.as_ref().map(|r| r.url.as_str())] {
+        let s = Setup::new(ROOMY);
+        if let Some(url) = url {
+            s.use_ledger(url);
+        }
+        std::fs::write(s.transcript(), reused_ids_log() + "\n").unwrap();
+        assert_eq!(decision(&s.run(&s.event("Stop", json!({})))), "none");
+        assert_eq!(
+            (s.used("model_calls"), s.used("tokens")),
+            (5, 332),
+            "{url:?}"
+        );
+    }
+}
+
 /// Every Claude Code log at hand — the shipped example and the real logs
 /// in `../shared/data` when present — driven through the hook event by
 /// event: the hook's ledger holds the model calls and tokens replay counts.
@@ -551,8 +572,11 @@ fn a_version_3_ledger_is_upgraded_and_its_transcripts_read_on() {
     assert_eq!(decision(&s.run(&s.event("Stop", json!({})))), "none");
     assert_eq!((s.used("model_calls"), s.used("tokens")), (1, 11));
     let db = rusqlite::Connection::open(s.path("state").join("ledger.sqlite3")).unwrap();
-    db.execute_batch("ALTER TABLE transcripts DROP COLUMN open; PRAGMA user_version = 3;")
-        .unwrap();
+    db.execute_batch(
+        "ALTER TABLE transcripts DROP COLUMN open; DROP TABLE transcript_calls;
+         PRAGMA user_version = 3;",
+    )
+    .unwrap();
     drop(db);
     append(&t, &assistant_line("m2", "r2", usage(20), json!([])));
     assert_eq!(decision(&s.run(&s.event("Stop", json!({})))), "none");
@@ -562,4 +586,74 @@ fn a_version_3_ledger_is_upgraded_and_its_transcripts_read_on() {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
     assert_eq!(version, 4);
+}
+
+/// A log of our own: call `t1` in response `m1`, its block logged again on
+/// a later line of `m1`, its result, then a response `m2` that reuses the
+/// id `t1` for the same tool and input.
+fn reused_call_id_log() -> Vec<String> {
+    let usage = json!({"input_tokens": 10, "output_tokens": 1});
+    let read = json!([{"type": "tool_use", "id": "t1", "name": "Read", "input": {"f": 1}}]);
+    [
+        assistant_line("m1", "r1", usage.clone(), read.clone()),
+        assistant_line("m1", "r1", usage.clone(), read.clone()),
+        json!({"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}})
+        .to_string(),
+        assistant_line("m2", "r2", usage, read),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(n, line)| {
+        let mut value: Value = serde_json::from_str(line).unwrap();
+        value["sessionId"] = json!("s1");
+        value["uuid"] = json!(format!("u{n}"));
+        value.to_string()
+    })
+    .collect()
+}
+
+/// The hook's answers to `PreToolUse` for `t1` after each assistant line
+/// of [`reused_call_id_log`].
+fn answers_to_reused_id(s: &Setup) -> Vec<String> {
+    let t = s.transcript();
+    let mut answers = Vec::new();
+    for line in reused_call_id_log() {
+        append(&t, &line);
+        if line.contains("\"assistant\"") {
+            answers.push(decision(&s.run(&s.pre("Read", json!({"f": 1}), "t1"))));
+        }
+    }
+    answers
+}
+
+/// The same block asked about again — a retry, the block logged again on a
+/// later line of its response — gets its first answer; the same id in a
+/// later response is refused `duplicate-call-id` even with the same tool
+/// and input, as replay refuses it (issue 30: never run a model's second
+/// block with a reused id).
+#[test]
+fn a_call_id_reused_by_a_later_response_is_refused_as_replay_refuses_it() {
+    let s = Setup::new(ROOMY);
+    let answers = answers_to_reused_id(&s);
+    assert_eq!(answers[..2], ["none", "none"], "{answers:?}");
+    assert!(answers[2].contains("(duplicate-call-id)"), "{answers:?}");
+    let log = s.path("log.jsonl");
+    std::fs::write(&log, reused_call_id_log().join("\n")).unwrap();
+    let report = replayed(&s, &log);
+    assert_eq!(report["refusals"]["duplicate-call-id"], 1, "{report}");
+    assert_eq!(report["turns"], 2, "{report}");
+}
+
+/// The same on a Redis ledger, against a real `redis-server`.
+#[test]
+fn a_call_id_reused_by_a_later_response_is_refused_on_redis_too() {
+    let Some(redis) = common::redis::redis() else {
+        return;
+    };
+    let s = Setup::new(ROOMY);
+    s.use_ledger(&redis.url);
+    let answers = answers_to_reused_id(&s);
+    assert_eq!(answers[..2], ["none", "none"], "{answers:?}");
+    assert!(answers[2].contains("(duplicate-call-id)"), "{answers:?}");
 }

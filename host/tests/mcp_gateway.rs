@@ -1317,6 +1317,7 @@ fn a_late_answer_committed_with_the_next_decision_counts_once_on_both_ledgers() 
             call_id: id,
             shown_id: id,
             id_scope: "on this connection",
+            reused: false,
         };
         // A Redis ledger's time is its server's (issue 29): the time given
         // passes there for real.
@@ -1601,6 +1602,7 @@ fn decide_echo(
             call_id: id,
             shown_id: id,
             id_scope: "on this connection",
+            reused: false,
         },
         now,
     )
@@ -1745,6 +1747,7 @@ fn a_wrong_typed_redis_key_refuses_and_leaves_the_session_unchanged() {
         call_id: "k3",
         shown_id: "k3",
         id_scope: "on this connection",
+        reused: false,
     };
     let ran = [("k1".to_owned(), "echo".to_owned())];
     let (failed, verdict) = gate.commit_then_decide(&ran, &k3, now + 2);

@@ -512,6 +512,7 @@ impl Gate {
                 call_id: &call_id,
                 shown_id: &shown,
                 id_scope: "in this session",
+                reused: false,
             };
             let verdict = open.tools.decide(&call, now_ms()).map_err(gate_error)?;
             if matches!(verdict, Verdict::Run | Verdict::Ask(_)) {

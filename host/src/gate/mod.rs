@@ -70,6 +70,10 @@ pub struct ToolCall<'a> {
     /// Where the id must be unique, as the refusal says it (`in this
     /// session`; `on this connection` for MCP's request ids).
     pub id_scope: &'a str,
+    /// The id is known to be reused by another call (the Claude Code
+    /// hook: its transcript shows it in two responses): refused
+    /// `duplicate-call-id` whatever the id was answered before.
+    pub reused: bool,
 }
 
 /// How an attempt let through is counted.
@@ -641,7 +645,7 @@ pub fn decide_tool_call(
     // Where the front-end runs nothing itself (the hook: Claude Code runs
     // the tool once per id), the same call asked about again — a second
     // copy of the hook, a retry — gets the answer it got, counted once.
-    if let (Some((seen, stored)), Counting::Record) = (&prior, counting) {
+    if let (Some((seen, stored)), Counting::Record, false) = (&prior, counting, call.reused) {
         if Some(*seen) == fingerprint.map(CallFingerprint::as_u128) {
             return Ok(Verdict::from_stored(stored)?);
         }
@@ -655,7 +659,7 @@ pub fn decide_tool_call(
         budget_per_call: engine::BudgetPerCall::All,
     };
     let mut state = Stored::new(tx, session, agent, ledgers);
-    state.seen = if prior.is_some() {
+    state.seen = if prior.is_some() || call.reused {
         Seen::Again
     } else {
         Seen::New
@@ -719,6 +723,7 @@ mod tests {
                     call_id: id,
                     shown_id: &shown,
                     id_scope: "in this session",
+                    reused: false,
                 };
                 let cx = Context {
                     session: "s",
@@ -807,6 +812,7 @@ mod tests {
                         call_id: id,
                         shown_id: &shown,
                         id_scope: "in this session",
+                        reused: false,
                     };
                     let v = decide_tool_call(tx, &cx, &mut ledgers, &call, Counting::Record)?;
                     assert_eq!(v == Verdict::Run, expected, "{id}: {v:?}");

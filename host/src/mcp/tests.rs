@@ -787,6 +787,7 @@ fn commits_made_with_a_decision_stand_when_the_decision_fails() {
         call_id: "k1",
         shown_id: "the id k1",
         id_scope: "on this connection",
+        reused: false,
     };
     assert_eq!(g.decide(&plain, T0), Ok(Verdict::Run));
     assert_eq!(s.used(), (0, 1));

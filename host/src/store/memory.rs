@@ -41,6 +41,7 @@ struct Session {
     rate_calls: Vec<u64>,
     offsets: HashMap<String, TranscriptCursor>,
     responses: HashMap<String, CountedUsage>,
+    transcript_calls: HashMap<String, String>,
     loops: HashMap<String, Vec<u8>>,
 }
 
@@ -340,6 +341,25 @@ impl LedgerTx for MemoryTx<'_> {
             |s| &mut s.offsets,
             path.to_owned(),
             Some(cursor.clone()),
+        );
+        Ok(())
+    }
+
+    fn transcript_call(&self, session: &str, call_id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.get(session, |s| &s.transcript_calls, &call_id.to_owned()))
+    }
+
+    fn put_transcript_call(
+        &self,
+        session: &str,
+        call_id: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        self.put(
+            session,
+            |s| &mut s.transcript_calls,
+            call_id.to_owned(),
+            Some(message_id.to_owned()),
         );
         Ok(())
     }

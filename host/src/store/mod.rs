@@ -365,6 +365,18 @@ pub trait LedgerTx {
         model: &str,
         usage: CountedUsage,
     ) -> Result<(), StoreError>;
+    /// The `message.id` of the response a transcript of `session` first
+    /// showed tool call `call_id` in, or `""` once one showed it in a
+    /// response of another `message.id` too (the Claude Code hook's state:
+    /// a reused id). `None` when no transcript showed it yet.
+    fn transcript_call(&self, session: &str, call_id: &str) -> Result<Option<String>, StoreError>;
+    /// Records what [`Self::transcript_call`] reads.
+    fn put_transcript_call(
+        &self,
+        session: &str,
+        call_id: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError>;
     /// Records that `model`, which has no price, was used in `session`.
     fn add_unpriced(&self, session: &str, model: &str) -> Result<(), StoreError>;
     /// The record of the loop window (`[loops]`) of `session` / `agent`

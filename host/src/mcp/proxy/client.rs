@@ -504,6 +504,7 @@ impl<G: CallGate> Proxy<G> {
             // The key holds the connection: a client numbers its requests
             // afresh on each connection.
             id_scope: "on this connection",
+            reused: false,
         };
         // Calls that ran after their error are counted first; none is let
         // through while one is not (fail closed).

@@ -199,6 +199,7 @@ impl RedisStore {
                 writes: RefCell::new(redis::pipe()),
                 url: &url,
                 taken: RefCell::new(Vec::new()),
+                written: RefCell::new(std::collections::HashMap::new()),
                 clock_ms,
             };
             let out = match decide(&tx) {
@@ -599,7 +600,7 @@ fn key(session: &str, what: &str) -> String {
 
 /// A session's keys (`bg:{SESSION}:WHAT`) with the Redis type each holds
 /// when it exists (as `TYPE` names it).
-const KEYS: [(&str, &str); 12] = [
+const KEYS: [(&str, &str); 13] = [
     ("ledger", "hash"),
     ("offsets", "hash"),
     ("responses", "hash"),
@@ -612,6 +613,7 @@ const KEYS: [(&str, &str); 12] = [
     ("log", "list"),
     ("epoch", "string"),
     ("loops", "hash"),
+    ("tcalls", "hash"),
 ];
 
 fn keys(session: &str) -> Vec<String> {
@@ -639,6 +641,11 @@ pub struct RedisTx<'a> {
     /// transaction would still find them, and give back or count them a
     /// second time (a commit and the next decision share a transaction).
     taken: RefCell<Vec<(String, String)>>,
+    /// Hash fields (hash, field) this transaction has set, with their
+    /// values: their writes wait in `writes` until `EXEC`, so a later read
+    /// in the same transaction reads them here (a transcript's lines of
+    /// one response read in one decision).
+    written: RefCell<std::collections::HashMap<(String, String), String>>,
     /// The server's clock when the transaction began (`TIME`, after
     /// `WATCH`), in milliseconds since the Unix epoch.
     clock_ms: u64,

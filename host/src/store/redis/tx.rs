@@ -28,6 +28,26 @@ impl RedisTx<'_> {
         f(&mut self.writes.borrow_mut());
     }
 
+    /// Field `field` of hash `hash` as this transaction sees it: as it set
+    /// it, else as the server has it.
+    fn hget_own(&self, hash: String, field: &str) -> Result<Option<String>, StoreError> {
+        if let Some(value) = self.written.borrow().get(&(hash.clone(), field.to_owned())) {
+            return Ok(Some(value.clone()));
+        }
+        self.read(|c| c.hget(&hash, field))
+    }
+
+    /// Sets field `field` of hash `hash` at `EXEC`; this transaction reads
+    /// it at once ([`Self::hget_own`]).
+    fn hset_own(&self, hash: String, field: &str, value: String) {
+        self.write(|p| {
+            p.hset(&hash, field, &value).ignore();
+        });
+        self.written
+            .borrow_mut()
+            .insert((hash, field.to_owned()), value);
+    }
+
     /// Deletes reservation `field` of `hash` at `EXEC`, and remembers it
     /// as taken for the rest of this transaction.
     fn take(&self, hash: String, field: String) {
@@ -217,7 +237,7 @@ impl LedgerTx for RedisTx<'_> {
     /// (a ledger written before the record was kept holds the offset
     /// alone, read as no open response).
     fn transcript_cursor(&self, session: &str, path: &str) -> Result<TranscriptCursor, StoreError> {
-        let value: Option<String> = self.read(|c| c.hget(key(session, "offsets"), path))?;
+        let value = self.hget_own(key(session, "offsets"), path)?;
         let Some(value) = value else {
             return Ok(TranscriptCursor::default());
         };
@@ -243,14 +263,26 @@ impl LedgerTx for RedisTx<'_> {
             Some(open) => format!("{} {open}", cursor.offset),
             None => cursor.offset.to_string(),
         };
-        self.write(|p| {
-            p.hset(key(session, "offsets"), path, value).ignore();
-        });
+        self.hset_own(key(session, "offsets"), path, value);
+        Ok(())
+    }
+
+    fn transcript_call(&self, session: &str, call_id: &str) -> Result<Option<String>, StoreError> {
+        self.hget_own(key(session, "tcalls"), call_id)
+    }
+
+    fn put_transcript_call(
+        &self,
+        session: &str,
+        call_id: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        self.hset_own(key(session, "tcalls"), call_id, message_id.to_owned());
         Ok(())
     }
 
     fn response(&self, session: &str, key_: &str) -> Result<Option<CountedUsage>, StoreError> {
-        let value: Option<String> = self.read(|c| c.hget(key(session, "responses"), key_))?;
+        let value = self.hget_own(key(session, "responses"), key_)?;
         value
             .map(|v| {
                 let bad = || StoreError::Answer(v.chars().take(80).collect());
@@ -278,9 +310,7 @@ impl LedgerTx for RedisTx<'_> {
             "input": usage.input, "output": usage.output,
             "cache_read": usage.cache_read, "cache_write": usage.cache_write})
         .to_string();
-        self.write(|p| {
-            p.hset(key(session, "responses"), key_, value).ignore();
-        });
+        self.hset_own(key(session, "responses"), key_, value);
         Ok(())
     }
 

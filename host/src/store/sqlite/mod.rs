@@ -140,8 +140,12 @@ impl Store {
                 PRIMARY KEY (session, agent));
              PRAGMA user_version = 3;";
         /// Version 4 keeps, with each transcript's offset, the response its
-        /// last lines left open (`crate::transcript`).
+        /// last lines left open (`crate::transcript`), and the response
+        /// each tool call was first shown in.
         const MIGRATE_3_TO_4: &str = "ALTER TABLE transcripts ADD COLUMN open TEXT;
+             CREATE TABLE transcript_calls (
+                session TEXT NOT NULL, call_id TEXT NOT NULL, message_id TEXT NOT NULL,
+                PRIMARY KEY (session, call_id));
              PRAGMA user_version = 4;";
         self.decide(|t: &mut Tx<'_>| {
             let sql = t.sql();

@@ -22,6 +22,29 @@ impl LedgerTx for Tx<'_> {
     fn response(&self, session: &str, key: &str) -> Result<Option<CountedUsage>, StoreError> {
         Tx::response(self, session, key)
     }
+    fn transcript_call(&self, session: &str, call_id: &str) -> Result<Option<String>, StoreError> {
+        self.row(
+            "SELECT message_id FROM transcript_calls WHERE session = ?1 AND call_id = ?2",
+            params![session, call_id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(self.sql())
+    }
+    fn put_transcript_call(
+        &self,
+        session: &str,
+        call_id: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT INTO transcript_calls (session, call_id, message_id) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (session, call_id) DO UPDATE SET message_id = ?3",
+            params![session, call_id, message_id],
+        )
+        .map_err(self.sql())?;
+        Ok(())
+    }
     fn put_response(
         &self,
         session: &str,
