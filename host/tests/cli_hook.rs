@@ -12,19 +12,8 @@ use serde_json::{json, Value};
 
 mod common;
 
-use common::hook::{append, assistant_line, bin, decision};
+use common::hook::{append, assistant_line, bin, decision, BUDGET};
 use common::Setup;
-
-const BUDGET: &str = r#"
-[budget]
-max_tool_calls = 5
-max_repeats = 1
-max_tokens = 1000
-max_seconds = 3600
-[tools]
-needs_approval = ["Write"]
-max_calls = { Bash = 2 }
-"#;
 
 #[test]
 fn every_event_shape_is_read_and_within_budget_nothing_is_decided() {

@@ -13,19 +13,8 @@ use serde_json::{json, Value};
 
 mod common;
 
-use common::hook::{append, assistant_line, bin, decision};
+use common::hook::{append, assistant_line, bin, decision, BUDGET};
 use common::Setup;
-
-const BUDGET: &str = r#"
-[budget]
-max_tool_calls = 5
-max_repeats = 1
-max_tokens = 1000
-max_seconds = 3600
-[tools]
-needs_approval = ["Write"]
-max_calls = { Bash = 2 }
-"#;
 
 /// A budget no log here reaches: only the counts are compared.
 const ROOMY: &str = "[budget]\nmax_tokens = 1000000000\nmax_seconds = 100000000\nmax_model_calls = 1000000\nmax_repeats = 100000\nmax_tool_calls = 1000000\n";
@@ -122,8 +111,12 @@ fn reused_ids_log() -> String {
             json!([{"type": "text", "text": "done"}]),
         ),
     ];
-    // Every line with the session's id and its own uuid, as Claude Code
-    // writes them.
+    as_logged(&lines).join("\n")
+}
+
+/// Every line with the session's id and its own uuid, as Claude Code
+/// writes them.
+fn as_logged(lines: &[String]) -> Vec<String> {
     lines
         .iter()
         .enumerate()
@@ -133,8 +126,7 @@ fn reused_ids_log() -> String {
             value["uuid"] = json!(format!("u{n}"));
             value.to_string()
         })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect()
 }
 
 /// The hook counts our own log with reused ids exactly as replay does:
@@ -594,23 +586,15 @@ fn a_version_3_ledger_is_upgraded_and_its_transcripts_read_on() {
 fn reused_call_id_log() -> Vec<String> {
     let usage = json!({"input_tokens": 10, "output_tokens": 1});
     let read = json!([{"type": "tool_use", "id": "t1", "name": "Read", "input": {"f": 1}}]);
-    [
+    let lines = [
         assistant_line("m1", "r1", usage.clone(), read.clone()),
         assistant_line("m1", "r1", usage.clone(), read.clone()),
         json!({"type": "user", "message": {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}})
         .to_string(),
         assistant_line("m2", "r2", usage, read),
-    ]
-    .iter()
-    .enumerate()
-    .map(|(n, line)| {
-        let mut value: Value = serde_json::from_str(line).unwrap();
-        value["sessionId"] = json!("s1");
-        value["uuid"] = json!(format!("u{n}"));
-        value.to_string()
-    })
-    .collect()
+    ];
+    as_logged(&lines)
 }
 
 /// The hook's answers to `PreToolUse` for `t1` after each assistant line

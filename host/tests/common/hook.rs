@@ -10,6 +10,19 @@ use serde_json::{json, Value};
 
 use super::Setup;
 
+/// The hook tests' usual budget: five tool calls, one repeat, 1 000 tokens,
+/// an hour, `Write` asked, `Bash` capped at two.
+pub const BUDGET: &str = r#"
+[budget]
+max_tool_calls = 5
+max_repeats = 1
+max_tokens = 1000
+max_seconds = 3600
+[tools]
+needs_approval = ["Write"]
+max_calls = { Bash = 2 }
+"#;
+
 /// The `budgetgate` binary under test.
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_budgetgate"))
