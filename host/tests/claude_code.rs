@@ -834,6 +834,66 @@ fn the_hook_in_claude_codes_project_denies_the_bash_call_over_its_cap() {
     assert!(log.contains("deny toolu_0001: tool-cap"), "{log}");
 }
 
+/// The hook and the proxy together, as `hook install --proxy` sets them up:
+/// one ledger. The proxy counts each model call exactly before it is made;
+/// the hook takes those counts from the ledger (it does not count the
+/// session's transcript a second time) and decides the tool calls. A cap
+/// of one Bash call denies the second; the third response spends the
+/// token budget, so its call is denied and the session ends: three model
+/// calls reach the model, counted once each.
+#[test]
+fn the_hook_and_the_proxy_share_one_ledger_and_count_each_model_call_once() {
+    let Some(cli) = cli() else { return };
+    let folder = Folder::new();
+    let budget = folder.write(
+        "budget.toml",
+        "[budget]\nmax_tokens = 3000\nmax_model_calls = 50\n[tools]\nmax_calls = { Bash = 1 }\n",
+    );
+    let ledger_file = folder.path("ledger.sqlite3");
+    let at = format!("sqlite:{}", ledger_file.display());
+    let api = Api::start(vec![
+        bash("echo 1"),
+        bash("echo 2"),
+        bash("echo 3"),
+        bash("echo 4"),
+        Turn::Text("done"),
+    ]);
+    let proxy = start_proxy(&api, &budget, &ledger_file);
+    let install = Command::new(bin())
+        .args(["hook", "install", "--project", "--budget"])
+        .arg(&budget)
+        .args(["--ledger", &at, "--proxy", &proxy.url()])
+        .current_dir(folder.path("work"))
+        .output()
+        .expect("hook install");
+    assert!(install.status.success(), "{install:?}");
+    let settings: Value = serde_json::from_str(
+        &std::fs::read_to_string(folder.path("work/.claude/settings.json")).expect("settings"),
+    )
+    .expect("JSON settings");
+    assert_eq!(settings["env"]["ANTHROPIC_BASE_URL"], json!(proxy.url()));
+    let run = folder.claude(&cli, &proxy.url(), &["--allowedTools", "Bash"], &[]);
+    api.report("hook and proxy", &run);
+    let calls = api.model_calls();
+    assert_eq!(calls.len(), 3, "{:?}", api.other_requests());
+    // The first Bash call ran; the second was over its cap.
+    assert_eq!(
+        result_text(&last_tool_result(&calls[1])).lines().next(),
+        Some("1")
+    );
+    let capped = last_tool_result(&calls[2]);
+    assert_eq!(capped["is_error"], true, "{capped}");
+    assert!(result_text(&capped).contains("(tool-cap)"), "{capped}");
+    let session = session_of(&run, &api);
+    let row = ledger_row(&["--ledger", &at], &session);
+    assert_eq!(used(&row, "model_calls"), 3, "{row}");
+    assert_eq!(used(&row, "tokens"), 3 * BILLED, "{row}");
+    assert_eq!(row["caps"]["Bash"]["used"], 1, "{row}");
+    let log = ledger(&["show", session.as_str(), "--ledger", &at]);
+    assert!(log.contains(": tool-cap"), "{log}");
+    assert!(log.contains(": budget-exhausted"), "{log}");
+}
+
 /// SPEC C (a tool's cap) through the MCP gateway: Claude Code starts
 /// `budgetgate mcp … -- mcp-server-filesystem` from `--mcp-config`; the
 /// scripted model calls `mcp__files__create_directory` three times with a
