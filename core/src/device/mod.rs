@@ -130,6 +130,7 @@ use embedded_io::Write;
 use crate::action::ActionRef;
 #[cfg(doc)]
 use crate::approval::Decision;
+use crate::budget::{Ledger, Limit};
 use crate::limits::{DEFAULT_MAX_RUN_MILLIS, MAX_STEPS, MAX_TOOLS};
 use crate::link::{FrameError, Request, FRAME_MAX, PROTOCOL_VERSION};
 use crate::resume::AuditVerdict;
@@ -553,12 +554,22 @@ impl<A: Actuators, const TOOLS: usize> DeviceGate<A, TOOLS> {
         replied.map_err(IoError::Agent)
     }
 
-    /// Whether a run started at `started_ms` is out of time at `now_ms`.
+    /// Whether a run started at `started_ms` is out of time at `now_ms`:
+    /// the ledger's rule for the time limit (`SPEC E`: one budget engine),
+    /// on the time the run has used — since it started or resumed on this
+    /// boot's clock, plus what it used before a power cut (`carried_ms`: a
+    /// sum of two clocks, which the device keeps itself).
     fn out_of_time(&self, started_ms: u64, now_ms: u64) -> bool {
-        now_ms
-            .saturating_sub(started_ms)
-            .saturating_add(self.carried_ms)
-            >= u64::from(self.timing.time_budget_ms)
+        let mut time: Ledger<0> = Ledger::new(0);
+        time.set_max(Limit::Millis, Some(u64::from(self.timing.time_budget_ms)));
+        time.record(
+            Limit::Millis,
+            now_ms
+                .saturating_sub(started_ms)
+                .saturating_add(self.carried_ms),
+        );
+        time.first_exhausted(|limit| limit == Limit::Millis)
+            .is_some()
     }
 
     /// Whether the run has stopped on time, or would now: a later time
