@@ -453,6 +453,15 @@ impl Open {
     }
 }
 
+/// How a call id's first response is stored ([`LedgerTx::transcript_call`]):
+/// `=` and its `message.id`.
+fn shown_in(message_id: &str) -> String {
+    format!("={message_id}")
+}
+
+/// What is stored for a call id shown in responses of two `message.id`s.
+const REUSED: &str = "!";
+
 /// Where a transcript line is: the sub-agent whose transcript it is, the
 /// transcript, and the line's first byte.
 struct Place<'a> {
@@ -475,12 +484,14 @@ fn count_line(
     now: u64,
 ) -> Result<(), String> {
     // Most lines are tool results and progress: skip them unparsed, unless
-    // a user line could still end the open response.
+    // a user line could still end the open response. A line with a `\u`
+    // escape is read whole: its words may be spelled with escapes.
     let user_lines_matter = open
         .as_ref()
         .is_some_and(|o| o.response.watches_user_lines());
     if memchr_find(line, b"\"assistant\"").is_none()
         && !(user_lines_matter && memchr_find(line, b"\"user\"").is_some())
+        && memchr_find(line, b"\\u").is_none()
     {
         return Ok(());
     }
@@ -508,6 +519,15 @@ fn count_line(
     let Some(id) = fields.message_id.as_deref() else {
         return Err("an assistant message without `message.id`".into());
     };
+    if fields.request_id_invalid {
+        return Err("`requestId` is not a string".into());
+    }
+    if fields.calls.len() > MAX_OPEN_CALLS {
+        return Err(format!(
+            "a response line with {} tool_use blocks (at most {MAX_OPEN_CALLS} are read)",
+            fields.calls.len()
+        ));
+    }
     let request = fields.request_id.as_deref();
     let session = &event.session_id;
     let continued = open
@@ -542,23 +562,34 @@ fn count_line(
         }
     };
     // Each call id is kept with the `message.id` it was first shown in; one
-    // shown in a response of another `message.id` is a reused id (as
-    // replay reads it: a block logged again under the same `message.id` is
-    // the same call), refused `duplicate-call-id` whatever it was answered
-    // before.
-    for call in &fields.calls {
+    // shown in a response of another `message.id` is a reused id, refused
+    // `duplicate-call-id` whatever it was answered before. One shown again
+    // under the same `message.id` is that block logged again, as replay
+    // reads it: the same call, and not one of this response's own calls
+    // when an earlier response of that id showed it.
+    let shown_here = shown_in(id);
+    let mut own = Vec::with_capacity(fields.calls.len());
+    for call in fields.calls {
         let first = tx
-            .transcript_call(session, call)
+            .transcript_call(session, &call)
             .map_err(|e| e.to_string())?;
         match first.as_deref() {
-            None => tx.put_transcript_call(session, call, id),
-            Some(first) if first == id || first.is_empty() => Ok(()),
-            Some(_) => tx.put_transcript_call(session, call, ""),
+            None => {
+                tx.put_transcript_call(session, &call, &shown_here)
+                    .map_err(|e| e.to_string())?;
+                own.push(call);
+            }
+            Some(first) if first == shown_here => {}
+            Some(REUSED) => own.push(call),
+            Some(_) => {
+                tx.put_transcript_call(session, &call, REUSED)
+                    .map_err(|e| e.to_string())?;
+                own.push(call);
+            }
         }
-        .map_err(|e| e.to_string())?;
     }
     if let Some(o) = open {
-        o.add_calls(fields.calls);
+        o.add_calls(own);
     }
     let usage = match fields.usage.as_deref() {
         None => TokenUsage::ZERO,
@@ -695,9 +726,7 @@ fn decide_call(
     now: u64,
 ) -> Result<Answer, HookError> {
     let shown_id = format!("the tool_use_id {}", Value::from(call.id.as_str()));
-    let reused = tx
-        .transcript_call(&event.session_id, &call.id)?
-        .is_some_and(|first| first.is_empty());
+    let reused = tx.transcript_call(&event.session_id, &call.id)?.as_deref() == Some(REUSED);
     let call = gate::ToolCall {
         name: &call.name,
         input: &call.input,

@@ -121,10 +121,9 @@ fn as_logged(lines: &[String]) -> Vec<String> {
         .iter()
         .enumerate()
         .map(|(n, line)| {
-            let mut value: Value = serde_json::from_str(line).unwrap();
-            value["sessionId"] = json!("s1");
-            value["uuid"] = json!(format!("u{n}"));
-            value.to_string()
+            // Written into the line's text, which stays as it is spelled.
+            let rest = line.strip_prefix('{').expect("an object");
+            format!("{{\"sessionId\":\"s1\",\"uuid\":\"u{n}\",{rest}")
         })
         .collect()
 }
@@ -640,4 +639,162 @@ fn a_call_id_reused_by_a_later_response_is_refused_on_redis_too() {
     let answers = answers_to_reused_id(&s);
     assert_eq!(answers[..2], ["none", "none"], "{answers:?}");
     assert!(answers[2].contains("(duplicate-call-id)"), "{answers:?}");
+}
+
+/// `lines` (assistant and user lines as [`assistant_line`] and
+/// [`results_line`] write them) as a log of the session, driven through
+/// the hook event by event: it counts what replay counts.
+fn assert_counted_as_replay_counts(what: &str, lines: &[String]) {
+    let s = Setup::new(ROOMY);
+    let text = as_logged(lines).join("\n");
+    let log = s.path("log.jsonl");
+    std::fs::write(&log, &text).unwrap();
+    let report = replayed(&s, &log);
+    let expected = (
+        report["turns"].as_u64().expect("turns"),
+        report["gate_usage"]["total"].as_u64().expect("tokens"),
+    );
+    assert_eq!(hook_counts(&s, &text), expected, "{what}: {text}");
+}
+
+/// A user line of `tool_result`s for `ids`.
+fn results_line(ids: &[&str]) -> String {
+    let blocks: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"type": "tool_result", "tool_use_id": id, "content": "ok"}))
+        .collect();
+    json!({"type": "user", "message": {"role": "user", "content": blocks}}).to_string()
+}
+
+fn prompt_line() -> String {
+    json!({"type": "user", "message": {"role": "user", "content": "go on"}}).to_string()
+}
+
+/// A block logged again by a later response of the same `message.id` is
+/// that block again, not the later response's own call: its result does
+/// not continue the later response (hostile trial of this change: the
+/// hook counted 2 model calls where replay counted 3).
+#[test]
+fn a_block_logged_again_by_a_later_response_of_its_message_id_is_not_its_call() {
+    let usage = json!({"input_tokens": 1000, "output_tokens": 1});
+    let t1 = json!([{"type": "tool_use", "id": "t1", "name": "Read", "input": {"f": 1}}]);
+    let a = |r: &str, blocks: &Value| assistant_line("m1", r, usage.clone(), blocks.clone());
+    assert_counted_as_replay_counts(
+        "after a prompt",
+        &[
+            a("r1", &t1),
+            prompt_line(),
+            a("r1", &t1),
+            results_line(&["t1"]),
+            a("r1", &json!([])),
+        ],
+    );
+    assert_counted_as_replay_counts(
+        "under another requestId",
+        &[
+            a("r1", &t1),
+            results_line(&["t1"]),
+            a("r2", &t1),
+            results_line(&["t1"]),
+            a("r2", &json!([])),
+        ],
+    );
+}
+
+/// A line whose keys or words are spelled with `\u` escapes is read as
+/// JSON reads it, as replay reads it (hostile trial: `"\u0075sage"` went
+/// uncounted).
+#[test]
+fn keys_and_words_spelled_with_escapes_are_counted_as_replay_counts_them() {
+    let usage = json!({"input_tokens": 5000, "output_tokens": 16});
+    let plain = || assistant_line("m1", "r1", usage.clone(), json!([]));
+    let second = || assistant_line("m2", "r2", usage.clone(), json!([]));
+    let spelled = |line: String, word: &str, escaped: &str| line.replacen(word, escaped, 1);
+    for (what, lines) in [
+        (
+            "usage",
+            vec![spelled(plain(), "\"usage\"", "\"\\u0075sage\"")],
+        ),
+        (
+            "message",
+            vec![
+                plain(),
+                spelled(second(), "\"message\"", "\"\\u006dessage\""),
+            ],
+        ),
+        (
+            "assistant",
+            vec![
+                plain(),
+                spelled(second(), "\"assistant\"", "\"\\u0061ssistant\""),
+            ],
+        ),
+        (
+            "user",
+            vec![
+                plain(),
+                spelled(prompt_line(), "\"user\"", "\"\\u0075ser\""),
+                plain(),
+            ],
+        ),
+        (
+            "requestId",
+            vec![
+                plain(),
+                spelled(
+                    assistant_line("m1", "r2", usage.clone(), json!([])),
+                    "\"requestId\"",
+                    "\"request\\u0049d\"",
+                ),
+            ],
+        ),
+    ] {
+        assert_counted_as_replay_counts(what, &lines);
+    }
+}
+
+/// What replay refuses in a log the hook refuses too (fail closed: every
+/// call is denied until the line is fixed), never counts past: a
+/// `requestId` that is not a string, `type` given twice in two
+/// spellings, and a response line of more than 4 096 `tool_use` blocks
+/// (read at once, they would hold every decision past its deadline).
+#[test]
+fn a_line_replay_refuses_or_one_too_large_to_read_is_refused() {
+    let usage = json!({"input_tokens": 10, "output_tokens": 1});
+    let mut numeric: Value =
+        serde_json::from_str(&assistant_line("m1", "r1", usage.clone(), json!([]))).unwrap();
+    numeric["requestId"] = json!(1);
+    let twice =
+        results_line(&["t9"]).replacen("\"type\"", "\"\\u0074ype\":\"assistant\",\"type\"", 1);
+    let blocks: Vec<Value> = (0..4097)
+        .map(|n| json!({"type": "tool_use", "id": format!("t{n}"), "name": "Read", "input": {}}))
+        .collect();
+    let many = assistant_line("m1", "r1", usage, json!(blocks));
+    for (what, line, replay_refuses) in [
+        ("a numeric requestId", numeric.to_string(), true),
+        ("type given twice", twice, true),
+        ("4 097 tool_use blocks", many, false),
+    ] {
+        let s = Setup::new(ROOMY);
+        let logged = as_logged(&[line]);
+        append(&s.transcript(), &logged[0]);
+        // Exit 2 with the reason on stderr: Claude Code blocks the call
+        // and shows the reason.
+        let out = s.run(&s.pre("Read", json!({}), "x1"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {out:?}");
+        assert!(
+            stderr.contains("transcript") && stderr.contains("refused (fail closed)"),
+            "{what}: {stderr}"
+        );
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("allow"));
+        let log = s.path("log.jsonl");
+        std::fs::write(&log, &logged[0]).unwrap();
+        let out = Command::new(bin())
+            .args(["replay", "--json"])
+            .arg(&log)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.success(), !replay_refuses, "{what}: {out:?}");
+    }
 }

@@ -365,10 +365,10 @@ pub trait LedgerTx {
         model: &str,
         usage: CountedUsage,
     ) -> Result<(), StoreError>;
-    /// The `message.id` of the response a transcript of `session` first
-    /// showed tool call `call_id` in, or `""` once one showed it in a
-    /// response of another `message.id` too (the Claude Code hook's state:
-    /// a reused id). `None` when no transcript showed it yet.
+    /// What the Claude Code hook keeps of tool call `call_id` of `session`:
+    /// which response its transcript first showed it in, or that one showed
+    /// it in two (a reused id); opaque to the store. `None` when no
+    /// transcript showed it yet.
     fn transcript_call(&self, session: &str, call_id: &str) -> Result<Option<String>, StoreError>;
     /// Records what [`Self::transcript_call`] reads.
     fn put_transcript_call(

@@ -26,7 +26,12 @@ pub struct Fields {
     pub model: Option<String>,
     /// `message.usage`, as its raw JSON text (read strictly by the caller).
     pub usage: Option<String>,
-    /// The line has a `message` (not absent, not `null`).
+    /// `requestId` is there but neither a string nor `null` (an error on
+    /// an assistant line, as replay reads it).
+    pub request_id_invalid: bool,
+    /// The line has a `message` (of any value: an assistant line with a
+    /// `message` that has no `id`, `null` too, is an error, as replay reads
+    /// it; one without is skipped).
     pub message: bool,
     /// The ids of `message.content`'s `tool_use` blocks, in order.
     pub calls: Vec<String>,
@@ -166,11 +171,11 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// Walks an object, handing each member's key (raw, with quotes) and the
-    /// span of its value to `member`.
+    /// Walks an object, handing each member's key (decoded, without its
+    /// quotes) and the span of its value to `member`.
     fn object(
         &mut self,
-        mut member: impl FnMut(&'a [u8], (usize, usize)) -> Result<(), String>,
+        mut member: impl FnMut(&[u8], (usize, usize)) -> Result<(), String>,
     ) -> Result<(), String> {
         self.expect(b'{')?;
         self.space();
@@ -183,7 +188,17 @@ impl<'a> Walk<'a> {
             let (ks, ke) = self.string()?;
             self.expect(b':')?;
             let span = self.value()?;
-            member(self.bytes.get(ks..ke).unwrap_or_default(), span)?;
+            // The key as JSON reads it: `"\u0075sage"` is `usage`.
+            let raw = self.bytes.get(ks..ke).unwrap_or_default();
+            let decoded;
+            let key = if raw.contains(&b'\\') {
+                decoded = serde_json::from_slice::<String>(raw)
+                    .map_err(|e| format!("the key at byte {ks}: {e}"))?;
+                decoded.as_bytes()
+            } else {
+                raw.get(1..raw.len().saturating_sub(1)).unwrap_or_default()
+            };
+            member(key, span)?;
             self.space();
             match self.bytes.get(self.at) {
                 Some(b',') => self.at += 1,
@@ -216,15 +231,21 @@ fn set<T>(slot: &mut Option<T>, value: T, key: &str) -> Result<(), String> {
 pub fn fields(line: &[u8]) -> Result<Fields, String> {
     let mut out = Fields::default();
     let mut message: Option<(usize, usize)> = None;
+    let mut request_seen: Option<()> = None;
     let mut walk = Walk { bytes: line, at: 0 };
     let string = |span: (usize, usize)| line.get(span.0) == Some(&b'"');
     walk.object(|key, span| {
         match key {
-            b"\"type\"" if string(span) => set(&mut out.kind, text_of(line, span)?, "type")?,
-            b"\"requestId\"" if string(span) => {
-                set(&mut out.request_id, text_of(line, span)?, "requestId")?
+            b"type" if string(span) => set(&mut out.kind, text_of(line, span)?, "type")?,
+            b"requestId" => {
+                set(&mut request_seen, (), "requestId")?;
+                if string(span) {
+                    out.request_id = Some(text_of(line, span)?);
+                } else if line.get(span.0..span.1) != Some(b"null") {
+                    out.request_id_invalid = true;
+                }
             }
-            b"\"message\"" => {
+            b"message" => {
                 return match message.replace(span) {
                     Some(_) => Err("`message` is given twice".into()),
                     None => Ok(()),
@@ -238,20 +259,20 @@ pub fn fields(line: &[u8]) -> Result<Fields, String> {
     if walk.at != line.len() {
         return Err(format!("text after the line's object at byte {}", walk.at));
     }
-    out.message = message.is_some_and(|(s, e)| line.get(s..e) != Some(b"null"));
+    out.message = message.is_some();
     let mut content: Option<(usize, usize)> = None;
     if let Some((s, _)) = message.filter(|(s, _)| line.get(*s) == Some(&b'{')) {
         let mut inner = Walk { bytes: line, at: s };
         inner.object(|key, span| {
             match key {
-                b"\"id\"" if string(span) => {
+                b"id" if string(span) => {
                     set(&mut out.message_id, text_of(line, span)?, "message.id")?
                 }
-                b"\"model\"" if string(span) => {
+                b"model" if string(span) => {
                     set(&mut out.model, text_of(line, span)?, "message.model")?
                 }
-                b"\"content\"" => set(&mut content, span, "message.content")?,
-                b"\"usage\"" => {
+                b"content" => set(&mut content, span, "message.content")?,
+                b"usage" => {
                     let raw = std::str::from_utf8(line.get(span.0..span.1).unwrap_or_default())
                         .map_err(|_| "not UTF-8".to_string())?;
                     set(&mut out.usage, raw.to_owned(), "message.usage")?
@@ -296,9 +317,9 @@ fn block(line: &[u8], span: (usize, usize)) -> Result<Block, String> {
     }
     .object(|key, span| {
         match key {
-            b"\"type\"" if string(span) => set(&mut block.kind, text_of(line, span)?, "type")?,
-            b"\"id\"" if string(span) => set(&mut block.id, text_of(line, span)?, "id")?,
-            b"\"tool_use_id\"" if string(span) => {
+            b"type" if string(span) => set(&mut block.kind, text_of(line, span)?, "type")?,
+            b"id" if string(span) => set(&mut block.id, text_of(line, span)?, "id")?,
+            b"tool_use_id" if string(span) => {
                 set(&mut block.tool_use_id, text_of(line, span)?, "tool_use_id")?
             }
             _ => {}
@@ -341,7 +362,7 @@ mod tests {
         let f = fields(br#"{"type":"user","message":{"content":"a prompt"}}"#).unwrap();
         assert_eq!(f.results, None);
         assert!(
-            !fields(br#"{"type":"assistant","message":null}"#)
+            fields(br#"{"type":"assistant","message":null}"#)
                 .unwrap()
                 .message
         );
