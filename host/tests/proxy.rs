@@ -48,7 +48,7 @@ fn a_token_budget_stops_at_the_model_call_the_seed_loop_would_not_make() {
         "{message}"
     );
     assert_eq!(upstream.count("/v1/messages"), 3);
-    let row = ledger_row(&ledger, "proxy");
+    let row = settled_row(&ledger, "proxy");
     assert_eq!(used(&row, "tokens"), 3 * (INPUT + OUTPUT));
     assert_eq!(used(&row, "model_calls"), 3);
 }
@@ -122,7 +122,7 @@ fn reserve_mode_refuses_a_call_whose_worst_case_does_not_fit() {
     assert!(message.contains("(token-reserve)"), "{message}");
     assert!(message.contains("has 3900 of 5000 left"), "{message}");
     assert_eq!(upstream.count("/v1/messages"), 1);
-    let row = ledger_row(&ledger, "proxy");
+    let row = settled_row(&ledger, "proxy");
     assert_eq!(used(&row, "tokens"), INPUT + OUTPUT);
 }
 
@@ -181,7 +181,7 @@ fn reserve_mode_lowers_max_tokens_to_what_is_left_down_to_the_minimum() {
     assert!(!d.head.contains("x-budgetgate-max-tokens"), "{}", d.head);
     assert_eq!(upstream2.last_body(), small);
     assert_eq!(
-        used(&ledger_row(&ledger, "proxy"), "tokens"),
+        used(&settled_row(&ledger, "proxy"), "tokens"),
         2 * (INPUT + OUTPUT)
     );
 }
@@ -246,7 +246,7 @@ fn parallel_calls_in_reserve_mode_never_pass_the_budget_together() {
     assert_eq!(statuses.iter().filter(|&&s| s == 402).count(), 13);
     assert_eq!(upstream.count("/v1/messages"), 3);
     assert_eq!(
-        used(&ledger_row(&ledger, "proxy"), "tokens"),
+        used(&settled_row(&ledger, "proxy"), "tokens"),
         3 * (INPUT + OUTPUT)
     );
 }
@@ -279,8 +279,8 @@ fn claude_codes_session_header_names_the_ledger_row() {
         post(proxy.port, "/v1/messages", &other, &messages(false)).status,
         200
     );
-    assert_eq!(used(&ledger_row(&ledger, "cc-1"), "model_calls"), 1);
-    assert_eq!(used(&ledger_row(&ledger, "team-b"), "model_calls"), 1);
+    assert_eq!(used(&settled_row(&ledger, "cc-1"), "model_calls"), 1);
+    assert_eq!(used(&settled_row(&ledger, "team-b"), "model_calls"), 1);
     let bad = [("x-claude-code-session-id", "")];
     let a = post(proxy.port, "/v1/messages", &bad, &messages(false));
     assert_eq!(a.status, 400);
@@ -309,7 +309,7 @@ fn a_chat_stream_gets_the_usage_chunk_only_when_its_client_asked() {
     let a = post(proxy.port, "/v1/chat/completions", &[], &not_streamed);
     assert_eq!(a.json()["usage"]["prompt_tokens"], INPUT);
     assert_eq!(
-        used(&ledger_row(&ledger, "proxy"), "tokens"),
+        used(&settled_row(&ledger, "proxy"), "tokens"),
         3 * (INPUT + OUTPUT)
     );
 }
@@ -357,7 +357,7 @@ fn streams_with_lines_ended_by_cr_or_crlf_are_read_and_relayed() {
     }
     // Four calls, each counted at its reported usage, not at its charge.
     assert_eq!(
-        used(&ledger_row(&ledger, "proxy"), "tokens"),
+        used(&settled_row(&ledger, "proxy"), "tokens"),
         4 * (INPUT + OUTPUT)
     );
 }
@@ -383,7 +383,7 @@ fn a_stream_cut_off_counts_what_was_reported_and_an_error_counts_nothing() {
         "content": [], "stop_reason": null, "stop_sequence": null,
         "usage": {"input_tokens": INPUT, "output_tokens": 1}}});
     let sent = format!("event: message_start\ndata: {start}\n\n").len() as u64;
-    let row = ledger_row(&ledger, "proxy");
+    let row = settled_row(&ledger, "proxy");
     assert_eq!(
         (used(&row, "tokens"), used(&row, "model_calls")),
         (INPUT + sent, 1)
@@ -397,7 +397,7 @@ fn a_stream_cut_off_counts_what_was_reported_and_an_error_counts_nothing() {
     );
     assert_eq!(a.status, 529);
     assert_eq!(a.json()["error"]["type"], "overloaded_error");
-    let row = ledger_row(&ledger, "proxy");
+    let row = settled_row(&ledger, "proxy");
     assert_eq!(
         (used(&row, "tokens"), used(&row, "model_calls")),
         (INPUT + sent, 1)
@@ -418,7 +418,7 @@ fn a_stream_cut_off_in_reserve_mode_counts_its_reservation() {
     let charge = request.to_string().len() as u64 + 4_096 + 100;
     let a = post(proxy.port, "/v1/messages", &[("x-test-cut", "1")], &request);
     assert!(!a.ended);
-    let row = ledger_row(&ledger, "proxy");
+    let row = settled_row(&ledger, "proxy");
     assert_eq!(
         (
             used(&row, "tokens"),
@@ -496,7 +496,7 @@ fn a_killed_calls_reservation_is_held_then_counted_as_spent_when_it_expires() {
     let again = start_proxy(&upstream, &budget, &ledger, &timing);
     let a = post(again.port, "/v1/messages", &[], &messages(false));
     assert_eq!(a.status, 200, "{}", a.text());
-    let row = ledger_row(&ledger, "proxy");
+    let row = settled_row(&ledger, "proxy");
     assert_eq!(
         (
             used(&row, "tokens"),
@@ -574,10 +574,13 @@ fn the_hook_leaves_the_transcript_of_a_session_the_proxy_counts_unread() {
                "tool_name": "Read", "tool_input": {"file_path": "/x"}, "tool_use_id": format!("t-{session}")})
     };
     hook(&budget, &ledger, &event("cc-h"));
-    assert_eq!(used(&ledger_row(&ledger, "cc-h"), "tokens"), INPUT + OUTPUT);
+    assert_eq!(
+        used(&settled_row(&ledger, "cc-h"), "tokens"),
+        INPUT + OUTPUT
+    );
     // A session without the proxy is counted from its transcript.
     hook(&budget, &ledger, &event("plain"));
-    assert_eq!(used(&ledger_row(&ledger, "plain"), "tokens"), 5000);
+    assert_eq!(used(&settled_row(&ledger, "plain"), "tokens"), 5000);
 }
 
 /// The venv's Python with the official SDKs (tests/mcp/install.sh), if
@@ -669,7 +672,7 @@ fn the_official_sdks_get_their_answers_and_read_a_refusal_without_retrying_it() 
     }
     assert_eq!(upstream.count("/v1/messages"), 2);
     assert_eq!(upstream.count("/v1/chat/completions"), 2);
-    let row = ledger_row(&ledger, "proxy");
+    let row = settled_row(&ledger, "proxy");
     assert_eq!(
         (used(&row, "model_calls"), used(&row, "tokens")),
         (4, 4 * (INPUT + OUTPUT))
@@ -726,7 +729,7 @@ fn thirty_two_sdk_clients_in_parallel_never_pass_a_reserve_budget() {
             .filter(|t| t["session"] == session)
             .map(|t| t["made"].as_u64().expect("made"))
             .sum();
-        let row = ledger_row(&ledger, session);
+        let row = settled_row(&ledger, session);
         assert!(made >= 2, "{session}: {made} calls");
         assert_eq!(used(&row, "model_calls"), made, "{session}: {row}");
         assert_eq!(
@@ -799,7 +802,7 @@ fn a_request_after_calls_that_make_no_progress_is_refused() {
     assert!(message.contains("status has been called 2 times with this input and returned the same result each time; this would be call 3 (same_outcome 3)"), "{message}");
     assert_eq!(upstream.count("/v1/messages"), 3);
     // Nothing was counted for the refused call.
-    assert_eq!(used(&ledger_row(&ledger, "proxy"), "model_calls"), 3);
+    assert_eq!(used(&settled_row(&ledger, "proxy"), "model_calls"), 3);
 }
 
 /// A model call's path written another way (dot segments, doubled
@@ -830,7 +833,7 @@ fn a_model_call_written_another_way_is_refused_not_passed_through() {
         );
     }
     assert_eq!(upstream.count("/v1/messages"), 1);
-    assert_eq!(used(&ledger_row(&ledger, "proxy"), "model_calls"), 1);
+    assert_eq!(used(&settled_row(&ledger, "proxy"), "model_calls"), 1);
 }
 
 /// `same_answer` (issue 32): after the model gave the same text answer 3
@@ -873,7 +876,7 @@ fn a_request_after_the_same_answer_three_times_is_refused() {
     let message = err["error"]["message"].as_str().expect("message");
     assert!(message.contains("(no-progress): the model keeps giving the same answer (the model has given the same answer 3 times in a row with no tool call between (same_answer 3)"), "{message}");
     assert_eq!(upstream.count("/v1/messages"), 2);
-    assert_eq!(used(&ledger_row(&ledger, "proxy"), "model_calls"), 2);
+    assert_eq!(used(&settled_row(&ledger, "proxy"), "model_calls"), 2);
     // A person who writes something new after the three answers starts
     // again; the same prompt once more does not.
     let mut fresh = conversation(&[same.clone(), same.clone(), same]);

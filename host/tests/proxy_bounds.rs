@@ -236,3 +236,20 @@ fn a_whole_answer_keeps_its_length_and_one_broken_off_reaches_the_client_broken(
     assert!(used(&row, "tokens") > 1_100, "{row}");
     assert_eq!(row["limits"]["tokens"]["reserved"], json!(0), "{row}");
 }
+
+/// An upstream answer with both a length and chunked framing is read as
+/// chunked (HTTP/1.1), and relayed without that length: the client gets
+/// the whole answer (hostile trial: it got the length's 20 bytes).
+#[test]
+fn an_answer_sent_chunked_with_a_length_is_relayed_whole() {
+    let (_dir, _budget, _ledger, _upstream, proxy) = setup(ROOMY, &[]);
+    let a = post(
+        proxy.port,
+        "/v1/messages",
+        &[("x-test-te-cl", "1")],
+        &messages(false),
+    );
+    assert_eq!(a.status, 200, "{}", a.head);
+    assert!(!a.head.contains("content-length: 20"), "{}", a.head);
+    assert_eq!(a.json()["usage"]["output_tokens"], 100);
+}

@@ -67,7 +67,7 @@ fn an_https_upstream_is_reached_with_its_ca_and_refused_without_it_or_by_another
         a.text()
     );
     assert_eq!(
-        used(&ledger_row(&ledger, "proxy"), "tokens"),
+        used(&settled_row(&ledger, "proxy"), "tokens"),
         INPUT + OUTPUT
     );
 
@@ -92,7 +92,7 @@ fn an_https_upstream_is_reached_with_its_ca_and_refused_without_it_or_by_another
         .to_owned();
     assert!(message.to_lowercase().contains("certificate"), "{message}");
     // Neither failed call counted (not billed: never reached the model).
-    let row = ledger_row(&ledger, "proxy");
+    let row = settled_row(&ledger, "proxy");
     assert_eq!(
         (used(&row, "tokens"), used(&row, "model_calls")),
         (INPUT + OUTPUT, 1)

@@ -84,11 +84,18 @@ pub(super) async fn relay(mut resp: reqwest::Response, tap: Option<Tap>) -> Repl
         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
     // An answer relayed byte for byte keeps its length (one write for a
     // whole answer, no chunked framing); one whose events are withheld
-    // does not.
+    // does not, nor one the upstream also sent chunked (the length is then
+    // not the body's: HTTP/1.1 says to drop it), nor one whose status has
+    // no body.
     let same_bytes = !(streamed && tap.as_ref().is_some_and(|t| t.hide_usage));
+    let keep_length = same_bytes
+        && !resp.headers().contains_key("transfer-encoding")
+        && !status.is_informational()
+        && status != reqwest::StatusCode::NO_CONTENT
+        && status != reqwest::StatusCode::NOT_MODIFIED;
     for (name, value) in resp.headers() {
         let n = name.as_str();
-        if net::HOP_BY_HOP.contains(&n) || (n == "content-length" && !same_bytes) {
+        if net::HOP_BY_HOP.contains(&n) || (n == "content-length" && !keep_length) {
             continue;
         }
         builder = builder.header(name.as_str(), value.as_bytes());

@@ -135,6 +135,16 @@ pub fn answer(stream: TcpStream, seen: &Mutex<Seen>) {
                 "stop_reason": "end_turn", "stop_sequence": null, "usage": usage,
             })
             .to_string();
+            if head.contains("x-test-te-cl: 1") {
+                // Both a length (a wrong one) and chunked framing, which
+                // HTTP/1.1 says to read as chunked.
+                let _ = write!(
+                    out,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 20\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+                    body.len()
+                );
+                return;
+            }
             if cut {
                 // The head and half the body, then the connection closed.
                 let _ = write!(
@@ -372,6 +382,23 @@ pub fn ledger_row(ledger: &Path, session: &str) -> Value {
         .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
         .find(|row| row["session"] == session && row["agent"].as_str().unwrap_or("").is_empty())
         .unwrap_or_else(|| panic!("no row for {session} in {text}"))
+}
+
+/// [`ledger_row`] once the session's calls are counted: a call's count
+/// runs just after its answer is out (within 50 ms), so a client can read
+/// the ledger before it; waits (at most 10 s) until no model call is
+/// reserved.
+pub fn settled_row(ledger: &Path, session: &str) -> Value {
+    let started = std::time::Instant::now();
+    loop {
+        let row = ledger_row(ledger, session);
+        if row["limits"]["model_calls"]["reserved"] == json!(0)
+            || started.elapsed() > Duration::from_secs(10)
+        {
+            return row;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 pub fn used(row: &Value, limit: &str) -> u64 {
