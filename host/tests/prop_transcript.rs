@@ -44,6 +44,26 @@ fn line() -> impl Strategy<Value = Line> {
     ]
 }
 
+/// `line` with some of its keys and words spelled with `\u` escapes
+/// (`spell`: which of them), as a JSON writer may.
+fn spelled(line: String, spell: u8) -> String {
+    let words = [
+        ("\"usage\"", "\"\\u0075sage\""),
+        ("\"message\"", "\"\\u006dessage\""),
+        ("\"assistant\"", "\"\\u0061ssistant\""),
+        ("\"user\"", "\"\\u0075ser\""),
+        ("\"requestId\"", "\"request\\u0049d\""),
+        ("\"tool_use_id\"", "\"tool_use_\\u0069d\""),
+    ];
+    words
+        .iter()
+        .enumerate()
+        .filter(|(n, _)| spell & (1 << n) != 0)
+        .fold(line, |line, (_, (plain, escaped))| {
+            line.replacen(plain, escaped, 1)
+        })
+}
+
 fn text(lines: &[Line]) -> Vec<String> {
     lines
         .iter()
@@ -77,6 +97,15 @@ fn text(lines: &[Line]) -> Vec<String> {
         .collect()
 }
 
+/// [`text`], each line spelled as `spells` says.
+fn text_spelled(lines: &[Line], spells: &[u8]) -> Vec<String> {
+    text(lines)
+        .into_iter()
+        .zip(spells.iter().chain(std::iter::repeat(&0)))
+        .map(|(line, &spell)| spelled(line, spell))
+        .collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(500))]
 
@@ -84,8 +113,9 @@ proptest! {
     fn the_hook_counts_a_growing_log_as_replay_counts_the_whole(
         lines in proptest::collection::vec(line(), 1..24),
         cuts in proptest::collection::vec(0usize..24, 0..4),
+        spells in proptest::collection::vec(prop_oneof![4 => Just(0u8), 1 => any::<u8>()], 0..24),
     ) {
-        let lines = text(&lines);
+        let lines = text_spelled(&lines, &spells);
         let whole = lines.join("\n") + "\n";
         // Replay's reader on the whole log (one without a response is no
         // log to compare).
