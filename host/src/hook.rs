@@ -503,8 +503,9 @@ fn count_line(
                     .results
                     .as_ref()
                     .map(|blocks| blocks.iter().map(Option::as_deref));
-                let only_results =
-                    transcript::only_results_of(blocks, |id| o.calls.iter().any(|c| c == id));
+                let calls: std::collections::HashSet<&str> =
+                    o.calls.iter().map(String::as_str).collect();
+                let only_results = transcript::only_results_of(blocks, |id| calls.contains(id));
                 o.response.user_line(only_results);
             }
             return Ok(());

@@ -38,7 +38,10 @@ fn only_results_of(message: Option<&ClaudeMessage>, calls: &[RecordedCall]) -> b
         })),
         _ => None,
     };
-    transcript::only_results_of(blocks, |id| calls.iter().any(|c| c.id == id))
+    // Looked up by id: a response may hold many calls, a user line many
+    // results.
+    let ids: std::collections::HashSet<&str> = calls.iter().map(|c| c.id.as_str()).collect();
+    transcript::only_results_of(blocks, |id| ids.contains(id))
 }
 
 /// The turns of each `message.id`, kept by the reader so that a long log is
@@ -98,16 +101,32 @@ fn drop_logged_again(
         .iter()
         .map(|&at| turns.calls_of(at))
         .collect::<Result<Vec<_>, _>>()?;
-    let earlier: Vec<&RecordedCall> = earlier_turns.iter().flat_map(|c| c.iter()).collect();
+    // The calls seen, by id (a response may hold many: compared only with
+    // the calls of its id).
+    let mut seen: HashMap<&str, Vec<&RecordedCall>> = HashMap::new();
+    for c in earlier_turns.iter().flat_map(|c| c.iter()) {
+        seen.entry(c.id.as_str()).or_default().push(c);
+    }
     let mut kept: Vec<RecordedCall> = Vec::with_capacity(calls.len());
+    let mut kept_ids: HashMap<String, Vec<usize>> = HashMap::new();
     let mut dropped = 0;
     for call in calls {
-        let same = |c: &&RecordedCall| {
+        let same = |c: &RecordedCall| {
             c.id == call.id && c.name == call.name && c.arguments.same_value(&call.arguments)
         };
-        if earlier.iter().any(same) || kept.iter().any(|c| same(&c)) {
+        let before = seen
+            .get(call.id.as_str())
+            .is_some_and(|cs| cs.iter().any(|c| same(c)));
+        let here = kept_ids
+            .get(&call.id)
+            .is_some_and(|at| at.iter().any(|&i| same(&kept[i])));
+        if before || here {
             dropped += 1;
         } else {
+            kept_ids
+                .entry(call.id.clone())
+                .or_default()
+                .push(kept.len());
             kept.push(call);
         }
     }
