@@ -453,8 +453,21 @@ impl Open {
     }
 }
 
-/// How a call id's first response is stored ([`LedgerTx::transcript_call`]):
-/// `=` and its `message.id`.
+/// What the hook keeps of a call id ([`LedgerTx::transcript_call`]), under
+/// two kinds of key. [`first_shown`]: the `message.id` of the first
+/// response that showed it (`=` and the id, as [`shown_in`] writes it), or
+/// [`REUSED`] once a response of another `message.id` showed it too.
+fn first_shown(call: &str) -> String {
+    format!("c:{call}")
+}
+
+/// The other kind of key: call `call` was shown under `message_id` (a
+/// block shown there again is the same block logged again, as replay reads
+/// it). Its length first, so that no two pairs make one key.
+fn shown_under(call: &str, message_id: &str) -> String {
+    format!("s:{}:{call}:{message_id}", call.len())
+}
+
 fn shown_in(message_id: &str) -> String {
     format!("={message_id}")
 }
@@ -571,23 +584,29 @@ fn count_line(
     let shown_here = shown_in(id);
     let mut own = Vec::with_capacity(fields.calls.len());
     for call in fields.calls {
-        let first = tx
-            .transcript_call(session, &call)
-            .map_err(|e| e.to_string())?;
-        match first.as_deref() {
-            None => {
-                tx.put_transcript_call(session, &call, &shown_here)
-                    .map_err(|e| e.to_string())?;
-                own.push(call);
-            }
-            Some(first) if first == shown_here => {}
-            Some(REUSED) => own.push(call),
-            Some(_) => {
-                tx.put_transcript_call(session, &call, REUSED)
-                    .map_err(|e| e.to_string())?;
-                own.push(call);
-            }
+        let fail = |e: StoreError| e.to_string();
+        // Shown before under this `message.id` (in this response or an
+        // earlier one): logged again.
+        let here = shown_under(&call, id);
+        if tx.transcript_call(session, &here).map_err(fail)?.is_some() {
+            continue;
         }
+        tx.put_transcript_call(session, &here, "").map_err(fail)?;
+        let first_key = first_shown(&call);
+        match tx
+            .transcript_call(session, &first_key)
+            .map_err(fail)?
+            .as_deref()
+        {
+            None => tx
+                .put_transcript_call(session, &first_key, &shown_here)
+                .map_err(fail)?,
+            Some(first) if first == shown_here || first == REUSED => {}
+            Some(_) => tx
+                .put_transcript_call(session, &first_key, REUSED)
+                .map_err(fail)?,
+        }
+        own.push(call);
     }
     if let Some(o) = open {
         o.add_calls(own);
@@ -727,7 +746,10 @@ fn decide_call(
     now: u64,
 ) -> Result<Answer, HookError> {
     let shown_id = format!("the tool_use_id {}", Value::from(call.id.as_str()));
-    let reused = tx.transcript_call(&event.session_id, &call.id)?.as_deref() == Some(REUSED);
+    let reused = tx
+        .transcript_call(&event.session_id, &first_shown(&call.id))?
+        .as_deref()
+        == Some(REUSED);
     let call = gate::ToolCall {
         name: &call.name,
         input: &call.input,

@@ -689,6 +689,36 @@ fn a_block_logged_again_by_a_later_response_of_its_message_id_is_not_its_call() 
             a("r1", &json!([])),
         ],
     );
+    let bare = |m: &str, blocks: &Value| {
+        let mut v: Value =
+            serde_json::from_str(&assistant_line(m, "", usage.clone(), blocks.clone())).unwrap();
+        v.as_object_mut().unwrap().remove("requestId");
+        v.to_string()
+    };
+    let t2 = json!([{"type": "tool_use", "id": "t2", "name": "Read", "input": {"f": 2}}]);
+    // Found by the property test (prop_transcript.rs) in a CI run.
+    assert_counted_as_replay_counts(
+        "first without a requestId",
+        &[
+            bare("m0", &t2),
+            bare("m0", &json!([])),
+            assistant_line("m0", "r1", usage.clone(), t2.clone()),
+            results_line(&["t2"]),
+            assistant_line("m0", "r1", usage.clone(), json!([])),
+        ],
+    );
+    // The id shown under another message.id between (a reused id), then
+    // under the first again: logged again there.
+    assert_counted_as_replay_counts(
+        "reused between",
+        &[
+            bare("m1", &t2),
+            bare("m0", &t2),
+            assistant_line("m1", "r1", usage.clone(), t2.clone()),
+            results_line(&["t2"]),
+            assistant_line("m1", "r1", usage.clone(), json!([])),
+        ],
+    );
     assert_counted_as_replay_counts(
         "under another requestId",
         &[
