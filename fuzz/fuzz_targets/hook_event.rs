@@ -250,7 +250,7 @@ fuzz_target!(|data: &[u8]| {
     let result: Result<(), Out> = env.store.decide(|tx| {
         let first = hook::decide(tx, &event, budget, now);
         let ledger_a = tx.ledger(&session, "")?;
-        let offset_a = tx.offset(&session, &shown)?;
+        let offset_a = tx.cursor(&session, &shown)?.offset;
         let mut second = None;
         let mut ledger_b = None;
         let mut offset_b = offset_a;
@@ -267,7 +267,7 @@ fuzz_target!(|data: &[u8]| {
             }
             second = Some(hook::decide(tx, &again, budget, now + 1_000));
             ledger_b = tx.ledger(&session, "")?;
-            offset_b = tx.offset(&session, &shown)?;
+            offset_b = tx.cursor(&session, &shown)?.offset;
         }
         // Rolled back: the next input starts from an empty ledger.
         Err(Out::Done(Box::new(Outcome {
