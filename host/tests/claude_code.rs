@@ -539,13 +539,24 @@ fn ledger(args: &[&str]) -> String {
 }
 
 /// The session's own row (no sub-agent) of `ledger list --json` on `at`
-/// (`--ledger URL` or `--state DIR`).
+/// (`--ledger URL` or `--state DIR`), once no model call is reserved (the
+/// proxy counts a call just after its answer is out; at most 10 s).
 fn ledger_row(at: &[&str], session: &str) -> Value {
-    let text = ledger(&[&["list", "--json"], at].concat());
-    text.lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
-        .find(|row| row["session"] == session && row["agent"].is_null())
-        .unwrap_or_else(|| panic!("no row for {session} in {text}"))
+    let started = Instant::now();
+    loop {
+        let text = ledger(&[&["list", "--json"], at].concat());
+        let row = text
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
+            .find(|row| row["session"] == session && row["agent"].is_null())
+            .unwrap_or_else(|| panic!("no row for {session} in {text}"));
+        if row["limits"]["model_calls"]["reserved"] == json!(0)
+            || started.elapsed() > Duration::from_secs(10)
+        {
+            return row;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn used(row: &Value, limit: &str) -> u64 {
