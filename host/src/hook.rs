@@ -354,6 +354,13 @@ fn absorb(
             path: shown.clone(),
             detail,
         };
+        // A sub-agent's id from its file's name is checked as an event's
+        // (an empty one would name the session's own ledger): a file that
+        // names none refuses every call while it is there (fail closed).
+        if let Some(agent) = &agent {
+            checked_id("agent_id", agent.clone())
+                .map_err(|e| fail(format!("its name gives no valid sub-agent id ({e})")))?;
+        }
         let cursor = tx.transcript_cursor(session, &shown)?;
         let offset = cursor.offset;
         let mut open: Option<Open> = match &cursor.open {
@@ -454,22 +461,24 @@ impl Open {
 }
 
 /// What the hook keeps of a call id ([`LedgerTx::transcript_call`]), under
-/// two kinds of key. [`first_shown`]: the `message.id` of the first
-/// response that showed it (`=` and the id, as [`shown_in`] writes it), or
-/// [`REUSED`] once a response of another `message.id` showed it too.
+/// two kinds of key. [`first_shown`]: the transcript and `message.id` of
+/// the first response that showed it (as [`shown_in`] writes them), or
+/// [`REUSED`] once a response of another `message.id`, or of another
+/// transcript (a sub-agent's), showed it too.
 fn first_shown(call: &str) -> String {
     format!("c:{call}")
 }
 
-/// The other kind of key: call `call` was shown under `message_id` (a
-/// block shown there again is the same block logged again, as replay reads
-/// it). Its length first, so that no two pairs make one key.
-fn shown_under(call: &str, message_id: &str) -> String {
-    format!("s:{}:{call}:{message_id}", call.len())
+/// The other kind of key: call `call` was shown under `message_id` in
+/// transcript `path` (a block shown there again is the same block logged
+/// again, as replay reads each log). Lengths first, so that no two
+/// triples make one key.
+fn shown_under(call: &str, path: &str, message_id: &str) -> String {
+    format!("s:{}:{}:{call}{path}{message_id}", call.len(), path.len())
 }
 
-fn shown_in(message_id: &str) -> String {
-    format!("={message_id}")
+fn shown_in(path: &str, message_id: &str) -> String {
+    format!("={}:{path}{message_id}", path.len())
 }
 
 /// What is stored for a call id shown in responses of two `message.id`s.
@@ -558,15 +567,18 @@ fn count_line(
             // response had them (a user message between, or no
             // requestId): then also where its first line is.
             let ids = format!("{id}/{}", request.unwrap_or(""));
-            let key = if tx
-                .response(session, &ids)
+            let mut key = ids.clone();
+            let mut n = 0u32;
+            while tx
+                .response(session, &key)
                 .map_err(|e| e.to_string())?
                 .is_some()
             {
-                format!("{ids}@{}:{}", place.path, place.at)
-            } else {
-                ids
-            };
+                // Taken (also, in a crafted transcript, by a key built to
+                // look like this one): another, never one counted before.
+                n += 1;
+                key = format!("{ids}@{}:{}#{n}", place.path, place.at);
+            }
             *open = Some(Open {
                 response: OpenResponse::new(id, request, false),
                 key: key.clone(),
@@ -581,13 +593,13 @@ fn count_line(
     // under the same `message.id` is that block logged again, as replay
     // reads it: the same call, and not one of this response's own calls
     // when an earlier response of that id showed it.
-    let shown_here = shown_in(id);
+    let shown_here = shown_in(place.path, id);
     let mut own = Vec::with_capacity(fields.calls.len());
     for call in fields.calls {
         let fail = |e: StoreError| e.to_string();
         // Shown before under this `message.id` (in this response or an
         // earlier one): logged again.
-        let here = shown_under(&call, id);
+        let here = shown_under(&call, place.path, id);
         if tx.transcript_call(session, &here).map_err(fail)?.is_some() {
             continue;
         }

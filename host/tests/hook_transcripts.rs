@@ -645,16 +645,20 @@ fn a_call_id_reused_by_a_later_response_is_refused_on_redis_too() {
 /// [`results_line`] write them) as a log of the session, driven through
 /// the hook event by event: it counts what replay counts.
 fn assert_counted_as_replay_counts(what: &str, lines: &[String]) {
-    let s = Setup::new(ROOMY);
+    assert_counted_as_replay_counts_in(&Setup::new(ROOMY), what, lines);
+}
+
+/// [`assert_counted_as_replay_counts`] in `s`'s folder.
+fn assert_counted_as_replay_counts_in(s: &Setup, what: &str, lines: &[String]) {
     let text = as_logged(lines).join("\n");
     let log = s.path("log.jsonl");
     std::fs::write(&log, &text).unwrap();
-    let report = replayed(&s, &log);
+    let report = replayed(s, &log);
     let expected = (
         report["turns"].as_u64().expect("turns"),
         report["gate_usage"]["total"].as_u64().expect("tokens"),
     );
-    assert_eq!(hook_counts(&s, &text), expected, "{what}: {text}");
+    assert_eq!(hook_counts(s, &text), expected, "{what}: {text}");
 }
 
 /// A user line of `tool_result`s for `ids`.
@@ -827,4 +831,85 @@ fn a_line_replay_refuses_or_one_too_large_to_read_is_refused() {
             .unwrap();
         assert_eq!(out.status.success(), !replay_refuses, "{what}: {out:?}");
     }
+}
+
+/// A sub-agent transcript whose file names no valid agent
+/// (`subagents/agent-.jsonl`: an empty id would name the session's own
+/// ledger, and each event's counts were written over with a stale copy)
+/// refuses every call while it is there, and the session's counts stay
+/// (second hostile trial of this session: the budget was never reached).
+#[test]
+fn a_subagent_file_that_names_no_agent_refuses_every_call() {
+    let s = Setup::new(ROOMY);
+    let usage = json!({"input_tokens": 300, "output_tokens": 0});
+    append(
+        &s.transcript(),
+        &as_logged(&[assistant_line("m1", "r1", usage, json!([]))])[0],
+    );
+    assert_eq!(decision(&s.run(&s.event("Stop", json!({})))), "none");
+    assert_eq!(s.used("tokens"), 300);
+    let dir = s.path("session/subagents");
+    std::fs::create_dir_all(&dir).unwrap();
+    append(&dir.join("agent-.jsonl").display().to_string(), "{}");
+    let out = s.run(&s.pre("Read", json!({}), "x1"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stderr.contains("no valid sub-agent id"), "{stderr}");
+    assert_eq!((s.used("model_calls"), s.used("tokens")), (1, 300));
+}
+
+/// A block shown in the session's transcript and again, under the same
+/// `message.id`, in a sub-agent's is a reused id there (replay reads each
+/// log apart and refuses it), not that block logged again.
+#[test]
+fn a_call_id_shown_again_in_a_subagents_transcript_is_refused() {
+    let s = Setup::new(ROOMY);
+    let usage = json!({"input_tokens": 10, "output_tokens": 1});
+    let t1 = json!([{"type": "tool_use", "id": "t1", "name": "Read", "input": {"f": 1}}]);
+    append(
+        &s.transcript(),
+        &as_logged(&[assistant_line("m1", "r1", usage.clone(), t1.clone())])[0],
+    );
+    assert_eq!(
+        decision(&s.run(&s.pre("Read", json!({"f": 1}), "t1"))),
+        "none"
+    );
+    let dir = s.path("session/subagents");
+    std::fs::create_dir_all(&dir).unwrap();
+    append(
+        &dir.join("agent-x1.jsonl").display().to_string(),
+        &as_logged(&[assistant_line("m1", "r1", usage, t1)])[0],
+    );
+    let mut again = s.pre("Read", json!({"f": 1}), "t1");
+    again["agent_id"] = json!("x1");
+    let answer = decision(&s.run(&again));
+    assert!(answer.contains("(duplicate-call-id)"), "{answer}");
+}
+
+/// A response whose ids were seen before gets a key of its own even when
+/// a crafted `requestId` spells the key it would get: it never counts
+/// against another response's stored usage.
+#[test]
+fn a_crafted_request_id_cannot_take_another_responses_key() {
+    let usage = |n: u64| json!({"input_tokens": n, "output_tokens": 0});
+    // The transcript assert_counted_as_replay_counts writes, and where its
+    // fourth line starts: the third line's requestId spells the key the
+    // fourth (m1/r1 seen again) would get there.
+    let s = Setup::new(ROOMY);
+    let path = s.transcript();
+    let lines_with = |crafted: &str| {
+        vec![
+            assistant_line("m1", "r1", usage(1000), json!([])),
+            prompt_line(),
+            assistant_line("m1", crafted, usage(5000), json!([])),
+            assistant_line("m1", "r1", usage(20), json!([])),
+        ]
+    };
+    let mut at = 0;
+    for _ in 0..4 {
+        let logged = as_logged(&lines_with(&format!("r1@{path}:{at}")));
+        at = logged[..3].iter().map(|l| l.len() + 1).sum();
+    }
+    let lines = lines_with(&format!("r1@{path}:{at}"));
+    assert_counted_as_replay_counts_in(&s, "crafted", &lines);
 }

@@ -318,6 +318,11 @@ impl<'t> Ledgers<'t> {
         budget: &ReplayBudget,
         now: u64,
     ) -> Result<&mut Ledger, GateError> {
+        // The session's own ledger is stored under the empty agent: a
+        // sub-agent named so would be read and written over it.
+        if agent.is_empty() {
+            return Err(GateError::Input("a sub-agent's id is empty".into()));
+        }
         if let Some(at) = self.agents.iter().position(|(a, _)| a == agent) {
             return Ok(&mut self.agents[at].1);
         }
