@@ -448,15 +448,14 @@ struct Open {
 }
 
 impl Open {
-    /// Adds the ids of calls the response's line holds (at most
-    /// [`MAX_OPEN_CALLS`]: past them a result reads as a user message, and
-    /// the next line as a new response, the safe side).
+    /// Adds the ids of calls the response's line holds, each new to it
+    /// (one shown before under its `message.id` in its transcript is not
+    /// passed: [`shown_under`]), at most [`MAX_OPEN_CALLS`] in all: past
+    /// them a result reads as a user message, and the next line as a new
+    /// response, the safe side.
     fn add_calls(&mut self, calls: Vec<String>) {
-        for id in calls {
-            if self.calls.len() < MAX_OPEN_CALLS && !self.calls.contains(&id) {
-                self.calls.push(id);
-            }
-        }
+        let room = MAX_OPEN_CALLS.saturating_sub(self.calls.len());
+        self.calls.extend(calls.into_iter().take(room));
     }
 }
 

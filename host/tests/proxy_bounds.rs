@@ -30,26 +30,8 @@ fn body_of(size: usize) -> String {
 /// Posts the raw `body` to the proxy's `/v1/messages`; the status and the
 /// answer's head and body.
 fn post_raw(port: u16, body: &str) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    let head = format!(
-        "POST /v1/messages HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).expect("head");
-    // The proxy may answer (413) before the whole body is sent.
-    let _ = stream.write_all(body.as_bytes());
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").expect("an answer");
-    (
-        head[9..12].parse().expect("status"),
-        head.to_ascii_lowercase(),
-        body.to_owned(),
-    )
+    let a = post_text(port, "/v1/messages", &[], body);
+    (a.status, a.head.clone(), a.text())
 }
 
 #[test]

@@ -290,7 +290,12 @@ impl Answer {
 }
 
 pub fn post(port: u16, path: &str, headers: &[(&str, &str)], body: &Value) -> Answer {
-    let body = body.to_string();
+    post_text(port, path, headers, &body.to_string())
+}
+
+/// [`post`] of a body given as its text, sent as it is (the proxy may
+/// answer, 413, before the whole body is sent).
+pub fn post_text(port: u16, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
@@ -303,8 +308,8 @@ pub fn post(port: u16, path: &str, headers: &[(&str, &str)], body: &Value) -> An
         request.push_str(&format!("{k}: {v}\r\n"));
     }
     request.push_str("\r\n");
-    request.push_str(&body);
     stream.write_all(request.as_bytes()).expect("write");
+    let _ = stream.write_all(body.as_bytes());
     let mut raw = Vec::new();
     let _ = stream.read_to_end(&mut raw);
     let split = raw
