@@ -1,5 +1,5 @@
 //! `budgetgate hook claude-code`'s event reader and decision
-//! (`host/src/hook.rs`, `SPEC C`, `SPEC E`) on arbitrary bytes.
+//! (`host/src/hook/`, `SPEC C`, `SPEC E`) on arbitrary bytes.
 //!
 //! Input: `FLAGS EVENT \0 TRANSCRIPT_A \0 TRANSCRIPT_B`. `FLAGS` bit 0
 //! picks the budget (the reference's defaults, or a tight one with a cost

@@ -11,6 +11,16 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+/// A JSON value shown in an error, cut to 40 characters.
+pub(crate) fn brief(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() <= 40 {
+        text
+    } else {
+        text.chars().take(39).chain(['…']).collect()
+    }
+}
+
 /// A JSON value whose objects, at every depth, have unique keys.
 pub(crate) struct UniqueKeys(pub(crate) Value);
 

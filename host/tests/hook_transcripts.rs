@@ -913,3 +913,81 @@ fn a_crafted_request_id_cannot_take_another_responses_key() {
     let lines = lines_with(&format!("r1@{path}:{at}"));
     assert_counted_as_replay_counts_in(&s, "crafted", &lines);
 }
+
+/// Issue 30 (one reader): what `JSON.stringify` writes that a strict
+/// reader refuses — a tool output cut in the middle of a surrogate pair, a
+/// call's input nested past serde_json's 128 levels — is read by the one
+/// line reader, so `replay` reads the log (it refused it before) and the
+/// hook, driven event by event, counts what replay counts.
+#[test]
+fn a_log_with_lone_surrogates_and_deep_inputs_is_counted_as_replay_counts_it() {
+    let deep = |leaf: &str| "[".repeat(300) + leaf + &"]".repeat(300);
+    let usage = json!({"input_tokens": 10, "output_tokens": 3});
+    let call = |id: &str, input: &str| {
+        format!(r#"[{{"type":"tool_use","id":"{id}","name":"Bash","input":{input}}}]"#)
+    };
+    let line = |message: &str, request: &str, blocks: String| {
+        assistant_line(message, request, usage.clone(), json!("BLOCKS"))
+            .replace(r#""BLOCKS""#, &blocks)
+    };
+    let results = |id: &str, text: &str| {
+        format!(
+            r#"{{"type":"user","message":{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"{id}","content":"{text}"}}]}}}}"#
+        )
+    };
+    let lines = vec![
+        line("m1", "r1", call("t1", &format!(r#"{{"x":{}}}"#, deep("1")))),
+        results("t1", r"cut here \ud83d"),
+        line("m2", "r2", call("t2", r#"{"command":"echo \udc00"}"#)),
+        results("t2", "ok"),
+        // The same block logged again: one call.
+        line("m2", "r2", call("t2", r#"{"command":"echo \udc00"}"#)),
+        line("m3", "r3", call("t3", &format!(r#"{{"x":{}}}"#, deep("2")))),
+    ];
+    let s = Setup::new(ROOMY);
+    let text = as_logged(&lines).join("\n");
+    let log = s.path("log.jsonl");
+    std::fs::write(&log, &text).unwrap();
+    let report = replayed(&s, &log);
+    assert_eq!(report["turns"], 3, "{report}");
+    assert_eq!(report["gate_usage"]["total"], 39, "{report}");
+    assert_counted_as_replay_counts("lone surrogates and deep inputs", &lines);
+}
+
+/// A block shown again under the same `message.id` with the same id but
+/// another input is no block logged again: it is a reused id, refused
+/// `duplicate-call-id` as replay refuses it, and the response's result
+/// for it is its own, so the hook counts the model calls replay counts
+/// (issue 30: the one reader gives the hook the blocks' inputs; it took
+/// such a block as logged again before, and counted one model call more).
+#[test]
+fn a_block_of_a_known_id_with_another_input_is_a_reused_id_as_replay_reads_it() {
+    let s = Setup::new(ROOMY);
+    let usage = json!({"input_tokens": 10, "output_tokens": 1});
+    let read =
+        |f: u32| json!([{"type": "tool_use", "id": "t1", "name": "Read", "input": {"f": f}}]);
+    let lines = vec![
+        assistant_line("m1", "r1", usage.clone(), read(1)),
+        results_line(&["t1"]),
+        // The same message.id, another request: a new response, whose
+        // block reuses t1 with another input.
+        assistant_line("m1", "r2", usage.clone(), read(2)),
+        results_line(&["t1"]),
+        assistant_line("m1", "r2", usage.clone(), json!([])),
+    ];
+    let t = s.transcript();
+    let mut answers = Vec::new();
+    for line in as_logged(&lines) {
+        append(&t, &line);
+        if line.contains("\"assistant\"") {
+            answers.push(decision(&s.run(&s.pre("Read", json!({"f": 2}), "t1"))));
+        }
+    }
+    assert!(answers[1].contains("(duplicate-call-id)"), "{answers:?}");
+    let log = s.path("log.jsonl");
+    std::fs::write(&log, as_logged(&lines).join("\n")).unwrap();
+    let report = replayed(&s, &log);
+    assert_eq!(report["refusals"]["duplicate-call-id"], 1, "{report}");
+    assert_eq!(report["turns"], 2, "{report}");
+    assert_counted_as_replay_counts("a known id with another input", &lines);
+}

@@ -44,9 +44,12 @@ fn line() -> impl Strategy<Value = Line> {
     ]
 }
 
-/// `line` with some of its keys and words spelled with `\u` escapes
-/// (`spell`: which of them), as a JSON writer may.
+/// `line` with some of its keys and words spelled with `\u` escapes, as a
+/// JSON writer may, and what `JSON.stringify` writes that strict readers
+/// refuse: a tool result cut inside a surrogate pair, a call's input
+/// nested past 128 levels (`spell`: which of them).
 fn spelled(line: String, spell: u8) -> String {
+    let deep = format!("{{\"d\":{}{},\"f\":", "[".repeat(200), "]".repeat(200));
     let words = [
         ("\"usage\"", "\"\\u0075sage\""),
         ("\"message\"", "\"\\u006dessage\""),
@@ -54,6 +57,8 @@ fn spelled(line: String, spell: u8) -> String {
         ("\"user\"", "\"\\u0075ser\""),
         ("\"requestId\"", "\"request\\u0049d\""),
         ("\"tool_use_id\"", "\"tool_use_\\u0069d\""),
+        ("\"content\":\"ok\"", "\"content\":\"cut \\ud83d\""),
+        ("{\"f\":", deep.as_str()),
     ];
     words
         .iter()

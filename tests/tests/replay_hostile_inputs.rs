@@ -1061,10 +1061,16 @@ fn json_nested_100_000_deep_is_refused_without_overflowing_the_stack() {
     let deep_object = format!("{}1{}", r#"{"a":"#.repeat(100_000), "}".repeat(100_000));
     for (text, expect) in [
         (deep_array, "the JSON nests deeper than 128 levels"),
-        (deep_object.clone(), "the JSON nests deeper than 128 levels"),
+        // An object is read as JSON Lines too (a Claude Code log's call
+        // input may be deeper than one document's limit): refused there,
+        // naming the line.
+        (
+            deep_object.clone(),
+            "line 1: the JSON nests deeper than 128 levels",
+        ),
         (
             format!("{deep_object}\n{deep_object}\n"),
-            "the JSON nests deeper than 128 levels (at line 1",
+            "line 1: the JSON nests deeper than 128 levels (at line 1",
         ),
     ] {
         let started = Instant::now();

@@ -1,386 +1,333 @@
-//! Reading one Claude Code transcript line for what the budget counts, and
-//! nothing else.
+//! What one Claude Code line says of the responses it belongs to, as every
+//! reader takes it: one parser (`claude_line.rs`, the pruning reader
+//! replay reads whole logs with) and one set of rules over what it gives
+//! (`assistant`, `tool_use`, `result_ids`). `replay` applies them to
+//! each line of a log; the hook applies them through [`fields`] to the
+//! lines a live session's transcript has grown by.
 //!
-//! A transcript line is written by Claude Code (`JSON.stringify`), and holds
-//! what the model and the tools produced: nesting of any depth and lone
-//! surrogate escapes are possible there (the model chose the tool input, a
-//! tool returned the text), and a strict reader refusing them would stop
-//! the session for good. So the line is walked once without recursion,
-//! only balancing brackets and strings, and only the fields the budget
-//! needs are read strictly: `type`, `requestId`, and in `message` its `id`,
-//! `model` and `usage` (with unique keys, as every counted figure is), and
-//! of each `message.content` block its `type`, `id` and `tool_use_id`
-//! (which tell the lines of one response apart: [`super::OpenResponse`]).
-//! One of those given twice is an error (the figure would be ambiguous).
+//! A line the parser refuses (not JSON, a key twice where a reader reads)
+//! or the rules refuse (a response without `message.id`, a call without a
+//! string `id` or `name`) is an error for both: replay refuses the log, and
+//! the hook refuses every call of the session while the line is there
+//! (fail closed: it cannot count what replay would not read). What the
+//! model or a tool wrote never is: nesting of any depth and lone surrogate
+//! escapes are read (`claude_line.rs`), and what no reader reads (a tool
+//! result's text, `toolUseResult`, thinking) may hold anything JSON allows.
 
-/// The fields of an assistant line that the budget counts.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Fields {
-    /// `type`.
-    pub kind: Option<String>,
+use serde_json::Value;
+
+pub use super::claude_line::BLOCK_LEVELS;
+use super::claude_line::{claude_code_line_from_str, ClaudeLine, ClaudeMessage};
+use crate::strict::{brief, field};
+
+/// What an `assistant` line is.
+#[derive(Debug)]
+pub(crate) enum Assistant<'a> {
+    /// It has no `message`: not a response (skipped).
+    NoMessage,
+    /// Its model is `<synthetic>`: written by Claude Code itself, not a
+    /// model call.
+    Synthetic,
+    /// A line of a model response.
+    Response {
+        /// Its `message`.
+        message: &'a ClaudeMessage,
+        /// `message.id`.
+        id: &'a str,
+        /// The line's request id (`requestId` in a log, `request_id` in
+        /// stream-json output), when it has one.
+        request_id: Option<&'a str>,
+    },
+}
+
+/// Reads an `assistant` line; `request_key` names its request id
+/// (`requestId`, or `request_id` in stream-json output). A message without
+/// an `id`, or a request id that is neither a string nor `null`, is an
+/// error.
+pub(crate) fn assistant<'a>(
+    line: &'a ClaudeLine,
+    request_key: &str,
+) -> Result<Assistant<'a>, String> {
+    let Some(message) = line.message.as_ref() else {
+        return Ok(Assistant::NoMessage);
+    };
+    if message.get("model").and_then(Value::as_str) == Some("<synthetic>") {
+        return Ok(Assistant::Synthetic);
+    }
+    let Some(id) = message.get("id").and_then(Value::as_str) else {
+        return Err("an assistant message without `message.id`".into());
+    };
+    let request_id = match line.get(request_key) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(r)) => Some(r.as_str()),
+        Some(other) => return Err(format!("{request_key} is {}, not a string", brief(other))),
+    };
+    Ok(Assistant::Response {
+        message,
+        id,
+        request_id,
+    })
+}
+
+/// A `tool_use` block's `id` and `name` (`at`: the block's place in
+/// `content`, for the error); either missing or not a string is an error.
+pub(crate) fn tool_use(block: &Value, at: usize) -> Result<(&str, &str), String> {
+    let string = |key: &str| match field(block, key) {
+        Some(Value::String(text)) => Ok(text.as_str()),
+        None => Err(format!("content block {at} (tool_use) has no `{key}`")),
+        Some(other) => Err(format!(
+            "content block {at} (tool_use): `{key}` is {}, not a string",
+            brief(other)
+        )),
+    };
+    Ok((string("id")?, string("name")?))
+}
+
+/// What tells a call block from another of the same id: its name and its
+/// input's value (a float `-0.0` as `0.0`, as `serde_json` compares
+/// values; two inputs too deep to fingerprint are alike). A block of an
+/// id shown before under the same `message.id` with the same key is that
+/// block logged again; with another key, a reused id (replay's
+/// `drop_logged_again` compares calls by this rule).
+pub fn block_key(name: &str, input: &Value) -> String {
+    let value = crate::gate::fingerprint::fingerprint_walk(input, true).0;
+    match value {
+        Some(f) => format!("{}:{name}{:032x}", name.len(), f.as_u128()),
+        None => format!("{}:{name}deep", name.len()),
+    }
+}
+
+/// Whether a content block is a `tool_use` block.
+pub(crate) fn is_tool_use(block: &Value) -> bool {
+    field(block, "type").and_then(Value::as_str) == Some("tool_use")
+}
+
+/// Per block of a user message's `content`, the `tool_use_id` of a
+/// `tool_result` block (`None` for any other block); `None` when the
+/// content is not an array ([`super::only_results_of`] reads it).
+pub(crate) fn result_ids(
+    message: Option<&ClaudeMessage>,
+) -> Option<impl Iterator<Item = Option<&str>>> {
+    match message.and_then(|m| m.get("content")) {
+        Some(Value::Array(blocks)) => Some(blocks.iter().map(|block| {
+            (field(block, "type").and_then(Value::as_str) == Some("tool_result"))
+                .then(|| field(block, "tool_use_id").and_then(Value::as_str))
+                .flatten()
+        })),
+        _ => None,
+    }
+}
+
+/// What the hook reads of one transcript line.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Fields {
+    /// Neither a response nor a user line (or an assistant line without a
+    /// `message`): nothing to count.
+    #[default]
+    Other,
+    /// A `<synthetic>` assistant line: not a model call.
+    Synthetic,
+    /// A user line: per block of its `content`, the `tool_use_id` of a
+    /// `tool_result` block (`None` for another block); `None` when the
+    /// content is not an array.
+    User(Option<Vec<Option<String>>>),
+    /// A line of a model response.
+    Response(ResponseLine),
+}
+
+/// The counted fields of one line of a model response.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ResponseLine {
+    /// `message.id`.
+    pub message_id: String,
     /// `requestId`.
     pub request_id: Option<String>,
-    /// `message.id`.
-    pub message_id: Option<String>,
-    /// `message.model`.
+    /// `message.model`, when a string.
     pub model: Option<String>,
-    /// `message.usage`, as its raw JSON text (read strictly by the caller).
-    pub usage: Option<String>,
-    /// `requestId` is there but neither a string nor `null` (an error on
-    /// an assistant line, as replay reads it).
-    pub request_id_invalid: bool,
-    /// The line has a `message` (of any value: an assistant line with a
-    /// `message` that has no `id`, `null` too, is an error, as replay reads
-    /// it; one without is skipped).
-    pub message: bool,
-    /// The ids of `message.content`'s `tool_use` blocks, in order.
-    pub calls: Vec<String>,
-    /// When `message.content` is an array: per block, its `tool_use_id`
-    /// if it is a `tool_result` block with one, else `None`.
-    pub results: Option<Vec<Option<String>>>,
+    /// `message.usage`, when given.
+    pub usage: Option<Value>,
+    /// `message.content`'s `tool_use` blocks, in order.
+    pub calls: Vec<Call>,
 }
 
-/// The members of one content block that tell responses apart.
-#[derive(Default)]
-struct Block {
-    kind: Option<String>,
-    id: Option<String>,
-    tool_use_id: Option<String>,
+/// A `tool_use` block of a response line.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Call {
+    /// Its `id`.
+    pub id: String,
+    /// Its [`block_key`].
+    pub key: String,
 }
 
-struct Walk<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Walk<'a> {
-    fn space(&mut self) {
-        while matches!(self.bytes.get(self.at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.at += 1;
-        }
-    }
-
-    fn expect(&mut self, byte: u8) -> Result<(), String> {
-        self.space();
-        if self.bytes.get(self.at) == Some(&byte) {
-            self.at += 1;
-            Ok(())
-        } else {
-            Err(format!("expected `{}` at byte {}", byte as char, self.at))
-        }
-    }
-
-    /// Skips a string from its opening quote; returns its raw span.
-    fn string(&mut self) -> Result<(usize, usize), String> {
-        self.expect(b'"')?;
-        let start = self.at;
-        loop {
-            match self.bytes.get(self.at) {
-                None => return Err("a string does not end".into()),
-                Some(b'"') => {
-                    self.at += 1;
-                    return Ok((start - 1, self.at));
-                }
-                Some(b'\\') => self.at += 2,
-                Some(_) => self.at += 1,
-            }
-        }
-    }
-
-    /// Skips one value of any depth without recursion; returns its span.
-    fn value(&mut self) -> Result<(usize, usize), String> {
-        self.space();
-        let start = self.at;
-        let mut depth = 0u64;
-        loop {
-            self.space();
-            match self.bytes.get(self.at) {
-                None => return Err("a value does not end".into()),
-                Some(b'"') => {
-                    self.string()?;
-                }
-                Some(b'{' | b'[') => {
-                    depth += 1;
-                    self.at += 1;
-                    continue;
-                }
-                Some(b'}' | b']') => {
-                    if depth == 0 {
-                        return Err(format!("unbalanced bracket at byte {}", self.at));
-                    }
-                    depth -= 1;
-                    self.at += 1;
-                }
-                Some(b',' | b':') if depth > 0 => {
-                    self.at += 1;
-                    continue;
-                }
-                Some(_) => {
-                    // A number or a literal: up to the next delimiter.
-                    let from = self.at;
-                    while self.bytes.get(self.at).is_some_and(|b| {
-                        !matches!(
-                            b,
-                            b',' | b':'
-                                | b'}'
-                                | b']'
-                                | b' '
-                                | b'\t'
-                                | b'\n'
-                                | b'\r'
-                                | b'"'
-                                | b'{'
-                                | b'['
-                        )
-                    }) {
-                        self.at += 1;
-                    }
-                    if self.at == from {
-                        return Err(format!("unexpected byte at {}", self.at));
-                    }
-                }
-            }
-            if depth == 0 {
-                return Ok((start, self.at));
-            }
-        }
-    }
-
-    /// Walks an array, handing the span of each element to `element`.
-    fn array(
-        &mut self,
-        mut element: impl FnMut((usize, usize)) -> Result<(), String>,
-    ) -> Result<(), String> {
-        self.expect(b'[')?;
-        self.space();
-        if self.bytes.get(self.at) == Some(&b']') {
-            self.at += 1;
-            return Ok(());
-        }
-        loop {
-            element(self.value()?)?;
-            self.space();
-            match self.bytes.get(self.at) {
-                Some(b',') => self.at += 1,
-                Some(b']') => {
-                    self.at += 1;
-                    return Ok(());
-                }
-                _ => return Err(format!("expected `,` or `]` at byte {}", self.at)),
-            }
-        }
-    }
-
-    /// Walks an object, handing each member's key (decoded, without its
-    /// quotes) and the span of its value to `member`.
-    fn object(
-        &mut self,
-        mut member: impl FnMut(&[u8], (usize, usize)) -> Result<(), String>,
-    ) -> Result<(), String> {
-        self.expect(b'{')?;
-        self.space();
-        if self.bytes.get(self.at) == Some(&b'}') {
-            self.at += 1;
-            return Ok(());
-        }
-        loop {
-            self.space();
-            let (ks, ke) = self.string()?;
-            self.expect(b':')?;
-            let span = self.value()?;
-            // The key as JSON reads it: `"\u0075sage"` is `usage`.
-            let raw = self.bytes.get(ks..ke).unwrap_or_default();
-            let decoded;
-            let key = if raw.contains(&b'\\') {
-                decoded = serde_json::from_slice::<String>(raw)
-                    .map_err(|e| format!("the key at byte {ks}: {e}"))?;
-                decoded.as_bytes()
-            } else {
-                raw.get(1..raw.len().saturating_sub(1)).unwrap_or_default()
-            };
-            member(key, span)?;
-            self.space();
-            match self.bytes.get(self.at) {
-                Some(b',') => self.at += 1,
-                Some(b'}') => {
-                    self.at += 1;
-                    return Ok(());
-                }
-                _ => return Err(format!("expected `,` or `}}` at byte {}", self.at)),
-            }
-        }
-    }
-}
-
-fn text_of(bytes: &[u8], (s, e): (usize, usize)) -> Result<String, String> {
-    let raw = std::str::from_utf8(bytes.get(s..e).unwrap_or_default())
-        .map_err(|_| "not UTF-8".to_string())?;
-    serde_json::from_str::<String>(raw).map_err(|e| format!("{raw:.40}: {e}"))
-}
-
-fn set<T>(slot: &mut Option<T>, value: T, key: &str) -> Result<(), String> {
-    if slot.replace(value).is_some() {
-        return Err(format!("`{key}` is given twice"));
-    }
-    Ok(())
-}
-
-/// The counted fields of one line (a JSON object), or why it is not one.
-/// A field of another type than expected (a number for `type`) reads as
-/// absent: the line is then not an assistant response.
+/// Reads one transcript line (a JSON object, as Claude Code writes it) by
+/// the rules above, or says why it cannot be read.
 pub fn fields(line: &[u8]) -> Result<Fields, String> {
-    let mut out = Fields::default();
-    let mut message: Option<(usize, usize)> = None;
-    let mut request_seen: Option<()> = None;
-    let mut walk = Walk { bytes: line, at: 0 };
-    let string = |span: (usize, usize)| line.get(span.0) == Some(&b'"');
-    walk.object(|key, span| {
-        match key {
-            b"type" if string(span) => set(&mut out.kind, text_of(line, span)?, "type")?,
-            b"requestId" => {
-                set(&mut request_seen, (), "requestId")?;
-                if string(span) {
-                    out.request_id = Some(text_of(line, span)?);
-                } else if line.get(span.0..span.1) != Some(b"null") {
-                    out.request_id_invalid = true;
+    let text = std::str::from_utf8(line).map_err(|e| format!("not UTF-8: {e}"))?;
+    let line = claude_code_line_from_str(text).map_err(|e| e.to_string())?;
+    match line.get("type").and_then(Value::as_str) {
+        Some("user") => Ok(Fields::User(
+            result_ids(line.message.as_ref())
+                .map(|ids| ids.map(|id| id.map(str::to_owned)).collect()),
+        )),
+        Some("assistant") => match assistant(&line, "requestId")? {
+            Assistant::NoMessage => Ok(Fields::Other),
+            Assistant::Synthetic => Ok(Fields::Synthetic),
+            Assistant::Response {
+                message,
+                id,
+                request_id,
+            } => {
+                let mut calls = Vec::new();
+                if let Some(Value::Array(blocks)) = message.get("content") {
+                    for (at, block) in blocks.iter().enumerate() {
+                        if is_tool_use(block) {
+                            let (id, name) = tool_use(block, at)?;
+                            let input = field(block, "input").unwrap_or(&Value::Null);
+                            calls.push(Call {
+                                id: id.to_owned(),
+                                key: block_key(name, input),
+                            });
+                        }
+                    }
                 }
+                Ok(Fields::Response(ResponseLine {
+                    message_id: id.to_owned(),
+                    request_id: request_id.map(str::to_owned),
+                    model: message
+                        .get("model")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    usage: message.get("usage").cloned(),
+                    calls,
+                }))
             }
-            b"message" => {
-                return match message.replace(span) {
-                    Some(_) => Err("`message` is given twice".into()),
-                    None => Ok(()),
-                };
-            }
-            _ => {}
-        }
-        Ok(())
-    })?;
-    walk.space();
-    if walk.at != line.len() {
-        return Err(format!("text after the line's object at byte {}", walk.at));
+        },
+        _ => Ok(Fields::Other),
     }
-    out.message = message.is_some();
-    let mut content: Option<(usize, usize)> = None;
-    if let Some((s, _)) = message.filter(|(s, _)| line.get(*s) == Some(&b'{')) {
-        let mut inner = Walk { bytes: line, at: s };
-        inner.object(|key, span| {
-            match key {
-                b"id" if string(span) => {
-                    set(&mut out.message_id, text_of(line, span)?, "message.id")?
-                }
-                b"model" if string(span) => {
-                    set(&mut out.model, text_of(line, span)?, "message.model")?
-                }
-                b"content" => set(&mut content, span, "message.content")?,
-                b"usage" => {
-                    let raw = std::str::from_utf8(line.get(span.0..span.1).unwrap_or_default())
-                        .map_err(|_| "not UTF-8".to_string())?;
-                    set(&mut out.usage, raw.to_owned(), "message.usage")?
-                }
-                _ => {}
-            }
-            Ok(())
-        })?;
-    }
-    if let Some((s, _)) = content.filter(|(s, _)| line.get(*s) == Some(&b'[')) {
-        let mut blocks = Vec::new();
-        Walk { bytes: line, at: s }.array(|span| {
-            let block = block(line, span)?;
-            if block.kind.as_deref() == Some("tool_use") {
-                if let Some(id) = &block.id {
-                    out.calls.push(id.clone());
-                }
-            }
-            blocks.push(
-                block
-                    .tool_use_id
-                    .filter(|_| block.kind.as_deref() == Some("tool_result")),
-            );
-            Ok(())
-        })?;
-        out.results = Some(blocks);
-    }
-    Ok(out)
-}
-
-/// The members of the content block at `span` that tell responses apart
-/// (none when it is not an object).
-fn block(line: &[u8], span: (usize, usize)) -> Result<Block, String> {
-    let mut block = Block::default();
-    if line.get(span.0) != Some(&b'{') {
-        return Ok(block);
-    }
-    let string = |span: (usize, usize)| line.get(span.0) == Some(&b'"');
-    Walk {
-        bytes: line,
-        at: span.0,
-    }
-    .object(|key, span| {
-        match key {
-            b"type" if string(span) => set(&mut block.kind, text_of(line, span)?, "type")?,
-            b"id" if string(span) => set(&mut block.id, text_of(line, span)?, "id")?,
-            b"tool_use_id" if string(span) => {
-                set(&mut block.tool_use_id, text_of(line, span)?, "tool_use_id")?
-            }
-            _ => {}
-        }
-        Ok(())
-    })?;
-    Ok(block)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn response(line: &str) -> ResponseLine {
+        match fields(line.as_bytes()).unwrap() {
+            Fields::Response(r) => r,
+            other => panic!("not a response: {other:?}"),
+        }
+    }
+
     #[test]
-    fn the_counted_fields_are_read_whatever_else_the_line_holds() {
+    fn the_counted_fields_are_read_whatever_no_reader_reads() {
+        // Nesting past serde_json's limit, and a lone surrogate, where no
+        // reader reads (a tool result's content, a top-level field).
         let deep = "[".repeat(10_000) + &"]".repeat(10_000);
         let line = format!(
-            r#"{{"type":"assistant","requestId":"r1","message":{{"id":"m1","model":"claude-x","content":[{{"type":"tool_use","input":{{"x":{deep},"s":"lone \ud83d here","q":"a\"b}}"}}}}],"usage":{{"input_tokens":5,"output_tokens":2}}}}}}"#
+            r#"{{"type":"assistant","toolUseResult":{deep},"requestId":"r1","message":{{"id":"m1","model":"claude-x","content":[{{"type":"tool_use","id":"t1","name":"Read","input":{{"q":"a\"b}}"}}}}],"usage":{{"input_tokens":5,"output_tokens":2}}}},"x":"lone \ud83d here"}}"#
         );
-        let f = fields(line.as_bytes()).unwrap();
-        assert_eq!(f.kind.as_deref(), Some("assistant"));
-        assert_eq!(f.request_id.as_deref(), Some("r1"));
-        assert_eq!(f.message_id.as_deref(), Some("m1"));
-        assert_eq!(f.model.as_deref(), Some("claude-x"));
+        let r = response(&line);
+        assert_eq!(r.message_id, "m1");
+        assert_eq!(r.request_id.as_deref(), Some("r1"));
+        assert_eq!(r.model.as_deref(), Some("claude-x"));
+        assert_eq!(r.calls.len(), 1);
+        assert_eq!(r.calls[0].id, "t1");
         assert_eq!(
-            f.usage.as_deref(),
-            Some(r#"{"input_tokens":5,"output_tokens":2}"#)
+            r.calls[0].key,
+            block_key("Read", &serde_json::json!({"q": "a\"b}"}))
+        );
+        assert_eq!(
+            r.usage,
+            Some(serde_json::json!({"input_tokens": 5, "output_tokens": 2}))
+        );
+        let user = format!(
+            r#"{{"type":"user","message":{{"content":[{{"type":"tool_result","tool_use_id":"t1","content":{deep}}},{{"type":"tool_result","tool_use_id":"t2","content":"lone \udc00"}}]}}}}"#
+        );
+        assert_eq!(
+            fields(user.as_bytes()).unwrap(),
+            Fields::User(Some(vec![Some("t1".into()), Some("t2".into())]))
         );
     }
 
     #[test]
-    fn the_blocks_that_tell_responses_apart_are_read() {
-        let f = fields(br#"{"type":"assistant","message":{"id":"m","content":[{"type":"text","text":"x"},{"type":"tool_use","id":"t1","name":"Read","input":{"id":"no"}},{"id":"t9"},7]}}"#).unwrap();
-        assert!(f.message);
-        assert_eq!(f.calls, ["t1"]);
-        assert_eq!(f.results, Some(vec![None, None, None, None]));
-        let f = fields(br#"{"type":"user","message":{"content":[{"tool_use_id":"t1","type":"tool_result","content":[{"tool_use_id":"no"}]},{"type":"text","tool_use_id":"t2"}]}}"#).unwrap();
-        assert_eq!(f.results, Some(vec![Some("t1".into()), None]));
-        assert!(f.calls.is_empty());
-        let f = fields(br#"{"type":"user","message":{"content":"a prompt"}}"#).unwrap();
-        assert_eq!(f.results, None);
-        assert!(
-            fields(br#"{"type":"assistant","message":null}"#)
-                .unwrap()
-                .message
-        );
-        assert!(!fields(br#"{"type":"assistant"}"#).unwrap().message);
-        assert!(
-            fields(br#"{"message":{"content":[{"type":"tool_use","id":"a","id":"b"}]}}"#).is_err()
-        );
-        assert!(fields(br#"{"message":{"content":[],"content":[]}}"#).is_err());
+    fn what_a_reader_reads_is_read_strictly_as_replay_reads_it() {
+        // A call's input is read (its fingerprint), whatever its depth, and
+        // with a lone surrogate read as the replacement character.
+        let deep = "[".repeat(5_000) + &"]".repeat(5_000);
+        for input in [deep.as_str(), r#""\ud83d""#] {
+            let line = format!(
+                r#"{{"type":"assistant","message":{{"id":"m","content":[{{"type":"tool_use","id":"t","name":"R","input":{input}}}]}}}}"#
+            );
+            assert_eq!(response(&line).calls[0].id, "t", "{line:.80}");
+        }
+        // A call without a string id or name, a message without an id, a
+        // request id of another type.
+        for line in [
+            r#"{"type":"assistant","message":{"id":"m","content":[{"type":"tool_use","name":"R"}]}}"#,
+            r#"{"type":"assistant","message":{"id":"m","content":[{"type":"tool_use","id":7,"name":"R"}]}}"#,
+            r#"{"type":"assistant","message":{"id":"m","content":[{"type":"tool_use","id":"t"}]}}"#,
+            r#"{"type":"assistant","message":{"content":[]}}"#,
+            r#"{"type":"assistant","message":null}"#,
+            r#"{"type":"assistant","requestId":7,"message":{"id":"m"}}"#,
+        ] {
+            assert!(fields(line.as_bytes()).is_err(), "{line}");
+        }
     }
 
     #[test]
-    fn a_counted_field_given_twice_or_a_broken_line_is_an_error() {
-        assert!(fields(br#"{"type":"assistant","type":"user"}"#).is_err());
-        assert!(fields(br#"{"message":{"usage":{},"usage":{}}}"#).is_err());
-        assert!(fields(br#"{"message":{"id":"a"}"#).is_err());
-        assert!(fields(br#"{"a":1} x"#).is_err());
-        assert!(fields(br#"{"a":"unterminated}"#).is_err());
-        // Other fields may repeat: they are not counted.
+    fn a_block_key_is_its_name_and_its_inputs_value() {
+        use serde_json::json;
+        let key = |name: &str, input: Value| block_key(name, &input);
+        assert_eq!(
+            key("R", json!({"a": 1, "b": [2]})),
+            key("R", json!({"b": [2], "a": 1}))
+        );
+        assert_eq!(key("R", json!({"a": -0.0})), key("R", json!({"a": 0.0})));
+        assert_ne!(key("R", json!({"a": 1})), key("S", json!({"a": 1})));
+        assert_ne!(key("R", json!({"a": 1})), key("R", json!({"a": 2})));
+        assert_ne!(key("R", json!({"a": 1})), key("R", json!({"a": "1"})));
+        // Names that run into the value are told apart by their length.
+        assert_ne!(key("R1", json!(null)), key("R", json!(null)));
+    }
+
+    #[test]
+    fn lines_that_are_not_responses() {
+        assert_eq!(fields(br#"{"type":"assistant"}"#).unwrap(), Fields::Other);
+        assert_eq!(
+            fields(br#"{"type":"assistant","message":{"model":"<synthetic>"}}"#).unwrap(),
+            Fields::Synthetic
+        );
+        assert_eq!(
+            fields(br#"{"type":7,"message":{"id":"m"}}"#).unwrap(),
+            Fields::Other
+        );
+        assert_eq!(
+            fields(br#"{"type":"user","message":{"content":"a prompt"}}"#).unwrap(),
+            Fields::User(None)
+        );
+        assert_eq!(
+            fields(br#"{"type":"user","message":{"content":[{"type":"text","tool_use_id":"t2"},{"type":"tool_result","tool_use_id":"t1"}]}}"#).unwrap(),
+            Fields::User(Some(vec![None, Some("t1".into())]))
+        );
+        // Escaped keys and words are what they spell.
+        let r = response(
+            r#"{"\u0074ype":"\u0061ssistant","message":{"id":"m","\u0075sage":{"input_tokens":1}}}"#,
+        );
+        assert_eq!(r.usage, Some(serde_json::json!({"input_tokens": 1})));
+    }
+
+    #[test]
+    fn a_read_field_given_twice_or_a_broken_line_is_an_error() {
+        for line in [
+            r#"{"type":"assistant","type":"user"}"#,
+            r#"{"type":"assistant","message":{"id":"m","usage":{},"usage":{}}}"#,
+            r#"{"type":"assistant","message":{"id":"m","content":[{"type":"tool_use","id":"a","id":"b","name":"R"}]}}"#,
+            r#"{"message":{"id":"a"}"#,
+            r#"{"a":1} x"#,
+            r#"{"a":"unterminated}"#,
+        ] {
+            assert!(fields(line.as_bytes()).is_err(), "{line}");
+        }
+        // Fields no reader reads may repeat.
         assert!(fields(br#"{"x":1,"x":2,"type":"user"}"#).is_ok());
     }
 }

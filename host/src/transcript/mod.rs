@@ -1,9 +1,10 @@
-//! Claude Code's transcripts (session logs) as every front-end reads them:
-//! which lines are one model response (`SPEC E`: one rule book). The
-//! Claude Code hook reads a live session's transcript a few lines at a time
-//! ([`crate::hook`], its lines read by [`line::fields`]); `replay` reads a
-//! whole log (`replay/read/claude_code.rs`). Both decide "the same
-//! response" here, with [`OpenResponse`].
+//! Claude Code's transcripts (session logs) as every front-end reads them
+//! (`SPEC E`: one rule book): one line reader (`claude_line.rs`), what a
+//! line says of its response ([`mod@line`]), and which lines are one model
+//! response ([`OpenResponse`]). The Claude Code hook reads a live session's
+//! transcript a few lines at a time ([`crate::hook`], through
+//! [`line::fields`]); `replay` reads a whole log
+//! (`replay/read/claude_code.rs`). Both read and decide here.
 //!
 //! Claude Code writes one response over several lines (a line per content
 //! block, each repeating the response's `message.id`, `requestId` and
@@ -18,6 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod claude_line;
 pub mod line;
 
 /// Most call ids of one open response kept to tell its results apart (a

@@ -8,8 +8,6 @@ use std::collections::{BTreeSet, HashMap};
 use budgetgate_core::turn::TokenUsage;
 use serde_json::Value;
 
-use super::brief;
-use super::claude_line::{ClaudeLine, ClaudeMessage};
 use super::message::{
     add_blocks, apply_results, collect_results, recorded_input, stop_reason_of, turn_from_message,
     ResultSink,
@@ -19,6 +17,8 @@ use crate::replay::session::{
     billed_usage, Format, RecordedCall, RecordedTurn, Session, UsageGranularity,
 };
 use crate::replay::spill::{HashedResults, SpillWriter};
+use crate::transcript::claude_line::{ClaudeLine, ClaudeMessage};
+use crate::transcript::line::Assistant;
 use crate::transcript::{self, OpenResponse};
 
 /// The response later Claude Code lines of one thread may continue, and
@@ -30,14 +30,7 @@ struct Open {
 
 /// Whether a user message holds only `tool_result` blocks answering `calls`.
 fn only_results_of(message: Option<&ClaudeMessage>, calls: &[RecordedCall]) -> bool {
-    let blocks = match message.and_then(|m| m.get("content")) {
-        Some(Value::Array(blocks)) => Some(blocks.iter().map(|block| {
-            (block.get("type").and_then(Value::as_str) == Some("tool_result"))
-                .then(|| block.get("tool_use_id").and_then(Value::as_str))
-                .flatten()
-        })),
-        _ => None,
-    };
+    let blocks = transcript::line::result_ids(message);
     // Looked up by id: a response may hold many calls, a user line many
     // results.
     let ids: std::collections::HashSet<&str> = calls.iter().map(|c| c.id.as_str()).collect();
@@ -321,34 +314,27 @@ pub(super) fn read_claude_code(
         };
         match kind {
             "assistant" => {
-                let Some(message) = message else {
-                    skipped += 1;
-                    continue;
-                };
-                if message.get("model").and_then(Value::as_str) == Some("<synthetic>") {
-                    synthetic += 1;
-                    continue;
-                }
-                let Some(id) = message.get("id").and_then(Value::as_str).map(str::to_owned) else {
-                    return Err(format!(
-                        "line {line_no}: an assistant message without `message.id`"
-                    ));
-                };
-                let id = id.as_str();
                 let request_key = if stream_json {
                     "request_id"
                 } else {
                     "requestId"
                 };
-                let request_id = match line.get(request_key) {
-                    None | Some(Value::Null) => None,
-                    Some(Value::String(r)) => Some(r.as_str()),
-                    Some(other) => {
-                        return Err(format!(
-                            "line {line_no}: {request_key} is {}, not a string",
-                            brief(other)
-                        ))
+                let (message, id, request_id) = match transcript::line::assistant(line, request_key)
+                    .map_err(|e| format!("line {line_no}: {e}"))?
+                {
+                    Assistant::NoMessage => {
+                        skipped += 1;
+                        continue;
                     }
+                    Assistant::Synthetic => {
+                        synthetic += 1;
+                        continue;
+                    }
+                    Assistant::Response {
+                        message,
+                        id,
+                        request_id,
+                    } => (message, id, request_id),
                 };
                 let (usage, iterations) = match message.get("usage") {
                     None | Some(Value::Null) => (TokenUsage::ZERO, Vec::new()),

@@ -5,7 +5,6 @@
 use serde_json::Value;
 
 use super::claude_code::{read_claude_code, spill_error};
-use super::claude_line::{claude_code_line_from_str, claude_code_line_from_value, ClaudeLine};
 use super::claude_trace::{is_trace_pair, read_claude_trace};
 use super::exchanges::read_exchanges;
 use super::{
@@ -13,6 +12,9 @@ use super::{
 };
 use crate::replay::session::{Format, Session};
 use crate::strict::value_from_str;
+use crate::transcript::claude_line::{
+    claude_code_line_from_str, claude_code_line_from_value, ClaudeLine,
+};
 
 /// The top-level keys of one JSON Lines line that decide the format, read
 /// without building the line (`None`: not a JSON object, or not JSON).
@@ -77,7 +79,7 @@ impl FormatProbe {
 }
 
 fn line_keys(line: &str) -> Option<LineKeys> {
-    super::claude_line::top_level_keys(line, |key, keys: &mut LineKeys| match key {
+    crate::transcript::claude_line::top_level_keys(line, |key, keys: &mut LineKeys| match key {
         "type" => keys.kind = true,
         "uuid" => keys.uuid = true,
         "sessionId" => keys.session_id_camel = true,

@@ -11,10 +11,11 @@ use budgetgate_core::turn::TokenUsage;
 use serde_json::Value;
 
 use super::brief;
-use super::claude_line::ClaudeMessage;
 use super::exchanges::UNREADABLE;
 use crate::replay::session::{billed_usage, RecordedArguments, RecordedCall, RecordedTurn};
 use crate::strict::field;
+use crate::transcript;
+use crate::transcript::claude_line::ClaudeMessage;
 
 /// A response message's fields, as a [`Value`] or as a Claude Code line's
 /// [`ClaudeMessage`] holds them.
@@ -107,18 +108,10 @@ pub(super) fn add_blocks(
                         turn.text_digest.feed(text);
                     }
                     Some("tool_use") => {
-                        let string = |key: &str| match field(block, key) {
-                            Some(Value::String(text)) => Ok(text),
-                            None => Err(format!("content block {at} (tool_use) has no `{key}`")),
-                            Some(other) => Err(format!(
-                                "content block {at} (tool_use): `{key}` is {}, not a string",
-                                brief(other)
-                            )),
-                        };
-                        let (id, name) = (string("id")?.to_owned(), string("name")?.to_owned());
+                        let (id, name) = transcript::line::tool_use(block, at)?;
                         turn.calls.push(RecordedCall {
-                            id,
-                            name,
+                            id: id.to_owned(),
+                            name: name.to_owned(),
                             arguments: read_input(field(block, "input").unwrap_or(&Value::Null)),
                             recorded: None,
                         });

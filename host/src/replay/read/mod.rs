@@ -5,7 +5,8 @@
 //! other providers' reply shapes they use.
 
 mod claude_code;
-mod claude_line;
+#[cfg(test)]
+mod claude_line_tests;
 mod claude_trace;
 mod exchanges;
 mod lines;
@@ -20,14 +21,15 @@ mod yaml;
 use serde_json::{Map, Value};
 
 use self::claude_code::read_claude_code;
-use self::claude_line::{claude_code_line_from_value, ClaudeLine};
 use self::exchanges::{is_api_error, read_exchanges};
 use self::lines::from_json_lines;
 use self::swe_agent::read_traj;
 use self::vcr::read_vcr;
 use self::yaml::{check_yaml, yaml_to_json};
 use super::session::{Format, Session};
+use crate::strict::brief;
 use crate::strict::value_from_str;
+use crate::transcript::claude_line::{claude_code_line_from_value, ClaudeLine};
 
 pub use lines::{read_large_claude_code, read_large_claude_code_spilled};
 
@@ -55,7 +57,10 @@ pub fn read_session(text: &str) -> Result<Session, String> {
             // A duplicate key is refused wherever it is (a JSON document, or
             // the first line of JSON Lines), never read as its last value.
             Err(e) if e.is_data() => return Err(e.to_string()),
-            Err(e) if is_too_deep(&e) => return Err(too_deep(&e)),
+            // Too deep for one document: JSON Lines may still read it (a
+            // Claude Code log's reader keeps a call's deep input as text);
+            // their reader refuses it otherwise, naming the line.
+            Err(e) if is_too_deep(&e) && !trimmed.starts_with('{') => return Err(too_deep(&e)),
             Err(_) => {}
         }
         if trimmed.starts_with('{') {
@@ -173,16 +178,6 @@ fn without_position(e: &serde_json::Error) -> String {
 fn brief_text(text: &str) -> String {
     if text.chars().count() <= 40 {
         text.to_owned()
-    } else {
-        text.chars().take(39).chain(['…']).collect()
-    }
-}
-
-/// A JSON value shown in an error, cut to 40 characters.
-fn brief(value: &Value) -> String {
-    let text = value.to_string();
-    if text.chars().count() <= 40 {
-        text
     } else {
         text.chars().take(39).chain(['…']).collect()
     }
