@@ -280,7 +280,35 @@ Examples:
     Ledger(cli::ledger::LedgerCommand),
 }
 
+/// Where the library's notes go: a long-running front-end (the gateways,
+/// the proxy, the device link) says what it drops, retries or traces
+/// through the `log` facade, and only this command prints them, one line
+/// each on standard error, as written (`log` rather than a printer of our
+/// own: the library never prints, and a program that embeds it chooses).
+struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        // Ours only: what the libraries below note (rustls, say) is not
+        // this command's to show.
+        metadata.level() <= log::Level::Info && metadata.target().starts_with("budgetgate")
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            use std::io::Write as _;
+            // Standard error gone (a closed terminal): nothing to tell.
+            let _ = writeln!(std::io::stderr().lock(), "{}", record.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
+static STDERR_LOG: StderrLog = StderrLog;
+
 fn main() -> ExitCode {
+    if log::set_logger(&STDERR_LOG).is_ok() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Plan(args) => cli::plan::main(&args).into(),

@@ -137,7 +137,7 @@ fn read_console(
                 None => continue,
                 Some(None) => {
                     if frames {
-                        eprintln!(
+                        log::info!(
                             "console< (a line longer than {CONSOLE_LINE_MAX} bytes; discarded)"
                         );
                     }
@@ -145,14 +145,14 @@ fn read_console(
                 }
                 Some(Some(line)) => {
                     if frames {
-                        eprintln!("console< {}", terminal_safe(&line));
+                        log::info!("console< {}", terminal_safe(&line));
                     }
                     console_event(&line, operator)
                 }
             };
             if let ConsoleEvent::Prompt { answer, .. } = &event {
                 if frames {
-                    eprintln!("console> {answer}");
+                    log::info!("console> {answer}");
                 }
                 if answerer
                     .write_all(format!("{answer}\n").as_bytes())
@@ -210,7 +210,7 @@ impl Console {
     /// A console line longer than [`CONSOLE_LINE_MAX`] is an error.
     pub fn command(&mut self, command: &str, replies: &[&str]) -> Result<String, DeviceError> {
         if self.frames {
-            eprintln!("console> {command}");
+            log::info!("console> {command}");
         }
         self.writer
             .write_all(format!("{command}\n").as_bytes())

@@ -157,7 +157,7 @@ impl<P: Port> AgentLink<P> {
     /// Sends one request frame.
     pub fn send(&mut self, frame: &[u8]) -> Result<(), DeviceError> {
         if self.frames {
-            eprintln!(
+            log::info!(
                 "agent> {}",
                 terminal_safe(String::from_utf8_lossy(frame).trim_end())
             );
@@ -180,7 +180,7 @@ impl<P: Port> AgentLink<P> {
                 return None;
             }
             if self.frames && !line.is_empty() {
-                eprintln!(
+                log::info!(
                     "agent< {}",
                     terminal_safe(String::from_utf8_lossy(&line).trim_end())
                 );
@@ -203,7 +203,7 @@ impl<P: Port> AgentLink<P> {
             self.discarding = true;
             self.line = Vec::new();
             if self.frames {
-                eprintln!("agent< (a line longer than {FRAME_MAX} bytes; discarded)");
+                log::warn!("agent< (a line longer than {FRAME_MAX} bytes; discarded)");
             }
             return Some(Ok(Received::Bad(FrameError::TooLong)));
         }
@@ -276,7 +276,7 @@ impl<P: Port> AgentLink<P> {
             match &reply.reply {
                 DeviceReply::Error { error } if is_line_noise(error) => {
                     if self.frames {
-                        eprintln!(
+                        log::info!(
                             "agent: the device saw line noise ({}); sending again",
                             terminal_safe(error)
                         );

@@ -131,7 +131,7 @@ impl<'o, P: Port> Session<'o, P> {
                 let at = step.map_or_else(String::new, |s| format!("step {s}  "));
                 let line = format!("{at}operator: {line} -> {answer}");
                 if self.json {
-                    eprintln!("{}", terminal_safe(&line));
+                    log::info!("{}", terminal_safe(&line));
                 } else {
                     self.say(&line)?;
                 }

@@ -242,7 +242,7 @@ where
     F: Future<Output = Reply> + Send + 'static,
 {
     let Ok(bound) = listener.local_addr() else {
-        eprintln!("budgetgate {name}: the listening address cannot be read; stopped");
+        log::warn!("budgetgate {name}: the listening address cannot be read; stopped");
         return;
     };
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
@@ -257,7 +257,7 @@ where
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
-                    eprintln!("budgetgate {name}: accepting a connection: {e}");
+                    log::warn!("budgetgate {name}: accepting a connection: {e}");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -416,8 +416,8 @@ pub async fn bind(
         .map_err(|e| format!("--listen {addr}: {e}"))?;
     let bound = listener.local_addr().unwrap_or(addr);
     if !bound.ip().is_loopback() {
-        eprintln!("budgetgate {name}: warning: listening on {bound}, not loopback: anyone who reaches it spends this budget");
+        log::warn!("budgetgate {name}: warning: listening on {bound}, not loopback: anyone who reaches it spends this budget");
     }
-    eprintln!("budgetgate {name}: listening on http://{bound}{path}, upstream {upstream}");
+    log::info!("budgetgate {name}: listening on http://{bound}{path}, upstream {upstream}");
     Ok(listener)
 }

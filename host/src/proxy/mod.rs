@@ -568,7 +568,7 @@ fn stalled(proxy: &Proxy, api: Api, body: &[u8]) -> Option<Reply> {
 /// when they expire); exit 2 when it cannot start.
 pub fn run(config: &Config) -> ExitCode {
     let fail = |what: String| {
-        eprintln!(
+        log::warn!(
             "budgetgate proxy: {}; not started (fail closed)",
             crate::term::terminal_safe(&what)
         );
@@ -615,7 +615,7 @@ pub fn run(config: &Config) -> ExitCode {
         for (key, e) in gate.gate.flush() {
             not_counted(&key, &e);
         }
-        eprintln!("budgetgate proxy: stopped");
+        log::info!("budgetgate proxy: stopped");
         ExitCode::SUCCESS
     })
 }

@@ -67,7 +67,7 @@ const FIRST_BYTES_WAIT: Duration = Duration::from_millis(1);
 /// A call's count that failed: its reservation stays stored, and is
 /// counted at its charge when it expires.
 pub(super) fn not_counted(key: &str, e: &str) {
-    eprintln!(
+    log::warn!(
         "budgetgate proxy: counting call {key}: {}; its reservation will be counted when it expires",
         crate::term::terminal_safe(e)
     );

@@ -215,7 +215,7 @@ impl Gateway {
         if let Ok(mut gate) = self.gate.lock() {
             for a in awaited {
                 if let Err(e) = gate.roll_back(&a.key, now()) {
-                    eprintln!("budgetgate mcp: rolling back {}: {e}", a.key);
+                    log::warn!("budgetgate mcp: rolling back {}: {e}", a.key);
                 }
             }
         }
@@ -254,7 +254,7 @@ impl Gateway {
         let _uncounted = expire_retries(&self.retries, &mut gate, self.approval_timeout_ms, now());
         let held = self.retries.lock().map(|r| r.held()).unwrap_or_default();
         if let Err(e) = gate.renew(&held, now()) {
-            eprintln!(
+            log::warn!(
                 "budgetgate mcp: renewing {} reservation(s) awaiting approval: {e}",
                 held.len()
             );

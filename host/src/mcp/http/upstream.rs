@@ -267,7 +267,7 @@ pub(super) async fn relay(
                     let answers = match awaited.as_slice() {
                         [_] => fail_pending(&proxy, &awaited, Ran::Maybe, &why),
                         _ => {
-                            eprintln!("budgetgate mcp: the upstream {why}");
+                            log::warn!("budgetgate mcp: the upstream {why}");
                             Vec::new()
                         }
                     };

@@ -196,7 +196,7 @@ impl<G: CallGate> Proxy<G> {
                 if self.asks(id) == Some(Asker::Terminal) {
                     // Only the person at the terminal answers a question
                     // asked there; the agent's client cannot.
-                    eprintln!("budgetgate mcp: the client answered {id}, a question asked at the terminal (dropped)");
+                    log::warn!("budgetgate mcp: the client answered {id}, a question asked at the terminal (dropped)");
                     return false;
                 }
                 if let Some(approval) = self.approvals.remove(id) {
@@ -252,7 +252,7 @@ impl<G: CallGate> Proxy<G> {
 
     pub(super) fn roll_back(&mut self, key: &str, now: u64) {
         if let Err(e) = self.gate.roll_back(key, now) {
-            eprintln!("budgetgate mcp: rolling back {key}: {e}");
+            log::warn!("budgetgate mcp: rolling back {key}: {e}");
         }
     }
 
@@ -260,7 +260,7 @@ impl<G: CallGate> Proxy<G> {
     /// made again before the next decision.
     pub(super) fn commit(&mut self, key: &str, tool: &str, now: u64) {
         if let Err(e) = self.gate.commit(key, tool, now) {
-            eprintln!("budgetgate mcp: committing {key}: {e} (kept: committed again before the next decision, which waits for it)");
+            log::warn!("budgetgate mcp: committing {key}: {e} (kept: committed again before the next decision, which waits for it)");
             self.unsettled.push((key.to_owned(), tool.to_owned()));
         }
     }
@@ -280,7 +280,7 @@ impl<G: CallGate> Proxy<G> {
         out: &mut Vec<Out>,
     ) {
         if let Err(e) = self.gate.refused(key, tool, refusal.reason, why, now) {
-            eprintln!("budgetgate mcp: committing {key}: {e} (kept: committed again before the next decision, which waits for it)");
+            log::warn!("budgetgate mcp: committing {key}: {e} (kept: committed again before the next decision, which waits for it)");
             self.unsettled.push((key.to_owned(), tool.to_owned()));
         }
         out.push(Out::Client(refused_line(id, refusal, generation)));
@@ -321,7 +321,7 @@ impl<G: CallGate> Proxy<G> {
         };
         let Some(raw_id) = top.get("id") else {
             // A call that cannot be answered cannot be gated: dropped.
-            eprintln!("budgetgate mcp: a tools/call without an id was dropped (not forwarded)");
+            log::warn!("budgetgate mcp: a tools/call without an id was dropped (not forwarded)");
             return false;
         };
         let id = match crate::strict::value_from_str(raw_id.get()) {
@@ -526,7 +526,7 @@ impl<G: CallGate> Proxy<G> {
         let ran = std::mem::take(&mut self.unsettled);
         let (failed, verdict) = self.gate.commit_then_decide(&ran, &call, now);
         for f in failed {
-            eprintln!(
+            log::warn!(
                 "budgetgate mcp: committing {}: {} (kept: committed again before the next decision)",
                 f.key, f.error
             );

@@ -144,7 +144,7 @@ pub fn expire_retries<G: CallGate>(
     for a in late {
         let why = format!("no retry came within {} s", timeout_ms.div_ceil(1000));
         if let Err(e) = gate.refused(&a.key, &a.tool, "approval-refused", &why, now) {
-            eprintln!("budgetgate mcp: counting {}: {e} (kept: counted again before the next decision; else its reservation is counted as spent when it expires)", a.key);
+            log::warn!("budgetgate mcp: counting {}: {e} (kept: counted again before the next decision; else its reservation is counted as spent when it expires)", a.key);
             uncounted.push((a.key, a.tool));
         }
     }

@@ -213,7 +213,7 @@ impl<G: CallGate> Proxy<G> {
     fn report_outcomes(&mut self, now: u64) {
         for (call, outcome) in std::mem::take(&mut self.outcomes) {
             if let Err(e) = self.gate.report_outcome(call, outcome, now) {
-                eprintln!("budgetgate mcp: reporting a call's result to loop detection: {e} (kept: reported again before the next decision, which waits for it)");
+                log::warn!("budgetgate mcp: reporting a call's result to loop detection: {e} (kept: reported again before the next decision, which waits for it)");
                 self.outcomes.push((call, outcome));
             }
         }
@@ -223,7 +223,7 @@ impl<G: CallGate> Proxy<G> {
     /// `late` when the count fails.
     fn count_late(&mut self, key: &str, tool: &str, now: u64) {
         if let Err(e) = self.gate.count_unreserved(key, tool, now) {
-            eprintln!("budgetgate mcp: counting {key}, answered after its error: {e} (kept: counted again before the next decision, which waits for it)");
+            log::warn!("budgetgate mcp: counting {key}, answered after its error: {e} (kept: counted again before the next decision, which waits for it)");
             self.late.push((key.to_owned(), tool.to_owned()));
         }
     }
@@ -292,7 +292,7 @@ impl<G: CallGate> Proxy<G> {
         self.renewed_at = now;
         let keys = self.held();
         if let Err(e) = self.gate.renew(&keys, now) {
-            eprintln!("budgetgate mcp: renewing {} reservation(s): {e} (tried again at the next renewal; a reservation not renewed in time is counted as spent, never given back)", keys.len());
+            log::warn!("budgetgate mcp: renewing {} reservation(s): {e} (tried again at the next renewal; a reservation not renewed in time is counted as spent, never given back)", keys.len());
         }
     }
 

@@ -48,7 +48,7 @@ impl<G: CallGate> Proxy<G> {
     /// [`SETTLE_WAIT`] of the answer.
     pub fn on_server_unsettled(&mut self, line: &[u8], now: u64) -> Vec<Out> {
         let Ok(text) = std::str::from_utf8(line) else {
-            eprintln!("budgetgate mcp: the server sent a line that is not UTF-8 (dropped)");
+            log::warn!("budgetgate mcp: the server sent a line that is not UTF-8 (dropped)");
             return Vec::new();
         };
         let text = text.trim_end_matches(['\n', '\r']);
@@ -57,7 +57,7 @@ impl<G: CallGate> Proxy<G> {
         }
         if text.trim_start().starts_with('[') {
             let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(text) else {
-                eprintln!("budgetgate mcp: the server sent a line that is not JSON (dropped)");
+                log::warn!("budgetgate mcp: the server sent a line that is not JSON (dropped)");
                 return Vec::new();
             };
             let mut changed = false;
@@ -85,7 +85,7 @@ impl<G: CallGate> Proxy<G> {
         }
         match serde_json::from_str::<Message<'_>>(text) {
             Err(e) => {
-                eprintln!("budgetgate mcp: the server sent a line that is not a JSON-RPC message ({e}; dropped)");
+                log::warn!("budgetgate mcp: the server sent a line that is not a JSON-RPC message ({e}; dropped)");
                 Vec::new()
             }
             Ok(msg) => match self.server_message(text, &msg, now) {
@@ -102,7 +102,7 @@ impl<G: CallGate> Proxy<G> {
             Ok(msg) => self.server_message(text, &msg, now),
             // As a line that is not a JSON-RPC message: dropped.
             Err(e) => {
-                eprintln!("budgetgate mcp: the server sent a batch member that is not a JSON-RPC message ({e}; dropped)");
+                log::warn!("budgetgate mcp: the server sent a batch member that is not a JSON-RPC message ({e}; dropped)");
                 Reply::Drop
             }
         }
@@ -261,7 +261,7 @@ impl<G: CallGate> Proxy<G> {
                 }
             }
         }
-        eprintln!("budgetgate mcp: the server answered {id}, which no request awaits (dropped)");
+        log::warn!("budgetgate mcp: the server answered {id}, which no request awaits (dropped)");
         Reply::Drop
     }
 
@@ -274,7 +274,7 @@ impl<G: CallGate> Proxy<G> {
     pub fn on_server_too_long(&mut self, id: Option<&str>, now: u64) -> Vec<Out> {
         let why = format!("answered with a message longer than {} MiB", MAX_LINE >> 20);
         let Some(id) = id.filter(|id| self.pending.contains_key(*id)) else {
-            eprintln!("budgetgate mcp: the server sent a message longer than {} MiB whose id is not one awaited (dropped)", MAX_LINE >> 20);
+            log::warn!("budgetgate mcp: the server sent a message longer than {} MiB whose id is not one awaited (dropped)", MAX_LINE >> 20);
             return Vec::new();
         };
         let out = self.no_answer(id, Ran::Maybe, &why, now);
