@@ -75,7 +75,7 @@ pub fn main(args: &ProxyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    proxy::run(&Config {
+    let started = proxy::run(&Config {
         listen,
         upstream: args.upstream.clone(),
         budget: args.budget.clone(),
@@ -87,5 +87,15 @@ pub fn main(args: &ProxyArgs) -> ExitCode {
         orphan_grace: Duration::from_secs(args.orphan_grace),
         upstream_ca: args.upstream_ca.clone(),
         max_request: usize::try_from(args.max_request_mib << 20).unwrap_or(proxy::MAX_REQUEST),
-    })
+    });
+    match started {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!(
+                "budgetgate proxy: {}; not started (fail closed)",
+                budgetgate::term::terminal_safe(&e)
+            );
+            ExitCode::from(2)
+        }
+    }
 }

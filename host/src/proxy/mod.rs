@@ -36,7 +36,6 @@ pub use relay::MAX_TOKENS_HEADER;
 use relay::{not_counted, relay, Tap};
 
 use std::net::SocketAddr;
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -563,50 +562,28 @@ fn stalled(proxy: &Proxy, api: Api, body: &[u8]) -> Option<Reply> {
     Some(refusal(api, Refused::Budget, reason, &text))
 }
 
-/// `budgetgate proxy`: serves until SIGINT or SIGTERM (exit 0; calls that
-/// ended counted, calls in flight left to their reservations, counted
-/// when they expire); exit 2 when it cannot start.
-pub fn run(config: &Config) -> ExitCode {
-    let fail = |what: String| {
-        log::warn!(
-            "budgetgate proxy: {}; not started (fail closed)",
-            crate::term::terminal_safe(&what)
-        );
-        ExitCode::from(2)
-    };
+/// Serves the proxy until SIGINT or SIGTERM (calls that ended counted,
+/// calls in flight left to their reservations, counted when they expire);
+/// `Err` says why it cannot start.
+pub fn run(config: &Config) -> Result<(), String> {
     let budget = match &config.budget {
         None => ReplayBudget::default(),
-        Some(path) => match crate::gate::budget_file::read_budget_file(path) {
-            Ok(b) => b,
-            Err(e) => return fail(e),
-        },
+        Some(path) => crate::gate::budget_file::read_budget_file(path)?,
     };
-    let backend = match open_ledger(
+    let backend = open_ledger(
         config.ledger.as_deref(),
         Duration::from_secs(5),
         config.durability,
-    ) {
-        Ok(b) => b,
-        Err(e) => return fail(e),
-    };
-    let proxy = match Proxy::new(config, backend, budget) {
-        Ok(p) => Arc::new(p),
-        Err(e) => return fail(e),
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    )?;
+    let proxy = Arc::new(Proxy::new(config, backend, budget)?);
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(r) => r,
-        Err(e) => return fail(format!("the async runtime: {e}")),
-    };
+        .map_err(|e| format!("the async runtime: {e}"))?;
     let listen = config.listen;
     let upstream = config.upstream.clone();
     runtime.block_on(async move {
-        let listener = match net::bind(listen, "proxy", "", &upstream).await {
-            Ok(l) => l,
-            Err(e) => return fail(e),
-        };
+        let listener = net::bind(listen, "proxy", "", &upstream).await?;
         let gate = Arc::clone(&proxy);
         let handler = move |bound, req| handle(Arc::clone(&proxy), bound, req);
         net::serve(listener, "proxy", handler).await;
@@ -616,6 +593,6 @@ pub fn run(config: &Config) -> ExitCode {
             not_counted(&key, &e);
         }
         log::info!("budgetgate proxy: stopped");
-        ExitCode::SUCCESS
+        Ok(())
     })
 }
