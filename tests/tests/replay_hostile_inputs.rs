@@ -4,12 +4,11 @@
 
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use budgetgate::replay::{
-    command_to, parse_budget, read_limited, read_session, replay_text, terminal_safe,
-    ApprovePolicy, ReplayArgs, ReplayBudget, Report, MAX_BUDGET_BYTES,
+    parse_budget, read_limited, read_session, replay_text, replay_to, terminal_safe, ApprovePolicy,
+    Outcome, ReplayBudget, ReplayOptions, Report, MAX_BUDGET_BYTES,
 };
 use serde_json::{json, Value};
 
@@ -20,8 +19,8 @@ fn example(name: &str) -> PathBuf {
     ))
 }
 
-fn args(file: PathBuf) -> ReplayArgs {
-    ReplayArgs {
+fn args(file: PathBuf) -> ReplayOptions {
+    ReplayOptions {
         file,
         more: Vec::new(),
         budget: None,
@@ -30,10 +29,10 @@ fn args(file: PathBuf) -> ReplayArgs {
     }
 }
 
-/// Runs `command_to`, returning the status, stdout and stderr.
-fn run(args: &ReplayArgs) -> (ExitCode, String, String) {
+/// Runs `replay_to`, returning the status, stdout and stderr.
+fn run(args: &ReplayOptions) -> (Outcome, String, String) {
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let status = command_to(args, &mut out, &mut err);
+    let status = replay_to(args, &mut out, &mut err);
     (
         status,
         String::from_utf8(out).unwrap(),
@@ -84,7 +83,7 @@ fn yaml_alias_bomb_is_refused_fast_in_little_memory() {
     assert!(started.elapsed() < Duration::from_secs(5));
     // Through the command: exit 2 with one line.
     let (status, out, err) = run(&args(temp_file("bomb.yaml", bomb.as_bytes())));
-    assert_eq!(status, ExitCode::from(2));
+    assert_eq!(status, Outcome::Unreadable);
     assert!(out.is_empty());
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("alias bomb"), "{err}");
@@ -159,7 +158,7 @@ fn oversized_inputs_are_refused_without_reading_them_whole() {
         let mut a = args(example("claude-code.jsonl"));
         a.budget = Some(budget);
         let (status, _, err) = run(&a);
-        assert_eq!(status, ExitCode::from(2));
+        assert_eq!(status, Outcome::Unreadable);
         assert!(err.contains("larger than 1 MiB"), "{err}");
     }
     let _ = std::fs::remove_file(big);
@@ -170,7 +169,7 @@ fn stdin_cannot_be_both_the_recording_and_the_budget() {
     let mut a = args(PathBuf::from("-"));
     a.budget = Some(PathBuf::from("-"));
     let (status, _, err) = run(&a);
-    assert_eq!(status, ExitCode::from(2));
+    assert_eq!(status, Outcome::Unreadable);
     assert!(err.contains("standard input"), "{err}");
 }
 
@@ -212,7 +211,7 @@ fn claude_code_lines_of_different_requests_are_separate_responses() {
         .iter()
         .any(|n| n.contains("reuse the message.id")));
     let (status, _, _) = run(&args(temp_file("sameid.jsonl", log.as_bytes())));
-    assert_eq!(status, ExitCode::from(1));
+    assert_eq!(status, Outcome::Exceeded);
 }
 
 #[test]
@@ -326,7 +325,7 @@ fn the_table_escapes_control_and_bidi_characters_from_the_recording() {
     assert_eq!(back, serde_json::to_value(&report).unwrap());
     // Through the command, to the table and to the one-line error.
     let (status, out, _) = run(&args(file.clone()));
-    assert_eq!(status, ExitCode::from(1));
+    assert_eq!(status, Outcome::Exceeded);
     assert!(!out.chars().any(unsafe_char));
     let mut json_args = args(file);
     json_args.json = true;
@@ -337,7 +336,7 @@ fn the_table_escapes_control_and_bidi_characters_from_the_recording() {
     let mut a = args(example("claude-code.jsonl"));
     a.budget = Some(bad);
     let (status, _, err) = run(&a);
-    assert_eq!(status, ExitCode::from(2));
+    assert_eq!(status, Outcome::Unreadable);
     assert_eq!(err.lines().count(), 1);
     assert!(!err.chars().any(unsafe_char), "{err:?}");
 }
@@ -506,14 +505,14 @@ fn approval_settings_refuse_typos_empty_entries_and_invalid_names() {
         let mut a = args(example("claude-code.jsonl"));
         a.approve = Some(approve.into());
         let (status, _, err) = run(&a);
-        assert_eq!(status, ExitCode::from(2), "{approve}");
+        assert_eq!(status, Outcome::Unreadable, "{approve}");
         assert!(err.starts_with("budgetgate replay: --approve: "), "{err}");
         assert!(err.contains(expect), "{approve}: {err}");
     }
     for word in ["All", "NONE"] {
         let mut a = args(example("claude-code.jsonl"));
         a.approve = Some(word.into());
-        assert_eq!(run(&a).0, ExitCode::from(0), "{word}");
+        assert_eq!(run(&a).0, Outcome::Held, "{word}");
     }
     for toml in [
         "[tools]\napprove = \"al\"",
@@ -625,7 +624,10 @@ impl Write for Failing {
 
 #[test]
 fn write_errors_exit_2_and_a_broken_pipe_ends_quietly_with_the_status() {
-    for (file, status) in [("claude-code.jsonl", 0), ("anthropic-exchanges.jsonl", 1)] {
+    for (file, status) in [
+        ("claude-code.jsonl", Outcome::Held),
+        ("anthropic-exchanges.jsonl", Outcome::Exceeded),
+    ] {
         for json in [false, true] {
             let mut a = args(example(file));
             a.json = json;
@@ -634,13 +636,13 @@ fn write_errors_exit_2_and_a_broken_pipe_ends_quietly_with_the_status() {
                 room: 20,
                 kind: io::ErrorKind::BrokenPipe,
             };
-            assert_eq!(command_to(&a, &mut pipe, &mut err), ExitCode::from(status));
+            assert_eq!(replay_to(&a, &mut pipe, &mut err), status);
             assert!(err.is_empty());
             let mut full = Failing {
                 room: 0,
                 kind: io::ErrorKind::StorageFull,
             };
-            assert_eq!(command_to(&a, &mut full, &mut err), ExitCode::from(2));
+            assert_eq!(replay_to(&a, &mut full, &mut err), Outcome::Unreadable);
             let err = String::from_utf8(err).unwrap();
             assert_eq!(err.lines().count(), 1, "{err}");
             assert!(
@@ -722,7 +724,7 @@ fn a_call_id_used_again_in_a_later_response_is_refused() {
     assert_eq!(report.executed, 1);
     assert_eq!(report.refusals.get("duplicate-call-id"), Some(&1));
     let (status, out, _) = run(&args(temp_file("dup.json", text.as_bytes())));
-    assert_eq!(status, ExitCode::from(0));
+    assert_eq!(status, Outcome::Held);
     assert!(out.contains("refused (duplicate-call-id)"), "{out}");
     // Also across an end_turn (a new question on the same budget).
     let message = |id: &str, stop: &str, call: &str| {
@@ -918,7 +920,7 @@ fn a_duplicate_key_anywhere_in_a_recording_is_refused_naming_line_and_key() {
         "dup-key.jsonl",
         format!("{message}\n").as_bytes(),
     )));
-    assert_eq!(status, ExitCode::from(2));
+    assert_eq!(status, Outcome::Unreadable);
     assert_eq!(err.lines().count(), 1);
     assert!(
         err.contains("dup-key.jsonl: ") && err.contains("`input_tokens`"),
@@ -953,7 +955,7 @@ fn a_budget_overshot_by_one_response_is_reported_and_exits_1() {
         "{table}"
     );
     let (status, _, _) = run(&args(temp_file("big.jsonl", text.as_bytes())));
-    assert_eq!(status, ExitCode::from(1));
+    assert_eq!(status, Outcome::Exceeded);
     // At the limit exactly, or below it: no overshoot, exit 0.
     for (total, limit) in [(150_000u64, 150_000u64), (10, 11)] {
         let message = json!({"id":"m","type":"message","role":"assistant","content":[],
@@ -1009,7 +1011,7 @@ fn all_or_none_cannot_be_combined_with_tool_names() {
         let mut a = args(example("claude-code.jsonl"));
         a.approve = Some(approve.into());
         let (status, _, err) = run(&a);
-        assert_eq!(status, ExitCode::from(2), "{approve}");
+        assert_eq!(status, Outcome::Unreadable, "{approve}");
         assert!(err.starts_with("budgetgate replay: --approve: "), "{err}");
         assert!(err.contains("cannot be combined with tool names"), "{err}");
         assert!(!err.contains("did you mean"), "{err}");
@@ -1120,7 +1122,7 @@ fn invalid_utf8_nul_bytes_and_a_bom_are_handled() {
     let mut bytes = message.clone().into_bytes();
     bytes.insert(10, 0xff);
     let (status, out, err) = run(&args(temp_file("bad-utf8.jsonl", &bytes)));
-    assert_eq!(status, ExitCode::from(2));
+    assert_eq!(status, Outcome::Unreadable);
     assert!(out.is_empty());
     assert!(
         err.contains("not UTF-8 text (an invalid byte at offset 10)"),
@@ -1133,7 +1135,7 @@ fn invalid_utf8_nul_bytes_and_a_bom_are_handled() {
         message.replacen(':', ":\0", 1),
     ] {
         let (status, _, err) = run(&args(temp_file("nul.jsonl", text.as_bytes())));
-        assert_eq!(status, ExitCode::from(2), "{text:?}");
+        assert_eq!(status, Outcome::Unreadable, "{text:?}");
         assert_eq!(err.lines().count(), 1, "{err:?}");
         assert!(!err.contains('\0'), "{err:?}");
     }
@@ -1151,7 +1153,7 @@ fn invalid_utf8_nul_bytes_and_a_bom_are_handled() {
         "bom.jsonl",
         format!("\u{feff}{message}").as_bytes(),
     )));
-    assert_eq!(status, ExitCode::from(0));
+    assert_eq!(status, Outcome::Held);
     // Elsewhere it is not whitespace: an error naming the line.
     let err = replay_text(
         &format!("{message}\n\u{feff}{message}\n"),
@@ -1205,7 +1207,7 @@ fn absurd_toml_budgets_are_refused_naming_line_and_column() {
         let mut a = args(example("claude-code.jsonl"));
         a.budget = Some(temp_file("deep.toml", deep.as_bytes()));
         let (status, _, err) = run(&a);
-        assert_eq!(status, ExitCode::from(2));
+        assert_eq!(status, Outcome::Unreadable);
         assert!(err.len() < 300, "{}", err.len());
     }
 }
@@ -1242,17 +1244,17 @@ fn a_fifo_is_refused_without_waiting_for_a_writer() {
     assert!(made.success());
     std::fs::copy(example("claude-code.jsonl"), dir.join("good.jsonl")).unwrap();
     let (status, _, err) = run(&args(fifo.clone()));
-    assert_eq!(status, ExitCode::from(2));
+    assert_eq!(status, Outcome::Unreadable);
     assert!(err.contains("stuck.jsonl") && err.contains("FIFO"), "{err}");
     let mut with_budget = args(example("claude-code.jsonl"));
     with_budget.budget = Some(fifo.clone());
     let (status, _, err) = run(&with_budget);
-    assert_eq!(status, ExitCode::from(2));
+    assert_eq!(status, Outcome::Unreadable);
     assert!(err.contains("FIFO"), "{err}");
     let (status, out, _) = run(&args(dir.clone()));
     assert_eq!(
         status,
-        ExitCode::from(2),
+        Outcome::Unreadable,
         "one unreadable recording: exit 2"
     );
     assert!(

@@ -6,10 +6,9 @@
 //! wrote. No timing is measured.
 
 use std::io::{self, Write};
-use std::process::ExitCode;
 
 use budgetgate::replay::{
-    command_to, decide, parse_budget, read_session, replay, ReplayArgs, ReplayBudget,
+    decide, parse_budget, read_session, replay, replay_to, Outcome, ReplayBudget, ReplayOptions,
     STREAM_FROM_BYTES,
 };
 use serde_json::json;
@@ -82,7 +81,7 @@ fn a_long_log_is_replayed_without_holding_its_inputs() {
     }
     log.flush().unwrap();
     drop(log);
-    let args = ReplayArgs {
+    let args = ReplayOptions {
         file: path,
         more: Vec::new(),
         budget: None,
@@ -90,12 +89,12 @@ fn a_long_log_is_replayed_without_holding_its_inputs() {
         json: true,
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let mut status = ExitCode::SUCCESS;
-    let used = allocation_counter::measure(|| status = command_to(&args, &mut out, &mut err));
+    let mut status = Outcome::Held;
+    let used = allocation_counter::measure(|| status = replay_to(&args, &mut out, &mut err));
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(String::from_utf8_lossy(&err), "");
     // The default budget stops the run after its token limit or 15 calls.
-    assert_eq!(status, ExitCode::from(1));
+    assert_eq!(status, Outcome::Exceeded);
     let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(report["turns"], responses);
     assert_eq!(report["per_turn"][0]["calls"][0]["verdict"], "execute");
@@ -147,7 +146,7 @@ fn a_long_log_of_short_responses_holds_a_few_words_per_response() {
             "[budget]\nmax_model_calls = 100000\nmax_tokens = 10000000000\nmax_seconds = 100000000\n",
         )
         .unwrap();
-        let args = ReplayArgs {
+        let args = ReplayOptions {
             file: path.clone(),
             more: Vec::new(),
             budget: budget.as_ref().map(|_| budget_path.clone()),
@@ -155,8 +154,8 @@ fn a_long_log_of_short_responses_holds_a_few_words_per_response() {
             json,
         };
         let (mut out, mut err) = (Counted::default(), Vec::new());
-        let mut status = ExitCode::SUCCESS;
-        let used = allocation_counter::measure(|| status = command_to(&args, &mut out, &mut err));
+        let mut status = Outcome::Held;
+        let used = allocation_counter::measure(|| status = replay_to(&args, &mut out, &mut err));
         assert_eq!(String::from_utf8_lossy(&err), "");
         assert!(out.0 > (responses as u64) * 100);
         let per_response = used.bytes_max.saturating_sub(gate) / responses as u64;
@@ -178,7 +177,7 @@ fn a_long_log_of_short_responses_holds_a_few_words_per_response() {
                 .unwrap();
         }
         let mut written = Vec::new();
-        assert_eq!(command_to(&args, &mut written, &mut Vec::new()), status);
+        assert_eq!(replay_to(&args, &mut written, &mut Vec::new()), status);
         let note = b",\"a large Claude Code log: read line by line, never held whole\"";
         let note_line = b"note: a large Claude Code log: read line by line, never held whole\n";
         let strip = |bytes: &[u8], what: &[u8]| -> Vec<u8> {

@@ -764,7 +764,7 @@ fn a_whole_cassette_gzipped_is_read() {
         .unwrap()
         .write_all(&gz)
         .unwrap();
-    let args = budgetgate::replay::ReplayArgs {
+    let args = budgetgate::replay::ReplayOptions {
         file: path,
         more: Vec::new(),
         budget: None,
@@ -772,10 +772,10 @@ fn a_whole_cassette_gzipped_is_read() {
         json: true,
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let status = budgetgate::replay::command_to(&args, &mut out, &mut err);
+    let status = budgetgate::replay::replay_to(&args, &mut out, &mut err);
     assert_eq!(
         status,
-        std::process::ExitCode::from(0),
+        budgetgate::replay::Outcome::Held,
         "{}",
         String::from_utf8_lossy(&err)
     );
@@ -893,7 +893,7 @@ fn write_session_with_subagent(dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 fn replay_file(path: std::path::PathBuf, budget: Option<std::path::PathBuf>) -> (u8, Value) {
-    let args = budgetgate::replay::ReplayArgs {
+    let args = budgetgate::replay::ReplayOptions {
         file: path,
         more: Vec::new(),
         budget,
@@ -901,10 +901,10 @@ fn replay_file(path: std::path::PathBuf, budget: Option<std::path::PathBuf>) -> 
         json: true,
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let status = budgetgate::replay::command_to(&args, &mut out, &mut err);
-    let code = if status == std::process::ExitCode::from(0) {
+    let status = budgetgate::replay::replay_to(&args, &mut out, &mut err);
+    let code = if status == budgetgate::replay::Outcome::Held {
         0
-    } else if status == std::process::ExitCode::from(1) {
+    } else if status == budgetgate::replay::Outcome::Exceeded {
         1
     } else {
         2
@@ -1373,16 +1373,16 @@ fn a_directory_is_replayed_recording_by_recording_worst_first() {
     std::fs::write(project.join("cassette.yaml"), MIXED_CASSETTE).unwrap();
     std::fs::write(project.join("one-tool-turn.jsonl"), one_tool_turn()).unwrap();
     std::fs::write(project.join("notes.md"), "not a recording").unwrap();
-    let args = |budget: Option<std::path::PathBuf>| budgetgate::replay::ReplayArgs {
+    let args = |budget: Option<std::path::PathBuf>| budgetgate::replay::ReplayOptions {
         file: dir.join("projects"),
         more: Vec::new(),
         budget,
         approve: None,
         json: true,
     };
-    let run_args = |args: &budgetgate::replay::ReplayArgs| {
+    let run_args = |args: &budgetgate::replay::ReplayOptions| {
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let status = budgetgate::replay::command_to(args, &mut out, &mut err);
+        let status = budgetgate::replay::replay_to(args, &mut out, &mut err);
         let lines: Vec<Value> = String::from_utf8(out)
             .unwrap()
             .lines()
@@ -1393,7 +1393,7 @@ fn a_directory_is_replayed_recording_by_recording_worst_first() {
     let budget = dir.join("budget.toml");
     std::fs::write(&budget, "[budget]\nmax_model_calls = 1\n").unwrap();
     let (status, lines, err) = run_args(&args(Some(budget.clone())));
-    assert_eq!(status, std::process::ExitCode::from(1), "{err}");
+    assert_eq!(status, budgetgate::replay::Outcome::Exceeded, "{err}");
     // Three recordings (the sub-agent log is replayed with its session, the
     // .md is no recording), all stopped by one model call, worst first:
     // most tokens first.
@@ -1410,7 +1410,7 @@ fn a_directory_is_replayed_recording_by_recording_worst_first() {
     // An unreadable one comes first and makes the exit status 2.
     std::fs::write(project.join("broken.json"), "{\"hello\": 1}").unwrap();
     let (status, lines, _) = run_args(&args(None));
-    assert_eq!(status, std::process::ExitCode::from(2));
+    assert_eq!(status, budgetgate::replay::Outcome::Unreadable);
     assert!(lines[0]["file"].as_str().unwrap().ends_with("broken.json"));
     assert!(lines[0]["error"]
         .as_str()
@@ -1420,7 +1420,7 @@ fn a_directory_is_replayed_recording_by_recording_worst_first() {
     let mut table_args = args(None);
     table_args.json = false;
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    budgetgate::replay::command_to(&table_args, &mut out, &mut err);
+    budgetgate::replay::replay_to(&table_args, &mut out, &mut err);
     let table = String::from_utf8(out).unwrap();
     assert!(
         table.contains("4 recordings: 0 stopped or overshot, 1 unreadable"),

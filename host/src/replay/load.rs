@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::budget::{self, ApprovePolicy, ReplayBudget};
 use super::read::{read_large_claude_code_spilled, read_session};
 use super::session::{Format, Session};
-use super::{input_name, spill_read_error, ReplayArgs, MAX_SESSION_BYTES};
+use super::{input_name, spill_read_error, ReplayOptions, MAX_SESSION_BYTES};
 
 /// The sub-agent logs Claude Code keeps beside a session log `S.jsonl`:
 /// `S/subagents/agent-ID.jsonl`, by name, as `(agent-ID, path)`. Empty for
@@ -90,7 +90,7 @@ pub fn gunzipped(bytes: Vec<u8>) -> Result<Vec<u8>, crate::input::ReadError> {
     )
 }
 
-pub(super) fn load(args: &ReplayArgs) -> Result<(ReplayBudget, Session), (String, String)> {
+pub(super) fn load(args: &ReplayOptions) -> Result<(ReplayBudget, Session), (String, String)> {
     let file = input_name(&args.file);
     let stdin = Path::new("-");
     if args.file == stdin && args.budget.as_deref() == Some(stdin) {
@@ -128,7 +128,7 @@ pub(super) fn load_session(path: &Path) -> Result<Session, String> {
 }
 
 /// The budget file (or the defaults) with `--approve` applied.
-pub(super) fn load_budget(args: &ReplayArgs) -> Result<ReplayBudget, (String, String)> {
+pub(super) fn load_budget(args: &ReplayOptions) -> Result<ReplayBudget, (String, String)> {
     let mut budget = match &args.budget {
         // The one reader of budget files (the hook and the gateways read
         // theirs the same way).

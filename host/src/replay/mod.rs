@@ -33,7 +33,6 @@ mod spill;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use budgetgate_core::turn::TurnGate;
 
@@ -78,57 +77,37 @@ pub type ReplayGate = TurnGate<256, 4096, REPLAY_TOOLS, { 1 << 15 }>;
 /// sub-agent's, which the engine checks with it).
 pub const REPLAY_TOOLS: usize = 256;
 
-/// Arguments of `budgetgate replay`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ReplayArgs {
-    /// The recorded session: a Claude Code session log (.jsonl, with its
-    /// subagents/agent-*.jsonl beside it), Claude Code stream-json output, a
-    /// claude-trace log, Anthropic Messages API exchanges (.json/.jsonl), a
-    /// VCR cassette (.yaml/.json, or gzipped .yaml.gz) of Anthropic or OpenAI
-    /// calls, or a SWE-agent trajectory (.traj). The format is detected from
-    /// the content. "-" reads standard input. At most 256 MiB (a Claude Code
-    /// log of 16 MiB or more is read line by line, with no limit). A directory
-    /// (e.g. ~/.claude/projects) replays every recording below it.
-    #[arg(value_name = "FILE|DIR")]
+/// What `budgetgate replay` is asked (the command's arguments,
+/// `host/src/cli/replay.rs`, say each in full).
+#[derive(Debug, Clone, Default)]
+pub struct ReplayOptions {
+    /// The recording, or a folder of them; `-` reads standard input.
     pub file: PathBuf,
-
-    /// More recordings or directories. With several, or a directory, each
-    /// recording is replayed on its own with the same budget, in parallel,
-    /// and summed up in one table, worst first (--json: one object per line,
-    /// with its `file`, and `error` instead of the report when it cannot be
-    /// read); exit 2 if any cannot be read, else 1 if any was stopped or
-    /// overshot. On a terminal, standard error shows a progress bar (bytes
-    /// read, recordings done, rate, time left).
-    #[arg(value_name = "MORE")]
+    /// More recordings or folders: each replayed on its own with the same
+    /// budget, summed up in one table (or one JSON object per line).
     pub more: Vec<PathBuf>,
-
-    /// Budget file (TOML, see docs/TURN-GATE.md); without it, the reference's
-    /// defaults: 15 model calls, 150000 tokens, 120 s, 2 repeats. "-" reads
-    /// standard input. At most 1 MiB.
-    #[arg(long, value_name = "FILE")]
+    /// The budget file; the reference's defaults without one.
     pub budget: Option<PathBuf>,
-
-    /// The approver's answers for tools that need approval (listed in the
-    /// budget file): all, none, or a comma-separated list of tool names.
-    /// Overrides the budget file; default none.
-    #[arg(long, value_name = "all|none|TOOL,...")]
+    /// The approver's answers: all, none, or a comma-separated list of
+    /// tool names (overrides the budget file's).
     pub approve: Option<String>,
-
-    /// Print one JSON object instead of the table (schema in
-    /// docs/TURN-GATE.md). Keys: schema_version (2), format,
-    /// format_description, turns, tool_calls, server_tool_calls, usage
-    /// {input_tokens, output_tokens, cache_read_input_tokens,
-    /// cache_creation_input_tokens, total}, usage_per_turn, usage_known,
-    /// stopped {turn, reason, detail} or null, no_progress {turn, call_id,
-    /// tool, pattern, detail, saved_model_calls, saved_tokens} or null
-    /// (`[loops]`), overshoot {limit, used, max, by} or null, status, refusals {reason: count}, executed, approved,
-    /// reached_turns, gate_usage, gate_cost_micro_usd, budget, notes, agents [{agent, turns,
-    /// tool_calls, usage}], per_turn [{turn, message_id, stop_reason,
-    /// stop_reason_inferred, usage, running_total, reached, outcome, calls
-    /// [{id, name, verdict, reason, recorded}], usage_iterations,
-    /// server_tool_calls, cut_off, agent}].
-    #[arg(long)]
+    /// One JSON object (`docs/TURN-GATE.md`) instead of the table.
     pub json: bool,
+}
+
+/// How a replay ended, for the command's exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The gate would not have stopped the session(s), and the budget held.
+    Held,
+    /// The gate would have stopped a session (budget exhausted, or a stop
+    /// reason that ends the run), or a budget was overshot
+    /// ([`Report::overshoot`]).
+    Exceeded,
+    /// A recording or the budget file cannot be read, or the report cannot
+    /// be written (one line on the error stream names the file and the
+    /// problem).
+    Unreadable,
 }
 
 fn spill_read_error(e: std::io::Error) -> String {
@@ -146,8 +125,8 @@ fn input_name(path: &Path) -> String {
     crate::input::display_name(path).into_owned()
 }
 
-/// `replay DIR` or several files: see [`ReplayArgs::more`].
-fn command_batch(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+/// `replay DIR` or several files: see [`ReplayOptions::more`].
+fn replay_batch(args: &ReplayOptions, out: &mut dyn Write, err: &mut dyn Write) -> Outcome {
     let mut fail = |source: &str, detail: &str| {
         let _ = writeln!(
             err,
@@ -155,7 +134,7 @@ fn command_batch(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) ->
             terminal_safe(source),
             terminal_safe(&one_line(detail))
         );
-        ExitCode::from(2)
+        Outcome::Unreadable
     };
     let mut paths = vec![args.file.clone()];
     paths.extend(args.more.iter().cloned());
@@ -177,29 +156,21 @@ fn command_batch(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) ->
         out.flush()?;
         Ok(status)
     }) {
-        Ok(status) => ExitCode::from(status),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::from(0),
+        Ok(0) => Outcome::Held,
+        Ok(1) => Outcome::Exceeded,
+        Ok(_) => Outcome::Unreadable,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Outcome::Held,
         Err(e) => fail("<stdout>", &format!("cannot write the report: {e}")),
     }
 }
 
-/// Runs `budgetgate replay`, printing to standard output. Exit status: 0
-/// the gate would not have stopped the session and its budget held, 1 it
-/// would have (budget exhausted, or a stop reason that ends the run) or the
-/// budget was overshot ([`Report::overshoot`]), 2 the recording or the
-/// budget file cannot be read, or the report cannot be written (one line on
-/// stderr names the file and the problem).
-pub fn command(args: &ReplayArgs) -> ExitCode {
-    command_to(args, &mut std::io::stdout().lock(), &mut std::io::stderr())
-}
-
-/// [`command`] writing the report to `out` and errors to `err`. A write
-/// error on `out` is exit status 2 with one line on `err`, except a broken
-/// pipe (`replay … | head`), which ends quietly with the status the replay
-/// had.
-pub fn command_to(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+/// Runs `budgetgate replay` as `args` asks: the report (table or JSON) to
+/// `out`, an error's one line to `err`. A write error on `out` is
+/// [`Outcome::Unreadable`] with one line on `err`, except a broken pipe
+/// (`replay … | head`), which ends quietly with the outcome the replay had.
+pub fn replay_to(args: &ReplayOptions, out: &mut dyn Write, err: &mut dyn Write) -> Outcome {
     if !args.more.is_empty() || args.file.is_dir() {
-        return command_batch(args, out, err);
+        return replay_batch(args, out, err);
     }
     let file = input_name(&args.file);
     let mut fail = |source: &str, detail: &str| {
@@ -209,7 +180,7 @@ pub fn command_to(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -
             terminal_safe(source),
             terminal_safe(&one_line(detail))
         );
-        ExitCode::from(2)
+        Outcome::Unreadable
     };
     let (budget, mut session) = match load(args) {
         Ok(loaded) => loaded,
@@ -225,7 +196,11 @@ pub fn command_to(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -
     // Exit 1 when the budget was exceeded, stopped or not: a CI job that
     // asks "does this session fit the budget?" must not pass an overshoot.
     let exceeded = report.stopped.is_some() || report.overshoot.is_some();
-    let status = ExitCode::from(u8::from(exceeded));
+    let status = if exceeded {
+        Outcome::Exceeded
+    } else {
+        Outcome::Held
+    };
     // Written as it is made: the rows of a long session are never all held.
     let mut buffered = std::io::BufWriter::with_capacity(1 << 16, &mut *out);
     let written = if args.json {
@@ -243,103 +218,10 @@ pub fn command_to(args: &ReplayArgs, out: &mut dyn Write, err: &mut dyn Write) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
     use serde_json::Value;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        replay: ReplayArgs,
-    }
 
     fn example(path: &str) -> String {
         format!("{}/../examples/{path}", env!("CARGO_MANIFEST_DIR"))
-    }
-
-    /// `command`, with the report and errors kept out of the test's output.
-    fn run(args: &ReplayArgs) -> ExitCode {
-        command_to(args, &mut Vec::new(), &mut Vec::new())
-    }
-
-    #[test]
-    fn arguments_parse_and_exit_statuses() {
-        let cli = Cli::try_parse_from([
-            "replay",
-            &example("replay/claude-code.jsonl"),
-            "--budget",
-            &example("budget.toml"),
-            "--approve",
-            "issue_refund,Bash",
-            "--json",
-        ])
-        .unwrap();
-        assert!(cli.replay.json);
-        assert_eq!(cli.replay.approve.as_deref(), Some("issue_refund,Bash"));
-        assert_eq!(run(&cli.replay), ExitCode::from(0));
-        // The exchanges sample ends with max_tokens: the gate stops it.
-        let stopped =
-            Cli::try_parse_from(["replay", &example("replay/anthropic-exchanges.jsonl")]).unwrap();
-        assert_eq!(run(&stopped.replay), ExitCode::from(1));
-        // Unreadable inputs: exit 2.
-        let missing = Cli::try_parse_from(["replay", "/nonexistent/session.jsonl"]).unwrap();
-        assert_eq!(run(&missing.replay), ExitCode::from(2));
-        let bad_budget = Cli::try_parse_from([
-            "replay",
-            &example("budget.toml"),
-            "--budget",
-            &example("replay/swe-agent.traj"),
-        ])
-        .unwrap();
-        assert_eq!(run(&bad_budget.replay), ExitCode::from(2));
-        let not_a_session = Cli::try_parse_from(["replay", &example("budget.toml")]).unwrap();
-        assert_eq!(run(&not_a_session.replay), ExitCode::from(2));
-        let bad_approve = Cli::try_parse_from([
-            "replay",
-            &example("replay/swe-agent.traj"),
-            "--approve",
-            ",",
-        ])
-        .unwrap();
-        assert_eq!(run(&bad_approve.replay), ExitCode::from(2));
-        assert!(Cli::try_parse_from(["replay"]).is_err());
-    }
-
-    /// Every key `--json` writes (top level, per turn, per call, budget,
-    /// agents) is named in `--help` (top level and per turn) and in
-    /// docs/TURN-GATE.md.
-    #[test]
-    fn every_json_key_is_in_the_help_and_the_docs() {
-        use clap::CommandFactory;
-        let text = std::fs::read_to_string(example("replay/claude-code.jsonl")).unwrap();
-        let mut session = read_session(&text).unwrap();
-        session.turns[0].agent = Some("agent-x".into());
-        let report = replay(&session, &ReplayBudget::default()).unwrap();
-        let json = serde_json::to_value(&report).unwrap();
-        let help = Cli::command().render_long_help().to_string();
-        let help: String = help.split_whitespace().collect::<Vec<_>>().join(" ");
-        let docs = std::fs::read_to_string(format!(
-            "{}/../docs/TURN-GATE.md",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
-        let keys = |v: &Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
-        let per_turn = &json["per_turn"][0];
-        let mut in_help = keys(&json);
-        in_help.extend(keys(per_turn));
-        in_help.extend(keys(&per_turn["calls"][0]));
-        in_help.extend(keys(&json["agents"][0]));
-        for key in &in_help {
-            assert!(help.contains(key.as_str()), "--help does not name `{key}`");
-        }
-        let mut in_docs = in_help.clone();
-        in_docs.extend(keys(&json["budget"]));
-        for key in &in_docs {
-            assert!(
-                docs.contains(&format!("`{key}`")),
-                "docs/TURN-GATE.md does not name `{key}`"
-            );
-        }
-        assert_eq!(json["schema_version"], REPORT_SCHEMA_VERSION);
     }
 
     /// Issue 14 (memory): the report `replay` writes as it is made
