@@ -13,7 +13,8 @@
 //! Checks:
 //! * no panic;
 //! * `HookEvent::parse` accepts exactly the events an independent reading of
-//!   the contract accepts (a strict JSON object, every common field a string,
+//!   the contract accepts (a strict JSON object, lone surrogate escapes
+//!   read as U+FFFD, every common field a string,
 //!   ids of 1–256 characters without control characters, `agent_id` absent,
 //!   null or such an id, and for `PreToolUse` a string `tool_name`, an object
 //!   `tool_input` and a string `tool_use_id`); a refused event is a
@@ -115,7 +116,10 @@ fn id_ok(v: Option<&Value>) -> bool {
 
 /// The contract's reading of a hook event: whether it is one.
 fn oracle_accepts(text: &str) -> bool {
-    let Ok(Value::Object(o)) = budgetgate::strict::value_from_str(text) else {
+    // A lone surrogate escape reads as U+FFFD (its own unit tests hold
+    // that rule).
+    let text = budgetgate::strict::without_lone_surrogates(text);
+    let Ok(Value::Object(o)) = budgetgate::strict::value_from_str(&text) else {
         return false;
     };
     let s = |k: &str| o.get(k).is_some_and(Value::is_string);

@@ -4,12 +4,57 @@
 //! [`value_from_str`], a `serde_json::Value` whose objects have unique keys
 //! at every depth (what `replay` reads recordings with).
 
+use std::borrow::Cow;
 use std::fmt;
 
 use budgetgate_core::json::Number;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+/// `text` with each `\u` escape of a lone surrogate (half of a UTF-16 pair
+/// without the other half) spelled `\ufffd`, the replacement character,
+/// as a lossy UTF-16 decoder reads it. `JSON.stringify` writes such escapes
+/// (a string cut in the middle of a pair, as a long tool output is), and
+/// serde_json refuses them. Escapes have the same length, so positions in
+/// errors hold; a text without any is borrowed as it is.
+pub fn without_lone_surrogates(text: &str) -> Cow<'_, str> {
+    let bytes = text.as_bytes();
+    // The code unit of the `\uXXXX` escape at `at`, if one is there.
+    let unit = |at: usize| -> Option<u16> {
+        if bytes.get(at..at + 2)? != b"\\u" {
+            return None;
+        }
+        let hex = std::str::from_utf8(bytes.get(at + 2..at + 6)?).ok()?;
+        u16::from_str_radix(hex, 16)
+            .ok()
+            .filter(|_| hex.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    let high = |u: u16| (0xD800..0xDC00).contains(&u);
+    let low = |u: u16| (0xDC00..0xE000).contains(&u);
+    let mut out: Option<Vec<u8>> = None;
+    let mut at = 0;
+    while let Some(found) = bytes.get(at..).and_then(|rest| memchr::memchr(b'\\', rest)) {
+        at += found;
+        match unit(at) {
+            Some(u) if high(u) && unit(at + 6).is_some_and(low) => at += 12,
+            Some(u) if high(u) || low(u) => {
+                let out = out.get_or_insert_with(|| bytes.to_vec());
+                if let Some(digits) = out.get_mut(at + 2..at + 6) {
+                    digits.copy_from_slice(b"fffd");
+                }
+                at += 6;
+            }
+            // Another escape (`\\` included): its two first bytes.
+            _ => at += 2,
+        }
+    }
+    match out {
+        // Only ASCII hex digits were written over ASCII hex digits.
+        Some(out) => Cow::Owned(String::from_utf8(out).unwrap_or_else(|_| text.to_owned())),
+        None => Cow::Borrowed(text),
+    }
+}
 
 /// A JSON value shown in an error, cut to 40 characters.
 pub(crate) fn brief(value: &Value) -> String {

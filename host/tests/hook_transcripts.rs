@@ -121,9 +121,14 @@ fn as_logged(lines: &[String]) -> Vec<String> {
         .iter()
         .enumerate()
         .map(|(n, line)| {
-            // Written into the line's text, which stays as it is spelled.
+            // Written into the line's text, which stays as it is spelled
+            // (a byte-order mark before it too).
+            let (mark, line) = match line.strip_prefix('\u{feff}') {
+                Some(line) => ("\u{feff}", line),
+                None => ("", line.as_str()),
+            };
             let rest = line.strip_prefix('{').expect("an object");
-            format!("{{\"sessionId\":\"s1\",\"uuid\":\"u{n}\",{rest}")
+            format!("{mark}{{\"sessionId\":\"s1\",\"uuid\":\"u{n}\",{rest}")
         })
         .collect()
 }
@@ -990,4 +995,76 @@ fn a_block_of_a_known_id_with_another_input_is_a_reused_id_as_replay_reads_it() 
     assert_eq!(report["refusals"]["duplicate-call-id"], 1, "{report}");
     assert_eq!(report["turns"], 2, "{report}");
     assert_counted_as_replay_counts("a known id with another input", &lines);
+}
+
+/// An event holding what `JSON.stringify` writes for a text cut inside a
+/// surrogate pair (a lone surrogate escape) is read, as the transcript is:
+/// a `Stop` event is not blocked, and a call's input with one is decided
+/// (hostile trial of issue 30's one reader: both exited 2).
+#[test]
+fn an_event_with_a_lone_surrogate_is_read() {
+    let s = Setup::new(ROOMY);
+    let event = s
+        .pre("Read", json!({"f": "x"}), "u1")
+        .to_string()
+        .replace(r#""f":"x""#, r#""f":"x\ud83d""#);
+    assert!(event.contains(r"\ud83d"), "{event}");
+    let out = s.run_text(&event);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stop = event
+        .replace(
+            r#""hook_event_name":"PreToolUse""#,
+            r#""hook_event_name":"Stop""#,
+        )
+        .replace(
+            r#""tool_name":"Read""#,
+            r#""last_assistant_message":"done \ud83d""#,
+        );
+    let out = s.run_text(&stop);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+/// A transcript opening with a byte-order mark is read as replay reads it
+/// (the hook refused every call), and a line ended by a form feed, which
+/// is not JSON's whitespace, is refused by both (the hook counted it) —
+/// hostile trial of issue 30's one reader. A lone surrogate in a key of a
+/// log's first line is read by replay's format probe too (it refused the
+/// log).
+#[test]
+fn a_byte_order_mark_a_form_feed_and_a_lone_surrogate_key_read_as_replay_reads_them() {
+    let usage = json!({"input_tokens": 10, "output_tokens": 5});
+    let call = |id: &str| json!([{"type": "tool_use", "id": id, "name": "Read", "input": {}}]);
+    let bom = vec![
+        format!(
+            "\u{feff}{}",
+            assistant_line("m1", "r1", usage.clone(), call("t1"))
+        ),
+        results_line(&["t1"]),
+        assistant_line("m2", "r2", usage.clone(), call("t2")),
+    ];
+    assert_counted_as_replay_counts("a byte-order mark", &bom);
+    let surrogate_key = vec![
+        json!({"type": "user", "X": 1, "message": {"role": "user", "content": "hi"}})
+            .to_string()
+            .replace(r#""X""#, r#""x\ud83d""#),
+        assistant_line("m1", "r1", usage.clone(), call("t1")),
+        results_line(&["t1"]),
+        assistant_line("m2", "r2", usage.clone(), call("t2")),
+    ];
+    assert!(surrogate_key[0].contains(r"\ud83d"));
+    assert_counted_as_replay_counts("a lone surrogate in a key", &surrogate_key);
+
+    let s = Setup::new(ROOMY);
+    let fed = format!("{}\u{c}", assistant_line("m1", "r1", usage, call("t1")));
+    append(&s.transcript(), &fed);
+    let out = s.run(&s.pre("Read", json!({}), "t1"));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let log = s.path("log.jsonl");
+    std::fs::write(&log, format!("{fed}\n")).unwrap();
+    let replayed = Command::new(bin())
+        .args(["replay", "--json"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert_eq!(replayed.status.code(), Some(2), "{replayed:?}");
 }

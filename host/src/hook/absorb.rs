@@ -260,7 +260,14 @@ fn count_line(
     {
         return Ok(());
     }
-    let fields = match transcript::line::fields(line.trim_ascii_end())? {
+    // As replay reads a log: a byte-order mark opening it is not the
+    // line's, and what ends the line is JSON's whitespace only (a form feed
+    // is not).
+    let line = match place.at {
+        0 => line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line),
+        _ => line,
+    };
+    let fields = match transcript::line::fields(line)? {
         Fields::User(blocks) => {
             if let Some(o) = open {
                 let blocks = blocks

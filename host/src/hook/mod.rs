@@ -224,8 +224,11 @@ impl HookEvent {
     /// for `PreToolUse`, a missing `tool_name`, `tool_input` or
     /// `tool_use_id` is an error, as is a duplicate key.
     pub fn parse(text: &str) -> Result<Self, HookError> {
+        // A lone surrogate escape, which `JSON.stringify` writes (a text
+        // cut inside a pair), is read as U+FFFD, as in the transcript.
+        let text = crate::strict::without_lone_surrogates(text);
         let value: Value =
-            crate::strict::value_from_str(text).map_err(|e| HookError::Event(e.to_string()))?;
+            crate::strict::value_from_str(&text).map_err(|e| HookError::Event(e.to_string()))?;
         let Value::Object(object) = value else {
             return Err(HookError::Event("not a JSON object".into()));
         };

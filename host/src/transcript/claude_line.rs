@@ -22,11 +22,14 @@
 //! nothing reads them. Two things `JSON.stringify` writes, and a strict
 //! reader refuses, are read wherever they are (issue 30: a model's call or
 //! a tool's output must not stop a session's count): a lone surrogate
-//! escape is read as U+FFFD ([`without_lone_surrogates`]), and a content
+//! escape is read as U+FFFD ([`crate::strict::without_lone_surrogates`]), and a content
 //! block's member nested deeper than [`BLOCK_LEVELS`] keeps its deep part
 //! as its text ([`deep_part`]). A line that is not an object is read whole.
+//! At most [`MAX_LINE_VALUES`] values are built of one line: a line holding
+//! more where a reader reads is refused, so its memory stays bounded.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -35,7 +38,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::gate::digest::{digest_value, DigestSeed};
-use crate::strict::{duplicate_key, refuse_repeated, UniqueKeys, UniqueKeysVisitor};
+use crate::strict::{duplicate_key, refuse_repeated, without_lone_surrogates, UniqueKeysVisitor};
 
 /// The top-level keys of a Claude Code line (session log or stream-json)
 /// that its reader reads; the others are skipped as each line is read.
@@ -170,54 +173,11 @@ fn field_of<'a>(fields: &'a [Option<Value>], keys: &[&str], key: &str) -> Option
 /// allocation (issue 14, throughput).
 pub(crate) fn claude_code_line_from_str(text: &str) -> Result<Box<ClaudeLine>, serde_json::Error> {
     let text = without_lone_surrogates(text);
+    new_line();
     let mut de = serde_json::Deserializer::from_str(&text);
     let line = de.deserialize_any(LineVisitor)?;
     de.end()?;
     Ok(line)
-}
-
-/// `text` with each `\u` escape of a lone surrogate (half of a UTF-16 pair
-/// without the other half) spelled `\ufffd`, the replacement character,
-/// as a lossy UTF-16 decoder reads it. `JSON.stringify` writes such escapes
-/// (a string cut in the middle of a pair, as a long tool output is), and
-/// serde_json refuses them. Escapes have the same length, so positions in
-/// errors hold; a text without any is borrowed as it is.
-pub(crate) fn without_lone_surrogates(text: &str) -> Cow<'_, str> {
-    let bytes = text.as_bytes();
-    // The code unit of the `\uXXXX` escape at `at`, if one is there.
-    let unit = |at: usize| -> Option<u16> {
-        if bytes.get(at..at + 2)? != b"\\u" {
-            return None;
-        }
-        let hex = std::str::from_utf8(bytes.get(at + 2..at + 6)?).ok()?;
-        u16::from_str_radix(hex, 16)
-            .ok()
-            .filter(|_| hex.bytes().all(|b| b.is_ascii_hexdigit()))
-    };
-    let high = |u: u16| (0xD800..0xDC00).contains(&u);
-    let low = |u: u16| (0xDC00..0xE000).contains(&u);
-    let mut out: Option<Vec<u8>> = None;
-    let mut at = 0;
-    while let Some(found) = bytes.get(at..).and_then(|rest| memchr::memchr(b'\\', rest)) {
-        at += found;
-        match unit(at) {
-            Some(u) if high(u) && unit(at + 6).is_some_and(low) => at += 12,
-            Some(u) if high(u) || low(u) => {
-                let out = out.get_or_insert_with(|| bytes.to_vec());
-                if let Some(digits) = out.get_mut(at + 2..at + 6) {
-                    digits.copy_from_slice(b"fffd");
-                }
-                at += 6;
-            }
-            // Another escape (`\\` included): its two first bytes.
-            _ => at += 2,
-        }
-    }
-    match out {
-        // Only ASCII hex digits were written over ASCII hex digits.
-        Some(out) => Cow::Owned(String::from_utf8(out).unwrap_or_else(|_| text.to_owned())),
-        None => Cow::Borrowed(text),
-    }
 }
 
 /// A line already parsed whole, read as [`claude_code_line_from_str`] reads
@@ -225,6 +185,7 @@ pub(crate) fn without_lone_surrogates(text: &str) -> Cow<'_, str> {
 pub(crate) fn claude_code_line_from_value(
     value: Value,
 ) -> Result<Box<ClaudeLine>, serde_json::Error> {
+    new_line();
     value.deserialize_any(LineVisitor)
 }
 
@@ -295,7 +256,7 @@ impl<'de> Visitor<'de> for LineVisitor {
             if line.fields[at].is_some() {
                 return Err(duplicate_key(&key));
             }
-            line.fields[at] = Some(map.next_value::<UniqueKeys>()?.0);
+            line.fields[at] = Some(map.next_value_seed(Capped(BLOCK_LEVELS))?);
         }
         if !keeps_message(line.get("type")) {
             line.message = None;
@@ -303,7 +264,7 @@ impl<'de> Visitor<'de> for LineVisitor {
         Ok(line)
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Box<ClaudeLine>, A::Error> {
-        other_line(UniqueKeysVisitor.visit_seq(seq)?)
+        other_line(CappedVisitor(BLOCK_LEVELS).visit_seq(seq)?)
     }
     non_objects_as_values!(Box<ClaudeLine>, other_line);
 }
@@ -343,13 +304,13 @@ impl<'de> Visitor<'de> for MessageVisitor {
             message.fields[at] = Some(if key == "content" {
                 map.next_value_seed(ContentSeed)?
             } else {
-                map.next_value::<UniqueKeys>()?.0
+                map.next_value_seed(Capped(BLOCK_LEVELS))?
             });
         }
         Ok(message)
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ClaudeMessage, A::Error> {
-        other_message(UniqueKeysVisitor.visit_seq(seq)?)
+        other_message(CappedVisitor(BLOCK_LEVELS).visit_seq(seq)?)
     }
     non_objects_as_values!(ClaudeMessage, other_message);
 }
@@ -376,7 +337,7 @@ impl<'de> Visitor<'de> for ContentVisitor {
         Ok(Value::Array(items))
     }
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Value, A::Error> {
-        UniqueKeysVisitor.visit_map(map)
+        CappedVisitor(BLOCK_LEVELS).visit_map(map)
     }
     non_objects_as_values!(Value, whole);
 }
@@ -396,6 +357,7 @@ struct BlockSeed;
 impl<'de> DeserializeSeed<'de> for BlockSeed {
     type Value = Value;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        take_value()?;
         d.deserialize_any(BlockVisitor)
     }
 }
@@ -447,7 +409,7 @@ impl<'de> Visitor<'de> for BlockVisitor {
         Ok(Value::Object(out))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
-        UniqueKeysVisitor.visit_seq(seq)
+        CappedVisitor(BLOCK_LEVELS).visit_seq(seq)
     }
     non_objects_as_values!(Value, whole);
 }
@@ -471,6 +433,37 @@ pub(crate) fn deep_part(raw: &RawValue) -> Value {
     ))
 }
 
+/// Most values the reader builds of one line (each value it keeps, at any
+/// depth, and each content block): a line holding more where a reader
+/// reads is refused, so that the memory a line takes stays bounded
+/// whatever it holds (a 32 MiB call input of `1,1,…` would build 16 M
+/// values, about 1 GB). A model's call, a response or a result never comes
+/// near it: what no reader reads (a result's content) is not counted.
+pub const MAX_LINE_VALUES: usize = 1 << 20;
+
+thread_local! {
+    /// What is left of [`MAX_LINE_VALUES`] for the line being read.
+    static VALUES_LEFT: Cell<usize> = const { Cell::new(MAX_LINE_VALUES) };
+}
+
+/// Counts one value built, or refuses the line past [`MAX_LINE_VALUES`].
+fn take_value<E: de::Error>() -> Result<(), E> {
+    VALUES_LEFT.with(|left| match left.get() {
+        0 => Err(E::custom(format_args!(
+            "more than {MAX_LINE_VALUES} values in the parts of one line that are read"
+        ))),
+        n => {
+            left.set(n - 1);
+            Ok(())
+        }
+    })
+}
+
+/// A new line: [`MAX_LINE_VALUES`] left.
+fn new_line() {
+    VALUES_LEFT.with(|left| left.set(MAX_LINE_VALUES));
+}
+
 /// A value built as [`UniqueKeysVisitor`] builds it, down to `.0` levels;
 /// below, [`deep_part`].
 struct Capped(usize);
@@ -478,6 +471,7 @@ struct Capped(usize);
 impl<'de> DeserializeSeed<'de> for Capped {
     type Value = Value;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        take_value()?;
         if self.0 == 0 {
             // Read without recursion, whatever its depth.
             let raw = <Box<RawValue>>::deserialize(d)?;
@@ -531,7 +525,9 @@ pub(crate) fn top_level_keys<S: Default>(text: &str, seen: impl FnMut(&str, &mut
             Ok(state)
         }
     }
-    let mut de = serde_json::Deserializer::from_str(text);
+    // Read as the line's reader reads it (a lone surrogate escape too).
+    let text = without_lone_surrogates(text);
+    let mut de = serde_json::Deserializer::from_str(&text);
     let state = de
         .deserialize_map(KeysVisitor(seen, std::marker::PhantomData))
         .ok()?;
@@ -571,6 +567,50 @@ mod tests {
         .unwrap();
         let content = line.message.as_ref().unwrap().get("content").unwrap();
         assert_eq!(content[0]["input"]["s"], "x\u{fffd}");
+    }
+
+    #[test]
+    fn a_line_of_more_values_than_the_reader_builds_is_refused() {
+        let line = |n: usize| {
+            format!(
+                r#"{{"type":"assistant","message":{{"id":"m","content":[{{"type":"tool_use","id":"t","name":"R","input":[{}]}}]}}}}"#,
+                vec!["1"; n].join(",")
+            )
+        };
+        // The line's own values (its type, the message's id, the block,
+        // the block's type, id, name and input) and the input's items.
+        let own = 7;
+        assert!(claude_code_line_from_str(&line(MAX_LINE_VALUES - own)).is_ok());
+        let err = claude_code_line_from_str(&line(MAX_LINE_VALUES - own + 1)).unwrap_err();
+        assert!(
+            err.to_string().contains("more than 1048576 values"),
+            "{err}"
+        );
+        // Each line has its own count.
+        assert!(claude_code_line_from_str(&line(MAX_LINE_VALUES - own)).is_ok());
+        // Blocks count too; a result's content, which is not built, does not.
+        let blocks = format!(
+            r#"{{"type":"user","message":{{"content":[{}]}}}}"#,
+            vec!["{}"; MAX_LINE_VALUES].join(",")
+        );
+        assert!(claude_code_line_from_str(&blocks).is_err());
+        let result = format!(
+            r#"{{"type":"user","message":{{"content":[{{"type":"tool_result","tool_use_id":"t","content":[{}]}}]}}}}"#,
+            vec!["1"; 2 * MAX_LINE_VALUES].join(",")
+        );
+        assert!(claude_code_line_from_str(&result).is_ok());
+        // A line parsed whole first (a one-line document) reads the same,
+        // a member past the levels included.
+        let deep = format!(
+            r#"{{"type":"assistant","message":{{"id":"m","content":[{{"type":"tool_use","id":"t","name":"R","input":{}1{}}}]}}}}"#,
+            "[".repeat(BLOCK_LEVELS + 2),
+            "]".repeat(BLOCK_LEVELS + 2)
+        );
+        let value: Value = serde_json::from_str(&deep).unwrap();
+        assert_eq!(
+            claude_code_line_from_value(value).unwrap(),
+            claude_code_line_from_str(&deep).unwrap()
+        );
     }
 
     #[test]

@@ -91,6 +91,21 @@ impl Setup {
             .expect("event written");
         child
     }
+    /// The hook on an event given as its text (which a `Value` cannot
+    /// spell: a lone surrogate escape).
+    pub fn run_text(&self, event: &str) -> Output {
+        let mut child = self
+            .command()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("hook starts");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(event.as_bytes()).expect("event written");
+        drop(stdin);
+        child.wait_with_output().expect("hook ends")
+    }
     pub fn run(&self, event: &Value) -> Output {
         self.spawn(event).wait_with_output().expect("hook ends")
     }
