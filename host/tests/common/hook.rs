@@ -77,6 +77,10 @@ impl Setup {
     }
     /// The hook with extra options (`--deadline-ms`).
     pub fn spawn_with(&self, options: &[&str], event: &Value) -> Child {
+        self.spawn_text(options, &event.to_string())
+    }
+    /// The hook with extra options on an event given as its text.
+    fn spawn_text(&self, options: &[&str], event: &str) -> Child {
         let mut child = self
             .command()
             .args(options)
@@ -86,25 +90,15 @@ impl Setup {
             .spawn()
             .expect("hook starts");
         let mut stdin = child.stdin.take().expect("stdin");
-        stdin
-            .write_all(event.to_string().as_bytes())
-            .expect("event written");
+        stdin.write_all(event.as_bytes()).expect("event written");
         child
     }
     /// The hook on an event given as its text (which a `Value` cannot
     /// spell: a lone surrogate escape).
     pub fn run_text(&self, event: &str) -> Output {
-        let mut child = self
-            .command()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("hook starts");
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin.write_all(event.as_bytes()).expect("event written");
-        drop(stdin);
-        child.wait_with_output().expect("hook ends")
+        self.spawn_text(&[], event)
+            .wait_with_output()
+            .expect("hook ends")
     }
     pub fn run(&self, event: &Value) -> Output {
         self.spawn(event).wait_with_output().expect("hook ends")
