@@ -26,6 +26,7 @@ fn args(file: PathBuf) -> ReplayOptions {
         budget: None,
         approve: None,
         json: false,
+        progress: false,
     }
 }
 

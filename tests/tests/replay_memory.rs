@@ -87,6 +87,7 @@ fn a_long_log_is_replayed_without_holding_its_inputs() {
         budget: None,
         approve: None,
         json: true,
+        progress: false,
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let mut status = Outcome::Held;
@@ -152,6 +153,7 @@ fn a_long_log_of_short_responses_holds_a_few_words_per_response() {
             budget: budget.as_ref().map(|_| budget_path.clone()),
             approve: None,
             json,
+            progress: false,
         };
         let (mut out, mut err) = (Counted::default(), Vec::new());
         let mut status = Outcome::Held;

@@ -770,6 +770,7 @@ fn a_whole_cassette_gzipped_is_read() {
         budget: None,
         approve: None,
         json: true,
+        progress: false,
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let status = budgetgate::replay::replay_to(&args, &mut out, &mut err);
@@ -899,6 +900,7 @@ fn replay_file(path: std::path::PathBuf, budget: Option<std::path::PathBuf>) -> 
         budget,
         approve: None,
         json: true,
+        progress: false,
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let status = budgetgate::replay::replay_to(&args, &mut out, &mut err);
@@ -1379,6 +1381,7 @@ fn a_directory_is_replayed_recording_by_recording_worst_first() {
         budget,
         approve: None,
         json: true,
+        progress: false,
     };
     let run_args = |args: &budgetgate::replay::ReplayOptions| {
         let (mut out, mut err) = (Vec::new(), Vec::new());

@@ -2,6 +2,7 @@
 //! statuses; the replay is the library's (`budgetgate::replay::replay_to`,
 //! which the tests in `tests/` run with the same [`ReplayOptions`]).
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -69,6 +70,7 @@ impl ReplayArgs {
             budget: self.budget.clone(),
             approve: self.approve.clone(),
             json: self.json,
+            progress: std::io::stderr().is_terminal(),
         }
     }
 }

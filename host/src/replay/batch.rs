@@ -2,7 +2,7 @@
 //! replayed on its own with the same budget, in parallel (rayon), and
 //! summed up in one table, worst first (`--json`: one object per line).
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -88,10 +88,11 @@ fn severity(result: &Result<Report, String>) -> (u8, u64) {
 
 /// The progress bar of a batch on standard error: bytes of recordings read
 /// out of their total, and recordings done, redrawn at most 10 times a
-/// second. Hidden when standard error is not a terminal (or for one file),
-/// so logs and pipes get no control characters.
-fn progress_bar(files: &[PathBuf]) -> ProgressBar {
-    if files.len() < 2 || !std::io::stderr().is_terminal() {
+/// second. Hidden unless `shown` (the command shows it when standard error
+/// is a terminal, so logs and pipes get no control characters), and for
+/// one file.
+fn progress_bar(files: &[PathBuf], shown: bool) -> ProgressBar {
+    if files.len() < 2 || !shown {
         return ProgressBar::hidden();
     }
     let bytes = files
@@ -112,17 +113,18 @@ fn progress_bar(files: &[PathBuf]) -> ProgressBar {
 }
 
 /// Replays `files` in parallel and writes the summary (or JSON Lines) to
-/// `out`; a progress bar goes to standard error when it is a terminal
+/// `out`; with `progress`, a progress bar goes to standard error
 /// ([`progress_bar`]). Returns the exit status: 2 if any recording cannot
 /// be read, else 1 if any was stopped or overshot, else 0.
 pub fn run(
     files: &[PathBuf],
     budget: &ReplayBudget,
     json: bool,
+    progress: bool,
     out: &mut dyn Write,
 ) -> Result<u8, std::io::Error> {
     let done = AtomicUsize::new(0);
-    let bar = progress_bar(files);
+    let bar = progress_bar(files, progress);
     let mut results: Vec<(String, Result<Report, String>)> = files
         .par_iter()
         .map(|path| {

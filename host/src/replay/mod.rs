@@ -93,6 +93,9 @@ pub struct ReplayOptions {
     pub approve: Option<String>,
     /// One JSON object (`docs/TURN-GATE.md`) instead of the table.
     pub json: bool,
+    /// Draw a batch's progress bar on standard error (the command asks for
+    /// it when standard error is a terminal).
+    pub progress: bool,
 }
 
 /// How a replay ended, for the command's exit status.
@@ -152,7 +155,7 @@ fn replay_batch(args: &ReplayOptions, out: &mut dyn Write, err: &mut dyn Write) 
         Ok(files) => files,
         Err((source, detail)) => return fail(&source, &detail),
     };
-    match batch::run(&files, &budget, args.json, out).and_then(|status| {
+    match batch::run(&files, &budget, args.json, args.progress, out).and_then(|status| {
         out.flush()?;
         Ok(status)
     }) {
