@@ -1,4 +1,4 @@
-//! `budgetgate replay`: its arguments ([`ReplayArgs`]) and its exit
+//! `budgetgate replay` (`SPEC C`): its arguments ([`ReplayArgs`]) and its exit
 //! statuses; the replay is the library's (`budgetgate::replay::replay_to`,
 //! which the tests in `tests/` run with the same [`ReplayOptions`]).
 
