@@ -4,7 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
 use super::link::{io_error, seconds, DeviceError, READ_CHUNK};
@@ -150,7 +150,23 @@ fn read_console(
                     console_event(&line, operator)
                 }
             };
-            if let ConsoleEvent::Prompt { answer, .. } = &event {
+            // A prompt's note is passed on before the device gets its
+            // answer: the device replies on the agent link only once
+            // answered, so the session finds the note when it reads that
+            // reply (answered first, the note could come after it under
+            // load, and be printed at the next step). With no room left for
+            // it, the device is answered first, as a blocked note must never
+            // hold up the answer.
+            let answer = match &event {
+                ConsoleEvent::Prompt { answer, .. } => Some(*answer),
+                _ => None,
+            };
+            let held = match tx.try_send(event) {
+                Ok(()) => None,
+                Err(TrySendError::Full(event)) => Some(event),
+                Err(TrySendError::Disconnected(_)) => return,
+            };
+            if let Some(answer) = answer {
                 if frames {
                     log::info!("console> {answer}");
                 }
@@ -161,8 +177,10 @@ fn read_console(
                     return;
                 }
             }
-            if tx.send(event).is_err() {
-                return;
+            if let Some(event) = held {
+                if tx.send(event).is_err() {
+                    return;
+                }
             }
         }
     }
