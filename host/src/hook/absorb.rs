@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use budgetgate_core::engine;
 use budgetgate_core::TokenUsage;
+use memchr::memmem;
 
 use super::{checked_id, HookError, HookEvent, MAX_READ_PER_EVENT, MAX_TRANSCRIPT_LINE};
 use crate::gate::budget_file::{price_of, ReplayBudget};
@@ -254,9 +255,9 @@ fn count_line(
     let user_lines_matter = open
         .as_ref()
         .is_some_and(|o| o.response.watches_user_lines());
-    if memchr_find(line, b"\"assistant\"").is_none()
-        && !(user_lines_matter && memchr_find(line, b"\"user\"").is_some())
-        && memchr_find(line, b"\\u").is_none()
+    if memmem::find(line, b"\"assistant\"").is_none()
+        && !(user_lines_matter && memmem::find(line, b"\"user\"").is_some())
+        && memmem::find(line, b"\\u").is_none()
     {
         return Ok(());
     }
@@ -429,8 +430,4 @@ fn count_line(
         &response,
     )
     .map_err(|e| e.to_string())
-}
-
-fn memchr_find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }

@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use serde_json::{Map, Value};
 
-use super::{add_subagents, load_session, replay, ReplayBudget, Report};
+use super::{add_subagents, load_session, replay, Outcome, ReplayBudget, Report};
 use crate::term::terminal_safe;
 
 /// File names a directory walk takes for recordings.
@@ -114,15 +114,16 @@ fn progress_bar(files: &[PathBuf], shown: bool) -> ProgressBar {
 
 /// Replays `files` in parallel and writes the summary (or JSON Lines) to
 /// `out`; with `progress`, a progress bar goes to standard error
-/// ([`progress_bar`]). Returns the exit status: 2 if any recording cannot
-/// be read, else 1 if any was stopped or overshot, else 0.
+/// ([`progress_bar`]). Returns how the batch ended: unreadable if any
+/// recording cannot be read, else exceeded if any was stopped or
+/// overshot, else held.
 pub fn run(
     files: &[PathBuf],
     budget: &ReplayBudget,
     json: bool,
     progress: bool,
     out: &mut dyn Write,
-) -> Result<u8, std::io::Error> {
+) -> Result<Outcome, std::io::Error> {
     let done = AtomicUsize::new(0);
     let bar = progress_bar(files, progress);
     let mut results: Vec<(String, Result<Report, String>)> = files
@@ -144,11 +145,11 @@ pub fn run(
             .then_with(|| a_name.cmp(b_name))
     });
     let status = results.iter().map(|(_, r)| match r {
-        Err(_) => 2,
-        Ok(r) if r.stopped.is_some() || r.overshoot.is_some() => 1,
-        Ok(_) => 0,
+        Err(_) => Outcome::Unreadable,
+        Ok(r) if r.stopped.is_some() || r.overshoot.is_some() => Outcome::Exceeded,
+        Ok(_) => Outcome::Held,
     });
-    let status = status.max().unwrap_or(0);
+    let status = status.max().unwrap_or(Outcome::Held);
     if json {
         for (name, result) in &results {
             let mut line = Map::new();

@@ -98,8 +98,9 @@ pub struct ReplayOptions {
     pub progress: bool,
 }
 
-/// How a replay ended, for the command's exit status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a replay ended, for the command's exit status; a batch ends as its
+/// worst recording (the order of the variants).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Outcome {
     /// The gate would not have stopped the session(s), and the budget held.
     Held,
@@ -159,9 +160,7 @@ fn replay_batch(args: &ReplayOptions, out: &mut dyn Write, err: &mut dyn Write) 
         out.flush()?;
         Ok(status)
     }) {
-        Ok(0) => Outcome::Held,
-        Ok(1) => Outcome::Exceeded,
-        Ok(_) => Outcome::Unreadable,
+        Ok(outcome) => outcome,
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Outcome::Held,
         Err(e) => fail("<stdout>", &format!("cannot write the report: {e}")),
     }
