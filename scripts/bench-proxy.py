@@ -10,6 +10,12 @@ p99 of the whole call and of the time to the first byte. What each path adds
 is its figures minus the direct ones, measured in the same run.
 
     scripts/bench-proxy.py [--calls N] [--bin target/release/budgetgate] [--litellm PATH]
+                           [--before OTHER_BIN] [--rounds R]
+
+`--before OTHER_BIN` adds the same two proxies run from another build (an
+A/B pair in one run); `--rounds R` splits each path's calls into R rounds
+taken in turn, path after path, so a slow spell of the machine falls on
+every path alike.
 
 With `--stream-mb N` it measures a long stream instead: the scripted API
 answers one streamed Messages call of about N MB (`message_start` with its
@@ -323,6 +329,9 @@ def main():
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--bin", default="target/release/budgetgate")
     ap.add_argument("--litellm", help="the litellm command of a LiteLLM install")
+    ap.add_argument("--before", help="another build's budgetgate, measured beside --bin")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="take each path's calls in this many rounds, in turn")
     ap.add_argument("--stream-mb", type=int,
                     help="measure a long streamed answer of this many MB instead")
     ap.add_argument("--concurrent", type=int, default=1,
@@ -358,15 +367,17 @@ def main():
 
     paths = [("direct", up, None)]
     procs = []
-    for durability in ["normal", "full"]:
-        port = free_port()
-        ledger = os.path.join(tmp, f"{durability}.sqlite3")
-        procs.append(subprocess.Popen(
-            [args.bin, "proxy", "--listen", f"127.0.0.1:{port}", "--upstream",
-             f"http://127.0.0.1:{up}", "--budget", budget, "--ledger", f"sqlite:{ledger}",
-             "--durability", durability],
-            stderr=subprocess.DEVNULL))
-        paths.append((f"budgetgate proxy --durability {durability}", port, None))
+    builds = [("", args.bin)] + ([("before: ", args.before)] if args.before else [])
+    for label, binary in builds:
+        for durability in ["normal", "full"]:
+            port = free_port()
+            ledger = os.path.join(tmp, f"{label[:6]}{durability}.sqlite3")
+            procs.append(subprocess.Popen(
+                [binary, "proxy", "--listen", f"127.0.0.1:{port}", "--upstream",
+                 f"http://127.0.0.1:{up}", "--budget", budget, "--ledger", f"sqlite:{ledger}",
+                 "--durability", durability],
+                stderr=subprocess.DEVNULL))
+            paths.append((f"{label}budgetgate proxy --durability {durability}", port, None))
     if args.litellm:
         port = free_port()
         config = os.path.join(tmp, "litellm.yaml")
@@ -387,10 +398,17 @@ def main():
         for _, port, _ in paths:
             wait_for(port)
         rows = []
+        rounds = max(1, args.rounds)
         for stream in [False, True]:
             base = None
+            samples = {name: ([], []) for name, _, _ in paths}
+            for _ in range(rounds):
+                for name, port, _ in paths:
+                    total, first = measure(port, args.calls // rounds, stream)
+                    samples[name][0].extend(total)
+                    samples[name][1].extend(first)
             for name, port, _ in paths:
-                total, first = measure(port, args.calls, stream)
+                total, first = samples[name]
                 (t50, t99), (f50, f99) = figures(total), figures(first)
                 if base is None:
                     base = (t50, t99, f50, f99)

@@ -33,7 +33,7 @@ pub mod sqlite;
 
 pub use memory::{MemoryStore, MemoryTx};
 pub use redis::{RedisStore, RedisTx, MAX_RETRIES};
-pub use sqlite::{Store, Tx, FILE_NAME, SCHEMA_VERSION};
+pub use sqlite::{Store, Tx, WalSync, FILE_NAME, SCHEMA_VERSION};
 
 /// The longest stored record any build reads (a version-1 record, whose
 /// tool slots also kept a cap): a listing refuses a longer one by its
