@@ -83,7 +83,9 @@ pub enum Commit {
     /// ledger already holds safely: a model call's counted response, whose
     /// reservation (stored durably before the call) then stays and is
     /// counted at its charge when it expires, as for a proxy killed
-    /// mid-call.
+    /// mid-call; or a decision its caller makes durable itself before
+    /// acting on it ([`WalSync`]: the proxy syncs while the request goes
+    /// out, all of it but its last byte).
     Lazy,
 }
 
