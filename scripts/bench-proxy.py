@@ -10,12 +10,13 @@ p99 of the whole call and of the time to the first byte. What each path adds
 is its figures minus the direct ones, measured in the same run.
 
     scripts/bench-proxy.py [--calls N] [--bin target/release/budgetgate] [--litellm PATH]
-                           [--before OTHER_BIN] [--rounds R]
+                           [--before OTHER_BIN] [--rounds R] [--request-kb K]
 
 `--before OTHER_BIN` adds the same two proxies run from another build (an
 A/B pair in one run); `--rounds R` splits each path's calls into R rounds
 taken in turn, path after path, so a slow spell of the machine falls on
-every path alike.
+every path alike. `--request-kb K` makes each request about K KB longer
+(a long message, as Claude Code's requests carry the whole conversation).
 
 With `--stream-mb N` it measures a long stream instead: the scripted API
 answers one streamed Messages call of about N MB (`message_start` with its
@@ -194,12 +195,17 @@ def wait_for(port):
     sys.exit(f"nothing listens on {port}")
 
 
+# `--request-kb`: words added to each request's message (Claude Code's
+# requests carry the whole conversation: tens to hundreds of KB).
+PAD = ""
+
+
 def measure(port, calls, stream, path="/v1/messages"):
     conn = http.client.HTTPConnection("127.0.0.1", port)
     conn.connect()
     conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     body = json.dumps({"model": "claude-bench", "max_tokens": 16, "stream": stream,
-                       "messages": [{"role": "user", "content": "hi"}]})
+                       "messages": [{"role": "user", "content": "hi" + PAD}]})
     headers = {"content-type": "application/json", "x-api-key": KEY,
                "authorization": f"Bearer {KEY}",
                "anthropic-version": "2023-06-01"}
@@ -330,6 +336,8 @@ def main():
     ap.add_argument("--bin", default="target/release/budgetgate")
     ap.add_argument("--litellm", help="the litellm command of a LiteLLM install")
     ap.add_argument("--before", help="another build's budgetgate, measured beside --bin")
+    ap.add_argument("--request-kb", type=int, default=0,
+                    help="make each request about this many KB larger (a long message)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="take each path's calls in this many rounds, in turn")
     ap.add_argument("--stream-mb", type=int,
@@ -337,6 +345,8 @@ def main():
     ap.add_argument("--concurrent", type=int, default=1,
                     help="with --stream-mb: this many streams at once")
     args = ap.parse_args()
+    global PAD
+    PAD = " budget" * (args.request_kb * 1024 // 7)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     server.daemon_threads = True

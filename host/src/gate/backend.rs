@@ -9,7 +9,7 @@ use budgetgate_core::tools::ToolTable;
 use super::budget_file::{ReplayBudget, BUDGET_TOOLS};
 use super::{GateError, Ledgers};
 use crate::store::{
-    Commit, Durability, LedgerTx, LedgerUrl, MemoryStore, Store, StoreError, WalSync, MEMORY_URL,
+    Commit, Durability, LedgerTx, LedgerUrl, MemoryStore, Store, StoreError, MEMORY_URL,
 };
 
 /// Where the ledger is kept.
@@ -62,18 +62,6 @@ impl Backend {
             Backend::Memory(store) => store.decide(|tx| decide(tx)),
         }
         .map_err(|e: GateError| e.to_string())
-    }
-
-    /// What makes a [`Commit::Lazy`] commit durable from another thread,
-    /// for a front-end that overlaps the wait for the disk with its own
-    /// work ([`crate::store::Store::wal_sync`]): only a SQLite ledger of
-    /// `--durability full` has one; the others' commits are as durable as
-    /// they get when they return.
-    pub fn wal_sync(&mut self) -> Option<WalSync> {
-        match self {
-            Backend::Sqlite(store) => store.wal_sync(),
-            Backend::Redis(_) | Backend::Memory(_) => None,
-        }
     }
 
     /// Another handle on this very ledger when it lives in this process

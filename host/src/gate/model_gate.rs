@@ -17,7 +17,7 @@ use budgetgate_core::budget::Ledger;
 use crate::gate::backend::Backend;
 use crate::gate::budget_file::{price_of, ReplayBudget, BUDGET_TOOLS};
 use crate::gate::{self, model, GateError};
-use crate::store::{Commit, WalSync};
+use crate::store::Commit;
 
 /// One model call to decide, as the front-end knows it before making it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,47 +176,6 @@ impl ModelGate {
         request: &ModelCall<'_>,
         now: u64,
     ) -> Result<Admission, String> {
-        self.decide_call(Commit::Durable, session, key, request, now)
-    }
-
-    /// [`Self::admit`] with the wait for the disk left to the caller, who
-    /// overlaps it with its own work (the proxy: sending all of the request
-    /// but its last byte): with `Some(sync)`, the decision was committed
-    /// without waiting ([`Commit::Lazy`]) and is durable only once
-    /// `sync.run()` returned `Ok`; the call must not be made before (a
-    /// reservation the disk does not hold when the upstream starts billing
-    /// would be given back by a power cut), and a failed sync refuses it
-    /// (fail closed). `None`: committed as [`Self::admit`] commits (the
-    /// ledger's commits are as durable as they get when they return).
-    pub fn admit_unsynced(
-        &self,
-        session: &str,
-        key: &str,
-        request: &ModelCall<'_>,
-        now: u64,
-    ) -> Result<(Admission, Option<WalSync>), String> {
-        let sync = self
-            .backend
-            .lock()
-            .map_err(|_| "the ledger's lock was poisoned".to_owned())?
-            .wal_sync();
-        let commit = if sync.is_some() {
-            Commit::Lazy
-        } else {
-            Commit::Durable
-        };
-        let admission = self.decide_call(commit, session, key, request, now)?;
-        Ok((admission, sync))
-    }
-
-    fn decide_call(
-        &self,
-        commit: Commit,
-        session: &str,
-        key: &str,
-        request: &ModelCall<'_>,
-        now: u64,
-    ) -> Result<Admission, String> {
         let reserve = self.budget.limits.token_mode == TokenMode::Reserve;
         let output = request.max_output.or(self.budget.reserve_max_tokens);
         let choices = request.choices.max(1);
@@ -233,7 +192,7 @@ impl ModelGate {
         // The session's calls that ended since its last decision are
         // counted first, in this decision's transaction.
         let ended = self.take_pending(session);
-        let decided = self.transaction(commit, session, now, |tx, ledgers, now| {
+        let decided = self.transaction(Commit::Durable, session, now, |tx, ledgers, now| {
             for f in &ended {
                 self.count_finish(tx, ledgers, &f.ticket, f.outcome, f.now)?;
             }

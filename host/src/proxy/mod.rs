@@ -30,7 +30,6 @@
 
 pub mod api;
 pub mod gate;
-mod held;
 mod relay;
 
 pub use relay::MAX_TOKENS_HEADER;
@@ -335,7 +334,7 @@ async fn pass_through(proxy: &Arc<Proxy>, req: &Head, body: Vec<u8>) -> Reply {
     }
 }
 
-fn forward(proxy: &Proxy, req: &Head, body: impl Into<reqwest::Body>) -> reqwest::RequestBuilder {
+fn forward(proxy: &Proxy, req: &Head, body: Vec<u8>) -> reqwest::RequestBuilder {
     let (uri, headers) = (req.uri(), req.headers());
     let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes())
         .unwrap_or(reqwest::Method::POST);
@@ -432,20 +431,9 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
         can_set_max_output: true,
         choices: request.choices,
     };
-    // With `--durability full`, the decision is committed without waiting
-    // for the disk, and the request goes out while it is synced: all of it
-    // but its last byte ([`held::HeldBody`]).
-    let (admission, sync) = match proxy.gate.admit_unsynced(&session, &key, &call, now_ms()) {
-        Ok(decided) => decided,
-        Err(e) => return ledger_unavailable(api, &e),
-    };
-    let ticket = match admission {
-        Admission::Go(t) => t,
-        Admission::Stop(stop) => {
-            // The refusal is answered once it is on the disk too.
-            if let Some(sync) = sync {
-                let _ = held::start(sync).await;
-            }
+    let ticket = match proxy.gate.admit(&session, &key, &call, now_ms()) {
+        Ok(Admission::Go(t)) => t,
+        Ok(Admission::Stop(stop)) => {
             return refusal(
                 api,
                 Refused::Budget,
@@ -453,8 +441,15 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
                 &stop.detail().to_string(),
             );
         }
+        Err(e) => {
+            return refusal(
+                api,
+                Refused::Unavailable,
+                "ledger_unavailable",
+                &format!("budgetgate: the ledger could not decide ({e}); the call is refused (fail closed)"),
+            );
+        }
     };
-    let synced = sync.map(held::start);
     // Reserve mode: the reply bound the call was let through with, when it
     // is not the request's own (lowered to fit, or the budget's
     // `reserve_max_tokens` for a request that sets none).
@@ -489,24 +484,9 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
         hide_usage,
         deadline: tokio::time::Instant::now() + proxy.call_timeout,
     };
-    let body = match synced {
-        None => reqwest::Body::from(body),
-        Some(synced) if body.is_empty() => match synced.await {
-            Ok(Ok(())) => reqwest::Body::from(body),
-            Ok(Err(e)) => return not_durable(&tap, api, &held::NotSynced(e)),
-            Err(_) => {
-                let lost = held::NotSynced("its thread ended without an answer".into());
-                return not_durable(&tap, api, &lost);
-            }
-        },
-        Some(synced) => reqwest::Body::wrap(held::HeldBody::new(body, synced)),
-    };
     match forward(proxy, req, body).send().await {
         Ok(resp) => relay(resp, Some(tap)).await,
         Err(e) => {
-            if let Some(not) = held::not_synced(&e) {
-                return not_durable(&tap, api, not);
-            }
             // Not reached, or no answer head: a connection that could not
             // be made was not billed; one that timed out may have been.
             let outcome = if e.is_connect() {
@@ -518,26 +498,6 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
             upstream_failed(api, &e)
         }
     }
-}
-
-/// The refusal of a call the ledger could not decide (`e`): fail closed.
-fn ledger_unavailable(api: Api, e: &str) -> Reply {
-    refusal(
-        api,
-        Refused::Unavailable,
-        "ledger_unavailable",
-        &format!(
-            "budgetgate: the ledger could not decide ({e}); the call is refused (fail closed)"
-        ),
-    )
-}
-
-/// A call let through whose decision did not reach the disk (`e`): the
-/// upstream never had its request whole, so it was not billed; refused
-/// (fail closed).
-fn not_durable(tap: &Tap, api: Api, e: &held::NotSynced) -> Reply {
-    tap.finish(Outcome::NotBilled);
-    ledger_unavailable(api, &e.to_string())
 }
 
 /// A call let through that the proxy could not rewrite as it must (`why`):

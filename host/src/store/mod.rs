@@ -33,7 +33,7 @@ pub mod sqlite;
 
 pub use memory::{MemoryStore, MemoryTx};
 pub use redis::{RedisStore, RedisTx, MAX_RETRIES};
-pub use sqlite::{Store, Tx, WalSync, FILE_NAME, SCHEMA_VERSION};
+pub use sqlite::{Store, Tx, FILE_NAME, SCHEMA_VERSION};
 
 /// The longest stored record any build reads (a version-1 record, whose
 /// tool slots also kept a cap): a listing refuses a longer one by its
@@ -83,9 +83,7 @@ pub enum Commit {
     /// ledger already holds safely: a model call's counted response, whose
     /// reservation (stored durably before the call) then stays and is
     /// counted at its charge when it expires, as for a proxy killed
-    /// mid-call; or a decision its caller makes durable itself before
-    /// acting on it ([`WalSync`]: the proxy syncs while the request goes
-    /// out, all of it but its last byte).
+    /// mid-call.
     Lazy,
 }
 

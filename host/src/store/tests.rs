@@ -173,31 +173,3 @@ fn a_lazy_commit_alone_skips_the_sync_and_the_connection_keeps_its_durability() 
     assert_eq!(normal.decide_with(Commit::Lazy, sync_of).unwrap(), 1);
     assert_eq!(normal.decide_with(Commit::Durable, sync_of).unwrap(), 1);
 }
-
-/// Issue 31 (`full` with the wait for the disk overlapped): a `Full`
-/// connection hands out a [`WalSync`] on the very WAL file SQLite writes
-/// its commits to (the same inode, holding a lazy commit's frames), which
-/// syncs; a `Normal` one has none (its commits are not waited for).
-#[test]
-fn a_full_connection_syncs_its_own_wal_file_from_outside() {
-    use std::os::unix::fs::MetadataExt;
-    let dir = tempfile::tempdir().unwrap();
-    let wait = Duration::from_secs(5);
-    let mut normal = Store::open_with(dir.path(), wait, Durability::Normal).unwrap();
-    assert!(normal.wal_sync().is_none());
-    let mut full = Store::open(dir.path(), wait).unwrap();
-    let sync = full.wal_sync().expect("a Full connection's WAL");
-    full.decide_with(Commit::Lazy, |t| {
-        LedgerTx::log(&*t, 1, "s", "model", "lazy")
-    })
-    .unwrap();
-    let wal = dir.path().join(format!("{FILE_NAME}-wal"));
-    let on_disk = std::fs::metadata(&wal).unwrap();
-    let held = sync.wal.metadata().unwrap();
-    assert_eq!((held.dev(), held.ino()), (on_disk.dev(), on_disk.ino()));
-    assert!(held.len() > 0, "the lazy commit's frames are in it");
-    sync.run().unwrap();
-    // The same file again, not another open of it.
-    let again = full.wal_sync().unwrap();
-    assert!(std::sync::Arc::ptr_eq(&again.wal, &sync.wal));
-}

@@ -39,26 +39,6 @@ pub struct Store {
     /// commit could not set it back): set back before the next decision,
     /// which is refused while it cannot be.
     sync_off: bool,
-    /// The WAL file, opened by [`Store::wal_sync`] the first time it is
-    /// asked for.
-    wal: Option<std::sync::Arc<std::fs::File>>,
-}
-
-/// What makes every commit of a ledger file so far durable: its WAL synced
-/// to the disk, as a `synchronous = FULL` commit does it, from any thread
-/// ([`Store::wal_sync`]).
-#[derive(Debug, Clone)]
-#[must_use = "a lazy commit is durable only once the WAL is synced"]
-pub struct WalSync {
-    pub(crate) wal: std::sync::Arc<std::fs::File>,
-}
-
-impl WalSync {
-    /// Waits for the disk: every commit made before this call is durable
-    /// when it returns `Ok`.
-    pub fn run(&self) -> std::io::Result<()> {
-        self.wal.sync_data()
-    }
 }
 
 impl Store {
@@ -136,7 +116,6 @@ impl Store {
             path,
             durability,
             sync_off: false,
-            wal: None,
         };
         store.migrate()?;
         Ok(store)
@@ -145,38 +124,6 @@ impl Store {
     /// The file's path, for messages.
     pub fn path(&self) -> &str {
         &self.path
-    }
-
-    /// For a caller that overlaps the wait for the disk with its own work:
-    /// it commits with [`Commit::Lazy`], then runs the [`WalSync`] (on
-    /// another thread, say) and acts on the decision only once that
-    /// succeeded. `None` when this connection's commits are not waited for
-    /// (`Normal`), or when its WAL file cannot be opened (the caller then
-    /// commits as [`Commit::Durable`]). The WAL file stays the same while
-    /// this connection is open (SQLite removes it only when the last
-    /// connection closes); its folder is synced once, when it is first
-    /// opened here, so the file itself survives a power cut (SQLite does
-    /// the same on a WAL file's first sync).
-    pub fn wal_sync(&mut self) -> Option<WalSync> {
-        if self.durability != Durability::Full {
-            return None;
-        }
-        if self.wal.is_none() {
-            let db = std::path::PathBuf::from(self.conn.path()?);
-            let mut name = db.file_name()?.to_os_string();
-            name.push("-wal");
-            let wal = db.with_file_name(name);
-            let file = std::fs::File::open(&wal).ok()?;
-            let folder = match wal.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-                _ => std::path::PathBuf::from("."),
-            };
-            std::fs::File::open(folder)
-                .and_then(|d| d.sync_all())
-                .ok()?;
-            self.wal = Some(std::sync::Arc::new(file));
-        }
-        self.wal.clone().map(|wal| WalSync { wal })
     }
 
     fn sql(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
