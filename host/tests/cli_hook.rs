@@ -785,3 +785,21 @@ fn each_subagent_has_its_own_loop_window_and_a_missing_result_reports_nothing() 
         assert_eq!(decision(&s.run(&post)), "none");
     }
 }
+
+/// A budget file the hook cannot read is named once, as the other
+/// front-ends name it (`budget file PATH: …`), never `budget budget file`.
+#[test]
+fn a_budget_file_that_cannot_be_read_is_named_once() {
+    let s = Setup::new(BUDGET);
+    std::fs::remove_file(s.path("budget.toml")).unwrap();
+    let out = s.run(&s.pre("Read", json!({}), "t1"));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let named = format!(
+        "budgetgate hook: budget file {}: ",
+        s.path("budget.toml").display()
+    );
+    assert!(stderr.starts_with(&named), "{stderr}");
+    assert!(!stderr.contains("budget budget"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}

@@ -258,7 +258,7 @@ pub fn claude_code(args: &ClaudeCodeArgs) -> std::process::ExitCode {
         refusal.store(if blocks(&event.name) { 2 } else { 1 }, Ordering::SeqCst);
         let budget = match &args.budget {
             None => ReplayBudget::default(),
-            Some(path) => read_budget_file(path).map_err(HookError::Budget)?,
+            Some(path) => read_budget_file(path).map_err(HookError::BudgetFile)?,
         };
         let wait = Duration::from_millis(args.deadline_ms).saturating_sub(started.elapsed());
         let url =

@@ -161,9 +161,14 @@ pub enum HookError {
     /// The event on stdin is not a hook event.
     #[error("hook event: {0}")]
     Event(String),
-    /// The budget file.
+    /// The budget cannot be applied (a cap's tool name, too many caps).
     #[error("budget {0}")]
     Budget(String),
+    /// The budget file cannot be read; the text names it (`budget file
+    /// PATH: …`, as [`read_budget_file`](crate::gate::budget_file::read_budget_file)
+    /// words it).
+    #[error("{0}")]
+    BudgetFile(String),
     /// The ledger.
     #[error(transparent)]
     Store(#[from] StoreError),
