@@ -803,3 +803,20 @@ fn a_budget_file_that_cannot_be_read_is_named_once() {
     assert!(!stderr.contains("budget budget"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
+
+/// A `--ledger` this build does not read is named once, with the forms it
+/// reads (`--ledger URL: not a ledger …`, not `ledger URL: --ledger URL: …`).
+#[test]
+fn a_ledger_url_the_hook_does_not_read_is_named_once() {
+    let s = Setup::new(BUDGET);
+    s.use_ledger("postgres://x/y");
+    let out = s.run(&s.pre("Read", json!({}), "t1"));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .starts_with("budgetgate hook: --ledger postgres://x/y: not a ledger this build reads"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("postgres://x/y").count(), 1, "{stderr}");
+}

@@ -150,6 +150,12 @@ fn the_ledger_commands_name_an_unreachable_or_unknown_ledger() {
     let (code, _, err) = ledger_cmd(&["list", "--ledger", "postgres://x/y"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("redis://HOST:PORT/DB, sqlite:FILE"), "{err}");
+    // The option and its value are named once, not `ledger URL: --ledger URL:`.
+    assert!(
+        err.starts_with("budgetgate ledger: --ledger postgres://x/y: not a ledger"),
+        "{err}"
+    );
+    assert_eq!(err.matches("postgres://x/y").count(), 1, "{err}");
     let (code, _, err) = ledger_cmd(&["list", "--ledger", "sqlite:/nonexistent/ledger.db"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("/nonexistent/ledger.db"), "{err}");

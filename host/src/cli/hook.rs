@@ -21,7 +21,7 @@ use budgetgate::hook_install::{
     absolute, absolute_ledger, change, hook_command_on, proxy_url, with_ours, with_proxy,
     without_ours, without_proxy,
 };
-use budgetgate::store::{LedgerTx, LedgerUrl, RedisStore, Store, StoreError};
+use budgetgate::store::{LedgerTx, LedgerUrl, RedisStore, Store};
 use budgetgate::term::terminal_safe;
 use clap::Subcommand;
 
@@ -261,13 +261,8 @@ pub fn claude_code(args: &ClaudeCodeArgs) -> std::process::ExitCode {
             Some(path) => read_budget_file(path).map_err(HookError::BudgetFile)?,
         };
         let wait = Duration::from_millis(args.deadline_ms).saturating_sub(started.elapsed());
-        let url =
-            LedgerUrl::parse(args.ledger.as_deref(), args.state.as_deref()).map_err(|detail| {
-                StoreError::Redis {
-                    url: args.ledger.clone().unwrap_or_default(),
-                    detail,
-                }
-            })?;
+        let url = LedgerUrl::parse(args.ledger.as_deref(), args.state.as_deref())
+            .map_err(HookError::Ledger)?;
         let answer = match url {
             LedgerUrl::Redis(url) => {
                 let mut store = RedisStore::open(&url, wait)?;

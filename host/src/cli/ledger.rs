@@ -32,26 +32,29 @@ enum Opened {
 
 impl Opened {
     /// Opens what `state` names; looking never creates: a mistyped folder or
-    /// file is an error, not an empty ledger.
-    fn open(state: &StateArg) -> Result<Self, StoreError> {
+    /// file is an error, not an empty ledger. `Err` is the one-line reason
+    /// (a `--ledger` this build does not read names the option itself).
+    fn open(state: &StateArg) -> Result<Self, String> {
         let wait = Duration::from_secs(10);
-        let url = LedgerUrl::parse(state.ledger.as_deref(), state.state.as_deref()).map_err(
-            |detail| StoreError::Redis {
-                url: state.ledger.clone().unwrap_or_default(),
-                detail,
-            },
-        )?;
+        let url = LedgerUrl::parse(state.ledger.as_deref(), state.state.as_deref())?;
         let file = match url {
-            LedgerUrl::Redis(url) => return RedisStore::open(&url, wait).map(Self::Redis),
+            LedgerUrl::Redis(url) => {
+                return RedisStore::open(&url, wait)
+                    .map(Self::Redis)
+                    .map_err(|e| e.to_string())
+            }
             LedgerUrl::SqliteFile(file) => file,
             LedgerUrl::StateDir(dir) => dir.join(budgetgate::store::FILE_NAME),
         };
         if !file.is_file() {
             return Err(StoreError::NotFound {
                 path: file.display().to_string(),
-            });
+            }
+            .to_string());
         }
-        Store::open_file(&file, wait).map(Self::Sqlite)
+        Store::open_file(&file, wait)
+            .map(Self::Sqlite)
+            .map_err(|e| e.to_string())
     }
 
     fn list(&mut self) -> Result<Vec<ListedLedger>, StoreError> {
@@ -358,10 +361,12 @@ fn listing(entries: &[ListedLedger], json: bool) -> ExitCode {
 pub fn command(command: &LedgerCommand) -> ExitCode {
     let open = Opened::open;
     match command {
-        LedgerCommand::List { state, json } => match open(state).and_then(|mut s| s.list()) {
-            Ok(entries) => listing(&entries, *json),
-            Err(e) => fail(&e.to_string()),
-        },
+        LedgerCommand::List { state, json } => {
+            match open(state).and_then(|mut s| s.list().map_err(|e| e.to_string())) {
+                Ok(entries) => listing(&entries, *json),
+                Err(e) => fail(&e),
+            }
+        }
         LedgerCommand::Show {
             session,
             state,
@@ -369,7 +374,7 @@ pub fn command(command: &LedgerCommand) -> ExitCode {
         } => {
             let mut store = match open(state) {
                 Ok(s) => s,
-                Err(e) => return fail(&e.to_string()),
+                Err(e) => return fail(&e),
             };
             let entries: Vec<ListedLedger> = match store.list() {
                 Ok(all) => all.into_iter().filter(|e| &e.session == session).collect(),
@@ -402,7 +407,7 @@ pub fn command(command: &LedgerCommand) -> ExitCode {
         } => {
             let mut store = match open(state) {
                 Ok(s) => s,
-                Err(e) => return fail(&e.to_string()),
+                Err(e) => return fail(&e),
             };
             if !*yes {
                 if !std::io::stdin().is_terminal() {

@@ -169,6 +169,10 @@ pub enum HookError {
     /// words it).
     #[error("{0}")]
     BudgetFile(String),
+    /// The ledger named (`--ledger`, `--state`) cannot be used; the text
+    /// names the option and its value.
+    #[error("{0}")]
+    Ledger(String),
     /// The ledger.
     #[error(transparent)]
     Store(#[from] StoreError),
