@@ -820,3 +820,60 @@ fn a_ledger_url_the_hook_does_not_read_is_named_once() {
     );
     assert_eq!(stderr.matches("postgres://x/y").count(), 1, "{stderr}");
 }
+
+/// A mistyped ledger path never starts an empty budget: a `--ledger`
+/// (state folder or `sqlite:FILE`) or `--state` in a folder that does not
+/// exist is refused with one line naming it, and nothing is created; the
+/// default state folder (none named) is created with the folders it is in.
+#[test]
+fn a_ledger_in_a_folder_that_does_not_exist_is_refused_and_not_created() {
+    let s = Setup::new(BUDGET);
+    let missing = s.path("no-such-folder");
+    let state = missing.join("state");
+    let file = missing.join("ledger.sqlite3");
+    let event = s.pre("Read", json!({}), "t1").to_string();
+    let hook = |options: &[std::ffi::OsString], env: Option<&std::path::Path>| {
+        let mut cmd = Command::new(bin());
+        cmd.args(["hook", "claude-code", "--budget"])
+            .arg(s.path("budget.toml"))
+            .args(options)
+            .env_remove("BUDGETGATE_STATE_DIR")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(dir) = env {
+            cmd.env("BUDGETGATE_STATE_DIR", dir);
+        }
+        let mut child = cmd.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(event.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    for (option, value) in [
+        ("--ledger", state.display().to_string()),
+        ("--ledger", format!("sqlite:{}", file.display())),
+        ("--state", state.display().to_string()),
+    ] {
+        let out = hook(&[option.into(), value.clone().into()], None);
+        assert_eq!(out.status.code(), Some(2), "{option} {value}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.starts_with(&format!(
+                "budgetgate hook: {option} {value}: the folder {} does not exist",
+                missing.display()
+            )),
+            "{stderr}"
+        );
+        assert!(!missing.exists(), "{option} {value} created {missing:?}");
+    }
+    // The default location, several folders deep, is made.
+    let default = s.path("xdg/deeper/budgetgate");
+    let out = hook(&[], Some(&default));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(default.join("ledger.sqlite3").is_file());
+}

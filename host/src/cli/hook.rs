@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use budgetgate::gate::backend::ledger_location;
 use budgetgate::gate::budget_file::{read_budget_file, ReplayBudget};
 use budgetgate::gate::clock::now_ms;
 use budgetgate::hook::{
@@ -261,7 +262,7 @@ pub fn claude_code(args: &ClaudeCodeArgs) -> std::process::ExitCode {
             Some(path) => read_budget_file(path).map_err(HookError::BudgetFile)?,
         };
         let wait = Duration::from_millis(args.deadline_ms).saturating_sub(started.elapsed());
-        let url = LedgerUrl::parse(args.ledger.as_deref(), args.state.as_deref())
+        let url = ledger_location(args.ledger.as_deref(), args.state.as_deref())
             .map_err(HookError::Ledger)?;
         let answer = match url {
             LedgerUrl::Redis(url) => {

@@ -2,6 +2,7 @@
 //! it (`--ledger`: a SQLite file, a state folder, a Redis server), and the
 //! one transaction a decision is made in.
 
+use std::path::Path;
 use std::time::Duration;
 
 use budgetgate_core::tools::ToolTable;
@@ -75,36 +76,49 @@ impl Backend {
     }
 }
 
-/// The refusal of a `--ledger` in a folder that does not exist.
-/// The folder `path` is in must exist (`url` names it in the error): a
-/// mistyped path never starts an empty budget.
-fn folder_of_exists(url: &str, path: &std::path::Path) -> Result<(), String> {
-    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        Some(dir) if !dir.is_dir() => Err(missing_folder(url, dir)),
-        _ => Ok(()),
+/// Where the ledger named by `--ledger` `url` (or, for the hook, the
+/// state folder `state` of `--state`) is, as every front-end that writes
+/// a ledger reads it: [`LedgerUrl::parse`], and the refusal of a SQLite
+/// file or state folder named in a folder that does not exist (`Err`
+/// names the option, its value and that folder): a mistyped path never
+/// starts an empty budget. The state folder itself may be new; so may the
+/// default one (neither named), with the folders it is in.
+pub fn ledger_location(url: Option<&str>, state: Option<&Path>) -> Result<LedgerUrl, String> {
+    let parsed = LedgerUrl::parse(url, state)?;
+    let named = match (url, state) {
+        (Some(url), _) => format!("--ledger {url}"),
+        (None, Some(dir)) => format!("--state {}", dir.display()),
+        (None, None) => return Ok(parsed),
+    };
+    match &parsed {
+        LedgerUrl::Redis(_) => {}
+        LedgerUrl::SqliteFile(path) | LedgerUrl::StateDir(path) => {
+            if let Some(dir) = path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty() && !d.is_dir())
+            {
+                return Err(format!(
+                    "{named}: the folder {} does not exist (create it first: a mistyped path would start an empty budget)",
+                    dir.display()
+                ));
+            }
+        }
     }
-}
-
-fn missing_folder(url: &str, dir: &std::path::Path) -> String {
-    format!(
-        "--ledger {url}: the folder {} does not exist (create it first: a mistyped path would start an empty budget)",
-        dir.display()
-    )
+    Ok(parsed)
 }
 
 /// Opens the ledger named by `--ledger`: `redis://…` (or `rediss://…`
-/// where the client supports it), `sqlite:FILE`, or a state folder; a
-/// SQLite ledger with `durability`. A Redis ledger with any durability but
-/// the default is refused: how durable Redis is, is the server's setting.
+/// where the client supports it), `sqlite:FILE`, or a state folder, in a
+/// folder that exists ([`ledger_location`]); a SQLite ledger with
+/// `durability`. A Redis ledger with any durability but the default is
+/// refused: how durable Redis is, is the server's setting.
 pub fn open_ledger(
     url: Option<&str>,
     wait: Duration,
     durability: Durability,
 ) -> Result<Backend, String> {
     let shown = |e: StoreError| e.to_string();
-    let parsed = LedgerUrl::parse(url, None)?;
-    let shown_url = url.unwrap_or_default();
-    match parsed {
+    match ledger_location(url, None)? {
         LedgerUrl::Redis(url) => {
             if durability != Durability::Full {
                 return Err(format!(
@@ -116,22 +130,12 @@ pub fn open_ledger(
                 .map(Backend::Redis)
                 .map_err(shown)
         }
-        LedgerUrl::SqliteFile(file) => {
-            folder_of_exists(shown_url, &file)?;
-            Store::open_file_with(&file, wait, durability)
-                .map(Backend::Sqlite)
-                .map_err(shown)
-        }
-        LedgerUrl::StateDir(dir) => {
-            // The state folder itself may be new; the folder it is in must
-            // exist (a mistyped path never starts an empty budget).
-            if url.is_some() {
-                folder_of_exists(shown_url, &dir)?;
-            }
-            Store::open_with(&dir, wait, durability)
-                .map(Backend::Sqlite)
-                .map_err(shown)
-        }
+        LedgerUrl::SqliteFile(file) => Store::open_file_with(&file, wait, durability)
+            .map(Backend::Sqlite)
+            .map_err(shown),
+        LedgerUrl::StateDir(dir) => Store::open_with(&dir, wait, durability)
+            .map(Backend::Sqlite)
+            .map_err(shown),
     }
 }
 
