@@ -1370,23 +1370,56 @@ fn a_late_answer_committed_with_the_next_decision_counts_once_on_both_ledgers() 
     }
 }
 
+/// A Redis ledger that cannot be reached is refused at start, on both
+/// transports: exit 2, one line naming the URL, and no word of `appendonly`
+/// (a server that never answered says nothing of its persistence).
 #[test]
-fn an_unreachable_redis_ledger_refuses_calls() {
+fn an_unreachable_redis_ledger_is_refused_at_start() {
+    let url = "redis://127.0.0.1:1/0";
+    let transports: [&[&str]; 2] = [
+        &["--", "sh", "-c", "cat"],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "http://127.0.0.1:9/mcp",
+        ],
+    ];
+    for transport in transports {
+        let mut cmd = common::subcommand("mcp");
+        cmd.args(["--terminal", "never", "--ledger", url])
+            .args(transport)
+            .write_stdin("")
+            .timeout(Duration::from_secs(30));
+        let line = common::one_line_error(&mut cmd, "mcp");
+        assert!(line.contains(url), "{transport:?}: {line}");
+        assert!(line.contains("cannot be reached"), "{transport:?}: {line}");
+        assert!(!line.contains("appendonly"), "{transport:?}: {line}");
+    }
+}
+
+/// A Redis ledger that goes away under a running gateway refuses every
+/// gated call (`gate-error`, the URL in the text; fail closed), while
+/// messages that are not gated still pass.
+#[test]
+fn a_redis_ledger_that_goes_away_refuses_calls() {
+    let Some(redis) = redis() else { return };
+    let url = redis.url.clone();
     let s = Setup::new("[budget]\nmax_seconds = 3600\n");
     let server = python_server(&s, false);
     let server: Vec<&str> = server.iter().map(String::as_str).collect();
-    let args = with_ledger(s.gateway_args(&[], &server), "redis://127.0.0.1:1/0");
+    let args = with_ledger(s.gateway_args(&[], &server), &url);
     let mut g = Gateway::start(&args);
-    let refused = g.call(1, "echo", json!({"n": 1}));
+    let made = g.call(1, "echo", json!({"n": 1}));
+    assert_ne!(made["result"]["isError"], true, "{made}");
+    drop(redis);
+    let refused = g.call(3, "echo", json!({"n": 3}));
     assert_eq!(refused["result"]["isError"], true, "{refused}");
     assert_eq!(
         refused["result"]["_meta"]["budgetgate"]["reason"],
         "gate-error"
     );
-    assert!(
-        text_of(&refused).contains("redis://127.0.0.1:1/0"),
-        "{refused}"
-    );
+    assert!(text_of(&refused).contains(&url), "{refused}");
     // Pass-through still works: only tool calls need the ledger.
     g.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}));
     assert!(g.answer(&json!(2))["result"].is_object());
@@ -1871,13 +1904,15 @@ fn a_flushed_redis_ledger_is_refused_until_the_gateway_restarts() {
 
 /// Issue 29: at start, a gateway on a Redis ledger asks the server whether
 /// it persists every write (`CONFIG GET appendonly`): nothing is said when
-/// it does, and a server that refuses `CONFIG` is said to be unchecked.
+/// it does, a warning when it does not, and a server that refuses
+/// `CONFIG` is said to be unchecked.
 #[test]
 fn a_redis_gateway_warns_unless_the_server_has_appendonly_yes() {
     let dir = tempfile::tempdir().expect("temp dir");
     let folder = dir.path().display().to_string();
-    let cases: [(&[&str], Option<&str>); 2] = [
+    let cases: [(&[&str], Option<&str>); 3] = [
         (&["--appendonly", "yes", "--dir", &folder], None),
+        (&[], Some("has appendonly no")),
         (
             &["--rename-command", "CONFIG", ""],
             Some("could not be checked"),

@@ -951,3 +951,48 @@ fn chat_and_responses_histories_are_read_too() {
     assert_eq!(upstream.count("/v1/chat/completions"), 1);
     assert_eq!(upstream.count("/v1/responses"), 1);
 }
+
+/// A Redis ledger that cannot be reached stops the proxy at start (exit 2,
+/// one line naming the URL) instead of a proxy that refuses every call.
+#[test]
+fn a_redis_ledger_that_cannot_be_reached_stops_the_proxy_at_start() {
+    let url = "redis://127.0.0.1:1/0";
+    let mut cmd = common::subcommand("proxy");
+    cmd.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "http://127.0.0.1:9",
+    ])
+    .args(["--ledger", url])
+    .timeout(Duration::from_secs(30));
+    let line = common::one_line_error(&mut cmd, "proxy");
+    assert!(
+        line.contains(url) && line.contains("cannot be reached"),
+        "{line}"
+    );
+    // One that answers: the proxy starts.
+    let Some(redis) = common::redis::redis() else {
+        return;
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_budgetgate"))
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "http://127.0.0.1:9",
+        ])
+        .args(["--ledger", &redis.url])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the proxy starts");
+    let mut first = String::new();
+    use std::io::BufRead as _;
+    std::io::BufReader::new(child.stderr.take().expect("stderr"))
+        .read_line(&mut first)
+        .expect("a line");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(first.contains("listening on http://"), "{first}");
+}

@@ -136,10 +136,13 @@ pub fn setup(args: &McpArgs, default_session: String) -> Result<Setup, String> {
         Duration::from_secs(5),
         args.durability,
     )?;
+    // A ledger that cannot be reached is refused at start, not at every
+    // call after (which are still refused while it is gone).
+    store.check()?;
     // A Redis that does not persist every write loses the ledger when it
     // restarts: said at start (the gateway still starts).
     if let Backend::Redis(redis) = &mut store {
-        if let Some(warning) = redis.persistence_warning() {
+        if let Some(warning) = redis.persistence_warning().map_err(|e| e.to_string())? {
             eprintln!("budgetgate mcp: warning: {}", terminal_safe(&warning));
         }
     }

@@ -65,6 +65,20 @@ impl Backend {
         .map_err(|e: GateError| e.to_string())
     }
 
+    /// Checks once, at a front-end's start, that the ledger answers: a
+    /// Redis server that cannot be reached is refused then (`Err` names
+    /// the URL), not at every call after. A SQLite ledger was opened by
+    /// [`open_ledger`] already; the in-process one always answers.
+    pub fn check(&mut self) -> Result<(), String> {
+        match self {
+            Backend::Redis(store) => store.ping().map_err(|e| match e {
+                StoreError::Redis { url, detail } => format!("--ledger {url}: {detail}"),
+                other => other.to_string(),
+            }),
+            Backend::Sqlite(_) | Backend::Memory(_) => Ok(()),
+        }
+    }
+
     /// Another handle on this very ledger when it lives in this process
     /// (`memory:`: a second open would be a second, empty ledger); `None`
     /// for a ledger any process can open again.

@@ -570,11 +570,12 @@ pub fn run(config: &Config) -> Result<(), String> {
         None => ReplayBudget::default(),
         Some(path) => crate::gate::budget_file::read_budget_file(path)?,
     };
-    let backend = open_ledger(
+    let mut backend = open_ledger(
         config.ledger.as_deref(),
         Duration::from_secs(5),
         config.durability,
     )?;
+    backend.check()?;
     let proxy = Arc::new(Proxy::new(config, backend, budget)?);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -307,35 +307,60 @@ impl RedisStore {
         &self.url
     }
 
+    /// Checks once that the server answers (`PING`), as a front-end does
+    /// at start: `Err` says that it cannot be reached, or what it answered
+    /// instead (a server that asks for a password, say). Later decisions
+    /// connect again and refuse while it is gone (fail closed).
+    pub fn ping(&mut self) -> Result<(), StoreError> {
+        let answer: Result<String, redis::RedisError> = match self.connection() {
+            Ok(conn) => redis::cmd("PING").query(conn),
+            Err(StoreError::Redis { detail, .. }) => {
+                return Err(self.fail(format!("the Redis server cannot be reached ({detail})")))
+            }
+            Err(e) => return Err(e),
+        };
+        answer.map(drop).map_err(|e| {
+            self.conn = None;
+            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                self.fail(format!("the Redis server cannot be reached ({e})"))
+            } else {
+                self.fail(format!(
+                    "the Redis server answered PING with an error ({e})"
+                ))
+            }
+        })
+    }
+
     /// What a gateway says at start about the server's persistence, if
     /// anything: a server without `appendonly yes` loses the ledger when it
     /// restarts (every session's budget would come back; a running gateway
     /// refuses a session whose ledger vanished, one started afterwards
     /// cannot tell), and a server that refuses `CONFIG GET appendonly`
-    /// (managed services often do) or cannot be reached could not be
-    /// checked. `None`: it has `appendonly yes`.
-    pub fn persistence_warning(&mut self) -> Option<String> {
+    /// (managed services often do) could not be checked. `Ok(None)`: it
+    /// has `appendonly yes`. `Err`: the server cannot be reached, so
+    /// nothing is known of its persistence (the caller says that instead).
+    pub fn persistence_warning(&mut self) -> Result<Option<String>, StoreError> {
         let url = self.url.clone();
-        let config: Result<Vec<String>, String> = match self.connection() {
-            Ok(conn) => redis::cmd("CONFIG")
-                .arg("GET")
-                .arg("appendonly")
-                .query(conn)
-                .map_err(|e| e.to_string()),
-            Err(StoreError::Redis { detail, .. }) => Err(detail),
-            Err(e) => Err(e.to_string()),
-        };
+        let config: Result<Vec<String>, redis::RedisError> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("appendonly")
+            .query(self.connection()?);
         let lost = "a restart loses the ledger, and with it the budget every session has used (docs/MCP.md, \"Redis\")";
         match config.as_deref() {
-            Ok([name, value]) if name == "appendonly" => (value != "yes").then(|| {
+            Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
+                let e = self.fail(e);
+                self.conn = None;
+                Err(e)
+            }
+            Ok([name, value]) if name == "appendonly" => Ok((value != "yes").then(|| {
                 format!("the Redis server at {url} has appendonly {value}: {lost}; set appendonly yes")
-            }),
-            Ok(other) => Some(format!(
+            })),
+            Ok(other) => Ok(Some(format!(
                 "the Redis server at {url}: whether it persists the ledger could not be checked (CONFIG GET appendonly answered {other:?}); without appendonly yes {lost}"
-            )),
-            Err(e) => Some(format!(
+            ))),
+            Err(e) => Ok(Some(format!(
                 "the Redis server at {url}: whether it persists the ledger could not be checked (CONFIG GET appendonly: {e}); without appendonly yes {lost}"
-            )),
+            ))),
         }
     }
 
