@@ -996,3 +996,62 @@ fn a_redis_ledger_that_cannot_be_reached_stops_the_proxy_at_start() {
     let _ = child.wait();
     assert!(first.contains("listening on http://"), "{first}");
 }
+
+/// At start the proxy says the budget in force on stderr, after the line
+/// it listens on, in the words `replay` prints it for the same budget file
+/// (its limits, then its cost and per-tool caps).
+#[test]
+fn the_proxy_says_the_budget_in_force_at_start_as_replay_does() {
+    use std::io::BufRead as _;
+    let budget = common::example("claude-code-budget.toml");
+    let replay = Command::new(env!("CARGO_BIN_EXE_budgetgate"))
+        .args(["replay", &common::example("replay/claude-code.jsonl")])
+        .args(["--budget", &budget])
+        .output()
+        .expect("replay runs");
+    let replay = String::from_utf8_lossy(&replay.stdout).into_owned();
+    let said: Vec<&str> = replay
+        .lines()
+        .filter(|l| l.starts_with("budget: "))
+        .collect();
+    assert_eq!(said.len(), 2, "{replay}");
+    // Replay adds what only a replay has (its approver, the recording's tools).
+    let limits = said[0].split("; approval").next().expect("limits");
+    let ledger = tempfile::tempdir().expect("dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_budgetgate"))
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "http://127.0.0.1:9",
+        ])
+        .args(["--budget", &budget])
+        .arg("--ledger")
+        .arg(ledger.path().join("state"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the proxy starts");
+    // Read on a thread, so that a proxy that says less fails, not hangs.
+    let (send, lines) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let _ = send.send(line.expect("a line"));
+        }
+    });
+    let lines: Vec<String> = (0..3)
+        .map_while(|_| lines.recv_timeout(Duration::from_secs(10)).ok())
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(lines[0].contains("listening on http://"), "{lines:?}");
+    assert_eq!(
+        lines[1..].to_vec(),
+        [
+            format!("budgetgate proxy: {limits}"),
+            format!("budgetgate proxy: {}", said[1])
+        ],
+        "{replay}"
+    );
+}

@@ -24,6 +24,7 @@
 
 pub mod backend;
 pub mod budget_file;
+pub mod budget_report;
 pub mod clock;
 pub mod digest;
 pub mod fingerprint;

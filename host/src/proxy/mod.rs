@@ -576,6 +576,9 @@ pub fn run(config: &Config) -> Result<(), String> {
         config.durability,
     )?;
     backend.check()?;
+    // Said once it listens, in replay's words (what a replay adds of its
+    // approver and recording has no place here).
+    let in_force = crate::gate::budget_report::BudgetReport::new(&budget);
     let proxy = Arc::new(Proxy::new(config, backend, budget)?);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -585,6 +588,9 @@ pub fn run(config: &Config) -> Result<(), String> {
     let upstream = config.upstream.clone();
     runtime.block_on(async move {
         let listener = net::bind(listen, "proxy", "", &upstream).await?;
+        for line in std::iter::once(in_force.limits_line()).chain(in_force.cost_line()) {
+            log::info!("budgetgate proxy: {line}");
+        }
         let gate = Arc::clone(&proxy);
         let handler = move |bound, req| handle(Arc::clone(&proxy), bound, req);
         net::serve(listener, "proxy", handler).await;

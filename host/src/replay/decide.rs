@@ -569,30 +569,14 @@ impl<'s, 'b> Walk<'s, 'b> {
             reached_turns: self.reached_turns,
             gate_usage: self.gate.usage(),
             gate_cost_micro_usd: (!budget.prices.is_empty()).then(|| self.gate.cost_micros()),
-            budget: budget_report(budget, self.known_tools),
+            budget: BudgetReport {
+                known_tools: self.known_tools,
+                ..BudgetReport::new(budget)
+            },
             notes: all_notes,
             agents: self.agent_rows.reports(),
             per_turn: self.decided,
         }
-    }
-}
-
-/// The limits a replay ran with, for the report.
-fn budget_report(budget: &ReplayBudget, known_tools: String) -> BudgetReport {
-    let limits = budget.limits;
-    BudgetReport {
-        max_model_calls: limits.max_model_calls,
-        max_tokens: limits.max_tokens,
-        max_millis: limits.max_millis,
-        max_repeats: limits.max_repeats,
-        max_tool_calls: limits.max_tool_calls,
-        max_cost_micro_usd: limits.max_cost_micros,
-        tool_caps: budget.tool_caps.iter().cloned().collect(),
-        token_mode: limits.token_mode.as_str(),
-        needs_approval: budget.needs_approval.clone(),
-        approve: budget.approve.describe(),
-        known_tools,
-        count_server_tools: budget.count_server_tools,
     }
 }
 

@@ -11,6 +11,8 @@ use serde::Serialize;
 
 use super::session::UsageIteration;
 use super::terminal_safe;
+use crate::gate::budget_report::fmt_usd;
+pub use crate::gate::budget_report::BudgetReport;
 
 /// Where the gate would have ended the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -169,35 +171,6 @@ pub struct AgentReport {
     pub usage: TokenUsage,
 }
 
-/// The limits a replay ran with.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct BudgetReport {
-    /// Most model calls.
-    pub max_model_calls: u32,
-    /// Most tokens.
-    pub max_tokens: u64,
-    /// Most wall time, in milliseconds.
-    pub max_millis: u64,
-    /// Most identical calls.
-    pub max_repeats: u32,
-    /// Most tool attempts, if limited.
-    pub max_tool_calls: Option<u32>,
-    /// Most cost in micro-dollars (`max_cost_usd`), if limited.
-    pub max_cost_micro_usd: Option<u64>,
-    /// Per-tool call caps (`[tools] max_calls`), tool name to most calls.
-    pub tool_caps: BTreeMap<String, u32>,
-    /// `after-the-fact` or `reserve`.
-    pub token_mode: &'static str,
-    /// Tools that need approval.
-    pub needs_approval: Vec<String>,
-    /// The approver's answers.
-    pub approve: String,
-    /// Which tools are known: `listed`, `declared by the recording`, or `any`.
-    pub known_tools: String,
-    /// Whether server tool uses count toward `max_tool_calls`.
-    pub count_server_tools: bool,
-}
-
 /// The result of a replay; `--json` prints it as one object. Its per-turn
 /// rows are held (`Vec<TurnReport>`, what [`replay`](super::replay) gives),
 /// or made when they are written ([`DecidedTurns`](super::DecidedTurns),
@@ -337,33 +310,18 @@ impl<Rows: TurnRows + Serialize> Report<Rows> {
         let _ = writeln!(out, "format: {} ({})", self.format_description, self.format);
         let _ = writeln!(
             out,
-            "budget: {} model calls, {} tokens ({}), {} s, {} repeats, tool calls {}; approval needed for {}, approved: {}; known tools: {}",
-            b.max_model_calls,
-            b.max_tokens,
-            b.token_mode,
-            fmt_seconds(b.max_millis),
-            b.max_repeats,
-            b.max_tool_calls.map_or("unlimited".into(), |n| n.to_string()),
-            if b.needs_approval.is_empty() { "no tool".into() } else { safe(&b.needs_approval.join(",")).into_owned() },
+            "{}; approval needed for {}, approved: {}; known tools: {}",
+            b.limits_line(),
+            if b.needs_approval.is_empty() {
+                "no tool".into()
+            } else {
+                safe(&b.needs_approval.join(",")).into_owned()
+            },
             safe(&b.approve),
             safe(&b.known_tools),
         );
-        if b.max_cost_micro_usd.is_some() || !b.tool_caps.is_empty() {
-            let caps: Vec<String> = b
-                .tool_caps
-                .iter()
-                .map(|(tool, max)| format!("{} at most {max}", safe(tool)))
-                .collect();
-            let _ = writeln!(
-                out,
-                "budget: cost {}; per-tool caps: {}",
-                b.max_cost_micro_usd.map_or("unlimited".into(), fmt_usd),
-                if caps.is_empty() {
-                    "none".into()
-                } else {
-                    caps.join(", ")
-                },
-            );
+        if let Some(line) = b.cost_line() {
+            let _ = writeln!(out, "{line}");
         }
         for note in &self.notes {
             let _ = writeln!(out, "note: {}", safe(note));
@@ -616,18 +574,5 @@ impl<Rows: TurnRows + Serialize> Report<Rows> {
             let _ = writeln!(out, "refusals: {}", list.join(", "));
         }
         sink.write_all(out.as_bytes())
-    }
-}
-
-/// Micro-dollars as dollars for a person: `$2.500000`.
-fn fmt_usd(micros: u64) -> String {
-    format!("${}.{:06}", micros / 1_000_000, micros % 1_000_000)
-}
-
-fn fmt_seconds(ms: u64) -> String {
-    if ms.is_multiple_of(1000) {
-        (ms / 1000).to_string()
-    } else {
-        format!("{:.3}", ms as f64 / 1000.0)
     }
 }
