@@ -1055,3 +1055,22 @@ fn the_proxy_says_the_budget_in_force_at_start_as_replay_does() {
         "{replay}"
     );
 }
+
+/// An upstream given without its scheme (`127.0.0.1:9`, `localhost:9`) is
+/// refused at start naming the value and what it must be, not in the URL
+/// parser's words (`relative URL without a base`).
+#[test]
+fn an_upstream_that_is_not_an_http_url_is_named_at_start() {
+    for upstream in ["127.0.0.1:9", "localhost:9", "ftp://x/"] {
+        let mut cmd = common::subcommand("proxy");
+        cmd.args(["--listen", "127.0.0.1:0", "--upstream", upstream])
+            .timeout(Duration::from_secs(30));
+        let line = common::one_line_error(&mut cmd, "proxy");
+        assert!(
+            line.starts_with(&format!(
+                "budgetgate proxy: --upstream {upstream}: must be an http:// or https:// URL"
+            )),
+            "{line}"
+        );
+    }
+}

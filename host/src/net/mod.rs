@@ -345,12 +345,17 @@ pub const CONNECT_TIMEOUT_S: u64 = 10;
 pub const MAX_CA_BYTES: u64 = 1 << 20;
 
 /// Checks an upstream URL for option `flag`: `http://` or `https://` with a
-/// host.
+/// host. Another scheme, or none (`127.0.0.1:9`, which the URL parser
+/// calls a relative URL), is named as such; a malformed `http(s)://` URL
+/// in the parser's words.
 pub fn upstream_url(flag: &str, text: &str) -> Result<reqwest::Url, String> {
-    let url = reqwest::Url::parse(text).map_err(|e| format!("{flag} {text}: {e}"))?;
-    match url.scheme() {
-        "http" | "https" if url.host().is_some() => Ok(url),
-        _ => Err(format!("{flag} {text}: not an http:// or https:// URL")),
+    let not_http =
+        || format!("{flag} {text}: must be an http:// or https:// URL (http://HOST:PORT/PATH)");
+    match reqwest::Url::parse(text) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => Ok(url),
+        Ok(_) => Err(not_http()),
+        Err(_) if !text.contains("://") => Err(not_http()),
+        Err(e) => Err(format!("{flag} {text}: {e}")),
     }
 }
 
