@@ -877,3 +877,31 @@ fn a_ledger_in_a_folder_that_does_not_exist_is_refused_and_not_created() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(default.join("ledger.sqlite3").is_file());
 }
+
+/// An event that is not JSON is said to be no JSON object, with where its
+/// text stops being JSON (or that stdin was empty), not in the JSON
+/// parser's words; it is refused blocking (exit 2) as before.
+#[test]
+fn an_event_that_is_not_json_is_said_to_be_no_json_object() {
+    let s = Setup::new(BUDGET);
+    for (text, said) in [
+        ("not json", "stdin is not JSON at line 1, column 2"),
+        (
+            "{\"session_id\": \"s1\",\n oops}",
+            "stdin is not JSON at line 2, column 2",
+        ),
+        ("", "stdin is empty"),
+        (" \n", "stdin is empty"),
+    ] {
+        let out = s.run_text(text);
+        assert_eq!(out.status.code(), Some(2), "{text:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "budgetgate hook: hook event: not a JSON object: {said}; refused (fail closed)"
+            ),
+            "{text:?}"
+        );
+    }
+}

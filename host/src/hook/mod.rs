@@ -236,8 +236,21 @@ impl HookEvent {
         // A lone surrogate escape, which `JSON.stringify` writes (a text
         // cut inside a pair), is read as U+FFFD, as in the transcript.
         let text = crate::strict::without_lone_surrogates(text);
-        let value: Value =
-            crate::strict::value_from_str(&text).map_err(|e| HookError::Event(e.to_string()))?;
+        let value: Value = crate::strict::value_from_str(&text).map_err(|e| {
+            HookError::Event(if text.trim().is_empty() {
+                "not a JSON object: stdin is empty".into()
+            } else if e.is_data() || e.to_string().starts_with("recursion limit") {
+                // A duplicate key or a nesting too deep: the reader's words
+                // name it (and where it is).
+                e.to_string()
+            } else {
+                format!(
+                    "not a JSON object: stdin is not JSON at line {}, column {}",
+                    e.line(),
+                    e.column()
+                )
+            })
+        })?;
         let Value::Object(object) = value else {
             return Err(HookError::Event("not a JSON object".into()));
         };
