@@ -905,3 +905,28 @@ fn an_event_that_is_not_json_is_said_to_be_no_json_object() {
         );
     }
 }
+
+/// `ledger show` cannot know a tool's cap: the ledger keeps the calls
+/// counted under it, the cap is the budget file's (`[tools] max_calls`),
+/// and the row says so rather than standing where a figure would.
+#[test]
+fn ledger_show_says_a_caps_figure_is_not_in_the_ledger() {
+    let s = Setup::new(BUDGET);
+    assert_eq!(decision(&s.run(&s.pre("Bash", json!({}), "t1"))), "none");
+    let out = Command::new(bin())
+        .args(["ledger", "show", "s1", "--state"])
+        .arg(s.path("state"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("Bash calls"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        row.trim_end()
+            .ends_with("1 / cap not kept in the ledger (the budget file's [tools] max_calls)"),
+        "{row}"
+    );
+}

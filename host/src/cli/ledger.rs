@@ -267,14 +267,15 @@ fn table(out: &mut String, entry: &ListedLedger) {
             max.map_or("no limit".into(), |m| figure(limit, m)),
         ));
     }
-    // The caps themselves are in the budget file (the tool table); the
-    // ledger keeps the calls counted under them.
+    // The caps themselves are in the budget file (the tool table), which
+    // this command does not read; the ledger keeps the calls counted under
+    // them. No figure is shown where the cap's would be, and no bar.
     for count in ledger.counts() {
         rows.push((
             format!("{} calls", safe(count.name())),
             bar(u64::from(count.used()), None),
             count.used().to_string(),
-            "cap in the budget file".to_owned(),
+            "cap not kept in the ledger (the budget file's [tools] max_calls)".to_owned(),
         ));
     }
     let width = rows
