@@ -913,20 +913,67 @@ fn an_event_that_is_not_json_is_said_to_be_no_json_object() {
 fn ledger_show_says_a_caps_figure_is_not_in_the_ledger() {
     let s = Setup::new(BUDGET);
     assert_eq!(decision(&s.run(&s.pre("Bash", json!({}), "t1"))), "none");
-    let out = Command::new(bin())
-        .args(["ledger", "show", "s1", "--state"])
-        .arg(s.path("state"))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let row = text
-        .lines()
-        .find(|l| l.trim_start().starts_with("Bash calls"))
-        .unwrap_or_else(|| panic!("{text}"));
+    let show = |extra: &[&str]| {
+        let out = Command::new(bin())
+            .args(["ledger", "show", "s1", "--state"])
+            .arg(s.path("state"))
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let row = |text: &str, tool: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{tool} calls")))
+            .unwrap_or_else(|| panic!("{text}"))
+            .trim_end()
+            .to_owned()
+    };
+    let (code, text, err) = show(&[]);
+    assert_eq!(code, Some(0), "{err}");
+    let bash = row(&text, "Bash");
     assert!(
-        row.trim_end()
-            .ends_with("1 / cap not kept in the ledger (the budget file's [tools] max_calls)"),
-        "{row}"
+        bash.ends_with(
+            "1 / cap not kept in the ledger (the budget file's [tools] max_calls; --budget FILE shows it)"
+        ),
+        "{bash}"
+    );
+    // With the budget file the session ran under, the cap's figure and its
+    // bar, and a capped tool not called yet.
+    let budget = s.path("budget.toml").display().to_string();
+    std::fs::write(
+        &budget,
+        BUDGET.replace(
+            "max_calls = { Bash = 2 }",
+            "max_calls = { Bash = 2, Write = 3 }",
+        ),
+    )
+    .unwrap();
+    let (code, text, err) = show(&["--budget", &budget]);
+    assert_eq!(code, Some(0), "{err}");
+    let bash = row(&text, "Bash");
+    assert!(bash.ends_with(" 1 / 2"), "{bash}");
+    assert!(bash.contains("██████████░░░░░░░░░░"), "{bash}");
+    assert!(row(&text, "Write").ends_with(" 0 / 3"), "{text}");
+    let (code, json_text, err) = show(&["--budget", &budget, "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let line: serde_json::Value = serde_json::from_str(json_text.trim()).unwrap();
+    assert_eq!(
+        line["caps"],
+        json!({"Bash": {"used": 1, "max": 2}, "Write": {"used": 0, "max": 3}})
+    );
+    let (_, json_text, _) = show(&["--json"]);
+    let line: serde_json::Value = serde_json::from_str(json_text.trim()).unwrap();
+    assert_eq!(line["caps"], json!({"Bash": {"used": 1, "max": null}}));
+    // A budget file that cannot be read is named, and nothing is shown.
+    let (code, text, err) = show(&["--budget", "/nonexistent/budget.toml"]);
+    assert_eq!((code, text.as_str()), (Some(2), ""));
+    assert!(
+        err.starts_with("budgetgate ledger: budget file /nonexistent/budget.toml: "),
+        "{err}"
     );
 }

@@ -24,6 +24,52 @@ pub struct StateArg {
     pub ledger: Option<String>,
 }
 
+/// The budget file whose tool caps are shown (the ledger keeps the calls
+/// counted under each cap, not the cap: it is the budget file's).
+#[derive(Debug, Clone, clap::Args)]
+pub struct CapsArg {
+    /// The budget file the sessions ran under (the hook's or gateway's
+    /// `--budget`): each tool cap's figure is shown beside the calls
+    /// counted under it, and every capped tool, counted or not.
+    #[arg(long, value_name = "FILE")]
+    pub budget: Option<PathBuf>,
+}
+
+/// The tool caps to show: `None` when no budget file was named.
+type Caps = Option<Vec<(String, u32)>>;
+
+impl CapsArg {
+    fn read(&self) -> Result<Caps, String> {
+        match &self.budget {
+            None => Ok(None),
+            Some(path) => budgetgate::gate::budget_file::read_budget_file(path)
+                .map(|budget| Some(budget.tool_caps)),
+        }
+    }
+}
+
+/// A tool's calls counted and its cap, for the session's own ledger: the
+/// ledger's counts, then (with a budget file) every capped tool not
+/// counted yet. A sub-agent's ledger has no caps of its own.
+fn cap_rows(ledger: &Ledger, agent: &str, caps: &Caps) -> Vec<(String, u64, Option<u64>)> {
+    let caps = caps.as_deref().filter(|_| agent.is_empty());
+    let cap_of = |name: &str| {
+        caps.and_then(|c| c.iter().find(|(n, _)| n == name))
+            .map(|(_, max)| u64::from(*max))
+    };
+    let mut rows: Vec<(String, u64, Option<u64>)> = ledger
+        .counts()
+        .iter()
+        .map(|c| (c.name().to_owned(), u64::from(c.used()), cap_of(c.name())))
+        .collect();
+    for (name, max) in caps.unwrap_or_default() {
+        if !rows.iter().any(|(n, _, _)| n == name) {
+            rows.push((name.clone(), 0, Some(u64::from(*max))));
+        }
+    }
+    rows
+}
+
 /// An opened ledger: the SQLite file or a Redis server.
 enum Opened {
     Sqlite(Store),
@@ -95,7 +141,8 @@ pub enum LedgerCommand {
     /// With --json, one JSON object per line: {"session", "agent" (null for
     /// the session itself), "updated_ms", "limits": {KEY: {"used",
     /// "reserved" (held by calls in flight or awaiting approval), "max"
-    /// (null: no limit)}}, "caps": {TOOL: {"used", "max"}}, "error" (only
+    /// (null: no limit)}}, "caps": {TOOL: {"used", "max" (null without
+    /// --budget, which names the caps)}}, "error" (only
     /// when the stored record cannot be read)}; KEY is model_calls, tokens,
     /// time_ms, cost_micro_usd, tool_calls.
     #[command(after_help = "\
@@ -107,10 +154,13 @@ beside it.
 Examples:
   budgetgate ledger list
   budgetgate ledger list --json | jq .session
+  budgetgate ledger list --budget ~/budgetgate-budget.toml   # the tool caps too
   budgetgate ledger list --ledger redis://127.0.0.1:6379/0   # a fleet's ledger")]
     List {
         #[command(flatten)]
         state: StateArg,
+        #[command(flatten)]
+        caps: CapsArg,
         /// One JSON object per ledger and line.
         #[arg(long)]
         json: bool,
@@ -122,12 +172,15 @@ with its error); 2 no such session or no ledger.
 
 Examples:
   budgetgate ledger show 0f5c3a9e-5d1c-4a8e-9a43-6c1f0e1d2b7a
-  budgetgate ledger show my-session --json")]
+  budgetgate ledger show my-session --json
+  budgetgate ledger show my-session --budget ~/budgetgate-budget.toml")]
     Show {
         /// The session id (`session_id` of the hook events).
         session: String,
         #[command(flatten)]
         state: StateArg,
+        #[command(flatten)]
+        caps: CapsArg,
         /// JSON Lines, as `list --json`.
         #[arg(long)]
         json: bool,
@@ -178,7 +231,7 @@ fn figure(limit: Limit, value: u64) -> String {
     }
 }
 
-fn as_json(entry: &ListedLedger) -> Value {
+fn as_json(entry: &ListedLedger, caps: &Caps) -> Value {
     let agent = if entry.agent.is_empty() {
         Value::Null
     } else {
@@ -199,16 +252,11 @@ fn as_json(entry: &ListedLedger) -> Value {
                 })
                 .collect();
             // A cap is the budget file's (the tool table), not the
-            // ledger's: the record keeps only the calls counted.
-            let caps: serde_json::Map<String, Value> = ledger
-                .counts()
-                .iter()
-                .map(|c| {
-                    (
-                        c.name().to_owned(),
-                        json!({"used": c.used(), "max": Value::Null}),
-                    )
-                })
+            // ledger's: the record keeps only the calls counted; its
+            // figure is known with `--budget`.
+            let caps: serde_json::Map<String, Value> = cap_rows(ledger, &entry.agent, caps)
+                .into_iter()
+                .map(|(name, used, max)| (name, json!({"used": used, "max": max})))
                 .collect();
             json!({"session": entry.session, "agent": agent, "updated_ms": entry.updated_ms,
                    "limits": limits, "caps": caps})
@@ -216,7 +264,7 @@ fn as_json(entry: &ListedLedger) -> Value {
     }
 }
 
-fn table(out: &mut String, entry: &ListedLedger) {
+fn table(out: &mut String, entry: &ListedLedger, caps: &Caps) {
     use std::fmt::Write as _;
     let safe = budgetgate::term::terminal_safe;
     let who = if entry.agent.is_empty() {
@@ -267,15 +315,25 @@ fn table(out: &mut String, entry: &ListedLedger) {
             max.map_or("no limit".into(), |m| figure(limit, m)),
         ));
     }
-    // The caps themselves are in the budget file (the tool table), which
-    // this command does not read; the ledger keeps the calls counted under
-    // them. No figure is shown where the cap's would be, and no bar.
-    for count in ledger.counts() {
+    // The caps themselves are in the budget file (the tool table): shown
+    // when it was named (`--budget`); else the ledger has only the calls
+    // counted under them, and no figure is shown where the cap's would be,
+    // and no bar.
+    for (name, used, max) in cap_rows(ledger, &entry.agent, caps) {
+        let max_text = match (max, caps) {
+            (Some(max), _) => max.to_string(),
+            (None, Some(_)) if entry.agent.is_empty() => "no cap in the budget file".to_owned(),
+            (None, Some(_)) => "no cap of its own (a sub-agent's)".to_owned(),
+            (None, None) => {
+                "cap not kept in the ledger (the budget file's [tools] max_calls; --budget FILE shows it)"
+                    .to_owned()
+            }
+        };
         rows.push((
-            format!("{} calls", safe(count.name())),
-            bar(u64::from(count.used()), None),
-            count.used().to_string(),
-            "cap not kept in the ledger (the budget file's [tools] max_calls)".to_owned(),
+            format!("{} calls", safe(&name)),
+            bar(used, max),
+            used.to_string(),
+            max_text,
         ));
     }
     let width = rows
@@ -338,14 +396,14 @@ fn fail(detail: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn listing(entries: &[ListedLedger], json: bool) -> ExitCode {
+fn listing(entries: &[ListedLedger], caps: &Caps, json: bool) -> ExitCode {
     let mut text = String::new();
     for entry in entries {
         if json {
-            text += &budgetgate::term::to_safe_json(&as_json(entry)).unwrap_or_default();
+            text += &budgetgate::term::to_safe_json(&as_json(entry, caps)).unwrap_or_default();
             text.push('\n');
         } else {
-            table(&mut text, entry);
+            table(&mut text, entry, caps);
         }
     }
     if !json && entries.is_empty() {
@@ -362,17 +420,26 @@ fn listing(entries: &[ListedLedger], json: bool) -> ExitCode {
 pub fn command(command: &LedgerCommand) -> ExitCode {
     let open = Opened::open;
     match command {
-        LedgerCommand::List { state, json } => {
+        LedgerCommand::List { state, caps, json } => {
+            let caps = match caps.read() {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
             match open(state).and_then(|mut s| s.list().map_err(|e| e.to_string())) {
-                Ok(entries) => listing(&entries, *json),
+                Ok(entries) => listing(&entries, &caps, *json),
                 Err(e) => fail(&e),
             }
         }
         LedgerCommand::Show {
             session,
             state,
+            caps,
             json,
         } => {
+            let caps = match caps.read() {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
             let mut store = match open(state) {
                 Ok(s) => s,
                 Err(e) => return fail(&e),
@@ -384,7 +451,7 @@ pub fn command(command: &LedgerCommand) -> ExitCode {
             if entries.is_empty() {
                 return fail(&format!("no session {session:?} in {}", store.path()));
             }
-            let code = listing(&entries, *json);
+            let code = listing(&entries, &caps, *json);
             if !*json {
                 if let Ok(log) = store.log() {
                     let mut text = String::from("    log:\n");
