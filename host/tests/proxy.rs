@@ -975,6 +975,16 @@ fn a_redis_ledger_that_cannot_be_reached_stops_the_proxy_at_start() {
     let Some(redis) = common::redis::redis() else {
         return;
     };
+    let first = start_lines(&["--ledger", &redis.url], 1);
+    assert!(first[0].contains("listening on http://"), "{first:?}");
+}
+
+/// The first `n` lines a proxy in front of nothing (`--upstream
+/// http://127.0.0.1:9`) says on stderr with `args`, read for at most 10 s
+/// each (a proxy that says less fails the test, not hangs it); the proxy
+/// is stopped after.
+fn start_lines(args: &[&str], n: usize) -> Vec<String> {
+    use std::io::BufRead as _;
     let mut child = Command::new(env!("CARGO_BIN_EXE_budgetgate"))
         .args([
             "proxy",
@@ -983,18 +993,23 @@ fn a_redis_ledger_that_cannot_be_reached_stops_the_proxy_at_start() {
             "--upstream",
             "http://127.0.0.1:9",
         ])
-        .args(["--ledger", &redis.url])
+        .args(args)
         .stderr(Stdio::piped())
         .spawn()
         .expect("the proxy starts");
-    let mut first = String::new();
-    use std::io::BufRead as _;
-    std::io::BufReader::new(child.stderr.take().expect("stderr"))
-        .read_line(&mut first)
-        .expect("a line");
+    let (send, lines) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let _ = send.send(line.expect("a line"));
+        }
+    });
+    let lines: Vec<String> = (0..n)
+        .map_while(|_| lines.recv_timeout(Duration::from_secs(10)).ok())
+        .collect();
     let _ = child.kill();
     let _ = child.wait();
-    assert!(first.contains("listening on http://"), "{first}");
+    lines
 }
 
 /// At start the proxy says the budget in force on stderr, after the line
@@ -1002,7 +1017,6 @@ fn a_redis_ledger_that_cannot_be_reached_stops_the_proxy_at_start() {
 /// (its limits, then its cost and per-tool caps).
 #[test]
 fn the_proxy_says_the_budget_in_force_at_start_as_replay_does() {
-    use std::io::BufRead as _;
     let budget = common::example("claude-code-budget.toml");
     let replay = Command::new(env!("CARGO_BIN_EXE_budgetgate"))
         .args(["replay", &common::example("replay/claude-code.jsonl")])
@@ -1018,33 +1032,8 @@ fn the_proxy_says_the_budget_in_force_at_start_as_replay_does() {
     // Replay adds what only a replay has (its approver, the recording's tools).
     let limits = said[0].split("; approval").next().expect("limits");
     let ledger = tempfile::tempdir().expect("dir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_budgetgate"))
-        .args([
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "http://127.0.0.1:9",
-        ])
-        .args(["--budget", &budget])
-        .arg("--ledger")
-        .arg(ledger.path().join("state"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the proxy starts");
-    // Read on a thread, so that a proxy that says less fails, not hangs.
-    let (send, lines) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().expect("stderr");
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines() {
-            let _ = send.send(line.expect("a line"));
-        }
-    });
-    let lines: Vec<String> = (0..3)
-        .map_while(|_| lines.recv_timeout(Duration::from_secs(10)).ok())
-        .collect();
-    let _ = child.kill();
-    let _ = child.wait();
+    let state = ledger.path().join("state").display().to_string();
+    let lines = start_lines(&["--budget", &budget, "--ledger", &state], 3);
     assert!(lines[0].contains("listening on http://"), "{lines:?}");
     assert_eq!(
         lines[1..].to_vec(),
