@@ -126,6 +126,74 @@ fn reserve_mode_refuses_a_call_whose_worst_case_does_not_fit() {
     assert_eq!(used(&row, "tokens"), INPUT + OUTPUT);
 }
 
+/// Under a cost limit, a model the budget has no price for is refused at
+/// its first call, before the upstream (never let through free to be found
+/// out from its response), naming the model and the price to add; nothing
+/// is counted, and a priced model's calls are still made.
+#[test]
+fn a_model_without_a_price_is_refused_at_its_first_call_under_a_cost_limit() {
+    let (_dir, _budget, ledger, upstream, proxy) = setup(
+        "[budget]\nmax_cost_usd = 1\nmax_model_calls = 50\n\
+         [prices.\"claude-priced\"]\ninput = 3\noutput = 15\n",
+        &[],
+    );
+    for stream in [false, true] {
+        let a = post(proxy.port, "/v1/messages", &[], &messages(stream));
+        assert_eq!(a.status, 402, "{}", a.text());
+        let message = a.json()["error"]["message"]
+            .as_str()
+            .expect("message")
+            .to_owned();
+        assert!(
+            message.starts_with(
+                "budgetgate: model \"claude-test\" has no price in the budget, and the session's \
+                 cost budget (1000000 micro-USD) never counts a call as free, so it is not made: \
+                 add [prices.\"claude-test\"]"
+            ),
+            "{message}"
+        );
+        assert!(message.ends_with("(unpriced-model)"), "{message}");
+    }
+    assert_eq!(upstream.count("/v1/messages"), 0, "never reached");
+    let mut priced = messages(false);
+    priced["model"] = json!("claude-priced");
+    let a = post(proxy.port, "/v1/messages", &[], &priced);
+    assert_eq!(a.status, 200, "{}", a.text());
+    let row = settled_row(&ledger, "proxy");
+    assert_eq!(used(&row, "model_calls"), 1);
+    assert_eq!(used(&row, "cost_micro_usd"), INPUT * 3 + OUTPUT * 15);
+}
+
+/// Reserve mode, a request with no `max_tokens` and a budget with no
+/// `reserve_max_tokens`: refused before the upstream, saying that no bound
+/// was given and where to give one (not a worst case of 2^64 - 1 tokens).
+#[test]
+fn reserve_mode_says_a_call_without_any_output_bound_cannot_be_reserved() {
+    let (_dir, _budget, _ledger, upstream, proxy) = setup(
+        "[budget]\nmax_tokens = 5000\nmax_model_calls = 50\ntoken_mode = \"reserve\"\n",
+        &[],
+    );
+    let mut unbounded = messages(false);
+    unbounded
+        .as_object_mut()
+        .expect("object")
+        .remove("max_tokens");
+    let a = post(proxy.port, "/v1/chat/completions", &[], &unbounded);
+    assert_eq!(a.status, 402, "{}", a.text());
+    let message = a.json()["error"]["message"]
+        .as_str()
+        .expect("message")
+        .to_owned();
+    assert!(
+        message.contains(
+            "sets no output bound (max_tokens), and the budget sets no reserve_max_tokens"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains("18446744073709551615"), "{message}");
+    assert_eq!(upstream.count("/v1/chat/completions"), 0);
+}
+
 /// `reserve_min_reply_tokens`: a call whose worst case does not fit is sent
 /// with its `max_tokens` lowered to what is left, while that is at least
 /// the minimum; below it, refused. The client is told the bound its call

@@ -154,11 +154,12 @@ impl Decision {
         }
     }
 
-    fn of_stop(stop: &ModelStop) -> Self {
+    /// The refusal of a model call of `model`.
+    fn of_stop(stop: &ModelStop, model: &str) -> Self {
         Self {
             allowed: false,
             reason: Some(stop.reason.as_str().to_owned()),
-            message: Some(stop.detail().to_string()),
+            message: Some(stop.detail_for(model).to_string()),
             limit: Some(stop.exceeded.limit.key().to_owned()),
             used: Some(stop.exceeded.used),
             max: Some(stop.exceeded.max),
@@ -429,7 +430,7 @@ impl Gate {
                     open.tickets.push(ticket);
                     Ok(Decision::allowed())
                 }
-                Ok(Admission::Stop(stop)) => Ok(Decision::of_stop(&stop)),
+                Ok(Admission::Stop(stop)) => Ok(Decision::of_stop(&stop, &model)),
                 Err(e) => Err(gate_error(e)),
             }
         })

@@ -115,9 +115,14 @@ def test_cost_boundary(budget, ledger, spent, allowed):
 def test_unpriced_model_under_a_cost_budget_is_never_free(budget, ledger):
     b = budget(f"[budget]\n{FOREVER}max_cost_usd = 1\n[prices.\"m\"]\ninput = 1\noutput = 1\n")
     with Gate(budget=b, ledger=ledger, session="s") as gate:
-        assert model_ok(gate, model="other").allowed
-        d = gate.before_model_call(model="m", max_tokens=10)
+        # Refused at its first call, before it is made: never free.
+        d = gate.before_model_call(model="other", max_tokens=10)
         assert (d.allowed, d.reason) == (False, "unpriced-model")
+        assert 'model "other" has no price in the budget' in d.message, d.message
+        assert '[prices."other"]' in d.message, d.message
+        assert gate.usage()["limits"]["model_calls"]["used"] == 0
+        # Nothing was counted: a priced model's calls are still made.
+        assert model_ok(gate, model="m").allowed
 
 
 def test_a_failed_model_call_rolls_back(budget, ledger):

@@ -8,7 +8,7 @@
 
 use std::sync::Mutex;
 
-use budgetgate_core::engine::{Admitted, ModelStop, Response, WorstCase};
+use budgetgate_core::engine::{self, Admitted, ModelStop, Response, WorstCase};
 use budgetgate_core::tools::ToolTable;
 use budgetgate_core::turn::{TokenMode, TokenUsage};
 
@@ -203,7 +203,19 @@ impl ModelGate {
                 session,
                 agent: None,
             };
-            match model::before_model_call(tx, &who, ledgers, now, worst)? {
+            // The model asked for is known before the call: under a cost
+            // limit, one without a price is not made (the engine's
+            // `unpriced-model`, after the limits it checks first), never
+            // let through free to be found out from its response.
+            let unpriced = price
+                .is_none()
+                .then(|| engine::spent_in_memory(&ledgers.session, now, true))
+                .flatten();
+            let decided = match unpriced {
+                Some(stop) => Err(stop),
+                None => model::before_model_call(tx, &who, ledgers, now, worst)?,
+            };
+            match decided {
                 Err(stop) => {
                     tx.log(
                         now,

@@ -438,7 +438,7 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
                 api,
                 Refused::Budget,
                 stop.reason.as_str(),
-                &stop.detail().to_string(),
+                &stop.detail_for(&request.model).to_string(),
             );
         }
         Err(e) => {

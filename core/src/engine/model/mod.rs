@@ -45,26 +45,56 @@ impl ModelStop {
     /// The sentence that says why, for a person and for the agent: the
     /// limit, what was used, and that no further call will be made.
     pub fn detail(&self) -> ModelStopDetail<'_> {
-        ModelStopDetail(self)
+        ModelStopDetail(self, None)
+    }
+
+    /// [`Self::detail`] for a front-end that knows the model asked for
+    /// (the proxy): an `unpriced-model` stop names it, and the price to
+    /// add.
+    pub fn detail_for<'a>(&'a self, model: &'a str) -> ModelStopDetail<'a> {
+        ModelStopDetail(self, Some(model))
     }
 }
 
-/// [`ModelStop::detail`]'s sentence.
-pub struct ModelStopDetail<'a>(&'a ModelStop);
+/// [`ModelStop::detail`]'s sentence (and the model asked for, when the
+/// front-end knows it).
+pub struct ModelStopDetail<'a>(&'a ModelStop, Option<&'a str>);
 
 impl fmt::Display for ModelStopDetail<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = self.0;
         let e = s.exceeded;
         let whose = s.whose.as_str();
-        match s.reason {
-            ExhaustReason::Unpriced => write!(
+        match (s.reason, self.1) {
+            (ExhaustReason::Unpriced, Some(model)) => write!(
+                f,
+                "budgetgate: model {} has no price in the budget, and the {whose}'s cost \
+                 budget ({} micro-USD) never counts a call as free, so it is not made: add \
+                 [prices.{}] (input, output, cache_read, cache_write: USD per million \
+                 tokens) to the budget file (unpriced-model)",
+                crate::pyjson::Quoted(model),
+                e.max,
+                crate::pyjson::Quoted(model)
+            ),
+            (ExhaustReason::Unpriced, None) => write!(
                 f,
                 "budgetgate: the {whose}'s cost budget ({} micro-USD) cannot count a model \
                  that has no price, so no further model call is made (unpriced-model)",
                 e.max
             ),
-            ExhaustReason::TokenReserve => write!(
+            // No output bound: the request sets none and the budget gives
+            // none (its worst case is every token there is).
+            (ExhaustReason::TokenReserve, _) if s.worst_case == u64::MAX => write!(
+                f,
+                "budgetgate: this model call sets no output bound (max_tokens), and the \
+                 budget sets no reserve_max_tokens, so its worst case cannot be reserved \
+                 in the {whose}'s token budget ({} of {} left) and it is not made: set \
+                 max_tokens in the request, or reserve_max_tokens in the budget file \
+                 (token-reserve)",
+                e.max.saturating_sub(e.used),
+                e.max
+            ),
+            (ExhaustReason::TokenReserve, _) => write!(
                 f,
                 "budgetgate: this model call could use up to {} tokens, and the {whose}'s \
                  token budget has {} of {} left, so it is not made (token-reserve)",
@@ -72,7 +102,7 @@ impl fmt::Display for ModelStopDetail<'_> {
                 e.max.saturating_sub(e.used),
                 e.max
             ),
-            reason => write!(
+            (reason, _) => write!(
                 f,
                 "budgetgate: the {whose}'s budget is spent: {} of {} {} used ({}), so no \
                  further model call is made; stop and report the work done so far",

@@ -112,7 +112,19 @@ fn a_model_without_a_price_stops_the_next_call_in_cost_mode_only() {
     let s = stop(&mut m, 0, None).unwrap();
     assert_eq!(s.reason, ExhaustReason::Unpriced);
     assert_eq!((s.exceeded.used, s.exceeded.max), (40, 500));
-    assert!(s.detail().to_string().contains("unpriced-model"));
+    assert_eq!(
+        s.detail().to_string(),
+        "budgetgate: the session's cost budget (500 micro-USD) cannot count a model that has \
+         no price, so no further model call is made (unpriced-model)"
+    );
+    // A front-end that knows the model names it, and the price to add.
+    assert_eq!(
+        s.detail_for("claude-\"x\"").to_string(),
+        "budgetgate: model \"claude-\\\"x\\\"\" has no price in the budget, and the session's \
+         cost budget (500 micro-USD) never counts a call as free, so it is not made: add \
+         [prices.\"claude-\\\"x\\\"\"] (input, output, cache_read, cache_write: USD per million \
+         tokens) to the budget file (unpriced-model)"
+    );
 }
 
 #[test]
@@ -149,6 +161,29 @@ fn reserve_mode_refuses_a_worst_case_one_past_what_is_left() {
         s.detail().to_string(),
         "budgetgate: this model call could use up to 61 tokens, and the session's token \
          budget has 60 of 100 left, so it is not made (token-reserve)"
+    );
+    // The model named or not, the sentence of any other stop is the same.
+    assert_eq!(s.detail_for("m").to_string(), s.detail().to_string());
+    // A call with no output bound at all (none in the request, none in the
+    // budget): said so, and how to give one, not a worst case of 2^64 - 1.
+    let unbounded = WorstCase {
+        input: 5,
+        output: u64::MAX,
+        min_output: None,
+    };
+    let s = before_model_call(&mut m, 0, Some(unbounded))
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        (s.reason, s.worst_case),
+        (ExhaustReason::TokenReserve, u64::MAX)
+    );
+    assert_eq!(
+        s.detail().to_string(),
+        "budgetgate: this model call sets no output bound (max_tokens), and the budget sets \
+         no reserve_max_tokens, so its worst case cannot be reserved in the session's token \
+         budget (60 of 100 left) and it is not made: set max_tokens in the request, or \
+         reserve_max_tokens in the budget file (token-reserve)"
     );
 }
 
