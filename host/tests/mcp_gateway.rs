@@ -2051,3 +2051,54 @@ fn a_renewed_reservation_outlives_its_ttl_on_redis_and_is_spent_when_renewal_sto
         "the expired reservation was given back: {verdict:?}"
     );
 }
+
+/// A newcomer's trial: a tool name the budget gives a rule of its own
+/// (`needs_approval`, `max_calls`) that the server does not list applies
+/// to nothing, so a misspelt one silently turned approval off. Once the
+/// server's `tools/list` has been read to its last page, the gateway warns
+/// once, naming each such name and its rule; names the server lists, on
+/// any page, are not named.
+#[test]
+fn the_budgets_tool_names_the_server_does_not_list_are_warned_of() {
+    let s = Setup::new(
+        "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"writefile\", \"write_file\"]\n\
+         max_calls = { read_txt_file = 1, read_text_file = 2 }\n",
+    );
+    // A server of two pages, then another listing (not warned again).
+    let server = r#"read a; echo '{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"write_file"}],"nextCursor":"p2"}}'; read b; echo '{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"read_text_file"}]}}'; read c; echo '{"jsonrpc":"2.0","id":3,"result":{"tools":[]}}'; cat > /dev/null"#;
+    let args = s.gateway_args(&[], &["sh", "-c", server]);
+    let mut child = Command::new(&args[0])
+        .args(&args[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the gateway starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut answers = Vec::new();
+    for (id, cursor) in [(1, None), (2, Some("p2")), (3, None)] {
+        let mut params = json!({});
+        if let Some(c) = cursor {
+            params["cursor"] = json!(c);
+        }
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params});
+        writeln!(stdin, "{line}").expect("write");
+        let mut answer = String::new();
+        std::io::BufRead::read_line(&mut lines, &mut answer).expect("an answer");
+        answers.push(answer);
+    }
+    drop(stdin);
+    let out = child.wait_with_output().expect("ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(answers[1].contains("read_text_file"), "{answers:?}");
+    let warned: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("the budget names tools the server does not list"))
+        .collect();
+    assert_eq!(
+        warned,
+        ["budgetgate mcp: warning: the budget names tools the server does not list: \"writefile\" (needs_approval), \"read_txt_file\" (max_calls); a rule applies only to a tool of exactly that name (the server's tools/list)"],
+        "{stderr}"
+    );
+}

@@ -35,6 +35,12 @@ pub trait CallGate {
     fn roll_back(&mut self, key: &str, now_ms: u64) -> Result<(), String>;
     /// Whether the budget never lets `tool` run (removed from `tools/list`).
     fn denied(&self, tool: &str) -> bool;
+    /// The tool names the budget gives a rule of their own, each with the
+    /// rule (`needs_approval`, `max_calls`): checked against the server's
+    /// `tools/list`, where a misspelt one would silently apply to nothing.
+    fn named_tools(&self) -> Vec<(String, &'static str)> {
+        Vec::new()
+    }
     /// The call `key`, given back on the server's error, ran after all (the
     /// server answered it with a result too): count it, with no
     /// reservation left to commit. By default as [`Self::commit`].
@@ -166,6 +172,9 @@ impl<G: CallGate> CallGate for std::sync::Arc<std::sync::Mutex<G>> {
     }
     fn denied(&self, tool: &str) -> bool {
         self.lock().map_or(true, |g| g.denied(tool))
+    }
+    fn named_tools(&self) -> Vec<(String, &'static str)> {
+        self.lock().map(|g| g.named_tools()).unwrap_or_default()
     }
     fn renew(&mut self, keys: &[String], now_ms: u64) -> Result<(), String> {
         self.lock()
@@ -424,6 +433,20 @@ impl CallGate for LedgerGate {
         // Three chances to renew before another process may take the
         // reservation for a dead gateway's.
         Some((self.ttl_ms / 3).max(1))
+    }
+
+    fn named_tools(&self) -> Vec<(String, &'static str)> {
+        let approval = self
+            .budget
+            .needs_approval
+            .iter()
+            .map(|n| (n.clone(), "needs_approval"));
+        let caps = self
+            .budget
+            .tool_caps
+            .iter()
+            .map(|(n, _)| (n.clone(), "max_calls"));
+        approval.chain(caps).collect()
     }
 
     fn denied(&self, tool: &str) -> bool {

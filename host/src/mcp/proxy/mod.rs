@@ -150,6 +150,10 @@ pub struct Proxy<G: CallGate> {
     owns_retries: bool,
     /// The session the approval states this proxy writes are bound to.
     binding: String,
+    /// Tool names the server listed so far (every page of `tools/list`),
+    /// until the budget's own names were checked against them once
+    /// ([`CallGate::named_tools`]); `None` after.
+    listed: Option<std::collections::BTreeSet<String>>,
 }
 
 impl<G: CallGate> Proxy<G> {
@@ -183,6 +187,7 @@ impl<G: CallGate> Proxy<G> {
             renewed_at: 0,
             closed: VecDeque::new(),
             late: Vec::new(),
+            listed: Some(std::collections::BTreeSet::new()),
             retries: AwaitedRetries::shared(),
             owns_retries: true,
             binding: connection,

@@ -218,6 +218,9 @@ impl<G: CallGate> Proxy<G> {
                         ))
                     }
                 };
+                if let Some(result) = value.get("result") {
+                    self.check_named_tools(result);
+                }
                 let Some(tools) = value
                     .get_mut("result")
                     .and_then(|r| r.get_mut("tools"))
@@ -237,6 +240,44 @@ impl<G: CallGate> Proxy<G> {
                     Reply::Instead(value.to_string())
                 }
             }
+        }
+    }
+
+    /// Notes the tools a `tools/list` page (`result`) lists; at its last
+    /// page (no `nextCursor`), warns once of every tool the budget names
+    /// (an approval to ask, a cap) that the server did not list: a
+    /// misspelt name applies to nothing, and nothing else would say so.
+    fn check_named_tools(&mut self, result: &Value) {
+        let Some(listed) = self.listed.as_mut() else {
+            return;
+        };
+        let names = result.get("tools").and_then(Value::as_array);
+        for tool in names.into_iter().flatten() {
+            if let Some(name) = tool.get("name").and_then(Value::as_str) {
+                listed.insert(name.to_owned());
+            }
+        }
+        if result.get("nextCursor").is_some_and(|c| !c.is_null()) {
+            return;
+        }
+        let missing: Vec<String> = self
+            .gate
+            .named_tools()
+            .into_iter()
+            .filter(|(name, _)| !listed.contains(name))
+            .map(|(name, rule)| {
+                format!(
+                    "{} ({rule})",
+                    crate::term::terminal_safe(&format!("{name:?}"))
+                )
+            })
+            .collect();
+        self.listed = None;
+        if !missing.is_empty() {
+            log::warn!(
+                "budgetgate mcp: warning: the budget names tools the server does not list: {}; a rule applies only to a tool of exactly that name (the server's tools/list)",
+                missing.join(", ")
+            );
         }
     }
 
