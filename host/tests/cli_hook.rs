@@ -870,6 +870,31 @@ fn a_ledger_in_a_folder_that_does_not_exist_is_refused_and_not_created() {
             "{stderr}"
         );
         assert!(!missing.exists(), "{option} {value} created {missing:?}");
+        // `hook install` refuses it too, writing nothing: installed, the
+        // hook would refuse every tool call with it.
+        let settings = s.path("settings.json");
+        let out = Command::new(bin())
+            .args(["hook", "install", "--settings"])
+            .arg(&settings)
+            .arg("--budget")
+            .arg(s.path("budget.toml"))
+            .args([option, value.as_str()])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "install {option} {value}: {out:?}"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.starts_with(&format!(
+                "budgetgate hook install: {option} {value}: the folder {} does not exist",
+                missing.display()
+            )),
+            "{stderr}"
+        );
+        assert!(!settings.exists() && !missing.exists(), "install wrote");
     }
     // The default location, several folders deep, is made.
     let default = s.path("xdg/deeper/budgetgate");

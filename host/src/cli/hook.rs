@@ -335,6 +335,9 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         };
         let state = args.state.as_deref().map(absolute).transpose()?;
         let ledger = args.ledger.as_deref().map(absolute_ledger).transpose()?;
+        // Checked as the hook will check it (a folder that does not exist
+        // is refused then, and every tool call with it): refused now.
+        budgetgate::gate::backend::ledger_location(ledger.as_deref(), state.as_deref())?;
         let command = hook_command_on(
             &program,
             budget.as_deref(),
