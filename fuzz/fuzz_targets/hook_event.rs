@@ -252,7 +252,7 @@ fuzz_target!(|data: &[u8]| {
     let session = event.session_id.clone();
     let now = 1_780_000_000_000u64;
     let result: Result<(), Out> = env.store.decide(|tx| {
-        let first = hook::decide(tx, &event, budget, now);
+        let first = hook::decide(tx, &event, budget, now, "");
         let ledger_a = tx.ledger(&session, "")?;
         let offset_a = tx.cursor(&session, &shown)?.offset;
         let mut second = None;
@@ -269,7 +269,7 @@ fuzz_target!(|data: &[u8]| {
             if let Some(call) = &mut again.call {
                 call.id.push_str("-again");
             }
-            second = Some(hook::decide(tx, &again, budget, now + 1_000));
+            second = Some(hook::decide(tx, &again, budget, now + 1_000, ""));
             ledger_b = tx.ledger(&session, "")?;
             offset_b = tx.cursor(&session, &shown)?.offset;
         }

@@ -32,7 +32,7 @@ pub const EVENTS: [(&str, bool); 8] = [
 pub const HOOK_TIMEOUT_S: u64 = 5;
 
 /// A path quoted for the POSIX shell Claude Code runs hook commands with.
-fn shell_quote(text: &str) -> String {
+pub fn shell_quote(text: &str) -> String {
     if !text.is_empty()
         && text
             .bytes()

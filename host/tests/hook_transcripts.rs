@@ -286,6 +286,24 @@ fn tokens_from_the_transcript_stop_the_session() {
         text.contains("stopReason") && text.contains("tokens budget exhausted"),
         "{text}"
     );
+    // The command the stop suggests names this ledger, and works as shown
+    // (before, it left out `--state`, and looked in the default ledger).
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let reason = answer["stopReason"].as_str().expect("stopReason");
+    let suggested = reason
+        .split_once("(see `")
+        .and_then(|(_, rest)| rest.split_once("`)"))
+        .map(|(command, _)| command)
+        .unwrap_or_else(|| panic!("{reason}"));
+    let state = s.path("state").display().to_string();
+    assert_eq!(
+        suggested,
+        format!("budgetgate ledger show s1 --state {state}")
+    );
+    let words: Vec<&str> = suggested.split(' ').collect();
+    let shown = Command::new(bin()).args(&words[1..]).output().unwrap();
+    assert_eq!(shown.status.code(), Some(0), "{shown:?}");
+    assert!(String::from_utf8_lossy(&shown.stdout).starts_with("session s1\n"));
     assert_eq!(
         decision(&s.run(&s.event("UserPromptSubmit", json!({"prompt": "more"})))),
         "stop"

@@ -158,7 +158,7 @@ proptest! {
             }
             written = stop.max(written);
             store
-                .decide(|tx| hook::decide(tx, &event, &budget, 1_000))
+                .decide(|tx| hook::decide(tx, &event, &budget, 1_000, ""))
                 .unwrap();
         }
         let ledger = store

@@ -19,8 +19,8 @@ use budgetgate::hook::{
     decide, Answer, HookError, HookEvent, DEFAULT_DEADLINE_MS, MAX_EVENT_BYTES,
 };
 use budgetgate::hook_install::{
-    absolute, absolute_ledger, change, hook_command_on, proxy_url, with_ours, with_proxy,
-    without_ours, without_proxy,
+    absolute, absolute_ledger, change, hook_command_on, proxy_url, shell_quote, with_ours,
+    with_proxy, without_ours, without_proxy,
 };
 use budgetgate::store::{LedgerTx, LedgerUrl, RedisStore, Store};
 use budgetgate::term::terminal_safe;
@@ -264,22 +264,29 @@ pub fn claude_code(args: &ClaudeCodeArgs) -> std::process::ExitCode {
         let wait = Duration::from_millis(args.deadline_ms).saturating_sub(started.elapsed());
         let url = ledger_location(args.ledger.as_deref(), args.state.as_deref())
             .map_err(HookError::Ledger)?;
+        // How `budgetgate ledger` finds this ledger, for the command a
+        // spent session's stop suggests.
+        let shown = match (&args.ledger, &args.state) {
+            (Some(url), _) => format!(" --ledger {}", shell_quote(url)),
+            (None, Some(dir)) => format!(" --state {}", shell_quote(&dir.to_string_lossy())),
+            (None, None) => String::new(),
+        };
         let answer = match url {
             LedgerUrl::Redis(url) => {
                 let mut store = RedisStore::open(&url, wait)?;
                 // Time is the Redis server's, as for the gateways.
                 store.decide(&event.session_id, |tx| {
                     let now = tx.clock_ms().unwrap_or_else(now_ms);
-                    decide(tx, &event, &budget, now)
+                    decide(tx, &event, &budget, now, &shown)
                 })?
             }
             LedgerUrl::SqliteFile(file) => {
                 let mut store = Store::open_file(&file, wait)?;
-                store.decide(|tx| decide(tx, &event, &budget, now_ms()))?
+                store.decide(|tx| decide(tx, &event, &budget, now_ms(), &shown))?
             }
             LedgerUrl::StateDir(dir) => {
                 let mut store = Store::open(&dir, wait)?;
-                store.decide(|tx| decide(tx, &event, &budget, now_ms()))?
+                store.decide(|tx| decide(tx, &event, &budget, now_ms(), &shown))?
             }
         };
         Ok((event.name, answer))

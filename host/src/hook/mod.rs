@@ -308,12 +308,16 @@ impl HookEvent {
 pub use crate::gate::clock::now_ms;
 
 /// Decides one event against the ledger in `tx` (see the module docs for
-/// the order). Changes are committed with the transaction.
+/// the order). Changes are committed with the transaction. `ledger_options`:
+/// how `budgetgate ledger` is pointed at this ledger (` --state DIR`, or
+/// empty for the default one), for the command a spent session's stop
+/// suggests.
 pub fn decide(
     tx: &(impl LedgerTx + ?Sized),
     event: &HookEvent,
     budget: &ReplayBudget,
     now: u64,
+    ledger_options: &str,
 ) -> Result<Answer, HookError> {
     let session = &event.session_id;
     let tools = budget.tool_table().map_err(GateError::Budget)?;
@@ -343,7 +347,8 @@ pub fn decide(
         (None, "UserPromptSubmit" | "Stop" | "SubagentStop") => {
             match gate::exhausted(tx, session, None, &mut ledgers)? {
                 Some((detail, Some(_))) => Answer::Stop(format!(
-                    "budgetgate: {detail}; the session's budget is spent (see `budgetgate ledger show {session}`)"
+                    "budgetgate: {detail}; the session's budget is spent (see `budgetgate ledger show {}{ledger_options}`)",
+                    crate::hook_install::shell_quote(session)
                 )),
                 // No limit is spent: a model's cost cannot be counted.
                 Some((detail, None)) => Answer::Stop(format!("budgetgate: {detail}")),
