@@ -1488,9 +1488,9 @@ fn the_command_line_refuses_clashing_transports_and_takes_the_command_with_or_wi
     let stderr = String::from_utf8_lossy(&alone.stderr);
     assert!(stderr.contains("--upstream <URL>"), "{stderr}");
     assert!(!stderr.contains("  <COMMAND>"), "{stderr}");
-    let unknown = run(&["mcp", "--state", "/tmp", "cat"]);
+    let unknown = run(&["mcp", "--stat", "/tmp", "cat"]);
     assert_eq!(unknown.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&unknown.stderr).contains("unexpected argument '--state'"));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("unexpected argument '--stat'"));
     // The client closes stdin at once: the server is stopped, exit 0.
     for args in [
         &["mcp", "sh", "-c", "cat"][..],
@@ -2062,7 +2062,7 @@ fn a_renewed_reservation_outlives_its_ttl_on_redis_and_is_spent_when_renewal_sto
 fn the_budgets_tool_names_the_server_does_not_list_are_warned_of() {
     let s = Setup::new(
         "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"writefile\", \"write_file\"]\n\
-         max_calls = { read_txt_file = 1, read_text_file = 2 }\n",
+         max_calls = { read_txt_file = 1, read_text_file = 2, write_file = 0 }\n",
     );
     // A server of two pages, then another listing (not warned again).
     let server = r#"read a; echo '{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"write_file"}],"nextCursor":"p2"}}'; read b; echo '{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"read_text_file"}]}}'; read c; echo '{"jsonrpc":"2.0","id":3,"result":{"tools":[]}}'; cat > /dev/null"#;
@@ -2088,10 +2088,20 @@ fn the_budgets_tool_names_the_server_does_not_list_are_warned_of() {
         std::io::BufRead::read_line(&mut lines, &mut answer).expect("an answer");
         answers.push(answer);
     }
+    // A call the budget refuses is said on stderr too, for an operator.
+    let call = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "write_file", "arguments": {}}});
+    writeln!(stdin, "{call}").expect("write");
+    let mut refused = String::new();
+    std::io::BufRead::read_line(&mut lines, &mut refused).expect("an answer");
+    assert!(refused.contains("\"isError\":true"), "{refused}");
     drop(stdin);
     let out = child.wait_with_output().expect("ends");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(answers[1].contains("read_text_file"), "{answers:?}");
+    assert!(
+        stderr.contains("budgetgate mcp: refused write_file (tool-cap, mcp/"),
+        "{stderr}"
+    );
     let warned: Vec<&str> = stderr
         .lines()
         .filter(|l| l.contains("the budget names tools the server does not list"))

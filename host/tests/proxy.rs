@@ -51,6 +51,12 @@ fn a_token_budget_stops_at_the_model_call_the_seed_loop_would_not_make() {
     let row = settled_row(&ledger, "proxy");
     assert_eq!(used(&row, "tokens"), 3 * (INPUT + OUTPUT));
     assert_eq!(used(&row, "model_calls"), 3);
+    // Said where the proxy runs too, for an operator.
+    let said = proxy.said("refused").expect("a line on stderr");
+    assert!(
+        said.starts_with("budgetgate proxy: refused a model call of session proxy (tokens, "),
+        "{said}"
+    );
 }
 
 #[test]
@@ -1048,19 +1054,19 @@ fn a_redis_ledger_that_cannot_be_reached_stops_the_proxy_at_start() {
 }
 
 /// The first `n` lines a proxy in front of nothing (`--upstream
-/// http://127.0.0.1:9`) says on stderr with `args`, read for at most 10 s
-/// each (a proxy that says less fails the test, not hangs it); the proxy
-/// is stopped after.
+/// http://127.0.0.1:9`, unless `args` name another) says on stderr with
+/// `args`, read for at most 10 s each (a proxy that says less fails the
+/// test, not hangs it); the proxy is stopped after.
 fn start_lines(args: &[&str], n: usize) -> Vec<String> {
     use std::io::BufRead as _;
+    let upstream: &[&str] = if args.contains(&"--upstream") {
+        &[]
+    } else {
+        &["--upstream", "http://127.0.0.1:9"]
+    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_budgetgate"))
-        .args([
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "http://127.0.0.1:9",
-        ])
+        .args(["proxy", "--listen", "127.0.0.1:0"])
+        .args(upstream)
         .args(args)
         .stderr(Stdio::piped())
         .spawn()
@@ -1129,5 +1135,32 @@ fn an_upstream_that_is_not_an_http_url_is_named_at_start() {
             )),
             "{line}"
         );
+    }
+}
+
+/// An upstream given with the API's `/v1` (as an SDK's base URL is) would
+/// send calls to `…/v1/v1/…`: the proxy says so at start; the API's root
+/// is taken as it is.
+#[test]
+fn an_upstream_ending_in_v1_is_warned_of_at_start() {
+    for (upstream, warned) in [
+        ("http://127.0.0.1:9/v1", true),
+        ("http://127.0.0.1:9/openai/v1/", true),
+        ("http://127.0.0.1:9", false),
+        ("http://127.0.0.1:9/v1beta", false),
+    ] {
+        // The warning comes first, before the line the proxy listens on.
+        let lines = start_lines(&["--upstream", upstream], if warned { 3 } else { 2 });
+        assert_eq!(lines.len(), if warned { 3 } else { 2 }, "{lines:?}");
+        let warning = lines.iter().find(|l| l.contains("warning"));
+        assert_eq!(warning.is_some(), warned, "{upstream}: {lines:?}");
+        if let Some(w) = warning {
+            assert!(
+                w.starts_with(&format!(
+                    "budgetgate proxy: warning: --upstream {upstream} ends in /v1"
+                )),
+                "{w}"
+            );
+        }
     }
 }

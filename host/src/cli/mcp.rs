@@ -32,7 +32,8 @@ pub struct McpArgs {
     /// file or state folder is in must exist.
     /// Default: the hook's (BUDGETGATE_STATE_DIR, else
     /// $XDG_STATE_HOME/budgetgate, else ~/.local/state/budgetgate).
-    #[arg(long, value_name = "URL")]
+    /// `--state DIR`, as the hook names its folder, is the same.
+    #[arg(long, value_name = "URL", visible_alias = "state")]
     pub ledger: Option<String>,
     /// The session whose budget the calls draw from (default: `mcp-` with
     /// the command's file name and a hash of the whole command line).

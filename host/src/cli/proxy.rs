@@ -30,7 +30,8 @@ pub struct ProxyArgs {
     pub budget: Option<PathBuf>,
     /// The ledger: `sqlite:FILE`, a state folder, or `redis://HOST:PORT/DB`
     /// (the hook's and the MCP gateway's, so they share one budget).
-    #[arg(long, value_name = "URL")]
+    /// `--state DIR`, as the hook names its folder, is the same.
+    #[arg(long, value_name = "URL", visible_alias = "state")]
     pub ledger: Option<String>,
     /// The session of requests that name none (Claude Code names its own in
     /// `X-Claude-Code-Session-Id`).

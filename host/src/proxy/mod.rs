@@ -434,6 +434,13 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
     let ticket = match proxy.gate.admit(&session, &key, &call, now_ms()) {
         Ok(Admission::Go(t)) => t,
         Ok(Admission::Stop(stop)) => {
+            // Said where the proxy runs too: an operator sees a session
+            // being refused, not only the agent.
+            log::info!(
+                "budgetgate proxy: refused a model call of session {} ({}, {key})",
+                crate::term::terminal_safe(&session),
+                stop.reason
+            );
             return refusal(
                 api,
                 Refused::Budget,
@@ -442,6 +449,11 @@ async fn gated_call(proxy: &Arc<Proxy>, api: Api, req: &Head, body: Vec<u8>) -> 
             );
         }
         Err(e) => {
+            log::warn!(
+                "budgetgate proxy: the ledger could not decide a model call of session {} ({}); refused (fail closed)",
+                crate::term::terminal_safe(&session),
+                crate::term::terminal_safe(&e)
+            );
             return refusal(
                 api,
                 Refused::Unavailable,
@@ -580,6 +592,14 @@ pub fn run(config: &Config) -> Result<(), String> {
     // approver and recording has no place here).
     let in_force = crate::gate::budget_report::BudgetReport::new(&budget);
     let proxy = Arc::new(Proxy::new(config, backend, budget)?);
+    // Each request keeps its own path (`/v1/messages`): an upstream given
+    // with the API's `/v1` (as an SDK's base URL is) doubles it.
+    if proxy.upstream.path().trim_end_matches('/').ends_with("/v1") {
+        log::warn!(
+            "budgetgate proxy: warning: --upstream {} ends in /v1, and each request keeps its own path (/v1/messages, /v1/chat/completions), so calls go to …/v1/v1/…; give the API's root (https://api.openai.com), and the client the proxy's URL (with /v1 where its SDK wants it)",
+            proxy.upstream
+        );
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

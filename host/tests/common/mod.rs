@@ -69,6 +69,8 @@ pub struct ProxyProcess {
     pub child: std::process::Child,
     /// The port it listens on.
     pub port: u16,
+    /// What it said on stderr after its first line.
+    said: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Drop for ProxyProcess {
@@ -111,9 +113,34 @@ impl ProxyProcess {
             .and_then(|addr| addr.rsplit(':').next())
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("no address in {line:?}"));
-        // Its later lines are read (and dropped) so that it never blocks.
-        std::thread::spawn(move || for _ in lines {});
-        Self { child, port }
+        // Its later lines are read (and kept) so that it never blocks.
+        let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&said);
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                kept.lock().expect("lines").push(line);
+            }
+        });
+        Self { child, port, said }
+    }
+
+    /// Waits (at most 10 s) for a line it said on stderr after the first
+    /// that contains `text`; that line.
+    pub fn said(&self, text: &str) -> Option<String> {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let found = self
+                .said
+                .lock()
+                .expect("lines")
+                .iter()
+                .find(|l| l.contains(text))
+                .cloned();
+            if found.is_some() || std::time::Instant::now() > until {
+                return found;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     /// Its base URL (`http://127.0.0.1:PORT`).

@@ -541,6 +541,13 @@ impl<G: CallGate> Proxy<G> {
         };
         match verdict {
             Verdict::Refuse(refusal) => {
+                // Said where the gateway runs too: an operator sees a
+                // session being refused, not only the model.
+                log::info!(
+                    "budgetgate mcp: refused {} ({}, {key})",
+                    crate::term::terminal_safe(name),
+                    refusal.reason
+                );
                 out.push(Out::Client(refused_line(id, &refusal, generation)));
                 false
             }
