@@ -2089,7 +2089,9 @@ fn the_budgets_tool_names_the_server_does_not_list_are_warned_of() {
         answers.push(answer);
     }
     // A call the budget refuses is said on stderr too, for an operator.
-    let call = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "write_file", "arguments": {}}});
+    // Its id is the client's, shown as text: no line break, no escape
+    // sequence reaches the operator's terminal.
+    let call = json!({"jsonrpc": "2.0", "id": "4\n\u{1b}[2J", "method": "tools/call", "params": {"name": "write_file", "arguments": {}}});
     writeln!(stdin, "{call}").expect("write");
     let mut refused = String::new();
     std::io::BufRead::read_line(&mut lines, &mut refused).expect("an answer");
@@ -2098,10 +2100,17 @@ fn the_budgets_tool_names_the_server_does_not_list_are_warned_of() {
     let out = child.wait_with_output().expect("ends");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(answers[1].contains("read_text_file"), "{answers:?}");
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("budgetgate mcp: refused "))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
     assert!(
-        stderr.contains("budgetgate mcp: refused write_file (tool-cap, mcp/"),
+        said[0].starts_with("budgetgate mcp: refused write_file (tool-cap, mcp/")
+            && said[0].ends_with(r#"/"4\n\u001b[2J")"#),
         "{stderr}"
     );
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
     let warned: Vec<&str> = stderr
         .lines()
         .filter(|l| l.contains("the budget names tools the server does not list"))

@@ -543,10 +543,12 @@ impl<G: CallGate> Proxy<G> {
             Verdict::Refuse(refusal) => {
                 // Said where the gateway runs too: an operator sees a
                 // session being refused, not only the model.
+                // The key holds the client's request id: shown as text.
                 log::info!(
-                    "budgetgate mcp: refused {} ({}, {key})",
+                    "budgetgate mcp: refused {} ({}, {})",
                     crate::term::terminal_safe(name),
-                    refusal.reason
+                    refusal.reason,
+                    crate::term::terminal_safe(&key)
                 );
                 out.push(Out::Client(refused_line(id, &refusal, generation)));
                 false

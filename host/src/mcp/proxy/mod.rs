@@ -150,9 +150,9 @@ pub struct Proxy<G: CallGate> {
     owns_retries: bool,
     /// The session the approval states this proxy writes are bound to.
     binding: String,
-    /// Tool names the server listed so far (every page of `tools/list`),
-    /// until the budget's own names were checked against them once
-    /// ([`CallGate::named_tools`]); `None` after.
+    /// The budget's tool names ([`CallGate::named_tools`]) the server
+    /// listed so far (every page of `tools/list`), until they were checked
+    /// once, at its last page; `None` after.
     listed: Option<std::collections::BTreeSet<String>>,
 }
 

@@ -251,18 +251,21 @@ impl<G: CallGate> Proxy<G> {
         let Some(listed) = self.listed.as_mut() else {
             return;
         };
+        // Only the budget's own names are kept (a server's pages, however
+        // many, hold no more memory than the budget file does).
+        let named = self.gate.named_tools();
         let names = result.get("tools").and_then(Value::as_array);
         for tool in names.into_iter().flatten() {
             if let Some(name) = tool.get("name").and_then(Value::as_str) {
-                listed.insert(name.to_owned());
+                if named.iter().any(|(n, _)| n == name) {
+                    listed.insert(name.to_owned());
+                }
             }
         }
         if result.get("nextCursor").is_some_and(|c| !c.is_null()) {
             return;
         }
-        let missing: Vec<String> = self
-            .gate
-            .named_tools()
+        let missing: Vec<String> = named
             .into_iter()
             .filter(|(name, _)| !listed.contains(name))
             .map(|(name, rule)| {
