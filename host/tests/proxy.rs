@@ -1164,3 +1164,53 @@ fn an_upstream_ending_in_v1_is_warned_of_at_start() {
         }
     }
 }
+
+/// A hostile trial: with an upstream given with a path of its own
+/// (`--upstream http://host/v1`, as an SDK's base URL is), a client that
+/// leaves `/v1` out (`POST /chat/completions`, `/messages`) reached the
+/// upstream's model API ungated, as the proxy knew model calls only by
+/// their whole path. Now a model call is known by how the path the
+/// upstream gets ends, whatever its prefix: gated and counted; and the
+/// billed endpoints it cannot gate (an Assistants run, images, audio)
+/// are refused under any prefix too.
+#[test]
+fn an_upstream_with_a_path_of_its_own_lets_no_model_call_through_ungated() {
+    let dir = tempfile::tempdir().expect("dir");
+    let budget = write_budget(
+        dir.path(),
+        "[budget]\nmax_tokens = 2000\nmax_model_calls = 50\n",
+    );
+    let ledger = dir.path().join("ledger.sqlite3");
+    let upstream = Upstream::start();
+    let url = format!("http://127.0.0.1:{}/v1", upstream.port);
+    let proxy = common::ProxyProcess::start(&url, &budget, &ledger, &[]);
+    for (path, body) in [
+        ("/chat/completions", messages(false)),
+        ("/messages", messages(false)),
+    ] {
+        let a = post(proxy.port, path, &[], &body);
+        assert_eq!(a.status, 200, "{path}: {}", a.text());
+    }
+    assert_eq!(upstream.count("/v1/chat/completions"), 1);
+    assert_eq!(upstream.count("/v1/messages"), 1);
+    // Counted: 2 × 1 100 tokens is over 2 000, so a third is refused.
+    let row = settled_row(&ledger, "proxy");
+    assert_eq!(used(&row, "model_calls"), 2);
+    let a = post(proxy.port, "/chat/completions", &[], &messages(false));
+    assert_eq!(a.status, 402, "{}", a.text());
+    for path in [
+        "/threads/runs",
+        "/threads/t1/runs",
+        "/images/generations",
+        "/audio/speech",
+    ] {
+        let a = post(proxy.port, path, &[], &messages(false));
+        assert_eq!(a.status, 403, "{path}: {}", a.text());
+        assert!(
+            a.text().contains("is billed and cannot be gated"),
+            "{path}: {}",
+            a.text()
+        );
+    }
+    assert_eq!(upstream.count("/v1/chat/completions"), 1, "never reached");
+}

@@ -237,7 +237,15 @@ pub async fn handle(proxy: Arc<Proxy>, bound: SocketAddr, req: Request<Incoming>
     // `/v1//messages`, `/V1/messages`, `%2e`): the URL library or the
     // upstream would make it one, so it is refused rather than passed
     // through ungated (fail closed).
-    let path = req.uri().path();
+    // The path as the upstream gets it: its own prefix (`--upstream
+    // https://host/v1`), then the request's. A model call is known by how
+    // it ends, whatever the prefix, so no prefix passes one ungated.
+    let full = format!(
+        "{}{}",
+        proxy.upstream.path().trim_end_matches('/'),
+        req.uri().path()
+    );
+    let path = full.as_str();
     let post_like = req.method().as_str().eq_ignore_ascii_case("POST");
     if let Some(api) = post_like.then(|| Api::loosely(path)).flatten() {
         if req.method() != Method::POST || Api::of_path(path) != Some(api) {

@@ -105,7 +105,12 @@ impl ProxyProcess {
             .spawn()
             .expect("start the proxy");
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let line = lines.next().expect("a line").expect("stderr");
+        // Warnings at start come before it.
+        let line = lines
+            .by_ref()
+            .map(|l| l.expect("stderr"))
+            .find(|l| l.contains("listening on http://"))
+            .expect("the line it listens on");
         let port = line
             .split("listening on http://")
             .nth(1)

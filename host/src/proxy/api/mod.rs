@@ -27,15 +27,36 @@ pub enum Api {
 }
 
 impl Api {
-    /// The API a `POST` to `path` (its query left out) is a model call of;
-    /// `None`: not a model call (passed through ungated, as
-    /// `/v1/messages/count_tokens` is).
+    /// The API a `POST` to `path` (its query left out; the path the
+    /// upstream gets, its own prefix included) is a model call of, by how
+    /// it ends (`…/v1/messages`, `…/chat/completions` under any prefix: an
+    /// upstream given as `https://host/v1`, a client's base URL without
+    /// `/v1`, a gateway's `/openai/deployments/NAME/…`); `None`: not a
+    /// model call (passed through ungated, as `/v1/messages/count_tokens`
+    /// is), or one written another way ([`Self::loosely`] finds it: a path
+    /// that is not as it cleans up).
     pub fn of_path(path: &str) -> Option<Self> {
-        match path.trim_end_matches('/') {
-            "/v1/messages" => Some(Self::Messages),
-            "/v1/chat/completions" => Some(Self::Chat),
-            "/v1/responses" => Some(Self::Responses),
-            _ => None,
+        let path = path.trim_end_matches('/');
+        if cleaned(path) != path {
+            return None;
+        }
+        Self::by_tail(path)
+    }
+
+    /// The API whose path `path` ends with.
+    fn by_tail(path: &str) -> Option<Self> {
+        let path = path.trim_end_matches('/');
+        [Self::Messages, Self::Chat, Self::Responses]
+            .into_iter()
+            .find(|api| path.ends_with(api.tail()))
+    }
+
+    /// How its path ends.
+    const fn tail(self) -> &'static str {
+        match self {
+            Self::Messages => "/messages",
+            Self::Chat => "/chat/completions",
+            Self::Responses => "/responses",
         }
     }
 
@@ -52,24 +73,40 @@ impl Api {
     /// might: percent-escapes decoded, letters in lower case, empty and
     /// `.` segments dropped, `..` taking the segment before.
     pub fn loosely(path: &str) -> Option<Self> {
-        Self::of_path(&cleaned(path))
+        Self::by_tail(&cleaned(path))
     }
 
     /// The billed endpoints the proxy cannot gate (it cannot read or
-    /// bound their usage before they run): message batches, OpenAI's
-    /// batches, the legacy completions, and the Responses API's other
-    /// `POST`s (`/v1/responses/compact`, …). A `POST` to one, as its path
-    /// cleans up ([`Self::loosely`]), is refused, never passed through: a
-    /// budget that could be spent around would not be one. The answer
-    /// names the endpoint.
+    /// bound their usage before they run), by how their path ends under
+    /// any prefix: message batches, OpenAI's batches, the legacy
+    /// completions, the Responses API's other `POST`s
+    /// (`/v1/responses/compact`, …), the Assistants' and evals' runs,
+    /// images, audio, realtime sessions and fine-tuning jobs. A `POST` to
+    /// one, as its path cleans up ([`Self::loosely`]), is refused, never
+    /// passed through: a budget that could be spent around would not be
+    /// one. The answer names the endpoint.
     pub fn ungated_billed(path: &str) -> Option<String> {
         let path = cleaned(path);
-        let billed = matches!(
-            path.as_str(),
-            "/v1/messages/batches" | "/v1/batches" | "/v1/complete" | "/v1/completions"
-        ) || path
-            .strip_prefix("/v1/responses/")
-            .is_some_and(|rest| rest != "input_tokens" && !rest.ends_with("/cancel"));
+        let ends = |tails: &[&str]| tails.iter().any(|t| path.ends_with(t));
+        let billed = ends(&[
+            "/batches",
+            "/complete",
+            "/completions",
+            "/runs",
+            "/images/generations",
+            "/images/edits",
+            "/images/variations",
+            "/audio/speech",
+            "/audio/transcriptions",
+            "/audio/translations",
+            "/fine_tuning/jobs",
+            "/submit_tool_outputs",
+        ]) && !path.ends_with("/chat/completions")
+            || path.contains("/realtime/")
+            || path.ends_with("/realtime")
+            || path
+                .rsplit_once("/responses/")
+                .is_some_and(|(_, rest)| rest != "input_tokens" && !rest.ends_with("/cancel"));
         billed.then_some(path)
     }
 }

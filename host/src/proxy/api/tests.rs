@@ -34,6 +34,27 @@ fn the_gated_paths_are_the_three_model_calls_and_nothing_else() {
     for api in [Api::Messages, Api::Chat, Api::Responses] {
         assert_eq!(Api::of_path(api.path()), Some(api));
     }
+    // Under any prefix (the upstream's own, `--upstream https://host/v1`,
+    // then the request's: a client's base URL without `/v1`, a gateway's
+    // layout), by how the path ends.
+    for (path, api) in [
+        ("/v1/chat/completions", Api::Chat),
+        ("/v1beta/openai/chat/completions", Api::Chat),
+        ("/openai/deployments/gpt4/chat/completions", Api::Chat),
+        ("/v1/v1/messages", Api::Messages),
+        ("/api/v1/responses/", Api::Responses),
+    ] {
+        assert_eq!(Api::of_path(path), Some(api), "{path}");
+    }
+    // A prefix written another way is refused as the call is.
+    assert_eq!(
+        Api::of_path("/openai/deployments/GPT4/chat/completions"),
+        None
+    );
+    assert_eq!(
+        Api::loosely("/openai/deployments/GPT4/chat/completions"),
+        Some(Api::Chat)
+    );
 }
 
 #[test]
@@ -683,6 +704,16 @@ fn billed_endpoints_that_cannot_be_gated_are_named() {
         "/v1/responses/compact",
         "/V1/Messages/Batches/",
         "/v1/completions;x",
+        "/v1/threads/runs",
+        "/v1/threads/thread_abc/runs",
+        "/v1/threads/t/runs/r/submit_tool_outputs",
+        "/v1/evals/x/runs",
+        "/v1/images/generations",
+        "/v1/audio/speech",
+        "/v1/realtime/sessions",
+        "/v1/fine_tuning/jobs",
+        "/openai/v1/completions",
+        "/v1beta/openai/responses/compact",
     ] {
         assert!(Api::ungated_billed(path).is_some(), "{path}");
     }
@@ -694,6 +725,9 @@ fn billed_endpoints_that_cannot_be_gated_are_named() {
         "/v1/responses/resp_1/cancel",
         "/v1/models",
         "/v1/embeddings",
+        "/v1/chat/completions",
+        "/openai/deployments/gpt4/chat/completions",
+        "/v1/threads/t/messages",
     ] {
         assert_eq!(Api::ungated_billed(path), None, "{path}");
     }
