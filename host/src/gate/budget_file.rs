@@ -310,19 +310,37 @@ impl ModelPrice {
     }
 }
 
-/// The price of `model`: an exact entry, else the longest entry that is a
-/// prefix of the name followed by `-`. `None`: no price (refused in cost mode).
+/// The price of `model`: an exact entry, else the entry the name is a
+/// dated snapshot of: the entry, then `-` or `@` and a date (`20250929`,
+/// `2025-09-29`), or `-latest` (`claude-sonnet-4-5-20250929` is priced as
+/// `claude-sonnet-4-5`). Any other name that merely begins with an entry
+/// is another model, often at another price (`gpt-5-pro` is not
+/// `gpt-5`), so it has none. `None`: no price (refused in cost mode).
 pub fn price_of<'a>(prices: &'a [ModelPrice], model: &str) -> Option<&'a ModelPrice> {
     prices.iter().find(|p| p.model == model).or_else(|| {
-        prices
-            .iter()
-            .filter(|p| {
-                model
-                    .strip_prefix(p.model.as_str())
-                    .is_some_and(|rest| rest.starts_with('-'))
-            })
-            .max_by_key(|p| p.model.len())
+        prices.iter().find(|p| {
+            model
+                .strip_prefix(p.model.as_str())
+                .is_some_and(snapshot_suffix)
+        })
     })
+}
+
+/// Whether `rest`, after a priced name, makes it a dated snapshot (or the
+/// latest one) of that model.
+fn snapshot_suffix(rest: &str) -> bool {
+    let Some(date) = rest.strip_prefix('-').or_else(|| rest.strip_prefix('@')) else {
+        return false;
+    };
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    let dashed = || {
+        let mut parts = date.split('-');
+        matches!(
+            (parts.next(), parts.next(), parts.next(), parts.next()),
+            (Some(y), Some(m), Some(d), None) if digits(y, 4) && digits(m, 2) && digits(d, 2)
+        )
+    };
+    digits(date, 8) || dashed() || (rest == "-latest")
 }
 
 /// What each sub-agent may use on its own (`[subagent]`); `None`: no limit of
@@ -777,6 +795,41 @@ mod tests {
         assert_eq!(price.cost_micros(&usage), 3_000_015);
         assert!(price_of(&b.prices, "claude-sonnet-4-50").is_none());
         assert!(price_of(&b.prices, "claude-opus-4").is_none());
+    }
+
+    /// A hostile trial: `gpt-5-pro` was priced as `gpt-5` (about a
+    /// twelfth of its list price). A name that begins with a priced one is
+    /// priced by it only as a dated snapshot of it, or its latest.
+    #[test]
+    fn only_a_dated_snapshot_takes_its_models_price() {
+        let b = parse_budget(
+            "[prices.gpt-5]\ninput = 1.25\noutput = 10\n[prices.claude-sonnet-4-5]\ninput = 3\noutput = 15\n",
+        )
+        .unwrap();
+        for (model, priced) in [
+            ("gpt-5", Some("gpt-5")),
+            ("gpt-5-2025-08-07", Some("gpt-5")),
+            ("claude-sonnet-4-5-20250929", Some("claude-sonnet-4-5")),
+            ("claude-sonnet-4-5@20250929", Some("claude-sonnet-4-5")),
+            ("gpt-5-latest", Some("gpt-5")),
+            ("gpt-5-pro", None),
+            ("gpt-5-mini", None),
+            ("gpt-5-", None),
+            ("gpt-5--x", None),
+            ("gpt-5-2025080", None),
+            ("gpt-5-202508070", None),
+            ("gpt-5-2025-8-07", None),
+            ("gpt-5-2025-08-07-pro", None),
+            ("gpt-5-pro-2025-10-06", None),
+            ("claude-sonnet-4-5-thinking", None),
+            ("gpt-50", None),
+        ] {
+            assert_eq!(
+                price_of(&b.prices, model).map(|p| p.model.as_str()),
+                priced,
+                "{model}"
+            );
+        }
     }
 
     #[test]
