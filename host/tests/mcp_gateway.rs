@@ -2061,11 +2061,13 @@ fn a_renewed_reservation_outlives_its_ttl_on_redis_and_is_spent_when_renewal_sto
 #[test]
 fn the_budgets_tool_names_the_server_does_not_list_are_warned_of() {
     let s = Setup::new(
-        "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"writefile\", \"write_file\"]\n\
+        "[budget]\nmax_seconds = 3600\n[tools]\nneeds_approval = [\"writefile\", \"write_file\", \"read_text_file\"]\n\
          max_calls = { read_txt_file = 1, read_text_file = 2, write_file = 0 }\n",
     );
-    // A server of two pages, then another listing (not warned again).
-    let server = r#"read a; echo '{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"write_file"}],"nextCursor":"p2"}}'; read b; echo '{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"read_text_file"}]}}'; read c; echo '{"jsonrpc":"2.0","id":3,"result":{"tools":[]}}'; cat > /dev/null"#;
+    // A server of two pages: its second asked for first (a listing not
+    // read from its start: nothing is concluded from it), then both in
+    // order, then another listing (not warned again).
+    let server = r#"read z; echo '{"jsonrpc":"2.0","id":0,"result":{"tools":[{"name":"read_text_file"}]}}'; read a; echo '{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"write_file"}],"nextCursor":"p2"}}'; read b; echo '{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"read_text_file"}]}}'; read c; echo '{"jsonrpc":"2.0","id":3,"result":{"tools":[]}}'; cat > /dev/null"#;
     let args = s.gateway_args(&[], &["sh", "-c", server]);
     let mut child = Command::new(&args[0])
         .args(&args[1..])
@@ -2077,7 +2079,7 @@ fn the_budgets_tool_names_the_server_does_not_list_are_warned_of() {
     let mut stdin = child.stdin.take().expect("stdin");
     let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout"));
     let mut answers = Vec::new();
-    for (id, cursor) in [(1, None), (2, Some("p2")), (3, None)] {
+    for (id, cursor) in [(0, Some("p2")), (1, None), (2, Some("p2")), (3, None)] {
         let mut params = json!({});
         if let Some(c) = cursor {
             params["cursor"] = json!(c);
@@ -2096,15 +2098,25 @@ fn the_budgets_tool_names_the_server_does_not_list_are_warned_of() {
     let mut refused = String::new();
     std::io::BufRead::read_line(&mut lines, &mut refused).expect("an answer");
     assert!(refused.contains("\"isError\":true"), "{refused}");
+    // So is one refused for want of an approval (no one can be asked).
+    let ask = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "read_text_file", "arguments": {}}});
+    writeln!(stdin, "{ask}").expect("write");
+    let mut unasked = String::new();
+    std::io::BufRead::read_line(&mut lines, &mut unasked).expect("an answer");
+    assert!(unasked.contains("approval-refused"), "{unasked}");
     drop(stdin);
     let out = child.wait_with_output().expect("ends");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(answers[1].contains("read_text_file"), "{answers:?}");
+    assert!(answers[2].contains("read_text_file"), "{answers:?}");
     let said: Vec<&str> = stderr
         .lines()
         .filter(|l| l.starts_with("budgetgate mcp: refused "))
         .collect();
-    assert_eq!(said.len(), 1, "{stderr}");
+    assert_eq!(said.len(), 2, "{stderr}");
+    assert!(
+        said[1].starts_with("budgetgate mcp: refused read_text_file (approval-refused, mcp/"),
+        "{stderr}"
+    );
     assert!(
         said[0].starts_with("budgetgate mcp: refused write_file (tool-cap, mcp/")
             && said[0].ends_with(r#"/"4\n\u001b[2J")"#),

@@ -173,7 +173,11 @@ impl<G: CallGate> Proxy<G> {
                         self.pending.insert(id.to_owned(), Pending::Other);
                     }
                     "tools/list" => {
-                        self.pending.insert(id.to_owned(), Pending::List);
+                        let first = msg
+                            .params
+                            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+                            .is_none_or(|p| p.get("cursor").is_none_or(Value::is_null));
+                        self.pending.insert(id.to_owned(), Pending::List { first });
                     }
                     _ => {
                         self.pending.insert(id.to_owned(), Pending::Other);
@@ -279,6 +283,12 @@ impl<G: CallGate> Proxy<G> {
         now: u64,
         out: &mut Vec<Out>,
     ) {
+        log::info!(
+            "budgetgate mcp: refused {} ({}, {})",
+            crate::term::terminal_safe(tool),
+            refusal.reason,
+            crate::term::terminal_safe(key)
+        );
         if let Err(e) = self.gate.refused(key, tool, refusal.reason, why, now) {
             log::warn!("budgetgate mcp: committing {key}: {e} (kept: committed again before the next decision, which waits for it)");
             self.unsettled.push((key.to_owned(), tool.to_owned()));
@@ -663,6 +673,10 @@ impl<G: CallGate> Proxy<G> {
 
 /// The refusal of a call the gate could not decide (`why`): fail closed.
 pub(super) fn gate_error(why: &str) -> Refusal {
+    log::warn!(
+        "budgetgate mcp: the budget could not be checked ({}); the call is refused (fail closed)",
+        crate::term::terminal_safe(why)
+    );
     Refusal::worded(
         "gate-error",
         &format!("the budget could not be checked ({why})"),

@@ -80,8 +80,9 @@ enum Pending {
         /// report its result by.
         call: Option<CallFingerprint>,
     },
-    /// A `tools/list`, whose result is filtered.
-    List,
+    /// A `tools/list`, whose result is filtered; `first`: it asked for the
+    /// first page (no `cursor`).
+    List { first: bool },
     /// Any other request.
     Other,
 }
@@ -151,9 +152,12 @@ pub struct Proxy<G: CallGate> {
     /// The session the approval states this proxy writes are bound to.
     binding: String,
     /// The budget's tool names ([`CallGate::named_tools`]) the server
-    /// listed so far (every page of `tools/list`), until they were checked
-    /// once, at its last page; `None` after.
+    /// listed so far (every page of a `tools/list` read from its first),
+    /// until they were checked once, at its last page; `None` after.
     listed: Option<std::collections::BTreeSet<String>>,
+    /// A listing from its first page is being read (pages asked for out of
+    /// order are not taken for a whole listing).
+    listing: bool,
 }
 
 impl<G: CallGate> Proxy<G> {
@@ -188,6 +192,7 @@ impl<G: CallGate> Proxy<G> {
             closed: VecDeque::new(),
             late: Vec::new(),
             listed: Some(std::collections::BTreeSet::new()),
+            listing: false,
             retries: AwaitedRetries::shared(),
             owns_retries: true,
             binding: connection,

@@ -206,7 +206,7 @@ impl<G: CallGate> Proxy<G> {
                 }
                 Reply::Instead(refused_line(id, &refusal, generation))
             }
-            Pending::List => {
+            Pending::List { first } => {
                 let mut value: Value = match crate::strict::value_from_str(text) {
                     Ok(v) => v,
                     // Which tools it lists cannot be told: withheld.
@@ -219,7 +219,7 @@ impl<G: CallGate> Proxy<G> {
                     }
                 };
                 if let Some(result) = value.get("result") {
-                    self.check_named_tools(result);
+                    self.check_named_tools(result, first);
                 }
                 let Some(tools) = value
                     .get_mut("result")
@@ -247,10 +247,17 @@ impl<G: CallGate> Proxy<G> {
     /// page (no `nextCursor`), warns once of every tool the budget names
     /// (an approval to ask, a cap) that the server did not list: a
     /// misspelt name applies to nothing, and nothing else would say so.
-    fn check_named_tools(&mut self, result: &Value) {
+    fn check_named_tools(&mut self, result: &Value, first: bool) {
         let Some(listed) = self.listed.as_mut() else {
             return;
         };
+        // A listing is whole only when read from its first page.
+        if first {
+            listed.clear();
+            self.listing = true;
+        } else if !self.listing {
+            return;
+        }
         // Only the budget's own names are kept (a server's pages, however
         // many, hold no more memory than the budget file does).
         let named = self.gate.named_tools();
@@ -305,7 +312,10 @@ impl<G: CallGate> Proxy<G> {
                 }
             }
         }
-        log::warn!("budgetgate mcp: the server answered {id}, which no request awaits (dropped)");
+        log::warn!(
+            "budgetgate mcp: the server answered {}, which no request awaits (dropped)",
+            crate::term::terminal_safe(id)
+        );
         Reply::Drop
     }
 
