@@ -896,6 +896,44 @@ fn a_ledger_in_a_folder_that_does_not_exist_is_refused_and_not_created() {
         );
         assert!(!settings.exists() && !missing.exists(), "install wrote");
     }
+    // A file where the folder should be: said so, not "does not exist"
+    // (a hostile trial), by the hook and by its install.
+    let file = s.path("a-file");
+    std::fs::write(&file, "").unwrap();
+    for (option, value, said) in [
+        (
+            "--state",
+            file.display().to_string(),
+            file.display().to_string(),
+        ),
+        (
+            "--ledger",
+            file.join("state").display().to_string(),
+            file.display().to_string(),
+        ),
+    ] {
+        let out = hook(&[option.into(), value.clone().into()], None);
+        assert_eq!(out.status.code(), Some(2), "{option} {value}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.starts_with(&format!(
+                "budgetgate hook: {option} {value}: {said} is not a folder"
+            )),
+            "{stderr}"
+        );
+        let out = Command::new(bin())
+            .args(["hook", "install", "--settings"])
+            .arg(s.path("settings.json"))
+            .args([option, value.as_str()])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "install {option} {value}: {out:?}"
+        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains("is not a folder"));
+    }
     // The default location, several folders deep, is made.
     let default = s.path("xdg/deeper/budgetgate");
     let out = hook(&[], Some(&default));
@@ -1001,4 +1039,29 @@ fn ledger_show_says_a_caps_figure_is_not_in_the_ledger() {
         err.starts_with("budgetgate ledger: budget file /nonexistent/budget.toml: "),
         "{err}"
     );
+}
+
+/// A hostile trial: the ledger command a spent session's stop suggests
+/// took a session id beginning with `-` for an option (`--help` printed the
+/// help). It now puts `--` before such an id, and runs as shown; an id
+/// that holds a character a terminal acts on is shown as text.
+#[test]
+fn the_suggested_ledger_command_takes_an_id_that_looks_like_an_option() {
+    let s = Setup::new("[budget]\nmax_model_calls = 0\n");
+    for session in ["--help", "-x"] {
+        let mut stop = s.event("Stop", json!({"stop_hook_active": false}));
+        stop["session_id"] = json!(session);
+        let out = s.run(&stop);
+        assert_eq!(decision(&out), "stop", "{out:?}");
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let reason = answer["stopReason"].as_str().unwrap();
+        let state = s.path("state").display().to_string();
+        let suggested = format!("budgetgate ledger show --state {state} -- {session}");
+        assert!(reason.contains(&format!("`{suggested}`")), "{reason}");
+        let words: Vec<&str> = suggested.split(' ').collect();
+        let shown = Command::new(bin()).args(&words[1..]).output().unwrap();
+        assert_eq!(shown.status.code(), Some(0), "{shown:?}");
+        let text = String::from_utf8_lossy(&shown.stdout);
+        assert!(text.starts_with(&format!("session {session}\n")), "{text}");
+    }
 }

@@ -298,7 +298,7 @@ fn tokens_from_the_transcript_stop_the_session() {
     let state = s.path("state").display().to_string();
     assert_eq!(
         suggested,
-        format!("budgetgate ledger show s1 --state {state}")
+        format!("budgetgate ledger show --state {state} s1")
     );
     let words: Vec<&str> = suggested.split(' ').collect();
     let shown = Command::new(bin()).args(&words[1..]).output().unwrap();

@@ -271,6 +271,7 @@ pub fn claude_code(args: &ClaudeCodeArgs) -> std::process::ExitCode {
             (None, Some(dir)) => format!(" --state {}", shell_quote(&dir.to_string_lossy())),
             (None, None) => String::new(),
         };
+        let shown = budgetgate::term::terminal_safe(&shown).into_owned();
         let answer = match url {
             LedgerUrl::Redis(url) => {
                 let mut store = RedisStore::open(&url, wait)?;

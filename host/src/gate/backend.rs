@@ -111,9 +111,19 @@ pub fn ledger_location(url: Option<&str>, state: Option<&Path>) -> Result<Ledger
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty() && !d.is_dir())
             {
+                return Err(if dir.exists() {
+                    format!("{named}: {} is not a folder", dir.display())
+                } else {
+                    format!(
+                        "{named}: the folder {} does not exist (create it first: a mistyped path would start an empty budget)",
+                        dir.display()
+                    )
+                });
+            }
+            if matches!(parsed, LedgerUrl::StateDir(_)) && path.exists() && !path.is_dir() {
                 return Err(format!(
-                    "{named}: the folder {} does not exist (create it first: a mistyped path would start an empty budget)",
-                    dir.display()
+                    "{named}: {} is not a folder (a state folder is named so; sqlite:FILE names a ledger file)",
+                    path.display()
                 ));
             }
         }

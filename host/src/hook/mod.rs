@@ -347,8 +347,10 @@ pub fn decide(
         (None, "UserPromptSubmit" | "Stop" | "SubagentStop") => {
             match gate::exhausted(tx, session, None, &mut ledgers)? {
                 Some((detail, Some(_))) => Answer::Stop(format!(
-                    "budgetgate: {detail}; the session's budget is spent (see `budgetgate ledger show {}{ledger_options}`)",
-                    crate::hook_install::shell_quote(session)
+                    "budgetgate: {detail}; the session's budget is spent (see `budgetgate ledger show{ledger_options} {}{}`)",
+                    // An id that begins with `-` is not taken for an option.
+                    if session.starts_with('-') { "-- " } else { "" },
+                    crate::term::terminal_safe(&crate::hook_install::shell_quote(session))
                 )),
                 // No limit is spent: a model's cost cannot be counted.
                 Some((detail, None)) => Answer::Stop(format!("budgetgate: {detail}")),
