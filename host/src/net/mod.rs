@@ -423,6 +423,23 @@ pub async fn bind(
     if !bound.ip().is_loopback() {
         log::warn!("budgetgate {name}: warning: listening on {bound}, not loopback: anyone who reaches it spends this budget");
     }
-    log::info!("budgetgate {name}: listening on http://{bound}{path}, upstream {upstream}");
+    log::info!(
+        "budgetgate {name}: listening on http://{bound}{path}, upstream {}",
+        shown_url(upstream)
+    );
     Ok(listener)
+}
+
+/// `url` as said on stderr: as the URL parser writes it (what a terminal
+/// would act on escaped), with a password in it hidden.
+pub fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) => {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("***"));
+            }
+            crate::term::terminal_safe(parsed.as_str()).into_owned()
+        }
+        Err(_) => crate::term::terminal_safe(url).into_owned(),
+    }
 }

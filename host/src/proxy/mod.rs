@@ -605,7 +605,7 @@ pub fn run(config: &Config) -> Result<(), String> {
     if proxy.upstream.path().trim_end_matches('/').ends_with("/v1") {
         log::warn!(
             "budgetgate proxy: warning: --upstream {} ends in /v1, and each request keeps its own path (/v1/messages, /v1/chat/completions), so calls go to …/v1/v1/…; give the API's root (https://api.openai.com), and the client the proxy's URL (with /v1 where its SDK wants it)",
-            proxy.upstream
+            net::shown_url(proxy.upstream.as_str())
         );
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
