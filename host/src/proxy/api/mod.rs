@@ -276,9 +276,7 @@ impl<'de> Deserialize<'de> for Fields {
                         }
                         Some(slot) => *slot = Some(map.next_value()?),
                         None => {
-                            if let Some(k) =
-                                Fields::KEYS.iter().find(|k| k.eq_ignore_ascii_case(&key))
-                            {
+                            if let Some(k) = Fields::KEYS.iter().find(|k| folds_to(&key, k)) {
                                 return Err(A::Error::custom(format!(
                                     "`{}` differs from `{k}` only in case",
                                     crate::term::terminal_safe(&key)
@@ -293,6 +291,21 @@ impl<'de> Deserialize<'de> for Fields {
         }
         d.deserialize_map(Object)
     }
+}
+
+/// Whether `key` matches `target` (lower-case ASCII) as a reader that
+/// ignores case matches keys: ASCII letters in either case, and the two
+/// other characters Unicode folds to an ASCII letter, the Kelvin sign
+/// (`K`, to `k`) and the long s (`ſ`, to `s`), as Go's JSON reader folds
+/// them.
+fn folds_to(key: &str, target: &str) -> bool {
+    key.chars()
+        .map(|c| match c {
+            '\u{212A}' => 'k',
+            '\u{17F}' => 's',
+            c => c.to_ascii_lowercase(),
+        })
+        .eq(target.chars())
 }
 
 /// Reads the fields of a model call's JSON body; `Err` names the field

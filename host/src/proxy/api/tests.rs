@@ -94,6 +94,11 @@ fn a_request_that_cannot_be_read_names_its_field() {
         &br#"{"model":"m","max_tokens":10,"MAX_TOKENS":100000}"#[..],
         br#"{"model":"m","Max_Tokens":100000}"#,
         br#"{"Model":"m","model":"m"}"#,
+        // The Kelvin sign and the long s, which Go folds to `k` and `s`
+        // (a hostile trial).
+        "{\"model\":\"m\",\"max_to\u{212A}ens\":100000}".as_bytes(),
+        "{\"model\":\"m\",\"max_to\\u212aens\":100000}".as_bytes(),
+        "{\"model\":\"m\",\"\u{17F}tream\":true}".as_bytes(),
     ] {
         assert!(
             err(Api::Messages, body).contains("only in case"),
