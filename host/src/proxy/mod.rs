@@ -164,6 +164,13 @@ impl Proxy {
         })
     }
 
+    /// The path the upstream gets for a request to `path`: the
+    /// `--upstream` URL's own path, then the request's (what is gated is
+    /// known by it, and what is forwarded goes to it).
+    fn upstream_path(&self, path: &str) -> String {
+        format!("{}{path}", self.upstream.path().trim_end_matches('/'))
+    }
+
     /// The session a request counts in.
     fn session_of(&self, headers: &HeaderMap) -> Result<String, String> {
         let named = headers
@@ -240,11 +247,7 @@ pub async fn handle(proxy: Arc<Proxy>, bound: SocketAddr, req: Request<Incoming>
     // The path as the upstream gets it: its own prefix (`--upstream
     // https://host/v1`), then the request's. A model call is known by how
     // it ends, whatever the prefix, so no prefix passes one ungated.
-    let full = format!(
-        "{}{}",
-        proxy.upstream.path().trim_end_matches('/'),
-        req.uri().path()
-    );
+    let full = proxy.upstream_path(req.uri().path());
     let path = full.as_str();
     let post_like = req.method().as_str().eq_ignore_ascii_case("POST");
     if let Some(api) = post_like.then(|| Api::loosely(path)).flatten() {
@@ -362,8 +365,7 @@ fn forward(proxy: &Proxy, req: &Head, body: Vec<u8>) -> reqwest::RequestBuilder 
         }
     }
     let mut url = proxy.upstream.clone();
-    let base = proxy.upstream.path().trim_end_matches('/');
-    url.set_path(&format!("{base}{}", uri.path()));
+    url.set_path(&proxy.upstream_path(uri.path()));
     url.set_query(uri.query());
     proxy
         .client

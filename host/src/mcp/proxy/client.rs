@@ -283,12 +283,7 @@ impl<G: CallGate> Proxy<G> {
         now: u64,
         out: &mut Vec<Out>,
     ) {
-        log::info!(
-            "budgetgate mcp: refused {} ({}, {})",
-            crate::term::terminal_safe(tool),
-            refusal.reason,
-            crate::term::terminal_safe(key)
-        );
+        said_refused(tool, refusal, key);
         if let Err(e) = self.gate.refused(key, tool, refusal.reason, why, now) {
             log::warn!("budgetgate mcp: committing {key}: {e} (kept: committed again before the next decision, which waits for it)");
             self.unsettled.push((key.to_owned(), tool.to_owned()));
@@ -551,15 +546,7 @@ impl<G: CallGate> Proxy<G> {
         };
         match verdict {
             Verdict::Refuse(refusal) => {
-                // Said where the gateway runs too: an operator sees a
-                // session being refused, not only the model.
-                // The key holds the client's request id: shown as text.
-                log::info!(
-                    "budgetgate mcp: refused {} ({}, {})",
-                    crate::term::terminal_safe(name),
-                    refusal.reason,
-                    crate::term::terminal_safe(&key)
-                );
+                said_refused(name, &refusal, &key);
                 out.push(Out::Client(refused_line(id, &refusal, generation)));
                 false
             }
@@ -669,6 +656,18 @@ impl<G: CallGate> Proxy<G> {
             }
         }
     }
+}
+
+/// A refused call of `tool`, said where the gateway runs too: an operator
+/// sees a session being refused, not only the model. The key holds the
+/// client's request id: shown as text.
+fn said_refused(tool: &str, refusal: &Refusal, key: &str) {
+    log::info!(
+        "budgetgate mcp: refused {} ({}, {})",
+        crate::term::terminal_safe(tool),
+        refusal.reason,
+        crate::term::terminal_safe(key)
+    );
 }
 
 /// The refusal of a call the gate could not decide (`why`): fail closed.

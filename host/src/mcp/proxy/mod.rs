@@ -102,6 +102,18 @@ struct Approval {
     generation: Generation,
 }
 
+/// Where the check of the budget's tool names stands.
+enum NameCheck {
+    /// No listing read from its first page yet (pages asked for out of
+    /// order are not taken for a whole listing).
+    Waiting,
+    /// A listing from its first page is being read: the budget's names
+    /// its pages listed so far.
+    Reading(std::collections::BTreeSet<String>),
+    /// Checked, at a listing's last page.
+    Done,
+}
+
 /// The gateway's logic without I/O: lines in, [`Out`] messages out, the
 /// time passed in (milliseconds; the ledger's clock).
 pub struct Proxy<G: CallGate> {
@@ -151,13 +163,9 @@ pub struct Proxy<G: CallGate> {
     owns_retries: bool,
     /// The session the approval states this proxy writes are bound to.
     binding: String,
-    /// The budget's tool names ([`CallGate::named_tools`]) the server
-    /// listed so far (every page of a `tools/list` read from its first),
-    /// until they were checked once, at its last page; `None` after.
-    listed: Option<std::collections::BTreeSet<String>>,
-    /// A listing from its first page is being read (pages asked for out of
-    /// order are not taken for a whole listing).
-    listing: bool,
+    /// The check of the budget's tool names against the server's
+    /// `tools/list` ([`CallGate::named_tools`]), made once.
+    names: NameCheck,
 }
 
 impl<G: CallGate> Proxy<G> {
@@ -191,8 +199,7 @@ impl<G: CallGate> Proxy<G> {
             renewed_at: 0,
             closed: VecDeque::new(),
             late: Vec::new(),
-            listed: Some(std::collections::BTreeSet::new()),
-            listing: false,
+            names: NameCheck::Waiting,
             retries: AwaitedRetries::shared(),
             owns_retries: true,
             binding: connection,

@@ -248,16 +248,15 @@ impl<G: CallGate> Proxy<G> {
     /// (an approval to ask, a cap) that the server did not list: a
     /// misspelt name applies to nothing, and nothing else would say so.
     fn check_named_tools(&mut self, result: &Value, first: bool) {
-        let Some(listed) = self.listed.as_mut() else {
+        // A listing is whole only when read from its first page.
+        match (&self.names, first) {
+            (NameCheck::Done, _) | (NameCheck::Waiting, false) => return,
+            (_, true) => self.names = NameCheck::Reading(Default::default()),
+            (NameCheck::Reading(_), false) => {}
+        }
+        let NameCheck::Reading(listed) = &mut self.names else {
             return;
         };
-        // A listing is whole only when read from its first page.
-        if first {
-            listed.clear();
-            self.listing = true;
-        } else if !self.listing {
-            return;
-        }
         // Only the budget's own names are kept (a server's pages, however
         // many, hold no more memory than the budget file does).
         let named = self.gate.named_tools();
@@ -282,7 +281,7 @@ impl<G: CallGate> Proxy<G> {
                 )
             })
             .collect();
-        self.listed = None;
+        self.names = NameCheck::Done;
         if !missing.is_empty() {
             log::warn!(
                 "budgetgate mcp: warning: the budget names tools the server does not list: {}; a rule applies only to a tool of exactly that name (the server's tools/list)",
