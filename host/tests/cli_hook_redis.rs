@@ -177,3 +177,55 @@ fn loops_are_denied_on_redis_as_on_sqlite() {
     assert!(on_sqlite[..4].iter().all(|a| a == "none "), "{on_sqlite:?}");
     assert_eq!(run(b.path(), &redis.url), on_sqlite);
 }
+
+/// `hook install --ledger redis://…` asks the server first (`PING`), as
+/// the gateways do at start: one that cannot be reached, or that takes the
+/// connection and never answers, is refused and nothing is written
+/// (installed, the hook would refuse every tool call); one that answers
+/// is written into the command line.
+#[test]
+fn install_asks_the_redis_server_first() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let settings = dir.path().join("settings.json");
+    let install = |url: &str| {
+        Command::new(bin())
+            .args(["hook", "install", "--settings"])
+            .arg(&settings)
+            .args(["--ledger", url])
+            .output()
+            .expect("install runs")
+    };
+    // Nothing listens on port 1.
+    let out = install("redis://127.0.0.1:1/0");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--ledger redis://127.0.0.1:1/0: ")
+            && stderr.contains("cannot be reached")
+            && stderr.contains("the hook would refuse every tool call"),
+        "{stderr}"
+    );
+    assert!(!settings.exists(), "install wrote");
+    // Something that takes the connection (the kernel does, from the
+    // listen queue) and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("redis://{}/0", silent.local_addr().expect("addr"));
+    let out = install(&url);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&url) && stderr.contains("did not answer within 5 s"),
+        "{stderr}"
+    );
+    assert!(!settings.exists(), "install wrote");
+    let Some(redis) = common::redis::redis() else {
+        return;
+    };
+    let out = install(&redis.url);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let written = std::fs::read_to_string(&settings).expect("settings written");
+    assert!(
+        written.contains(&format!("--ledger {}", redis.url)),
+        "{written}"
+    );
+}

@@ -345,7 +345,19 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         let ledger = args.ledger.as_deref().map(absolute_ledger).transpose()?;
         // Checked as the hook will check it (a folder that does not exist
         // is refused then, and every tool call with it): refused now.
-        budgetgate::gate::backend::ledger_location(ledger.as_deref(), state.as_deref())?;
+        let location =
+            budgetgate::gate::backend::ledger_location(ledger.as_deref(), state.as_deref())?;
+        // A Redis server that does not answer would have the hook refuse
+        // every tool call: asked now (PING), as the gateways ask at start.
+        if let budgetgate::store::LedgerUrl::Redis(url) = location {
+            budgetgate::gate::backend::open_ledger(
+                Some(&url),
+                std::time::Duration::from_secs(5),
+                budgetgate::store::Durability::Full,
+            )?
+            .check()
+            .map_err(|e| format!("{e}; installed, the hook would refuse every tool call while it does not answer"))?;
+        }
         let command = hook_command_on(
             &program,
             budget.as_deref(),

@@ -285,21 +285,28 @@ impl RedisStore {
 
 impl RedisStore {
     fn connection(&mut self) -> Result<&mut Connection, StoreError> {
-        if self.conn.is_none() {
-            let conn = self
-                .client
-                .get_connection_with_timeout(self.timeout)
-                .map_err(|e| self.fail(e))?;
-            conn.set_read_timeout(Some(self.timeout))
-                .and_then(|()| conn.set_write_timeout(Some(self.timeout)))
-                .map_err(|e| self.fail(e))?;
-            self.conn = Some(conn);
+        if let Err(e) = self.connect() {
+            return Err(self.fail(e));
         }
         let url = self.url.clone();
         self.conn.as_mut().ok_or(StoreError::Redis {
             url,
             detail: "no connection".into(),
         })
+    }
+
+    /// The connection, made (each command waiting at most the timeout)
+    /// when there is none.
+    fn connect(&mut self) -> Result<&mut Connection, redis::RedisError> {
+        if self.conn.is_none() {
+            let conn = self.client.get_connection_with_timeout(self.timeout)?;
+            conn.set_read_timeout(Some(self.timeout))?;
+            conn.set_write_timeout(Some(self.timeout))?;
+            self.conn = Some(conn);
+        }
+        self.conn
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("no connection").into())
     }
 
     /// The server's address, as given.
@@ -312,21 +319,24 @@ impl RedisStore {
     /// instead (a server that asks for a password, say). Later decisions
     /// connect again and refuse while it is gone (fail closed).
     pub fn ping(&mut self) -> Result<(), StoreError> {
-        let answer: Result<String, redis::RedisError> = match self.connection() {
-            Ok(conn) => redis::cmd("PING").query(conn),
-            Err(StoreError::Redis { detail, .. }) => {
-                return Err(self.fail(format!("the Redis server cannot be reached ({detail})")))
-            }
-            Err(e) => return Err(e),
-        };
+        let answer = self.connect().and_then(|conn| {
+            let answer: Result<String, _> = redis::cmd("PING").query(conn);
+            answer
+        });
         answer.map(drop).map_err(|e| {
             self.conn = None;
-            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+            if e.is_timeout() {
+                // Connected, and then silent (the client's greeting or
+                // the PING unanswered): something listens there that is
+                // not a Redis server answering, or one that is stuck.
+                self.fail(format!(
+                    "the server took the connection but did not answer within {} s",
+                    self.timeout.as_secs_f64()
+                ))
+            } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
                 self.fail(format!("the Redis server cannot be reached ({e})"))
             } else {
-                self.fail(format!(
-                    "the Redis server answered PING with an error ({e})"
-                ))
+                self.fail(format!("the Redis server answered with an error ({e})"))
             }
         })
     }
