@@ -832,6 +832,14 @@ fn a_ledger_in_a_folder_that_does_not_exist_is_refused_and_not_created() {
     let state = missing.join("state");
     let file = missing.join("ledger.sqlite3");
     let event = s.pre("Read", json!({}), "t1").to_string();
+    let install = |options: &[&str]| {
+        Command::new(bin())
+            .args(["hook", "install", "--settings"])
+            .arg(s.path("settings.json"))
+            .args(options)
+            .output()
+            .unwrap()
+    };
     let hook = |options: &[std::ffi::OsString], env: Option<&std::path::Path>| {
         let mut cmd = Command::new(bin());
         cmd.args(["hook", "claude-code", "--budget"])
@@ -873,14 +881,8 @@ fn a_ledger_in_a_folder_that_does_not_exist_is_refused_and_not_created() {
         // `hook install` refuses it too, writing nothing: installed, the
         // hook would refuse every tool call with it.
         let settings = s.path("settings.json");
-        let out = Command::new(bin())
-            .args(["hook", "install", "--settings"])
-            .arg(&settings)
-            .arg("--budget")
-            .arg(s.path("budget.toml"))
-            .args([option, value.as_str()])
-            .output()
-            .unwrap();
+        let budget = s.path("budget.toml").display().to_string();
+        let out = install(&["--budget", &budget, option, &value]);
         assert_eq!(
             out.status.code(),
             Some(2),
@@ -921,12 +923,7 @@ fn a_ledger_in_a_folder_that_does_not_exist_is_refused_and_not_created() {
             )),
             "{stderr}"
         );
-        let out = Command::new(bin())
-            .args(["hook", "install", "--settings"])
-            .arg(s.path("settings.json"))
-            .args([option, value.as_str()])
-            .output()
-            .unwrap();
+        let out = install(&[option, &value]);
         assert_eq!(
             out.status.code(),
             Some(2),

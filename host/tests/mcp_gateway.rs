@@ -2068,45 +2068,29 @@ fn the_budgets_tool_names_the_server_does_not_list_are_warned_of() {
     // read from its start: nothing is concluded from it), then both in
     // order, then another listing (not warned again).
     let server = r#"read z; echo '{"jsonrpc":"2.0","id":0,"result":{"tools":[{"name":"read_text_file"}]}}'; read a; echo '{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"write_file"}],"nextCursor":"p2"}}'; read b; echo '{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"read_text_file"}]}}'; read c; echo '{"jsonrpc":"2.0","id":3,"result":{"tools":[]}}'; cat > /dev/null"#;
-    let args = s.gateway_args(&[], &["sh", "-c", server]);
-    let mut child = Command::new(&args[0])
-        .args(&args[1..])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the gateway starts");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut g = Gateway::start(&s.gateway_args(&[], &["sh", "-c", server]));
     let mut answers = Vec::new();
     for (id, cursor) in [(0, Some("p2")), (1, None), (2, Some("p2")), (3, None)] {
         let mut params = json!({});
         if let Some(c) = cursor {
             params["cursor"] = json!(c);
         }
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params});
-        writeln!(stdin, "{line}").expect("write");
-        let mut answer = String::new();
-        std::io::BufRead::read_line(&mut lines, &mut answer).expect("an answer");
-        answers.push(answer);
+        g.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params}));
+        answers.push(g.answer(&json!(id)).to_string());
     }
     // A call the budget refuses is said on stderr too, for an operator.
     // Its id is the client's, shown as text: no line break, no escape
     // sequence reaches the operator's terminal.
-    let call = json!({"jsonrpc": "2.0", "id": "4\n\u{1b}[2J", "method": "tools/call", "params": {"name": "write_file", "arguments": {}}});
-    writeln!(stdin, "{call}").expect("write");
-    let mut refused = String::new();
-    std::io::BufRead::read_line(&mut lines, &mut refused).expect("an answer");
+    let id = json!("4\n\u{1b}[2J");
+    g.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "write_file", "arguments": {}}}));
+    let refused = g.answer(&id).to_string();
     assert!(refused.contains("\"isError\":true"), "{refused}");
     // So is one refused for want of an approval (no one can be asked).
-    let ask = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "read_text_file", "arguments": {}}});
-    writeln!(stdin, "{ask}").expect("write");
-    let mut unasked = String::new();
-    std::io::BufRead::read_line(&mut lines, &mut unasked).expect("an answer");
+    g.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "read_text_file", "arguments": {}}}));
+    let unasked = g.answer(&json!(5)).to_string();
     assert!(unasked.contains("approval-refused"), "{unasked}");
-    drop(stdin);
-    let out = child.wait_with_output().expect("ends");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    drop(g.stdin.take());
+    let (_, stderr) = g.end(Duration::from_secs(10));
     assert!(answers[2].contains("read_text_file"), "{answers:?}");
     let said: Vec<&str> = stderr
         .lines()

@@ -285,13 +285,10 @@ impl RedisStore {
 
 impl RedisStore {
     fn connection(&mut self) -> Result<&mut Connection, StoreError> {
-        if let Err(e) = self.connect() {
-            return Err(self.fail(e));
-        }
         let url = self.url.clone();
-        self.conn.as_mut().ok_or(StoreError::Redis {
+        self.connect().map_err(|e| StoreError::Redis {
             url,
-            detail: "no connection".into(),
+            detail: e.to_string(),
         })
     }
 
@@ -319,10 +316,9 @@ impl RedisStore {
     /// instead (a server that asks for a password, say). Later decisions
     /// connect again and refuse while it is gone (fail closed).
     pub fn ping(&mut self) -> Result<(), StoreError> {
-        let answer = self.connect().and_then(|conn| {
-            let answer: Result<String, _> = redis::cmd("PING").query(conn);
-            answer
-        });
+        let answer = self
+            .connect()
+            .and_then(|conn| redis::cmd("PING").query::<String>(conn));
         answer.map(drop).map_err(|e| {
             self.conn = None;
             if e.is_timeout() {
